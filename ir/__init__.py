@@ -1,0 +1,1 @@
+"""The BIR data model: columns, expressions, wire formats, verifier."""

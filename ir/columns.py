@@ -1,0 +1,276 @@
+"""Struct-of-arrays storage: growable column tables and interning pools.
+
+A :class:`Table` keeps one numpy array per column.  Rows are appended as
+plain tuples into a pending list and moved into the arrays in one
+vectorised step the next time a column is read, so appending is amortised
+O(1) with no array copy per row, and bulk appends (:meth:`Table.extend`) are
+a handful of numpy slice assignments.
+
+A :class:`Pool` interns values (strings, access patterns, expressions,
+attribute records): equal values get one id, so a million cloned
+instructions share one record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Generic, Hashable, Iterable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+Schema = tuple[tuple[str, Any], ...]
+
+
+class Table:
+    """Columns of equal length; each row is one IR object (instruction, operand, ...)."""
+
+    __slots__ = ("schema", "names", "_cols", "_n", "_pending")
+
+    def __init__(self, schema: Schema, capacity: int = 8):
+        self.schema = schema
+        self.names = tuple(name for name, _ in schema)
+        self._cols = {name: np.empty(max(capacity, 1), dtype=dt) for name, dt in schema}
+        self._n = 0
+        self._pending: list[tuple] = []
+
+    # ------------------------------------------------------------- size
+    def __len__(self) -> int:
+        return self._n + len(self._pending)
+
+    def _reserve(self, total: int) -> None:
+        cap = len(self._cols[self.names[0]])
+        if total <= cap:
+            return
+        new_cap = max(total, cap * 2, 8)
+        for name, arr in self._cols.items():
+            grown = np.empty(new_cap, dtype=arr.dtype)
+            grown[: self._n] = arr[: self._n]
+            self._cols[name] = grown
+
+    # ------------------------------------------------------------- appends
+    def append(self, row: tuple) -> int:
+        """Append one row given in schema order; returns its index."""
+        self._pending.append(row)
+        return self._n + len(self._pending) - 1
+
+    def flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        k = len(pending)
+        self._reserve(self._n + k)
+        n = self._n
+        for (name, dt), values in zip(self.schema, zip(*pending)):
+            self._cols[name][n : n + k] = values
+        self._n = n + k
+        pending.clear()
+
+    def extend(self, count: int, **columns: Any) -> int:
+        """Append ``count`` rows at once; each column is an array or a scalar.
+
+        Returns the index of the first new row.  Columns not given must not
+        exist: every column of a row is meaningful.
+        """
+        self.flush()
+        missing = set(self.names) - set(columns)
+        if missing:
+            raise ValueError(f"extend() is missing columns {sorted(missing)}")
+        start = self._n
+        self._reserve(start + count)
+        for name in self.names:
+            self._cols[name][start : start + count] = columns[name]
+        self._n = start + count
+        return start
+
+    # ------------------------------------------------------------- reads
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A live view of one column (invalidated by later appends)."""
+        if self._pending:
+            self.flush()
+        return self._cols[name][: self._n]
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {name: self[name][i].item() for name in self.names}
+
+    def get(self, name: str, i: int) -> Any:
+        if self._pending and i >= self._n:
+            self.flush()
+        return self._cols[name][i].item()
+
+    def set(self, name: str, i: int, value: Any) -> None:
+        if self._pending and i >= self._n:
+            self.flush()
+        self._cols[name][i] = value
+
+    # ------------------------------------------------------------- whole-table
+    def copy(self) -> "Table":
+        self.flush()
+        out = Table(self.schema, capacity=max(self._n, 1))
+        for name in self.names:
+            out._cols[name][: self._n] = self._cols[name][: self._n]
+        out._n = self._n
+        return out
+
+    def take(self, rows: np.ndarray | Sequence[int]) -> "Table":
+        """A new table holding the given rows, in the given order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return Table.from_arrays(self.schema, {name: self[name][rows] for name in self.names})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: self[name] for name in self.names}
+
+    @staticmethod
+    def from_arrays(schema: Schema, arrays: Mapping[str, np.ndarray]) -> "Table":
+        n = len(arrays[schema[0][0]]) if schema else 0
+        out = Table(schema, capacity=max(n, 1))
+        for name, dt in schema:
+            col = np.asarray(arrays[name])
+            if len(col) != n:
+                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
+            out._cols[name][:n] = col
+        out._n = n
+        return out
+
+    def nbytes(self) -> int:
+        self.flush()
+        return sum(arr.dtype.itemsize * self._n for arr in self._cols.values())
+
+    def equals(self, other: "Table") -> bool:
+        if self.schema != other.schema or len(self) != len(other):
+            return False
+        return all(np.array_equal(self[n], other[n]) for n in self.names)
+
+
+class Pool(Generic[T]):
+    """Interns values: ``add`` returns the id of an equal value already present."""
+
+    __slots__ = ("items", "_index")
+
+    def __init__(self, items: Iterable[T] = ()):
+        self.items: list[T] = []
+        self._index: dict[Hashable, int] = {}
+        for item in items:
+            self.add(item)
+
+    def add(self, value: T) -> int:
+        key = pool_key(value)
+        found = self._index.get(key)
+        if found is not None:
+            return found
+        self.items.append(value)
+        self._index[key] = len(self.items) - 1
+        return len(self.items) - 1
+
+    def find(self, value: T) -> int:
+        """The id of ``value``, or -1."""
+        return self._index.get(pool_key(value), -1)
+
+    def __getitem__(self, i: int) -> T:
+        return self.items[i]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def copy(self) -> "Pool[T]":
+        out: Pool[T] = Pool()
+        out.items = list(self.items)
+        out._index = dict(self._index)
+        return out
+
+
+def pool_key(value: Any) -> Hashable:
+    """A key that tells apart values Python considers equal (1, 1.0, True)."""
+    if isinstance(value, Record):
+        return ("json", value.canonical())
+    if isinstance(value, (bool, int, float)):
+        return (type(value).__name__, value)
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(pool_key(v) for v in value)
+    return value
+
+
+class Record(dict):
+    """An immutable JSON object (attribute bags and unmodelled wire keys).
+
+    Nested objects are Records and nested arrays are tuples, so a Record is
+    safe to share between every instruction that has the same attributes.
+    """
+
+    __slots__ = ("_canon",)
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Record is immutable; build a new one with Record.of(...)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore
+
+    @staticmethod
+    def of(obj: Mapping[str, Any] | None = None, **kwargs: Any) -> "Record":
+        data = dict(obj or {})
+        data.update(kwargs)
+        rec = Record()
+        dict.update(rec, {k: freeze(v) for k, v in data.items()})
+        return rec
+
+    def canonical(self) -> str:
+        try:
+            return self._canon
+        except AttributeError:
+            self._canon = json.dumps(self, sort_keys=True, separators=(",", ":"), default=_json_default)
+            return self._canon
+
+    def with_(self, **changes: Any) -> "Record":
+        data = dict(self)
+        for k, v in changes.items():
+            if v is None:
+                data.pop(k, None)
+            else:
+                data[k] = v
+        return Record.of(data)
+
+    def without(self, *keys: str) -> "Record":
+        return Record.of({k: v for k, v in self.items() if k not in keys})
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self.canonical())
+
+    def __reduce__(self):
+        raise TypeError("Records are not picklable; serialise them as JSON")
+
+
+EMPTY = Record()
+
+
+def freeze(value: Any) -> Any:
+    """Deep-convert JSON data: dicts become Records, lists become tuples."""
+    if isinstance(value, Record):
+        return value
+    if isinstance(value, Mapping):
+        return Record.of(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Deep-convert back to plain JSON data (dicts and lists)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    to_json = getattr(obj, "to_json", None)
+    if to_json is not None:
+        return to_json()
+    raise TypeError(f"not JSON-serialisable: {obj!r}")

@@ -1,0 +1,17 @@
+"""Shared fixtures: small modules built with the builder, one per opcode family."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.programs import every_family_module, tiled_exp_module
+
+
+@pytest.fixture
+def family_module():
+    return every_family_module()
+
+
+@pytest.fixture
+def tiled_module():
+    return tiled_exp_module()

@@ -1,0 +1,184 @@
+"""BIR-JSON: lossless round trips and clear errors on bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ir import bir_json
+from ir.builder import Builder
+from ir.enums import OPCODE_NAMES
+from ir.errors import FormatError
+from ir.module import Function, Module
+from ir.verify import verify
+from tests.programs import every_family_module, tiled_exp_module
+
+
+def test_every_builder_family_round_trips(family_module):
+    text = bir_json.dumps(family_module)
+    again = bir_json.loads(text)
+    assert again == family_module
+    assert bir_json.dumps(again) == text
+    verify(again)
+    emitted = {family_module.functions[0].inst(i).opname for i in range(family_module.functions[0].n_insts)}
+    assert {"DMACopy", "Memset", "Iota", "TensorTensor", "TensorScalar", "TensorScalarPtr", "Activation",
+            "TensorReduce", "TensorCopy", "Matmult", "RegisterMove", "RegisterAlu", "Loop"} <= emitted
+
+
+def test_save_and_load_file(tmp_path, tiled_module):
+    path = tmp_path / "k.json"
+    bir_json.save(tiled_module, path)
+    assert bir_json.load(path) == tiled_module
+    assert not list(tmp_path.glob("*.tmp*")), "the atomic save left its temporary file behind"
+
+
+def test_keys_are_sorted_and_the_wire_spelling_is_the_backends(tiled_module):
+    doc = json.loads(bir_json.dumps(tiled_module))
+    fn = doc["functions"][0]
+    assert list(doc) == sorted(doc)
+    assert {"allocations", "blocks", "name"} <= set(fn)
+    loop = fn["blocks"][0]["instructions"][0]
+    assert loop["opcode"] == "Loop" and loop["LoopAxis"] == {"name": "i", "lb": 0, "ub": 4, "stride": 1}
+    dma = loop["blocks"][0]["instructions"][0]
+    assert dma["opcode"] == "DMACopy" and dma["engine"] == "DMA"
+    assert dma["outs"][0]["kind"] == "physical_ap" and dma["outs"][0]["memref"] == "t"
+    assert dma["ins"][0]["kind"] == "symbolic_ap"
+    act = loop["blocks"][0]["instructions"][1]
+    assert act["dependencies"] == [["dma_copy0", "Flow"]]
+
+
+def test_dependency_forms_and_strongest_kind_wins():
+    doc = json.loads(bir_json.dumps(tiled_exp_module()))
+    body = doc["functions"][0]["blocks"][0]["instructions"][0]["blocks"][0]["instructions"]
+    body[2]["dependencies"] = ["activation0", ["activation0", "Anti"], ["dma_copy0", 2]]
+    m = bir_json.from_obj(doc)
+    fn = m.functions[0]
+    edges = {(fn.inst_name(s), fn.inst_name(d), k) for s, d, k in
+             zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(), fn.deps["kind"].tolist())}
+    assert ("activation0", "dma_copy1", 4) in edges  # Flow beats Anti
+    assert ("dma_copy0", "dma_copy1", 2) in edges
+
+
+def test_lnc_functions_array_loads_one_function_per_core():
+    doc = json.loads(bir_json.dumps(tiled_exp_module()))
+    second = copy.deepcopy(doc["functions"][0])
+    second["name"] = "core1"
+    doc["functions"].append(second)
+    m = bir_json.from_obj(doc)
+    assert [f.name for f in m.functions] == ["main", "core1"]
+
+
+def test_clone_names_come_from_origin_and_iteration():
+    m = tiled_exp_module()
+    fn = m.functions[0]
+    row = fn.add_inst(12, 0, 0, fn.insts.get("name", 1), [], iteration=7)
+    assert fn.inst_name(row) == "dma_copy0-it7"
+    text = bir_json.dumps(m)
+    assert '"name":"dma_copy0-it7"' in text
+    assert bir_json.loads(text).functions[0].inst_by_name("dma_copy0-it7") >= 0
+
+
+def _doc():
+    return json.loads(bir_json.dumps(every_family_module()))
+
+
+def _first_inst(doc):
+    return doc["functions"][0]["blocks"][0]["instructions"][0]
+
+
+BAD_INPUTS = [
+    ("malformed JSON", lambda d: "{not json", "malformed JSON"),
+    ("unknown opcode", lambda d: _set(_first_inst(d), "opcode", "Frobnicate"), "unknown opcode 'Frobnicate'"),
+    ("missing name", lambda d: _del(_first_inst(d), "name"), "missing required key 'name'"),
+    ("dangling memref", lambda d: _set(_first_inst(d)["outs"][0], "memref", "nope"), "'nope' does not exist"),
+    ("dangling dependency", lambda d: _set(_first_inst(d), "dependencies", [["ghost", "Flow"]]),
+     "Unknown dependency 'ghost'"),
+    ("duplicate instruction", lambda d: d["functions"][0]["blocks"][0]["instructions"].append(
+        copy.deepcopy(_first_inst(d))), "duplicate instruction name"),
+    ("negative size", lambda d: _set(d["functions"][0]["allocations"][1]["memorylocations"][0], "dims", [-4]),
+     "expected an integer >= 0"),
+    ("unknown operand kind", lambda d: _set(_first_inst(d)["outs"][0], "kind", "weird_ap"),
+     "Unsupported argument kind"),
+    ("unknown dtype", lambda d: _set(_first_inst(d)["outs"][0], "dtype", "float7"), "unknown dtype"),
+    ("no functions", lambda d: _del(d, "functions"), "missing required key 'functions'"),
+    ("too many AP dims", lambda d: _set(_first_inst(d)["outs"][0], "ap", [[1, 1]] * 5), "at most 4"),
+]
+
+
+def _set(obj, key, value):
+    obj[key] = value
+
+
+def _del(obj, key):
+    del obj[key]
+
+
+@pytest.mark.parametrize("label,mutate,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_names_file_path_and_problem(tmp_path, label, mutate, message):
+    doc = _doc()
+    result = mutate(doc)
+    text = result if isinstance(result, str) else json.dumps(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(FormatError) as err:
+        bir_json.load(path)
+    text = str(err.value)
+    assert str(path) in text and message in text
+    if label not in ("malformed JSON",):
+        assert " at " in text, "the message should carry the JSON path"
+
+
+def test_error_path_points_at_the_instruction(tmp_path):
+    doc = _doc()
+    _first_inst(doc)["opcode"] = "Nope"
+    with pytest.raises(FormatError) as err:
+        bir_json.from_obj(doc, file="k.json")
+    assert err.value.where == "functions[0].blocks[0].instructions[0].opcode"
+
+
+def _mutations(doc):
+    """Every (path, container, key) of a JSON document."""
+    out = []
+
+    def walk(x, path):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                out.append((x, k))
+                walk(v, path + [k])
+        elif isinstance(x, list):
+            for k, v in enumerate(x):
+                out.append((x, k))
+                walk(v, path + [k])
+
+    walk(doc, [])
+    return out
+
+
+JUNK = [None, -1, 10**12, 1.5, "", "zz", [], {}, [[1]], True, {"kind": "AffIVKind"}]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_documents_raise_only_format_errors(data):
+    doc = _doc()
+    spots = _mutations(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
+        action = data.draw(st.sampled_from(["replace", "delete"]))
+        try:
+            if action == "delete":
+                del container[key]
+            else:
+                container[key] = copy.deepcopy(JUNK[data.draw(st.integers(0, len(JUNK) - 1))])
+        except (IndexError, KeyError):
+            pass
+        spots = _mutations(doc)
+    try:
+        m = bir_json.from_obj(doc, file="mutant.json")
+    except FormatError as e:
+        assert str(e).startswith("mutant.json")
+    else:
+        assert isinstance(m, Module)

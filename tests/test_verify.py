@@ -1,0 +1,118 @@
+"""The verifier accepts well-formed programs and names what is wrong with broken ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ir.builder import Builder
+from ir.enums import Edge
+from ir.errors import VerifyError
+from ir.module import Module
+from ir.verify import verify
+from tests.programs import every_family_module, tiled_exp_module
+
+
+def test_builder_programs_verify(family_module, tiled_module):
+    verify(family_module)
+    verify(tiled_module)
+
+
+def _broken(change) -> str:
+    m = every_family_module()
+    change(m.functions[0])
+    with pytest.raises(VerifyError) as err:
+        verify(m)
+    return str(err.value)
+
+
+def test_operand_outside_its_memloc():
+    def change(fn):
+        fn.operands["offset"][0] = 10**6
+    assert "outside memory location" in _broken(change)
+
+
+def test_symbolic_operand_outside_over_the_loop_range():
+    b = Builder()
+    x = b.dram("x", (256, 64))
+    t = b.sbuf("t", (128, 64), addr=0)
+    with b.loop("i", 0, 3) as i:  # the third tile (i == 2) runs past x
+        b.dma(t.ap(), x.tile(i * 128, 128, 0, 64))
+    with pytest.raises(VerifyError, match="symbolic operand reaches"):
+        verify(b.module())
+
+
+def test_block_index_outside_the_block_tensor():
+    b = Builder()
+    t = b.sbuf("t", (128, 64), addr=0, blocks=2)
+    u = b.sbuf("u", (128, 64), addr=1024)
+    with b.loop("i", 0, 3) as i:
+        b.copy(u.ap(), t.ap(block=i))
+    with pytest.raises(VerifyError, match="has 2 blocks"):
+        verify(b.module())
+
+
+def test_dependency_against_program_order():
+    def change(fn):
+        fn.add_dep(5, 2, Edge.Flow)
+    assert "against program order" in _broken(change)
+
+
+def test_dangling_dependency():
+    def change(fn):
+        fn.add_dep(0, 10**5, Edge.Flow)
+    assert "do not exist" in _broken(change)
+
+
+def test_duplicate_instruction_names():
+    def change(fn):
+        fn.insts["name"][1] = fn.insts["name"][0]
+    assert "is not unique" in _broken(change)
+
+
+def test_clone_name_colliding_with_an_original():
+    def change(fn):
+        fn.add_inst(12, 0, 0, fn.insts.get("name", 0), [], iteration=3)
+        fn.add_inst(12, 0, 0, fn.inst_name(0) + "-it3", [])
+    assert "is not unique" in _broken(change)
+
+
+def test_rotation_scope_must_be_0_1_2():
+    b = Builder()
+    t = b.dram("t", (4, 4))
+    b.emit("NKIKernel", "Unassigned", [t.ap()], [], attrs={"func": "k", "address_rotation_scope_val": 5})
+    with pytest.raises(VerifyError, match="AddressRotationScope 5"):
+        verify(b.module())
+
+
+def test_sb_memloc_past_the_partition():
+    b = Builder()
+    b.sbuf("t", (128, 64), addr=0x38000 - 8)
+    with pytest.raises(VerifyError, match="past the"):
+        verify(b.module())
+
+
+def test_psum_bank_must_match_address():
+    b = Builder()
+    b.psum("p", (128, 64), addr=4096)
+    m = b.module()
+    m.functions[0].memlocs["bank"][0] = 0
+    with pytest.raises(VerifyError, match="is in bank 2"):
+        verify(m)
+
+
+def test_program_preorder():
+    m = tiled_exp_module()
+    fn = m.functions[0]
+    fn.insts["block"][1], fn.insts["block"][0] = 0, 0  # body instruction moved out of its loop
+    with pytest.raises(VerifyError, match="preorder"):
+        verify(m)
+
+
+def test_loop_with_zero_stride():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 4, 0):
+        b.memset(t.ap(), 0)
+    with pytest.raises(VerifyError, match="stride is 0"):
+        verify(b.module())
