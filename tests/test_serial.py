@@ -1,0 +1,35 @@
+"""Modules survive the array+JSON form the cache stores, and hash stably."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ir.serial import content_hash, module_from_parts, module_to_parts
+from tests.programs import every_family_module, tiled_exp_module
+
+
+def _through_json(m):
+    meta, fns = module_to_parts(m)
+    return module_from_parts(json.loads(json.dumps(meta)), [(a, json.loads(json.dumps(md))) for a, md in fns])
+
+
+def test_parts_round_trip(family_module):
+    again = _through_json(family_module)
+    assert again == family_module
+    assert content_hash(again) == content_hash(family_module)
+
+
+def test_hash_changes_with_content():
+    a, b = tiled_exp_module(tiles=4), tiled_exp_module(tiles=5)
+    assert content_hash(a) != content_hash(b)
+    c = tiled_exp_module(tiles=4)
+    c.functions[0].operands["offset"][0] += 1
+    assert content_hash(c) != content_hash(a)
+
+
+def test_hash_is_stable_across_processes():
+    code = "from tests.programs import tiled_exp_module; from ir.serial import content_hash; print(content_hash(tiled_exp_module()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == content_hash(tiled_exp_module())
