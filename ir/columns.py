@@ -123,13 +123,14 @@ class Table:
 
     @staticmethod
     def from_arrays(schema: Schema, arrays: Mapping[str, np.ndarray]) -> "Table":
+        """A table over the given columns; arrays of the right dtype are adopted, not copied."""
         n = len(arrays[schema[0][0]]) if schema else 0
-        out = Table(schema, capacity=max(n, 1))
+        out = Table(schema, capacity=1)
         for name, dt in schema:
-            col = np.asarray(arrays[name])
-            if len(col) != n:
-                raise ValueError(f"column {name} has {len(col)} rows, expected {n}")
-            out._cols[name][:n] = col
+            col = np.ascontiguousarray(arrays[name], dtype=dt)
+            if col.ndim != 1 or len(col) != n:
+                raise ValueError(f"column {name} has shape {col.shape}, expected ({n},)")
+            out._cols[name] = col if len(col) else np.empty(1, dtype=dt)
         out._n = n
         return out
 

@@ -128,7 +128,8 @@ class AffineIdx(Atom):
 
     def subst(self, axes):
         if self.axis in axes:
-            return QuasiAffine((), int(axes[self.axis]))
+            v = axes[self.axis]
+            return v if isinstance(v, QuasiAffine) else QuasiAffine((), int(v))
         return QuasiAffine(((self, 1),), 0)
 
     def free_axes(self):
@@ -412,8 +413,8 @@ class QuasiAffine:
             total = total + np.int64(k) * np.asarray(atom.eval_np(env), dtype=np.int64)
         return total
 
-    def subst(self, axes: Mapping[str, int]) -> "QuasiAffine":
-        """Partial evaluation: replace the given loop axes by constants."""
+    def subst(self, axes: Mapping[str, "int | QuasiAffine"]) -> "QuasiAffine":
+        """Replace the given loop axes by constants (partial evaluation) or by expressions."""
         if not self.terms:
             return self
         out = QuasiAffine((), self.c)
@@ -614,7 +615,7 @@ def expr_from_json(obj: Any, where: str = "expr") -> QuasiAffine:
         return _v1_from_json(obj, where)
     if kind == "AffExprKind":
         terms = obj.get("terms", [])
-        if not isinstance(terms, list):
+        if not isinstance(terms, (list, tuple)):
             raise FormatError("'terms' must be a list", where=f"{where}.terms")
         out = const(_int(obj, "c", where) if "c" in obj else 0)
         for i, t in enumerate(terms):
@@ -639,7 +640,7 @@ def expr_from_json(obj: Any, where: str = "expr") -> QuasiAffine:
         return shard(_int(obj, "ub", where))
     if kind == "SumKind":
         terms = obj.get("terms")
-        if not isinstance(terms, list):
+        if not isinstance(terms, (list, tuple)):
             raise FormatError("SumKind needs a 'terms' list", where=where)
         if "n_terms" in obj and obj["n_terms"] != len(terms):
             raise FormatError(f"SumKind n_terms {obj['n_terms']} != {len(terms)} terms", where=where)
@@ -665,7 +666,7 @@ def expr_from_json(obj: Any, where: str = "expr") -> QuasiAffine:
 def _v1_from_json(obj: dict, where: str) -> QuasiAffine:
     """Legacy v1 flat form: {terms:[{AxisLabel, coef}], c, op?, op_param?}."""
     terms = obj.get("terms", [])
-    if not isinstance(terms, list):
+    if not isinstance(terms, (list, tuple)):
         raise FormatError("'terms' must be a list", where=where)
     out = const(_int(obj, "c", where) if "c" in obj else 0)
     for i, t in enumerate(terms):

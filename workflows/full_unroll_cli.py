@@ -1,13 +1,47 @@
-"""`full_unroll INPUT -o OUTPUT -unrollLevel N -verbose L` (not implemented yet)."""
+"""`full_unroll INPUT -o OUTPUT -unrollLevel N -verbose L`: the standalone binary's driver.
+
+Mirrors neuronxcc's ``full_unroll``: single-dash long flags (``--`` works
+too), ``-unrollLevel`` defaults to 0 (memloc generation only), ``-verbose``
+is the console log level (default 30, warnings).  It loads BIR-JSON, runs
+FullUnroll with the same level gating and 25M ceiling, saves, and exits
+non-zero on failure.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import sys
+
+from ir.errors import TuskError
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="full_unroll", description="Run FullUnroll on a BIR-JSON module.")
+    p.add_argument("input", help="input BIR-JSON file")
+    p.add_argument("-o", "--o", dest="output", required=True, help="output file name")
+    p.add_argument("-unrollLevel", "--unrollLevel", dest="level", type=int, default=0,
+                   help="0: only memloc generation (default); 1: unroll some; 2: unroll all")
+    p.add_argument("-verbose", "--verbose", dest="verbose", type=int, default=30,
+                   help="console log level (default 30)")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("full_unroll: the FullUnroll pass is not implemented yet (issue: loop-unroll family)", file=sys.stderr)
-    return 2
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from ir import bir_json
+    from stages.full_unroll import FullUnroll, FullUnrollOptions
+
+    try:
+        module = bir_json.load(args.input)
+        out, stats = FullUnroll().run(module, FullUnrollOptions(level=args.level))
+        bir_json.save(out, args.output)
+    except TuskError as e:
+        print(f"full_unroll: error: {e}", file=sys.stderr)
+        return 1
+    logging.getLogger("tusk.full_unroll").info("wrote %s (%d instructions)", args.output, stats["insts_after"])
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,492 @@
+"""What each data instruction computes (docs/semantics.md, "Instructions").
+
+``HANDLERS`` maps an opcode to a small function ``(frame, row) -> None``.
+Control flow (loops, branches, calls) lives in :mod:`sim.control`.
+
+Arithmetic domain: float32 when any tensor operand has a float dtype (or a
+constant is not integral), else int64.  Integer ``divide``/``mod`` are floor
+division / floor modulo with x/0 = x%0 = 0; float ``mod`` is numpy's
+(sign of the divisor).  ``bypass`` returns its left operand (after
+``reverse``), comparisons return 1/0, logical ops treat non-zero as true.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ir.enums import ALU_OP_NAMES, Kind, Op
+from ir.errors import TuskError
+from sim.machine import Frame
+from sim.memory import DT_CLASS, RAW, is_int, unsupported
+
+F32 = np.float32
+
+# --------------------------------------------------------------------------- ALU
+
+
+def _idiv(a, b):
+    zero = b == 0
+    q = np.floor_divide(a, np.where(zero, 1, b))
+    return np.where(zero, 0, q)
+
+
+def _imod(a, b):
+    zero = b == 0
+    r = np.mod(a, np.where(zero, 1, b))
+    return np.where(zero, 0, r)
+
+
+def _shift(b):
+    return np.clip(b, 0, 63)
+
+
+def _bool(x, dom):
+    return x.astype(dom)
+
+
+def _ipow(a, b):
+    r = np.power(a, np.maximum(b, 0))
+    return np.where(b < 0, np.where(np.abs(a) == 1, np.power(a, np.abs(b) % 2), 0), r)
+
+
+_FLOAT_OPS: dict[str, Callable] = {
+    "bypass": lambda a, b: a,
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "mult": lambda a, b: a * b,
+    "elemwise_mul": lambda a, b: a * b,
+    "divide": lambda a, b: a / b,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": lambda a, b: np.power(a, b),
+    "mod": lambda a, b: np.mod(a, b),
+    "abs": lambda a, b: np.abs(a),
+    "rsqrt": lambda a, b: F32(1) / np.sqrt(a),
+    "is_equal": lambda a, b: (a == b).astype(F32),
+    "not_equal": lambda a, b: (a != b).astype(F32),
+    "is_gt": lambda a, b: (a > b).astype(F32),
+    "is_ge": lambda a, b: (a >= b).astype(F32),
+    "is_lt": lambda a, b: (a < b).astype(F32),
+    "is_le": lambda a, b: (a <= b).astype(F32),
+    "logical_and": lambda a, b: ((a != 0) & (b != 0)).astype(F32),
+    "logical_or": lambda a, b: ((a != 0) | (b != 0)).astype(F32),
+    "logical_xor": lambda a, b: ((a != 0) ^ (b != 0)).astype(F32),
+    "average": lambda a, b: (a + b) * F32(0.5),
+    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+}
+
+_I64 = np.int64
+_INT_OPS: dict[str, Callable] = {
+    "bypass": lambda a, b: a,
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "mult": lambda a, b: a * b,
+    "elemwise_mul": lambda a, b: a * b,
+    "divide": _idiv,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": _ipow,
+    "mod": _imod,
+    "mod_int": _imod,
+    "abs": lambda a, b: np.abs(a),
+    "is_equal": lambda a, b: (a == b).astype(_I64),
+    "not_equal": lambda a, b: (a != b).astype(_I64),
+    "is_gt": lambda a, b: (a > b).astype(_I64),
+    "is_ge": lambda a, b: (a >= b).astype(_I64),
+    "is_lt": lambda a, b: (a < b).astype(_I64),
+    "is_le": lambda a, b: (a <= b).astype(_I64),
+    "bitwise_and": lambda a, b: a & b,
+    "bitwise_or": lambda a, b: a | b,
+    "bitwise_xor": lambda a, b: a ^ b,
+    "bitwise_not": lambda a, b: ~a,
+    "logical_and": lambda a, b: ((a != 0) & (b != 0)).astype(_I64),
+    "logical_or": lambda a, b: ((a != 0) | (b != 0)).astype(_I64),
+    "logical_xor": lambda a, b: ((a != 0) ^ (b != 0)).astype(_I64),
+    "average": lambda a, b: (a + b) >> 1,
+    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    "arith_shift_left": lambda a, b: a << _shift(b),
+    "arith_shift_right": lambda a, b: a >> _shift(b),
+    "logical_shift_left": lambda a, b: a << _shift(b),
+    "logical_shift_right": lambda a, b: (np.asarray(a).astype(np.uint64) >> _shift(b).astype(np.uint64)).astype(_I64),
+}
+# Ops that only make sense on floats are computed in float32 even for integer operands.
+_FLOAT_ONLY = {"rsqrt"}
+
+
+def op_name(op) -> str:
+    if isinstance(op, int) and not isinstance(op, bool):
+        if 0 <= op < len(ALU_OP_NAMES):
+            return ALU_OP_NAMES[op]
+        raise TuskError(f"unknown ALU op ordinal {op}")
+    return str(op)
+
+
+def alu(op, a: np.ndarray, b) -> np.ndarray:
+    """``a op b`` in the domain of the operands (int64 if both are integer, else float32)."""
+    name = op_name(op)
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and name not in _FLOAT_ONLY:
+        f = _INT_OPS.get(name)
+        if f is None:
+            raise TuskError(f"ALU op {name!r} is not supported by the interpreter")
+        return np.asarray(f(a.astype(_I64, copy=False), b.astype(_I64, copy=False)))
+    f = _FLOAT_OPS.get(name)
+    if f is None:
+        if name in _INT_OPS:
+            raise TuskError(f"ALU op {name!r} needs integer operands")
+        raise TuskError(f"ALU op {name!r} is not supported by the interpreter")
+    return np.asarray(f(a.astype(F32, copy=False), b.astype(F32, copy=False)), dtype=F32)
+
+
+def const(v, integral_ok: bool):
+    """An attribute constant as an operand: int64 when integral and the data is integer, else float32."""
+    if isinstance(v, bool):
+        v = int(v)
+    if integral_ok and (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+        return np.int64(int(v))
+    return F32(v)
+
+
+# --------------------------------------------------------------------------- activation functions
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in float64."""
+    x = x.astype(np.float64)
+    s = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t \
+        * np.exp(-a * a)
+    return (s * y).astype(F32)
+
+
+def _sigmoid(x):
+    return (F32(1) / (F32(1) + np.exp(-x))).astype(F32)
+
+
+_GELU_C = F32(math.sqrt(2.0 / math.pi))
+
+
+def _gelu_tanh(x):
+    return F32(0.5) * x * (F32(1) + np.tanh(_GELU_C * (x + F32(0.044715) * x * x * x)))
+
+
+def _softplus(x):
+    return np.logaddexp(F32(0), x).astype(F32)
+
+
+ACTIVATIONS: dict[str, Callable] = {
+    "Identity": lambda x, al: x,
+    "Copy": lambda x, al: x,
+    "Exp": lambda x, al: np.exp(x),
+    "Relu": lambda x, al: np.maximum(x, F32(0)),
+    # Gelu: the exact erf form (erf approximated to 1.5e-7, see _erf); Gelu_apprx_tanh: the tanh form.
+    "Gelu": lambda x, al: F32(0.5) * x * (F32(1) + _erf(x * F32(1 / math.sqrt(2.0)))),
+    "Gelu_apprx_tanh": lambda x, al: _gelu_tanh(x),
+    "Sigmoid": lambda x, al: _sigmoid(x),
+    "Silu": lambda x, al: x * _sigmoid(x),
+    "Tanh": lambda x, al: np.tanh(x),
+    "Sqrt": lambda x, al: np.sqrt(x),
+    "Rsqrt": lambda x, al: F32(1) / np.sqrt(x),
+    "Reciprocal": lambda x, al: F32(1) / x,
+    "Square": lambda x, al: x * x,
+    "Ln": lambda x, al: np.log(x),
+    "Abs": lambda x, al: np.abs(x),
+    "Sin": lambda x, al: np.sin(x),
+    "Arctan": lambda x, al: np.arctan(x),
+    "Erf": lambda x, al: _erf(x),
+    "Sign": lambda x, al: np.sign(x),
+    "Softplus": lambda x, al: _softplus(x),
+    "Mish": lambda x, al: x * np.tanh(_softplus(x)),
+    "Lrelu": lambda x, al: np.where(x > 0, x, F32(al) * x),
+    "Prelu": lambda x, al: np.where(x > 0, x, F32(al) * x),
+    "Is_finite": lambda x, al: np.isfinite(x).astype(F32),
+    "MemsetZero": lambda x, al: np.zeros_like(x),
+    "Abs_reciprocal_sqrt": lambda x, al: F32(1) / np.sqrt(np.abs(x)),
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _broadcast(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
+    """``b`` shaped to combine with ``a``: same count (iteration order), one per partition, or one."""
+    if b.size == a.size:
+        return b.reshape(a.shape)
+    if b.size == 1:
+        return b.reshape(())
+    if a.ndim >= 1 and b.size == a.shape[0]:
+        return b.reshape((a.shape[0],) + (1,) * (a.ndim - 1))
+    raise TuskError(f"{what} has {b.size} elements; expected {a.size}, one per partition "
+                    f"({a.shape[0] if a.ndim else 1}) or one")
+
+
+def _one(ops: list[int], what: str, n: int = 1) -> None:
+    if len(ops) < n:
+        raise TuskError(f"needs {n} {what} operand(s), has {len(ops)}")
+
+
+def _require_idle(attrs, *keys: str) -> None:
+    for k in keys:
+        v = attrs.get(k)
+        if v not in (None, "Idle", "bypass", 0, False):
+            raise TuskError(f"{k}={v!r} is not supported by the interpreter")
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def h_copy(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    mode = attrs.get("mode", "Copy")
+    if mode not in ("Copy", 0):
+        raise TuskError(f"copy mode {mode!r} is not supported by the interpreter")
+    src, dst = ins[0], outs[0]
+    if fr.same_storage_dtype(src, dst):
+        fr.store_raw(dst, fr.read_raw(src))  # byte for byte (also fp8 and NaN payloads)
+        return
+    if DT_CLASS[fr.dtype[src]] == RAW or DT_CLASS[fr.dtype[dst]] == RAW:
+        raise unsupported(fr.dtype[src] if DT_CLASS[fr.dtype[src]] == RAW else fr.dtype[dst])
+    fr.store(dst, fr.value(src))
+
+
+def h_tensor_tensor(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input", 2)
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    _require_idle(attrs, "acc")
+    a = fr.value(ins[0])
+    b = _broadcast(a, fr.value(ins[1]), "in1")
+    fr.store(outs[0], alu(attrs.get("op", "bypass"), a, b))
+
+
+def _scalar_chain(fr: Frame, i: int, x: np.ndarray, s0, s1) -> np.ndarray:
+    attrs = fr.attrs(i)
+    op0, op1 = attrs.get("op0", "bypass"), attrs.get("op1", "bypass")
+    y = alu(op0, s0, x) if fr.maybe_affine(attrs.get("reverse0", False)) else alu(op0, x, s0)
+    return alu(op1, s1, y) if fr.maybe_affine(attrs.get("reverse1", False)) else alu(op1, y, s1)
+
+
+def h_tensor_scalar(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    x = fr.value(ins[0])
+    ints = x.dtype.kind in "iu"
+    s0 = const(fr.maybe_affine(attrs.get("const0", 0.0)), ints)
+    s1 = const(fr.maybe_affine(attrs.get("const1", 0.0)), ints)
+    fr.store(outs[0], _scalar_chain(fr, i, x, s0, s1))
+
+
+def h_tensor_scalar_ptr(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input", 2)
+    _one(outs, "output")
+    x = fr.value(ins[0])
+    s0 = _broadcast(x, fr.value(ins[1]), "scalar operand ins[1]")
+    s1 = _broadcast(x, fr.value(ins[2]), "scalar operand ins[2]") if len(ins) > 2 else np.int64(0)
+    fr.store(outs[0], _scalar_chain(fr, i, x, s0, s1))
+
+
+def h_activation(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    _require_idle(attrs, "acc", "op0", "op1", "reduce_op")
+    func = attrs.get("func", "Identity")
+    f = ACTIVATIONS.get(func)
+    if f is None:
+        raise TuskError(f"activation function {func!r} is not supported by the interpreter")
+    x = fr.value(ins[0]).astype(F32, copy=False)
+    scale = attrs.get("scale", 1.0)
+    if not isinstance(scale, (int, float)):
+        scale = fr.maybe_affine(scale)
+    # An identity scale and an absent bias are not applied: -0.0 and NaN payloads pass through.
+    if scale != 1.0:
+        x = x * F32(scale)
+    if len(ins) > 1 and fr.kind[ins[1]] != Kind.IMM:
+        x = x + _broadcast(x, fr.value(ins[1]).astype(F32, copy=False), "bias")
+    elif len(ins) > 1:
+        x = x + F32(fr.scalar(ins[1]))
+    fr.store(outs[0], np.asarray(f(x, attrs.get("alpha", 0.0)), dtype=F32))
+
+
+_AXES = {"X": 1, "XY": 2, "XYZ": 3, "XYZW": 4, "XYZWC": 5, 0: 1, 1: 2, 2: 3, 3: 4}
+_REDUCE = {"add": np.add, "max": np.maximum, "min": np.minimum, "mult": np.multiply,
+           "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or}
+
+
+def h_tensor_reduce(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    op = op_name(attrs.get("op", "add"))
+    axis = attrs.get("axis", "X")
+    if axis not in _AXES:
+        raise TuskError(f"reduction axis {axis!r} is not supported by the interpreter")
+    x = fr.value(ins[0])
+    k = min(_AXES[axis], max(x.ndim - 1, 0))  # never reduce across partitions
+    axes = tuple(range(x.ndim - k, x.ndim))
+    if op in ("abs_max", "abs_min"):
+        r = (np.max if op == "abs_max" else np.min)(np.abs(x), axis=axes) if axes else np.abs(x)
+    else:
+        uf = _REDUCE.get(op)
+        if uf is None:
+            raise TuskError(f"reduce op {op!r} is not supported by the interpreter")
+        r = uf.reduce(x, axis=axes) if axes else x
+    if fr.maybe_affine(attrs.get("negate", False)):
+        r = -r
+    fr.store(outs[0], r)
+
+
+def h_matmul(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input", 2)
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    st = fr.value(ins[0]).astype(F32, copy=False)
+    mv = fr.value(ins[1]).astype(F32, copy=False)
+    k = st.shape[0] if st.ndim else 1
+    if (mv.shape[0] if mv.ndim else 1) != k:
+        raise TuskError(f"matmul contracts {k} stationary partitions with {mv.shape[0] if mv.ndim else 1} moving ones")
+    st2, mv2 = st.reshape(k, -1), mv.reshape(k, -1)
+    # Products summed in float64 and rounded once to float32: deterministic and order-independent
+    # to well below float32 precision.
+    prod = (st2.T.astype(np.float64) @ mv2.astype(np.float64)).astype(F32)
+    if fr.maybe_affine(attrs.get("accumulation_flag", 0)):
+        old = fr.value(outs[0]).astype(F32, copy=False).reshape(-1)
+        if old.size != prod.size:
+            raise TuskError(f"matmul result has {prod.size} elements but the PSUM tile has {old.size}")
+        prod = old + prod.reshape(-1)
+    fr.store(outs[0], prod)
+
+
+def h_memset(fr: Frame, i: int) -> None:
+    _, _, outs = fr.split(i)
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    mode = attrs.get("mode", "Const")
+    if mode not in ("Const", 0):
+        raise TuskError(f"Memset mode {mode!r} is not supported by the interpreter")
+    c = fr.maybe_affine(attrs.get("constant", 0))
+    acc = fr.access(outs[0])
+    dt = fr.dtype[outs[0]]
+    if DT_CLASS[dt] == RAW:
+        if c != 0:
+            raise unsupported(dt)
+        fr.store_raw(outs[0], np.zeros(acc.count, dtype=acc.npdt))
+        return
+    v = const(c, is_int(dt))
+    fr.store(outs[0], np.full(acc.count, v, dtype=v.dtype))
+
+
+def h_iota(fr: Frame, i: int) -> None:
+    _, _, outs = fr.split(i)
+    _one(outs, "output")
+    attrs = fr.attrs(i)
+    base = int(fr.maybe_affine(attrs.get("base", 0)))
+    pattern = [tuple(p) for p in attrs.get("pattern", ())]
+    cm = int(fr.maybe_affine(attrs.get("channel_multiplier", 0)))
+    acc = fr.access(outs[0])
+    parts = acc.shape[0] if acc.shape else 1
+    vals = np.full((parts,) + tuple(int(n) for _, n in pattern), base, dtype=np.int64)
+    nd = vals.ndim
+    vals += (np.arange(parts, dtype=np.int64) * cm).reshape((parts,) + (1,) * (nd - 1))
+    for k, (s, n) in enumerate(pattern):
+        shape = [1] * nd
+        shape[k + 1] = int(n)
+        vals += (np.arange(int(n), dtype=np.int64) * int(s)).reshape(shape)
+    fr.store(outs[0], vals)
+
+
+# --------------------------------------------------------------------------- registers
+
+
+def _wrap64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _as_int(v) -> int:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 0
+        return int(np.rint(v))
+    return int(v)
+
+
+def h_register_move(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(fr.scalar(ins[0])))
+
+
+def h_register_alu(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input", 2)
+    _one(outs, "output")
+    a, b = _as_int(fr.scalar(ins[0])), _as_int(fr.scalar(ins[1]))
+    r = alu(fr.attrs(i).get("op", "add"), np.int64(a), np.int64(b))
+    fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(r.item()))
+
+
+def h_tensor_load(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    v = fr.value(ins[0]).reshape(-1)
+    if v.size != 1:
+        raise TuskError(f"TensorLoad reads {v.size} elements; a register takes one")
+    fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(v[0].item()))
+
+
+def h_tensor_save(fr: Frame, i: int) -> None:
+    ins, _, outs = fr.split(i)
+    _one(ins, "input")
+    _one(outs, "output")
+    v = _as_int(fr.scalar(ins[0]))
+    acc = fr.access(outs[0])
+    if acc.count != 1:
+        raise TuskError(f"TensorSave writes a register into {acc.count} elements; expected one")
+    fr.store(outs[0], np.array([v], dtype=np.int64))
+
+
+def h_nothing(fr: Frame, i: int) -> None:
+    return None
+
+
+HANDLERS: dict[int, Callable[[Frame, int], None]] = {
+    Op.DMACopy: h_copy, Op.Load: h_copy, Op.Save: h_copy, Op.TensorCopy: h_copy, Op.GenericCopy: h_copy,
+    Op.TensorTensor: h_tensor_tensor,
+    Op.TensorScalar: h_tensor_scalar,
+    Op.TensorScalarPtr: h_tensor_scalar_ptr,
+    Op.Activation: h_activation,
+    Op.TensorReduce: h_tensor_reduce,
+    Op.Matmult: h_matmul,
+    Op.Memset: h_memset,
+    Op.Iota: h_iota,
+    Op.RegisterMove: h_register_move,
+    Op.RegisterAlu: h_register_alu,
+    Op.TensorLoad: h_tensor_load,
+    Op.TensorSave: h_tensor_save,
+    Op.NoOp: h_nothing, Op.CoreBarrier: h_nothing,
+    16: h_nothing,  # Drain
+    15: h_nothing,  # AllEngineBarrier
+    80: h_nothing,  # BranchHint
+    77: h_nothing,  # Terminator (the end of a block: fall through)
+}

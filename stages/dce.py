@@ -1,0 +1,80 @@
+"""Dead-code elimination after unrolling (FullUnroll's ``dce``).
+
+An instruction is dead when everything it writes is an internal buffer that
+nothing reads, not even through another buffer overlapping it in physical
+memory, and it has no other effect (registers, control flow, calls,
+barriers, DMA to outputs).  Removing one can make its producers dead, so
+the sweep repeats to a fixpoint.  Outputs of the kernel are never internal,
+so what a program computes is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ir.enums import AP_KINDS, LOOP_OPCODES, Kind, Mem, Op, Role, TensorKind
+from ir.module import Function
+
+SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
+                                  Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,
+                                  Op.DMABlock, Op.NoOp}
+
+
+def dce(fn: Function) -> tuple[Function, int]:
+    """``fn`` without its dead instructions, and how many were removed."""
+    ins, ops = fn.insts, fn.operands
+    n = len(ins)
+    if n == 0:
+        return fn, 0
+    owner = np.repeat(np.arange(n), ins["nops"].astype(np.int64))
+    is_ap = np.isin(ops["kind"], list(AP_KINDS))
+    writes_reg = (ops["role"] == Role.OUT) & (ops["kind"] == Kind.REGISTER)
+    memloc = ops["memloc"]
+    internal_set = fn.sets["kind"] == TensorKind.Internal
+    out_internal = np.ones(n, dtype=bool)  # every output is an internal buffer
+    out_mask = (ops["role"] == Role.OUT)
+    bad_out = out_mask & (~is_ap | ~internal_set[fn.memlocs["set"][np.maximum(memloc, 0)]])
+    np.logical_and.at(out_internal, owner[bad_out], False)
+    out_internal[np.unique(owner[writes_reg])] = False
+    has_out = np.zeros(n, dtype=bool)
+    has_out[owner[out_mask]] = True
+    candidate = out_internal & has_out & ~np.isin(ins["opcode"], list(SIDE_EFFECT_OPS)) & (ins["block"] >= 0)
+    overlap = _overlap_matrix(fn)
+    alive = np.ones(n, dtype=bool)
+    reads = (ops["role"] != Role.OUT) & is_ap
+    while True:
+        live_reads = reads & alive[owner]
+        read_memlocs = np.zeros(len(fn.memlocs), dtype=bool)
+        read_memlocs[memloc[live_reads]] = True
+        touched = overlap[:, read_memlocs].any(axis=1) if read_memlocs.any() else np.zeros(len(fn.memlocs), bool)
+        # a candidate stays alive if one of its outputs lands in (or overlaps) something read
+        out_rows = np.nonzero(out_mask & is_ap & alive[owner] & candidate[owner])[0]
+        needed = np.zeros(n, dtype=bool)
+        needed[owner[out_rows[touched[memloc[out_rows]]]]] = True
+        dead = candidate & alive & ~needed
+        if not dead.any():
+            break
+        alive &= ~dead
+    removed = int((~alive).sum())
+    if not removed:
+        return fn, 0
+    return fn.take_insts(np.nonzero(alive)[0]), removed
+
+
+def _overlap_matrix(fn: Function) -> np.ndarray:
+    """overlap[a, b]: memory locations a and b share at least one byte."""
+    ml = fn.memlocs
+    m = len(ml)
+    mtype, addr, pbytes = ml["mtype"], ml["addr"], ml["pbytes"]
+    base, nparts = ml["base"], ml["nparts"]
+    same = np.eye(m, dtype=bool)
+    alloc = addr >= 0
+    a_lo, a_hi = addr[:, None], (addr + pbytes)[:, None]
+    b_lo, b_hi = addr[None, :], (addr + pbytes)[None, :]
+    bytes_meet = (a_lo < b_hi) & (b_lo < a_hi)
+    parts_meet = (base[:, None] < (base + nparts)[None, :]) & (base[None, :] < (base + nparts)[:, None])
+    onchip = np.isin(mtype, (Mem.SB, Mem.PSUM))
+    space = mtype[:, None] == mtype[None, :]
+    both = alloc[:, None] & alloc[None, :]
+    meet = space & both & bytes_meet & np.where(onchip[:, None], parts_meet, True)
+    return same | meet

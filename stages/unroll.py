@@ -1,0 +1,223 @@
+"""Unroll: the production loop flattener (seed 000, "Unroll").
+
+Per function: lower dynamic loops' induction variables to registers
+(LowerDynamicExprs), flatten every static InstLoop by cloning its body once
+per iteration (folding loop indices into offsets, block indices,
+immediates, predicates, attributes and dependence carries), split block
+tensors into one memory-location set per block, mark the function unrolled
+(attribute 16), renumber core barriers and enforce the module's instruction
+limit.  The heavy lifting is columnar: see stages/unroll_expand.py and
+stages/unroll_materialize.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ir.enums import FnAttr, Kind, Op, TensorKind
+from ir.errors import PassError
+from ir.module import Function, Module
+from stages.base import Pass, Stats
+from stages.lower_dynamic import lower_dynamic_exprs
+from stages.unroll_expand import IDX, Expander, concat
+from stages.unroll_materialize import Plan, evaluate_predicates, materialize
+
+
+@dataclass(frozen=True)
+class UnrollOptions:
+    # "all": every static loop; "marked": only loops HeuristicUnroll marked (attrs["unroll"])
+    loops: str = "all"
+
+
+def loop_selector(fn: Function, loops: str) -> Callable[[int], bool]:
+    if loops == "all":
+        return lambda row: True
+    if loops == "marked":
+        return lambda row: bool(fn.inst(row).attrs.get("unroll", False))
+    raise PassError(f"unroll: option loops must be 'all' or 'marked', not {loops!r}")
+
+
+def clone_count_bound(fn: Function, loops: str = "all") -> int:
+    """Instructions after unrolling if no predicate drops a clone: cheap, builds nothing."""
+    unroll = loop_selector(fn, loops)
+    opcodes, blocks, parents = fn.insts["opcode"], fn.insts["block"], fn.blocks["parent"]
+    factor = np.ones(len(fn.blocks), dtype=object)  # exact big integers: a bound may overflow int64
+    for b in range(len(fn.blocks)):  # parents precede their body blocks, so one sweep suffices
+        p = int(parents[b])
+        if p >= 0:
+            f = factor[int(blocks[p])]
+            if int(opcodes[p]) == Op.Loop and unroll(p):
+                f = f * fn.loop_axis(p).trip_count
+            factor[b] = f
+    unrolled = np.array([int(o) == Op.Loop and unroll(r) for r, o in enumerate(opcodes.tolist())], dtype=bool)
+    return int(sum(factor[int(b)] for b in blocks[~unrolled].tolist()))
+
+
+def plan_function(fn: Function, loops: str = "all") -> Plan:
+    """Expand ``fn``'s iteration space (no instruction is built yet)."""
+    expander = Expander(fn, loop_selector(fn, loops))
+    parts, tops = [], []
+    for b in fn.top_blocks():
+        e = expander.expand_block(b)
+        parts.append(e)
+        tops.append(np.full(len(e), b, IDX))
+    exp = concat(parts)
+    top_of = np.concatenate(tops) if tops else np.zeros(0, IDX)
+    return Plan(fn, expander, exp, top_of)
+
+
+def unroll_function(fn: Function, *, loops: str = "all", check_in_place: bool = False,
+                    limit_check: Callable[[int], None] | None = None) -> tuple[Function, Stats]:
+    """The unrolled copy of ``fn`` and its statistics.
+
+    ``limit_check(count)`` is called with the number of instructions the
+    function will have, before the clones are built, so a budget can fail fast.
+    """
+    t0 = time.perf_counter()
+    before = len(fn.insts)
+    fn = lower_dynamic_exprs(fn)
+    _check_block_memlocs(fn, check_in_place)
+    if not (fn.insts["pred"] >= 0).any():
+        # without predicates the bound is exact: refuse an explosion before building anything
+        if limit_check is not None:
+            limit_check(clone_count_bound(fn, loops))
+    plan = plan_function(fn, loops)
+    kept_preds = evaluate_predicates(plan)
+    total = int(plan.keep.sum())
+    if limit_check is not None:
+        limit_check(total)
+    out = materialize(plan, kept_preds)
+    split = split_block_sets(out)
+    out.attrs.add(FnAttr.UNROLLED)
+    validate_topological_order(out)
+    return out, {"insts_before": before, "insts_after": len(out.insts), "clones_dropped_by_predicate":
+                 int(len(plan.keep) - total), "block_sets_split": split, "deps": len(out.deps),
+                 "seconds": round(time.perf_counter() - t0, 6)}
+
+
+def _check_block_memlocs(fn: Function, check_in_place: bool) -> None:
+    """tensorSplit's guard: with check-in-place on, every block memloc must be allocated."""
+    if not check_in_place:
+        return
+    ml = fn.memlocs
+    block_sets = np.nonzero(fn.sets["is_block"] == 1)[0]
+    for m in np.nonzero(np.isin(ml["set"], block_sets) & (ml["addr"] < 0))[0].tolist():
+        if fn.sets.get("kind", int(ml["set"][m])) != TensorKind.Pointer:
+            raise PassError(f"mem.isAllocated(): block memory location {fn.strings[ml.get('name', m)]} "
+                            f"is not allocated (unroll with check_in_place)")
+
+
+def split_block_sets(fn: Function) -> int:
+    """Give every block of a block tensor its own set (tensorSplit), in place on ``fn``.
+
+    A set stays whole while a symbolic access still picks its block at run
+    time (a block tensor used as a ring inside a dynamic loop).
+    """
+    ops = fn.operands
+    still_symbolic = set()
+    for j in np.nonzero(ops["kind"] == Kind.SYMBOLIC)[0].tolist():
+        if fn.values[int(ops["aux"][j])].block is not None:
+            still_symbolic.add(int(fn.memlocs.get("set", int(ops["memloc"][j]))))
+    sets, ml = fn.sets, fn.memlocs
+    split = 0
+    taken = {fn.strings[n] for n in sets["name"].tolist()}
+    for s in np.nonzero(sets["is_block"] == 1)[0].tolist():
+        if s in still_symbolic:
+            continue
+        row = sets.row(s)
+        for m in np.nonzero(ml["set"] == s)[0].tolist():
+            name = f"{fn.strings[ml.get('name', m)]}_set"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            new = fn.add_set(name, row["kind"], row["dtype"], fn.value(row["shape"]) or (),
+                             tclass=row["tclass"], extra=fn.record(row["extra"]))
+            ml.set("set", m, new)
+            ml.set("tensor_id", m, -1)
+        split += 1
+    if split:
+        _drop_empty_sets(fn)
+    return split
+
+
+def _drop_empty_sets(fn: Function) -> None:
+    used = np.zeros(len(fn.sets), dtype=bool)
+    used[fn.memlocs["set"]] = True
+    keep = np.nonzero(used)[0]
+    remap = np.full(len(fn.sets), -1, np.int32)
+    remap[keep] = np.arange(len(keep), dtype=np.int32)
+    fn.sets = fn.sets.take(keep)
+    fn.memlocs["set"][:] = remap[fn.memlocs["set"]]
+
+
+def validate_topological_order(fn: Function) -> None:
+    """CFG::validateTopologicalOrdering: every edge runs forward in program order."""
+    d = fn.deps
+    bad = np.nonzero(d["src"] >= d["dst"])[0]
+    if len(bad):
+        e = int(bad[0])
+        raise PassError(f"Unroll produced a dependency against program order in {fn.name}: "
+                        f"{fn.inst_name(int(d['src'][e]))} -> {fn.inst_name(int(d['dst'][e]))}")
+
+
+def check_instruction_limit(total: int, limit: int | None) -> None:
+    """instCountFitsLimit: the module's configurable budget (max_instruction_limit)."""
+    if limit is not None and total > limit:
+        raise PassError(f"Unroll: too many instructions after unrolling: total_count={total}, "
+                        f"max_instruction_limit={limit}")
+
+
+def renumber_core_barriers(module: Module) -> None:
+    """Core barriers get consecutive ids in program order after cloning (per function)."""
+    for fn in module.functions:
+        rows = np.nonzero(fn.insts["opcode"] == Op.CoreBarrier)[0].tolist()
+        for k, row in enumerate(rows):
+            rec = fn.inst(row).attrs
+            if rec.get("id") != k:
+                fn.insts.set("attrs", row, fn.intern_record(rec.with_(id=k)))
+
+
+class Unroll(Pass):
+    """Flatten every static loop of every function (see module docstring)."""
+
+    name = "unroll"
+    version = "1"
+    Options = UnrollOptions
+
+    def run(self, module: Module, options: UnrollOptions) -> tuple[Module, Stats]:
+        self.log.info("INFO (Unroll) Start unrolling at %s", time.ctime())
+        out = module.copy()
+        limit = module.instruction_limit
+        totals: Stats = {"insts_before": module.n_insts(), "insts_after": 0, "functions": 0}
+        rest = module.n_insts()
+        for k, fn in enumerate(out.functions):
+            rest -= len(fn.insts)
+            done = totals["insts_after"]
+            out.functions[k], _ = unroll_function(
+                fn, loops=options.loops, check_in_place=module.check_in_place,
+                limit_check=lambda n: check_instruction_limit(done + n + rest, limit))
+            totals["insts_after"] += len(out.functions[k].insts)
+            totals["functions"] += 1
+        self.log.info("INFO (Unroll) DONE unrolling %s", time.ctime())
+        renumber_core_barriers(out)
+        check_instruction_limit(out.n_insts(), limit)
+        return out, totals
+
+    def split(self, module: Module, options: UnrollOptions) -> list[Module] | None:
+        if len(module.functions) < 2:
+            return None
+        return [Module([f], module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
+                       module.extras) for f in module.functions]
+
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats], options: UnrollOptions
+              ) -> tuple[Module, Stats]:
+        out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
+                     module.artifact_dir, module.queues, module.extras)
+        renumber_core_barriers(out)
+        check_instruction_limit(out.n_insts(), module.instruction_limit)
+        return out, {"insts_before": sum(s["insts_before"] for s in part_stats),
+                     "insts_after": sum(s["insts_after"] for s in part_stats), "functions": len(parts)}

@@ -1,0 +1,169 @@
+"""FullUnroll levels and ceiling, HeuristicUnroll, the split factor, and the full_unroll command."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ir import bir_json
+from ir.builder import Builder
+from ir.enums import FnAttr, Op
+from ir.errors import PassError
+from ir.verify import verify
+from sim.interp import random_inputs, run, same_outputs
+from stages.factor import get_largest_factor_with_threshold
+from stages.full_unroll import CEILING, FullUnroll, FullUnrollOptions, instruction_limit_check
+from stages.heuristic_unroll import HeuristicUnroll, HeuristicUnrollOptions
+from workflows.full_unroll_cli import main as full_unroll_main
+from tests.programs import every_family_module, tiled_exp_module
+
+
+def full(m, level):
+    out, stats = FullUnroll().run(m, FullUnrollOptions(level=level))
+    verify(out)
+    return out, stats
+
+
+def test_level_must_be_set():
+    with pytest.raises(PassError, match="Need to set full_unroll level, 0: only memloc generation; 1: unroll some; "
+                                        "2: unroll all"):
+        FullUnroll().run(tiled_exp_module(), FullUnrollOptions())
+
+
+def test_ceiling_boundary_24999999_passes_25000000_fails():
+    instruction_limit_check(24_999_999)
+    with pytest.raises(PassError, match="Compiler generated too many instructions, this may due to a failure in "
+                                        "parallelism extraction by the tensorizer !"):
+        instruction_limit_check(25_000_000)
+    assert CEILING == 25_000_000
+
+
+def test_ceiling_fails_fast_on_a_real_pass_without_building_the_clones():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 5000):
+        with b.loop("j", 0, 5000):
+            b.memset(t.ap(), 0)
+    with pytest.raises(PassError, match="total_count=25000000"):
+        FullUnroll().run(b.module(), FullUnrollOptions(level=2))
+
+
+def _marked(tiled, attrs):
+    tiled.functions[0].attrs |= set(attrs)
+    return tiled
+
+
+def test_level1_gating_and_log_lines(caplog):
+    caplog.set_level(logging.INFO)
+    out, st = full(_marked(tiled_exp_module(), {FnAttr.UNROLLABLE, FnAttr.MARKED_TO_UNROLL}), 1)
+    assert st["unrolled_functions"] == 1 and not (out.functions[0].insts["opcode"] == Op.Loop).any()
+    assert "INFO (FullUnroll) DONE unrolling" in caplog.text
+    caplog.clear()
+    out, st = full(_marked(tiled_exp_module(), {FnAttr.UNROLLABLE}), 1)
+    assert st["unrolled_functions"] == 0 and (out.functions[0].insts["opcode"] == Op.Loop).any()
+    assert "DONE DCE, no unrolling needed, running BirCodeGen with unroll pass" in caplog.text
+    caplog.clear()
+    out, st = full(tiled_exp_module(), 1)
+    assert st["unrolled_functions"] == 0
+    assert "No unrolling needed, running hhir pass" in caplog.text
+
+
+def test_level2_unrolls_everything_erases_dependencies_and_keeps_meaning():
+    m = every_family_module()
+    out, st = full(m, 2)
+    fn = out.functions[0]
+    assert not np.isin(fn.insts["opcode"], [Op.Loop]).any()
+    assert len(fn.deps) == 0 and len(fn.carried) == 0
+    assert st["dce_removed"] == 1  # the block written in iteration 0 is read only by a predicated-off clone
+    inputs = random_inputs(m, 1)
+    assert same_outputs(run(m, inputs), run(out, inputs))
+
+
+def test_level0_generates_sub_memlocs_for_a_single_memloc_block_tensor():
+    b = Builder()
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 2) as i:
+        b.memset(t.ap(), 3.0)
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    fn = m.functions[0]
+    fn.sets.set("is_block", 0 + fn.set_by_name("t_set"), 1)
+    fn.sets.set("n_blocks", fn.set_by_name("t_set"), 3)
+    out, st = full(m, 0)
+    names = [out.functions[0].strings[n] for n in out.functions[0].memlocs["name"].tolist()]
+    assert st["sets_split"] == 1
+    assert [n for n in names if n.startswith("t_set_sub")] == ["t_set_sub0", "t_set_sub1", "t_set_sub2"]
+    assert (out.functions[0].insts["opcode"] == Op.Loop).any(), "level 0 does not unroll"
+    inputs = random_inputs(m, 0)
+    assert same_outputs(run(m, inputs), run(out, inputs))
+
+
+def test_heuristic_marks_innermost_static_loops_and_maxhu_caps(monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    for name in ("a", "b", "c"):
+        with b.loop(name, 0, 2):
+            with b.loop(name + "_in", 0, 2, name=f"inner_{name}"):
+                b.memset(t.ap(), 0)
+    m = b.module()
+    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    marked = [out.functions[0].inst_name(r) for r in range(out.functions[0].n_insts)
+              if out.functions[0].inst(r).attrs.get("unroll")]
+    assert marked == ["inner_a", "inner_b", "inner_c"]
+    assert "Heuristically unrolled 3 loops." in caplog.text
+    monkeypatch.setenv("MAXHU", "2")
+    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    assert st["marked"] == 2 and st["eligible"] == 3
+    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions(maxhu=1))
+    assert st["marked"] == 1
+    caplog.clear()
+    HeuristicUnroll().run(m, HeuristicUnrollOptions(enabled=False))
+    assert "Heuristic unroll is off." in caplog.text
+
+
+def test_heuristic_skips_loops_with_runtime_addresses():
+    b = Builder()
+    x = b.dram("x", (1024, 4), kind="ExternalInput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    from ir.expr import runtime
+
+    r = b.register("r")
+    b.register_move(r, 0)
+    with b.loop("i", 0, 2) as i:
+        b.dma(t.ap(), x.tile(runtime("r") + i, 128, 0, 4))
+    _, st = HeuristicUnroll().run(b.module(), HeuristicUnrollOptions())
+    assert st["eligible"] == 0
+
+
+def test_largest_factor_with_threshold():
+    assert get_largest_factor_with_threshold(64) == 16
+    assert get_largest_factor_with_threshold(60) == 15
+    assert get_largest_factor_with_threshold(17) == 1
+    assert get_largest_factor_with_threshold(12) == 12
+    assert get_largest_factor_with_threshold(100, 8) == 5
+    with pytest.raises(PassError, match="MaxFactor > 0"):
+        get_largest_factor_with_threshold(8, 0)
+
+
+def test_full_unroll_command_mirrors_the_binary(tmp_path):
+    src = tmp_path / "in.json"
+    dst = tmp_path / "out.json"
+    m = _marked(tiled_exp_module(), {FnAttr.UNROLLABLE, FnAttr.MARKED_TO_UNROLL})
+    bir_json.save(m, src)
+    assert full_unroll_main([str(src), "-o", str(dst), "-unrollLevel", "2", "-verbose", "20"]) == 0
+    out = bir_json.load(dst)
+    assert out.functions[0].n_insts == 12
+    # default level 0: memloc generation only, loops stay
+    assert full_unroll_main([str(src), "-o", str(dst)]) == 0
+    assert (bir_json.load(dst).functions[0].insts["opcode"] == Op.Loop).any()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    proc = subprocess.run([sys.executable, "-m", "workflows.full_unroll_cli", str(bad), "-o", str(dst)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "malformed JSON" in proc.stderr

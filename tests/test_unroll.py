@@ -1,0 +1,256 @@
+"""Unroll: structure of the clones, and meaning preserved (interpreter before == after)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ir import bir_json
+from ir.builder import Builder
+from ir.enums import Edge, FnAttr, Kind, Op
+from ir.errors import PassError
+from ir.expr import AffinePredicate, ModuloExpr, const, idx
+from ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
+from ir.verify import verify
+from sim.interp import random_inputs, run, same_outputs
+from stages.unroll import Unroll, UnrollOptions, clone_count_bound, unroll_function
+from tests.programs import every_family_module, tiled_exp_module
+
+
+def unrolled(m: Module, **kw) -> Module:
+    out, _ = Unroll().run(m, UnrollOptions(**kw))
+    verify(out)
+    return out
+
+
+def assert_same_meaning(before: Module, after: Module, seed: int = 0) -> None:
+    inputs = random_inputs(before, seed)
+    assert same_outputs(run(before, inputs), run(after, inputs))
+
+
+def names(m: Module) -> list[str]:
+    return m.functions[0].inst_names()
+
+
+def test_tiled_kernel_clones_once_per_iteration(tiled_module):
+    out = unrolled(tiled_module)
+    fn = out.functions[0]
+    assert fn.n_insts == 4 * 3
+    assert not np.isin(fn.insts["opcode"], [Op.Loop]).any()
+    assert names(out)[:4] == ["dma_copy0-it0", "activation0-it0", "dma_copy1-it0", "dma_copy0-it1"]
+    assert FnAttr.UNROLLED in fn.attrs
+    loads = [fn.inst(i) for i in range(fn.n_insts) if fn.inst(i).opname == "DMACopy" and fn.inst(i).ins[0].memloc_name == "x"]
+    assert [ld.ins[0].offset for ld in loads] == [0, 8192, 16384, 24576]
+    assert all(o.kind == Kind.PHYSICAL for i in range(fn.n_insts) for o in fn.inst(i).operands)
+    assert_same_meaning(tiled_module, out)
+
+
+def test_intra_iteration_dependencies_are_cloned(tiled_module):
+    fn = unrolled(tiled_module).functions[0]
+    edges = {(fn.inst_name(s), fn.inst_name(d)) for s, d in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist())}
+    assert {("dma_copy0-it2", "activation0-it2"), ("activation0-it2", "dma_copy1-it2")} <= edges
+    assert len(edges) == 8
+
+
+def test_every_family_with_blocks_and_predicate(family_module):
+    out = unrolled(family_module)
+    fn = out.functions[0]
+    n = names(out)
+    assert "tensor_tensor1-it0" not in n and "tensor_tensor1-it1" in n  # predicate i - 1 >= 0
+    # the block tensor became one set per block
+    set_names = {fn.strings[s] for s in fn.sets["name"].tolist()}
+    assert {"blk_b0_set", "blk_b1_set"} <= set_names and "blk_set" not in set_names
+    assert_same_meaning(family_module, out)
+
+
+def test_nested_loops_strides_and_clone_names_are_stable():
+    b = Builder()
+    x = b.dram("x", (64, 8), kind="ExternalInput")
+    y = b.dram("y", (64, 8), kind="ExternalOutput")
+    t = b.sbuf("t", (8, 8), addr=0)
+    with b.loop("i", 1, 7, 3) as i:     # i = 1, 4
+        with b.loop("j", 0, 4) as j:    # j = 0..3
+            b.dma(t.ap(), x.tile(i * 8 + j * 2, 8, 0, 8), name="ld")
+            b.tensor_scalar(t.ap(), t.ap(), "mult", 2.0, name="ts")
+            b.dma(y.tile(i * 8 + j * 2, 8, 0, 8), t.ap(), name="st")
+    m = b.module()
+    out = unrolled(m)
+    assert names(out)[:6] == ["ld-it0", "ts-it0", "st-it0", "ld-it1", "ts-it1", "st-it1"]
+    assert len(names(out)) == 2 * 4 * 3
+    assert names(unrolled(m)) == names(out)
+    fn = out.functions[0]
+    offsets = [fn.inst(r).ins[0].offset for r in range(0, fn.n_insts, 3)]
+    assert offsets == [(i * 8 + j * 2) * 8 for i in (1, 4) for j in range(4)]
+    assert_same_meaning(m, out)
+
+
+def _carried_program(flavour: int):
+    b = Builder()
+    acc = b.sbuf("acc", (128, 4), addr=0)
+    tmp = b.sbuf("tmp", (128, 4), addr=64)
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    b.memset(acc.ap(), 1.0)
+    with b.loop("i", 0, 4):
+        a = b.tensor_scalar(tmp.ap(), acc.ap(), "mult", 2.0, name="dbl")
+        c = b.copy(acc.ap(), tmp.ap(), name="back")
+    b.dma(y.ap(), acc.ap())
+    fn = b.fn
+    if flavour == CARRIED_LOOP:
+        payload = fn.intern((1,))
+    else:
+        payload = fn.intern(((idx("i") - 1,), (AffinePredicate(idx("i") - 2, "ge"),)))
+    fn.carried.append((c, a, Edge.Flow, flavour, payload))
+    b.dep(a, c)
+    return b.module()
+
+
+def test_loop_carried_distance_joins_iteration_k_minus_1_to_k():
+    m = _carried_program(CARRIED_LOOP)
+    fn = unrolled(m).functions[0]
+    edges = {(fn.inst_name(s), fn.inst_name(d)) for s, d in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist())}
+    assert {("back-it0", "dbl-it1"), ("back-it1", "dbl-it2"), ("back-it2", "dbl-it3")} <= edges
+    assert not any(d == "dbl-it0" for s, d in edges if s.startswith("back"))
+    assert len(fn.carried) == 0
+    assert_same_meaning(m, unrolled(m))
+
+
+def test_predicated_carry_survives_only_where_its_predicate_holds():
+    fn = unrolled(_carried_program(CARRIED_UNROLL)).functions[0]
+    edges = {(fn.inst_name(s), fn.inst_name(d)) for s, d in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist())}
+    carried = {e for e in edges if e[0].startswith("back")}
+    assert carried == {("back-it1", "dbl-it2"), ("back-it2", "dbl-it3")}
+
+
+def test_dynamic_loop_is_kept_and_its_index_becomes_a_register_ring():
+    b = Builder()
+    x = b.dram("x", (128, 8), kind="ExternalInput")
+    y = b.dram("y", (128, 8), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 8), addr=0, blocks=3)
+    n = b.register("n")
+    b.dma(t.ap(block=0), x.ap())
+    b.register_move(n, 2)  # k + 1 stays inside the 3 blocks, so the ring index changes nothing
+    with b.loop("i", 0, 2):
+        with b.dynamic_loop("k", 0, n) as k:
+            b.tensor_scalar(t.ap(block=k + 1), t.ap(block=k), "add", 1.0)
+    b.dma(y.ap(), t.ap(block=1))
+    m = b.module()
+    out = unrolled(m)
+    fn = out.functions[0]
+    assert (fn.insts["opcode"] == Op.DynamicForLoop).sum() == 2
+    assert fn.reg_by_name("iv_k") >= 0
+    syms = [fn.values[int(a)] for a, kk in zip(fn.operands["aux"].tolist(), fn.operands["kind"].tolist())
+            if kk == Kind.SYMBOLIC]
+    assert syms and all(isinstance(s.block.terms[0][0], ModuloExpr) for s in syms)
+    assert "k" not in set().union(*(s.block.free_axes() for s in syms))
+    assert_same_meaning(m, out)
+
+
+def test_marked_mode_unrolls_only_marked_loops():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 3):
+        b.memset(t.ap(), 0)
+    with b.loop("j", 0, 2, name="marked"):
+        b.memset(t.ap(), 1)
+    fn = b.fn
+    row = fn.inst_by_name("marked")
+    fn.insts.set("attrs", row, fn.intern_record(fn.inst(row).attrs.with_(unroll=True)))
+    out = unrolled(b.module(), loops="marked")
+    ops = out.functions[0].insts["opcode"].tolist()
+    assert ops.count(Op.Loop) == 1 and len(ops) == 2 + 2
+
+
+def test_instruction_limit_is_checked_before_clones_are_built():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 10**6):
+        with b.loop("j", 0, 10**6):
+            b.memset(t.ap(), 0)
+    assert clone_count_bound(b.fn) == 10**12
+    m = b.module(max_instruction_limit=1000)
+    with pytest.raises(PassError, match=r"total_count=1000000000000, max_instruction_limit=1000"):
+        Unroll().run(m, UnrollOptions())
+
+
+def test_split_and_merge_equal_the_serial_run():
+    m = every_family_module()
+    second = tiled_exp_module().functions[0]
+    second.name = "other"
+    m.functions.append(second)
+    serial, _ = Unroll().run(m, UnrollOptions())
+    parts = Unroll().split(m, UnrollOptions())
+    assert len(parts) == 2
+    merged, _ = Unroll().run_split(m, UnrollOptions())
+    assert bir_json.dumps(merged) == bir_json.dumps(serial)
+
+
+def test_input_module_is_not_mutated(tiled_module):
+    before = bir_json.dumps(tiled_module)
+    unrolled(tiled_module)
+    assert bir_json.dumps(tiled_module) == before
+
+
+# ----------------------------------------------------------------------------- generated loop nests
+
+
+@st.composite
+def loop_programs(draw):
+    """Loop nests over tiles of x: loads, elementwise ops, a block tensor ring, predicates, stores."""
+    depth = draw(st.integers(1, 2))
+    axes = []
+    for d in range(depth):
+        lb = draw(st.integers(0, 2))
+        stride = draw(st.integers(1, 2))
+        trips = draw(st.integers(1, 3))
+        axes.append((f"a{d}", lb, lb + stride * trips, stride, trips))
+    width = 4
+    rows = 16
+    span = 1
+    for _, lb, ub, stride, trips in axes:
+        span = span * (lb + stride * trips + 1)
+    b = Builder()
+    x = b.dram("x", (rows * span, width), kind="ExternalInput")
+    y = b.dram("y", (rows * span, width), kind="ExternalOutput")
+    acc = b.sbuf("acc", (rows, width), addr=0)
+    t = b.sbuf("t", (rows, width), addr=64)
+    nblk = draw(st.integers(2, 3))
+    ring = b.sbuf("ring", (rows, width), addr=128, blocks=nblk)
+    b.memset(acc.ap(), 0.5)
+    for k in range(nblk):
+        b.memset(ring.ap(block=k), float(k))
+    ctx = []
+    exprs = []
+    for name, lb, ub, stride, _ in axes:
+        ctx.append(b.loop(name, lb, ub, stride))
+        exprs.append(ctx[-1].__enter__())
+    # linear row index into x/y: mixed radix over the axis values
+    row = const(0)
+    scale = 1
+    for (name, lb, ub, stride, trips), e in zip(reversed(axes), reversed(exprs)):
+        row = row + e * scale
+        scale *= lb + stride * trips + 1
+    inner = exprs[-1]
+    pred_c = draw(st.integers(0, 3))
+    b.dma(t.ap(), x.tile(row * rows, rows, 0, width))
+    op = draw(st.sampled_from(["add", "mult", "max", "subtract"]))
+    b.tensor_tensor(acc.ap(), acc.ap(), t.ap(), op)
+    b.copy(ring.ap(block=inner % nblk), t.ap(), pred=[AffinePredicate(inner - pred_c, "ge")])
+    b.tensor_tensor(t.ap(), t.ap(), ring.ap(block=(inner + 1) % nblk), "add")
+    b.dma(y.tile(row * rows, rows, 0, width), t.ap())
+    for c in reversed(ctx):
+        c.__exit__(None, None, None)
+    out = b.dram("out_acc", (rows, width), kind="ExternalOutput")
+    b.dma(out.ap(), acc.ap())
+    return b.module()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loop_programs(), st.integers(0, 3))
+def test_generated_loop_nests_keep_their_meaning(m, seed):
+    verify(m)
+    out = unrolled(m)
+    assert not (out.functions[0].insts["opcode"] == Op.Loop).any()
+    assert_same_meaning(m, out, seed)
+    again = bir_json.loads(bir_json.dumps(out))
+    assert again == out
