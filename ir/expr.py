@@ -47,9 +47,10 @@ class Env:
 
     def __init__(self, axes: Mapping[str, Any] | None = None, regs: Mapping[str, Any] | None = None,
                  indirect: Mapping[int, Any] | None = None, shard: Any = None):
-        self.axes = axes or {}
-        self.regs = regs or {}
-        self.indirect = indirect or {}
+        # keep the caller's mappings (even empty ones): an interpreter fills them as it runs
+        self.axes = {} if axes is None else axes
+        self.regs = {} if regs is None else regs
+        self.indirect = {} if indirect is None else indirect
         self.shard = shard
 
 
@@ -293,7 +294,8 @@ class QuasiAffine:
         # Callers inside this module pass canonical terms; use ``_make`` otherwise.
         self.terms = terms
         self.c = int(c)
-        self._key = tuple((a.key(), k) for a, k in terms) + (self.c,)
+        # nested, so that keys of sums with different term counts still compare
+        self._key = (tuple((a.key(), k) for a, k in terms), self.c)
         self._hash = hash(self._key)
 
     @staticmethod

@@ -175,7 +175,7 @@ def _check_names(fn: Function) -> list[str]:
         out.append(f"instruction name {base if it < 0 else f'{base}-it{it}'!r} is not unique")
     clones = ins["iter"] >= 0
     if clones.any():
-        originals = np.unique(ins["name"][~clones]).tolist()
+        originals = np.unique(ins["name"][~clones], return_counts=True)[0].tolist()
         clone_keys = set(key[clones].tolist())
         for sid in originals:
             m = _CLONE_RE.match(fn.strings[sid])
@@ -184,11 +184,11 @@ def _check_names(fn: Function) -> list[str]:
                 if base >= 0 and base * (1 << 32) + int(m.group(2)) + 1 in clone_keys:
                     out.append(f"instruction name {fn.strings[sid]!r} is not unique")
     bnames = fn.blocks["name"]
-    if len(np.unique(bnames)) != len(bnames):
+    if len(np.unique(bnames, return_counts=True)[0]) != len(bnames):
         out.append("block names are not unique")
     for t, what in ((fn.memlocs, "memory location"), (fn.sets, "memory location set"), (fn.regs, "register")):
         col = t["name"]
-        if len(np.unique(col)) != len(col):
+        if len(np.unique(col, return_counts=True)[0]) != len(col):
             u, c = np.unique(col, return_counts=True)
             out.append(f"{what} name {fn.strings[int(u[c > 1][0])]!r} is not unique")
     return out

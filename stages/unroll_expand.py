@@ -123,7 +123,8 @@ class Expander:
             if op == Op.Loop and self.unroll_loop(row):
                 axis = self.fn.loop_axis(row)
                 body = concat([self.expand_block(c, chain + (row,)) for c in self.children.get(row, [])])
-                self.spans[np.unique(body.rows)] *= max(axis.trip_count, 1)
+                if len(body):
+                    self.spans[np.nonzero(np.bincount(body.rows))[0]] *= max(axis.trip_count, 1)
                 parts.append(tile(body, axis, self._inner_spans(body, axis)))
             elif op in LOOP_OPCODES:
                 parts.append(self._kept_loop(row, chain))
