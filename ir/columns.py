@@ -13,6 +13,7 @@ instructions share one record.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Generic, Hashable, Iterable, Mapping, Sequence, TypeVar
 
@@ -21,6 +22,7 @@ import numpy as np
 T = TypeVar("T")
 
 Schema = tuple[tuple[str, Any], ...]
+FLUSH_ROWS = 1 << 18  # bound the temporary of a flush
 
 
 class Table:
@@ -51,9 +53,14 @@ class Table:
 
     # ------------------------------------------------------------- appends
     def append(self, row: tuple) -> int:
-        """Append one row given in schema order; returns its index."""
-        self._pending.append(row)
-        return self._n + len(self._pending) - 1
+        """Append one row of integers given in schema order; returns its index."""
+        pending = self._pending
+        pending.append(row)
+        if len(pending) >= FLUSH_ROWS:
+            n = self._n + len(pending) - 1
+            self.flush()
+            return n
+        return self._n + len(pending) - 1
 
     def flush(self) -> None:
         pending = self._pending
@@ -62,8 +69,12 @@ class Table:
         k = len(pending)
         self._reserve(self._n + k)
         n = self._n
-        for (name, dt), values in zip(self.schema, zip(*pending)):
-            self._cols[name][n : n + k] = values
+        width = len(self.schema)
+        # one C-level pass over all pending values, then a strided copy per column
+        flat = np.fromiter(itertools.chain.from_iterable(pending), dtype=np.int64, count=k * width)
+        flat = flat.reshape(k, width)
+        for c, (name, dt) in enumerate(self.schema):
+            self._cols[name][n : n + k] = flat[:, c]
         self._n = n + k
         pending.clear()
 

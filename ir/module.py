@@ -156,9 +156,9 @@ class Function:
     def add_inst(self, opcode: int, engine: int, block: int, name: str | int, operands: list[tuple],
                  *, attrs: Record | int | None = None, pred: int = -1, iteration: int = -1) -> int:
         """Append an instruction and its operand rows (tuples in OPERAND_SCHEMA order)."""
-        ops = len(self.operands)
-        for row in operands:
-            self.operands.append(row)
+        table = self.operands
+        ops = len(table)
+        table._pending.extend(operands)  # Table.append, batched: this is the builders' hot path
         name_id = name if isinstance(name, int) else self.s(name)
         attr_id = attrs if isinstance(attrs, int) else self.intern_record(attrs)
         self._name_index = None
