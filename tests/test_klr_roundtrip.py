@@ -48,10 +48,35 @@ def _field(t, budget: int):
     return named(t.name, budget)
 
 
+@st.composite
+def value_of(draw, type_name: str, ctor_name: str | None, budget: int):
+    """A value of a schema type (or constructor).
+
+    The indirection gives every schema strategy a short repr: Hypothesis
+    formats the repr of a strategy whose draw is rejected, and the expanded
+    repr of these nested, shared strategies runs to megabytes.
+    """
+    return draw(_raw(type_name, ctor_name, budget))
+
+
 @lru_cache(maxsize=None)
 def named(name: str, budget: int = DEPTH):
-    """Strategy for schema type `name`; recursive types spend one unit of budget."""
+    """Strategy for schema type `name`, or None if it cannot be built within `budget`."""
+    return None if _raw(name, None, budget) is None else value_of(name, None, budget)
+
+
+@lru_cache(maxsize=None)
+def ctor(type_name: str, ctor_name: str, budget: int = DEPTH):
+    return None if _raw(type_name, ctor_name, budget) is None else value_of(type_name, ctor_name, budget)
+
+
+@lru_cache(maxsize=None)
+def _raw(name: str, ctor_name: str | None, budget: int):
     d = SCHEMA[name]
+    if ctor_name is not None:
+        c = d.ctor_named(ctor_name)
+        return _record(T.class_for(name, ctor_name), c.data_fields, budget)
+    # Recursive types spend one unit of budget.
     if name in RECURSIVE:
         if budget == 0:
             return None
@@ -63,12 +88,6 @@ def named(name: str, budget: int = DEPTH):
     options = [ctor(name, c.name, budget) for c in d.ctors]
     options = [o for o in options if o is not None]
     return st.one_of(options) if options else None
-
-
-@lru_cache(maxsize=None)
-def ctor(type_name: str, ctor_name: str, budget: int = DEPTH):
-    c = SCHEMA[type_name].ctor_named(ctor_name)
-    return _record(T.class_for(type_name, ctor_name), c.data_fields, budget)
 
 
 def _record(cls, fields, budget):
