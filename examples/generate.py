@@ -42,6 +42,8 @@ def corpus_files() -> dict[Path, bytes]:
         for name, (data, doc, count) in klr_kernels.corpus_bytes().items():
             files[KERNELS / f"{name}.klr"] = data
             rows.append(f"| `{name}.klr` | KLR | {doc} | {count} | {count} |")
+        for rel, data in klr_kernels.extra_files().items():  # e.g. shared_constants/<sha256>.npy
+            files[KERNELS / rel] = data
     for name, make in bir_kernels.LARGE.items():
         module, _ = make()
         files[LARGE / f"{name}.json"] = bir_json.dumps(module).encode()

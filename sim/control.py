@@ -269,7 +269,11 @@ def _call(fr: Frame, i: int) -> None:
         raise TuskError(f"call depth above {MAX_CALL_DEPTH} (recursive kernels?)")
     fr.m.depth += 1
     try:
-        run_function(Frame(fr.m, callee, bindings))
+        from sim.interp import load_consts  # interp imports this module
+
+        frame = Frame(fr.m, callee, bindings)
+        load_consts(frame, set(bindings))
+        run_function(frame)
     finally:
         fr.m.depth -= 1
 

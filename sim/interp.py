@@ -23,6 +23,8 @@ calls).
 
 from __future__ import annotations
 
+import os
+
 from typing import Mapping
 
 import numpy as np
@@ -110,7 +112,7 @@ def run(module: Module, inputs: Mapping[str, np.ndarray] | None = None, *, stric
         raise TuskError(f"function {fn.name}: missing input(s) {', '.join(missing)}")
     for m in _dram_tensors(fn, {TensorKind.Const}):
         if ml_names[m] not in inputs:
-            inputs[ml_names[m]] = _const_file(fn, m, ml_names[m])
+            inputs[ml_names[m]] = _const_file(module, fn, m, ml_names[m])
     for name, value in inputs.items():
         m = by_name[name]
         shape, dt = memloc_elems(fn, m)
@@ -130,14 +132,30 @@ def run(module: Module, inputs: Mapping[str, np.ndarray] | None = None, *, stric
     return outs
 
 
-def _const_file(fn: Function, m: int, name: str) -> np.ndarray:
+def _const_file(module: Module, fn: Function, m: int, name: str) -> np.ndarray:
+    """A Const tensor's contents from its .npy file (relative paths: against the artifact directory)."""
     path = fn.string(fn.memlocs.get("const_path", m))
     if path and path.endswith(".npy"):
+        if not os.path.isabs(path) and module.artifact_dir and not os.path.exists(path):
+            path = os.path.join(module.artifact_dir, path)
         try:
             return np.load(path, allow_pickle=False)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise TuskError(f"const tensor {name}: cannot read {path}: {e}") from None
     raise TuskError(f"const tensor {name} has no value: pass it in inputs (or give a .npy const_file_path)")
+
+
+def load_consts(frame: Frame, bound: set[int]) -> None:
+    """Fill a called function's own Const DRAM tensors (those not bound to the caller) from their files."""
+    fn = frame.fn
+    for m in _dram_tensors(fn, {TensorKind.Const}):
+        if m in bound:
+            continue
+        name = fn.strings[fn.memlocs.get("name", m)]
+        shape, dt = memloc_elems(fn, m)
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        loc = frame.locs[m]
+        loc.storage.put(loc.addr, _to_storage(_const_file(frame.m.module, fn, m, name), dt, n, name))
 
 
 def random_inputs(module: Module, seed: int = 0, *, function: str | None = None) -> dict[str, np.ndarray]:

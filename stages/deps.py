@@ -51,7 +51,8 @@ conflict of that kind.
 
 Complexity: sorting and interval sweeps over the access arrays, no pair
 loops: O(A log A) for A accesses (plus the cells of boxes that partially
-overlap others).  Only straight-line functions (no loops or branches).
+overlap others).  A function that still has loops or branches gets the
+graph of each straight-line region (control flow orders the regions).
 
 ``clear_inst_deps`` is the seed's ``clearInstDeps``: in every function with
 attribute 12 (``FnAttr.KERNEL_SCOPE``) every edge of every kind (deps and
@@ -64,11 +65,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir import enums
 from ir.arch import PARTITIONS
 from ir.columns import Table
 from ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
-from ir.errors import TuskError
 from ir.expr import IntRuntimeValue, QuasiAffine
 from ir.module import DEP_SCHEMA, Function, Module, _ranges
 from stages.base import Pass, Stats
@@ -99,13 +98,23 @@ class Footprints:
 # =========================================================================== footprints
 
 
-def _check_straight_line(fn: Function) -> None:
+def straight_line_regions(fn: Function) -> np.ndarray | None:
+    """Region id per instruction, or None for a straight-line function.
+
+    A function with control flow (loops kept as loops, blocks joined by
+    branches) is cut into straight-line regions: maximal runs of rows in one
+    block with no loop or branch instruction inside.  Control flow already
+    orders the regions, so dependence edges are only needed inside one.
+    Loop and branch rows get a region of their own.
+    """
     opc = fn.insts["opcode"]
-    bad = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise TuskError(f"build_fdeps: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} is a "
-                        f"{enums.OPCODE_NAMES[int(opc[i])]} (unroll it first)")
+    control = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
+    if not control.any():
+        return None
+    block = fn.insts["block"]
+    start = np.ones(len(opc), dtype=bool)
+    start[1:] = (block[1:] != block[:-1]) | control[1:] | control[:-1]
+    return np.cumsum(start)
 
 
 def _pattern_arrays(fn: Function) -> tuple[np.ndarray, np.ndarray]:
@@ -575,8 +584,20 @@ def _ordered_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dependence_edges(fn: Function, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(src, dst, kind) arrays of the graph described in the module docstring, sorted by (dst, src)."""
-    _check_straight_line(fn)
+    """(src, dst, kind) arrays of the graph described in the module docstring, sorted by (dst, src).
+
+    Functions with control flow get the graph of each straight-line region
+    (see :func:`straight_line_regions`).
+    """
+    regions = straight_line_regions(fn)
+    if regions is not None:
+        src, dst, kind = _edges(fn, ordered)
+        same = regions[src] == regions[dst]
+        return src[same], dst[same], kind[same]
+    return _edges(fn, ordered)
+
+
+def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     fp = footprints(fn)
     src, dst = _data_edges(fp)
     kind = _edge_kinds(fp, src, dst)

@@ -1,0 +1,500 @@
+"""TranslateNKIASTToBIR: expand every NKI-kernel placeholder into a real BIR function (seed 000).
+
+Upstream, an NKI kernel is one ``InstNKIKLIRKernel`` (opcode 56) carrying a
+kernel file path (``klir_binary``), a format (``kernel_format``) and the
+kernel's DRAM arguments.  For each placeholder this pass
+
+1. resolves the file: the path as written, else the module's artifact
+   directory + the file's basename (a basename never escapes the artifact
+   directory); neither -> ``NKI Kernel file ... does not exist``;
+2. stages the file into the artifact directory;
+3. builds the kernel body for this logical core (``neuron_core_id``):
+   *path B* (``kernel_format == "bir"``): function ``functions[core]`` of a
+   BIR-JSON file; *path A* (anything else): the KLR file (version 0.0.12,
+   Contents ``lnc``) lowered by :class:`~stages.klr_codegen.KlirToBirCodegen`;
+   a core past the file's LNC count logs "... skip lowering" and leaves the
+   placeholder in place;
+4. appends the new function (kind NKI, unique name) to the module and puts an
+   ``InstNKIKernel`` (55) call site where the placeholder was: operands
+   cloned from the placeholder, ``func_args`` / ``func_outs`` mapping the
+   kernel's DRAM memory locations to the caller's by name, the scratchpad
+   sizes (``sb_buf_shape`` / ``psum_buf_shape``) when the kernel is
+   allocated, ``kernel_source_val`` Beta2 (KLR) or Beta3 (BIR-JSON);
+5. copies every Const tensor's file into the artifact directory and rewrites
+   its ``const_file_path`` relative to it.
+
+Only placeholders that were expanded are removed.  The pass materialises; it
+never allocates: a KLR kernel with an unplaced SBUF/PSUM tensor is an error.
+
+:func:`host_module_for` builds the module the backend hands this pass (a
+``main`` with host DRAM tensors and one placeholder) for tests and tools.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ir import enums
+from ir.columns import Record
+from ir.enums import INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op, Role, TensorKind
+from ir.errors import FormatError, PassError, TuskError
+from ir.module import Function, Module
+from stages.base import Pass, Stats
+
+log = logging.getLogger("tusk.translate_nki_ast_to_bir")
+
+KLR_MAGIC = b"\xd9\xd9\xf7"
+MSG_MISSING = ("NKI Kernel file {filename} does not exist, either in full path or in compiler artifacts "
+               "directory")
+MSG_CORE_UNSET = "NeuronCoreId must be set when the LNC count is greater than 1"
+MSG_SKIP = "The kernel is compiled for LNC count lower than the current core_id {core} skip lowering"
+KERNEL_SOURCE = {"klr": "Beta2", "bir": "Beta3"}
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """``stage_files``: copy the kernel file and const files into the artifact directory."""
+
+    stage_files: bool = True
+
+
+@dataclass
+class _Lowered:
+    fn: Function
+    fmt: str                       # "klr" | "bir"
+    ins: list[tuple[str, str]]     # (kernel DRAM memloc name, kernel-side argument name)
+    outs: list[tuple[str, str]]
+    operators: int = 0
+    read_seconds: float = 0.0
+
+
+class TranslateNKIASTToBIR(Pass):
+    name = "translate_nki_ast_to_bir"
+    version = "1"
+    Options = TranslateOptions
+
+    def run(self, module: Module, options: TranslateOptions | None = None) -> tuple[Module, Stats]:
+        options = options if isinstance(options, TranslateOptions) else TranslateOptions()
+        t0 = time.perf_counter()
+        out = module.copy()
+        stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
+                        "kernel_instructions": 0, "read_seconds": 0.0}
+        self.log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
+        taken = {f.name for f in out.functions}
+        for k, fn in enumerate(list(out.functions)):
+            if not len(fn.insts):
+                continue
+            rows = np.nonzero(fn.insts["opcode"] == Op.NKIKLIRKernel)[0].tolist()
+            if not rows:
+                continue
+            self.log.info("Start of KLIR kernel lowering pass, number of insts: %d, number of allocs: %d",
+                          len(fn.insts), len(fn.memlocs))
+            scan = time.perf_counter()
+            calls: dict[int, tuple[str, Record]] = {}  # placeholder row -> (call name, call attrs)
+            for row in rows:  # collect first, expand, then remove only the expanded ones
+                stats["placeholders"] += 1
+                self.log.info("Found InstKLIRKernel: %s", fn.inst_name(row))
+                lowered = self._lower(out, fn, row, options, taken)
+                if lowered is None:
+                    stats["skipped"] += 1
+                    continue
+                taken.add(lowered.fn.name)
+                out.functions.append(lowered.fn)
+                calls[row] = self._call_site(fn, row, lowered)
+                stats["expanded"] += 1
+                stats["klir_operators"] += lowered.operators
+                stats["kernel_instructions"] += len(lowered.fn.insts)
+                stats["read_seconds"] += lowered.read_seconds
+            if calls:
+                out.functions[k] = _replace_placeholders(fn, calls)
+            self.log.info("Scan BKs time (s): %.6f", time.perf_counter() - scan)
+        stats["read_seconds"] = round(stats["read_seconds"], 6)
+        stats["seconds"] = round(time.perf_counter() - t0, 6)
+        return out, stats
+
+    # ------------------------------------------------------------------ one placeholder
+    def _lower(self, module: Module, fn: Function, row: int, options: TranslateOptions,
+               taken: set[str]) -> _Lowered | None:
+        attrs = fn.record(fn.insts.get("attrs", row))
+        written = attrs.get("klir_binary")
+        if not isinstance(written, str) or not written:
+            raise PassError(f"InstNKIKLIRKernel {fn.inst_name(row)} names no kernel file (klir_binary)")
+        art = module.artifact_dir
+        path = resolve_kernel_file(written, art)
+        if options.stage_files and art:
+            stage_file(path, art)
+        fmt = attrs.get("kernel_format", "")
+        core = module.neuron_core_id
+        if fmt == "bir":
+            lowered = self._from_bir_json(path, core, taken)
+        else:
+            lowered = self._from_klr(path, core, taken, art, options)
+        if lowered is None:
+            self.log.info(MSG_SKIP.format(core=core))
+            return None
+        if lowered.fmt == "bir":
+            _copy_const_files(lowered.fn, os.path.dirname(path), art, options.stage_files)
+        return lowered
+
+    def _from_bir_json(self, path: str, core: int | None, taken: set[str]) -> _Lowered | None:
+        from ir.bir_json import load_function_obj
+
+        t0 = time.perf_counter()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise TuskError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FormatError(f"malformed JSON: {e}", file=path) from None
+        read = time.perf_counter() - t0
+        if not isinstance(obj, dict):
+            raise FormatError("a BIR-JSON kernel must be a JSON object", file=path)
+        self.log.info("BIR JSON file has been loaded from disk: %s", path)
+        fns = obj.get("functions")
+        if not isinstance(fns, list):
+            raise FormatError("a BIR-JSON kernel needs a \"functions\" array", file=path)
+        core = _core_for(core, len(fns))
+        if core >= len(fns):
+            return None
+        fobj = fns[core]
+        name = fobj.get("name") if isinstance(fobj, dict) else None
+        self.log.info("Creating NKI function from BIR JSON: %s and core id: %d", name, core)
+        kfn = load_function_obj(fobj, file=path, where=f"functions[{core}]")
+        kfn.kind = FnKind.NKI
+        kfn.name = _unique_name(kfn.name, taken)
+        ins, outs = _bir_interface(kfn)
+        return _Lowered(kfn, "bir", ins, outs, operators=len(kfn.insts), read_seconds=read)
+
+    def _from_klr(self, path: str, core: int | None, taken: set[str], art: str,
+                  options: TranslateOptions) -> _Lowered | None:
+        from ir.klr import load_lnc_kernel
+        from stages.klr_codegen import KlirToBirCodegen
+
+        t0 = time.perf_counter()
+        kernel = load_lnc_kernel(path)  # "fail to locate KLIR artifact" / "Wrong KLR version" / content type
+        read = time.perf_counter() - t0
+        core = _core_for(core, len(kernel.bodies))
+        if core >= len(kernel.bodies):
+            return None
+        const_files = _stage_shared_constants(kernel, os.path.dirname(path), art, options.stage_files)
+        base = kernel.name if len(kernel.bodies) == 1 else f"{kernel.name}.core{core}"
+        fn = Function(_unique_name(base, taken), FnKind.NKI)
+        cg = KlirToBirCodegen(fn, kernel, core, const_files=const_files)
+        cg.codegen_lnc_kernel()
+        if not cg.is_allocated:
+            shown = ", ".join(cg.unallocated[:8]) + (" ..." if len(cg.unallocated) > 8 else "")
+            raise PassError(f"NKI kernel {kernel.name} is not allocated: SBUF/PSUM tensor(s) {shown} have no "
+                            f"placement (parOffset/freeOffset); TranslateNKIASTToBIR does not allocate")
+        ins = [(cg.memloc_name(t), t.name) for t in kernel.inputs]
+        outs = [(cg.memloc_name(t), t.name) for t in kernel.outputs]
+        return _Lowered(fn, "klr", ins, outs, operators=cg.n_operators, read_seconds=read)
+
+    # ------------------------------------------------------------------ call site
+    def _call_site(self, fn: Function, row: int, lowered: _Lowered) -> tuple[str, Record]:
+        attrs = fn.record(fn.insts.get("attrs", row))
+        view = fn.inst(row)
+        caller_ins = [o.memloc_name for o in view.ins]
+        caller_outs = [o.memloc_name for o in view.outs]
+        given_args = dict(attrs.get("func_args") or {})
+        given_outs = dict(attrs.get("func_outs") or {})
+        func_args = _map_arguments(lowered.ins, caller_ins, given_args, "input", lowered.fn.name)
+        func_outs = _map_arguments(lowered.outs, caller_outs, given_outs, "output", lowered.fn.name)
+        call = {"func": lowered.fn.name, "func_args": func_args, "func_outs": func_outs,
+                "address_rotation_scope_val": attrs.get("address_rotation_scope_val", 0),
+                "kernel_source_val": KERNEL_SOURCE[lowered.fmt]}
+        shapes = scratchpad_shapes(lowered.fn)
+        if shapes is not None:
+            call["sb_buf_shape"], call["psum_buf_shape"] = shapes
+        return lowered.fn.name, Record.of(call)
+
+
+# ====================================================================== helpers
+
+
+def _core_for(core: int | None, count: int) -> int:
+    if core is None:
+        if count > 1:
+            raise PassError(MSG_CORE_UNSET)
+        return 0
+    return core
+
+
+def _unique_name(name: str, taken: set[str]) -> str:
+    out, k = name or "nki_kernel", 1
+    while out in taken:
+        out = f"{name}_{k}"
+        k += 1
+    return out
+
+
+def _inside(path: str, directory: str) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(directory)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def safe_join(directory: str, rel: str, what: str) -> str:
+    """``directory/rel`` for a relative path that stays inside ``directory`` (no '..', no symlink out)."""
+    if not rel or os.path.isabs(rel):
+        raise PassError(f"refusing {what} {rel!r}: not a relative path inside {directory}")
+    parts = rel.replace("\\", "/").split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise PassError(f"refusing {what} {rel!r}: it would escape the artifact directory {directory}")
+    joined = os.path.join(directory, *parts)
+    if os.path.isabs(os.path.relpath(joined, directory)) or not _inside(joined, directory):
+        raise PassError(f"refusing {what} {rel!r}: {joined} resolves outside the artifact directory {directory}")
+    return joined
+
+
+def resolve_kernel_file(written: str, artifact_dir: str) -> str:
+    """The kernel file: the path as written, else the artifact directory + its basename."""
+    if os.path.exists(written):
+        return written
+    if artifact_dir:
+        base = os.path.basename(written.rstrip("/\\")) if written not in ("..", ".") else written
+        candidate = safe_join(artifact_dir, base, "kernel file name")
+        if os.path.exists(candidate):
+            return candidate
+    raise PassError(MSG_MISSING.format(filename=written))
+
+
+def stage_file(path: str, artifact_dir: str, rel: str | None = None) -> str:
+    """Copy ``path`` to ``artifact_dir/rel`` (default: its basename); returns the destination."""
+    dest = safe_join(artifact_dir, rel or os.path.basename(path), "staged file name")
+    if os.path.exists(dest) and os.path.samefile(path, dest):
+        return dest
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if os.path.islink(dest):
+        raise PassError(f"refusing to overwrite symbolic link {dest} in the artifact directory")
+    shutil.copyfile(path, dest)
+    return dest
+
+
+def _find_const(rel: str, kernel_dir: str, artifact_dir: str) -> str:
+    """A const file named relative to the kernel file's directory, then to the artifact directory."""
+    if os.path.isabs(rel):
+        if os.path.exists(rel):
+            return rel
+        raise PassError(f"const file {rel} does not exist")
+    tried = []
+    for d in (kernel_dir, artifact_dir):
+        if not d:
+            continue
+        p = safe_join(d, rel, "const file name")
+        tried.append(p)
+        if os.path.exists(p):
+            return p
+    raise PassError(f"const file {rel} does not exist (looked in: {', '.join(tried) or 'nowhere'})")
+
+
+def _const_dest(rel: str) -> str:
+    return os.path.basename(rel) if os.path.isabs(rel) else os.path.normpath(rel).replace(os.sep, "/")
+
+
+def _stage_shared_constants(kernel: Any, kernel_dir: str, art: str, stage: bool) -> dict[str, str]:
+    """Copy the LNC kernel's shared-constant files; tensor name -> artifact-relative path."""
+    out: dict[str, str] = {}
+    for sc in kernel.sharedConstants:
+        src = _find_const(sc.fileName, kernel_dir, art)
+        rel = _const_dest(sc.fileName)
+        if art:
+            if stage:
+                stage_file(src, art, rel)
+            out[sc.name] = rel
+        else:
+            out[sc.name] = os.path.abspath(src)
+    return out
+
+
+def _copy_const_files(fn: Function, kernel_dir: str, art: str, stage: bool) -> None:
+    """Every Const tensor's file into the artifact directory; its path rewritten relative to it."""
+    ml = fn.memlocs
+    if not len(ml):
+        return
+    kinds = fn.sets["kind"]
+    for m in range(len(ml)):
+        cp = ml.get("const_path", m)
+        if cp < 0 or int(kinds[ml.get("set", m)]) != TensorKind.Const:
+            continue
+        rel = fn.strings[cp]
+        src = _find_const(rel, kernel_dir, art)
+        if art:
+            dest = _const_dest(rel)
+            if stage:
+                stage_file(src, art, dest)
+            ml.set("const_path", m, fn.s(dest))
+        else:
+            ml.set("const_path", m, fn.s(os.path.abspath(src)))
+
+
+def _bir_interface(fn: Function) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Unallocated DRAM input/output memory locations of a BIR-JSON kernel function."""
+    ins, outs = [], []
+    ml = fn.memlocs
+    for m in range(len(ml)):
+        if ml.get("mtype", m) != Mem.DRAM or ml.get("addr", m) >= 0:
+            continue
+        kind = int(fn.sets.get("kind", ml.get("set", m)))
+        name = fn.strings[ml.get("name", m)]
+        if kind in INPUT_KINDS:
+            ins.append((name, name))
+        elif kind in OUTPUT_KINDS:
+            outs.append((name, name))
+    return ins, outs
+
+
+def _map_arguments(kernel_args: list[tuple[str, str]], caller: list[str | None], given: dict,
+                   what: str, fname: str) -> dict[str, str]:
+    """Kernel memloc name -> caller memloc name: the placeholder's map, then equal names, then position."""
+    out: dict[str, str] = {}
+    caller_names = [c for c in caller if c]
+    for k, (memloc, arg) in enumerate(kernel_args):
+        target = given.get(arg, given.get(memloc))
+        if target is None:
+            if arg in caller_names:
+                target = arg
+            elif memloc in caller_names:
+                target = memloc
+            elif len(kernel_args) == len(caller) and caller[k]:
+                target = caller[k]
+        if target is None:
+            raise PassError(f"kernel {fname}: {what} {arg} matches no argument of the InstNKIKLIRKernel "
+                            f"(its {what}s are {', '.join(caller_names) or 'none'})")
+        out[memloc] = target
+    return out
+
+
+def scratchpad_shapes(fn: Function) -> tuple[list[int], list[int]] | None:
+    """(sb_buf_shape, psum_buf_shape) = [partitions, bytes] the kernel's SBUF/PSUM tensors span.
+
+    None when some SBUF/PSUM memory location is unallocated (the kernel is
+    not allocated, so there is nothing to size).
+    """
+    ml = fn.memlocs
+    out = []
+    for mtype in (Mem.SB, Mem.PSUM):
+        sel = ml["mtype"] == mtype if len(ml) else np.zeros(0, dtype=bool)
+        if not sel.any():
+            out.append([0, 0])
+            continue
+        if (ml["addr"][sel] < 0).any():
+            return None
+        parts = int((ml["base"][sel] + ml["nparts"][sel]).max())
+        end = int((ml["addr"][sel] + ml["pbytes"][sel]).max())
+        out.append([parts, end])
+    return out[0], out[1]
+
+
+def _replace_placeholders(fn: Function, calls: dict[int, tuple[str, Record]]) -> Function:
+    """``fn`` with each expanded placeholder row replaced by its NKIKernel call site (same position).
+
+    The call site is a new row whose operands are clones of the placeholder's
+    ins and outs; the placeholder's dependence edges move to it; then the
+    placeholder rows are removed.
+    """
+    fn = fn.copy()
+    ins = fn.insts
+    names = set(fn.inst_names())
+    order = np.arange(len(ins), dtype=np.int64)
+    new_rows: dict[int, int] = {}
+    for row, (fname, attrs) in calls.items():
+        view = fn.inst(row)
+        operands = [tuple(fn.operands.row(j)[c] for c in fn.operands.names)
+                    for j in view.operand_rows() if fn.operands.get("role", j) in (Role.IN, Role.OUT)]
+        call_name = _unique_name(fname, names)
+        names.add(call_name)
+        c = fn.add_inst(Op.NKIKernel, enums.Engine.Unassigned, view.block, call_name, operands, attrs=attrs)
+        new_rows[row] = c
+    deps = fn.deps
+    extra = []
+    for src, dst, kind in zip(deps["src"].tolist(), deps["dst"].tolist(), deps["kind"].tolist()):
+        if src in new_rows or dst in new_rows:
+            extra.append((new_rows.get(src, src), new_rows.get(dst, dst), kind))
+    for e in extra:
+        fn.deps.append(e)
+    for row, c in new_rows.items():
+        order[row] = c
+    out = fn.take_insts(order)
+    out.invalidate()
+    return out
+
+
+# ====================================================================== host modules
+
+
+def kernel_format(path: str) -> str:
+    """"klr" for a KLR binary (by magic bytes or .klr suffix), else "bir"."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    return "klr" if head.startswith(KLR_MAGIC) or path.endswith(".klr") else "bir"
+
+
+def kernel_interface(path: str) -> tuple[list[tuple[str, str, list[int]]], list[tuple[str, str, list[int]]], int]:
+    """(inputs, outputs, core count) of a kernel file; tensors as (name, BIR dtype, shape)."""
+    if kernel_format(path) == "klr":
+        from ir.klr import load_lnc_kernel
+        from stages.klr_codegen import KLR_TO_BIR_DTYPE
+
+        k = load_lnc_kernel(path)
+
+        def one(t):
+            return (t.name, KLR_TO_BIR_DTYPE[t.dtype.name], [t.shape.parDim, *t.shape.freeDims])
+
+        return [one(t) for t in k.inputs], [one(t) for t in k.outputs], len(k.bodies)
+    from ir import bir_json
+
+    m = bir_json.load(path)
+    fns = [f for f in m.functions if f.kind != FnKind.NKI] or m.functions
+    fn = fns[0]
+    ins, outs = [], []
+    for m_ in range(len(fn.memlocs)):
+        if fn.memlocs.get("mtype", m_) != Mem.DRAM or fn.memlocs.get("addr", m_) >= 0:
+            continue
+        s = fn.memlocs.get("set", m_)
+        entry = (fn.strings[fn.memlocs.get("name", m_)], enums.DTYPE_NAMES[fn.sets.get("dtype", s)],
+                 list(fn.value(fn.sets.get("shape", s)) or ()))
+        kind = int(fn.sets.get("kind", s))
+        if kind in INPUT_KINDS:
+            ins.append(entry)
+        elif kind in OUTPUT_KINDS:
+            outs.append(entry)
+    return ins, outs, len(fns)
+
+
+def host_module_for(kernel_path: str, core_id: int | None = 0, artifact_dir: str = "", *,
+                    fmt: str | None = None, arch: str = "gen3") -> Module:
+    """The module the backend hands TranslateNKIASTToBIR for one kernel file and one logical core.
+
+    ``main`` holds host DRAM tensors named, typed and shaped like the
+    kernel's DRAM inputs (ExternalInput) and outputs (ExternalOutput) and one
+    InstNKIKLIRKernel placeholder (``klir_binary`` = ``kernel_path``,
+    ``kernel_format`` "klr" or "bir", ``func_args``/``func_outs`` = the
+    identity name maps).  Attribute ``neuron_core_id`` = ``core_id`` (left
+    out when None); ``artifact_dir`` becomes the module's artifact directory.
+    """
+    from ir.builder import Builder
+
+    fmt = fmt or kernel_format(kernel_path)
+    ins, outs, _ = kernel_interface(kernel_path)
+    b = Builder("main")
+    tin = [b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
+    tout = [b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs]
+    b.klir_kernel(str(kernel_path), fmt, [t.ap() for t in tin], [t.ap() for t in tout],
+                  func_args={n: n for n, _, _ in ins}, func_outs={n: n for n, _, _ in outs},
+                  name="nki_kernel")
+    attrs = {} if core_id is None else {"neuron_core_id": core_id}
+    module = b.module()
+    module.attributes = Record.of(attrs)
+    module.arch = arch
+    module.artifact_dir = str(artifact_dir or "")
+    return module
