@@ -1,0 +1,371 @@
+"""The content-addressed store: module objects, action records, small notes.
+
+Layout under the store root (a path or an fsspec URL)::
+
+    TUSK_STORE.json                 marks the directory as a store (``clear`` refuses other dirs)
+    objects/<h[:2]>/<h>/            one module as a Zarr group, named by ir.serial.content_hash
+    actions/<k[:2]>/<k>.json        action record: key -> output hash, stats, timings, key parts
+                                    (or, kind "failure", the error a pass deterministically raised)
+    notes/<kind>/<k[:2]>/<k>.json   small memos (e.g. a kernel file's interface by file digest)
+    tmp/                            objects being written (local stores), renamed into objects/
+    trash/                          directories being deleted
+    dask-scratch/                   scratch space of local Dask workers (``tusk compile``)
+
+Guarantees:
+
+* **Atomic writes.**  A local object is written into ``tmp/`` and published
+  with one ``rename``; a record is written aside and moved with
+  ``os.replace``.  When two processes write the same object the second
+  rename fails and its copy is dropped: content addressing makes both
+  copies identical.
+* **Verified reads.**  :meth:`Store.load` decodes an object and checks that
+  its content hashes to its name; a damaged or unfinished object is moved
+  out of the way and reported as a miss (:class:`ObjectDamaged`), so it is
+  recomputed, never returned.  An action record whose output object is
+  missing is a miss.
+* **No pickle.**  Objects are arrays and JSON (``ir.serial``); records are
+  JSON.  Reading a shared store never runs code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from cache.fs import FsspecFS, LocalFS, open_fs
+from cache.objects import ObjectDamaged, parse_head, read_object, write_object
+from ir.errors import TuskError
+from ir.module import Module
+
+STORE_FORMAT = 1
+RECORD_FORMAT = 1
+MARKER = "TUSK_STORE.json"
+_HEX = re.compile(r"^[0-9a-f]{16,128}$")
+TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a running writer
+
+
+class ObjectMissing(TuskError):
+    """No complete object of that hash is in the store."""
+
+
+@dataclass
+class StoreCounters:
+    """What this process did to the store (tests and the report read these)."""
+
+    objects_written: int = 0
+    objects_read: int = 0
+    damaged: list[str] = field(default_factory=list)
+
+
+class Store:
+    """A content-addressed module store with action records (see the module docstring)."""
+
+    def __init__(self, location: str | os.PathLike):
+        self.fs: LocalFS | FsspecFS = open_fs(location)
+        self.url = self.fs.url
+        self.counters = StoreCounters()
+        self._rooted = False
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    # ------------------------------------------------------------ paths
+    def object_path(self, h: str) -> str:
+        _check_name(h)
+        return self.fs.path("objects", h[:2], h)
+
+    def action_path(self, key: str) -> str:
+        _check_name(key)
+        return self.fs.path("actions", key[:2], f"{key}.json")
+
+    def note_path(self, kind: str, key: str) -> str:
+        _check_name(key)
+        if not re.match(r"^[a-z0-9_-]+$", kind):
+            raise ValueError(f"bad note kind {kind!r}")
+        return self.fs.path("notes", kind, key[:2], f"{key}.json")
+
+    def _ensure_root(self) -> None:
+        if self._rooted:
+            return
+        marker = self.fs.path(MARKER)
+        if self.fs.read_bytes(marker) is None:
+            self.fs.makedirs(self.fs.root)
+            self.fs.write_atomic(marker, json.dumps({"tusk_store": STORE_FORMAT}).encode())
+        self._rooted = True
+
+    # ------------------------------------------------------------ objects
+    def has(self, h: str) -> bool:
+        """Cheap check: a complete object named ``h`` is present (content not re-hashed)."""
+        raw = self.fs.read_bytes(self.fs.path("objects", h[:2], h, "zarr.json"))
+        return parse_head(raw, h) is not None
+
+    def put(self, module: Module) -> str:
+        """Store ``module``; returns its content hash (nothing is written if it is there already)."""
+        from ir.serial import content_hash
+
+        h = content_hash(module)
+        self.put_hashed(module, h)
+        return h
+
+    def put_hashed(self, module: Module, h: str) -> None:
+        if self.has(h):
+            return
+        self._ensure_root()
+        dst = self.object_path(h)
+        if not self.fs.atomic_dirs:
+            write_object(self.fs.zarr_store(dst), module, h)
+            self.counters.objects_written += 1
+            return
+        if self.fs.exists(dst):
+            if self.has(h):  # another process published it since we looked
+                return
+            self._quarantine(h, "incomplete object found while writing")  # publishing is atomic: damaged
+        tmp = self.fs.temp_dir()
+        try:
+            write_object(self.fs.zarr_store(tmp), module, h)
+            if not self.fs.publish_dir(tmp, dst):
+                if not self.has(h):  # the one in the way is damaged: replace it once
+                    self._quarantine(h, "damaged object found while writing")
+                    self.fs.publish_dir(tmp, dst)
+            else:
+                self.counters.objects_written += 1
+        finally:
+            self.fs.remove_tree(tmp)
+
+    def load(self, h: str) -> Module:
+        """The module named ``h``, verified; raises ObjectMissing or ObjectDamaged.
+
+        A damaged object is removed from the store before ObjectDamaged is
+        raised, so whoever catches it can simply recompute.
+        """
+        dst = self.object_path(h)
+        if not self.fs.exists(self.fs.path("objects", h[:2], h, "zarr.json")):
+            if self.fs.exists(dst):
+                self._quarantine(h, "object has no root metadata")
+                raise ObjectDamaged(f"object {h} is damaged: no root metadata")
+            raise ObjectMissing(f"object {h} is not in the store {self.url}")
+        try:
+            module = read_object(self.fs.zarr_store(dst, read_only=True), h)
+        except ObjectDamaged as e:
+            self._quarantine(h, e.message)
+            raise
+        self.counters.objects_read += 1
+        return module
+
+    def get(self, h: str) -> Module | None:
+        """Like :meth:`load`, but a missing or damaged object is simply None (a miss)."""
+        try:
+            return self.load(h)
+        except (ObjectMissing, ObjectDamaged):
+            return None
+
+    def verify_object(self, h: str) -> str | None:
+        """None if object ``h`` is intact, else the reason (the object is left in place)."""
+        try:
+            read_object(self.fs.zarr_store(self.object_path(h), read_only=True), h)
+        except ObjectDamaged as e:
+            return e.message
+        return None
+
+    def discard(self, h: str) -> None:
+        self.fs.remove_tree(self.object_path(h))
+
+    def _quarantine(self, h: str, reason: str) -> None:
+        self.counters.damaged.append(h)
+        self.fs.remove_tree(self.object_path(h))
+
+    def object_hashes(self) -> Iterator[str]:
+        for prefix in self.fs.listdir(self.fs.path("objects")):
+            for name in self.fs.listdir(self.fs.path("objects", prefix)):
+                if _HEX.match(name):
+                    yield name
+
+    # ------------------------------------------------------------ actions
+    def get_action(self, key: str) -> dict[str, Any] | None:
+        """The record for ``key`` if it is valid and its output object is present, else None."""
+        rec = self.read_action(key)
+        if rec is None or not isinstance(rec.get("output"), str) or not self.has(rec["output"]):
+            return None
+        return rec
+
+    def get_failure(self, key: str) -> dict[str, Any] | None:
+        """The recorded deterministic failure of action ``key`` (``kind`` "failure"), or None."""
+        rec = self.read_action(key)
+        if rec is None or rec.get("kind") != "failure" or not isinstance(rec.get("error"), str):
+            return None
+        return rec
+
+    def read_action(self, key: str) -> dict[str, Any] | None:
+        """The parsed record for ``key`` (its output not checked), or None."""
+        raw = self.fs.read_bytes(self.action_path(key))
+        if raw is None:
+            return None
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(rec, dict) or rec.get("key") != key or rec.get("format") != RECORD_FORMAT:
+            return None
+        return rec
+
+    def put_action(self, key: str, record: dict[str, Any]) -> None:
+        self._ensure_root()
+        rec = dict(record, key=key, format=RECORD_FORMAT)
+        rec.setdefault("created", time.time())
+        data = json.dumps(rec, sort_keys=True, default=str).encode()
+        self.fs.write_atomic(self.action_path(key), data)
+
+    def touch_action(self, key: str) -> None:
+        """Record a use of ``key`` (the LRU clock of ``gc``)."""
+        self.fs.touch(self.action_path(key))
+
+    def drop_action(self, key: str) -> None:
+        self.fs.remove_file(self.action_path(key))
+
+    def action_keys(self) -> Iterator[str]:
+        for prefix in self.fs.listdir(self.fs.path("actions")):
+            for name in self.fs.listdir(self.fs.path("actions", prefix)):
+                if name.endswith(".json") and _HEX.match(name[:-5]):
+                    yield name[:-5]
+
+    # ------------------------------------------------------------ notes
+    def get_note(self, kind: str, key: str) -> Any:
+        raw = self.fs.read_bytes(self.note_path(kind, key))
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    def put_note(self, kind: str, key: str, value: Any) -> None:
+        self._ensure_root()
+        self.fs.write_atomic(self.note_path(kind, key), json.dumps(value, sort_keys=True).encode())
+
+    # ------------------------------------------------------------ maintenance
+    def info(self) -> dict[str, Any]:
+        """Counts and sizes: objects, actions, notes, bytes."""
+        objects = list(self.object_hashes())
+        return {
+            "root": self.url,
+            "objects": len(objects),
+            "actions": sum(1 for _ in self.action_keys()),
+            "object_bytes": self.fs.tree_size(self.fs.path("objects")),
+            "action_bytes": self.fs.tree_size(self.fs.path("actions")),
+            "bytes": self.fs.tree_size(self.fs.root) if self.fs.exists(self.fs.root) else 0,
+        }
+
+    def verify(self, remove: bool = False) -> dict[str, Any]:
+        """Read and re-hash every object; check every record.  Optionally remove what is damaged."""
+        damaged_objects, bad_records, ok = [], [], 0
+        for h in list(self.object_hashes()):
+            reason = self.verify_object(h)
+            if reason is None:
+                ok += 1
+                continue
+            damaged_objects.append((h, reason))
+            if remove:
+                self.discard(h)
+        for key in list(self.action_keys()):
+            rec = self.read_action(key)
+            if rec is None:
+                reason = "unreadable record"
+            elif rec.get("kind") == "failure":
+                continue
+            elif not self.has(rec.get("output", "")):
+                reason = f"output object {rec.get('output')} missing"
+            else:
+                continue
+            bad_records.append((key, reason))
+            if remove:
+                self.drop_action(key)
+        return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,
+                "removed": remove}
+
+    def gc(self, max_bytes: int, grace: float = 60.0) -> dict[str, Any]:
+        """Shrink the store to ``max_bytes`` of objects, least recently used actions first.
+
+        Actions are kept newest-use first while the objects they reference
+        (input and output) fit; every other action is dropped, and every
+        object no kept action references is removed, except objects younger
+        than ``grace`` seconds (a running build may be about to record them).
+        """
+        sizes = {h: self.fs.tree_size(self.object_path(h)) for h in self.object_hashes()}
+        before = sum(sizes.values())
+        actions = []
+        for key in self.action_keys():
+            rec = self.read_action(key)
+            used = self.fs.mtime(self.action_path(key))
+            if rec is None:
+                actions.append((used, key, ()))
+                continue
+            refs = [h for h in (rec.get("input"), rec.get("output")) if isinstance(h, str)]
+            refs += [h for h in rec.get("refs", []) if isinstance(h, str)]
+            actions.append((max(used, float(rec.get("used", 0) or 0)), key, tuple(refs)))
+        actions.sort(reverse=True)
+        kept: set[str] = set()
+        total = 0
+        removed_actions = 0
+        full = False
+        for _used, key, refs in actions:
+            need = [h for h in set(refs) if h not in kept and h in sizes]
+            add = sum(sizes[h] for h in need)
+            if not full and refs and total + add <= max_bytes:
+                kept.update(need)
+                total += add
+                continue
+            full = full or bool(refs)
+            self.drop_action(key)
+            removed_actions += 1
+        now = time.time()
+        removed_objects = 0
+        for h in sizes:
+            if h in kept:
+                continue
+            if now - self.fs.mtime(self.fs.path("objects", h[:2], h, "zarr.json")) < grace:
+                continue
+            self.discard(h)
+            removed_objects += 1
+        self._clean_scratch(now)
+        after = sum(s for h, s in sizes.items() if self.fs.exists(self.object_path(h)))
+        return {"bytes_before": before, "bytes_after": after, "removed_objects": removed_objects,
+                "removed_actions": removed_actions, "kept_actions": len(actions) - removed_actions}
+
+    def _clean_scratch(self, now: float) -> None:
+        for sub in ("tmp", "trash"):
+            for name in self.fs.listdir(self.fs.path(sub)):
+                p = self.fs.path(sub, name)
+                if sub == "trash" or now - self.fs.mtime(p) > TMP_GRACE:
+                    self.fs.remove_tree(p)
+
+    def clear(self) -> None:
+        """Remove every object, record and note.  Refuses a directory that is not a store."""
+        if self.fs.exists(self.fs.root) and self.fs.listdir(self.fs.root) \
+                and self.fs.read_bytes(self.fs.path(MARKER)) is None:
+            raise TuskError(f"{self.url} is not a Tusk store (no {MARKER}); not clearing it")
+        for sub in ("objects", "actions", "notes", "tmp", "trash"):
+            self.fs.remove_tree(self.fs.path(sub))
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _HEX.match(name):
+        raise ValueError(f"not a store name: {name!r}")
+
+
+def parse_size(text: str | int) -> int:
+    """``"500M"``, ``"2G"``, ``"1.5GB"``, ``"123"`` -> bytes (powers of 1024)."""
+    if isinstance(text, int):
+        return text
+    m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?)(i?b)?\s*$", text, re.IGNORECASE)
+    if not m:
+        raise TuskError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
+    scale = 1024 ** " kmgtp".index(m.group(2).lower() or " ")
+    return int(float(m.group(1)) * scale)
+
+
+def open_store(location: str | os.PathLike) -> Store:
+    return Store(location)

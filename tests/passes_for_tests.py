@@ -1,0 +1,276 @@
+"""Small passes for build-system tests and benchmarks (importable by Dask workers).
+
+They follow the pass contract of ``stages.base`` exactly, so the build treats
+them like the real passes; ``TEST_REGISTRY`` maps their names to import
+targets for tests that put them into ``stages.REGISTRY``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.enums import Kind
+from ir.errors import PassError
+from ir.module import Module
+from ir.values import ImmValue
+from stages.base import Pass
+
+HERE = "tests.passes_for_tests"
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    factor: float = 1.0
+
+
+class Scale(Pass):
+    """Multiply every float immediate operand by ``factor``; record the factor as a module attribute."""
+
+    name = "test_scale"
+    version = "1"
+    Options = ScaleOptions
+
+    def run(self, module: Module, options: ScaleOptions):
+        out = module.copy()
+        scaled = 0
+        for fn in out.functions:
+            ops = fn.operands
+            if not len(ops):
+                continue
+            rows = np.nonzero(ops["kind"] == Kind.IMM)[0]
+            aux = ops["aux"]
+            for j in rows.tolist():
+                v = fn.value(int(aux[j]))
+                if isinstance(v, ImmValue) and isinstance(v.value, float):
+                    aux[j] = fn.intern(ImmValue(v.value * options.factor))
+                    scaled += 1
+        out = out.with_attributes(test_scale=options.factor)
+        return out, {"scaled": scaled}
+
+
+class Count(Pass):
+    """Count instructions; annotate the module with the count."""
+
+    name = "test_count"
+    version = "1"
+
+    def run(self, module: Module, options):
+        n = module.n_insts()
+        return module.with_attributes(test_count=n), {"instructions": n}
+
+
+@dataclass(frozen=True)
+class IdentityOptions:
+    salt: int = 0
+
+
+class Identity(Pass):
+    """Return the input unchanged whatever the options (early cutoff tests)."""
+
+    name = "test_identity"
+    version = "1"
+    Options = IdentityOptions
+
+    def run(self, module: Module, options: IdentityOptions):
+        return module.copy(), {"salt": options.salt}
+
+
+@dataclass(frozen=True)
+class MarkOptions:
+    tag: str = "x"
+
+
+class PerFunction(Pass):
+    """Splittable: tag every function (one part per function), merge in order."""
+
+    name = "test_per_function"
+    version = "1"
+    Options = MarkOptions
+
+    def run(self, module: Module, options: MarkOptions):
+        out = module.copy()
+        for fn in out.functions:
+            fn.extras = fn.extras.with_(test_tag=options.tag)
+        return out, {"functions": len(out.functions)}
+
+    def split(self, module: Module, options: MarkOptions):
+        if len(module.functions) < 2:
+            return None
+        return [Module([f.copy()], module.arch, module.version, module.attributes, module.artifact_dir,
+                       module.queues, module.extras) for f in module.functions]
+
+    def merge(self, module: Module, parts, part_stats, options: MarkOptions):
+        out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
+                     module.artifact_dir, module.queues, module.extras)
+        return out, {"functions": sum(s["functions"] for s in part_stats), "parts": len(parts)}
+
+
+@dataclass(frozen=True)
+class SleepOptions:
+    seconds: float = 0.5
+
+
+class Sleep(Pass):
+    """Wait, then annotate (worker-failure tests need a task that is still running)."""
+
+    name = "test_sleep"
+    version = "1"
+    Options = SleepOptions
+
+    def run(self, module: Module, options: SleepOptions):
+        time.sleep(options.seconds)
+        return module.with_attributes(test_slept=options.seconds), {}
+
+
+@dataclass(frozen=True)
+class SpinOptions:
+    milliseconds: int = 200
+    salt: int = 0
+
+
+class Spin(Pass):
+    """Burn CPU for a while, then annotate (benchmarks of parallel builds)."""
+
+    name = "test_spin"
+    version = "1"
+    Options = SpinOptions
+
+    def run(self, module: Module, options: SpinOptions):
+        end = time.process_time() + options.milliseconds / 1000.0
+        x = 0
+        while time.process_time() < end:
+            for _ in range(1000):
+                x += 1
+        return module.with_attributes(test_spin=options.salt), {"spun_ms": options.milliseconds}
+
+
+@dataclass(frozen=True)
+class FailOptions:
+    when: str = "bad"
+    litter: bool = False  # write a file into the artifact directory first (as a staging pass would)
+    internal: bool = False  # raise a RuntimeError (a bug) instead of a PassError
+
+
+class FailOn(Pass):
+    """Raise a PassError for modules whose artifact directory or function names contain ``when``."""
+
+    name = "test_fail"
+    version = "1"
+    Options = FailOptions
+
+    def run(self, module: Module, options: FailOptions):
+        names = [module.artifact_dir] + [f.name for f in module.functions]
+        if any(options.when and options.when in n for n in names):
+            if options.litter and module.artifact_dir:
+                os.makedirs(module.artifact_dir, exist_ok=True)
+                with open(os.path.join(module.artifact_dir, "litter.txt"), "w") as fh:
+                    fh.write("half-done")
+            if options.internal:
+                raise RuntimeError("test_fail: simulated bug")
+            raise PassError(f"test_fail: refusing module {os.path.basename(module.artifact_dir) or '?'}")
+        return module.copy(), {}
+
+
+class ExpandBirKernel(Pass):
+    """A stand-in for translate_nki_ast_to_bir on BIR-JSON kernels: replace the host by the kernel.
+
+    The result is the kernel file's function for the module's core, with the
+    host's attributes and artifact directory.  Only what the build tests
+    need; the real pass lives in stages/.
+    """
+
+    name = "test_expand"
+    version = "1"
+
+    def run(self, module: Module, options):
+        from ir import bir_json
+        from ir.enums import FnKind
+
+        path = None
+        for fn in module.functions:
+            for i in np.nonzero(fn.insts["opcode"] == 56)[0].tolist():
+                attrs = fn.record(fn.insts.get("attrs", i))
+                if attrs.get("kernel_format") == "bir":
+                    path = attrs.get("klir_binary")
+        if path is None:  # KLR kernels are left to the real pass
+            return module.copy(), {"expanded": 0}
+        kernel = bir_json.load(path)
+        fns = [f for f in kernel.functions if f.kind != FnKind.NKI]
+        core = module.neuron_core_id or 0
+        out = Module([fns[core].copy()], module.arch, module.version, module.attributes, module.artifact_dir)
+        return out, {"expanded": 1}
+
+
+TEST_REGISTRY = {
+    "test_scale": f"{HERE}:Scale",
+    "test_count": f"{HERE}:Count",
+    "test_identity": f"{HERE}:Identity",
+    "test_per_function": f"{HERE}:PerFunction",
+    "test_sleep": f"{HERE}:Sleep",
+    "test_spin": f"{HERE}:Spin",
+    "test_fail": f"{HERE}:FailOn",
+    "test_expand": f"{HERE}:ExpandBirKernel",
+}
+
+
+# ---------------------------------------------------------------------- helpers for build tests
+
+
+def pipeline_toml(*steps: tuple[str, dict]) -> str:
+    """A --pipeline file naming test passes by import path (works in subprocesses and on workers)."""
+    lines = []
+    for name, opts in steps:
+        target = TEST_REGISTRY.get(name, name)
+        lines.append("[[step]]")
+        lines.append(f'pass = "{target}"')
+        if opts:
+            body = ", ".join(f"{k} = {_toml(v)}" for k, v in opts.items())
+            lines.append(f"options = {{ {body} }}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def write_kernels(directory, count: int, *, tiles: int = 2, prefix: str = "k") -> list:
+    """``count`` BIR-JSON kernels (tiled exp programs of different sizes) in ``directory``."""
+    from pathlib import Path
+
+    from ir import bir_json
+    from tests.programs import tiled_exp_module
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(count):
+        p = directory / f"{prefix}{k}.json"
+        bir_json.save(tiled_exp_module(tiles=tiles + k), p)
+        paths.append(p)
+    return paths
+
+
+def flip_a_byte(object_dir) -> str:
+    """Damage a stored object: flip one byte in the middle of its largest data chunk."""
+    import os
+
+    chunks = []
+    for dirpath, _dirs, files in os.walk(object_dir):
+        for f in files:
+            if f != "zarr.json":
+                chunks.append(os.path.join(dirpath, f))
+    target = max(chunks, key=os.path.getsize)
+    data = bytearray(open(target, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    with open(target, "wb") as fh:
+        fh.write(bytes(data))
+    return target

@@ -1,0 +1,223 @@
+"""The content-addressed store: objects, records, integrity, concurrency, maintenance."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from cache import ObjectDamaged, ObjectMissing, Store, parse_size
+from cache import objects as objects_mod
+from cache.keys import Uncacheable, action_key, canonical, code_digest, digest
+from ir.errors import TuskError
+from ir.serial import content_hash
+from tests.passes_for_tests import flip_a_byte
+from tests.programs import tiled_exp_module
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+def test_object_round_trip_keeps_content_hash(store, family_module):
+    h = store.put(family_module)
+    assert h == content_hash(family_module)
+    back = store.load(h)
+    assert back == family_module
+    assert content_hash(back) == h
+
+
+def test_object_is_a_zarr_group_with_a_subgroup_per_function(store, tiled_module):
+    import zarr
+
+    h = store.put(tiled_module)
+    g = zarr.open_group(store.object_path(h), mode="r")
+    head = g.attrs["tusk"]
+    assert head["complete"] is True and head["hash"] == h
+    assert [e["name"] for e in head["functions"]] == [f.name for f in tiled_module.functions]
+    assert "packed" in g["f0"]
+
+
+def test_large_columns_get_arrays_of_their_own(store, monkeypatch, tiled_module):
+    monkeypatch.setattr(objects_mod, "LARGE_COLUMN", 16)
+    h = store.put(tiled_module)
+    import zarr
+
+    from ir.serial import module_to_parts
+
+    f0 = zarr.open_group(store.object_path(h), mode="r")["f0"]
+    arrays = module_to_parts(tiled_module)[1][0][0]
+    expect = sorted(k for k, a in arrays.items() if a.nbytes >= 16)
+    assert f0.attrs["tusk"]["arrays"] == expect and "operands.offset" in expect
+    assert f0["operands.offset"].dtype == np.int64
+    assert store.load(h) == tiled_module
+
+
+def test_put_twice_writes_once(store, family_module):
+    h1 = store.put(family_module)
+    h2 = store.put(family_module)
+    assert h1 == h2
+    assert store.counters.objects_written == 1
+    assert list(store.object_hashes()) == [h1]
+
+
+def test_flipped_byte_is_detected_and_the_object_removed(store, family_module):
+    h = store.put(family_module)
+    flip_a_byte(store.object_path(h))
+    with pytest.raises(ObjectDamaged):
+        store.load(h)
+    assert not store.has(h)
+    assert store.get(h) is None
+    assert h in store.counters.damaged
+
+
+def test_object_without_completion_marker_is_a_miss(store, family_module):
+    h = store.put(family_module)
+    meta = os.path.join(store.object_path(h), "zarr.json")
+    doc = json.load(open(meta))
+    doc["attributes"]["tusk"]["complete"] = False
+    json.dump(doc, open(meta, "w"))
+    assert not store.has(h)
+    with pytest.raises(ObjectDamaged):
+        store.load(h)
+    assert store.put(family_module) == h  # rewritten in place of the damaged one
+    assert store.load(h) == family_module
+
+
+def test_missing_object(store):
+    with pytest.raises(ObjectMissing):
+        store.load("ab" * 32)
+
+
+def test_action_record_whose_output_is_missing_is_a_miss(store, family_module):
+    h = store.put(family_module)
+    key = action_key({"pass": "p", "input": h})
+    store.put_action(key, {"input": h, "output": h, "stats": {"n": 1}})
+    assert store.get_action(key)["stats"] == {"n": 1}
+    store.discard(h)
+    assert store.get_action(key) is None
+
+
+def test_garbage_action_record_is_a_miss(store, family_module):
+    h = store.put(family_module)
+    key = digest("k")
+    store.put_action(key, {"output": h})
+    with open(store.action_path(key), "wb") as fh:
+        fh.write(b"{not json")
+    assert store.get_action(key) is None
+
+
+def test_reads_never_unpickle(store, family_module, monkeypatch):
+    h = store.put(family_module)
+    key = digest("x")
+    store.put_action(key, {"output": h})
+
+    def no(*a, **k):
+        raise AssertionError("pickle used by the store")
+
+    monkeypatch.setattr(pickle, "loads", no)
+    monkeypatch.setattr(pickle, "load", no)
+    assert store.load(h) == family_module
+    assert store.get_action(key)["output"] == h
+
+
+def _put_in_process(root: str, tiles: int) -> str:
+    return Store(root).put(tiled_exp_module(tiles=tiles))
+
+
+def test_processes_writing_the_same_object_all_succeed(tmp_path):
+    root = str(tmp_path / "store")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        hashes = pool.starmap(_put_in_process, [(root, 3)] * 8)
+    assert len(set(hashes)) == 1
+    store = Store(root)
+    assert list(store.object_hashes()) == hashes[:1]
+    assert store.load(hashes[0]) == tiled_exp_module(tiles=3)
+    assert store.fs.listdir(store.fs.path("tmp")) == []
+
+
+@pytest.mark.parametrize("scheme", ["file", "memory"])
+def test_store_addressed_by_url(tmp_path, scheme, family_module):
+    url = f"file://{tmp_path}/s" if scheme == "file" else f"memory://tusk-test-{os.getpid()}"
+    store = Store(url)
+    h = store.put(family_module)
+    assert store.has(h)
+    assert store.load(h) == family_module
+    key = digest("u")
+    store.put_action(key, {"output": h})
+    assert store.get_action(key)["output"] == h
+    assert store.info()["objects"] == 1
+    store.clear()
+    assert not store.has(h)
+
+
+def test_verify_reports_and_removes_damaged_objects(store, family_module, tiled_module):
+    good, bad = store.put(family_module), store.put(tiled_module)
+    store.put_action(digest("a"), {"output": bad})
+    flip_a_byte(store.object_path(bad))
+    res = store.verify()
+    assert [h for h, _ in res["damaged_objects"]] == [bad] and res["objects_ok"] == 1
+    assert store.has(bad)  # reported, not removed
+    res = store.verify(remove=True)
+    assert not os.path.exists(store.object_path(bad)) and store.has(good)
+    assert store.verify()["damaged_objects"] == [] and store.verify()["bad_records"] == []
+
+
+def test_gc_keeps_the_most_recently_used_results(store):
+    hashes = []
+    for k in range(4):
+        h = store.put(tiled_exp_module(tiles=k + 1))
+        key = digest(f"action{k}")
+        store.put_action(key, {"input": h, "output": h})
+        os.utime(store.action_path(key), (1000 + k, 1000 + k))  # action k used at time 1000+k
+        hashes.append(h)
+    store.touch_action(digest("action0"))  # used just now: the newest
+    size = [store.fs.tree_size(store.object_path(h)) for h in hashes]
+    res = store.gc(max_bytes=size[0] + size[3] + min(size[1], size[2]) - 1, grace=0)
+    kept = set(store.object_hashes())
+    assert hashes[0] in kept and hashes[3] in kept
+    assert hashes[1] not in kept and hashes[2] not in kept
+    assert res["removed_actions"] == 2 and res["bytes_after"] < res["bytes_before"]
+
+
+def test_clear_refuses_a_directory_that_is_not_a_store(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(TuskError, match="not a Tusk store"):
+        Store(tmp_path).clear()
+    assert (tmp_path / "precious.txt").exists()
+
+
+def test_clear_empties_a_store(store, family_module):
+    store.put(family_module)
+    store.clear()
+    assert store.info()["objects"] == 0
+
+
+def test_parse_size():
+    assert parse_size("500M") == 500 * 1024 ** 2
+    assert parse_size("2G") == 2 * 1024 ** 3
+    assert parse_size("1.5GB") == int(1.5 * 1024 ** 3)
+    assert parse_size("123") == 123
+    with pytest.raises(TuskError):
+        parse_size("lots")
+
+
+def test_keys_are_canonical():
+    assert canonical({"b": 1, "a": (1, 2.5)}) == b'{"a":[1,2.5],"b":1}'
+    assert action_key({"x": 1, "y": [1]}) == action_key({"y": (1,), "x": 1})
+    assert action_key({"x": 1}) != action_key({"x": 2})
+    with pytest.raises(Uncacheable):
+        canonical({"x": object()})
+
+
+def test_code_digest_follows_the_pass_source():
+    from tests.passes_for_tests import Count, Scale
+
+    assert code_digest(Scale) == code_digest(Count)  # same file
+    assert len(code_digest(Scale)) == 64

@@ -1,0 +1,243 @@
+"""The build graph, run in-process: counting real pass executions, cutoff, repair, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+import stages
+from cache import Store
+from ir.module import Module
+from ir.serial import content_hash
+from tests.passes_for_tests import TEST_REGISTRY, ExpandBirKernel, PerFunction, flip_a_byte
+from tests.programs import every_family_module, tiled_exp_module
+from workflows.graph import BuildUnit, InlineExecutor, build
+from workflows.pipeline import Entry, _labelled, resolve
+
+
+@pytest.fixture(autouse=True)
+def test_passes(monkeypatch):
+    for name, target in TEST_REGISTRY.items():
+        monkeypatch.setitem(stages.REGISTRY, name, target)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+def steps(scale=2.0, salt=0, tag="x", extra=()):
+    entries = [Entry("test_scale", {"factor": scale}), Entry("test_identity", {"salt": salt}),
+               Entry("test_count"), Entry("test_per_function", {"tag": tag}), *extra]
+    return resolve(_labelled(entries)).steps
+
+
+def two_functions(tiles=2) -> Module:
+    a = every_family_module()
+    f = tiled_exp_module(tiles=tiles).functions[0].copy()
+    f.name = "second"
+    return Module([a.functions[0], f], attributes=a.attributes)
+
+
+def units():
+    return [BuildUnit("family", every_family_module()), BuildUnit("tiled", tiled_exp_module()),
+            BuildUnit("pair", two_functions())]
+
+
+def no_cluster():
+    raise AssertionError("a cluster was started although every action was cached")
+
+
+LABELS = ["test_scale", "test_identity", "test_count", "test_per_function"]
+
+
+def test_cold_build_runs_every_pass_of_every_unit(store):
+    rep = build(units(), steps(), store)
+    assert sorted(rep.executions()) == sorted((u, s) for u in ("family", "tiled", "pair") for s in LABELS)
+    assert all(u.ok for u in rep.units)
+    final = store.load(rep.unit("family").final)
+    assert final.attributes["test_scale"] == 2.0 and final.attributes["test_count"] == final.n_insts()
+
+
+def test_noop_rebuild_executes_nothing_and_starts_no_cluster(store):
+    first = build(units(), steps(), store)
+    rep = build(units(), steps(), store, executor=no_cluster)
+    assert rep.executions() == [] and rep.n_cached == 12
+    assert not rep.cluster_started
+    assert [u.final for u in rep.units] == [u.final for u in first.units]
+
+
+def test_changed_option_reruns_that_pass_and_its_successors_only(store):
+    build(units(), steps(), store)
+    rep = build(units(), steps(tag="y"), store)  # the last pass
+    assert sorted(rep.executions()) == sorted((u, "test_per_function") for u in ("family", "tiled", "pair"))
+    rep = build(units(), steps(scale=3.0, tag="y"), store)  # the first pass
+    assert sorted(rep.executions()) == sorted((u, s) for u in ("family", "tiled", "pair") for s in LABELS)
+
+
+def test_pass_with_unchanged_output_cuts_off_its_successors(store):
+    build(units(), steps(), store)
+    rep = build(units(), steps(salt=7), store)
+    assert sorted(rep.executions()) == sorted((u, "test_identity") for u in ("family", "tiled", "pair"))
+    ident = rep.unit("tiled").steps[1]
+    assert ident.status == "executed" and ident.input == ident.output
+    assert [s.status for s in rep.unit("tiled").steps[2:]] == ["cached", "cached"]
+
+
+def test_changed_input_rebuilds_only_that_unit(store):
+    build(units(), steps(), store)
+    changed = [BuildUnit("family", every_family_module()), BuildUnit("tiled", tiled_exp_module(tiles=5)),
+               BuildUnit("pair", two_functions())]
+    rep = build(changed, steps(), store)
+    assert sorted(rep.executions()) == sorted(("tiled", s) for s in LABELS)
+
+
+def test_kernel_file_digest_is_part_of_the_first_key(store):
+    u = lambda d: [BuildUnit("k", tiled_exp_module(), files={"/k.json": d})]  # noqa: E731
+    first = build(u("aa"), steps(), store)
+    prev = {"k": {s.label: s.key_parts for s in first.unit("k").steps}}
+    rep = build(u("bb"), steps(), store, previous=prev)
+    assert rep.unit("k").steps[0].reason == "kernel file changed"
+    # the host module did not change, so the re-run pass gives the same output: the rest is cut off
+    assert rep.executions() == [("k", "test_scale")]
+
+
+def test_splittable_pass_runs_one_task_per_part_and_matches_the_serial_run(store):
+    rep = build([BuildUnit("pair", two_functions())], steps(), store)
+    split = rep.unit("pair").steps[3]
+    assert split.parts_total == 2 and split.parts_executed == 2
+    before = store.load(split.input)
+    serial, _ = PerFunction().run(before, PerFunction.Options(tag="x"))
+    assert content_hash(serial) == split.output
+
+
+def test_only_the_changed_part_of_a_split_pass_reruns(store):
+    build([BuildUnit("pair", two_functions(tiles=2))], steps(), store)
+    rep = build([BuildUnit("pair", two_functions(tiles=3))], steps(), store)
+    split = rep.unit("pair").steps[3]
+    assert split.status == "executed" and (split.parts_total, split.parts_executed) == (2, 1)
+
+
+def test_same_action_in_two_units_runs_once(store):
+    rep = build([BuildUnit("a", tiled_exp_module()), BuildUnit("b", tiled_exp_module())], steps(), store)
+    assert len(rep.executions()) == 4  # one unit ran them, the other waited on the same tasks
+    assert rep.unit("a").final == rep.unit("b").final
+
+
+def test_damaged_final_object_is_detected_and_rebuilt(store):
+    first = build(units(), steps(), store)
+    final = first.unit("tiled").final
+    flip_a_byte(store.object_path(final))
+    loaded = {}
+
+    def read_it(u, h):
+        loaded[u.unit.name] = store.load(h)  # a damaged object raises: the build recomputes it
+
+    rep = build(units(), steps(), store, on_final=read_it)
+    assert rep.executions() == [("tiled", "test_per_function")]
+    assert rep.unit("tiled").final == final and rep.unit("tiled").repairs == 1
+    assert content_hash(loaded["tiled"]) == final
+
+
+def test_damaged_final_object_found_while_writing_outputs_is_rebuilt(store, tmp_path):
+    from ir import bir_json
+
+    first = build(units(), steps(), store)
+    final = first.unit("family").final
+    flip_a_byte(store.object_path(final))
+    paths = {}
+
+    def outputs(u, h):
+        paths[u.unit.name] = tmp_path / f"{u.unit.name}.bir.json"
+        return [(h, paths[u.unit.name])]
+
+    rep = build(units(), steps(), store, on_final=outputs)
+    assert rep.executions() == [("family", "test_per_function")] and rep.unit("family").repairs == 1
+    assert bir_json.load(paths["family"]) == store.load(final)
+
+
+def test_damaged_intermediate_object_is_rebuilt_when_needed(store):
+    first = build(units(), steps(), store)
+    middle = first.unit("tiled").steps[2].output  # test_count's output, test_per_function's input
+    flip_a_byte(store.object_path(middle))
+    rep = build(units(), steps(tag="z"), store)
+    tiled = [s for u, s in rep.executions() if u == "tiled"]
+    assert tiled == ["test_count", "test_per_function"]
+    assert rep.unit("tiled").ok and store.load(middle) is not None
+
+
+def test_missing_host_object_is_put_back(store):
+    first = build(units(), steps(), store)
+    store.discard(first.unit("family").steps[0].input)
+    rep = build(units(), steps(tag="q"), store)
+    assert rep.unit("family").ok
+
+
+def test_a_failing_pass_fails_its_unit_and_the_others_complete(store):
+    fail = resolve(_labelled([Entry("test_scale"), Entry("test_fail", {"when": "second"}), Entry("test_count")]))
+    rep = build(units(), fail.steps, store)
+    bad = rep.unit("pair")
+    assert not bad.ok and "refusing" in bad.error
+    assert [s.status for s in bad.steps] == ["executed", "failed"]
+    assert rep.unit("family").ok and rep.unit("tiled").ok
+    assert ("family", "test_count") in rep.executions()
+
+
+def test_action_records_hold_stats_and_timings(store):
+    rep = build([BuildUnit("t", tiled_exp_module())], steps(), store)
+    step = rep.unit("t").steps[2]
+    rec = store.get_action(step.key)
+    assert rec["stats"] == {"instructions": tiled_exp_module().n_insts()}
+    assert rec["seconds"] >= 0 and rec["input"] == step.input and rec["output"] == step.output
+    assert rec["parts"]["options"] == {} and rec["pass"] == "test_count"
+
+
+def test_reasons_say_why_a_pass_ran(store):
+    first = build(units(), steps(), store)
+    prev = {u.unit.name: {s.label: s.key_parts for s in u.steps} for u in first.units}
+    rep = build(units(), steps(scale=5.0), store, previous=prev)
+    reasons = [s.reason for s in rep.unit("family").steps]
+    assert reasons[0] == "options changed" and reasons[1] == "input changed"
+
+
+def test_memory_store_with_inline_executor(family_module):
+    store = Store("memory://tusk-build-test")
+    rep = build([BuildUnit("f", family_module)], steps(), store, executor=InlineExecutor)
+    assert rep.unit("f").ok and len(rep.executions()) == 4
+    store.clear()
+
+
+def test_expand_stand_in_reads_the_kernel_file(tmp_path, store):
+    from ir import bir_json
+    from workflows.kernels import discover, host_module
+
+    d = tmp_path / "k"
+    d.mkdir()
+    bir_json.save(tiled_exp_module(tiles=3), d / "t.json")
+    k = discover(d)[0][0]
+    out, stats = ExpandBirKernel().run(host_module(k, 0, str(tmp_path / "o")), None)
+    assert stats == {"expanded": 1} and out.functions[0].n_insts == tiled_exp_module(tiles=3).n_insts()
+
+
+def test_a_worker_with_other_pass_code_refuses_to_run(store):
+    from dataclasses import replace
+
+    step = replace(steps()[0], code="0" * 64)
+    rep = build([BuildUnit("t", tiled_exp_module())], [step], store)
+    assert not rep.unit("t").ok and "different version of pass test_scale" in rep.unit("t").error
+
+
+def test_a_deterministic_failure_is_cached_and_reported_again(store):
+    fail = resolve(_labelled([Entry("test_scale"), Entry("test_fail", {"when": "second"}), Entry("test_count")]))
+    first = build(units(), fail.steps, store)
+    rep = build(units(), fail.steps, store, executor=no_cluster)
+    assert rep.executions() == [] and not rep.cluster_started
+    bad = rep.unit("pair")
+    assert bad.error == first.unit("pair").error and bad.steps[-1].reason.startswith("cached failure: ")
+
+
+def test_an_unexpected_exception_is_not_cached(store):
+    fail = resolve(_labelled([Entry("test_fail", {"when": "second", "internal": True})]))
+    first = build(units(), fail.steps, store)
+    assert "RuntimeError" in first.unit("pair").error and first.unit("family").ok
+    rep = build(units(), fail.steps, store)
+    assert not rep.unit("pair").ok and not rep.unit("pair").steps[-1].reason.startswith("cached")

@@ -1,0 +1,472 @@
+"""`tusk compile`: kernels of a directory through the pipeline, results into OUT.
+
+Per kernel, ``OUT/<kernel>/`` receives
+
+* ``<kernel>.bir.json`` (``<kernel>.core<k>.bir.json`` for each core of an
+  LNC kernel): the final module, written with ``ir.bir_json.save``;
+* the staged artifacts: a copy of the kernel file and of the files it
+  references (as the backend stages them into its artifact directory),
+  and with ``--stages`` every pass's output as ``stages/NN-<pass>.bir.json``;
+* ``stats.json``: the build record (per step: cached or executed and why,
+  key parts, hashes, instruction counts, pass statistics, seconds).
+
+The directory is assembled aside (``OUT/.tusk-staging-*``) and moved into
+place only when every core of the kernel succeeded, so a failed kernel
+leaves nothing half-written (and no stale result of an earlier build).  A
+kernel whose final hashes and input files match its existing
+``stats.json`` is not rewritten (only its stats record is refreshed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ir.errors import TuskError
+from workflows import config as config_mod
+from workflows.graph import BuildReport, BuildUnit, UnitReport, build, local_cluster_executor, scheduler_executor
+from workflows.kernels import Kernel, Skipped, artifact_dir, discover, file_digests, host_module, output_name
+from workflows.pipeline import ROTATION_PASSES, UNROLL_PASSES, apply_sets, default_pipeline, load_pipeline, resolve
+
+STATS_FILE = "stats.json"
+STATS_FORMAT = 1
+STAGING_PREFIX = ".tusk-staging-"
+OLD_PREFIX = ".tusk-old-"
+
+
+@dataclass
+class CompileRequest:
+    directory: Path
+    out: Path
+    workers: int | None = None
+    scheduler: str | None = None
+    dashboard: bool = False
+    cache_dir: str | None = None
+    no_cache: bool = False
+    core_id: int | None = None
+    sets: list[str] = field(default_factory=list)
+    pipeline: Path | None = None
+    stages: bool = False
+    verify: bool | None = None
+
+
+@dataclass
+class KernelResult:
+    kernel: Kernel
+    units: list[UnitReport] = field(default_factory=list)
+    error: str | None = None
+    written: bool = False        # False: output was already up to date
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class CompileResult:
+    kernels: list[KernelResult]
+    skipped: list[Skipped]
+    report: BuildReport | None
+    unavailable: list[tuple[str, str]]
+    pipeline: list[str]
+    store: str
+    out: Path
+    seconds: float
+    dashboard: str | None = None
+
+    @property
+    def failed(self) -> list[KernelResult]:
+        return [k for k in self.kernels if not k.ok]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "store": self.store, "seconds": self.seconds,
+            "cluster_started": bool(self.report and self.report.cluster_started),
+            "executor": self.report.executor if self.report else "none",
+            "executed": self.report.n_executed if self.report else 0,
+            "cached": self.report.n_cached if self.report else 0,
+            "pipeline": self.pipeline,
+            "not_available": [{"step": label, "reason": why} for label, why in self.unavailable],
+            "kernels": [k.stats or {"kernel": k.kernel.name, "source": str(k.kernel.path), "error": k.error}
+                        for k in self.kernels],
+            "failed": [{"kernel": k.kernel.name, "error": k.error} for k in self.failed],
+            "skipped": [{"path": str(s.path), "reason": s.reason} for s in self.skipped],
+        }
+
+
+# ====================================================================== driver
+
+
+def compile_directory(req: CompileRequest, *, executor: Any = None,
+                      progress: Callable[[str, UnitReport, str], None] | None = None,
+                      on_start: Callable[[int, int], None] | None = None,
+                      on_executor: Callable[[Any], None] | None = None,
+                      on_pipeline: Callable[[Any], None] | None = None) -> CompileResult:
+    """Compile every kernel of ``req.directory`` into ``req.out`` (see the module docstring).
+
+    ``executor`` overrides how tasks run (a factory or an executor; tests
+    pass an in-process one or a client of their own cluster).
+    ``on_start(n_units, n_steps)`` is called before the build, ``progress`` per
+    resolved step, ``on_executor`` when a cluster is started, ``on_pipeline``
+    with the resolved pipeline before anything is built.
+    """
+    from cache.store import Store
+
+    t0 = time.perf_counter()
+    cfg = config_mod.load({"cache_dir": req.cache_dir, "workers": req.workers, "scheduler": req.scheduler,
+                           "verify": req.verify})
+    entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
+    apply_sets(entries, req.sets)
+    resolved = resolve(entries)
+    if on_pipeline:
+        on_pipeline(resolved)
+    out = Path(req.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    _clean_leftovers(out)
+
+    scratch = None
+    if req.no_cache:
+        scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
+        store = Store(scratch)
+    else:
+        store = Store(cfg.cache_dir)
+    try:
+        kernels, skipped = discover(Path(req.directory), store)
+        results = {k.name: KernelResult(k) for k in kernels}
+        units: list[BuildUnit] = []
+        for k in kernels:
+            if k.error:
+                results[k.name].error = k.error
+                continue
+            try:
+                units.extend(_units(k, out, req.core_id, cfg))
+            except TuskError as e:
+                results[k.name].error = str(e)
+        previous = {u.name: _previous_parts(out, u) for u in units}
+        writer = _Writer(out, store, resolved.steps, req.stages,
+                         existed={k.name for k in kernels if (out / k.name).exists()})
+        if on_start:
+            on_start(len(units), len(resolved.steps))
+
+        if executor is None and store.url.startswith("memory://"):
+            from workflows.graph import InlineExecutor
+
+            executor = InlineExecutor  # a memory:// store lives in this process only
+        if executor is None:
+            if cfg.scheduler:
+                executor = lambda: scheduler_executor(cfg.scheduler)  # noqa: E731
+            elif cfg.workers and cfg.workers > 0:
+                # worker scratch space inside the store (local stores): nothing written elsewhere
+                scratch_dir = store.fs.path("dask-scratch") if "://" not in store.url else None
+                executor = lambda: local_cluster_executor(cfg.workers, req.dashboard, scratch_dir)  # noqa: E731
+        dashboard: list[str] = []
+
+        def _on_executor(ex: Any) -> None:
+            link = getattr(ex, "dashboard_link", None)
+            if link and (req.dashboard or cfg.scheduler):
+                dashboard.append(link)
+            if on_executor:
+                on_executor(ex)
+
+        report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
+                       verify=bool(cfg.verify), previous=previous, on_final=writer.on_final, progress=progress,
+                       on_executor=_on_executor)
+        report.unavailable = resolved.unavailable
+        for u in report.units:
+            results[u.unit.kernel].units.append(u)
+        for kr in results.values():
+            if kr.error is None:
+                try:
+                    writer.finish_kernel(kr, resolved)
+                except (OSError, TuskError) as e:
+                    kr.error = f"{kr.kernel.path}: writing the outputs failed: {e}"
+            else:
+                writer.remove(kr.kernel.name)  # no stale result of an earlier build
+        return CompileResult(list(results.values()), skipped, report, resolved.unavailable,
+                             [s.spec for s in resolved.steps], store.url, out, time.perf_counter() - t0,
+                             dashboard[0] if dashboard else None)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _units(k: Kernel, out: Path, core_id: int | None, cfg) -> list[BuildUnit]:
+    files = file_digests(k)
+    if k.fmt == "host":
+        def reload(k=k):
+            from ir import bir_json
+
+            return bir_json.load(k.path)
+
+        return [BuildUnit(k.name, k.host, host_hash=k.host_hash, files=files, kernel=k.name, core=None,
+                          source=str(k.path), data={"output": output_name(k, None)}, reload=reload)]
+    cores = [core_id] if core_id is not None else list(range(k.ncores))
+    units = []
+    for c in cores:
+        module = host_module(k, c, artifact_dir(out, k), arch=cfg.arch, instruction_limit=cfg.instruction_limit)
+        name = k.name if k.ncores == 1 and core_id is None else f"{k.name}[{c}]"
+        units.append(BuildUnit(name, module, files=files, kernel=k.name, core=c, source=str(k.path),
+                               data={"output": output_name(k, c)}))
+    return units
+
+
+# ====================================================================== outputs
+
+
+def _read_stats(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("tusk_stats") == STATS_FORMAT else None
+
+
+def _previous_parts(out: Path, unit: BuildUnit) -> dict[str, dict]:
+    data = _read_stats(out / unit.kernel / STATS_FILE) or {}
+    for u in data.get("units", []):
+        if u.get("unit") == unit.name:
+            return {s["label"]: s.get("key_parts", {}) for s in u.get("steps", [])}
+    return {}
+
+
+class _Writer:
+    """Has each unit's final module written aside as it completes; moves whole kernel directories in place."""
+
+    def __init__(self, out: Path, store, steps, stages: bool, existed: set[str] = frozenset()):
+        self.out = out
+        self.store = store
+        self.steps = steps
+        self.stages = stages
+        self.existed = set(existed)   # kernel directories that were there before this build
+        self.started = time.time()
+        self.staging: dict[str, Path] = {}
+        self.up_to_date: dict[str, bool] = {}
+
+    def remove(self, kernel: str) -> None:
+        """Remove a failed kernel's directory: an earlier result, or what passes staged there now."""
+        dest = self.out / kernel
+        if kernel not in self.existed or (dest / STATS_FILE).is_file():
+            _remove_dir(dest)
+
+    def _staging(self, kernel: str) -> Path:
+        p = self.staging.get(kernel)
+        if p is None:
+            p = self.out / f"{STAGING_PREFIX}{kernel}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            p.mkdir()
+            self.staging[kernel] = p
+        return p
+
+    def _is_up_to_date(self, ur: UnitReport, final: str) -> bool:
+        unit = ur.unit
+        data = _read_stats(self.out / unit.kernel / STATS_FILE)
+        if not data or data.get("files") != unit.files or data.get("stages") != self.stages:
+            return False
+        for u in data.get("units", []):
+            if u.get("unit") == unit.name:
+                return u.get("final") == final and (self.out / unit.kernel / unit.data["output"]).is_file()
+        return False
+
+    def on_final(self, ur: UnitReport, final: str) -> list[tuple[str, Path]] | None:
+        """Called by the build when a unit's chain is complete: the BIR-JSON files to write.
+
+        The build writes them (on a worker when a cluster runs) into the
+        kernel's staging directory; nothing when the output is up to date.
+        """
+        unit = ur.unit
+        if self._is_up_to_date(ur, final):
+            self.up_to_date[unit.name] = True
+            return None
+        self.up_to_date[unit.name] = False
+        staging = self._staging(unit.kernel)
+        items: list[tuple[str, Path]] = [(final, staging / unit.data["output"])]
+        if self.stages:
+            d = staging / "stages" / (unit.name.replace("[", "_").replace("]", ""))
+            d.mkdir(parents=True, exist_ok=True)
+            for n, s in enumerate(ur.steps, 1):
+                items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json"))
+        return items
+
+    def finish_kernel(self, kr: KernelResult, resolved) -> None:
+        k = kr.kernel
+        failed = [u for u in kr.units if not u.ok]
+        staging = self.staging.pop(k.name, None)
+        dest = self.out / k.name
+        kr.stats = _kernel_stats(kr, resolved, self.stages)
+        if failed or not kr.units:
+            kr.error = "; ".join(dict.fromkeys(_message(u) for u in failed)) or "nothing was built"
+            kr.stats["error"] = kr.error
+            if staging:
+                shutil.rmtree(staging, ignore_errors=True)
+            self.remove(k.name)  # nothing half-written, no stale result of an earlier build either
+            return
+        data = json.dumps(kr.stats, indent=1, sort_keys=True, default=str).encode()
+        if staging is None:  # every unit up to date: refresh the record only
+            _write_atomic(dest / STATS_FILE, data)
+            return
+        for u in kr.units:
+            if self.up_to_date.get(u.unit.name):
+                try:
+                    shutil.copy2(dest / u.unit.data["output"], staging / u.unit.data["output"])
+                except OSError:  # moved away meanwhile (a concurrent build): write it again
+                    from ir import bir_json
+
+                    bir_json.save(self.store.load(u.final), staging / u.unit.data["output"])
+        self._stage_artifacts(kr, staging, dest)
+        (staging / STATS_FILE).write_bytes(data)
+        _swap_dir(staging, dest)
+        kr.written = True
+
+
+    def _stage_artifacts(self, kr: KernelResult, staging: Path, dest: Path) -> None:
+        """The artifact directory's other files: the kernel, its const files, what passes staged.
+
+        The backend's translate stage copies the kernel file and its const
+        files into the artifact directory (``OUT/<kernel>``); a cached build
+        does not run it, so they are staged here from the kernel's directory
+        (const paths as the final modules name them), and any file a pass
+        wrote into the artifact directory during this build is carried over.
+        """
+        k = kr.kernel
+        wanted: dict[str, Path] = {k.path.name: k.path}
+        for u in kr.units:
+            for rel in u.outputs.get("consts", []):
+                if os.path.isabs(rel) or ".." in Path(rel).parts:
+                    continue  # an absolute const path is used where it is
+                for src in (k.path.parent / rel, dest / rel):
+                    if src.is_file():
+                        wanted[rel] = src
+                        break
+        own = {STATS_FILE, *(u.unit.data["output"] for u in kr.units)}
+        if dest.is_dir():
+            for src in dest.rglob("*"):
+                rel = src.relative_to(dest).as_posix()
+                if src.is_file() and rel not in own and not rel.startswith("stages/") and rel not in wanted:
+                    try:
+                        if src.stat().st_mtime >= self.started - 1:
+                            wanted[rel] = src
+                    except OSError:
+                        pass
+        for rel, src in wanted.items():
+            target = staging / rel
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copy2(src, target)
+            except OSError:
+                pass  # vanished meanwhile; the final module still names it
+
+
+def _message(u: UnitReport) -> str:
+    """The unit's error, naming the kernel file and the pass (unless the message already does)."""
+    msg = u.error or "failed"
+    failed = next((s for s in u.steps if s.status == "failed"), None)
+    if failed is not None and not msg.startswith((f"{failed.label}:", f"{failed.name}:")):
+        msg = f"{failed.label}: {msg}"
+    src = u.unit.source
+    if src and src not in msg:
+        msg = f"{src}: {msg}"
+    if failed is not None and failed.reason.startswith("cached failure"):
+        msg += " [recorded failure: reruns when the kernel, its files, the options or the pass change]"
+    return msg
+
+
+def _kernel_stats(kr: KernelResult, resolved, stages: bool) -> dict[str, Any]:
+    k = kr.kernel
+    units = []
+    for u in kr.units:
+        units.append({
+            "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
+            "final": u.final, "seconds": u.seconds, "repairs": u.repairs,
+            "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
+            "steps": [s.to_json() for s in u.steps],
+        })
+    return {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.path), "source_sha256": k.digest,
+            "format": k.fmt, "cores": k.ncores, "files": file_digests(k), "stages": stages,
+            "pipeline": [s.spec for s in resolved.steps],
+            "not_available": [label for label, _ in resolved.unavailable], "units": units}
+
+
+def summarize(u: UnitReport) -> dict[str, Any]:
+    """The summary-table figures of one unit; None where the pipeline has no such stat."""
+    unroll = [s for s in u.steps if s.name in UNROLL_PASSES]
+    rot = [s for s in u.steps if s.name in ROTATION_PASSES]
+    rotations = None
+    for s in rot:
+        for key in ("rotations", "rotated", "n_rotated", "num_rotated"):
+            if isinstance(s.stats.get(key), (int, float)):
+                rotations = (rotations or 0) + s.stats[key]
+                break
+    before = next((s.stats.get("makespan_before") for s in rot if "makespan_before" in s.stats), None)
+    after = next((s.stats.get("makespan_after") for s in reversed(rot) if "makespan_after" in s.stats), None)
+    return {
+        "insts_before_unroll": unroll[0].insts_in if unroll else None,
+        "insts_after_unroll": unroll[-1].insts_out if unroll else None,
+        "rotations": rotations, "makespan_before": before, "makespan_after": after,
+        "cache_hits": len(u.cached), "steps": len(u.steps), "seconds": u.seconds,
+        "pass_seconds": sum(s.seconds for s in u.steps if s.status == "executed"),
+    }
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _remove_dir(p: Path) -> None:
+    if p.exists():
+        old = p.with_name(f"{OLD_PREFIX}{p.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(p, old)
+        except OSError:
+            old = p
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_dir(staging: Path, dest: Path) -> None:
+    """Put ``staging`` in place of ``dest`` (another build may be swapping the same kernel)."""
+    for _ in range(20):
+        old = None
+        if dest.exists():
+            old = dest.with_name(f"{OLD_PREFIX}{dest.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(dest, old)
+            except FileNotFoundError:
+                old = None  # the other build moved it first
+        try:
+            os.rename(staging, dest)
+        except OSError:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            continue  # someone put a new dest in between: move it aside again
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    shutil.rmtree(staging, ignore_errors=True)
+    raise TuskError(f"could not move the output of {dest.name} into place (concurrent writers?)")
+
+
+def _clean_leftovers(out: Path, age: float = 3600.0) -> None:
+    """Remove staging directories of builds that died more than ``age`` seconds ago."""
+    now = time.time()
+    for p in out.iterdir():
+        if p.name.startswith((STAGING_PREFIX, OLD_PREFIX, ".tusk-nocache-")) and p.is_dir():
+            try:
+                if now - p.stat().st_mtime > age:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass

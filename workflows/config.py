@@ -1,0 +1,98 @@
+"""Every setting of the build, read in one place.
+
+Each setting names its environment variable, its default and whether it
+can change what a build *produces*.  Only the settings marked
+``affects_output`` enter cache keys (:func:`output_key`); the others (where
+the cache lives, how many workers) change how fast a build is, never its
+result, so a cache stays valid when they change.  Command-line options
+override the environment, which overrides the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    default: Callable[[], Any]
+    affects_output: bool
+    parse: Callable[[str], Any] = str
+    help: str = ""
+
+
+def _user_cache_dir() -> Path:
+    """The platform's per-user cache directory, plus ``tusk``."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "tusk" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "tusk"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tusk"
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text.strip().lower() in ("", "none") else int(text)
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("cache_dir", "TUSK_CACHE_DIR", lambda: str(_user_cache_dir()), False,
+            help="store root: a directory or an fsspec URL"),
+    Setting("workers", "TUSK_WORKERS", lambda: max(1, os.cpu_count() or 1), False, int,
+            help="local worker processes (0: run in this process, no cluster)"),
+    Setting("scheduler", "TUSK_SCHEDULER", lambda: None, False,
+            help="address of an existing Dask scheduler"),
+    Setting("verify", "TUSK_VERIFY", lambda: False, False, _bool,
+            help="run ir.verify after every pass (errors only; output unchanged)"),
+    Setting("arch", "TUSK_ARCH", lambda: "gen3", True,
+            help="target architecture of host modules"),
+    Setting("instruction_limit", "TUSK_INSTRUCTION_LIMIT", lambda: None, True, _int_or_none,
+            help="post-unroll instruction budget (module attribute max_instruction_limit)"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved settings; build with :func:`load`."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def with_(self, **changes: Any) -> "Config":
+        return replace(self, values={**self.values, **changes})
+
+
+def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Defaults, then the environment, then ``overrides`` (None values in overrides are ignored)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw = env.get(s.env)
+        values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
+    for k, v in (overrides or {}).items():
+        if k not in BY_NAME:
+            raise KeyError(f"unknown setting {k!r}")
+        if v is not None:
+            values[k] = v
+    return Config(values)
+
+
+def output_key(config: Config) -> dict[str, Any]:
+    """The settings that can change a build's result: the ``env`` part of every action key."""
+    return {s.name: config.values[s.name] for s in SETTINGS if s.affects_output}

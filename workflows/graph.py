@@ -1,0 +1,623 @@
+"""The build graph: every (kernel, pass) a Dask task keyed by its action, run only when needed.
+
+How a build proceeds (:func:`build`):
+
+1. Each build unit (a kernel compiled for one logical core) starts as a host
+   module, put into the store.  Its hash is the input of the first step.
+2. The client walks each unit's chain through the action records: the key
+   of step *i* is the digest of (pass name, version, code digest, options,
+   content hash of step *i*'s input, and for the first step the digests of
+   the kernel files, plus the settings that affect output).  While records
+   hit, the client just follows their output hashes.  **If every chain
+   resolves, no cluster is started at all.**
+3. The first miss of a chain becomes a Dask task whose key starts with the
+   pass name (``unroll-<digest>``; the dashboard's task stream colours tasks
+   by that prefix).  When it finishes, the client resumes walking the chain
+   from its output hash -- so a pass that re-ran but produced the same
+   bytes as before hits the next record: **early cutoff** falls out of
+   keying on content.
+4. A pass that can split becomes a split task, one task per part (each
+   part cached on its own content hash) and a merge task.
+5. A failing pass ends its unit with an error record; the others carry on.
+   A task whose input object turns out missing or damaged makes the client
+   drop the record that produced it and run that step again.
+
+Tasks run on a lazily created executor: a ``distributed`` cluster (local
+processes or an existing scheduler) or, for ``workers=0`` and tests, the
+calling process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from cache.keys import Uncacheable, action_key
+from cache.objects import ObjectDamaged
+from cache.store import ObjectMissing, Store
+from ir.errors import TuskError
+from ir.module import Module
+from workflows import tasks
+from workflows.pipeline import Step
+
+MAX_REPAIRS = 8
+
+
+# ====================================================================== data
+
+
+@dataclass
+class BuildUnit:
+    """One compilation: a host module (one kernel, one logical core) through the pipeline."""
+
+    name: str                       # unique in a build: "kernel" or "kernel[core]"
+    module: Module | None           # the host module (None when only its hash is known)
+    host_hash: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of files the kernel reads
+    kernel: str = ""                # output directory name
+    core: int | None = None
+    source: str = ""                # the kernel file (for messages)
+    data: dict[str, Any] = field(default_factory=dict)   # free use by the caller
+    reload: Callable[[], Module] | None = None          # rebuilds the host module if the store lost it
+
+
+@dataclass
+class StepResult:
+    label: str
+    name: str
+    status: str                     # "cached" | "executed" | "failed"
+    key: str = ""
+    input: str = ""
+    output: str = ""
+    seconds: float = 0.0            # time the pass took when it ran (also for cached results)
+    stats: dict[str, Any] = field(default_factory=dict)
+    insts_in: int | None = None
+    insts_out: int | None = None
+    parts_total: int = 0
+    parts_executed: int = 0
+    reason: str = ""                # why it ran (executed steps)
+    key_parts: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class UnitReport:
+    unit: BuildUnit
+    steps: list[StepResult] = field(default_factory=list)
+    final: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    repairs: int = 0
+    outputs: dict[str, Any] = field(default_factory=dict)  # what writing the outputs reported
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.final is not None
+
+    @property
+    def executed(self) -> list[str]:
+        return [s.label for s in self.steps if s.status == "executed"]
+
+    @property
+    def cached(self) -> list[str]:
+        return [s.label for s in self.steps if s.status == "cached"]
+
+
+@dataclass
+class BuildReport:
+    units: list[UnitReport]
+    cluster_started: bool = False
+    executor: str = ""
+    seconds: float = 0.0
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+
+    def unit(self, name: str) -> UnitReport:
+        for u in self.units:
+            if u.unit.name == name:
+                return u
+        raise KeyError(name)
+
+    def executions(self) -> list[tuple[str, str]]:
+        """(unit, step label) of every pass that really ran in this build."""
+        return [(u.unit.name, s.label) for u in self.units for s in u.steps if s.status == "executed"]
+
+    @property
+    def n_executed(self) -> int:
+        return len(self.executions())
+
+    @property
+    def n_cached(self) -> int:
+        return sum(len(u.cached) for u in self.units)
+
+    @property
+    def failed(self) -> list[UnitReport]:
+        return [u for u in self.units if not u.ok]
+
+
+# ====================================================================== executors
+
+
+class InlineExecutor:
+    """Runs tasks in this process, one at a time, in submission order (tests, ``--workers 0``)."""
+
+    description = "in-process"
+    is_cluster = False
+    dashboard_link = None
+
+    def __init__(self) -> None:
+        self._queue: deque = deque()
+
+    def submit(self, key: str, fn: Callable, *args: Any) -> None:
+        self._queue.append((key, fn, args))
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def next(self) -> tuple[str, dict]:
+        key, fn, args = self._queue.popleft()
+        return key, fn(*args)
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class DaskExecutor:
+    """Submits tasks to a ``distributed`` client and hands back results as they complete."""
+
+    is_cluster = True
+
+    def __init__(self, client, cluster=None, description: str = "", retries: int = 1):
+        from distributed import as_completed
+
+        self.client = client
+        self.cluster = cluster
+        self.description = description or f"dask {client.scheduler.address}"
+        self.retries = retries
+        self._ac = as_completed()
+        self._futures: dict[str, Any] = {}
+        self.owns_client = True
+
+    @property
+    def dashboard_link(self) -> str | None:
+        try:
+            return self.client.dashboard_link
+        except Exception:  # noqa: BLE001
+            return None
+
+    def submit(self, key: str, fn: Callable, *args: Any) -> None:
+        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries)
+        self._futures[key] = fut
+        self._ac.add(fut)
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def next(self) -> tuple[str, dict]:
+        fut = next(self._ac)
+        key = fut.key
+        try:
+            result = fut.result()
+        except Exception as e:  # noqa: BLE001 - a lost task is this unit's failure, not the build's
+            result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}"}
+        self._futures.pop(key, None)
+        fut.release()
+        return key, result
+
+    def close(self) -> None:
+        self._futures.clear()
+        if self.owns_client:
+            try:
+                self.client.close()
+            finally:
+                if self.cluster is not None:
+                    self.cluster.close()
+
+
+def local_cluster_executor(workers: int, dashboard: bool = False, local_directory: str | None = None
+                           ) -> DaskExecutor:
+    """A ``LocalCluster`` of ``workers`` single-threaded processes (real parallelism past the GIL).
+
+    The scheduler serves its dashboard (when bokeh is installed) on a free
+    port whatever ``dashboard`` says; ``tusk compile --dashboard`` only
+    decides whether the link is printed.  ``local_directory`` is where
+    workers keep their scratch space (default: Dask's, under the system
+    temporary directory).
+    """
+    from distributed import Client, LocalCluster
+
+    extra = {"local_directory": local_directory} if local_directory else {}
+    # ":0" either way: the scheduler's HTTP server binds a free port instead of fighting over 8787
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                           **extra)
+    client = Client(cluster)
+    return DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
+
+
+def scheduler_executor(address: str) -> DaskExecutor:
+    """An executor on an existing ``distributed`` scheduler."""
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=30)
+    except OSError as e:
+        raise TuskError(f"cannot connect to the Dask scheduler at {address}: {e}") from None
+    return DaskExecutor(client, None, f"scheduler {address}")
+
+
+def client_executor(client) -> DaskExecutor:
+    """An executor on a client the caller owns (it is not closed by the build)."""
+    ex = DaskExecutor(client, None, f"client of {client.scheduler.address}")
+    ex.owns_client = False
+    return ex
+
+
+# ====================================================================== the build
+
+
+@dataclass
+class _Split:
+    parts: list[str]
+    seconds: float
+    insts_in: int | None
+    outputs: dict[int, tuple[str, dict]] = field(default_factory=dict)
+    executed: int = 0
+    part_seconds: float = 0.0
+
+
+@dataclass
+class _State:
+    report: UnitReport
+    hashes: list[str]
+    keys: list[str] = field(default_factory=list)
+    parts: list[dict] = field(default_factory=list)
+    i: int = 0
+    started: float = 0.0
+    split: _Split | None = None
+    done: bool = False
+    gen: int = 0          # bumped when in-flight results of this unit become stale
+    emitting: list | None = None
+
+
+class Build:
+    """One build; see :func:`build`."""
+
+    def __init__(self, store: Store, steps: list[Step], *, env: dict[str, Any] | None = None,
+                 executor: Callable[[], Any] | Any | None = None, verify: bool = False,
+                 previous: dict[str, dict[str, dict]] | None = None,
+                 on_final: Callable[[UnitReport, str], list | None] | None = None,
+                 progress: Callable[[str, UnitReport, str], None] | None = None,
+                 on_executor: Callable[[Any], None] | None = None):
+        self.store = store
+        self.steps = steps
+        self.env = env or {}
+        self._executor_factory = executor if callable(executor) or executor is None else (lambda: executor)
+        self.executor = None
+        self.verify = verify
+        self.previous = previous or {}
+        self.on_final = on_final
+        self.progress = progress or (lambda event, unit, label: None)
+        self.on_executor = on_executor
+        self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
+
+    # ------------------------------------------------------------ keys
+    def _key(self, st: _State, i: int) -> tuple[str, dict]:
+        step = self.steps[i]
+        parts = {**step.key_parts(), "input": st.hashes[i], "env": self.env}
+        if i == 0:
+            parts["files"] = st.report.unit.files
+        try:
+            return action_key(parts), parts
+        except Uncacheable:
+            import uuid
+
+            return uuid.uuid4().hex * 2, parts  # never hits: fail towards a miss
+
+    def _task_key(self, prefix: str, key: str, st: _State) -> str:
+        suffix = f"-r{st.report.repairs}" if st.report.repairs else ""
+        return f"{prefix}-{key[:32]}{suffix}"
+
+    # ------------------------------------------------------------ running
+    def _submit(self, task_key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
+        if self.executor is None:
+            factory = self._executor_factory or InlineExecutor
+            self.executor = factory()
+            if self.on_executor:
+                self.on_executor(self.executor)
+        waiters = self.waiting.setdefault(task_key, [])
+        waiters.append((st, kind, j, st.gen))
+        if len(waiters) == 1:  # the same action for two units runs once
+            self.executor.submit(task_key, fn, *args)
+
+    def _advance(self, st: _State) -> None:
+        """Follow action records from step ``st.i`` until one misses (submit it) or the chain ends."""
+        while st.i < len(self.steps):
+            i = st.i
+            step = self.steps[i]
+            key, parts = self._key(st, i)
+            del st.keys[i:], st.parts[i:]
+            st.keys.append(key)
+            st.parts.append(parts)
+            rec = self.store.get_action(key)
+            if rec is not None:
+                self.store.touch_action(key)
+                self._record(st, i, "cached", rec)
+                continue
+            failed = self.store.get_failure(key)
+            if failed is not None:  # this pass failed on this very input before: report it again
+                self.store.touch_action(key)
+                self._fail(st, failed["error"], cached=True)
+                return
+            args = (self.store.url, step.task_spec(), st.hashes[i], key, parts)
+            if step.splittable:
+                self._submit(self._task_key(f"{step.name}-split", key, st), st, "split", i,
+                             tasks.split_step, *args, self.verify)
+            else:
+                self._submit(self._task_key(step.name, key, st), st, "step", i, tasks.run_step, *args, self.verify)
+            return
+        self._final(st)
+
+    def _record(self, st: _State, i: int, status: str, rec: dict) -> None:
+        step = self.steps[i]
+        res = StepResult(label=step.label, name=step.name, status=status, key=st.keys[i], input=st.hashes[i],
+                         output=rec["output"], seconds=float(rec.get("seconds") or 0.0),
+                         stats=dict(rec.get("stats") or {}), insts_in=rec.get("insts_in"),
+                         insts_out=rec.get("insts_out"), parts_total=int(rec.get("parts_total") or 0),
+                         parts_executed=int(rec.get("parts_executed") or 0), key_parts=st.parts[i])
+        if status == "executed":
+            res.reason = self._reason(st, i)
+        st.report.steps[i:] = [res]
+        st.hashes[i + 1:] = [rec["output"]]
+        st.i = i + 1
+        self.progress(status, st.report, step.label)
+
+    def _reason(self, st: _State, i: int) -> str:
+        prev = self.previous.get(st.report.unit.name, {}).get(self.steps[i].label)
+        if not prev:
+            return "not built before"
+        now = st.parts[i]
+        changed = [k for k in ("pass", "version", "code", "options", "files", "env", "input")
+                   if prev.get(k) != now.get(k)]
+        names = {"input": "input changed", "options": "options changed", "version": "pass version changed",
+                 "code": "pass source changed", "files": "kernel file changed", "env": "settings changed",
+                 "pass": "pass changed"}
+        if not changed:
+            return "no usable cached result (evicted, damaged or never recorded)"
+        return ", ".join(names[k] for k in changed)
+
+    def _fail(self, st: _State, message: str, cached: bool = False) -> None:
+        if st.done:
+            return
+        step = self.steps[st.i] if st.i < len(self.steps) else None
+        if step is not None:
+            st.report.steps[st.i:] = [StepResult(label=step.label, name=step.name, status="failed",
+                                                 key=st.keys[st.i] if st.i < len(st.keys) else "",
+                                                 input=st.hashes[st.i],
+                                                 reason=("cached failure: " if cached else "") + message)]
+        st.report.error = message
+        st.report.seconds = time.perf_counter() - st.started
+        st.done = True
+        self.progress("failed", st.report, step.label if step else "")
+
+    def _repair(self, st: _State, i: int, why: str) -> None:
+        """Step ``i``'s input object is gone: forget the record that made it and run that step again."""
+        st.report.repairs += 1
+        st.gen += 1
+        if st.report.repairs > MAX_REPAIRS:
+            self._fail(st, f"giving up after {MAX_REPAIRS} repairs of damaged cache objects ({why})")
+            return
+        if i == 0:
+            unit = st.report.unit
+            module = unit.module if unit.module is not None else (unit.reload() if unit.reload else None)
+            if module is None:
+                self._fail(st, f"host module {st.hashes[0]} is missing from the store and cannot be rebuilt")
+                return
+            self.store.put_hashed(module, st.hashes[0])
+            st.i = 0
+        else:
+            self.store.drop_action(st.keys[i - 1])
+            st.i = i - 1
+        st.split = None
+        self._advance(st)
+
+    def _final(self, st: _State) -> None:
+        final = st.hashes[len(self.steps)] if len(st.hashes) > len(self.steps) else st.hashes[-1]
+        st.report.final = final
+        items = None
+        if self.on_final is not None:
+            try:
+                items = self.on_final(st.report, final)
+            except (ObjectMissing, ObjectDamaged) as e:
+                st.report.final = None
+                self._repair(st, len(self.steps), e.message)
+                return
+            except TuskError as e:
+                st.report.final = None
+                self._fail(st, str(e))
+                return
+        if items:
+            items = [[h, str(p)] for h, p in items]
+            if self.executor is None or not getattr(self.executor, "is_cluster", False):
+                self._on_written(st, items, tasks.write_outputs(self.store.url, items))
+            else:
+                from cache.keys import digest
+
+                self._submit(f"write_bir_json-{digest(items)[:32]}", st, "emit", 0, tasks.write_outputs,
+                             self.store.url, items)
+                st.emitting = items
+            return
+        self._done(st)
+
+    def _done(self, st: _State) -> None:
+        st.report.seconds = time.perf_counter() - st.started
+        st.done = True
+        self.progress("done", st.report, "")
+
+    def _on_written(self, st: _State, items: list, res: dict) -> None:
+        """Outputs were written (maybe on a worker): check they are here, else write them on the client."""
+        status = res.get("status")
+        if status == "input-missing":
+            h = res.get("input")
+            idx = st.hashes.index(h) if h in st.hashes else len(self.steps)
+            st.report.final = None
+            self._repair(st, idx, res.get("error", "output object missing"))
+            return
+        if status != "written":
+            st.report.final = None
+            self._fail(st, res.get("error", f"writing outputs failed: {res!r}"))
+            return
+        sizes = {path: size for path, size, *_ in res.get("files", [])}
+        missing = [[h, p] for h, p in items if not (os.path.isfile(p) and os.path.getsize(p) == sizes.get(p))]
+        st.report.outputs = res
+        if missing:  # written on a machine that does not share this directory
+            res = tasks.write_outputs(self.store.url, missing)
+            if res.get("status") != "written":
+                self._on_written(st, missing, res)
+                return
+        self._done(st)
+
+    # ------------------------------------------------------------ task results
+    def _on_result(self, st: _State, kind: str, j: int, res: dict) -> None:
+        if st.done:
+            return
+        status = res.get("status")
+        if kind == "emit":
+            items, st.emitting = st.emitting or [], None
+            self._on_written(st, items, res)
+            return
+        i = st.i
+        step = self.steps[i]
+        if status == "error":
+            self._fail(st, res.get("error", "unknown error"), cached=bool(res.get("cached")))
+            return
+        if status == "input-missing":
+            if kind in ("merge", "part") and (res.get("part") or kind == "part"):
+                # a part object vanished: split again (the part records will mostly hit)
+                st.split = None
+                st.report.repairs += 1
+                st.gen += 1
+                if st.report.repairs > MAX_REPAIRS:
+                    self._fail(st, f"giving up after {MAX_REPAIRS} repairs of damaged cache objects")
+                    return
+                self._advance(st)
+                return
+            self._repair(st, i, res.get("error", "input missing"))
+            return
+        if kind in ("step", "merge", "split") and status in ("executed", "cached"):
+            if kind == "merge" and st.split is not None:
+                res = {**res, "seconds": st.split.seconds + st.split.part_seconds + float(res.get("seconds") or 0)}
+            st.split = None
+            self._record(st, i, "executed" if status == "executed" else "cached", res)
+            self._advance(st)
+            return
+        if kind == "split" and status == "split":
+            st.split = _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0),
+                              insts_in=res.get("insts_in"))
+            self._submit_parts(st)
+            return
+        if kind == "part" and status in ("executed", "cached") and st.split is not None:
+            st.split.outputs[j] = (res["output"], dict(res.get("stats") or {}))
+            if status == "executed":
+                st.split.executed += 1
+                st.split.part_seconds += float(res.get("seconds") or 0)
+            self._maybe_merge(st)
+            return
+        self._fail(st, f"unexpected task result {res!r} for {step.label}")
+
+    def _part_key(self, st: _State, part_hash: str) -> tuple[str, dict]:
+        step = self.steps[st.i]
+        parts = {**step.key_parts(), "input": part_hash, "env": self.env, "part": True}
+        return action_key(parts), parts
+
+    def _submit_parts(self, st: _State) -> None:
+        step = self.steps[st.i]
+        for j, h in enumerate(st.split.parts):
+            key, parts = self._part_key(st, h)
+            rec = self.store.get_action(key)
+            if rec is not None:
+                self.store.touch_action(key)
+                st.split.outputs[j] = (rec["output"], dict(rec.get("stats") or {}))
+                continue
+            failed = self.store.get_failure(key)
+            if failed is not None:
+                self._fail(st, failed["error"], cached=True)
+                return
+            self._submit(self._task_key(f"{step.name}-part", key, st), st, "part", j, tasks.run_part,
+                         self.store.url, step.task_spec(), h, key, parts)
+        self._maybe_merge(st)
+
+    def _maybe_merge(self, st: _State) -> None:
+        sp = st.split
+        if len(sp.outputs) < len(sp.parts):
+            return
+        step = self.steps[st.i]
+        key = st.keys[st.i]
+        outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
+        stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
+        self._submit(self._task_key(f"{step.name}-merge", key, st), st, "merge", 0, tasks.merge_step,
+                     self.store.url, step.task_spec(), st.hashes[st.i], outs, stats, key, st.parts[st.i],
+                     sp.seconds, sp.executed, self.verify)
+
+    # ------------------------------------------------------------ driver
+    def run(self, units: Iterable[BuildUnit]) -> BuildReport:
+        t0 = time.perf_counter()
+        states = []
+        for unit in units:
+            st = _State(UnitReport(unit), hashes=[], started=time.perf_counter())
+            states.append(st)
+            try:
+                if unit.module is None and (unit.host_hash is None or not self.store.has(unit.host_hash)):
+                    unit.module = unit.reload() if unit.reload else None
+                if unit.module is not None:
+                    unit.host_hash = self.store.put(unit.module)
+                elif unit.host_hash is None:
+                    raise TuskError(f"{unit.source or unit.name}: host module is not available")
+                st.hashes = [unit.host_hash]
+            except TuskError as e:
+                st.hashes = [unit.host_hash or ""]
+                self._fail(st, str(e))
+        try:
+            for st in states:
+                if not st.done:
+                    try:
+                        self._advance(st)
+                    except (TuskError, OSError) as e:
+                        self._fail(st, str(e))
+            while self.waiting:
+                task_key, res = self.executor.next()
+                for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
+                    if gen != st.gen:
+                        continue  # a result for a submission a repair has superseded
+                    if n and res.get("status") == "executed":
+                        res = {**res, "status": "cached"}  # ran once, for the first unit that asked
+                    try:
+                        self._on_result(st, kind, j, res)
+                    except (TuskError, OSError) as e:
+                        self._fail(st, str(e))
+        finally:
+            if self.executor is not None:
+                self.executor.close()
+        report = BuildReport([st.report for st in states], cluster_started=bool(getattr(self.executor, "is_cluster", False)),
+                             executor=getattr(self.executor, "description", "none (everything cached)"),
+                             seconds=time.perf_counter() - t0)
+        return report
+
+
+def build(units: Iterable[BuildUnit], steps: list[Step], store: Store, **kwargs: Any) -> BuildReport:
+    """Build every unit through ``steps``; see the module docstring.
+
+    ``executor`` is a zero-argument factory (or an executor) used only if
+    some step must run.  ``on_final(unit_report, final_hash)`` is called on
+    the client when a unit's chain is complete; it returns the BIR-JSON
+    files to write as ``[(object hash, path), ...]`` (or None).  They are
+    written by a ``write_bir_json-*`` task on the cluster when one is
+    running (serialising big modules in parallel), else in this process;
+    a missing or damaged object found then is recomputed.  ``previous``
+    maps unit name -> step label -> key parts of the last build, to say why
+    steps re-ran.
+    """
+    return Build(store, steps, **kwargs).run(units)

@@ -1,0 +1,264 @@
+"""The pass pipeline: an ordered list of (pass name, options), as the backend builds it.
+
+The default follows the backend's pre-codegen order (seed pages on
+TranslateNKIASTToBIR and AddressRotation)::
+
+    translate_nki_ast_to_bir, heuristic_unroll, unroll,
+    address_rotation_psum, address_rotation_sb, address_rotation_dram,   (after each coloring allocator)
+    build_fdeps,
+    separate_load_and_compute, post_sched,                                (the scheduling split)
+    address_rotation_psum_post_schedule, address_rotation_sb,              (rotate the stage buffers)
+    build_fdeps
+
+Only passes that are registered *and* whose module exists
+(``stages.available()``) run; the rest are reported as "not available yet".
+A pass that appears twice is addressed as ``name`` (every occurrence) or
+``name#2`` (the second one).
+
+Changing it:
+
+* ``--set pass.option=value`` sets an option (typed by the pass's Options
+  dataclass); ``--set pass.enabled=false`` drops a step (or, for a pass that
+  has an ``enabled`` option of its own, sets that option).
+* ``--pipeline FILE`` reads a TOML file::
+
+      [[step]]
+      pass = "unroll"              # a registered name, or "package.module:Class"
+      options = { max_unroll = 8 } # optional
+      enabled = true               # optional
+
+  A ``"module:Class"`` name lets a pipeline use a pass that is not in the
+  registry (tests do this); the class's own ``name`` labels its tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ir.errors import FormatError, TuskError
+
+DEFAULT_ORDER: tuple[str, ...] = (
+    "translate_nki_ast_to_bir",
+    "heuristic_unroll",
+    "unroll",
+    "address_rotation_psum",
+    "address_rotation_sb",
+    "address_rotation_dram",
+    "build_fdeps",
+    "separate_load_and_compute",
+    "post_sched",
+    "address_rotation_psum_post_schedule",
+    "address_rotation_sb",
+    "build_fdeps",
+)
+BACKEND_NAMES = frozenset(DEFAULT_ORDER)
+UNROLL_PASSES = frozenset({"heuristic_unroll", "unroll", "full_unroll"})
+ROTATION_PASSES = frozenset({"address_rotation_psum", "address_rotation_sb", "address_rotation_dram",
+                             "address_rotation_psum_post_schedule"})
+
+
+@dataclass
+class Entry:
+    """One step as written: a pass reference, raw option values, whether it runs."""
+
+    ref: str
+    options: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step ready to run: everything a worker needs, all JSON-able, and the key parts."""
+
+    label: str
+    name: str            # the pass's registered name (task keys start with it)
+    target: str          # "module:Class" the worker imports
+    version: str
+    code: str            # digest of the pass's source file
+    options: dict[str, Any]   # typed option values (shallow; the worker rebuilds Options(**options))
+    spec: str            # options_spec: name{a=1 b=x}
+    splittable: bool
+
+    def key_parts(self) -> dict[str, Any]:
+        return {"pass": self.name, "version": self.version, "code": self.code,
+                "options": {k: _jsonable(v) for k, v in self.options.items()}}
+
+    def task_spec(self) -> dict[str, Any]:
+        return {"label": self.label, "name": self.name, "target": self.target, "options": self.options,
+                "version": self.version, "code": self.code}
+
+
+def _jsonable(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.asdict(v)
+    return v
+
+
+@dataclass
+class Resolved:
+    steps: list[Step]
+    unavailable: list[tuple[str, str]]  # (label, reason)
+
+
+def default_pipeline() -> list[Entry]:
+    return _labelled([Entry(name) for name in DEFAULT_ORDER])
+
+
+def display_name(ref: str) -> str:
+    """The pass name a reference stands for (a "module:Class" reference: the class's ``name``)."""
+    if ":" not in ref:
+        return ref
+    try:
+        return getattr(_import_target(ref), "name", "") or _short(ref)
+    except (ImportError, AttributeError, ValueError):
+        return _short(ref)
+
+
+def _labelled(entries: list[Entry]) -> list[Entry]:
+    seen: dict[str, int] = {}
+    for e in entries:
+        name = display_name(e.ref)
+        seen[name] = seen.get(name, 0) + 1
+        e.label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+    return entries
+
+
+def load_pipeline(path: str | Path) -> list[Entry]:
+    """Read a TOML pipeline file (see the module docstring)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise FormatError(f"cannot read pipeline file: {e.strerror}", file=str(path)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise FormatError(f"malformed TOML: {e}", file=str(path)) from None
+    steps = data.get("step", data.get("steps"))
+    if not isinstance(steps, list):
+        raise FormatError("a pipeline file needs [[step]] tables", file=str(path))
+    entries = []
+    for i, s in enumerate(steps):
+        where = f"step[{i}]"
+        if not isinstance(s, dict):
+            raise FormatError("expected a table", file=str(path), where=where)
+        ref = s.get("pass", s.get("name"))
+        if not isinstance(ref, str) or not ref:
+            raise FormatError("missing 'pass'", file=str(path), where=where)
+        opts = s.get("options", {})
+        if not isinstance(opts, dict):
+            raise FormatError("'options' must be a table", file=str(path), where=where)
+        enabled = s.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise FormatError("'enabled' must be true or false", file=str(path), where=where)
+        unknown = set(s) - {"pass", "name", "options", "enabled"}
+        if unknown:
+            raise FormatError(f"unknown keys {sorted(unknown)}", file=str(path), where=where)
+        entries.append(Entry(ref, dict(opts), enabled))
+    return _labelled(entries)
+
+
+def apply_sets(entries: list[Entry], assignments: list[str]) -> list[Entry]:
+    """Apply ``pass.option=value`` (or ``pass#2.option=value``) assignments in order."""
+    for text in assignments:
+        if "=" not in text or "." not in text.split("=", 1)[0]:
+            raise TuskError(f"--set expects pass.option=value, got {text!r}")
+        lhs, value = text.split("=", 1)
+        target, option = lhs.rsplit(".", 1)
+        target, option = target.strip(), option.strip()
+        hits = [e for e in entries
+                if target in (e.label, e.ref, _short(e.ref)) or ("#" not in target and display_name(e.ref) == target)]
+        if not hits:
+            labels = ", ".join(e.label for e in entries)
+            raise TuskError(f"--set {text}: the pipeline has no pass {target!r} (passes: {labels})")
+        for e in hits:
+            if option == "enabled" and "enabled" not in _option_names(e.ref):
+                low = value.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise TuskError(f"--set {text}: enabled expects true or false")
+                e.enabled = low in ("true", "1", "yes", "on")
+            else:
+                e.options[option] = value
+    return entries
+
+
+def _option_names(ref: str) -> set[str]:
+    """Option names of the pass ``ref`` stands for (empty when it cannot be imported yet)."""
+    import stages
+
+    target = ref if ":" in ref else stages.REGISTRY.get(ref)
+    if not target:
+        return set()
+    try:
+        cls = _import_target(target)
+        return {f.name for f in dataclasses.fields(cls.Options)}
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return set()
+
+
+def _short(ref: str) -> str:
+    return ref.rsplit(":", 1)[-1] if ":" in ref else ref
+
+
+def _import_target(target: str) -> type:
+    module_name, cls_name = target.split(":", 1)
+    module = importlib.import_module(module_name)
+    return getattr(module, cls_name)
+
+
+def pass_class(target: str) -> type:
+    """The pass class behind ``"module:Class"`` (workers call this too)."""
+    return _import_target(target)
+
+
+def resolve(entries: list[Entry]) -> Resolved:
+    """Turn entries into runnable steps; passes that do not exist yet are listed, not run."""
+    import stages
+    from cache.keys import code_digest
+    from stages.base import Pass, make_options, options_spec
+
+    available = set(stages.available())
+    steps: list[Step] = []
+    unavailable: list[tuple[str, str]] = []
+    for e in entries:
+        if not e.enabled:
+            unavailable.append((e.label, "disabled"))
+            continue
+        if ":" in e.ref:
+            target = e.ref
+        else:
+            target = stages.REGISTRY.get(e.ref)
+            if target is None:
+                if e.ref in BACKEND_NAMES:
+                    unavailable.append((e.label, "not available yet (not registered)"))
+                    continue
+                raise TuskError(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
+            if e.ref not in available:
+                unavailable.append((e.label, "not available yet"))
+                continue
+        try:
+            cls = _import_target(target)
+        except ModuleNotFoundError as err:
+            if ":" in e.ref:
+                raise TuskError(f"pass {e.ref!r} cannot be imported: {err}") from None
+            unavailable.append((e.label, f"not available yet ({err})"))
+            continue
+        except AttributeError:
+            if ":" in e.ref:
+                raise TuskError(f"pass {e.ref!r} cannot be imported: no such class") from None
+            unavailable.append((e.label, f"not available yet ({target} has no such class)"))
+            continue
+        name = getattr(cls, "name", "") or _short(e.ref)
+        if ":" not in e.ref and name != e.ref:
+            raise TuskError(f"pass class {target} is registered as {e.ref!r} but calls itself {name!r}")
+        opts = make_options(cls.Options, e.options, name)
+        values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+        splittable = getattr(cls, "split", None) is not getattr(Pass, "split")
+        steps.append(Step(label=e.label, name=name, target=target, version=str(getattr(cls, "version", "1")),
+                          code=code_digest(cls), options=values, spec=options_spec(name, opts),
+                          splittable=splittable))
+    return Resolved(steps, unavailable)

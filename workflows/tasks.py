@@ -1,0 +1,268 @@
+"""The functions Dask runs: one pass on one module, named by hashes.
+
+Every task function is top-level (importable by a worker), takes only
+JSON-able arguments (store URL, the step's spec, object hashes, the action
+key and its parts) and returns a small dict; modules travel through the
+store, never through the scheduler.  A task never raises for a failure of
+the pass or the input: it returns ``{"status": "error", "error": message}``
+so one bad kernel cannot take the graph down, and
+``{"status": "input-missing"}`` when its input object is gone or damaged so
+that the client can rebuild the input.
+
+Each task first looks at the action record for its key: a concurrent build
+may have produced the result since the client looked.  A result computed
+here is stored (object, then record) before the task returns, so a worker
+killed half-way leaves at worst an unreferenced object behind; Dask then
+runs the task again elsewhere and it is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from typing import Any
+
+from ir.errors import TuskError
+
+_STORES: dict[str, Any] = {}
+
+
+def _store(url: str):
+    from cache.store import Store
+
+    s = _STORES.get(url)
+    if s is None:
+        s = _STORES[url] = Store(url)
+    return s
+
+
+def _pass(step: dict):
+    from cache.keys import code_digest
+    from workflows.pipeline import pass_class
+
+    cls = pass_class(step["target"])
+    # A worker running other code than the client would file results under the wrong key.
+    if "version" in step and (str(cls.version) != step["version"] or code_digest(cls) != step["code"]):
+        raise TuskError(f"worker {_where()} has a different version of pass {step['name']} than the client "
+                        f"(restart the workers after updating Tusk)")
+    return cls(), cls.Options(**step["options"])
+
+
+def _jsonable_stats(stats: Any) -> dict:
+    if stats is None:
+        return {}
+    try:
+        return json.loads(json.dumps(stats, default=str))
+    except (TypeError, ValueError):
+        return {"unserialisable_stats": repr(stats)[:200]}
+
+
+def _where() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _cached(store, key: str) -> dict | None:
+    rec = store.get_action(key)
+    if rec is None:
+        failed = store.get_failure(key)
+        return {"status": "error", "error": failed["error"], "cached": True} if failed else None
+    return {"status": "cached", **_slim(rec)}
+
+
+def _slim(rec: dict) -> dict:
+    keep = ("output", "input", "stats", "seconds", "insts_in", "insts_out", "parts_total", "parts_executed")
+    return {k: rec[k] for k in keep if k in rec}
+
+
+def _load_input(store, h: str) -> tuple[Any, dict | None]:
+    from cache.objects import ObjectDamaged
+    from cache.store import ObjectMissing
+
+    try:
+        return store.load(h), None
+    except (ObjectMissing, ObjectDamaged) as e:
+        return None, {"status": "input-missing", "input": h, "error": e.message}
+
+
+class _PassRefused(Exception):
+    """A TuskError raised by the pass itself (run/split/merge) on this input."""
+
+    def __init__(self, error: TuskError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _call(fn, *args):
+    """Call a pass method; a TuskError it raises becomes :class:`_PassRefused`."""
+    from ir.errors import VerifyError
+
+    try:
+        return fn(*args)
+    except VerifyError:
+        raise
+    except TuskError as e:
+        raise _PassRefused(e) from None
+
+
+def _error(step: dict, e: BaseException, store_url: str | None = None, key: str | None = None,
+           parts: dict | None = None) -> dict:
+    """The error record of a failed task; a deterministic failure is also recorded under its key.
+
+    A TuskError the pass itself raised depends only on what the key covers
+    (pass, version, code, options, input, kernel files), so it is cached like
+    a result: a rebuild reports it again without running the pass.  Anything
+    else (I/O trouble, a bug surfacing as some other exception, a verifier
+    complaint -- the verifier is not part of the key) is not recorded and
+    runs again next time.
+    """
+    if isinstance(e, _PassRefused):
+        e = e.error
+        res = {"status": "error", "error": str(e), "kind": type(e).__name__}
+        if store_url and key:
+            try:
+                _store(store_url).put_action(key, {"kind": "failure", "pass": step.get("name"),
+                                                   "label": step.get("label"), "error": str(e),
+                                                   "error_kind": type(e).__name__,
+                                                   "input": (parts or {}).get("input"), "parts": parts or {},
+                                                   "worker": _where()})
+            except OSError:
+                pass
+        return res
+    if isinstance(e, TuskError):
+        return {"status": "error", "error": str(e), "kind": type(e).__name__}
+    return {"status": "error", "error": f"pass {step['name']} failed: {type(e).__name__}: {e}",
+            "kind": type(e).__name__, "traceback": traceback.format_exc()}
+
+
+def _finish(store, key: str, parts: dict, step: dict, module, out, stats, seconds: float, verify: bool,
+            extra: dict | None = None) -> dict:
+    if verify:
+        from ir.verify import verify as verify_module
+
+        verify_module(out)
+    h = store.put(out)
+    record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
+              "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
+              "insts_out": out.n_insts(), "parts": parts, "worker": _where(), **(extra or {})}
+    store.put_action(key, record)
+    return {"status": "executed", **_slim(record)}
+
+
+def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False) -> dict:
+    """Run one pass on object ``input_hash``; record the action under ``key``."""
+    try:
+        store = _store(store_url)
+        hit = _cached(store, key)
+        if hit:
+            return hit
+        module, missing = _load_input(store, input_hash)
+        if missing:
+            return missing
+        p, opts = _pass(step)
+        t0 = time.perf_counter()
+        out, stats = _call(p.run, module, opts)
+        seconds = time.perf_counter() - t0
+        return _finish(store, key, parts, step, module, out, stats, seconds, verify)
+    except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
+        return _error(step, e, store_url, key, parts)
+
+
+def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False) -> dict:
+    """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
+    try:
+        store = _store(store_url)
+        hit = _cached(store, key)
+        if hit:
+            return hit
+        module, missing = _load_input(store, input_hash)
+        if missing:
+            return missing
+        p, opts = _pass(step)
+        t0 = time.perf_counter()
+        pieces = _call(p.split, module, opts)
+        if pieces is None:
+            out, stats = _call(p.run, module, opts)
+            return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify)
+        hashes = [store.put(m) for m in pieces]
+        return {"status": "split", "parts": hashes, "seconds": time.perf_counter() - t0,
+                "insts_in": module.n_insts()}
+    except Exception as e:  # noqa: BLE001
+        return _error(step, e, store_url, key, parts)
+
+
+def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict) -> dict:
+    """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
+    try:
+        store = _store(store_url)
+        hit = _cached(store, key)
+        if hit:
+            return hit
+        module, missing = _load_input(store, part_hash)
+        if missing:
+            return missing
+        p, opts = _pass(step)
+        t0 = time.perf_counter()
+        out, stats = _call(p.run, module, opts)
+        return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, False,
+                       {"kind": "part"})
+    except Exception as e:  # noqa: BLE001
+        return _error(step, e, store_url, key, parts)
+
+
+def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
+               key: str, parts: dict, split_seconds: float, parts_executed: int, verify: bool = False) -> dict:
+    """Merge the part results of a fan-out pass; records the whole action under ``key``."""
+    try:
+        store = _store(store_url)
+        hit = _cached(store, key)
+        if hit:
+            return hit
+        module, missing = _load_input(store, input_hash)
+        if missing:
+            return missing
+        outs = []
+        for h in part_outputs:
+            m, missing = _load_input(store, h)
+            if missing:
+                return {**missing, "part": True}
+            outs.append(m)
+        p, opts = _pass(step)
+        t0 = time.perf_counter()
+        out, stats = _call(p.merge, module, outs, part_stats, opts)
+        seconds = split_seconds + time.perf_counter() - t0
+        return _finish(store, key, parts, step, module, out, stats, seconds, verify,
+                       {"parts_total": len(part_outputs), "parts_executed": parts_executed,
+                        "refs": list(part_outputs)})
+    except Exception as e:  # noqa: BLE001
+        return _error(step, e, store_url, key, parts)
+
+
+def write_outputs(store_url: str, items: list) -> dict:
+    """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path]``.
+
+    Also reports the const files the modules name (the client stages them
+    next to the outputs).
+
+    Run on a worker so that serialising big modules happens in parallel;
+    the client checks the files arrived (a worker on another machine may
+    not share the output directory) and writes them itself otherwise.
+    """
+    from ir import bir_json
+
+    try:
+        store = _store(store_url)
+        written, consts = [], set()
+        for h, path in items:
+            module, missing = _load_input(store, h)
+            if missing:
+                return missing
+            bir_json.save(module, path)
+            written.append([path, os.path.getsize(path), _where()])
+            for fn in module.functions:
+                consts.update(fn.strings[c] for c in set(fn.memlocs["const_path"].tolist()) if c >= 0)
+        return {"status": "written", "files": written, "consts": sorted(consts)}
+    except Exception as e:  # noqa: BLE001
+        return _error({"name": "write_bir_json"}, e)
