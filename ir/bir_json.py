@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
-from typing import Any, Callable, IO, Iterable
+from typing import Any, Callable, IO
 
 import numpy as np
 
 from ir import enums
 from ir.arch import get_arch
-from ir.columns import EMPTY, Record, freeze, thaw
+from ir.columns import Record, freeze, thaw
 from ir.enums import (DTYPE_BY_NAME, DTYPE_NAMES, EDGE_BY_NAME, EDGE_NAMES, ENGINE_BY_NAME, ENGINE_NAMES,
                       MEM_BY_NAME, MEM_NAMES, OPCODE_BY_NAME, OPCODE_NAMES, OPERAND_KIND_BY_NAME,
                       OPERAND_KIND_NAMES, ROLE_KEYS, TENSOR_CLASS_BY_NAME, TENSOR_CLASS_NAMES,
                       TENSOR_KIND_BY_NAME, TENSOR_KIND_NAMES, Kind, Mem)
 from ir.errors import FormatError, TuskError
-from ir.expr import AffinePredicate, QuasiAffine, expr_from_json
+from ir.expr import AffinePredicate, expr_from_json
 from ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, clone_name
 from ir.values import DynamicAPInfo, ImmValue, SymAddr
 
@@ -87,21 +86,20 @@ def loads(text: str | bytes, file: str | None = None) -> Module:
 def from_obj(obj: Any, file: str | None = None) -> Module:
     """Build a Module from parsed BIR-JSON (a dict)."""
     loader = _Loader(file)
-    try:
-        return loader.module(obj)
-    except FormatError as e:
-        raise e.located(file=file) from None
-    except TuskError as e:
-        raise FormatError(e.message, file=file, where=e.where or loader.where) from None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
-        raise FormatError(f"invalid value ({type(e).__name__}: {e})", file=file, where=loader.where) from None
+    return _guarded(loader, lambda: loader.module(obj))
 
 
 def load_function_obj(obj: Any, *, file: str | None = None, where: str = "function") -> Function:
     """Build one Function from its JSON object (used by TranslateNKIASTToBIR's path B)."""
     loader = _Loader(file)
+    return _guarded(loader, lambda: loader.function(obj, where))
+
+
+def _guarded(loader: "_Loader", build: Callable[[], Any]) -> Any:
+    """Run ``build``; every failure becomes one FormatError naming the file and the JSON path."""
+    file = loader.file
     try:
-        return loader.function(obj, where)
+        return build()
     except FormatError as e:
         raise e.located(file=file) from None
     except TuskError as e:

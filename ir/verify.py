@@ -29,8 +29,7 @@ from ir import enums
 from ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
 from ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
 from ir.errors import VerifyError
-from ir.expr import QuasiAffine, expr_from_json
-from ir.module import Function, LoopAxis, Module, _ranges
+from ir.module import Function, Module
 
 MAX_REPORTED = 20
 

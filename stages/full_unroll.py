@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir.columns import Table
-from ir.enums import FnAttr, Kind, Mem
+from ir.enums import FnAttr
 from ir.errors import PassError
 from ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
 from stages.base import Pass, Stats

@@ -52,7 +52,7 @@ from typing import Any, Callable
 from ir import enums
 from ir.arch import PARTITIONS, PSUM_BANK_BYTES
 from ir.columns import Record
-from ir.enums import ALU_OP_NAMES, DTYPE_BY_NAME, DTYPE_SIZES, Dt, Kind, Mem, Op, Role, TensorKind
+from ir.enums import ALU_OP_NAMES, DTYPE_BY_NAME, DTYPE_SIZES, Dt, Kind, Mem, Role, TensorKind
 from ir.errors import PassError
 from ir.klr import types as T
 from ir.module import Function

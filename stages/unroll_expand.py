@@ -93,7 +93,7 @@ def tile(body: Expansion, axis: LoopAxis, spans: np.ndarray) -> Expansion:
     out.axes[axis.name] = np.repeat(values, n)
     nb = len(body.blocks)
     out.blk = np.where(np.tile(body.blk, trips) >= 0, np.tile(body.blk, trips) + np.repeat(np.arange(trips) * nb, n), -1)
-    for k in range(trips):  # one entry per cloned body block of a kept (dynamic) loop: rare and small
+    for k in range(trips if body.blocks else 0):  # cloned bodies of kept (dynamic) loops: rare and small
         out.blocks.extend((b, parent + k * n) for b, parent in body.blocks)
         out.block_iters.extend(k * int(spans[parent]) + it for (b, parent), it in zip(body.blocks, body.block_iters))
     return out

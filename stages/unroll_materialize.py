@@ -468,26 +468,28 @@ def materialize(plan: Plan, kept_preds: dict[int, int]) -> Function:
     ins = fn.insts
     n_orig = len(ins)
 
-    # ---- blocks: top-level blocks keep their order; cloned bodies of kept loops follow
+    # ---- blocks: top-level blocks keep their order; cloned bodies of kept loops follow,
+    # except those whose loop instruction a predicate dropped
     top = fn.top_blocks()
     block_rows = [(fn.blocks.get("name", b), -1, fn.blocks.get("extra", b)) for b in top]
-    top_new = {b: k for k, b in enumerate(top)}
-    for (orig_b, parent_pos), it in zip(exp.blocks, exp.block_iters):
+    block_id = np.full(len(exp.blocks), -1, IDX)  # local cloned-block id -> output block row
+    for k, ((orig_b, parent_pos), it) in enumerate(zip(exp.blocks, exp.block_iters)):
+        if newidx[parent_pos] < 0:
+            continue
         name = fn.strings[fn.blocks.get("name", orig_b)]
-        parent_row = int(exp.rows[parent_pos])
-        if plan.ex.chains.get(parent_row):
+        if plan.ex.chains.get(int(exp.rows[parent_pos])):
             name = clone_name(name, it)
+        block_id[k] = len(block_rows)
         block_rows.append((out.s(name), int(newidx[parent_pos]), fn.blocks.get("extra", orig_b)))
     out.blocks = Table.from_arrays(BLOCK_SCHEMA, {
         "name": np.array([r[0] for r in block_rows], np.int32),
         "parent": np.array([r[1] for r in block_rows], np.int32),
         "extra": np.array([r[2] for r in block_rows], np.int32)})
-    alive_blocks = np.array([r[1] >= 0 or k < len(top) for k, r in enumerate(block_rows)])
     blk_k = exp.blk[K]
     top_lookup = np.zeros(len(fn.blocks), IDX)
     top_lookup[top] = np.arange(len(top))
-    top_map = top_lookup[plan.top_of[K]]
-    block_k = np.where(blk_k >= 0, blk_k + len(top), top_map)
+    block_k = np.where(blk_k >= 0, block_id[np.maximum(blk_k, 0)] if len(block_id) else -1,
+                       top_lookup[plan.top_of[K]])
 
     # ---- names: clones are named from their origin and iteration
     in_static = np.array([bool(plan.ex.chains.get(r)) for r in range(n_orig)], dtype=bool)

@@ -234,7 +234,9 @@ def loop_programs(draw):
     pred_c = draw(st.integers(0, 3))
     b.dma(t.ap(), x.tile(row * rows, rows, 0, width))
     op = draw(st.sampled_from(["add", "mult", "max", "subtract"]))
-    b.tensor_tensor(acc.ap(), acc.ap(), t.ap(), op)
+    update = b.tensor_tensor(acc.ap(), acc.ap(), t.ap(), op, name="update")
+    # the accumulator carries a true dependence from one iteration of the innermost loop to the next
+    b.fn.carried.append((update, update, Edge.Flow, CARRIED_LOOP, b.fn.intern((1,))))
     b.copy(ring.ap(block=inner % nblk), t.ap(), pred=[AffinePredicate(inner - pred_c, "ge")])
     b.tensor_tensor(t.ap(), t.ap(), ring.ap(block=(inner + 1) % nblk), "add")
     b.dma(y.tile(row * rows, rows, 0, width), t.ap())
@@ -250,7 +252,35 @@ def loop_programs(draw):
 def test_generated_loop_nests_keep_their_meaning(m, seed):
     verify(m)
     out = unrolled(m)
-    assert not (out.functions[0].insts["opcode"] == Op.Loop).any()
+    fn = out.functions[0]
+    assert not (fn.insts["opcode"] == Op.Loop).any()
     assert_same_meaning(m, out, seed)
+    # the carried edge joins consecutive iterations of the innermost loop, never across outer iterations
+    src = m.functions[0]
+    inner = max((src.loop_axis(r) for r in range(src.n_insts) if src.inst(r).opname == "Loop"),
+                key=lambda ax: ax.name).trip_count
+    carried = [(fn.insts.get("iter", s), fn.insts.get("iter", d)) for s, d in
+               zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist())
+               if fn.inst_name(s).startswith("update") and fn.inst_name(d).startswith("update")]
+    updates = int(sum(fn.inst_name(r).startswith("update-") for r in range(fn.n_insts)))
+    assert sorted(carried) == [(k, k + 1) for k in range(updates - 1) if (k + 1) % inner]
     again = bir_json.loads(bir_json.dumps(out))
     assert again == out
+
+
+def test_a_dynamic_loop_dropped_by_its_predicate_takes_its_body_block_with_it():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    n = b.register("n")
+    b.register_move(n, 1)
+    with b.loop("i", 0, 3) as i:
+        with b.dynamic_loop("k", 0, n, name="dyn"):
+            b.memset(t.ap(), 1.0)
+        fn = b.fn
+    row = fn.inst_by_name("dyn")
+    fn.insts.set("pred", row, fn.intern((AffinePredicate(i - 1, "ge"),)))
+    out = unrolled(b.module())
+    f = out.functions[0]
+    assert (f.insts["opcode"] == Op.DynamicForLoop).sum() == 2
+    assert len(f.blocks) == 1 + 2  # Block1 and the two surviving bodies, no orphan block
+    assert set(f.blocks["parent"].tolist()) - {-1} == set(np.nonzero(f.insts["opcode"] == Op.DynamicForLoop)[0].tolist())

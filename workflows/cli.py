@@ -93,7 +93,7 @@ def compile(
                 import bokeh  # noqa: F401
                 note = ""
             except ImportError:
-                note = " (the dashboard needs bokeh: pip install 'bokeh>=3.1')"
+                note = " (the dashboard needs bokeh: pip install -e '.[dashboard]')"
             console.print(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
 
     try:

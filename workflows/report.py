@@ -59,7 +59,7 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False)
     for s in result.skipped:
         console.print(f"skipped {s.path.name}: {s.reason}")
     if not result.kernels:
-        console.print(f"no kernel files (.klr or BIR-JSON) found; nothing to compile")
+        console.print("no kernel files (.klr or BIR-JSON) found; nothing to compile")
         return
     console.print(summary_table(result))
     if verbose and result.report:
