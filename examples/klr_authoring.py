@@ -268,10 +268,12 @@ class KernelWriter:
 
     # ------------------------------------------------------------------ operators
     def dma(self, dst: Tensor | AP, src: Tensor | AP, *, oob: str = "error", unique_indices: bool = False,
-            engine: str = "unassigned", priority: int | None = None) -> str:
+            engine: str = "unassigned", priority: int | None = None, accumulate: bool = False) -> str:
+        """nisa.dma_copy; ``accumulate`` adds into the destination (DgeComputeOp.add)."""
         bounds = T.DmaBounds.error() if oob == "error" else T.DmaBounds.skip()
+        compute = T.DgeComputeOp.add if accumulate else T.DgeComputeOp.none
         return self.stmt(T.Operator.ncDmaCopy(op=T.NcDmaCopy(
-            dst=ref(dst), src=ref(src), compute_op=T.DgeComputeOp.none, oobMode=bounds, dgeMode=0,
+            dst=ref(dst), src=ref(src), compute_op=compute, oobMode=bounds, dgeMode=0,
             uniqueIndices=unique_indices, priority=priority, engine=_ENGINE[engine])))
 
     def dma_plain(self, dst: Tensor | AP, src: Tensor | AP) -> str:

@@ -249,9 +249,13 @@ def h_copy(fr: Frame, i: int) -> None:
     _one(outs, "output")
     attrs = fr.attrs(i)
     mode = attrs.get("mode", "Copy")
+    src, dst = ins[0], outs[0]
+    if mode in ("CCE", 2):  # DMA with compute: dst = dst cce_op src (e.g. an accumulating store)
+        old = fr.value(dst)
+        fr.store(dst, alu(attrs.get("cce_op", "add"), old, _broadcast(old, fr.value(src), "in0")))
+        return
     if mode not in ("Copy", 0):
         raise TuskError(f"copy mode {mode!r} is not supported by the interpreter")
-    src, dst = ins[0], outs[0]
     if fr.same_storage_dtype(src, dst):
         fr.store_raw(dst, fr.read_raw(src))  # byte for byte (also fp8 and NaN payloads)
         return

@@ -454,12 +454,13 @@ class KlirToBirCodegen:
         raise self._unsupported(f"{what} {type(imm).__qualname__}")
 
     # ------------------------------------------------------------------ DMA
-    def _dma_attrs(self, oob_is_err: bool) -> dict:
-        return {"oob_is_err": oob_is_err}
+    def _dma_attrs(self, oob_is_err: bool, compute_op: Any) -> dict:
+        attrs = {"oob_is_err": oob_is_err}
+        if compute_op.name != "none":  # DgeComputeOp.add: the DMA accumulates into its destination
+            attrs.update(mode="CCE", cce_op=compute_op.name)
+        return attrs
 
     def nc_dma_copy(self, p: Any) -> None:
-        if p.compute_op.name != "none":
-            raise self._unsupported(f"ncDmaCopy with compute_op {p.compute_op.name}")
         oob = self._bounds(p.oobMode, "oobMode")
         if p.uniqueIndices:
             # the unique-indices gather: the index must come through a vector offset
@@ -467,15 +468,13 @@ class KlirToBirCodegen:
             extract_dynamic_ap_to_standalone(self, target)
         src = self.operand(p.src, Role.IN)
         dst = self.operand(p.dst, Role.OUT)
-        self._emit("DMACopy", "DMA", [src], [dst], self._dma_attrs(oob))
+        self._emit("DMACopy", "DMA", [src], [dst], self._dma_attrs(oob, p.compute_op))
 
     def dma_copy(self, p: Any) -> None:
-        if p.compute_op.name != "none":
-            raise self._unsupported(f"dmaCopy with compute_op {p.compute_op.name}")
         oob = self._bounds(p.dstBoundsCheck, "dstBoundsCheck") and self._bounds(p.srcBoundsCheck, "srcBoundsCheck")
         src = self.operand(p.src, Role.IN)
         dst = self.operand(p.dst, Role.OUT)
-        self._emit("DMACopy", "DMA", [src], [dst], self._dma_attrs(oob))
+        self._emit("DMACopy", "DMA", [src], [dst], self._dma_attrs(oob, p.compute_op))
 
     def _bounds(self, b: Any, what: str) -> bool:
         if isinstance(b, T.DmaBounds_error):

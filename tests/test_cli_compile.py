@@ -190,6 +190,14 @@ def test_show_still_lists_bir_json_and_klr(env):
     assert res.exit_code == 0 and "dma_copy_kernel" in res.output
 
 
+@pytest.mark.parametrize("name,message", [("neg_wrong_version.klr", "Wrong KLR version"),
+                                          ("neg_hlo_contents.klr", "Wrong KLIR content type"),
+                                          ("neg_cpp_writer_prop_bytes.klr", "expecting Bool at byte 0x5b")])
+def test_show_refuses_a_bad_klr_file_with_its_message(name, message):
+    res = runner.invoke(app, ["show", str(KLR / name)])
+    assert res.exit_code == 1 and message in res.output and name in res.output
+
+
 def test_two_concurrent_compiles_on_one_cache_both_succeed(env):
     write_kernels(env["kernels"], 6)
     cmd = [sys.executable, "-m", "workflows.cli", "compile", str(env["kernels"]), "-o", str(env["out"]),

@@ -430,8 +430,22 @@ def test_an_unallocated_kernel_is_refused(tmp_path):
 
 def test_an_unsupported_operator_stops_the_pass(tmp_path):
     module = host_module_for(str(KLR / "07_access_variants.klr"), 0, str(tmp_path))
-    with pytest.raises(PassError, match="dmaCopy with compute_op add is not supported .*statement inst.1"):
+    with pytest.raises(PassError, match="dstBoundsCheck DmaBounds.reg is not supported .*statement inst.1"):
         translate(module)
+
+
+def test_a_dma_with_compute_op_add_accumulates_into_its_destination(tmp_path):
+    k = KernelWriter("dma_accumulate")
+    x, y = k.input("x", (128, 4)), k.output("y", (128, 4))
+    t = k.sbuf("t", (128, 4), addr=0)
+    k.dma(t, x)
+    k.dma(t, x, accumulate=True)  # t = x + x
+    k.dma(y, t)
+    out, _ = translate(host_module_for(str(write(tmp_path / "acc.klr", k)), 0, str(tmp_path / "o")))
+    kernel = out.functions[1]
+    assert kernel.inst(1).attrs["mode"] == "CCE" and kernel.inst(1).attrs["cce_op"] == "add"
+    xv = np.arange(512, dtype=np.float32).reshape(128, 4)
+    assert np.array_equal(run(out, {"x": xv})["y"], 2 * xv)
 
 
 # --------------------------------------------------------------------------- the golden fixtures

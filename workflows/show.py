@@ -18,8 +18,8 @@ def listing(path: Path) -> str:
     if is_klr(path):
         from ir import klr
 
-        kernel = klr.read_klr(path.read_bytes(), file=str(path))
-        return klr.listing(kernel) + "\n"
+        klr.load_lnc_kernel(path)  # what the backend rejects (version, contents) is an error here too
+        return klr.listing(klr.read_klr(path.read_bytes(), file=str(path))) + "\n"
     from ir import bir_json
     from ir.dump import dump
 
