@@ -12,7 +12,7 @@ import typer
 from ir.errors import TuskError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled, rotated BIR.")
+                  help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences.")
 cache_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect and maintain the module cache (TUSK_CACHE_DIR).")
 app.add_typer(cache_app, name="cache")
