@@ -159,6 +159,13 @@ def _enum(x: Any, table: dict[str, int], what: str, where: str) -> int:
 
 
 def _pattern(x: Any, where: str) -> tuple[tuple[int, int], ...]:
+    if type(x) is list and len(x) <= MAX_AP_DIMS:  # the fast path: every operand has one
+        try:
+            out = tuple((s, n) for s, n in x)
+        except (TypeError, ValueError):
+            out = None
+        if out is not None and all(type(s) is int and type(n) is int and n >= 0 for s, n in out):
+            return out
     pairs = _list(x, where)
     if len(pairs) > MAX_AP_DIMS:
         raise _err(f"access pattern has {len(pairs)} dimensions, at most {MAX_AP_DIMS} are allowed", where)

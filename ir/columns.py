@@ -156,18 +156,23 @@ class Table:
 
 
 class Pool(Generic[T]):
-    """Interns values: ``add`` returns the id of an equal value already present."""
+    """Interns values: ``add`` returns the id of an equal value already present.
 
-    __slots__ = ("items", "_index")
+    ``exact=True`` is for pools of one plain type (strings, integer patterns),
+    where Python equality already tells values apart and the value is its own key.
+    """
 
-    def __init__(self, items: Iterable[T] = ()):
+    __slots__ = ("items", "_index", "_key")
+
+    def __init__(self, items: Iterable[T] = (), *, exact: bool = False):
         self.items: list[T] = []
         self._index: dict[Hashable, int] = {}
+        self._key = _identity if exact else pool_key
         for item in items:
             self.add(item)
 
     def add(self, value: T) -> int:
-        key = pool_key(value)
+        key = self._key(value)
         found = self._index.get(key)
         if found is not None:
             return found
@@ -177,7 +182,7 @@ class Pool(Generic[T]):
 
     def find(self, value: T) -> int:
         """The id of ``value``, or -1."""
-        return self._index.get(pool_key(value), -1)
+        return self._index.get(self._key(value), -1)
 
     def __getitem__(self, i: int) -> T:
         return self.items[i]
@@ -192,7 +197,12 @@ class Pool(Generic[T]):
         out: Pool[T] = Pool()
         out.items = list(self.items)
         out._index = dict(self._index)
+        out._key = self._key
         return out
+
+
+def _identity(value: Any) -> Hashable:
+    return value
 
 
 def pool_key(value: Any) -> Hashable:
@@ -259,8 +269,11 @@ EMPTY = Record()
 
 def freeze(value: Any) -> Any:
     """Deep-convert JSON data: dicts become Records, lists become tuples."""
-    if isinstance(value, Record):
-        return value
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None or t is Record:
+        return value  # the common leaves first: this runs for every key of every instruction
+    if t is list or t is tuple:
+        return tuple(freeze(v) for v in value)
     if isinstance(value, Mapping):
         return Record.of(value)
     if isinstance(value, (list, tuple)):

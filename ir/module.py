@@ -78,8 +78,8 @@ class Function:
         self.kind = kind
         self.attrs: set[int] = set(attrs or ())
         self.extras: Record = EMPTY  # unmodelled wire keys of the function
-        self.strings: Pool[str] = Pool()
-        self.patterns: Pool[Pattern] = Pool()
+        self.strings: Pool[str] = Pool(exact=True)
+        self.patterns: Pool[Pattern] = Pool(exact=True)
         self.values: Pool[Any] = Pool()
         for table, schema in SCHEMAS.items():
             setattr(self, table, Table(schema))
@@ -130,6 +130,8 @@ class Function:
         return self.values.add(rec if isinstance(rec, Record) else Record.of(rec))
 
     def pattern_id(self, pattern: Pattern | list) -> int:
+        if type(pattern) is tuple:  # already ((step, num), ...) of ints, as the loaders make them
+            return self.patterns.add(pattern)
         return self.patterns.add(tuple((int(s), int(n)) for s, n in pattern))
 
     # ------------------------------------------------------------ row constructors

@@ -100,8 +100,8 @@ def function_to_parts(fn: Function) -> tuple[dict[str, np.ndarray], dict[str, An
 def function_from_parts(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Function:
     fn = Function(meta["name"], meta["kind"], set(meta["attrs"]))
     fn.extras = Record.of(meta["extras"])
-    fn.strings = Pool(meta["strings"])
-    fn.patterns = Pool(tuple(tuple(p) for p in pat) for pat in meta["patterns"])
+    fn.strings = Pool(meta["strings"], exact=True)
+    fn.patterns = Pool((tuple(tuple(p) for p in pat) for pat in meta["patterns"]), exact=True)
     values: Pool[Any] = Pool()
     # Keep ids: append without interning-order surprises (duplicates cannot occur in a saved pool).
     for j in meta["values"]:
