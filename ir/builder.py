@@ -343,10 +343,12 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def _jsonable(d: dict) -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, QuasiAffine):
-            v = expr_to_json(v)
-        out[k] = v
-    return out
+def _jsonable(v):
+    """Attribute values as JSON: expressions (at any depth) become their pelican form."""
+    if isinstance(v, QuasiAffine):
+        return expr_to_json(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v

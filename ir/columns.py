@@ -209,7 +209,9 @@ def pool_key(value: Any) -> Hashable:
     """A key that tells apart values Python considers equal (1, 1.0, True)."""
     if isinstance(value, Record):
         return ("json", value.canonical())
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, float):
+        return ("float", repr(value))  # 0.0 and -0.0 are different values
+    if isinstance(value, (bool, int)):
         return (type(value).__name__, value)
     if isinstance(value, tuple):
         return ("tuple",) + tuple(pool_key(v) for v in value)

@@ -63,6 +63,7 @@ SCHEMAS = {"insts": INST_SCHEMA, "operands": OPERAND_SCHEMA, "memlocs": MEMLOC_S
            "carried": CARRIED_SCHEMA}
 
 CARRIED_LOOP, CARRIED_UNROLL = 1, 2
+MAX_OPERANDS = np.iinfo(np.uint16).max  # the nops column
 
 
 def clone_name(base: str, iteration: int) -> str:
@@ -158,6 +159,8 @@ class Function:
     def add_inst(self, opcode: int, engine: int, block: int, name: str | int, operands: list[tuple],
                  *, attrs: Record | int | None = None, pred: int = -1, iteration: int = -1) -> int:
         """Append an instruction and its operand rows (tuples in OPERAND_SCHEMA order)."""
+        if len(operands) > MAX_OPERANDS:
+            raise TuskError(f"instruction {name!r} has {len(operands)} operands; at most {MAX_OPERANDS} fit")
         table = self.operands
         ops = len(table)
         table._pending.extend(operands)  # Table.append, batched: this is the builders' hot path

@@ -64,8 +64,13 @@ class ImmValue:
 
     value: int | float | tuple
 
+    def _key(self) -> tuple:
+        # repr tells apart what == merges: 1 and 1.0, 0.0 and -0.0 (and makes nan equal to itself)
+        v = self.value
+        return (type(v).__name__, tuple(map(repr, v)) if isinstance(v, tuple) else repr(v))
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ImmValue) and type(other.value) is type(self.value) and other.value == self.value
+        return isinstance(other, ImmValue) and other._key() == self._key()
 
     def __hash__(self) -> int:
-        return hash((type(self.value).__name__, self.value))
+        return hash(self._key())

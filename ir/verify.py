@@ -283,7 +283,7 @@ def _check_operands(fn: Function) -> list[str]:
                 s = fn.memlocs.get("set", m)
                 nb = fn.sets.get("n_blocks", s)
                 blo, bhi = sa.block.bounds(ranges)
-                if blo < 0 or bhi >= nb:
+                if np.isfinite(blo) and np.isfinite(bhi) and (blo < 0 or bhi >= nb):
                     out.append(f"instruction {fn.inst_name(i)}: block index {sa.block!r} ranges over "
                                f"[{blo}, {bhi}] but tensor {fn.strings[fn.sets.get('name', s)]} has {nb} blocks")
                     continue

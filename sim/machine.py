@@ -235,7 +235,12 @@ class Frame:
             if sa.block is not None:
                 blk = sa.block.eval(self.env)
                 s = self.fn.memlocs.get("set", m)
-                m = self.blocks.get(s, {}).get(blk, -1)
+                locs = self.blocks.get(s, {})
+                nb = self.fn.sets.get("n_blocks", s)
+                if len(locs) == 1 and 0 <= blk < nb:  # one memory location for the set: every block shares it
+                    m = next(iter(locs.values()))
+                else:
+                    m = locs.get(blk, -1)
                 if m < 0:
                     raise TuskError(f"block index {blk} selects no memory location of tensor "
                                     f"{self.fn.strings[self.fn.sets.get('name', s)]}")

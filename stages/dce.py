@@ -2,8 +2,10 @@
 
 An instruction is dead when everything it writes is an internal buffer that
 nothing reads, not even through another buffer overlapping it in physical
-memory, and it has no other effect (registers, control flow, calls,
-barriers, DMA to outputs).  Removing one can make its producers dead, so
+memory (outputs and other non-internal buffers count as read: the outside
+sees them), and it has no other effect (registers, control flow, calls,
+barriers, DMA to outputs).  Symbolic accesses may reach any block of their
+set, so their writers stay and their reads keep the whole set alive.  Removing one can make its producers dead, so
 the sweep repeats to a fixpoint.  Outputs of the kernel are never internal,
 so what a program computes is unchanged.
 """
@@ -20,6 +22,30 @@ SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.Co
                                   Op.DMABlock, Op.NoOp}
 
 
+def removable(fn: Function, *, symbolic_writes: bool = False) -> np.ndarray:
+    """Per instruction: could DCE ever remove it (all its outputs are internal buffers, no side effect)?
+
+    ``symbolic_writes``: count writes through symbolic access patterns as
+    removable too (what they become once unrolled); DCE itself does not.
+    """
+    ins, ops = fn.insts, fn.operands
+    n = len(ins)
+    owner = np.repeat(np.arange(n), ins["nops"].astype(np.int64))
+    is_ap = np.isin(ops["kind"], list(AP_KINDS))
+    memloc = ops["memloc"]
+    internal_set = fn.sets["kind"] == TensorKind.Internal
+    out_mask = ops["role"] == Role.OUT
+    out_internal = np.ones(n, dtype=bool)  # every output is an internal buffer
+    bad_out = out_mask & (~is_ap | ~internal_set[fn.memlocs["set"][np.maximum(memloc, 0)]])
+    if not symbolic_writes:
+        # a symbolic access may reach any block of its set: its writer stays
+        bad_out |= out_mask & (ops["kind"] == Kind.SYMBOLIC)
+    np.logical_and.at(out_internal, owner[bad_out], False)
+    has_out = np.zeros(n, dtype=bool)
+    has_out[owner[out_mask]] = True
+    return out_internal & has_out & ~np.isin(ins["opcode"], list(SIDE_EFFECT_OPS))
+
+
 def dce(fn: Function) -> tuple[Function, int]:
     """``fn`` without its dead instructions, and how many were removed."""
     ins, ops = fn.insts, fn.operands
@@ -28,24 +54,22 @@ def dce(fn: Function) -> tuple[Function, int]:
         return fn, 0
     owner = np.repeat(np.arange(n), ins["nops"].astype(np.int64))
     is_ap = np.isin(ops["kind"], list(AP_KINDS))
-    writes_reg = (ops["role"] == Role.OUT) & (ops["kind"] == Kind.REGISTER)
     memloc = ops["memloc"]
     internal_set = fn.sets["kind"] == TensorKind.Internal
-    out_internal = np.ones(n, dtype=bool)  # every output is an internal buffer
-    out_mask = (ops["role"] == Role.OUT)
-    bad_out = out_mask & (~is_ap | ~internal_set[fn.memlocs["set"][np.maximum(memloc, 0)]])
-    np.logical_and.at(out_internal, owner[bad_out], False)
-    out_internal[np.unique(owner[writes_reg])] = False
-    has_out = np.zeros(n, dtype=bool)
-    has_out[owner[out_mask]] = True
-    candidate = out_internal & has_out & ~np.isin(ins["opcode"], list(SIDE_EFFECT_OPS)) & (ins["block"] >= 0)
+    out_mask = ops["role"] == Role.OUT
+    symbolic = ops["kind"] == Kind.SYMBOLIC  # symbolic reads count for every memloc of their set
+    candidate = removable(fn)
     overlap = _overlap_matrix(fn)
+    mset = fn.memlocs["set"]
+    observable = ~internal_set[mset]  # outputs, inputs, consts: what the outside sees
     alive = np.ones(n, dtype=bool)
     reads = (ops["role"] != Role.OUT) & is_ap
     while True:
         live_reads = reads & alive[owner]
-        read_memlocs = np.zeros(len(fn.memlocs), dtype=bool)
+        read_memlocs = observable.copy()
         read_memlocs[memloc[live_reads]] = True
+        sym_sets = np.unique(mset[memloc[live_reads & symbolic]])
+        read_memlocs |= np.isin(mset, sym_sets)
         touched = overlap[:, read_memlocs].any(axis=1) if read_memlocs.any() else np.zeros(len(fn.memlocs), bool)
         # a candidate stays alive if one of its outputs lands in (or overlaps) something read
         out_rows = np.nonzero(out_mask & is_ap & alive[owner] & candidate[owner])[0]

@@ -24,8 +24,8 @@ from ir.enums import FnAttr
 from ir.errors import PassError
 from ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
 from stages.base import Pass, Stats
-from stages.dce import dce
-from stages.unroll import renumber_core_barriers, unroll_function
+from stages.dce import dce, removable
+from stages.unroll import clone_counts, renumber_core_barriers, unroll_function
 
 CEILING = 25_000_000
 LEVEL_MESSAGE = "Need to set full_unroll level, 0: only memloc generation; 1: unroll some; 2: unroll all"
@@ -87,6 +87,12 @@ def memlocs_generation(fn: Function) -> int:
     return split
 
 
+def _surviving(fn: Function, unrolled: bool) -> int:
+    """A lower bound of ``fn``'s instruction count after (unrolling and) DCE."""
+    counts = clone_counts(fn) if unrolled else np.ones(len(fn.insts), dtype=object)
+    return int(sum(counts[~removable(fn, symbolic_writes=True)]))
+
+
 def erase_all_dependencies(fn: Function) -> None:
     fn.deps = Table(DEP_SCHEMA)
     fn.carried = Table(CARRIED_SCHEMA)
@@ -128,12 +134,11 @@ class FullUnroll(Pass):
                     self.log.info("DONE DCE, no unrolling needed, running BirCodeGen with unroll pass")
             else:
                 self.log.info("No unrolling needed, running hhir pass")
-        others = out.n_insts() - sum(len(out.functions[k].insts) for k in targets)
+        # The ceiling applies after DCE, but what DCE can never remove (side effects, writes to
+        # outputs) already counts: an explosion of those fails before any clone is built.
+        instruction_limit_check(sum(_surviving(fn, k in targets) for k, fn in enumerate(out.functions)))
         for k in targets:
-            # the ceiling is checked before the clones are built, so an explosion fails fast
-            out.functions[k], _ = unroll_function(out.functions[k], check_in_place=module.check_in_place,
-                                                  limit_check=lambda n: instruction_limit_check(others + n))
-            others += len(out.functions[k].insts)
+            out.functions[k], _ = unroll_function(out.functions[k], check_in_place=module.check_in_place)
             stats["unrolled_functions"] += 1
         if targets:
             renumber_core_barriers(out)

@@ -17,38 +17,43 @@ import numpy as np
 
 from ir.columns import Record
 from ir.enums import Dt, Engine, Kind, Op, Role
-from ir.expr import AffinePredicate, QuasiAffine, mod, runtime
+from ir.errors import PassError
+from ir.expr import AffinePredicate, IntRuntimeValue, QuasiAffine, expr_from_json, mod, runtime
 from ir.module import Function
 from ir.values import ImmValue, SymAddr
 
+INDUCTION_KEY = "induction_register"  # set on a DynamicForLoop once its index lives in a register
+
 
 def lower_dynamic_exprs(fn: Function) -> Function:
-    loops = np.nonzero(fn.insts["opcode"] == Op.DynamicForLoop)[0].tolist()
+    loops = [r for r in np.nonzero(fn.insts["opcode"] == Op.DynamicForLoop)[0].tolist()
+             if INDUCTION_KEY not in fn.inst(r).attrs]  # lowering twice would step the register twice
     if not loops:
         return fn
     out = fn.copy()
     ends = _subtree_ends(out)
-    before: dict[int, int] = {}  # original row -> new row to place just before it
-    after: dict[int, int] = {}   # original row -> new row to place just after it
-    for loop in loops:
+    before: dict[int, int] = {}         # original row -> new row to place just before it
+    after: dict[int, list[int]] = {}    # original row -> new rows to place just after it
+    for loop in loops:  # outer loops first: an inner loop's step goes before its outer loop's
         ax = out.loop_axis(loop)
+        name = out.strings[out.insts.get("name", loop)]
+        if isinstance(ax.stride, bool) or not isinstance(ax.stride, int):
+            raise PassError(f"DynamicForLoop {name}: the stride must be a constant, not {ax.stride!r}")
         reg_name = f"iv_{ax.name}"
         reg = out.reg_by_name(reg_name)
         if reg < 0:
             reg = out.add_reg(reg_name)
-        lb, stride = int(ax.lb), int(ax.stride)
+        out.insts.set("attrs", loop, out.intern_record(out.inst(loop).attrs.with_(**{INDUCTION_KEY: reg_name})))
         block = int(out.insts.get("block", loop))
-        name = out.strings[out.insts.get("name", loop)]
-        before[loop] = out.add_inst(Op.RegisterMove, Engine.SP, block, f"{name}.iv_init", [
-            (Role.IN, Kind.IMM, Dt.int32, -1, 0, -1, out.intern(ImmValue(lb)), -1, -1),
-            (Role.OUT, Kind.REGISTER, Dt.int32, -1, 0, -1, reg, -1, -1)])
+        args, attrs = _init(out, ax.lb, reg, block, f"{name}.iv_init")
+        before[loop] = out.add_inst(*args, attrs=attrs)
         last_body = out.body_blocks(loop)[-1]
         end = ends[loop]
-        after[end] = out.add_inst(Op.RegisterAlu, Engine.SP, last_body, f"{name}.iv_step", [
+        after.setdefault(end, []).insert(0, out.add_inst(Op.RegisterAlu, Engine.SP, last_body, f"{name}.iv_step", [
             (Role.IN, Kind.REGISTER, Dt.int32, -1, 0, -1, reg, -1, -1),
-            (Role.IN, Kind.IMM, Dt.int32, -1, 0, -1, out.intern(ImmValue(stride)), -1, -1),
+            (Role.IN, Kind.IMM, Dt.int32, -1, 0, -1, out.intern(ImmValue(int(ax.stride))), -1, -1),
             (Role.OUT, Kind.REGISTER, Dt.int32, -1, 0, -1, reg, -1, -1)],
-            attrs=Record.of(op="add", is_64bit=False))
+            attrs=Record.of(op="add", is_64bit=False)))
         _rewrite_body(out, loop + 1, end + 1, ax.name, runtime(reg_name))
     n = len(fn.insts)
     order: list[int] = []
@@ -56,9 +61,33 @@ def lower_dynamic_exprs(fn: Function) -> Function:
         if row in before:
             order.append(before[row])
         order.append(row)
-        if row in after:
-            order.append(after[row])
+        order.extend(after.get(row, ()))
     return out.take_insts(np.array(order, dtype=np.int64))
+
+
+def _init(fn: Function, lb, reg: int, block: int, name: str) -> tuple[tuple, Record | None]:
+    """add_inst arguments (and attributes) setting the induction register to the lower bound.
+
+    A constant bound is a RegisterMove; a bound held in a register (its name,
+    or an expression that is exactly one register) is a RegisterAlu ``+ 0``.
+    """
+    out_op = (Role.OUT, Kind.REGISTER, Dt.int32, -1, 0, -1, reg, -1, -1)
+    if isinstance(lb, int) and not isinstance(lb, bool):
+        return (Op.RegisterMove, Engine.SP, block, name,
+                [(Role.IN, Kind.IMM, Dt.int32, -1, 0, -1, fn.intern(ImmValue(lb)), -1, -1), out_op]), None
+    src_name = lb if isinstance(lb, str) else None
+    if isinstance(lb, dict) or hasattr(lb, "items"):
+        e = expr_from_json(dict(lb))
+        atoms = e.atoms()
+        if e.c == 0 and len(atoms) == 1 and isinstance(atoms[0], IntRuntimeValue) and e.terms[0][1] == 1:
+            src_name = atoms[0].reg
+    src = fn.reg_by_name(src_name) if src_name else -1
+    if src < 0:
+        raise PassError(f"{name}: a DynamicForLoop lower bound must be a constant or a register, not {lb!r}")
+    return (Op.RegisterAlu, Engine.SP, block, name,
+            [(Role.IN, Kind.REGISTER, Dt.int32, -1, 0, -1, src, -1, -1),
+             (Role.IN, Kind.IMM, Dt.int32, -1, 0, -1, fn.intern(ImmValue(0)), -1, -1), out_op]), \
+        Record.of(op="add", is_64bit=False)
 
 
 def _subtree_ends(fn: Function) -> dict[int, int]:

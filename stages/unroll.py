@@ -18,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from ir.enums import FnAttr, Kind, Op, TensorKind
+from ir.enums import FnAttr, Kind, Mem, Op, TensorKind
 from ir.errors import PassError
 from ir.module import Function, Module
 from stages.base import Pass, Stats
-from stages.lower_dynamic import lower_dynamic_exprs
+from stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
 from stages.unroll_expand import IDX, Expander, concat
 from stages.unroll_materialize import Plan, evaluate_predicates, materialize
 
@@ -41,11 +41,16 @@ def loop_selector(fn: Function, loops: str) -> Callable[[int], bool]:
     raise PassError(f"unroll: option loops must be 'all' or 'marked', not {loops!r}")
 
 
-def clone_count_bound(fn: Function, loops: str = "all") -> int:
-    """Instructions after unrolling if no predicate drops a clone: cheap, builds nothing."""
+def clone_counts(fn: Function, loops: str = "all") -> np.ndarray:
+    """Per original instruction: how many instructions it becomes if no predicate drops a clone.
+
+    Cheap (builds nothing); unrolled loop rows count 0, a DynamicForLoop not
+    lowered yet counts 3 (itself plus LowerDynamicExprs' iv_init and iv_step).
+    Exact Python integers: a bound may not fit in int64.
+    """
     unroll = loop_selector(fn, loops)
     opcodes, blocks, parents = fn.insts["opcode"], fn.insts["block"], fn.blocks["parent"]
-    factor = np.ones(len(fn.blocks), dtype=object)  # exact big integers: a bound may overflow int64
+    factor = np.ones(len(fn.blocks), dtype=object)
     for b in range(len(fn.blocks)):  # parents precede their body blocks, so one sweep suffices
         p = int(parents[b])
         if p >= 0:
@@ -53,8 +58,18 @@ def clone_count_bound(fn: Function, loops: str = "all") -> int:
             if int(opcodes[p]) == Op.Loop and unroll(p):
                 f = f * fn.loop_axis(p).trip_count
             factor[b] = f
-    unrolled = np.array([int(o) == Op.Loop and unroll(r) for r, o in enumerate(opcodes.tolist())], dtype=bool)
-    return int(sum(factor[int(b)] for b in blocks[~unrolled].tolist()))
+    counts = factor[blocks.astype(np.int64)] if len(blocks) else np.zeros(0, dtype=object)
+    for r, o in enumerate(opcodes.tolist()):
+        if o == Op.Loop and unroll(r):
+            counts[r] = 0
+        elif o == Op.DynamicForLoop and INDUCTION_KEY not in fn.inst(r).attrs:
+            counts[r] = counts[r] * 3
+    return counts
+
+
+def clone_count_bound(fn: Function, loops: str = "all") -> int:
+    """Instructions after unrolling if no predicate drops a clone (see :func:`clone_counts`)."""
+    return int(sum(clone_counts(fn, loops)))
 
 
 def plan_function(fn: Function, loops: str = "all") -> Plan:
@@ -86,11 +101,11 @@ def unroll_function(fn: Function, *, loops: str = "all", check_in_place: bool = 
         if limit_check is not None:
             limit_check(clone_count_bound(fn, loops))
     plan = plan_function(fn, loops)
-    kept_preds = evaluate_predicates(plan)
+    pred_ids = evaluate_predicates(plan)
     total = int(plan.keep.sum())
     if limit_check is not None:
         limit_check(total)
-    out = materialize(plan, kept_preds)
+    out = materialize(plan, pred_ids)
     split = split_block_sets(out)
     out.attrs.add(FnAttr.UNROLLED)
     validate_topological_order(out)
@@ -124,9 +139,12 @@ def split_block_sets(fn: Function) -> int:
             still_symbolic.add(int(fn.memlocs.get("set", int(ops["memloc"][j]))))
     sets, ml = fn.sets, fn.memlocs
     split = 0
+    emptied = []
     taken = {fn.strings[n] for n in sets["name"].tolist()}
+    onchip_sets = set(ml["set"][np.isin(ml["mtype"], (Mem.SB, Mem.PSUM))].tolist())
     for s in np.nonzero(sets["is_block"] == 1)[0].tolist():
-        if s in still_symbolic:
+        # DRAM block tensors stay whole: they are the kernel's interface (shapes, names)
+        if s in still_symbolic or s not in onchip_sets:
             continue
         row = sets.row(s)
         for m in np.nonzero(ml["set"] == s)[0].tolist():
@@ -139,15 +157,14 @@ def split_block_sets(fn: Function) -> int:
             ml.set("set", m, new)
             ml.set("tensor_id", m, -1)
         split += 1
-    if split:
-        _drop_empty_sets(fn)
+        emptied.append(s)
+    if emptied:
+        _drop_sets(fn, emptied)
     return split
 
 
-def _drop_empty_sets(fn: Function) -> None:
-    used = np.zeros(len(fn.sets), dtype=bool)
-    used[fn.memlocs["set"]] = True
-    keep = np.nonzero(used)[0]
+def _drop_sets(fn: Function, sets: list[int]) -> None:
+    keep = np.setdiff1d(np.arange(len(fn.sets)), np.asarray(sets))
     remap = np.full(len(fn.sets), -1, np.int32)
     remap[keep] = np.arange(len(keep), dtype=np.int32)
     fn.sets = fn.sets.take(keep)
@@ -193,13 +210,11 @@ class Unroll(Pass):
         out = module.copy()
         limit = module.instruction_limit
         totals: Stats = {"insts_before": module.n_insts(), "insts_after": 0, "functions": 0}
-        rest = module.n_insts()
         for k, fn in enumerate(out.functions):
-            rest -= len(fn.insts)
-            done = totals["insts_after"]
+            done = totals["insts_after"]  # functions still to come can only add: fail fast on what is known
             out.functions[k], _ = unroll_function(
                 fn, loops=options.loops, check_in_place=module.check_in_place,
-                limit_check=lambda n: check_instruction_limit(done + n + rest, limit))
+                limit_check=lambda n: check_instruction_limit(done + n, limit))
             totals["insts_after"] += len(out.functions[k].insts)
             totals["functions"] += 1
         self.log.info("INFO (Unroll) DONE unrolling %s", time.ctime())

@@ -24,7 +24,7 @@ import numpy as np
 from ir.columns import Record, Table
 from ir.enums import Kind, Op
 from ir.errors import PassError
-from ir.expr import AffineIdx, Env, FloorDivExpr, ModuloExpr, QuasiAffine, expr_from_json
+from ir.expr import AffineIdx, AffinePredicate, Env, FloorDivExpr, ModuloExpr, QuasiAffine, expr_from_json, expr_to_json
 from ir.module import (BLOCK_SCHEMA, CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, INST_SCHEMA, OPERAND_SCHEMA,
                        Function, _ranges, clone_name)
 from ir.values import ImmValue, SymAddr
@@ -48,6 +48,13 @@ class Plan:
         self.grouped[self.start[rows] + exp.iters] = np.arange(len(rows), dtype=IDX)
         self.keep = np.ones(len(rows), dtype=bool)
         self.axis_names = set(exp.axes)
+        # the function being built: pools start as copies, new values (folded records,
+        # substituted predicates) are interned into it as the steps run
+        out = Function(fn.name, fn.kind, set(fn.attrs))
+        out.extras = fn.extras
+        out.strings, out.patterns, out.values = fn.strings.copy(), fn.patterns.copy(), fn.values.copy()
+        out.regs = fn.regs.copy()
+        self.out = out
 
     def positions(self, row: int) -> np.ndarray:
         """Output positions of the clones of original ``row``, in iteration order."""
@@ -70,30 +77,77 @@ class Plan:
 # --------------------------------------------------------------------- predicates
 
 
-def evaluate_predicates(plan: Plan) -> dict[int, int]:
-    """Clear ``plan.keep`` where a clone's predicate is false.
+def evaluate_predicates(plan: Plan) -> np.ndarray:
+    """Clear ``plan.keep`` where a clone's predicate is false; return each clone's predicate id.
 
-    Returns original row -> predicate id for rows whose predicates could not
-    be folded (they mention runtime values or loops that stay loops).
+    A clone is guarded by its own predicates and by those of the unrolled
+    loops around it.  Predicates that only use unrolled loop indices fold to
+    true/false per clone; the others (runtime values, loops that stay loops)
+    keep what cannot be folded, with the known loop indices substituted.
+    Returns an array over expansion positions (-1: no predicate left).
     """
     fn = plan.fn
-    kept_preds: dict[int, int] = {}
     pred_col = fn.insts["pred"]
-    for row in np.nonzero(pred_col >= 0)[0].tolist():
-        pos = plan.positions(row)
-        if not len(pos):
+    out = np.full(len(plan.exp), -1, np.int32)
+    rows = np.nonzero(plan.count > 0)[0].tolist()
+    for row in rows:
+        preds = list(fn.values[int(pred_col[row])]) if pred_col[row] >= 0 else []
+        for loop in plan.ex.chains.get(row, ()):
+            if pred_col[loop] >= 0:  # an unrolled loop's predicate guards every clone of its body
+                preds.extend(fn.values[int(pred_col[loop])])
+        if not preds:
             continue
-        preds = fn.values[int(pred_col[row])]
-        if all(plan.static_in(p.expr) for p in preds):
+        pos = plan.positions(row)
+        static = [p for p in preds if plan.static_in(p.expr)]
+        rest = [p for p in preds if not plan.static_in(p.expr)]
+        if static:
             env = plan.env(pos)
             ok = np.ones(len(pos), dtype=bool)
-            for p in preds:
+            for p in static:
                 ok &= np.broadcast_to(p.eval_np(env), ok.shape)
             plan.keep[pos] &= ok
-        else:
-            kept_preds[row] = int(pred_col[row])
+        if rest:
+            ids, alive = substitute_per_clone(plan, pos, rest, _subst_preds)
+            out[pos] = ids
+            plan.keep[pos] &= alive
     _drop_orphans(plan)
-    return kept_preds
+    return out
+
+
+def _subst_preds(preds: list, values: dict, out_fn: Function) -> tuple[int, bool]:
+    """(predicate id, still possible) of ``preds`` with ``values`` substituted."""
+    left = []
+    for p in preds:
+        q = AffinePredicate(p.expr.subst(values), p.rel)
+        if q.expr.is_const:
+            if not q.eval():
+                return -1, False
+            continue
+        left.append(q)
+    return (out_fn.intern(tuple(left)) if left else -1), True
+
+
+def substitute_per_clone(plan: Plan, pos: np.ndarray, obj, subst) -> tuple[np.ndarray, np.ndarray]:
+    """Apply ``subst(obj, {axis: value}, out_fn) -> (id, alive)`` once per distinct combination
+    of the unrolled axes ``obj`` uses, over the clones at ``pos``."""
+    axes = sorted(_free_axes(obj) & plan.axis_names)
+    if axes:
+        combos, inv = _unique_rows(np.stack([plan.exp.axes[a][pos] for a in axes], axis=1))
+    else:
+        combos, inv = np.zeros((1, 0), IDX), np.zeros(len(pos), IDX)
+    results = [subst(obj, dict(zip(axes, map(int, c))), plan.out) for c in combos.tolist()]
+    ids = np.array([r[0] for r in results], np.int32)[inv]
+    alive = np.array([r[1] for r in results], dtype=bool)[inv]
+    return ids, alive
+
+
+def _free_axes(obj) -> set[str]:
+    if isinstance(obj, (list, tuple)):
+        out: set[str] = set()
+        for x in obj:
+            out |= _free_axes(x)
+        return out
+    return set(obj.free_axes())
 
 
 def _drop_orphans(plan: Plan) -> None:
@@ -128,9 +182,14 @@ class OperandFolder:
         self.set_base = np.zeros(n_sets + 1, IDX)
         np.cumsum(nblocks, out=self.set_base[1:])
         self.block_memloc = np.full(int(self.set_base[-1]), -1, IDX)
+        per_set = np.bincount(sets, minlength=n_sets) if len(ml) else np.zeros(n_sets, IDX)
         for m in range(len(ml)):
             s, t = int(sets[m]), int(tids[m])
             slot = self.set_base[s] + max(t, 0)
+            if t < 0 and nblocks[s] > 1 and per_set[s] > 1:
+                raise PassError(f"memory location {plan.fn.strings[ml.get('name', m)]} belongs to block tensor "
+                                f"{plan.fn.strings[plan.fn.sets.get('name', s)]} but has no block index "
+                                f"(tensor_id)")
             if t < 0 and self.block_memloc[self.set_base[s]] >= 0:
                 continue
             if t >= nblocks[s]:
@@ -206,6 +265,9 @@ class OperandFolder:
             m = int(cols["memloc"][idx[k]])
             if block is not None and block.is_const:
                 sid = int(self.memloc_set[m])
+                if not 0 <= block.c < self.nblocks[sid]:
+                    raise PassError(f"block index {block.c} of {s.block!r} is outside tensor "
+                                    f"{fn.strings[fn.sets.get('name', sid)]} ({self.nblocks[sid]} blocks)")
                 m = int(self.block_memloc[self.set_base[sid] + block.c])
                 block = None
             cols["memloc"][idx[k]] = m
@@ -217,12 +279,21 @@ class OperandFolder:
         uniq, inv = _small_unique(src)
         for u, members in _groups(inv, np.arange(len(uniq))):
             e: QuasiAffine = fn.values[int(aux[int(uniq[u])])]
-            if not plan.static_in(e):
+            if not plan.static_in(e):  # substitute the unrolled indices, keep the rest symbolic
+                ids, _ = substitute_per_clone(plan, pos[members], e, _subst_imm)
+                cols["aux"][idx[members]] = ids
+                folded = np.array([isinstance(self.out.values[i], ImmValue) for i in ids.tolist()], dtype=bool)
+                cols["kind"][idx[members[folded]]] = Kind.IMM
                 continue
             vals = np.broadcast_to(e.eval_np(plan.env(pos[members])), members.shape)
             ids = {v: self.out.intern(ImmValue(int(v))) for v in np.unique(vals).tolist()}
             cols["aux"][idx[members]] = [ids[v] for v in vals.tolist()]
             cols["kind"][idx[members]] = Kind.IMM
+
+
+def _subst_imm(e: QuasiAffine, values: dict, out_fn: Function) -> tuple[int, bool]:
+    e = e.subst(values)
+    return out_fn.intern(ImmValue(e.c) if e.is_const else e), True
 
 
 def _small_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +328,14 @@ def _groups(inv: np.ndarray, wanted: np.ndarray):
 
 
 def fold_attributes(plan: Plan, out: Function, newidx: np.ndarray) -> np.ndarray:
-    """Attribute record ids of the kept clones (indexed like the output), MaybeAffine expressions folded."""
+    """Attribute record ids of the kept clones (indexed like the output).
+
+    MaybeAffine values (a matmul's ``accumulation_flag = ki``) and the bounds
+    of loops that stay loops (a DynamicForLoop's ``ub`` may use an outer index)
+    get the clone's loop indices substituted: constants where they fold, the
+    rest of the expression where they do not.  ``loopnest``/``order`` keys are
+    dropped from clones.
+    """
     fn = plan.fn
     attr_col = fn.insts["attrs"]
     result = attr_col[plan.exp.rows[plan.keep]].astype(np.int32)
@@ -265,25 +343,48 @@ def fold_attributes(plan: Plan, out: Function, newidx: np.ndarray) -> np.ndarray
         if not plan.ex.chains.get(row):
             continue
         rec: Record = fn.values[int(attr_col[row])]
-        exprs = {k: expr_from_json(v) for k, v in rec.items()
-                 if k not in NON_FOLDED_KEYS and isinstance(v, Mapping) and _is_expr(v)}
+        slots = _expr_slots(rec)
         drop = [k for k in ("loopnest", "order") if k in rec]
-        if not exprs and not drop:
+        used = [(path, e) for path, e in slots if e.free_axes() & plan.axis_names]
+        if not used and not drop:
             continue
         pos = plan.positions(row)
         pos = pos[plan.keep[pos]]
+        if not len(pos):
+            continue
         at = newidx[pos]
         base = rec.without(*drop)
-        exprs = {k: e for k, e in exprs.items() if plan.static_in(e)}
-        if not exprs:
+        if not used:
             result[at] = out.intern(base)
             continue
-        env = plan.env(pos)
-        combos = np.stack([np.broadcast_to(e.eval_np(env), pos.shape) for e in exprs.values()], axis=1)
-        uniq, inv = _unique_rows(combos)
-        ids = [out.intern(base.with_(**dict(zip(exprs, map(int, combo))))) for combo in uniq.tolist()]
-        result[at] = np.asarray(ids, np.int32)[inv]
+        exprs = [e for _, e in used]
+        ids, _ = substitute_per_clone(plan, pos, exprs, lambda es, values, o: (o.intern(
+            _with_slots(base, {path: e.subst(values) for (path, _), e in zip(used, es)})), True))
+        result[at] = ids
     return result
+
+
+def _expr_slots(rec: Record) -> list[tuple[tuple[str, ...], QuasiAffine]]:
+    """The expression-valued attributes: top-level MaybeAffine keys and dynamic loop bounds."""
+    out = []
+    for k, v in rec.items():
+        if k in ("LoopAxis", "DynamicForLoopAxis") and isinstance(v, Mapping):
+            out.extend(((k, b), expr_from_json(v[b])) for b in ("lb", "ub", "stride")
+                       if isinstance(v.get(b), Mapping) and _is_expr(v[b]))
+        elif k not in NON_FOLDED_KEYS and isinstance(v, Mapping) and _is_expr(v):
+            out.append(((k,), expr_from_json(v)))
+    return out
+
+
+def _with_slots(rec: Record, values: dict[tuple[str, ...], QuasiAffine]) -> Record:
+    data = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in rec.items()}
+    for path, e in values.items():
+        v = e.c if e.is_const else expr_to_json(e)
+        if len(path) == 1:
+            data[path[0]] = v
+        else:
+            data[path[0]][path[1]] = v
+    return Record.of(data)
 
 
 def _unique_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -331,6 +432,27 @@ class EdgeMapper:
         for row, chain in plan.ex.chains.items():
             for loop in chain:
                 self.subtree.setdefault(loop, []).append(row)
+        # every loop (unrolled or kept) around each row, outermost first
+        parents, blocks = fn.blocks["parent"], fn.insts["block"]
+        self.loops_around: dict[int, tuple[int, ...]] = {}
+        for row in range(len(fn.insts)):
+            chain, b = [], int(blocks[row])
+            while parents[b] >= 0:
+                chain.append(int(parents[b]))
+                b = int(blocks[int(parents[b])])
+            self.loops_around[row] = tuple(reversed(chain))
+
+    def carried_by_kept_loop(self, s: int, d: int) -> bool:
+        """True when the innermost loop around both ends stays a loop: the carry stays a carry."""
+        a, b = self.loops_around.get(s, ()), self.loops_around.get(d, ())
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        return k > 0 and a[k - 1] not in self.loop_rows
+
+    def empty(self, loop: int) -> bool:
+        """An unrolled loop that produced no instruction (zero trips or an empty body)."""
+        return loop in self.loop_rows and not any(self.plan.count[r] > 0 for r in self._ends(loop))
 
     def _ends(self, row: int) -> list[int]:
         """An unrolled loop row stands for every instruction of its body."""
@@ -364,12 +486,12 @@ class EdgeMapper:
         g, inner_s, inner_d, common = self._common(s, d)
         src = ps.reshape(g, inner_s)
         dst = pd.reshape(g, inner_d)
-        if shift is not None:  # carried: destination group k waits for source group shift[k]
-            gs = shift(common, dst[:, 0])
+        if shift is not None:  # carried: each destination clone waits for its source group
+            flat = dst.reshape(-1)
+            gs = shift(common, flat)
             ok = gs >= 0
-            src = src[np.where(ok, gs, 0)]
-            dst = dst[ok]
-            src = src[ok]
+            chosen = src[np.where(ok, gs, 0)][ok]  # (destinations kept, inner_s)
+            return chosen.reshape(-1), np.repeat(flat[ok], inner_s)
         a = np.broadcast_to(src[:, :, None], (len(dst), inner_s, inner_d)).reshape(-1)
         b = np.broadcast_to(dst[:, None, :], (len(dst), inner_s, inner_d)).reshape(-1)
         return a, b
@@ -379,7 +501,7 @@ class EdgeMapper:
         fn = plan.fn
 
         def shift(common: list[int], dst_pos: np.ndarray) -> np.ndarray:
-            """Index of the source iteration group for each destination group (-1: none)."""
+            """Index of the source iteration group for each destination clone (-1: none)."""
             axes = [fn.loop_axis(r) for r in common]
             vals = [plan.exp.axes[a.name][dst_pos] for a in axes]
             digits = [(v - a.lb) // a.stride for v, a in zip(vals, axes)]
@@ -419,19 +541,38 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0, IDX)
 
 
-def map_edges(plan: Plan, newidx: np.ndarray) -> Table:
-    """Output dependence table: cloned plain and carried edges, deduplicated, strongest kind."""
+def map_edges(plan: Plan, newidx: np.ndarray) -> tuple[Table, Table]:
+    """Output (deps, carried): cloned plain and carried edges, deduplicated, strongest kind.
+
+    A carried edge of a loop that stays a loop (a DynamicForLoop) stays a
+    carried edge between the clones of each unrolled iteration; the others
+    become plain edges.  Edges through an unrolled loop that produced nothing
+    are joined around it, so the order they imposed survives.
+    """
     fn = plan.fn
     mapper = EdgeMapper(plan)
+    deps = list(zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(), fn.deps["kind"].tolist()))
+    for loop in [r for r in mapper.loop_rows if mapper.empty(r)]:
+        into = [(a, k) for a, b, k in deps if b == loop]
+        out_of = [(b, k) for a, b, k in deps if a == loop]
+        deps += [(a, b, max(k1, k2)) for a, k1 in into for b, k2 in out_of]
     srcs, dsts, kinds = [], [], []
-    for s, d, k in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(), fn.deps["kind"].tolist()):
+    for s, d, k in deps:
         a, b = mapper.plain(s, d)
         srcs.append(a)
         dsts.append(b)
         kinds.append(np.full(len(a), k, np.uint8))
     c = fn.carried
+    kept = {"src": [], "dst": [], "kind": [], "flavour": [], "payload": []}
     for s, d, k, fl, pl in zip(c["src"].tolist(), c["dst"].tolist(), c["kind"].tolist(), c["flavour"].tolist(),
                                c["payload"].tolist()):
+        if mapper.carried_by_kept_loop(s, d):
+            a, b = mapper.plain(s, d)
+            ok = plan.keep[a] & plan.keep[b] if len(a) else np.zeros(0, bool)
+            for col, v in (("src", newidx[a[ok]]), ("dst", newidx[b[ok]]), ("kind", np.full(ok.sum(), k)),
+                           ("flavour", np.full(ok.sum(), fl)), ("payload", np.full(ok.sum(), pl))):
+                kept[col].append(v)
+            continue
         a, b = mapper.carried(s, d, fl, fn.value(pl))
         srcs.append(a)
         dsts.append(b)
@@ -448,18 +589,18 @@ def map_edges(plan: Plan, newidx: np.ndarray) -> Table:
         src, dst, kind = src[first], dst[first], kind[first]
         order = np.lexsort((src, dst))
         src, dst, kind = src[order], dst[order], kind[order]
-    return Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32), "kind": kind})
+    deps_t = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32), "kind": kind})
+    carried_t = Table.from_arrays(CARRIED_SCHEMA, {col: (np.concatenate(v) if v else np.zeros(0, np.int64))
+                                                   for col, v in kept.items()})
+    return deps_t, carried_t
 
 
 # --------------------------------------------------------------------- the whole function
 
 
-def materialize(plan: Plan, kept_preds: dict[int, int]) -> Function:
-    fn, exp = plan.fn, plan.exp
-    out = Function(fn.name, fn.kind, set(fn.attrs))
-    out.extras = fn.extras
-    out.strings, out.patterns, out.values = fn.strings.copy(), fn.patterns.copy(), fn.values.copy()
-    out.regs = fn.regs.copy()
+def materialize(plan: Plan, pred_ids: np.ndarray) -> Function:
+    """The unrolled function: ``pred_ids`` (per expansion position) from :func:`evaluate_predicates`."""
+    fn, exp, out = plan.fn, plan.exp, plan.out
 
     K = np.nonzero(plan.keep)[0]
     newidx = np.full(len(exp) + 1, -1, IDX)
@@ -499,11 +640,6 @@ def materialize(plan: Plan, kept_preds: dict[int, int]) -> Function:
         base_name[r] = out.s(fn.inst_name(r))  # a clone cloned again keeps its full name as origin
     iters_k = np.where(in_static[rows_k], exp.iters[K], orig_iter[rows_k]).astype(np.int32)
 
-    # ---- predicates
-    pred = np.full(n_orig, -1, np.int32)
-    for r, pid in kept_preds.items():
-        pred[r] = pid
-
     # ---- operands
     nops = ins["nops"][rows_k].astype(IDX)
     src_ops = _ranges(ins["ops"][rows_k], nops)
@@ -517,10 +653,9 @@ def materialize(plan: Plan, kept_preds: dict[int, int]) -> Function:
     out.insts = Table.from_arrays(INST_SCHEMA, {
         "opcode": ins["opcode"][rows_k], "engine": ins["engine"][rows_k], "block": block_k.astype(np.int32),
         "name": base_name[rows_k], "iter": iters_k, "attrs": attrs_k, "ops": starts,
-        "nops": ins["nops"][rows_k], "pred": pred[rows_k]})
+        "nops": ins["nops"][rows_k], "pred": pred_ids[K]})
     out.operands = Table.from_arrays(OPERAND_SCHEMA, op_cols)
-    out.deps = map_edges(plan, newidx)
-    out.carried = Table(CARRIED_SCHEMA)
+    out.deps, out.carried = map_edges(plan, newidx)
     out.memlocs, out.sets = fn.memlocs.copy(), fn.sets.copy()
     out.invalidate()
     return out

@@ -182,3 +182,16 @@ def test_mutated_documents_raise_only_format_errors(data):
         assert str(e).startswith("mutant.json")
     else:
         assert isinstance(m, Module)
+
+
+def test_negative_zero_and_int_float_immediates_stay_distinct():
+    b = Builder()
+    t = b.sbuf("t", (4, 4), addr=0)
+    b.emit("TensorTensor", "DVE", [t.ap(), 0.0], [t.ap()], attrs={"op": "mult"})
+    b.emit("TensorTensor", "DVE", [t.ap(), -0.0], [t.ap()], attrs={"op": "mult"})
+    b.emit("TensorTensor", "DVE", [t.ap(), 1], [t.ap()], attrs={"op": "mult"})
+    b.emit("TensorTensor", "DVE", [t.ap(), 1.0], [t.ap()], attrs={"op": "mult"})
+    m = b.module()
+    fn = bir_json.loads(bir_json.dumps(m)).functions[0]
+    values = [fn.inst(i).ins[1].value for i in range(4)]
+    assert [repr(v) for v in values] == ["0.0", "-0.0", "1", "1.0"]

@@ -42,12 +42,19 @@ def test_ceiling_boundary_24999999_passes_25000000_fails():
     assert CEILING == 25_000_000
 
 
-def test_ceiling_fails_fast_on_a_real_pass_without_building_the_clones():
+def test_ceiling_fails_fast_on_a_real_pass_without_building_the_clones(monkeypatch):
+    import stages.unroll
+
+    def no_expansion(*a, **k):
+        raise AssertionError("the clones were being built: the count must come from trip counts")
+
+    monkeypatch.setattr(stages.unroll, "plan_function", no_expansion)
     b = Builder()
     t = b.sbuf("t", (128, 4), addr=0)
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
     with b.loop("i", 0, 5000):
         with b.loop("j", 0, 5000):
-            b.memset(t.ap(), 0)
+            b.dma(y.ap(), t.ap())  # writes an output: DCE could never remove a clone
     with pytest.raises(PassError, match="total_count=25000000"):
         FullUnroll().run(b.module(), FullUnrollOptions(level=2))
 
@@ -167,3 +174,27 @@ def test_full_unroll_command_mirrors_the_binary(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "workflows.full_unroll_cli", str(bad), "-o", str(dst)],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "malformed JSON" in proc.stderr
+
+
+def test_dce_keeps_writes_to_blocks_read_symbolically_and_to_buffers_overlapping_outputs():
+    b = Builder()
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    ring = b.sbuf("ring", (128, 4), addr=0, blocks=2)
+    with b.loop("i", 0, 2) as i:
+        b.dma(ring.ap(block=i), x.ap())
+    b.dma(y.ap(), ring.ap(block=1))
+    m = b.module()
+    out, _ = full(m, 0)  # level 0 keeps the loop: the reads stay symbolic
+    inputs = random_inputs(m, 0)
+    assert same_outputs(run(m, inputs), run(out, inputs))
+    b = Builder()
+    x = b.dram("x", (4, 4), kind="ExternalInput")
+    y = b.dram("y", (4, 4), kind="ExternalOutput", addr=0)
+    t = b.dram("t", (4, 4), addr=0)  # an internal buffer placed on top of the output
+    b.dma(t.ap(), x.ap())
+    m = b.module()
+    out, st = full(m, 2)
+    assert st["dce_removed"] == 0
+    inputs = random_inputs(m, 0)
+    assert same_outputs(run(m, inputs), run(out, inputs))

@@ -284,3 +284,180 @@ def test_a_dynamic_loop_dropped_by_its_predicate_takes_its_body_block_with_it():
     assert (f.insts["opcode"] == Op.DynamicForLoop).sum() == 2
     assert len(f.blocks) == 1 + 2  # Block1 and the two surviving bodies, no orphan block
     assert set(f.blocks["parent"].tolist()) - {-1} == set(np.nonzero(f.insts["opcode"] == Op.DynamicForLoop)[0].tolist())
+
+
+# ----------------------------------------------------------------------------- review regressions
+
+
+def _ring_program(pred_expr=None, imm=None, ub_outer=False):
+    """An outer static loop around a dynamic loop; optional mixed (static + dynamic) expressions."""
+    b = Builder()
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    n = b.register("n")
+    b.dma(t.ap(), x.ap())
+    b.register_move(n, 2)
+    with b.loop("i", 0, 3) as i:
+        with b.dynamic_loop("k", 0, n) as k:
+            pred = [AffinePredicate(pred_expr(i, k), "ge")] if pred_expr else ()
+            b.tensor_scalar(t.ap(), t.ap(), "add", 1.0, pred=pred)
+            if imm is not None:
+                b.emit("TensorTensor", "DVE", [t.ap(), imm(i, k)], [t.ap()], attrs={"op": "add"})
+    b.dma(y.ap(), t.ap())
+    return b.module()
+
+
+@pytest.mark.parametrize("case", ["predicate", "immediate"])
+def test_expressions_mixing_unrolled_and_runtime_indices_get_the_known_part_substituted(case):
+    if case == "predicate":
+        m = _ring_program(pred_expr=lambda i, k: i + k - 2)
+    else:
+        m = _ring_program(imm=lambda i, k: i * 10 + k)
+    out = unrolled(m)
+    assert_same_meaning(m, out)
+    assert bir_json.loads(bir_json.dumps(out)) == out
+
+
+def test_a_dynamic_loop_bound_may_use_an_outer_static_index():
+    b = Builder()
+    y = b.dram("y", (1, 1), "int32", kind="ExternalOutput")
+    t = b.sbuf("t", (1, 1), "int32", addr=0)
+    b.memset(t.ap(), 0)
+    with b.loop("i", 0, 3, name="outer") as i:
+        row = b.emit("DynamicForLoop", "Unassigned", attrs={"DynamicForLoopAxis": {
+            "name": "k", "lb": 0, "ub": i + 1, "stride": 1}}, name="tri")
+        outer_block = b._block
+        b._block = b.fn.add_block("tri_body", row)
+        b.tensor_scalar(t.ap(), t.ap(), "add", 1.0)
+        b._block = outer_block
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    out = unrolled(m)
+    assert run(out, {})["y"][0, 0] == 1 + 2 + 3
+    assert_same_meaning(m, out)
+
+
+def test_a_predicate_on_an_unrolled_loop_guards_its_body():
+    b = Builder()
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), x.ap())
+    with b.loop("i", 0, 3, name="outer") as i:
+        with b.loop("j", 0, 2, name="inner"):
+            b.tensor_scalar(t.ap(), t.ap(), "add", 1.0)
+    b.dma(y.ap(), t.ap())
+    fn = b.fn
+    fn.insts.set("pred", fn.inst_by_name("inner"), fn.intern((AffinePredicate(i - 1, "ge"),)))
+    m = b.module()
+    out = unrolled(m)
+    assert out.functions[0].n_insts == 2 + 2 * 2  # the two DMAs, and the body for i = 1, 2 only
+    assert_same_meaning(m, out)
+
+
+def test_nested_dynamic_loops_each_step_their_register_and_lowering_is_idempotent():
+    b = Builder()
+    y = b.dram("y", (1, 8), "int32", kind="ExternalOutput")
+    t = b.sbuf("t", (1, 8), "int32", addr=0)
+    n, m_ = b.register("n"), b.register("m")
+    b.register_move(n, 3)
+    b.register_move(m_, 2)
+    b.memset(t.ap(), 0)
+    with b.dynamic_loop("k", 0, n) as k:
+        with b.dynamic_loop("q", 0, m_):
+            b.emit("TensorTensor", "DVE", [t.ap([[8, 1], [1, 1]], k), 1], [t.ap([[8, 1], [1, 1]], k)],
+                   attrs={"op": "add"})
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    once = unrolled(m)
+    assert list(run(once, {})["y"][0]) == [2, 2, 2, 0, 0, 0, 0, 0]
+    twice = unrolled(once)
+    assert bir_json.dumps(twice) == bir_json.dumps(once)
+
+
+def test_a_register_lower_bound_of_a_dynamic_loop_is_copied_into_the_induction_register():
+    b = Builder()
+    y = b.dram("y", (1, 8), "int32", kind="ExternalOutput")
+    t = b.sbuf("t", (1, 8), "int32", addr=0)
+    s, n = b.register("s"), b.register("n")
+    b.register_move(s, 2)
+    b.register_move(n, 5)
+    b.memset(t.ap(), 0)
+    row = b.emit("DynamicForLoop", "Unassigned", attrs={"DynamicForLoopAxis": {
+        "name": "k", "lb": "s", "ub": {"kind": "IntRuntimeValueKind", "regref": "n"}, "stride": 1}}, name="dl")
+    outer = b._block
+    b._block = b.fn.add_block("dl_body", row)
+    from ir.expr import idx as axis
+    b.emit("TensorTensor", "DVE", [t.ap([[8, 1], [1, 1]], axis("k")), 1], [t.ap([[8, 1], [1, 1]], axis("k"))],
+           attrs={"op": "add"})
+    b._block = outer
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    assert_same_meaning(m, unrolled(m))
+
+
+def test_carries_of_loops_that_stay_loops_stay_carried():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    u = b.sbuf("u", (128, 4), addr=64)
+    n = b.register("n")
+    b.register_move(n, 2)
+    with b.loop("i", 0, 2):
+        with b.dynamic_loop("k", 0, n):
+            a = b.copy(u.ap(), t.ap(), name="A")
+            c = b.copy(t.ap(), u.ap(), name="B")
+    b.dep(a, c)
+    b.fn.carried.append((c, a, Edge.Flow, CARRIED_LOOP, b.fn.intern((1,))))
+    fn = unrolled(b.module()).functions[0]
+    carried = {(fn.inst_name(s), fn.inst_name(d)) for s, d in zip(fn.carried["src"].tolist(), fn.carried["dst"].tolist())}
+    assert carried == {("B-it0", "A-it0"), ("B-it1", "A-it1")}
+
+
+def test_a_predicated_carry_is_checked_at_every_destination_clone():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0)
+    u = b.sbuf("u", (128, 4), addr=64)
+    with b.loop("i", 0, 3) as i:
+        s = b.copy(u.ap(), t.ap(), name="S")
+        with b.loop("j", 0, 3) as j:
+            d = b.copy(t.ap(), u.ap(), name="D")
+    b.fn.carried.append((s, d, Edge.Flow, CARRIED_UNROLL, b.fn.intern(((i - 1,), (AffinePredicate(j - 1, "ge"),)))))
+    fn = unrolled(b.module()).functions[0]
+    edges = {(fn.inst_name(a), fn.inst_name(c)) for a, c in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist())}
+    assert edges == {("S-it0", "D-it4"), ("S-it0", "D-it5"), ("S-it1", "D-it7"), ("S-it1", "D-it8")}
+
+
+def test_the_budget_check_does_not_count_later_functions_at_their_loop_size():
+    b = Builder("main")
+    t = b.sbuf("t", (128, 4), addr=0)
+    with b.loop("i", 0, 60):
+        b.memset(t.ap(), 0)
+    b2 = Builder("other")
+    t2 = b2.sbuf("t", (128, 4), addr=0)
+    with b2.loop("j", 0, 0):
+        for _ in range(49):
+            b2.memset(t2.ap(), 0)
+    m = Module([b.function(), b2.function()], attributes=b.module().attributes.with_(max_instruction_limit=100))
+    serial, _ = Unroll().run(m, UnrollOptions())
+    split, _ = Unroll().run_split(m, UnrollOptions())
+    assert serial.n_insts() == split.n_insts() == 60
+
+
+def test_dram_block_tensors_keep_their_shape_as_outputs():
+    b = Builder()
+    y = b.dram("y", (4, 4), kind="ExternalOutput")
+    yb = b.fn  # a DRAM block tensor: two blocks of the output
+    s = yb.add_set("yb_set", 3, 16, (4, 4), is_block=True, n_blocks=2)
+    for k in range(2):
+        yb.add_memloc(s, f"yb{k}", 8, pbytes=64, tensor_id=k)
+    t = b.sbuf("t", (4, 4), addr=0)
+    b.memset(t.ap(), 1.5)
+    from ir.builder import AP, Tensor
+
+    ring = Tensor(b, s, (yb.memlocs.__len__() - 2, yb.memlocs.__len__() - 1), 16, (4, 4), 8, 4)
+    with b.loop("i", 0, 2) as i:
+        b.dma(AP(ring, ((4, 4), (1, 4)), 0, i, 16), t.ap())
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    assert_same_meaning(m, unrolled(m))

@@ -116,3 +116,13 @@ def test_loop_with_zero_stride():
         b.memset(t.ap(), 0)
     with pytest.raises(VerifyError, match="stride is 0"):
         verify(b.module())
+
+
+def test_a_block_index_known_only_at_run_time_is_not_an_error():
+    b = Builder()
+    t = b.sbuf("t", (128, 4), addr=0, blocks=3)
+    n = b.register("n")
+    b.register_move(n, 2)
+    with b.dynamic_loop("k", 0, n) as k:
+        b.memset(t.ap(block=k), 0)
+    verify(b.module())
