@@ -10,9 +10,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ir import bir_json
 from ir.builder import Builder
-from ir.enums import OPCODE_NAMES
 from ir.errors import FormatError
-from ir.module import Function, Module
+from ir.module import Module
 from ir.verify import verify
 from tests.programs import every_family_module, tiled_exp_module
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ir.errors import FormatError, TuskError
-from ir.expr import (AffinePredicate, Env, ModuloExpr, QuasiAffine, const, expr_from_json, expr_to_json,
+from ir.expr import (AffinePredicate, Env, ModuloExpr, const, expr_from_json, expr_to_json,
                      floordiv, idx, indirect, mod, runtime)
 
 i, j = idx("i"), idx("j")

@@ -12,7 +12,7 @@ import pytest
 from examples.klr_authoring import KernelWriter
 from ir import bir_json
 from ir.columns import Record
-from ir.enums import DTYPE_BY_NAME, Dt, FnKind, Kind, Mem, Op, Role, TensorKind
+from ir.enums import DTYPE_BY_NAME, Dt, FnKind, Kind, Mem, TensorKind
 from ir.errors import PassError
 from ir.expr import IndirectArgExpr, IntRuntimeValue
 from ir.klr import types as T

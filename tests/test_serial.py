@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from ir.serial import content_hash, module_from_parts, module_to_parts
-from tests.programs import every_family_module, tiled_exp_module
+from tests.programs import tiled_exp_module
 
 
 def _through_json(m):

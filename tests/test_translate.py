@@ -13,7 +13,6 @@ import pytest
 from examples.klr_authoring import KernelWriter
 from ir import bir_json
 from ir.builder import Builder
-from ir.columns import Record
 from ir.enums import FnKind, Op, TensorKind
 from ir.errors import FormatError, PassError, TuskError
 from ir.verify import verify

@@ -14,7 +14,7 @@ from ir.expr import AffinePredicate, ModuloExpr, const, idx
 from ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
 from ir.verify import verify
 from sim.interp import random_inputs, run, same_outputs
-from stages.unroll import Unroll, UnrollOptions, clone_count_bound, unroll_function
+from stages.unroll import Unroll, UnrollOptions, clone_count_bound
 from tests.programs import every_family_module, tiled_exp_module
 
 

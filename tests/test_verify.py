@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from ir.builder import Builder
 from ir.enums import Edge
 from ir.errors import VerifyError
-from ir.module import Module
 from ir.verify import verify
 from tests.programs import every_family_module, tiled_exp_module
 
