@@ -20,6 +20,7 @@ partition row), as the backend writes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -72,10 +73,9 @@ class Tensor:
     def ap(self, pattern: Sequence[Sequence[int]] | None = None, offset: Offset = 0, *,
            block: Offset | None = None, dtype: str | int | None = None) -> "AP":
         """An access pattern; the default pattern covers the whole tensor."""
-        if pattern is None:
-            pattern = ((self.pitch, self.rows), (1, self.cols))
-        return AP(self, tuple((int(s), int(n)) for s, n in pattern), offset, block,
-                  self.dtype if dtype is None else _dtype(dtype))
+        pairs = ((self.pitch, self.rows), (1, self.cols)) if pattern is None else \
+            tuple((int(s), int(n)) for s, n in pattern)
+        return AP(self, pairs, offset, block, self.dtype if dtype is None else _dtype(dtype))
 
     def tile(self, row: Offset, nrows: int, col: Offset, ncols: int, *, block: Offset | None = None) -> "AP":
         """Rows [row, row+nrows) x columns [col, col+ncols) of a 2-D view."""
@@ -111,6 +111,7 @@ class Builder:
         self.fn = fn if fn is not None else Function(name, kind, set(attrs))
         self._block = self.fn.add_block("Block1") if fn is None else self.fn.top_blocks()[-1]
         self._counter: dict[str, int] = {}
+        self._records: dict[tuple, int] = {}
         self.last = -1
 
     # ------------------------------------------------------------------ tensors
@@ -157,6 +158,8 @@ class Builder:
         fn = self.fn
         if isinstance(x, AP):
             pat = fn.pattern_id(x.pattern)
+            if x.block is None and type(x.offset) is int:  # the common physical case, without expressions
+                return (role, Kind.PHYSICAL, x.dtype, x.tensor.memlocs[0], x.offset, pat, -1, -1, -1)
             block = None if x.block is None else as_expr(x.block)
             offset = as_expr(x.offset)
             if (block is None or block.is_const) and offset.is_const:
@@ -192,8 +195,24 @@ class Builder:
             name = f"{base}{k}"
         pid = self.fn.intern(tuple(pred)) if pred else -1
         self.last = self.fn.add_inst(OPCODE_BY_NAME[opname], ENGINE_BY_NAME[engine], self._block, name, rows,
-                                     attrs=Record.of(_jsonable(attrs or {})), pred=pid)
+                                     attrs=self._attrs(attrs), pred=pid)
         return self.last
+
+    def _attrs(self, attrs: dict | None) -> int:
+        """Pool id of an attribute record; records of plain scalar values are looked up without JSON."""
+        if not attrs:
+            return -1
+        try:
+            key = tuple(sorted(attrs.items()))
+            hash(key)
+        except TypeError:  # lists, dicts, expressions: canonicalise through JSON
+            return self.fn.intern_record(Record.of(_jsonable(attrs)))
+        # 1, 1.0 and True stay apart, and so do 0.0 and -0.0
+        key = tuple((k, type(v).__name__, repr(v) if type(v) is float else v) for k, v in key)
+        rid = self._records.get(key)
+        if rid is None:
+            rid = self._records[key] = self.fn.intern_record(Record.of(_jsonable(attrs)))
+        return rid
 
     # ------------------------------------------------------------------ data movement
     def dma(self, dst: AP, src: AP, *, queue: str | None = None, **kw: Any) -> int:
@@ -338,6 +357,7 @@ class Builder:
         return Module([self.function()], attributes=Record.of(attrs))
 
 
+@functools.lru_cache(maxsize=None)
 def _snake(name: str) -> str:
     """DMACopy -> dma_copy, TensorTensor -> tensor_tensor (readable default names)."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
