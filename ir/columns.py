@@ -13,7 +13,6 @@ instructions share one record.
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any, Generic, Hashable, Iterable, Mapping, Sequence, TypeVar
 
@@ -28,18 +27,19 @@ FLUSH_ROWS = 1 << 18  # bound the temporary of a flush
 class Table:
     """Columns of equal length; each row is one IR object (instruction, operand, ...)."""
 
-    __slots__ = ("schema", "names", "_cols", "_n", "_pending")
+    __slots__ = ("schema", "names", "_cols", "_n", "_pending", "_npend")
 
     def __init__(self, schema: Schema, capacity: int = 8):
         self.schema = schema
         self.names = tuple(name for name, _ in schema)
         self._cols = {name: np.empty(max(capacity, 1), dtype=dt) for name, dt in schema}
         self._n = 0
-        self._pending: list[tuple] = []
+        self._pending: list[int] = []  # appended rows, flattened (one numpy conversion per flush)
+        self._npend = 0
 
     # ------------------------------------------------------------- size
     def __len__(self) -> int:
-        return self._n + len(self._pending)
+        return self._n + self._npend
 
     def _reserve(self, total: int) -> None:
         cap = len(self._cols[self.names[0]])
@@ -54,29 +54,43 @@ class Table:
     # ------------------------------------------------------------- appends
     def append(self, row: tuple) -> int:
         """Append one row of integers given in schema order; returns its index."""
-        pending = self._pending
-        pending.append(row)
-        if len(pending) >= FLUSH_ROWS:
-            n = self._n + len(pending) - 1
+        self._pending.extend(row)
+        self._npend += 1
+        index = self._n + self._npend - 1
+        if self._npend >= FLUSH_ROWS:
             self.flush()
-            return n
-        return self._n + len(pending) - 1
+        return index
+
+    def append_rows(self, rows: list[tuple]) -> int:
+        """Append several rows; returns the index of the first."""
+        start = self._n + self._npend
+        pending = self._pending
+        for row in rows:
+            pending.extend(row)
+        self._npend += len(rows)
+        if self._npend >= FLUSH_ROWS:
+            self.flush()
+        return start
 
     def flush(self) -> None:
-        pending = self._pending
-        if not pending:
+        k = self._npend
+        if not k:
             return
-        k = len(pending)
+        width = len(self.schema)
+        pending = self._pending
+        if len(pending) != k * width:
+            pending.clear()
+            self._npend = 0
+            raise ValueError(f"appended rows must have {width} values each ({', '.join(self.names)})")
         self._reserve(self._n + k)
         n = self._n
-        width = len(self.schema)
-        # one C-level pass over all pending values, then a strided copy per column
-        flat = np.fromiter(itertools.chain.from_iterable(pending), dtype=np.int64, count=k * width)
-        flat = flat.reshape(k, width)
+        # one C-level conversion of every pending value, then a strided copy per column
+        flat = np.array(pending, dtype=np.int64).reshape(k, width)
         for c, (name, dt) in enumerate(self.schema):
             self._cols[name][n : n + k] = flat[:, c]
         self._n = n + k
         pending.clear()
+        self._npend = 0
 
     def extend(self, count: int, **columns: Any) -> int:
         """Append ``count`` rows at once; each column is an array or a scalar.
@@ -98,7 +112,7 @@ class Table:
     # ------------------------------------------------------------- reads
     def __getitem__(self, name: str) -> np.ndarray:
         """A live view of one column (invalidated by later appends)."""
-        if self._pending:
+        if self._npend:
             self.flush()
         return self._cols[name][: self._n]
 
@@ -106,12 +120,12 @@ class Table:
         return {name: self[name][i].item() for name in self.names}
 
     def get(self, name: str, i: int) -> Any:
-        if self._pending and i >= self._n:
+        if self._npend and i >= self._n:
             self.flush()
         return self._cols[name][i].item()
 
     def set(self, name: str, i: int, value: Any) -> None:
-        if self._pending and i >= self._n:
+        if self._npend and i >= self._n:
             self.flush()
         self._cols[name][i] = value
 

@@ -161,9 +161,7 @@ class Function:
         """Append an instruction and its operand rows (tuples in OPERAND_SCHEMA order)."""
         if len(operands) > MAX_OPERANDS:
             raise TuskError(f"instruction {name!r} has {len(operands)} operands; at most {MAX_OPERANDS} fit")
-        table = self.operands
-        ops = len(table)
-        table._pending.extend(operands)  # Table.append, batched: this is the builders' hot path
+        ops = self.operands.append_rows(operands)
         name_id = name if isinstance(name, int) else self.s(name)
         attr_id = attrs if isinstance(attrs, int) else self.intern_record(attrs)
         self._name_index = None
