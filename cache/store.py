@@ -22,7 +22,11 @@ Guarantees:
   its content hashes to its name; a damaged or unfinished object is moved
   out of the way and reported as a miss (:class:`ObjectDamaged`), so it is
   recomputed, never returned.  An action record whose output object is
-  missing is a miss.
+  missing is a miss.  :meth:`Store.has` only reads an object's head, so a
+  write trusts an object already there unless asked to ``check`` it (or
+  this process found it damaged): then a damaged one is replaced.
+* **Maintenance only on stores.**  ``clear``, ``gc`` and ``verify
+  --remove`` refuse a non-empty directory without the store marker.
 * **No pickle.**  Objects are arrays and JSON (``ir.serial``); records are
   JSON.  Reading a shared store never runs code.
 """
@@ -69,6 +73,7 @@ class Store:
         self.url = self.fs.url
         self.counters = StoreCounters()
         self._rooted = False
+        self._damaged: set[str] = set()  # objects this process found damaged: never trusted by put
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -103,17 +108,27 @@ class Store:
         raw = self.fs.read_bytes(self.fs.path("objects", h[:2], h, "zarr.json"))
         return parse_head(raw, h) is not None
 
-    def put(self, module: Module) -> str:
-        """Store ``module``; returns its content hash (nothing is written if it is there already)."""
+    def put(self, module: Module, check: bool = False) -> str:
+        """Store ``module``; returns its content hash (nothing is written if it is there already).
+
+        ``check``: re-hash an object already stored under that hash and
+        replace it if it is damaged (a head that looks complete proves
+        nothing about the rest).
+        """
         from ir.serial import content_hash
 
         h = content_hash(module)
-        self.put_hashed(module, h)
+        self.put_hashed(module, h, check)
         return h
 
-    def put_hashed(self, module: Module, h: str) -> None:
+    def put_hashed(self, module: Module, h: str, check: bool = False) -> None:
         if self.has(h):
-            return
+            if not (check or h in self._damaged):
+                return
+            reason = self.verify_object(h)
+            if reason is None:
+                return
+            self._quarantine(h, reason)
         self._ensure_root()
         dst = self.object_path(h)
         if not self.fs.atomic_dirs:
@@ -175,8 +190,13 @@ class Store:
         self.fs.remove_tree(self.object_path(h))
 
     def _quarantine(self, h: str, reason: str) -> None:
+        """Remove a damaged object; if it cannot be removed, say so (a rebuild could not replace it)."""
         self.counters.damaged.append(h)
+        self._damaged.add(h)
         self.fs.remove_tree(self.object_path(h))
+        if self.fs.exists(self.object_path(h)):
+            raise TuskError(f"damaged object {h} ({reason}) cannot be removed from the store {self.url}; "
+                            f"remove {self.object_path(h)} or run tusk cache clear")
 
     def object_hashes(self) -> Iterator[str]:
         for prefix in self.fs.listdir(self.fs.path("objects")):
@@ -261,6 +281,8 @@ class Store:
 
     def verify(self, remove: bool = False) -> dict[str, Any]:
         """Read and re-hash every object; check every record.  Optionally remove what is damaged."""
+        if remove:
+            self._refuse_foreign("removing damaged objects from")
         damaged_objects, bad_records, ok = [], [], 0
         for h in list(self.object_hashes()):
             reason = self.verify_object(h)
@@ -294,6 +316,7 @@ class Store:
         object no kept action references is removed, except objects younger
         than ``grace`` seconds (a running build may be about to record them).
         """
+        self._refuse_foreign("collecting garbage in")
         sizes = {h: self.fs.tree_size(self.object_path(h)) for h in self.object_hashes()}
         before = sum(sizes.values())
         actions = []
@@ -342,11 +365,15 @@ class Store:
                 if sub == "trash" or now - self.fs.mtime(p) > TMP_GRACE:
                     self.fs.remove_tree(p)
 
-    def clear(self) -> None:
-        """Remove every object, record and note.  Refuses a directory that is not a store."""
+    def _refuse_foreign(self, doing: str) -> None:
+        """Deleting commands touch only stores: a non-empty directory without the marker is user data."""
         if self.fs.exists(self.fs.root) and self.fs.listdir(self.fs.root) \
                 and self.fs.read_bytes(self.fs.path(MARKER)) is None:
-            raise TuskError(f"{self.url} is not a Tusk store (no {MARKER}); not clearing it")
+            raise TuskError(f"{self.url} is not a Tusk store (no {MARKER}); not {doing} it")
+
+    def clear(self) -> None:
+        """Remove every object, record and note.  Refuses a directory that is not a store."""
+        self._refuse_foreign("clearing")
         for sub in ("objects", "actions", "notes", "tmp", "trash"):
             self.fs.remove_tree(self.fs.path(sub))
 

@@ -28,7 +28,9 @@ the intrusive *list* at ``Shape+0x08`` -- which is ``freeDims``.  So
 ``_computeAccumulatedShape(shape, dim) = prod(freeDims[dim:])``, the
 row-major element stride of axis ``dim`` of the full shape
 ``[parDim] + freeDims`` (for the front end's ``indirectDim = 0``: the row
-stride, so a register offset counts partition rows).
+stride, so a register offset counts partition rows).  That stride is in
+elements of the tensor's dtype; the operand's pattern counts elements of its
+own dtype (``dtypeOverride``), so the coefficient is rescaled to those.
 """
 
 from __future__ import annotations
@@ -147,6 +149,18 @@ def compute_accumulated_shape(shape: Any, dim: int) -> int:
 # --------------------------------------------------------------------------- assemble / extract
 
 
+def _operand_coef(bap: Any, arg: StaticArg, coef: int) -> int:
+    """A stride in elements of the tensor's dtype as elements of the operand's (``dtypeOverride``)."""
+    from stages.klr_codegen import bir_dtype  # (klr_codegen imports this module)
+
+    nbytes = coef * DTYPE_BYTES[bir_dtype(bap.tensor.dtype)]
+    size = DTYPE_BYTES[arg.dtype]
+    if nbytes % size:
+        raise PassError(f"tensor {bap.tensor.name}: a scalar-offset stride of {nbytes} bytes is not a whole number "
+                        f"of {size}-byte elements of the access's dtype")
+    return nbytes // size
+
+
 def _physical_coef(arg: StaticArg, coef: int) -> int:
     """A logical element stride as a physical one (pitch form) on SB/PSUM rows that are padded."""
     if not arg.partitioned or arg.pitch == arg.logical_row or arg.logical_row <= 0:
@@ -192,7 +206,8 @@ def assemble_dynamic_info(cg: Any, ref: Any, arg: StaticArg) -> DynamicAPInfo:
                              indirect_dim=0, indirect_dim_max_index=max_index)
     if scalar:
         off = bap.scalarOffset
-        coef = _physical_coef(arg, compute_accumulated_shape(bap.tensor.shape, bap.indirectDim))
+        coef = _physical_coef(arg, _operand_coef(bap, arg, compute_accumulated_shape(bap.tensor.shape,
+                                                                                     bap.indirectDim)))
         if isinstance(off, T.ScalarOffset_reg):
             if cg.fn.reg_by_name(off.r) < 0:
                 raise PassError(MSG_NO_REGISTER.format(name=off.r))

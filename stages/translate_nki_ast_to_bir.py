@@ -20,8 +20,18 @@ kernel's DRAM arguments.  For each placeholder this pass
    kernel's DRAM memory locations to the caller's by name, the scratchpad
    sizes (``sb_buf_shape`` / ``psum_buf_shape``) when the kernel is
    allocated, ``kernel_source_val`` Beta2 (KLR) or Beta3 (BIR-JSON);
-5. copies every Const tensor's file into the artifact directory and rewrites
-   its ``const_file_path`` relative to it.
+5. copies every Const tensor's file (found relative to the kernel file's
+   directory) into the artifact directory and rewrites its
+   ``const_file_path`` relative to it: a relative path keeps its name, an
+   absolute one becomes ``abs/<digest of the path>/<basename>``, so two
+   files never share a name (``stage_files=false``: nothing is copied and
+   nothing rewritten).
+
+Stat ``artifacts`` maps each artifact-relative name the result relies on
+(the kernel file, relative const files) to its source, so that a build that
+does not rerun the pass can stage them.  The pass reads files the module
+only names (``reads_files``): a build keys it on their digests, and does
+not cache its failures, which can depend on the artifact directory.
 
 Only placeholders that were expanded are removed.  The pass materialises; it
 never allocates: a KLR kernel with an unplaced SBUF/PSUM tensor is an error.
@@ -32,13 +42,13 @@ never allocates: a KLR kernel with an unplaced SBUF/PSUM tensor is an error.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -78,8 +88,9 @@ class _Lowered:
 
 class TranslateNKIASTToBIR(Pass):
     name = "translate_nki_ast_to_bir"
-    version = "1"
+    version = "2"
     Options = TranslateOptions
+    reads_files = True  # the kernel and const files the placeholders name (see the module docstring)
 
     def run(self, module: Module, options: TranslateOptions | None = None) -> tuple[Module, Stats]:
         options = options if isinstance(options, TranslateOptions) else TranslateOptions()
@@ -87,6 +98,7 @@ class TranslateNKIASTToBIR(Pass):
         out = module.copy()
         stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
                         "kernel_instructions": 0, "read_seconds": 0.0}
+        self._artifacts: dict[str, str] = {}  # artifact-relative name -> source, for all placeholders
         self.log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
         taken = {f.name for f in out.functions}
         for k, fn in enumerate(list(out.functions)):
@@ -118,7 +130,17 @@ class TranslateNKIASTToBIR(Pass):
             self.log.info("Scan BKs time (s): %.6f", time.perf_counter() - scan)
         stats["read_seconds"] = round(stats["read_seconds"], 6)
         stats["seconds"] = round(time.perf_counter() - t0, 6)
+        if self._artifacts:
+            stats["artifacts"] = dict(sorted(self._artifacts.items()))
         return out, stats
+
+    def _artifact(self, rel: str, src: str) -> str:
+        """Claim artifact-relative name ``rel`` for file ``src``; two different files may not share it."""
+        src = os.path.abspath(src)
+        other = self._artifacts.setdefault(rel, src)
+        if os.path.realpath(other) != os.path.realpath(src):
+            raise PassError(f"two files would be staged as {rel} in the artifact directory: {other} and {src}")
+        return rel
 
     # ------------------------------------------------------------------ one placeholder
     def _lower(self, module: Module, fn: Function, row: int, options: TranslateOptions,
@@ -129,8 +151,10 @@ class TranslateNKIASTToBIR(Pass):
             raise PassError(f"InstNKIKLIRKernel {fn.inst_name(row)} names no kernel file (klir_binary)")
         art = module.artifact_dir
         path = resolve_kernel_file(written, art)
-        if options.stage_files and art:
-            stage_file(path, art)
+        if art:
+            self._artifact(os.path.basename(path), path)
+            if options.stage_files:
+                stage_file(path, art)
         fmt = attrs.get("kernel_format", "")
         core = module.neuron_core_id
         if fmt == "bir":
@@ -141,7 +165,7 @@ class TranslateNKIASTToBIR(Pass):
             self.log.info(MSG_SKIP.format(core=core))
             return None
         if lowered.fmt == "bir":
-            _copy_const_files(lowered.fn, os.path.dirname(path), art, options.stage_files)
+            self._copy_const_files(lowered.fn, os.path.dirname(path), art, options.stage_files)
         return lowered
 
     def _from_bir_json(self, path: str, core: int | None, taken: set[str]) -> _Lowered | None:
@@ -187,7 +211,8 @@ class TranslateNKIASTToBIR(Pass):
         core = _core_for(core, len(kernel.bodies))
         if core >= len(kernel.bodies):
             return None
-        const_files = _stage_shared_constants(kernel, os.path.dirname(path), art, options.stage_files)
+        const_files = {sc.name: self._const(sc.fileName, os.path.dirname(path), art, options.stage_files)
+                       for sc in kernel.sharedConstants}
         base = kernel.name if len(kernel.bodies) == 1 else f"{kernel.name}.core{core}"
         fn = Function(_unique_name(base, taken), FnKind.NKI)
         cg = KlirToBirCodegen(fn, kernel, core, const_files=const_files)
@@ -199,6 +224,35 @@ class TranslateNKIASTToBIR(Pass):
         ins = [(cg.memloc_name(t), t.name) for t in kernel.inputs]
         outs = [(cg.memloc_name(t), t.name) for t in kernel.outputs]
         return _Lowered(fn, "klr", ins, outs, operators=cg.n_operators, read_seconds=read)
+
+    # ------------------------------------------------------------------ const files
+    def _const(self, written: str, kernel_dir: str, art: str, stage: bool) -> str:
+        """The const_file_path for a const file the kernel names ``written``; stages it (see ``run``)."""
+        src = _find_const(written, kernel_dir)
+        if not art:
+            return os.path.abspath(src)
+        if not stage:  # the path stays as the kernel wrote it
+            if not os.path.isabs(written):
+                self._artifact(_const_dest(written), src)
+            return written
+        rel = self._artifact(_const_dest(written), src)
+        stage_file(src, art, rel)
+        return rel
+
+    def _copy_const_files(self, fn: Function, kernel_dir: str, art: str, stage: bool) -> None:
+        """Every Const tensor's file into the artifact directory; its path rewritten relative to it."""
+        ml = fn.memlocs
+        if not len(ml):
+            return
+        kinds = fn.sets["kind"]
+        for m in range(len(ml)):
+            cp = ml.get("const_path", m)
+            if cp < 0 or int(kinds[ml.get("set", m)]) != TensorKind.Const:
+                continue
+            written = fn.strings[cp]
+            path = self._const(written, kernel_dir, art, stage)
+            if path != written:
+                ml.set("const_path", m, fn.s(path))
 
     # ------------------------------------------------------------------ call site
     def _call_site(self, fn: Function, row: int, lowered: _Lowered) -> tuple[str, Record]:
@@ -243,16 +297,16 @@ def _inside(path: str, directory: str) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
-def safe_join(directory: str, rel: str, what: str) -> str:
+def safe_join(directory: str, rel: str, what: str, where: str = "the artifact directory") -> str:
     """``directory/rel`` for a relative path that stays inside ``directory`` (no '..', no symlink out)."""
     if not rel or os.path.isabs(rel):
         raise PassError(f"refusing {what} {rel!r}: not a relative path inside {directory}")
     parts = rel.replace("\\", "/").split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise PassError(f"refusing {what} {rel!r}: it would escape the artifact directory {directory}")
+        raise PassError(f"refusing {what} {rel!r}: it would escape {where} {directory}")
     joined = os.path.join(directory, *parts)
     if os.path.isabs(os.path.relpath(joined, directory)) or not _inside(joined, directory):
-        raise PassError(f"refusing {what} {rel!r}: {joined} resolves outside the artifact directory {directory}")
+        raise PassError(f"refusing {what} {rel!r}: {joined} resolves outside {where} {directory}")
     return joined
 
 
@@ -280,61 +334,29 @@ def stage_file(path: str, artifact_dir: str, rel: str | None = None) -> str:
     return dest
 
 
-def _find_const(rel: str, kernel_dir: str, artifact_dir: str) -> str:
-    """A const file named relative to the kernel file's directory, then to the artifact directory."""
+def _find_const(rel: str, kernel_dir: str) -> str:
+    """A const file named relative to the kernel file's directory (or absolute).
+
+    Not in the artifact directory: there it could be a stale copy standing
+    in for a missing input.  A kernel found in the artifact directory has
+    its const files looked up there, being its directory.
+    """
     if os.path.isabs(rel):
         if os.path.exists(rel):
             return rel
         raise PassError(f"const file {rel} does not exist")
-    tried = []
-    for d in (kernel_dir, artifact_dir):
-        if not d:
-            continue
-        p = safe_join(d, rel, "const file name")
-        tried.append(p)
-        if os.path.exists(p):
-            return p
-    raise PassError(f"const file {rel} does not exist (looked in: {', '.join(tried) or 'nowhere'})")
+    p = safe_join(kernel_dir, rel, "const file name", "the kernel file's directory")
+    if os.path.exists(p):
+        return p
+    raise PassError(f"const file {rel} does not exist (looked for {p})")
 
 
-def _const_dest(rel: str) -> str:
-    return os.path.basename(rel) if os.path.isabs(rel) else os.path.normpath(rel).replace(os.sep, "/")
-
-
-def _stage_shared_constants(kernel: Any, kernel_dir: str, art: str, stage: bool) -> dict[str, str]:
-    """Copy the LNC kernel's shared-constant files; tensor name -> artifact-relative path."""
-    out: dict[str, str] = {}
-    for sc in kernel.sharedConstants:
-        src = _find_const(sc.fileName, kernel_dir, art)
-        rel = _const_dest(sc.fileName)
-        if art:
-            if stage:
-                stage_file(src, art, rel)
-            out[sc.name] = rel
-        else:
-            out[sc.name] = os.path.abspath(src)
-    return out
-
-
-def _copy_const_files(fn: Function, kernel_dir: str, art: str, stage: bool) -> None:
-    """Every Const tensor's file into the artifact directory; its path rewritten relative to it."""
-    ml = fn.memlocs
-    if not len(ml):
-        return
-    kinds = fn.sets["kind"]
-    for m in range(len(ml)):
-        cp = ml.get("const_path", m)
-        if cp < 0 or int(kinds[ml.get("set", m)]) != TensorKind.Const:
-            continue
-        rel = fn.strings[cp]
-        src = _find_const(rel, kernel_dir, art)
-        if art:
-            dest = _const_dest(rel)
-            if stage:
-                stage_file(src, art, dest)
-            ml.set("const_path", m, fn.s(dest))
-        else:
-            ml.set("const_path", m, fn.s(os.path.abspath(src)))
+def _const_dest(written: str) -> str:
+    """Artifact-relative name of a const file: a relative path as written; an absolute one under abs/<digest>/."""
+    if os.path.isabs(written):
+        tag = hashlib.sha256(os.path.normpath(written).encode()).hexdigest()[:16]
+        return f"abs/{tag}/{os.path.basename(written)}"
+    return os.path.normpath(written).replace(os.sep, "/")
 
 
 def _bir_interface(fn: Function) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -193,6 +193,18 @@ def test_clear_refuses_a_directory_that_is_not_a_store(tmp_path):
     assert (tmp_path / "precious.txt").exists()
 
 
+def test_gc_and_verify_remove_refuse_a_directory_that_is_not_a_store(tmp_path):
+    for d in ("tmp/w", "trash/x", "objects/ab/" + "ab" * 32):
+        (tmp_path / d).mkdir(parents=True)
+    old = os.path.getmtime(tmp_path) - 7200
+    os.utime(tmp_path / "tmp" / "w", (old, old))
+    for call in (lambda s: s.gc(1 << 30), lambda s: s.verify(remove=True)):
+        with pytest.raises(TuskError, match="not a Tusk store"):
+            call(Store(tmp_path))
+    assert all((tmp_path / d).is_dir() for d in ("tmp/w", "trash/x", "objects/ab/" + "ab" * 32))
+    assert Store(tmp_path / "nothing").gc(0)["removed_objects"] == 0  # nothing there: nothing to refuse
+
+
 def test_clear_empties_a_store(store, family_module):
     store.put(family_module)
     store.clear()

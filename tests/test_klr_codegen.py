@@ -547,3 +547,18 @@ def test_assemble_default_branch_is_a_logic_fault(monkeypatch):
     monkeypatch.setattr(D, "validate_only_one_of_scalar_and_vector_offset", lambda bap: None)
     with pytest.raises(PassError, match="Logic fault, this branch should never be taken"):
         D.assemble_dynamic_info(_FakeCodegen(KernelWriter("k")), neither, None)
+
+
+def test_scalar_offset_coefficient_counts_elements_of_the_override_dtype():
+    """x float32 [8, 64] read as uint16 (128 per row): reg.r = 2 selects row 2, not row 1."""
+    k = KernelWriter("s")
+    x = k.input("x", (8, 64))
+    y = k.output("y", (1, 64))
+    t = k.sbuf("t", (1, 64), addr=0)
+    k.reg_move("reg.r", 2)
+    k.dma(t.ap([[128, 1], [1, 128]], dtype="uint16"), x.ap([[128, 1], [1, 128]], scalar="reg.r", dtype="uint16"))
+    k.dma(y, t)
+    fn, _ = lower(k)
+    assert ops_of(fn, "inst.1").ins[0].dyn.aff_expr[0][1] == 128  # one row = 128 uint16 elements
+    xa = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
+    assert np.array_equal(run(module_of(fn), {"x": xa})["y"], xa[2:3])

@@ -166,8 +166,8 @@ def test_dependencies_of_the_placeholder_move_to_the_call_site(tmp_path):
 # --------------------------------------------------------------------------- path B (BIR-JSON)
 
 
-def bir_json_kernel(path: Path, cores: int = 1, const: str | None = None) -> Path:
-    """One function per core: y = x + core (a Const tensor w added when ``const`` is given)."""
+def bir_json_kernel(path: Path, cores: int = 1, const: str | None = None, const2: str | None = None) -> Path:
+    """One function per core: y = x + core (+ Const tensors w, w2 from ``const``, ``const2`` when given)."""
     fns = []
     for c in range(cores):
         b = Builder(f"kern_c{c}")
@@ -176,11 +176,12 @@ def bir_json_kernel(path: Path, cores: int = 1, const: str | None = None) -> Pat
         t = b.sbuf("t", (128, 8), addr=0)
         b.dma(t.ap(), x.ap())
         b.tensor_scalar(t.ap(), t.ap(), "add", float(c))
-        if const:
-            w = b.dram("w", (128, 8), kind="Const", const_path=const)
-            s = b.sbuf("s", (128, 8), addr=64)
-            b.dma(s.ap(), w.ap())
-            b.tensor_tensor(t.ap(), t.ap(), s.ap(), "add")
+        for name, file, addr in (("w", const, 64), ("w2", const2, 128)):
+            if file:
+                w = b.dram(name, (128, 8), kind="Const", const_path=file)
+                s = b.sbuf(f"s_{name}", (128, 8), addr=addr)
+                b.dma(s.ap(), w.ap())
+                b.tensor_tensor(t.ap(), t.ap(), s.ap(), "add")
         b.dma(y.ap(), t.ap())
         fns.append(b.function())
     from ir.module import Module
@@ -378,20 +379,65 @@ def test_shared_constants_are_staged_and_initialise_the_kernel(tmp_path, monkeyp
     rel = "shared_constants/" + "ab" * 32 + ".npy"
     w = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
     kdir, art = tmp_path / "k", tmp_path / "out"
-    base = kdir if where == "kernel_dir" else art
+    base = kdir if where == "kernel_dir" else art  # artifact_dir: the kernel file itself is found there
     (base / "shared_constants").mkdir(parents=True)
     np.save(base / rel, w)
-    path = write(kdir / "lnc2.klr", lnc2_kernel(const_file=rel))
-    out, _ = translate(host_module_for(str(path), 1, str(art)))
+    path = write(base / "lnc2.klr", lnc2_kernel(const_file=rel))
+    module = host_module_for(str(path), 1, str(art))
+    if where == "artifact_dir":
+        module = _retarget(module, str(kdir / "lnc2.klr"))  # not there: artifact dir + basename
+    out, stats = translate(module)
     kfn = out.functions[1]
     m = kfn.memloc(kfn.memloc_by_name("w"))
     assert m.tensor_kind == TensorKind.Const and m.const_path == rel
     assert np.array_equal(np.load(art / rel), w)
+    assert stats["artifacts"] == {"lnc2.klr": str(base / "lnc2.klr"), rel: str(base / rel)}
     # run the kernel function itself (its Const tensor initialised from the artifact-relative path)
     monkeypatch.chdir(art)
     xa = np.random.default_rng(2).standard_normal((128, 16)).astype(np.float32)
     got = run(out, {"x": xa}, function=kfn.name)["y"]
     assert np.array_equal(got[64:], xa[64:] + w)
+
+
+def test_a_const_file_only_in_the_artifact_directory_is_missing(tmp_path):
+    """A stale copy in the artifact directory (an earlier output) must not stand in for a missing input."""
+    rel = "shared_constants/w.npy"
+    (tmp_path / "out" / "shared_constants").mkdir(parents=True)
+    np.save(tmp_path / "out" / rel, np.zeros((64, 16), np.float32))
+    path = write(tmp_path / "k" / "lnc2.klr", lnc2_kernel(const_file=rel))
+    with pytest.raises(PassError, match="const file shared_constants/w.npy does not exist"):
+        translate(host_module_for(str(path), 0, str(tmp_path / "out")))
+
+
+def test_const_files_with_one_basename_get_distinct_artifact_names(tmp_path):
+    """Absolute const paths /x/a/w.npy and /x/b/w.npy must not overwrite each other in the artifact dir."""
+    wa, wb = np.full((128, 8), 1.0, np.float32), np.full((128, 8), 2.0, np.float32)
+    for sub, w in (("a", wa), ("b", wb)):
+        (tmp_path / "x" / sub).mkdir(parents=True)
+        np.save(tmp_path / "x" / sub / "w.npy", w)
+    path = bir_json_kernel(tmp_path / "k" / "kern.json", const=str(tmp_path / "x" / "a" / "w.npy"),
+                           const2=str(tmp_path / "x" / "b" / "w.npy"))
+    art = tmp_path / "out"
+    out, stats = translate(host_module_for(str(path), 0, str(art)))
+    kfn = out.functions[1]
+    paths = [kfn.memloc(kfn.memloc_by_name(n)).const_path for n in ("w", "w2")]
+    assert len(set(paths)) == 2 and all(not os.path.isabs(p) and p.endswith("/w.npy") for p in paths)
+    assert np.array_equal(np.load(art / paths[0]), wa) and np.array_equal(np.load(art / paths[1]), wb)
+    assert stats["artifacts"][paths[1]] == str(tmp_path / "x" / "b" / "w.npy")
+
+
+def test_without_staging_const_paths_are_left_as_written(tmp_path):
+    (tmp_path / "k" / "weights").mkdir(parents=True)
+    np.save(tmp_path / "k" / "weights" / "w.npy", np.ones((128, 8), np.float32))
+    np.save(tmp_path / "elsewhere.npy", np.ones((128, 8), np.float32))
+    path = bir_json_kernel(tmp_path / "k" / "kern.json", const="weights/w.npy", const2=str(tmp_path / "elsewhere.npy"))
+    art = tmp_path / "out"
+    out, stats = translate(host_module_for(str(path), 0, str(art)), stage_files=False)
+    kfn = out.functions[1]
+    assert kfn.memloc(kfn.memloc_by_name("w")).const_path == "weights/w.npy"
+    assert kfn.memloc(kfn.memloc_by_name("w2")).const_path == str(tmp_path / "elsewhere.npy")
+    assert not art.exists()  # nothing copied, nothing rewritten to a name that is not there
+    assert stats["artifacts"]["weights/w.npy"] == str(tmp_path / "k" / "weights" / "w.npy")
 
 
 def test_wrong_klr_version(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 import stages
 from cache import Store
+from ir.errors import TuskError
 from ir.module import Module
 from ir.serial import content_hash
 from tests.passes_for_tests import TEST_REGISTRY, ExpandBirKernel, PerFunction, flip_a_byte
@@ -241,3 +242,88 @@ def test_an_unexpected_exception_is_not_cached(store):
     assert "RuntimeError" in first.unit("pair").error and first.unit("family").ok
     rep = build(units(), fail.steps, store)
     assert not rep.unit("pair").ok and not rep.unit("pair").steps[-1].reason.startswith("cached")
+
+
+def many_functions(n=10) -> Module:
+    fns = []
+    for k in range(n):
+        f = tiled_exp_module(tiles=1).functions[0].copy()
+        f.name = f"f{k}"
+        fns.append(f)
+    return Module(fns)
+
+
+def test_many_damaged_part_objects_cost_one_repair(store):
+    """All objects damaged (heads intact), then one function changes: the other parts' records hit, and
+    merge finds every damaged part output at once, so a 10-part unit does not run out of repairs."""
+    build([BuildUnit("many", many_functions())], steps(), store)
+    for h in list(store.object_hashes()):
+        flip_a_byte(store.object_path(h))
+    changed = many_functions()
+    changed.functions[0] = tiled_exp_module(tiles=9).functions[0].copy()
+    rep = build([BuildUnit("many", changed)], steps(), store)
+    assert rep.unit("many").ok, rep.unit("many").error
+    assert rep.unit("many").repairs <= 2
+    for s in rep.unit("many").steps:
+        assert store.verify_object(s.output) is None
+
+
+def test_put_replaces_an_object_this_process_found_damaged(store, monkeypatch):
+    m = tiled_exp_module()
+    h = store.put(m)
+    flip_a_byte(store.object_path(h))
+    monkeypatch.setattr(store.fs, "remove_tree", lambda p: None)  # the damaged copy cannot be moved away
+    with pytest.raises(TuskError):  # damaged, and (here) it cannot be removed
+        store.load(h)
+    monkeypatch.undo()
+    assert store.has(h)  # its head still looks complete ...
+    store.put(m)  # ... but it is not trusted: replaced
+    assert store.verify_object(h) is None and store.load(h) == m
+
+
+def _scale_kernel(path, factor: float) -> None:
+    from examples.klr_authoring import KernelWriter
+
+    k = KernelWriter("scale")
+    x, y = k.input("x", (128, 16)), k.output("y", (128, 16))
+    t = k.sbuf("t", (128, 16), addr=0)
+    k.dma(t, x)
+    k.tensor_scalar(t, t, "mult", factor)
+    k.dma(y, t)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(k.to_bytes())
+
+
+def _klr_unit(d, art) -> BuildUnit:
+    from workflows.kernels import discover, file_digests, host_module
+
+    k = discover(d)[0][0]
+    return BuildUnit(k.name, host_module(k, 0, str(art)), files=file_digests(k), kernel=k.name)
+
+
+def test_translate_is_keyed_on_the_kernel_files_wherever_it_runs(tmp_path, store):
+    d, art = tmp_path / "k", tmp_path / "out" / "scale"
+    pipe = resolve(_labelled([Entry("test_count"), Entry("translate_nki_ast_to_bir")])).steps
+    _scale_kernel(d / "scale.klr", 2.0)
+    first = build([_klr_unit(d, art)], pipe, store)
+    _scale_kernel(d / "scale.klr", 3.0)  # same interface, same host module: only the file changed
+    rep = build([_klr_unit(d, art)], pipe, store)
+    assert ("scale", "translate_nki_ast_to_bir") in rep.executions()
+    assert rep.unit("scale").final != first.unit("scale").final
+
+
+def test_translate_failures_are_not_recorded(tmp_path, store):
+    """A failure caused by the artifact directory (not in the key) must not be replayed once it is fixed."""
+    d, art = tmp_path / "k", tmp_path / "out" / "scale"
+    pipe = resolve(_labelled([Entry("translate_nki_ast_to_bir")])).steps
+    _scale_kernel(d / "scale.klr", 2.0)
+    art.mkdir(parents=True)
+    (tmp_path / "outside.klr").write_text("x")
+    (art / "scale.klr").symlink_to(tmp_path / "outside.klr")
+    rep = build([_klr_unit(d, art)], pipe, store)
+    assert "resolves outside the artifact directory" in rep.unit("scale").error
+    assert store.get_failure(rep.unit("scale").steps[0].key) is None
+    (art / "scale.klr").unlink()
+    rep = build([_klr_unit(d, art)], pipe, store)
+    assert rep.unit("scale").ok and rep.executions() == [("scale", "translate_nki_ast_to_bir")]
+    assert (tmp_path / "outside.klr").read_text() == "x"

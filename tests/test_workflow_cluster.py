@@ -57,10 +57,11 @@ def test_local_cluster_build_gives_the_same_hashes_as_an_inline_build(tmp_path):
 
 
 def test_a_worker_killed_mid_build_does_not_break_the_build(tmp_path):
+    import dask
     from distributed import Client, LocalCluster
 
     steps = _steps(Entry("test_sleep", {"seconds": 0.6}))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+    with dask.config.set({"temporary-directory": str(tmp_path / "w")}), LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       local_directory=str(tmp_path / "w")) as cluster, \
             Client(cluster) as client:
         pids = client.run(os.getpid)
@@ -92,7 +93,7 @@ def test_a_worker_killed_mid_build_does_not_break_the_build(tmp_path):
 def external_cluster(tmp_path):
     """A `dask scheduler` and two `dask worker` processes on loopback."""
     sched_file = tmp_path / "scheduler.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DASK_TEMPORARY_DIRECTORY=str(tmp_path / "w"))
     common = {"env": env, "cwd": str(tmp_path), "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                "--port", "0", "--dashboard-address", ":0", "--scheduler-file", str(sched_file)],

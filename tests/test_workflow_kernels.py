@@ -108,21 +108,21 @@ def test_bir_json_host_module_is_taken_as_it_is(tmp_path):
     store = Store(tmp_path / "s")
     kernels, skipped = discover(d, store)
     k = next(k for k in kernels if k.name == "host")
-    assert k.fmt == "host" and store.load(k.host_hash) == host
+    assert k.fmt == "host" and k.placeholders == {"inner.json": str(d / "inner.json")}
     assert str(d / "inner.json") in file_digests(k)
+    given = kernels_mod.given_host_module(k, str(tmp_path / "out" / "host"))
+    _, inst = _placeholder(given)
+    assert inst.attrs["klir_binary"] == str(d / "inner.json") and given.artifact_dir == str(tmp_path / "out" / "host")
+    assert given.n_insts() == host.n_insts()
 
 
 def test_kernel_interface_is_memoised_by_file_digest(kernel_dir, tmp_path, monkeypatch):
     store = Store(tmp_path / "s")
     first = {k.name: k for k in discover(kernel_dir, store)[0]}
     parsed = []
-    real = kernels_mod._read_interface
-
-    def counting(k, kind):
-        parsed.append(k.name)
-        return real(k, kind)
-
-    monkeypatch.setattr(kernels_mod, "_read_interface", counting)
+    for reader in ("_read_klr", "_read_bir_json"):
+        real = getattr(kernels_mod, reader)
+        monkeypatch.setattr(kernels_mod, reader, lambda path, real=real: parsed.append(path.stem) or real(path))
     again = {k.name: k for k in discover(kernel_dir, store)[0]}
     assert sorted(parsed) == ["broken", "neg_wrong_version"]  # failures are not memoised
     for name in ("01_dma_copy", "06_lnc2_shared", "tiled"):

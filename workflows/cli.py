@@ -44,7 +44,8 @@ def compile(
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Cache root: a directory or fsspec URL "
                                             "(default: TUSK_CACHE_DIR or the user cache directory)"),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use a throw-away cache: rebuild everything"),
-    core_id: Optional[int] = typer.Option(None, "--core-id", help="Compile LNC kernels for this logical core only"),
+    core_id: Optional[int] = typer.Option(None, "--core-id", help="Compile LNC kernels for this logical core only "
+                                          "(kernels with fewer cores are skipped)"),
     as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON on stdout"),
     sets: List[str] = typer.Option([], "--set", help="pass.option=value (repeatable); pass.enabled=false drops it"),
     pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="TOML pipeline file ([[step]] pass=...)"),
@@ -120,7 +121,11 @@ def _store(cache_dir: Optional[str]):
     from cache.store import Store
     from workflows import config
 
-    return Store(config.load({"cache_dir": cache_dir}).cache_dir)
+    try:
+        return Store(config.load({"cache_dir": cache_dir}).cache_dir)
+    except TuskError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
 
 
 CacheDir = typer.Option(None, "--cache-dir", help="Cache root (default: TUSK_CACHE_DIR or the user cache directory)")
@@ -150,7 +155,11 @@ def cache_info(cache_dir: Optional[str] = CacheDir,
 def cache_verify(cache_dir: Optional[str] = CacheDir,
                  remove: bool = typer.Option(False, "--remove", help="Remove damaged objects and bad records")) -> None:
     """Read and re-hash every object; report (and with --remove delete) damaged ones."""
-    res = _store(cache_dir).verify(remove=remove)
+    try:
+        res = _store(cache_dir).verify(remove=remove)
+    except TuskError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
     for h, why in res["damaged_objects"]:
         typer.echo(f"damaged object {h}: {why}" + (" (removed)" if remove else ""))
     for k, why in res["bad_records"]:
@@ -171,7 +180,11 @@ def cache_gc(max_size: str = typer.Option(..., "--max-size", help="Keep at most 
     except TuskError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2)
-    res = _store(cache_dir).gc(limit)
+    try:
+        res = _store(cache_dir).gc(limit)
+    except TuskError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
     typer.echo(f"removed {res['removed_objects']} object(s) and {res['removed_actions']} action record(s); "
                f"{_size(res['bytes_before'])} -> {_size(res['bytes_after'])}")
 

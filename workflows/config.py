@@ -4,8 +4,13 @@ Each setting names its environment variable, its default and whether it
 can change what a build *produces*.  Only the settings marked
 ``affects_output`` enter cache keys (:func:`output_key`); the others (where
 the cache lives, how many workers) change how fast a build is, never its
-result, so a cache stays valid when they change.  Command-line options
-override the environment, which overrides the defaults.
+result, so a cache stays valid when they change.  A setting that is the
+default of a pass option (``option="pass.name"``, e.g. the backend's
+``MAXHU``) enters keys as that option: :func:`pass_defaults` puts its value
+into the pipeline, so only the steps of that pass are rebuilt when it
+changes.  Command-line options override the environment, which overrides
+the defaults.  A value that does not parse is a TuskError naming the
+variable.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ir.errors import TuskError
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -25,6 +32,7 @@ class Setting:
     affects_output: bool
     parse: Callable[[str], Any] = str
     help: str = ""
+    option: str | None = None  # "pass.option" this setting is the default of (keyed through it)
 
 
 def _user_cache_dir() -> Path:
@@ -41,14 +49,21 @@ def _int_or_none(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none") else int(text)
 
 
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
 def _bool(text: str) -> bool:
-    return text.strip().lower() in ("1", "true", "yes", "on")
+    low = text.strip().lower()
+    if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(text)
+    return low in ("1", "true", "yes", "on")
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("cache_dir", "TUSK_CACHE_DIR", lambda: str(_user_cache_dir()), False,
             help="store root: a directory or an fsspec URL"),
-    Setting("workers", "TUSK_WORKERS", lambda: max(1, os.cpu_count() or 1), False, int,
+    Setting("workers", "TUSK_WORKERS", lambda: max(1, os.cpu_count() or 1), False, _int,
             help="local worker processes (0: run in this process, no cluster)"),
     Setting("scheduler", "TUSK_SCHEDULER", lambda: None, False,
             help="address of an existing Dask scheduler"),
@@ -58,8 +73,11 @@ SETTINGS: tuple[Setting, ...] = (
             help="target architecture of host modules"),
     Setting("instruction_limit", "TUSK_INSTRUCTION_LIMIT", lambda: None, True, _int_or_none,
             help="post-unroll instruction budget (module attribute max_instruction_limit)"),
+    Setting("maxhu", "MAXHU", lambda: None, False, _int_or_none, option="heuristic_unroll.maxhu",
+            help="cap on the loops heuristic_unroll marks (the backend's variable)"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
+_EXPECTED = {_int: "an integer", _int_or_none: "an integer or none", _bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -84,7 +102,12 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
     values: dict[str, Any] = {}
     for s in SETTINGS:
         raw = env.get(s.env)
-        values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
+        try:
+            values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
+        except ValueError:
+            expected = _EXPECTED.get(s.parse, "a valid value")
+            raise TuskError(f"environment variable {s.env}={raw!r} is not valid: expected {expected} "
+                            f"({s.help})") from None
     for k, v in (overrides or {}).items():
         if k not in BY_NAME:
             raise KeyError(f"unknown setting {k!r}")
@@ -96,3 +119,13 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
 def output_key(config: Config) -> dict[str, Any]:
     """The settings that can change a build's result: the ``env`` part of every action key."""
     return {s.name: config.values[s.name] for s in SETTINGS if s.affects_output}
+
+
+def pass_defaults(config: Config) -> list[tuple[str, str, Any]]:
+    """(pass, option, value) for every set setting that is a pass option's default (MAXHU)."""
+    out = []
+    for s in SETTINGS:
+        if s.option and config.values.get(s.name) is not None:
+            pass_name, option = s.option.split(".")
+            out.append((pass_name, option, config.values[s.name]))
+    return out

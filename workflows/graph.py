@@ -6,8 +6,10 @@ How a build proceeds (:func:`build`):
    module, put into the store.  Its hash is the input of the first step.
 2. The client walks each unit's chain through the action records: the key
    of step *i* is the digest of (pass name, version, code digest, options,
-   content hash of step *i*'s input, and for the first step the digests of
-   the kernel files, plus the settings that affect output).  While records
+   content hash of step *i*'s input, the settings that affect output, and
+   -- for the first step and every step of a pass that reads the files the
+   module names (``reads_files``: translate) -- the digests of the kernel
+   files).  While records
    hit, the client just follows their output hashes.  **If every chain
    resolves, no cluster is started at all.**
 3. The first miss of a chain becomes a Dask task whose key starts with the
@@ -20,7 +22,16 @@ How a build proceeds (:func:`build`):
    part cached on its own content hash) and a merge task.
 5. A failing pass ends its unit with an error record; the others carry on.
    A task whose input object turns out missing or damaged makes the client
-   drop the record that produced it and run that step again.
+   drop the record that produced it and run that step again; from then on
+   the unit's tasks re-hash objects they find already stored instead of
+   trusting them (``check``), so each damaged object costs about one repair
+   (the unit gives up past ``MAX_REPAIRS`` + two per step).  Failures that
+   are not the kernel's (cache, cluster, file system) are marked ``infra``:
+   the caller keeps the kernel's earlier output.
+
+The executor is created once, at the first miss; if it cannot be created
+(no scheduler at the address) the whole build stops with
+:class:`ExecutorUnavailable` -- no unit is blamed for it.
 
 Tasks run on a lazily created executor: a ``distributed`` cluster (local
 processes or an existing scheduler) or, for ``workers=0`` and tests, the
@@ -43,7 +54,7 @@ from ir.module import Module
 from workflows import tasks
 from workflows.pipeline import Step
 
-MAX_REPAIRS = 8
+MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
 
 
 # ====================================================================== data
@@ -94,6 +105,7 @@ class UnitReport:
     seconds: float = 0.0
     repairs: int = 0
     outputs: dict[str, Any] = field(default_factory=dict)  # what writing the outputs reported
+    infra: bool = False             # failed for a reason that is not the kernel's (keep its old output)
 
     @property
     def ok(self) -> bool:
@@ -140,6 +152,10 @@ class BuildReport:
 
 
 # ====================================================================== executors
+
+
+class ExecutorUnavailable(TuskError):
+    """No executor could be created (scheduler unreachable, cluster failed to start): the build stops."""
 
 
 class InlineExecutor:
@@ -203,14 +219,15 @@ class DaskExecutor:
         try:
             result = fut.result()
         except Exception as e:  # noqa: BLE001 - a lost task is this unit's failure, not the build's
-            result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}"}
+            result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}", "infra": True}
         self._futures.pop(key, None)
         fut.release()
         return key, result
 
     def close(self) -> None:
         self._futures.clear()
-        if self.owns_client:
+        if self.owns_client and not getattr(self, "_closed", False):
+            self._closed = True
             try:
                 self.client.close()
             finally:
@@ -225,27 +242,37 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
     The scheduler serves its dashboard (when bokeh is installed) on a free
     port whatever ``dashboard`` says; ``tusk compile --dashboard`` only
     decides whether the link is printed.  ``local_directory`` is where
-    workers keep their scratch space (default: Dask's, under the system
-    temporary directory).
+    workers keep their scratch space and their lock files (default: Dask's,
+    under the system temporary directory).
     """
+    import dask
     from distributed import Client, LocalCluster
 
     extra = {"local_directory": local_directory} if local_directory else {}
-    # ":0" either way: the scheduler's HTTP server binds a free port instead of fighting over 8787
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           **extra)
+    # Dask's "temporary-directory" is where nannies and workers put their work space and its
+    # global/purge locks; local_directory alone still leaves those in /tmp/dask-scratch-space.
+    settings = {"temporary-directory": local_directory} if local_directory else {}
+    try:
+        with dask.config.set(settings):
+            # ":0": the scheduler's HTTP server binds a free port instead of fighting over 8787
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", **extra)
+    except Exception as e:  # noqa: BLE001 - whatever stops the cluster from starting stops the build
+        raise ExecutorUnavailable(f"cannot start a local Dask cluster of {workers} worker(s): "
+                                  f"{type(e).__name__}: {e}") from None
     client = Client(cluster)
     return DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
 
 
-def scheduler_executor(address: str) -> DaskExecutor:
-    """An executor on an existing ``distributed`` scheduler."""
+def scheduler_executor(address: str, timeout: float = 10.0) -> DaskExecutor:
+    """An executor on an existing ``distributed`` scheduler; ExecutorUnavailable if it cannot connect."""
     from distributed import Client
 
     try:
-        client = Client(address, timeout=30)
-    except OSError as e:
-        raise TuskError(f"cannot connect to the Dask scheduler at {address}: {e}") from None
+        client = Client(address, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - bad scheme (ValueError), refused, timed out (OSError) ...
+        raise ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: "
+                                  f"{str(e) or type(e).__name__}") from None
     return DaskExecutor(client, None, f"scheduler {address}")
 
 
@@ -308,7 +335,7 @@ class Build:
     def _key(self, st: _State, i: int) -> tuple[str, dict]:
         step = self.steps[i]
         parts = {**step.key_parts(), "input": st.hashes[i], "env": self.env}
-        if i == 0:
+        if i == 0 or step.reads_files:  # the module names the kernel files but does not hold them
             parts["files"] = st.report.unit.files
         try:
             return action_key(parts), parts
@@ -325,7 +352,12 @@ class Build:
     def _submit(self, task_key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
-            self.executor = factory()
+            try:
+                self.executor = factory()
+            except ExecutorUnavailable:
+                raise
+            except TuskError as e:
+                raise ExecutorUnavailable(str(e)) from None
             if self.on_executor:
                 self.on_executor(self.executor)
         waiters = self.waiting.setdefault(task_key, [])
@@ -352,12 +384,11 @@ class Build:
                 self.store.touch_action(key)
                 self._fail(st, failed["error"], cached=True)
                 return
-            args = (self.store.url, step.task_spec(), st.hashes[i], key, parts)
+            args = (self.store.url, step.task_spec(), st.hashes[i], key, parts, self.verify, st.report.repairs > 0)
             if step.splittable:
-                self._submit(self._task_key(f"{step.name}-split", key, st), st, "split", i,
-                             tasks.split_step, *args, self.verify)
+                self._submit(self._task_key(f"{step.name}-split", key, st), st, "split", i, tasks.split_step, *args)
             else:
-                self._submit(self._task_key(step.name, key, st), st, "step", i, tasks.run_step, *args, self.verify)
+                self._submit(self._task_key(step.name, key, st), st, "step", i, tasks.run_step, *args)
             return
         self._final(st)
 
@@ -389,9 +420,10 @@ class Build:
             return "no usable cached result (evicted, damaged or never recorded)"
         return ", ".join(names[k] for k in changed)
 
-    def _fail(self, st: _State, message: str, cached: bool = False) -> None:
+    def _fail(self, st: _State, message: str, cached: bool = False, infra: bool = False) -> None:
         if st.done:
             return
+        st.report.infra = infra
         step = self.steps[st.i] if st.i < len(self.steps) else None
         if step is not None:
             st.report.steps[st.i:] = [StepResult(label=step.label, name=step.name, status="failed",
@@ -403,20 +435,28 @@ class Build:
         st.done = True
         self.progress("failed", st.report, step.label if step else "")
 
-    def _repair(self, st: _State, i: int, why: str) -> None:
-        """Step ``i``'s input object is gone: forget the record that made it and run that step again."""
+    def _give_up(self, st: _State, why: str) -> bool:
+        """Count a repair; True (and the unit failed, not by its kernel's fault) past the limit."""
         st.report.repairs += 1
         st.gen += 1
-        if st.report.repairs > MAX_REPAIRS:
-            self._fail(st, f"giving up after {MAX_REPAIRS} repairs of damaged cache objects ({why})")
+        if st.report.repairs > MAX_REPAIRS + 2 * len(self.steps):
+            self._fail(st, f"giving up after {st.report.repairs - 1} repairs of damaged cache objects ({why}); "
+                           f"check the cache at {self.store.url} (tusk cache verify --remove)", infra=True)
+            return True
+        return False
+
+    def _repair(self, st: _State, i: int, why: str) -> None:
+        """Step ``i``'s input object is gone: forget the record that made it and run that step again."""
+        if self._give_up(st, why):
             return
         if i == 0:
             unit = st.report.unit
             module = unit.module if unit.module is not None else (unit.reload() if unit.reload else None)
             if module is None:
-                self._fail(st, f"host module {st.hashes[0]} is missing from the store and cannot be rebuilt")
+                self._fail(st, f"host module {st.hashes[0]} is missing from the store and cannot be rebuilt",
+                           infra=True)
                 return
-            self.store.put_hashed(module, st.hashes[0])
+            self.store.put_hashed(module, st.hashes[0], check=True)
             st.i = 0
         else:
             self.store.drop_action(st.keys[i - 1])
@@ -468,7 +508,7 @@ class Build:
             return
         if status != "written":
             st.report.final = None
-            self._fail(st, res.get("error", f"writing outputs failed: {res!r}"))
+            self._fail(st, res.get("error", f"writing outputs failed: {res!r}"), infra=True)
             return
         sizes = {path: size for path, size, *_ in res.get("files", [])}
         missing = [[h, p] for h, p in items if not (os.path.isfile(p) and os.path.getsize(p) == sizes.get(p))]
@@ -492,16 +532,14 @@ class Build:
         i = st.i
         step = self.steps[i]
         if status == "error":
-            self._fail(st, res.get("error", "unknown error"), cached=bool(res.get("cached")))
+            self._fail(st, res.get("error", "unknown error"), cached=bool(res.get("cached")),
+                       infra=bool(res.get("infra")))
             return
         if status == "input-missing":
             if kind in ("merge", "part") and (res.get("part") or kind == "part"):
                 # a part object vanished: split again (the part records will mostly hit)
                 st.split = None
-                st.report.repairs += 1
-                st.gen += 1
-                if st.report.repairs > MAX_REPAIRS:
-                    self._fail(st, f"giving up after {MAX_REPAIRS} repairs of damaged cache objects")
+                if self._give_up(st, res.get("error", "part missing")):
                     return
                 self._advance(st)
                 return
@@ -547,7 +585,7 @@ class Build:
                 self._fail(st, failed["error"], cached=True)
                 return
             self._submit(self._task_key(f"{step.name}-part", key, st), st, "part", j, tasks.run_part,
-                         self.store.url, step.task_spec(), h, key, parts)
+                         self.store.url, step.task_spec(), h, key, parts, st.report.repairs > 0)
         self._maybe_merge(st)
 
     def _maybe_merge(self, st: _State) -> None:
@@ -560,7 +598,7 @@ class Build:
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
         self._submit(self._task_key(f"{step.name}-merge", key, st), st, "merge", 0, tasks.merge_step,
                      self.store.url, step.task_spec(), st.hashes[st.i], outs, stats, key, st.parts[st.i],
-                     sp.seconds, sp.executed, self.verify)
+                     sp.seconds, sp.executed, self.verify, st.report.repairs > 0)
 
     # ------------------------------------------------------------ driver
     def run(self, units: Iterable[BuildUnit]) -> BuildReport:
@@ -585,8 +623,10 @@ class Build:
                 if not st.done:
                     try:
                         self._advance(st)
+                    except ExecutorUnavailable:
+                        raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e))
+                        self._fail(st, str(e), infra=isinstance(e, OSError))
             while self.waiting:
                 task_key, res = self.executor.next()
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
@@ -596,8 +636,10 @@ class Build:
                         res = {**res, "status": "cached"}  # ran once, for the first unit that asked
                     try:
                         self._on_result(st, kind, j, res)
+                    except ExecutorUnavailable:
+                        raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e))
+                        self._fail(st, str(e), infra=isinstance(e, OSError))
         finally:
             if self.executor is not None:
                 self.executor.close()

@@ -11,7 +11,15 @@ A directory's files are classified (sorted by name):
 * anything else is listed as skipped, with the reason.
 
 A kernel that cannot be read is a failed kernel (its TuskError names the
-file), not a skipped one.
+file), not a skipped one -- also a ``.klr``/``.json`` entry that is not a
+readable regular file (a dangling link, a device).
+
+**Names.**  A kernel's name (its output directory) is the file's stem;
+when several *kernel* files share a stem, each of them is named by its
+whole file name instead (``a.klr``, ``a.json``).  Only kernel files take
+part, so an unrelated ``a.md`` renames nothing, and no two kernels share a
+name (a whole file name can equal another file's stem only if that stem is
+shared too, and then that file switches as well).
 
 Every kernel becomes one host module per logical core, exactly what the
 backend hands to ``translate_nki_ast_to_bir``: a ``main`` function holding
@@ -19,13 +27,21 @@ host DRAM tensors named, shaped and typed like the kernel's DRAM inputs and
 outputs, and one InstNKIKLIRKernel placeholder (opcode 56) whose
 ``klir_binary`` is the kernel file (``kernel_format`` "bir" for BIR-JSON,
 "klr" otherwise).  Its ``neuron_core_id`` is the core and its artifact
-directory the kernel's output directory.
+directory the kernel's output directory.  A host module taken as it is gets
+the same artifact directory, and each placeholder's kernel file is resolved
+now -- relative paths against the module file's directory, else the
+module's own artifact directory + basename (the backend's rule) -- and
+written back as an absolute path; a placeholder whose file is nowhere is a
+failed kernel (a previous output must not stand in for it).
 
 The host module names the kernel file but does not contain it, so the
-first action key also takes the SHA-256 of the kernel file (and of the
-const files it names): editing a kernel rebuilds it.  A kernel's interface
-(inputs, outputs, core count) is memoised in the store by the file's digest,
-so an unchanged kernel is not parsed again on a no-op rebuild.
+action keys of the first step and of translate also take the SHA-256 of the
+kernel file and of every file it references (const files; for a host
+module the placeholders' kernel files and theirs): editing any of them
+rebuilds it.  A kernel's interface (inputs, outputs, core count, the file
+names it references *as written*) is memoised in the store by the file's
+digest, so an unchanged kernel is not parsed again on a no-op rebuild;
+where those names lead is decided per file, after the memo.
 """
 
 from __future__ import annotations
@@ -42,33 +58,26 @@ from ir.errors import FormatError, TuskError
 
 KLR_MAGIC = b"\xd9\xd9\xf7"
 PLACEHOLDER_OPCODE = 56
-INTERFACE_VERSION = 2
-
-# KLR dtype names that are spelled the same in BIR (float32r included).
-KLR_TO_BIR_DTYPE = {n: n for n in ("bfloat16", "float16", "float32", "float32r", "int8", "int16", "int32", "int64",
-                                    "uint8", "uint16", "uint32", "uint64", "float8e3", "float8e4", "float8e5",
-                                    "float8_e4m3fn", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")}
+INTERFACE_VERSION = 3
+HOST_VERSION = 1
+KERNEL_SUFFIXES = (".klr", ".json")
 
 
 @dataclass
 class Kernel:
     """One kernel file of the input directory."""
 
-    path: Path
-    name: str                        # output directory name (the file's stem, made unique)
+    path: Path                       # absolute, symbolic links resolved
+    name: str                        # output directory name (unique in the directory, see the docstring)
+    entry: str = ""                  # the file's name in the directory
     digest: str = ""                 # SHA-256 of the file
     fmt: str = ""                    # "klr" | "bir" | "host"
     ncores: int = 1
     ins: list[list] = field(default_factory=list)    # [name, bir dtype, shape]
     outs: list[list] = field(default_factory=list)
-    refs: list[str] = field(default_factory=list)    # other files it reads (const files, kernel files)
-    host_hash: str | None = None     # fmt "host": content hash of the module
-    host: Any = None                 # fmt "host": the module, when it had to be loaded
+    refs: list[str] = field(default_factory=list)    # other files it reads (absolute paths)
+    placeholders: dict[str, str] = field(default_factory=dict)  # fmt "host": klir_binary -> resolved path
     error: str | None = None
-
-    def interface(self) -> dict[str, Any]:
-        return {"v": INTERFACE_VERSION, "fmt": self.fmt, "ncores": self.ncores, "ins": self.ins, "outs": self.outs,
-                "refs": self.refs, "host_hash": self.host_hash}
 
 
 class NotAKernel(Exception):
@@ -87,97 +96,172 @@ def is_klr_bytes(head: bytes) -> bool:
 
 def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
     """Classify the files of ``directory``; read each kernel's interface (memoised in ``store``)."""
-    from cache.keys import digest as key_digest, file_digest
+    from cache.keys import file_digest
 
     directory = Path(directory)
     if not directory.is_dir():
-        raise TuskError(f"{directory} is not a directory")
+        raise TuskError(f"{directory}: no such directory" if not directory.exists() else
+                        f"{directory} is not a directory")
     kernels: list[Kernel] = []
     skipped: list[Skipped] = []
-    entries = sorted(directory.iterdir())
-    stems: dict[str, int] = {}
-    for p in entries:
-        if p.is_file():
-            stems[p.stem] = stems.get(p.stem, 0) + 1
-    for p in entries:
-        if p.is_dir():
-            skipped.append(Skipped(p, "directory (not searched)"))
-            continue
-        if not p.is_file():
-            skipped.append(Skipped(p, "not a regular file"))
-            continue
+    for p in sorted(directory.iterdir()):
         kind = _classify(p)
-        if kind is None or kind.startswith("skip:"):
-            skipped.append(Skipped(p, kind[5:] if kind else "not a kernel file (.klr or BIR-JSON .json)"))
+        if kind.startswith("skip:"):
+            skipped.append(Skipped(p, kind[5:]))
             continue
-        name = p.stem if stems[p.stem] == 1 else p.name.replace(".", "_")
-        k = Kernel(path=p.resolve(), name=name)
+        k = Kernel(path=Path(os.path.abspath(p)) if kind.startswith("error:") else p.resolve(), name=p.stem,
+                   entry=p.name)
+        if kind.startswith("error:"):
+            k.error = str(TuskError(kind[6:], file=str(p)))
+            kernels.append(k)
+            continue
         k.digest = file_digest(k.path)
-        memo_key = key_digest({"interface": INTERFACE_VERSION, "file": k.digest, "kind": kind})
-        memo = store.get_note("kernel-interface", memo_key) if store is not None else None
-        if memo and memo.get("v") == INTERFACE_VERSION and memo.get("fmt") == "skip":
-            skipped.append(Skipped(p, memo.get("reason", "not a kernel")))
+        try:
+            info = _interface(k.path, kind, k.digest, store)
+        except TuskError as e:
+            k.error = str(e)
+            kernels.append(k)
             continue
-        if memo and memo.get("v") == INTERFACE_VERSION and (memo["fmt"] != "host" or store.has(memo["host_hash"])):
-            k.fmt, k.ncores, k.ins, k.outs = memo["fmt"], memo["ncores"], memo["ins"], memo["outs"]
-            k.refs, k.host_hash = list(memo["refs"]), memo.get("host_hash")
-        else:
-            try:
-                _read_interface(k, kind)
-            except NotAKernel as e:
-                skipped.append(Skipped(p, str(e)))
-                if store is not None:
-                    store.put_note("kernel-interface", memo_key, {"v": INTERFACE_VERSION, "fmt": "skip",
-                                                                  "reason": str(e)})
-                continue
-            except TuskError as e:
-                k.error = str(e)
-            if k.error is None and store is not None:
-                if k.fmt == "host":
-                    k.host_hash = store.put(k.host)
-                store.put_note("kernel-interface", memo_key, k.interface())
+        if info["fmt"] == "skip":
+            skipped.append(Skipped(p, info["reason"]))
+            continue
+        k.fmt, k.ncores, k.ins, k.outs = info["fmt"], info["ncores"], info["ins"], info["outs"]
+        try:
+            k.refs = _refs(k, info, store)
+        except TuskError as e:
+            k.error = str(e)
         kernels.append(k)
+    _name(kernels)
     return kernels, skipped
 
 
-def _classify(p: Path) -> str | None:
+def _name(kernels: list[Kernel]) -> None:
+    """Stems, except that every kernel whose name is shared takes its whole file name (see the docstring)."""
+    names = {id(k): Path(k.entry).stem for k in kernels}
+    while True:  # each round moves at least one kernel to its (unique) file name: it ends
+        count: dict[str, int] = {}
+        for n in names.values():
+            count[n] = count.get(n, 0) + 1
+        clash = [k for k in kernels if count[names[id(k)]] > 1 and names[id(k)] != k.entry]
+        if not clash:
+            break
+        for k in clash:
+            names[id(k)] = k.entry
+    for k in kernels:
+        k.name = names[id(k)]
+
+
+def _classify(p: Path) -> str:
+    """"klr" | "json" | "skip:<reason>" | "error:<message>" (a kernel file that cannot be read)."""
+    kernel_suffix = p.suffix in KERNEL_SUFFIXES
+    if p.is_dir():
+        return "skip:directory (not searched)"
+    if not p.is_file():
+        if not kernel_suffix:
+            return "skip:not a regular file"
+        return "error:cannot be read (a broken symbolic link)" if not p.exists() else \
+            "error:cannot be read (not a regular file)"
     try:
         with open(p, "rb") as fh:
             head = fh.read(64)
     except OSError as e:
-        return f"skip:cannot be read ({e.strerror})"
+        return f"{'error' if kernel_suffix else 'skip'}:cannot be read ({e.strerror or e})"
     if p.suffix == ".klr" or is_klr_bytes(head):
         return "klr"
     if p.suffix == ".json":
         return "json"
+    return "skip:not a kernel file (.klr or BIR-JSON .json)"
+
+
+def _interface(path: Path, kind: str, digest: str, store) -> dict[str, Any]:
+    """What a build needs of a kernel file, memoised by its digest; failures raise (and are not memoised).
+
+    ``refs`` are the names the file uses (const files, placeholder kernel
+    files), relative ones unresolved: the same bytes in another directory
+    reference other files.
+    """
+    from cache.keys import digest as key_digest
+
+    memo_key = key_digest({"interface": INTERFACE_VERSION, "file": digest, "kind": kind})
+    memo = store.get_note("kernel-interface", memo_key) if store is not None else None
+    if isinstance(memo, dict) and memo.get("v") == INTERFACE_VERSION:
+        return memo
+    try:
+        info = _read_klr(path) if kind == "klr" else _read_bir_json(path)
+    except NotAKernel as e:
+        info = {"fmt": "skip", "reason": str(e)}
+    info["v"] = INTERFACE_VERSION
+    if store is not None and digest != "missing":
+        store.put_note("kernel-interface", memo_key, info)
+    return info
+
+
+def _refs(k: Kernel, info: dict[str, Any], store) -> list[str]:
+    """Absolute paths of every file kernel ``k``'s build reads besides itself."""
+    from cache.keys import file_digest
+
+    if k.fmt != "host":
+        return sorted({_beside(r, k.path) for r in info["refs"]})
+    refs: set[str] = set()
+    art = info.get("art") or ""
+    if art and not os.path.isabs(art):
+        art = str(k.path.parent / art)
+    for written in info["refs"]:
+        found = _placeholder_file(written, k.path, art)
+        if found is None:
+            raise TuskError(f"a kernel placeholder names kernel file {written}, which does not exist (looked "
+                            f"next to the module{' and in its artifact directory ' + art if art else ''})",
+                            file=str(k.path))
+        k.placeholders[written] = found
+        refs.add(found)
+        try:  # the placeholder kernel's own const files are inputs of this build too
+            inner = _interface(Path(found), "klr" if _is_klr_file(found) else "json", file_digest(found), store)
+        except TuskError:
+            continue  # translate reports it, naming the file
+        refs.update(_beside(r, Path(found)) for r in inner.get("refs", ()) if inner.get("fmt") in ("klr", "bir"))
+    return sorted(refs)
+
+
+def _placeholder_file(written: str, module_path: Path, art: str) -> str | None:
+    """The backend's rule with "as written" meaning next to the module file: path, else art/basename."""
+    first = _beside(written, module_path)
+    if os.path.isfile(first):
+        return first
+    base = os.path.basename(written.rstrip("/\\"))
+    if art and base not in ("", ".", ".."):
+        second = os.path.join(art, base)
+        if os.path.isfile(second):
+            return os.path.abspath(second)
     return None
 
 
-def _read_interface(k: Kernel, kind: str) -> None:
-    if kind == "klr":
-        _read_klr(k)
-    else:
-        _read_bir_json(k)
+def _is_klr_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return path.endswith(".klr") or is_klr_bytes(fh.read(4))
+    except OSError:
+        return path.endswith(".klr")
 
 
-def _read_klr(k: Kernel) -> None:
+def _read_klr(path: Path) -> dict[str, Any]:
     from ir import klr
 
-    kernel = klr.load_lnc_kernel(k.path)
-    k.fmt = "klr"
-    k.ncores = max(1, len(kernel.bodies))
-    k.ins = [_klr_tensor(t, k.path) for t in kernel.inputs]
-    k.outs = [_klr_tensor(t, k.path) for t in kernel.outputs]
-    k.refs = sorted({_beside(sc.fileName, k.path) for sc in getattr(kernel, "sharedConstants", ()) or ()
-                     if isinstance(getattr(sc, "fileName", None), str) and sc.fileName})
+    kernel = klr.load_lnc_kernel(path)
+    return {"fmt": "klr", "ncores": max(1, len(kernel.bodies)),
+            "ins": [_klr_tensor(t, path) for t in kernel.inputs],
+            "outs": [_klr_tensor(t, path) for t in kernel.outputs],
+            "refs": sorted({sc.fileName for sc in getattr(kernel, "sharedConstants", ()) or ()
+                            if isinstance(getattr(sc, "fileName", None), str) and sc.fileName})}
 
 
 def _beside(name: str, kernel_path: Path) -> str:
     """A file a kernel names: absolute as is, relative to the kernel file's directory otherwise."""
-    return name if os.path.isabs(name) else str(kernel_path.parent / name)
+    return os.path.normpath(name if os.path.isabs(name) else os.path.join(kernel_path.parent, name))
 
 
 def _klr_tensor(t: Any, path: Path) -> list:
+    from stages.klr_codegen import KLR_TO_BIR_DTYPE  # the one KLR -> BIR dtype table
+
     dname = t.dtype.name
     if dname not in KLR_TO_BIR_DTYPE:
         raise FormatError(f"tensor {t.name}: KLR dtype {dname} has no BIR equivalent", file=str(path))
@@ -185,33 +269,30 @@ def _klr_tensor(t: Any, path: Path) -> list:
     return [t.name, KLR_TO_BIR_DTYPE[dname], shape]
 
 
-def _read_bir_json(k: Kernel) -> None:
+def _read_bir_json(path: Path) -> dict[str, Any]:
     from ir import bir_json
     from ir.enums import DTYPE_NAMES, FnKind, Mem, TENSOR_KIND_BY_NAME
 
-    data = k.path.read_bytes()
+    data = path.read_bytes()
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"malformed JSON: {e}", file=str(k.path)) from None
+        raise FormatError(f"malformed JSON: {e}", file=str(path)) from None
     if not isinstance(obj, dict) or "functions" not in obj:
         raise NotAKernel("JSON without top-level \"functions\" (not a BIR-JSON kernel)")
-    module = bir_json.from_obj(obj, file=str(k.path))
+    module = bir_json.from_obj(obj, file=str(path))
     if any(bool((f.insts["opcode"] == PLACEHOLDER_OPCODE).any()) for f in module.functions if len(f.insts)):
-        k.fmt = "host"
-        k.host = module
-        k.refs = _placeholder_files(module, k.path)
-        return
+        return {"fmt": "host", "ncores": 1, "ins": [], "outs": [], "refs": _placeholder_files(module),
+                "art": module.artifact_dir or ""}
     fns = [f for f in module.functions if f.kind != FnKind.NKI]
     if not fns:
-        raise FormatError("BIR-JSON kernel has no functions", file=str(k.path))
-    k.fmt = "bir"
-    k.ncores = len(fns)
+        raise FormatError("BIR-JSON kernel has no functions", file=str(path))
     fn = fns[0]
     # ExternalInput/Input and ExternalOutput/Output, and their *Parameter forms, which
     # translate_nki_ast_to_bir also binds to the placeholder's arguments
     ins_kinds = {TENSOR_KIND_BY_NAME[n] for n in ("ExternalInput", "ExternalInputParameter", "Input")}
     out_kinds = {TENSOR_KIND_BY_NAME[n] for n in ("ExternalOutput", "ExternalOutputParameter", "Output")}
+    ins, outs = [], []
     # one argument per unallocated DRAM memory location, as translate_nki_ast_to_bir binds them
     ml = fn.memlocs
     for m in range(len(ml)):
@@ -223,29 +304,31 @@ def _read_bir_json(k: Kernel) -> None:
             continue
         shape = [int(x) for x in (fn.value(fn.sets.get("shape", s)) or ())]
         entry = [fn.strings[ml.get("name", m)], DTYPE_NAMES[int(fn.sets.get("dtype", s))], shape]
-        (k.ins if kind in ins_kinds else k.outs).append(entry)
-    k.refs = sorted({_beside(f.strings[c], k.path) for f in fns for c in f.memlocs["const_path"].tolist()
-                     if c >= 0})
+        (ins if kind in ins_kinds else outs).append(entry)
+    refs = sorted({f.strings[c] for f in fns for c in f.memlocs["const_path"].tolist() if c >= 0})
+    return {"fmt": "bir", "ncores": len(fns), "ins": ins, "outs": outs, "refs": refs}
 
 
-def _placeholder_files(module, path: Path) -> list[str]:
-    """The kernel files a host module's placeholders name (resolved next to the module if relative)."""
-    out = set()
+def _placeholders(module):
+    """(function, row) of every InstNKIKLIRKernel placeholder of ``module``."""
     for fn in module.functions:
-        if not len(fn.insts):
-            continue
-        for i in np.nonzero(fn.insts["opcode"] == PLACEHOLDER_OPCODE)[0].tolist():
-            p = fn.record(fn.insts.get("attrs", i)).get("klir_binary")
-            if isinstance(p, str) and p:
-                q = Path(p)
-                if not q.is_absolute() and not q.exists():
-                    q = path.parent / q
-                out.add(str(q))
+        if len(fn.insts):
+            for i in np.nonzero(fn.insts["opcode"] == PLACEHOLDER_OPCODE)[0].tolist():
+                yield fn, i
+
+
+def _placeholder_files(module) -> list[str]:
+    """The kernel files a host module's placeholders name, as written."""
+    out = set()
+    for fn, i in _placeholders(module):
+        p = fn.record(fn.insts.get("attrs", i)).get("klir_binary")
+        if isinstance(p, str) and p:
+            out.add(p)
     return sorted(out)
 
 
 def file_digests(k: Kernel) -> dict[str, str]:
-    """Digests of every file kernel ``k``'s build reads: the first action key's ``files`` part."""
+    """Digests of every file kernel ``k``'s build reads: the ``files`` part of the keys that need it."""
     from cache.keys import file_digest
 
     files = {str(k.path): k.digest}
@@ -270,6 +353,25 @@ def host_module(k: Kernel, core: int, artifact_dir: str, *, arch: str = "gen3",
         attrs["max_instruction_limit"] = instruction_limit
     module = b.module(**attrs)
     module.arch = arch
+    module.artifact_dir = artifact_dir
+    return module
+
+
+def given_host_module(k: Kernel, artifact_dir: str):
+    """Kernel ``k`` (fmt "host") as the build takes it: artifact directory and placeholder paths rewritten.
+
+    The module's own artifact directory would have passes write outside
+    OUT, and a relative ``klir_binary`` would be looked up in whatever the
+    current directory is; both are fixed here (see the module docstring).
+    """
+    from ir import bir_json
+
+    module = bir_json.load(k.path)
+    for fn, i in _placeholders(module):
+        attrs = fn.record(fn.insts.get("attrs", i))
+        written = attrs.get("klir_binary")
+        if isinstance(written, str) and written in k.placeholders:
+            fn.insts.set("attrs", i, fn.intern_record(attrs.with_(klir_binary=k.placeholders[written])))
     module.artifact_dir = artifact_dir
     return module
 

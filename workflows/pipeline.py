@@ -84,6 +84,7 @@ class Step:
     options: dict[str, Any]   # typed option values (shallow; the worker rebuilds Options(**options))
     spec: str            # options_spec: name{a=1 b=x}
     splittable: bool
+    reads_files: bool = False  # the pass reads files the module names (translate): see Pass.reads_files
 
     def key_parts(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, "code": self.code,
@@ -91,7 +92,7 @@ class Step:
 
     def task_spec(self) -> dict[str, Any]:
         return {"label": self.label, "name": self.name, "target": self.target, "options": self.options,
-                "version": self.version, "code": self.code}
+                "version": self.version, "code": self.code, "reads_files": self.reads_files}
 
 
 def _jsonable(v: Any) -> Any:
@@ -104,6 +105,7 @@ def _jsonable(v: Any) -> Any:
 class Resolved:
     steps: list[Step]
     unavailable: list[tuple[str, str]]  # (label, reason)
+    warnings: list[str] = field(default_factory=list)
 
 
 def default_pipeline() -> list[Entry]:
@@ -186,6 +188,15 @@ def apply_sets(entries: list[Entry], assignments: list[str]) -> list[Entry]:
     return entries
 
 
+def apply_defaults(entries: list[Entry], defaults: list[tuple[str, str, Any]]) -> list[Entry]:
+    """Fill ``(pass, option, value)`` defaults (settings such as MAXHU) where the entry sets none."""
+    for pass_name, option, value in defaults:
+        for e in entries:
+            if display_name(e.ref) == pass_name and option not in e.options:
+                e.options[option] = value
+    return entries
+
+
 def _option_names(ref: str) -> set[str]:
     """Option names of the pass ``ref`` stands for (empty when it cannot be imported yet)."""
     import stages
@@ -218,47 +229,61 @@ def pass_class(target: str) -> type:
 def resolve(entries: list[Entry]) -> Resolved:
     """Turn entries into runnable steps; passes that do not exist yet are listed, not run."""
     import stages
-    from cache.keys import code_digest
-    from stages.base import Pass, make_options, options_spec
 
     available = set(stages.available())
     steps: list[Step] = []
     unavailable: list[tuple[str, str]] = []
+    warnings: list[str] = []
     for e in entries:
         if not e.enabled:
             unavailable.append((e.label, "disabled"))
             continue
+        step = _resolve_one(e, available)
+        if isinstance(step, Step):
+            steps.append(step)
+            continue
+        unavailable.append((e.label, step))
+        if e.options:  # a --set (or pipeline option) that cannot take effect: say so
+            warnings.append(f"options {', '.join(sorted(e.options))} of {e.label} are not used: the pass is {step}")
+    return Resolved(steps, unavailable, warnings)
+
+
+def _resolve_one(e: Entry, available: set[str]) -> Step | str:
+    """The step for ``e``, or why it cannot run yet (a known backend pass not in this checkout)."""
+    import stages
+    from cache.keys import code_digest
+    from stages.base import Pass, make_options, options_spec
+
+    if ":" in e.ref:
+        target = e.ref
+    else:
+        target = stages.REGISTRY.get(e.ref)
+        if target is None:
+            if e.ref in BACKEND_NAMES:
+                return "not available yet (not registered)"
+            raise TuskError(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
+        if e.ref not in available:
+            return "not available yet"
+    try:
+        cls = _import_target(target)
+    except ModuleNotFoundError as err:
         if ":" in e.ref:
-            target = e.ref
-        else:
-            target = stages.REGISTRY.get(e.ref)
-            if target is None:
-                if e.ref in BACKEND_NAMES:
-                    unavailable.append((e.label, "not available yet (not registered)"))
-                    continue
-                raise TuskError(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
-            if e.ref not in available:
-                unavailable.append((e.label, "not available yet"))
-                continue
-        try:
-            cls = _import_target(target)
-        except ModuleNotFoundError as err:
-            if ":" in e.ref:
-                raise TuskError(f"pass {e.ref!r} cannot be imported: {err}") from None
-            unavailable.append((e.label, f"not available yet ({err})"))
-            continue
-        except AttributeError:
-            if ":" in e.ref:
-                raise TuskError(f"pass {e.ref!r} cannot be imported: no such class") from None
-            unavailable.append((e.label, f"not available yet ({target} has no such class)"))
-            continue
-        name = getattr(cls, "name", "") or _short(e.ref)
-        if ":" not in e.ref and name != e.ref:
-            raise TuskError(f"pass class {target} is registered as {e.ref!r} but calls itself {name!r}")
-        opts = make_options(cls.Options, e.options, name)
-        values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-        splittable = getattr(cls, "split", None) is not getattr(Pass, "split")
-        steps.append(Step(label=e.label, name=name, target=target, version=str(getattr(cls, "version", "1")),
-                          code=code_digest(cls), options=values, spec=options_spec(name, opts),
-                          splittable=splittable))
-    return Resolved(steps, unavailable)
+            raise TuskError(f"pass {e.ref!r} cannot be imported: {err}") from None
+        return f"not available yet ({err})"
+    except (AttributeError, ValueError):
+        if ":" in e.ref:
+            raise TuskError(f"pass {e.ref!r} cannot be imported: no such class") from None
+        return f"not available yet ({target} has no such class)"
+    # "module:Class" can name anything; only a Pass has what the build and the workers need
+    if not (isinstance(cls, type) and issubclass(cls, Pass)):
+        raise TuskError(f"pass {e.ref!r} is not a pass (a subclass of stages.base.Pass with name, version, "
+                        f"Options and run)")
+    name = getattr(cls, "name", "") or _short(e.ref)
+    if ":" not in e.ref and name != e.ref:
+        raise TuskError(f"pass class {target} is registered as {e.ref!r} but calls itself {name!r}")
+    opts = make_options(cls.Options, e.options, name)
+    values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    splittable = getattr(cls, "split", None) is not getattr(Pass, "split")
+    return Step(label=e.label, name=name, target=target, version=str(getattr(cls, "version", "1")),
+                code=code_digest(cls), options=values, spec=options_spec(name, opts), splittable=splittable,
+                reads_files=bool(getattr(cls, "reads_files", False)))

@@ -56,6 +56,8 @@ def summary_table(result: CompileResult) -> Table:
 
 
 def print_result(console: Console, result: CompileResult, verbose: bool = False) -> None:
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     for s in result.skipped:
         console.print(f"skipped {s.path.name}: {s.reason}")
     if not result.kernels:

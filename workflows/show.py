@@ -8,13 +8,18 @@ from ir.errors import TuskError
 
 
 def is_klr(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(3) == b"\xd9\xd9\xf7"
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(3) == b"\xd9\xd9\xf7"
+    except OSError as e:
+        raise TuskError(f"cannot be read ({e.strerror or e})", file=str(path)) from None
 
 
 def listing(path: Path) -> str:
     if not path.exists():
         raise TuskError("no such file", file=str(path))
+    if not path.is_file():
+        raise TuskError("not a file (tusk show lists one .klr or BIR-JSON file)", file=str(path))
     if is_klr(path):
         from ir import klr
 

@@ -10,7 +10,10 @@ so one bad kernel cannot take the graph down, and
 that the client can rebuild the input.
 
 Each task first looks at the action record for its key: a concurrent build
-may have produced the result since the client looked.  A result computed
+may have produced the result since the client looked.  With ``check`` (the
+client sets it once a unit has met a damaged object) an object found
+already stored under a hash being written is re-hashed and replaced if
+damaged, instead of trusted.  A result computed
 here is stored (object, then record) before the task returns, so a worker
 killed half-way leaves at worst an unreferenced object behind; Dask then
 runs the task again elsewhere and it is idempotent.
@@ -95,8 +98,17 @@ class _PassRefused(Exception):
         self.error = error
 
 
+class _PassCrashed(Exception):
+    """Any other exception of the pass itself (a bug): the kernel fails, nothing is recorded."""
+
+    def __init__(self, error: BaseException, tb: str):
+        super().__init__(str(error))
+        self.error = error
+        self.tb = tb
+
+
 def _call(fn, *args):
-    """Call a pass method; a TuskError it raises becomes :class:`_PassRefused`."""
+    """Call a pass method; what it raises becomes :class:`_PassRefused` or :class:`_PassCrashed`."""
     from ir.errors import VerifyError
 
     try:
@@ -105,6 +117,8 @@ def _call(fn, *args):
         raise
     except TuskError as e:
         raise _PassRefused(e) from None
+    except Exception as e:  # noqa: BLE001
+        raise _PassCrashed(e, traceback.format_exc()) from None
 
 
 def _error(step: dict, e: BaseException, store_url: str | None = None, key: str | None = None,
@@ -113,15 +127,20 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
 
     A TuskError the pass itself raised depends only on what the key covers
     (pass, version, code, options, input, kernel files), so it is cached like
-    a result: a rebuild reports it again without running the pass.  Anything
-    else (I/O trouble, a bug surfacing as some other exception, a verifier
-    complaint -- the verifier is not part of the key) is not recorded and
-    runs again next time.
+    a result: a rebuild reports it again without running the pass -- except
+    for a pass that reads files (``reads_files``, translate): the artifact
+    directory it stages into is not in the key, so its failures may not
+    repeat.  Anything else (a bug of the pass, a verifier complaint -- the
+    verifier is not part of the key --, I/O or store trouble) is not
+    recorded and runs again next time.  Failures outside the pass and the
+    verifier are ``infra``: not the kernel's fault.
     """
+    from ir.errors import VerifyError
+
     if isinstance(e, _PassRefused):
         e = e.error
         res = {"status": "error", "error": str(e), "kind": type(e).__name__}
-        if store_url and key:
+        if store_url and key and not step.get("reads_files"):
             try:
                 _store(store_url).put_action(key, {"kind": "failure", "pass": step.get("name"),
                                                    "label": step.get("label"), "error": str(e),
@@ -131,19 +150,23 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
             except OSError:
                 pass
         return res
-    if isinstance(e, TuskError):
+    if isinstance(e, _PassCrashed):
+        return {"status": "error", "error": f"pass {step['name']} failed: {type(e.error).__name__}: {e.error}",
+                "kind": type(e.error).__name__, "traceback": e.tb}
+    if isinstance(e, VerifyError):
         return {"status": "error", "error": str(e), "kind": type(e).__name__}
-    return {"status": "error", "error": f"pass {step['name']} failed: {type(e).__name__}: {e}",
-            "kind": type(e).__name__, "traceback": traceback.format_exc()}
+    where = f"{step['name']}: " if isinstance(e, TuskError) else f"{step['name']} failed: {type(e).__name__}: "
+    return {"status": "error", "error": f"{where}{e}", "kind": type(e).__name__, "infra": True,
+            "traceback": traceback.format_exc()}
 
 
 def _finish(store, key: str, parts: dict, step: dict, module, out, stats, seconds: float, verify: bool,
-            extra: dict | None = None) -> dict:
+            extra: dict | None = None, check: bool = False) -> dict:
     if verify:
         from ir.verify import verify as verify_module
 
         verify_module(out)
-    h = store.put(out)
+    h = store.put(out, check=check)
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
               "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
               "insts_out": out.n_insts(), "parts": parts, "worker": _where(), **(extra or {})}
@@ -151,7 +174,8 @@ def _finish(store, key: str, parts: dict, step: dict, module, out, stats, second
     return {"status": "executed", **_slim(record)}
 
 
-def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False) -> dict:
+def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False,
+             check: bool = False) -> dict:
     """Run one pass on object ``input_hash``; record the action under ``key``."""
     try:
         store = _store(store_url)
@@ -165,12 +189,13 @@ def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict,
         t0 = time.perf_counter()
         out, stats = _call(p.run, module, opts)
         seconds = time.perf_counter() - t0
-        return _finish(store, key, parts, step, module, out, stats, seconds, verify)
+        return _finish(store, key, parts, step, module, out, stats, seconds, verify, check=check)
     except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
         return _error(step, e, store_url, key, parts)
 
 
-def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False) -> dict:
+def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False,
+               check: bool = False) -> dict:
     """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
     try:
         store = _store(store_url)
@@ -185,15 +210,16 @@ def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dic
         pieces = _call(p.split, module, opts)
         if pieces is None:
             out, stats = _call(p.run, module, opts)
-            return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify)
-        hashes = [store.put(m) for m in pieces]
+            return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify,
+                           check=check)
+        hashes = [store.put(m, check=check) for m in pieces]
         return {"status": "split", "parts": hashes, "seconds": time.perf_counter() - t0,
                 "insts_in": module.n_insts()}
     except Exception as e:  # noqa: BLE001
         return _error(step, e, store_url, key, parts)
 
 
-def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict) -> dict:
+def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict, check: bool = False) -> dict:
     """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
     try:
         store = _store(store_url)
@@ -207,13 +233,14 @@ def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict) 
         t0 = time.perf_counter()
         out, stats = _call(p.run, module, opts)
         return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, False,
-                       {"kind": "part"})
+                       {"kind": "part"}, check=check)
     except Exception as e:  # noqa: BLE001
         return _error(step, e, store_url, key, parts)
 
 
 def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
-               key: str, parts: dict, split_seconds: float, parts_executed: int, verify: bool = False) -> dict:
+               key: str, parts: dict, split_seconds: float, parts_executed: int, verify: bool = False,
+               check: bool = False) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``."""
     try:
         store = _store(store_url)
@@ -223,19 +250,21 @@ def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[s
         module, missing = _load_input(store, input_hash)
         if missing:
             return missing
-        outs = []
-        for h in part_outputs:
+        outs, lost = [], []
+        for h in part_outputs:  # load them all: every damaged one is removed now, so one repair fixes all
             m, missing = _load_input(store, h)
-            if missing:
-                return {**missing, "part": True}
             outs.append(m)
+            if missing:
+                lost.append(missing)
+        if lost:
+            return {**lost[0], "part": True, "lost": len(lost)}
         p, opts = _pass(step)
         t0 = time.perf_counter()
         out, stats = _call(p.merge, module, outs, part_stats, opts)
         seconds = split_seconds + time.perf_counter() - t0
         return _finish(store, key, parts, step, module, out, stats, seconds, verify,
                        {"parts_total": len(part_outputs), "parts_executed": parts_executed,
-                        "refs": list(part_outputs)})
+                        "refs": list(part_outputs)}, check=check)
     except Exception as e:  # noqa: BLE001
         return _error(step, e, store_url, key, parts)
 

@@ -1,0 +1,374 @@
+"""`tusk compile` on awkward input: what it refuses, what it never touches, what it keeps (in-process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cache import Store
+from examples.klr_authoring import KernelWriter
+from ir import bir_json
+from ir.builder import Builder
+from ir.enums import DTYPE_NAMES
+from tests.passes_for_tests import flip_a_byte, pipeline_toml, write_kernels
+from workflows import graph
+from workflows.cli import app
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("MAXHU", raising=False)
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def translate_only(tmp_path) -> str:
+    """A pipeline of translate alone: what these tests are about, at a fraction of the time."""
+    p = tmp_path / "translate.toml"
+    p.write_text('[[step]]\npass = "translate_nki_ast_to_bir"\n')
+    return str(p)
+
+
+def tusk(*args: str) -> tuple[int, dict | None, str]:
+    """Run `tusk compile ... --json` (in-process, no cluster): exit code, report (None on a usage error), text."""
+    res = runner.invoke(app, ["compile", *args, "--workers", "0", "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    try:
+        report = json.loads(res.stdout)
+    except ValueError:
+        report = None
+    return res.exit_code, report, " ".join(res.output.split())
+
+
+def errors(rep: dict) -> dict[str, str]:
+    return {f["kernel"]: f["error"] for f in rep["failed"]}
+
+
+def copy_examples(d: Path, *names: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy(EXAMPLES / n, d / n)
+    if "lnc2_matmul.klr" in names:
+        shutil.copytree(EXAMPLES / "shared_constants", d / "shared_constants")
+    return d
+
+
+def tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+# --------------------------------------------------------------------------- 1: never replace an input
+
+
+def test_an_output_directory_that_is_the_input_directory_is_refused(tmp_path, monkeypatch, translate_only):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(EXAMPLES / "tensor_add.klr", src / "src.klr")
+    shutil.copy(EXAMPLES / "rmsnorm.klr", src)
+    (src / "notes.txt").write_text("notes")
+    (src / "sub").mkdir()
+    (src / "sub" / "d").write_text("x")
+    before = tree(src)
+    monkeypatch.chdir(tmp_path)
+    code, rep, _ = tusk("--pipeline", translate_only, "src", "-o", ".")
+    assert code == 1 and "overlap the input directory" in errors(rep)["src"]
+    assert tree(src) == before  # untouched
+    assert (tmp_path / "rmsnorm" / "rmsnorm.bir.json").is_file()  # the other kernel still finishes
+    code, rep, text = tusk("--pipeline", translate_only, "src", "-o", "src")
+    assert code == 2 and "is the input directory" in text
+    assert tree(src) == before
+    # an output directory inside the input directory is fine: the input is not searched recursively
+    code, rep, _ = tusk("--pipeline", translate_only, "src", "-o", "src/out")
+    assert code == 0 and (src / "out" / "rmsnorm" / "rmsnorm.bir.json").is_file()
+    assert {k: v for k, v in tree(src).items() if not k.startswith("out")} == before
+
+
+def test_a_directory_tusk_did_not_write_is_never_replaced(tmp_path, translate_only):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr", "rmsnorm.klr")
+    (tmp_path / "out" / "rmsnorm").mkdir(parents=True)
+    (tmp_path / "out" / "rmsnorm" / "mine.txt").write_text("keep me")
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"))
+    assert code == 1 and "is not a Tusk output" in errors(rep)["rmsnorm"]
+    assert tree(tmp_path / "out" / "rmsnorm") == {"mine.txt": b"keep me"}
+    assert (tmp_path / "out" / "tensor_add" / "tensor_add.bir.json").is_file()
+
+
+# --------------------------------------------------------------------------- 2, 7, 9: the right files
+
+
+def test_the_same_kernel_bytes_in_two_directories_use_their_own_files(tmp_path, translate_only):
+    a = copy_examples(tmp_path / "A", "lnc2_matmul.klr")
+    b = copy_examples(tmp_path / "B", "lnc2_matmul.klr")
+    assert tusk("--pipeline", translate_only, str(a), "-o", str(tmp_path / "outA"))[0] == 0
+    assert tusk("--pipeline", translate_only, str(b), "-o", str(tmp_path / "outB"))[0] == 0
+    npy = next((b / "shared_constants").iterdir())
+    np.save(npy, np.load(npy) + 1)
+    code, rep, _ = tusk("--pipeline", translate_only, str(b), "-o", str(tmp_path / "outB"))
+    assert code == 0 and all(f.startswith(str(b)) for f in rep["kernels"][0]["files"])
+    staged = tmp_path / "outB" / "lnc2_matmul" / "shared_constants" / npy.name
+    assert staged.read_bytes() == npy.read_bytes()
+
+
+def test_deleted_staged_artifacts_are_restored(tmp_path, translate_only):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr", "lnc2_matmul.klr")
+    out = tmp_path / "out"
+    assert tusk("--pipeline", translate_only, str(k), "-o", str(out))[0] == 0
+    (out / "tensor_add" / "tensor_add.klr").unlink()
+    for p in (out / "lnc2_matmul" / "shared_constants").iterdir():
+        p.unlink()
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(out))
+    assert code == 0 and rep["executed"] == 0
+    assert (out / "tensor_add" / "tensor_add.klr").read_bytes() == (k / "tensor_add.klr").read_bytes()
+    assert tree(out / "lnc2_matmul" / "shared_constants") == tree(k / "shared_constants")
+
+
+def test_a_host_module_is_built_into_out_with_its_placeholders_files(tmp_path, monkeypatch, translate_only):
+    from stages.translate_nki_ast_to_bir import host_module_for
+
+    kern = copy_examples(tmp_path / "kern", "lnc2_matmul.klr")
+    host = host_module_for(str(kern / "lnc2_matmul.klr"), 0, str(tmp_path / "elsewhere"))
+    fn = host.functions[0]
+    row = int(np.nonzero(fn.insts["opcode"] == 56)[0][0])
+    fn.insts.set("attrs", row, fn.intern_record(fn.record(fn.insts.get("attrs", row))
+                                                .with_(klir_binary="../kern/lnc2_matmul.klr")))
+    (tmp_path / "h").mkdir()
+    bir_json.save(host, tmp_path / "h" / "host.json")
+    monkeypatch.chdir(tmp_path / "h")  # "../kern" from here is not tmp_path/kern: the module's directory counts
+    (tmp_path / "h" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "h" / "sub")
+    out = tmp_path / "out"
+    code, rep, _ = tusk("--pipeline", translate_only, str(tmp_path / "h"), "-o", str(out))
+    assert code == 0, rep["failed"]
+    assert not (tmp_path / "elsewhere").exists()  # the module's own artifact directory is not written
+    npy = next((kern / "shared_constants").iterdir())
+    assert str(npy) in rep["kernels"][0]["files"]  # the placeholder kernel's const file is keyed
+    np.save(npy, np.load(npy) * 2)
+    code, rep, _ = tusk("--pipeline", translate_only, str(tmp_path / "h"), "-o", str(out))
+    assert rep["kernels"][0]["units"][0]["steps"][0]["status"] == "executed"
+    assert (out / "host" / "shared_constants" / npy.name).read_bytes() == npy.read_bytes()
+
+
+def test_a_placeholder_naming_a_missing_file_fails_even_with_a_copy_in_out(tmp_path, translate_only):
+    b = Builder("main")
+    x = b.dram("a", (128, 4), kind="ExternalInput")
+    b.klir_kernel("gone.klr", "klr", [x.ap()], [])
+    (tmp_path / "h").mkdir()
+    bir_json.save(b.module(), tmp_path / "h" / "host.json")
+    (tmp_path / "out" / "host").mkdir(parents=True)
+    (tmp_path / "out" / "host" / "stats.json").write_text('{"tusk_stats": 2}')
+    shutil.copy(EXAMPLES / "tensor_add.klr", tmp_path / "out" / "host" / "gone.klr")  # a stale copy
+    code, rep, _ = tusk("--pipeline", translate_only, str(tmp_path / "h"), "-o", str(tmp_path / "out"))
+    assert code == 1 and "names kernel file gone.klr, which does not exist" in errors(rep)["host"]
+
+
+# --------------------------------------------------------------------------- 4: MAXHU is keyed
+
+
+def test_maxhu_changes_the_key_of_heuristic_unroll(tmp_path, monkeypatch):
+    k = copy_examples(tmp_path / "k", "tiled_exp.json")
+    args = (str(k), "-o", str(tmp_path / "out"), "--set", "unroll.loops=marked")
+    code, rep, _ = tusk(*args)
+    unrolled = rep["kernels"][0]["units"][0]["summary"]["insts_after_unroll"]
+    monkeypatch.setenv("MAXHU", "0")
+    code, rep, _ = tusk(*args)
+    assert code == 0 and rep["executed"] > 0 and "heuristic_unroll{enabled=true maxhu=0}" in rep["pipeline"]
+    assert rep["kernels"][0]["units"][0]["summary"]["insts_after_unroll"] < unrolled
+    monkeypatch.setenv("MAXHU", "zero")
+    code, _, text = tusk(*args)
+    assert code == 2 and "MAXHU='zero' is not valid" in text
+
+
+# --------------------------------------------------------------------------- 6, 16, 17: which kernels
+
+
+def test_kernel_names_are_unique_stable_and_nothing_is_dropped(tmp_path, translate_only):
+    k = tmp_path / "k"
+    k.mkdir()
+    shutil.copy(EXAMPLES / "tensor_add.klr", k / "a.klr")
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / "a.json")
+    shutil.copy(EXAMPLES / "rmsnorm.klr", k / "a_klr.klr")
+    shutil.copy(EXAMPLES / "tensor_add.klr", k / "tensor_add.klr")
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"))
+    names = sorted(x["kernel"] for x in rep["kernels"])
+    assert code == 0 and names == ["a.json", "a.klr", "a_klr", "tensor_add"]
+    (k / "tensor_add.md").write_text("notes")
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"))
+    assert sorted(x["kernel"] for x in rep["kernels"]) == names and rep["executed"] == 0
+
+
+def test_an_unreadable_kernel_file_is_a_failed_kernel(tmp_path, translate_only):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr")
+    os.symlink("/proc/self/mem", k / "x.klr")
+    os.symlink(tmp_path / "nowhere.json", k / "y.json")
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"))
+    assert code == 1 and set(errors(rep)) == {"x", "y"}
+    assert "x.klr: cannot be read" in errors(rep)["x"] and "y.json: cannot be read" in errors(rep)["y"]
+
+
+def test_core_ids(tmp_path, translate_only):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr", "lnc2_matmul.klr")
+    code, _, text = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"), "--core-id", "-1")
+    assert code == 2 and "--core-id must be" in text and not (tmp_path / "out").exists()
+    code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"), "--core-id", "1")
+    assert code == 0 and [x["kernel"] for x in rep["kernels"]] == ["lnc2_matmul"]
+    assert any(s["path"].endswith("tensor_add.klr") and "--core-id 1" in s["reason"] for s in rep["skipped"])
+    assert not (tmp_path / "out" / "tensor_add").exists()
+
+
+# --------------------------------------------------------------------------- 10, 11, 12, 14: builds
+
+
+def test_a_build_that_fails_for_the_cache_keeps_the_previous_output(tmp_path, cache, monkeypatch):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr")
+    out = tmp_path / "out"
+    assert tusk(str(k), "-o", str(out))[0] == 0
+    before = tree(out)
+    store = Store(cache)
+    for h in list(store.object_hashes()):
+        flip_a_byte(store.object_path(h))
+    monkeypatch.setattr(graph, "MAX_REPAIRS", -100)  # any repair gives up: a failure that is not the kernel's
+    code, rep, _ = tusk(str(k), "-o", str(out), "--set", "unroll.loops=marked")
+    assert code == 1 and "repairs" in errors(rep)["tensor_add"]
+    assert tree(out) == before
+
+
+def test_without_staging_the_output_names_only_files_that_exist(tmp_path):
+    d, elsewhere = tmp_path / "k", tmp_path / "data"
+    d.mkdir()
+    elsewhere.mkdir()
+    np.save(elsewhere / "w.npy", np.ones((128, 4), np.float32))
+    b = Builder("main")
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    w = b.dram("w", (128, 4), kind="Const", const_path=str(elsewhere / "w.npy"))
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), x.ap())
+    b.dma(t.ap(), w.ap())
+    b.dma(y.ap(), t.ap())
+    bir_json.save(b.module(), d / "kc.json")
+    out = tmp_path / "out" / "kc"
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", "translate_nki_ast_to_bir.stage_files=false")
+    assert code == 0, rep["failed"]
+    final = bir_json.load(out / "kc.bir.json")
+    consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
+    assert consts == [str(elsewhere / "w.npy")]  # as written: nothing was copied, so nothing is renamed
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"))  # staged: under a collision-free name
+    final = bir_json.load(out / "kc.bir.json")
+    consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
+    assert code == 0 and consts[0].startswith("abs/") and (out / consts[0]).read_bytes() == \
+        (elsewhere / "w.npy").read_bytes()
+
+
+def test_a_const_file_the_output_names_but_nobody_has_is_an_error(tmp_path):
+    d = tmp_path / "k"
+    d.mkdir()
+    b = Builder("main")
+    w = b.dram("w", (128, 4), kind="Const", const_path="weights/w.bin")
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), w.ap())
+    b.dma(y.ap(), t.ap())
+    bir_json.save(b.module(), d / "kc.json")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(pipeline_toml(("test_expand", {})))
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--pipeline", str(pipe))
+    assert code == 1 and "names const file weights/w.bin, which was not found" in errors(rep)["kc"]
+    assert not (tmp_path / "out" / "kc").exists()
+
+
+def test_a_float8_e4m3_klr_kernel_compiles(tmp_path, monkeypatch, translate_only):
+    from examples import klr_authoring
+
+    monkeypatch.setitem(klr_authoring.DTYPE_BYTES, "float8_e4m3", 1)  # the writer's table lacks it
+    kw = KernelWriter("f8")
+    x, y = kw.input("x", (128, 64), "float8_e4m3"), kw.output("y", (128, 64), "float8_e4m3")
+    t = kw.sbuf("t", (128, 64), "float8_e4m3", addr=0)
+    kw.dma(t, x)
+    kw.dma(y, t)
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "f8.klr").write_bytes(kw.to_bytes())
+    code, rep, _ = tusk("--pipeline", translate_only, str(tmp_path / "k"), "-o", str(tmp_path / "out"))
+    assert code == 0, rep["failed"]
+    final = bir_json.load(tmp_path / "out" / "f8" / "f8.bir.json")
+    dtypes = {DTYPE_NAMES[f.sets.get("dtype", f.memlocs.get("set", m))] for f in final.functions
+              for m in range(len(f.memlocs))}
+    assert dtypes == {"float8e4"}
+
+
+def test_an_unreachable_scheduler_stops_the_build_before_anything_is_written(tmp_path, monkeypatch, translate_only):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr")
+    out = tmp_path / "out"
+    assert tusk("--pipeline", translate_only, str(k), "-o", str(out))[0] == 0
+    before = tree(out)
+    code, _, text = tusk("--pipeline", translate_only, str(k), "-o", str(out), "--scheduler", "bogus://x")
+    assert code == 2 and "cannot connect to the Dask scheduler at 'bogus://x'" in text
+    calls = []
+
+    def refused(address, *a, **kw):
+        calls.append(address)
+        raise graph.ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: refused")
+
+    monkeypatch.setattr("workflows.compile.scheduler_executor", refused)
+    write_kernels(k, 6)  # many units: still one attempt
+    code, _, text = tusk("--pipeline", translate_only, str(k), "-o", str(out), "--scheduler", "tcp://127.0.0.1:1")
+    assert code == 2 and calls == ["tcp://127.0.0.1:1"] and "refused" in text
+    assert tree(out) == before and not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_local_workers_keep_their_lock_files_in_the_store(tmp_path, monkeypatch):
+    import dask
+    import distributed
+
+    seen = {}
+
+    class FakeCluster:
+        def __init__(self, **kw):
+            seen["tmp"], seen["local"] = dask.config.get("temporary-directory"), kw.get("local_directory")
+            raise RuntimeError("no cluster in this test")
+
+    monkeypatch.setattr(distributed, "LocalCluster", FakeCluster)
+    with pytest.raises(graph.ExecutorUnavailable, match="cannot start a local Dask cluster"):
+        graph.local_cluster_executor(1, local_directory=str(tmp_path / "scratch"))
+    assert seen == {"tmp": str(tmp_path / "scratch"), "local": str(tmp_path / "scratch")}
+
+
+# --------------------------------------------------------------------------- 18: clear errors
+
+
+def test_bad_requests_are_clear_errors_that_write_nothing(tmp_path, monkeypatch):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text('[[step]]\npass = "json:JSONDecoder"\n')
+    code, _, text = tusk(str(k), "-o", str(tmp_path / "o1"), "--pipeline", str(pipe))
+    assert code == 2 and "'json:JSONDecoder' is not a pass" in text
+    (tmp_path / "afile").write_text("")
+    code, _, text = tusk(str(k), "-o", str(tmp_path / "afile"))
+    assert code == 2 and "is an existing file" in text
+    code, _, text = tusk(str(tmp_path / "nope"), "-o", str(tmp_path / "o2"))
+    assert code == 2 and "no such directory" in text
+    for var, value in (("TUSK_WORKERS", "abc"), ("TUSK_INSTRUCTION_LIMIT", "12x")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            code, _, text = tusk(str(k), "-o", str(tmp_path / "o3"))
+            assert code == 2 and f"{var}='{value}' is not valid" in text
+            res = runner.invoke(app, ["cache", "info"])
+            assert res.exit_code == 2 and var in res.output
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("o")]
+    res = runner.invoke(app, ["show", str(k)])
+    assert res.exit_code == 1 and "not a file" in res.output
+
+
+def test_set_on_a_pass_that_is_not_available_warns(tmp_path):
+    k = copy_examples(tmp_path / "k", "tensor_add.klr")
+    code, rep, _ = tusk(str(k), "-o", str(tmp_path / "out"), "--set", "address_rotation_psum.x=1")
+    assert code == 0 and any("address_rotation_psum" in w and "not available" in w for w in rep["warnings"])
