@@ -44,15 +44,18 @@ def with_builder(n: int) -> Function:
     return b.function()
 
 
-def with_add_inst(n: int) -> Function:
+def interned() -> tuple:
+    """A function with the three tensors, and the pool ids every instruction of the bench shares."""
     b = Builder("bench")
     a, c, d = tensors(b)
     fn = b.fn
-    pat = fn.pattern_id(((512, 128), (1, 512)))
-    half = fn.pattern_id(((512, 128), (1, 256)))
-    attrs = fn.intern_record({"op": "add"})
-    name = fn.s("tt")
-    ma, mc, md = a.memlocs[0], c.memlocs[0], d.memlocs[0]
+    ids = (fn.pattern_id(((512, 128), (1, 512))), fn.pattern_id(((512, 128), (1, 256))),
+           fn.intern_record({"op": "add"}), fn.s("tt"))
+    return fn, (a.memlocs[0], c.memlocs[0], d.memlocs[0]), ids
+
+
+def with_add_inst(n: int) -> Function:
+    fn, (ma, mc, md), (pat, half, attrs, name) = interned()
     for k in range(n):
         fn.add_inst(Op.TensorTensor, Engine.DVE, 0, name, [
             (Role.IN, Kind.PHYSICAL, Dt.float32, ma, 0, pat, -1, -1, -1),
@@ -64,17 +67,12 @@ def with_add_inst(n: int) -> Function:
 
 
 def with_extend(n: int) -> Function:
-    b = Builder("bench")
-    a, c, d = tensors(b)
-    fn = b.fn
-    pat = fn.pattern_id(((512, 128), (1, 512)))
-    half = fn.pattern_id(((512, 128), (1, 256)))
-    attrs = fn.intern_record({"op": "add"})
+    fn, (ma, mc, md), (pat, half, attrs, name) = interned()
     k = np.arange(n)
-    fn.insts.extend(n, opcode=Op.TensorTensor, engine=Engine.DVE, block=0, name=fn.s("tt"), iter=k, attrs=attrs,
+    fn.insts.extend(n, opcode=Op.TensorTensor, engine=Engine.DVE, block=0, name=name, iter=k, attrs=attrs,
                     ops=3 * k, nops=3, pred=-1)
     m = np.empty(3 * n, np.int32)
-    m[0::3], m[1::3], m[2::3] = a.memlocs[0], c.memlocs[0], d.memlocs[0]
+    m[0::3], m[1::3], m[2::3] = ma, mc, md
     off = np.zeros(3 * n, np.int64)
     off[2::3] = k % 256
     p = np.full(3 * n, pat, np.int32)

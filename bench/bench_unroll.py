@@ -194,20 +194,10 @@ def ceiling_case(total: int, predicated: bool) -> dict:
 
 
 def _save_store(m: Module, root: Path) -> int:
-    try:
-        from cache.store import Store  # the project's content-addressed store
-    except ImportError:
-        Store = None
-    if Store is not None:
-        store = Store(str(root))
-        store.put_module(m) if hasattr(store, "put_module") else store.put(m)
-    else:
-        from ir.serial import module_to_parts
+    """Put the module in the project's content-addressed store; the bytes it takes."""
+    from cache.store import Store
 
-        root.mkdir(parents=True)
-        meta, fns = module_to_parts(m)
-        for k, (arrays, fmeta) in enumerate(fns):
-            np.savez(root / f"f{k}.npz", **arrays)
+    Store(str(root)).put(m)
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 

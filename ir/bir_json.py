@@ -692,7 +692,6 @@ class _FunctionWriter:
         ins = fn.insts
         opcode = int(ins["opcode"][i])
         d: dict[str, Any] = dict(HEADER_DEFAULTS)
-        d["optin_passes"] = []
         d.update(fn.record(int(ins["attrs"][i])))
         d["name"] = self.name(i)
         d["opcode"] = OPCODE_NAMES[opcode]

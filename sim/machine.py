@@ -105,11 +105,8 @@ class Frame:
         self.patterns = fn.patterns.items
         self.reg_names = [fn.strings[n] for n in fn.regs["name"].tolist()]
         self.axes: dict[str, int] = {}
-        self.env = Env()
-        # Env(...) replaces empty mappings by fresh dicts (``axes or {}``): bind the live ones directly,
-        # so loop indices and registers set later are seen by every evaluation.
-        self.env.axes = self.axes
-        self.env.regs = machine.regs
+        # live mappings: loop indices and registers set later are seen by every evaluation
+        self.env = Env(self.axes, machine.regs)
         self.cache: dict[Any, Access] = {}
         self.cur = -1
         self._exprs: dict[int, QuasiAffine] = {}

@@ -174,22 +174,29 @@ def _finish(store, key: str, parts: dict, step: dict, module, out, stats, second
     return {"status": "executed", **_slim(record)}
 
 
+def _open(store_url: str, key: str, input_hash: str):
+    """(store, input module, early answer): the early answer -- the cached record, or the
+    report of a missing input -- is returned by the task as it is."""
+    store = _store(store_url)
+    hit = _cached(store, key)
+    if hit:
+        return store, None, hit
+    module, missing = _load_input(store, input_hash)
+    return store, module, missing
+
+
 def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False,
-             check: bool = False) -> dict:
+             check: bool = False, extra: dict | None = None) -> dict:
     """Run one pass on object ``input_hash``; record the action under ``key``."""
     try:
-        store = _store(store_url)
-        hit = _cached(store, key)
-        if hit:
-            return hit
-        module, missing = _load_input(store, input_hash)
-        if missing:
-            return missing
+        store, module, early = _open(store_url, key, input_hash)
+        if early:
+            return early
         p, opts = _pass(step)
         t0 = time.perf_counter()
         out, stats = _call(p.run, module, opts)
-        seconds = time.perf_counter() - t0
-        return _finish(store, key, parts, step, module, out, stats, seconds, verify, check=check)
+        return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify, extra,
+                       check=check)
     except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
         return _error(step, e, store_url, key, parts)
 
@@ -198,13 +205,9 @@ def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dic
                check: bool = False) -> dict:
     """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
     try:
-        store = _store(store_url)
-        hit = _cached(store, key)
-        if hit:
-            return hit
-        module, missing = _load_input(store, input_hash)
-        if missing:
-            return missing
+        store, module, early = _open(store_url, key, input_hash)
+        if early:
+            return early
         p, opts = _pass(step)
         t0 = time.perf_counter()
         pieces = _call(p.split, module, opts)
@@ -221,21 +224,7 @@ def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dic
 
 def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict, check: bool = False) -> dict:
     """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
-    try:
-        store = _store(store_url)
-        hit = _cached(store, key)
-        if hit:
-            return hit
-        module, missing = _load_input(store, part_hash)
-        if missing:
-            return missing
-        p, opts = _pass(step)
-        t0 = time.perf_counter()
-        out, stats = _call(p.run, module, opts)
-        return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, False,
-                       {"kind": "part"}, check=check)
-    except Exception as e:  # noqa: BLE001
-        return _error(step, e, store_url, key, parts)
+    return run_step(store_url, step, part_hash, key, parts, False, check, {"kind": "part"})
 
 
 def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
@@ -243,13 +232,9 @@ def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[s
                check: bool = False) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``."""
     try:
-        store = _store(store_url)
-        hit = _cached(store, key)
-        if hit:
-            return hit
-        module, missing = _load_input(store, input_hash)
-        if missing:
-            return missing
+        store, module, early = _open(store_url, key, input_hash)
+        if early:
+            return early
         outs, lost = [], []
         for h in part_outputs:  # load them all: every damaged one is removed now, so one repair fixes all
             m, missing = _load_input(store, h)
