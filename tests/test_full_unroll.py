@@ -198,3 +198,12 @@ def test_dce_keeps_writes_to_blocks_read_symbolically_and_to_buffers_overlapping
     assert st["dce_removed"] == 0
     inputs = random_inputs(m, 0)
     assert same_outputs(run(m, inputs), run(out, inputs))
+
+
+def test_heuristic_unroll_only_marks_the_program_means_the_same():
+    m = every_family_module()
+    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    verify(out)
+    assert st["marked"] >= 1
+    inputs = random_inputs(m, 2)
+    assert same_outputs(run(m, inputs), run(out, inputs))
