@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ir import bir_json  # noqa: E402
+from tusk.ir import bir_json  # noqa: E402
 from tests.programs import tiled_exp_module  # noqa: E402
 
 STAND_IN = "tests.passes_for_tests:ExpandBirKernel"
@@ -60,7 +60,7 @@ def make_corpus_only_tiled(d: Path, n: int, tiles: int) -> None:
 
 
 def cluster_startup(workers: int) -> float:
-    from workflows.graph import local_cluster_executor
+    from tusk.workflows.graph import local_cluster_executor
 
     t = time.perf_counter()
     ex = local_cluster_executor(workers)
@@ -71,8 +71,8 @@ def cluster_startup(workers: int) -> float:
 
 def pipeline_file(d: Path) -> tuple[Path, list[str]]:
     """The default pipeline as TOML, with the stand-in for translate when that pass is missing."""
-    import stages
-    from workflows.pipeline import DEFAULT_ORDER
+    from tusk import stages
+    from tusk.workflows.pipeline import DEFAULT_ORDER
 
     lines, names = [], []
     for name in DEFAULT_ORDER:
@@ -87,7 +87,7 @@ def pipeline_file(d: Path) -> tuple[Path, list[str]]:
 
 def late_set(pipe: Path) -> list[str]:
     """A --set that changes one option of the last pass that runs and has a bool or int option."""
-    from workflows.pipeline import load_pipeline, resolve
+    from tusk.workflows.pipeline import load_pipeline, resolve
 
     steps = resolve(load_pipeline(pipe)).steps
     for step in reversed(steps):
@@ -100,7 +100,7 @@ def late_set(pipe: Path) -> list[str]:
 
 
 def run(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, sets=()) -> tuple[float, object]:
-    from workflows.compile import CompileRequest, compile_directory
+    from tusk.workflows.compile import CompileRequest, compile_directory
 
     t = time.perf_counter()
     res = compile_directory(CompileRequest(directory=corpus, out=out, workers=workers, cache_dir=str(cache),
@@ -110,12 +110,12 @@ def run(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, sets=())
 
 def graph_only(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, sets=()) -> tuple[float, object]:
     """The build graph alone (keys, records, passes, store), without writing BIR-JSON outputs."""
-    from cache import Store
-    from workflows import config
-    from workflows.compile import _units
-    from workflows.graph import build, local_cluster_executor
-    from workflows.kernels import discover
-    from workflows.pipeline import apply_sets, load_pipeline, resolve
+    from tusk.cache import Store
+    from tusk.workflows import config
+    from tusk.workflows.compile import _units
+    from tusk.workflows.graph import build, local_cluster_executor
+    from tusk.workflows.kernels import discover
+    from tusk.workflows.pipeline import apply_sets, load_pipeline, resolve
 
     t = time.perf_counter()
     cfg = config.load({"cache_dir": str(cache)})
@@ -130,7 +130,7 @@ def graph_only(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, s
 def cli(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TUSK_CACHE_DIR=str(cache))
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "workflows.cli", "compile", str(corpus), "-o", str(out), "--workers",
+    subprocess.run([sys.executable, "-m", "tusk.workflows.cli", "compile", str(corpus), "-o", str(out), "--workers",
                     str(workers), "--pipeline", str(pipe), "--json"], env=env, cwd=str(ROOT),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - t
@@ -157,7 +157,7 @@ def main() -> None:
         shutil.rmtree(corpus, ignore_errors=True)
         make_corpus(corpus, args.kernels, base)
         pipe, names = pipeline_file(work)
-        from workflows.pipeline import load_pipeline, resolve
+        from tusk.workflows.pipeline import load_pipeline, resolve
 
         resolved = resolve(load_pipeline(pipe))
         print(f"corpus: {len(list(corpus.iterdir()))} files in {corpus}")
@@ -220,7 +220,7 @@ def main() -> None:
 
         # 3. store size ----------------------------------------------------------------------
         print("\n== store size against BIR-JSON ==")
-        from cache import Store
+        from tusk.cache import Store
 
         store = Store(work / "cache-inc0")
         ratios = []

@@ -15,18 +15,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ir import bir_json  # noqa: E402
-from ir.builder import Builder  # noqa: E402
-from ir.enums import Dt, Engine, Kind, Op, Role  # noqa: E402
-from ir.module import Function, Module  # noqa: E402
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import Dt, Engine, Kind, Op, Role
+from tusk.ir.module import Function, Module
 
 
 def tensors(b: Builder):

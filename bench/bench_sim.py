@@ -19,13 +19,13 @@ import time
 
 import numpy as np
 
-from ir.builder import Builder
-from ir.columns import Table
-from ir.enums import Mem
-from ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module
-from sim.interp import random_inputs, run
-from sim.timing import simulate
-from stages.deps import build_fdeps, footprints
+from tusk.ir.builder import Builder
+from tusk.ir.columns import Table
+from tusk.ir.enums import Mem
+from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module
+from tusk.sim.interp import random_inputs, run
+from tusk.sim.timing import simulate
+from tusk.stages.deps import build_fdeps, footprints
 
 SLOTS = 4
 
@@ -118,8 +118,8 @@ def main() -> None:
           f"(target < 15)")
 
     try:  # the corpus' big kernel, if the unroller is in this checkout
-        from examples.bir_kernels import large_matmul
-        from stages import get_pass
+        from tusk.examples.bir_kernels import large_matmul
+        from tusk.stages import get_pass
 
         unroll = get_pass("full_unroll")
         big = unroll.run(large_matmul()[0], unroll.Options(level=2))[0].functions[0]

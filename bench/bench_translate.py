@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 
-from examples import klr_kernels
-from stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, TranslateOptions, host_module_for
+from tusk.examples import klr_kernels
+from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, TranslateOptions, host_module_for
 
 
 def measure(path: str, art: str, runs: int) -> dict:

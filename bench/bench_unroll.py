@@ -32,10 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ir.builder import Builder  # noqa: E402
-from ir.module import Module  # noqa: E402
+from tusk.ir.builder import Builder
+from tusk.ir.module import Module
 
 
 def matmul_nest(mt: int, nt: int, kt: int) -> Module:
@@ -121,7 +119,7 @@ def mlir_seconds(mt: int, nt: int, kt: int) -> tuple[float, int] | None:
 
 
 def unroll_seconds(m: Module) -> tuple[float, Module]:
-    from stages.unroll import unroll_function
+    from tusk.stages.unroll import unroll_function
 
     t0 = time.perf_counter()
     fn, _ = unroll_function(m.functions[0])
@@ -147,7 +145,7 @@ def one_size(n: int) -> dict:
 
 def big_end_to_end(n: int = 25_000_000) -> dict:
     """Load BIR-JSON, unroll, verify the count, save in the store format; in this (child) process."""
-    from ir import bir_json
+    from tusk.ir import bir_json
 
     mt, nt, kt = 100, 100, n // (3 * 100 * 100)
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,9 +172,9 @@ def ceiling_case(total: int, predicated: bool) -> dict:
     count is only known after the clones' predicates are evaluated (no
     shortcut from trip counts).
     """
-    from ir.errors import PassError
-    from ir.expr import AffinePredicate
-    from stages.full_unroll import FullUnroll, FullUnrollOptions
+    from tusk.ir.errors import PassError
+    from tusk.ir.expr import AffinePredicate
+    from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
 
     b = Builder("ceiling")
     t = b.sbuf("t", (128, 4), addr=0)
@@ -195,7 +193,7 @@ def ceiling_case(total: int, predicated: bool) -> dict:
 
 def _save_store(m: Module, root: Path) -> int:
     """Put the module in the project's content-addressed store; the bytes it takes."""
-    from cache.store import Store
+    from tusk.cache.store import Store
 
     Store(str(root)).put(m)
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())

@@ -6,9 +6,9 @@ the object format and :mod:`cache.keys` for the key scheme.  Nothing in
 ``cache/`` knows about passes beyond the key parts it is given.
 """
 
-from cache.keys import Uncacheable, action_key, canonical, code_digest, digest, file_digest
-from cache.objects import ObjectDamaged
-from cache.store import ObjectMissing, Store, open_store, parse_size
+from tusk.cache.keys import Uncacheable, action_key, canonical, code_digest, digest, file_digest
+from tusk.cache.objects import ObjectDamaged
+from tusk.cache.store import ObjectMissing, Store, open_store, parse_size
 
 __all__ = ["ObjectDamaged", "ObjectMissing", "Store", "Uncacheable", "action_key", "canonical", "code_digest",
            "digest", "file_digest", "open_store", "parse_size"]

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ir.errors import TuskError
-from ir.module import Module
-from ir.serial import FORMAT_VERSION as SERIAL_FORMAT, content_hash, module_from_parts, module_to_parts
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Module
+from tusk.ir.serial import FORMAT_VERSION as SERIAL_FORMAT, content_hash, module_from_parts, module_to_parts
 
 OBJECT_FORMAT = 1
 LARGE_COLUMN = 256 * 1024  # bytes: columns at least this big get an array of their own

@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from cache.fs import FsspecFS, LocalFS, open_fs
-from cache.objects import ObjectDamaged, parse_head, read_object, write_object
-from ir.errors import TuskError
-from ir.module import Module
+from tusk.cache.fs import FsspecFS, LocalFS, open_fs
+from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_object
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Module
 
 STORE_FORMAT = 1
 RECORD_FORMAT = 1
@@ -115,7 +115,7 @@ class Store:
         replace it if it is damaged (a head that looks complete proves
         nothing about the rest).
         """
-        from ir.serial import content_hash
+        from tusk.ir.serial import content_hash
 
         h = content_hash(module)
         self.put_hashed(module, h, check)

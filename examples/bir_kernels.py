@@ -13,10 +13,10 @@ from typing import Callable
 
 import numpy as np
 
-from ir.builder import Builder
-from ir.enums import FnAttr
-from ir.expr import AffinePredicate
-from ir.module import Module
+from tusk.ir.builder import Builder
+from tusk.ir.enums import FnAttr
+from tusk.ir.expr import AffinePredicate
+from tusk.ir.module import Module
 
 Reference = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 TENSORIZER_ATTRS = (FnAttr.UNROLLABLE, FnAttr.MARKED_TO_UNROLL)

@@ -34,9 +34,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ir.klr import types as T
-from ir.klr import write_klr
-from ir.klr.wire import round_to_float32
+from tusk.ir.klr import types as T
+from tusk.ir.klr import write_klr
+from tusk.ir.klr.wire import round_to_float32
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float32r": 4, "int8": 1, "int16": 2, "int32": 4,
                "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}

@@ -50,7 +50,7 @@ def get_arch(name: str | None) -> Arch:
     key = name or DEFAULT_ARCH
     key = ALIASES.get(key, key)
     if key not in ARCHS:
-        from ir.errors import TuskError
+        from tusk.ir.errors import TuskError
 
         known = ", ".join(sorted(ARCHS) + sorted(ALIASES))
         raise TuskError(f"unknown arch {name!r} (known: {known})")

@@ -23,17 +23,17 @@ from typing import Any, Callable, IO
 
 import numpy as np
 
-from ir import enums
-from ir.arch import get_arch
-from ir.columns import Record, freeze, thaw
-from ir.enums import (DTYPE_BY_NAME, DTYPE_NAMES, EDGE_BY_NAME, EDGE_NAMES, ENGINE_BY_NAME, ENGINE_NAMES,
+from tusk.ir import enums
+from tusk.ir.arch import get_arch
+from tusk.ir.columns import Record, freeze, thaw
+from tusk.ir.enums import (DTYPE_BY_NAME, DTYPE_NAMES, EDGE_BY_NAME, EDGE_NAMES, ENGINE_BY_NAME, ENGINE_NAMES,
                       MEM_BY_NAME, MEM_NAMES, OPCODE_BY_NAME, OPCODE_NAMES, OPERAND_KIND_BY_NAME,
                       OPERAND_KIND_NAMES, ROLE_KEYS, TENSOR_CLASS_BY_NAME, TENSOR_CLASS_NAMES,
                       TENSOR_KIND_BY_NAME, TENSOR_KIND_NAMES, Kind, Mem)
-from ir.errors import FormatError, TuskError
-from ir.expr import AffinePredicate, expr_from_json
-from ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, clone_name
-from ir.values import DynamicAPInfo, ImmValue, SymAddr
+from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.expr import AffinePredicate, expr_from_json
+from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, clone_name
+from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
 
 MAX_AP_DIMS = 4
 

@@ -26,13 +26,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ir import enums
-from ir.columns import Record
-from ir.enums import DTYPE_BY_NAME, DTYPE_SIZES, ENGINE_BY_NAME, OPCODE_BY_NAME, TENSOR_KIND_BY_NAME, Kind, Mem, Role
-from ir.errors import TuskError
-from ir.expr import AffinePredicate, QuasiAffine, as_expr, expr_to_json
-from ir.module import Function, Module
-from ir.values import ImmValue, Pattern, SymAddr
+from tusk.ir import enums
+from tusk.ir.columns import Record
+from tusk.ir.enums import DTYPE_BY_NAME, DTYPE_SIZES, ENGINE_BY_NAME, OPCODE_BY_NAME, TENSOR_KIND_BY_NAME, Kind, Mem, Role
+from tusk.ir.errors import TuskError
+from tusk.ir.expr import AffinePredicate, QuasiAffine, as_expr, expr_to_json
+from tusk.ir.module import Function, Module
+from tusk.ir.values import ImmValue, Pattern, SymAddr
 
 Offset = int | QuasiAffine
 
@@ -287,7 +287,7 @@ class Builder:
     @contextlib.contextmanager
     def loop(self, axis: str, lb: int, ub: int, stride: int = 1, *, name: str | None = None) -> Iterator[QuasiAffine]:
         """A static InstLoop; yields the loop index expression."""
-        from ir.expr import idx
+        from tusk.ir.expr import idx
 
         attrs = {"LoopAxis": {"name": axis, "lb": lb, "ub": ub, "stride": stride}}
         with self._body("Loop", f"{axis}_body", attrs, name or f"loop_{axis}"):
@@ -297,7 +297,7 @@ class Builder:
     def dynamic_loop(self, axis: str, lb: int, ub: Reg, stride: int = 1, *, name: str | None = None
                      ) -> Iterator[QuasiAffine]:
         """A DynamicForLoop whose upper bound is a register's runtime value."""
-        from ir.expr import idx, runtime
+        from tusk.ir.expr import idx, runtime
 
         attrs = {"DynamicForLoopAxis": {"name": axis, "lb": lb, "ub": expr_to_json(runtime(ub.name)),
                                         "stride": stride}}

@@ -11,9 +11,9 @@
 
 from __future__ import annotations
 
-from ir.bir_json import FLAG_KEYS
-from ir.enums import DTYPE_NAMES, EDGE_NAMES, ENGINE_NAMES, MEM_NAMES, OPCODE_NAMES, TENSOR_KIND_NAMES, Kind, Mem, Role
-from ir.module import Function, Module
+from tusk.ir.bir_json import FLAG_KEYS
+from tusk.ir.enums import DTYPE_NAMES, EDGE_NAMES, ENGINE_NAMES, MEM_NAMES, OPCODE_NAMES, TENSOR_KIND_NAMES, Kind, Mem, Role
+from tusk.ir.module import Function, Module
 
 SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis"}
 
@@ -95,7 +95,7 @@ def _inst(fn: Function, i: int, deps: list[str] | None) -> str:
 
 def _bound(b) -> str:
     if isinstance(b, dict):
-        from ir.expr import expr_from_json
+        from tusk.ir.expr import expr_from_json
 
         return repr(expr_from_json(b))
     return str(b)

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, TuskError
 
 # Pelican in-memory kinds (spec §4.1), kept for the wire tags and for users
 # who know the backend's numbering.

@@ -34,11 +34,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ir import enums
-from ir.columns import EMPTY, Pool, Record, Table
-from ir.enums import DTYPE_NAMES, DTYPE_SIZES, Kind
-from ir.errors import TuskError
-from ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
+from tusk.ir import enums
+from tusk.ir.columns import EMPTY, Pool, Record, Table
+from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES, Kind
+from tusk.ir.errors import TuskError
+from tusk.ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
 
 i1, u1, u2, i4, i8 = np.int8, np.uint8, np.uint16, np.int32, np.int64
 
@@ -383,7 +383,7 @@ class Module:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        from ir.bir_json import dumps
+        from tusk.ir.bir_json import dumps
 
         return dumps(self) == dumps(other)
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ir.columns import Pool, Record, Table, freeze, thaw
-from ir.errors import FormatError
-from ir.expr import AffinePredicate, QuasiAffine, expr_from_json, expr_to_json
-from ir.module import SCHEMAS, Function, Module
-from ir.values import DynamicAPInfo, ImmValue, SymAddr
+from tusk.ir.columns import Pool, Record, Table, freeze, thaw
+from tusk.ir.errors import FormatError
+from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json, expr_to_json
+from tusk.ir.module import SCHEMAS, Function, Module
+from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
 
 FORMAT_VERSION = 1
 
@@ -63,7 +63,7 @@ def decode_value(j: Any) -> Any:
     if t == "sym":
         return SymAddr(expr_from_json(j["o"]), None if j["b"] is None else expr_from_json(j["b"]))
     if t == "dyn":
-        from ir.bir_json import _dyn_info
+        from tusk.ir.bir_json import _dyn_info
 
         return _dyn_info(j["v"], "dyn")
     if t == "imm":
@@ -106,7 +106,7 @@ def function_from_parts(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> 
     # Keep ids: append without interning-order surprises (duplicates cannot occur in a saved pool).
     for j in meta["values"]:
         values.items.append(decode_value(j))
-    from ir.columns import pool_key
+    from tusk.ir.columns import pool_key
 
     values._index = {pool_key(v): i for i, v in enumerate(values.items)}
     fn.values = values

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ir.expr import QuasiAffine
+from tusk.ir.expr import QuasiAffine
 
 Pattern = tuple[tuple[int, int], ...]  # ((step, num), ...) outermost first, at most 4 pairs
 

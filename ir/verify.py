@@ -25,11 +25,11 @@ from typing import Iterable
 
 import numpy as np
 
-from ir import enums
-from ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
-from ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
-from ir.errors import VerifyError
-from ir.module import Function, Module
+from tusk.ir import enums
+from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
+from tusk.ir.errors import VerifyError
+from tusk.ir.module import Function, Module
 
 MAX_REPORTED = 20
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.enums import LOOP_OPCODES, OPCODE_NAMES, Mem, Op
-from ir.errors import TuskError
-from ir.columns import thaw
-from ir.expr import expr_from_json
-from sim.machine import Frame, InterpError
-from sim.ops import HANDLERS
+from tusk.ir.enums import LOOP_OPCODES, OPCODE_NAMES, Mem, Op
+from tusk.ir.errors import TuskError
+from tusk.ir.columns import thaw
+from tusk.ir.expr import expr_from_json
+from tusk.sim.machine import Frame, InterpError
+from tusk.sim.ops import HANDLERS
 
 BRANCHES = frozenset({Op.CompareAndBranch, Op.UnconditionalBranch})
 RETURNS = frozenset({81, 82, 17})  # Return, Exit, Halt
@@ -269,7 +269,7 @@ def _call(fr: Frame, i: int) -> None:
         raise TuskError(f"call depth above {MAX_CALL_DEPTH} (recursive kernels?)")
     fr.m.depth += 1
     try:
-        from sim.interp import load_consts  # interp imports this module
+        from tusk.sim.interp import load_consts  # interp imports this module
 
         frame = Frame(fr.m, callee, bindings)
         load_consts(frame, set(bindings))

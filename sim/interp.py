@@ -29,12 +29,12 @@ from typing import Mapping
 
 import numpy as np
 
-from ir.enums import DTYPE_NAMES, INPUT_KINDS, OUTPUT_KINDS, Mem, TensorKind
-from ir.errors import TuskError
-from ir.module import Function, Module
-from sim.control import run_function
-from sim.machine import Frame, Machine, memloc_elems
-from sim.memory import BF16, DT_CLASS, FLOAT, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16
+from tusk.ir.enums import DTYPE_NAMES, INPUT_KINDS, OUTPUT_KINDS, Mem, TensorKind
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Function, Module
+from tusk.sim.control import run_function
+from tusk.sim.machine import Frame, Machine, memloc_elems
+from tusk.sim.memory import BF16, DT_CLASS, FLOAT, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16
 
 __all__ = ["run", "random_inputs", "same_outputs", "entry_function"]
 

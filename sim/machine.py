@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ir.arch import PARTITIONS, get_arch
-from ir.enums import DTYPE_NAMES, DTYPE_SIZES, OPCODE_NAMES, Kind, Mem, Role
-from ir.errors import TuskError
-from ir.columns import thaw
-from ir.expr import Env, IndirectArgExpr, QuasiAffine, expr_from_json
-from ir.module import Function, Module
-from ir.values import DynamicAPInfo, ImmValue, SymAddr
-from sim.memory import NP_DTYPES, Access, Loc, Storage, from_compute, make_access, to_compute
+from tusk.ir.arch import PARTITIONS, get_arch
+from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES, OPCODE_NAMES, Kind, Mem, Role
+from tusk.ir.errors import TuskError
+from tusk.ir.columns import thaw
+from tusk.ir.expr import Env, IndirectArgExpr, QuasiAffine, expr_from_json
+from tusk.ir.module import Function, Module
+from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
+from tusk.sim.memory import NP_DTYPES, Access, Loc, Storage, from_compute, make_access, to_compute
 
 CACHE_LIMIT = 1 << 17  # cached accesses per frame before the cache is reset
 

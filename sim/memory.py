@@ -30,9 +30,9 @@ import math
 
 import numpy as np
 
-from ir.arch import PARTITIONS
-from ir.enums import DTYPE_NAMES, DTYPE_SIZES
-from ir.errors import TuskError
+from tusk.ir.arch import PARTITIONS
+from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES
+from tusk.ir.errors import TuskError
 
 # --------------------------------------------------------------------------- dtypes
 

@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from ir.enums import ALU_OP_NAMES, Kind, Op
-from ir.errors import TuskError
-from sim.machine import Frame
-from sim.memory import DT_CLASS, RAW, is_int, unsupported
+from tusk.ir.enums import ALU_OP_NAMES, Kind, Op
+from tusk.ir.errors import TuskError
+from tusk.sim.machine import Frame
+from tusk.sim.memory import DT_CLASS, RAW, is_int, unsupported
 
 F32 = np.float32
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Op
-from ir.errors import TuskError
-from ir.module import Function, Module, _ranges
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Op
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Function, Module, _ranges
 
 BRANCH_OPCODES = frozenset({Op.CompareAndBranch, Op.UnconditionalBranch})
 REGISTER_OPCODES = (Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad, Op.TensorSave)

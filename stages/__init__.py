@@ -9,16 +9,16 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 # name -> "module:Class"
 REGISTRY: dict[str, str] = {
-    "translate_nki_ast_to_bir": "stages.translate_nki_ast_to_bir:TranslateNKIASTToBIR",
-    "heuristic_unroll": "stages.heuristic_unroll:HeuristicUnroll",
-    "unroll": "stages.unroll:Unroll",
-    "full_unroll": "stages.full_unroll:FullUnroll",
-    "build_fdeps": "stages.deps:BuildFDeps",
-    "clear_inst_deps": "stages.deps:ClearInstDeps",
+    "translate_nki_ast_to_bir": "tusk.stages.translate_nki_ast_to_bir:TranslateNKIASTToBIR",
+    "heuristic_unroll": "tusk.stages.heuristic_unroll:HeuristicUnroll",
+    "unroll": "tusk.stages.unroll:Unroll",
+    "full_unroll": "tusk.stages.full_unroll:FullUnroll",
+    "build_fdeps": "tusk.stages.deps:BuildFDeps",
+    "clear_inst_deps": "tusk.stages.deps:ClearInstDeps",
 }
 
 

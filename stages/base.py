@@ -24,8 +24,8 @@ import logging
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from ir.errors import TuskError
-from ir.module import Module
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Module
 
 Stats = dict[str, Any]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.enums import AP_KINDS, LOOP_OPCODES, Kind, Mem, Op, Role, TensorKind
-from ir.module import Function
+from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, Kind, Mem, Op, Role, TensorKind
+from tusk.ir.module import Function
 
 SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
                                   Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,

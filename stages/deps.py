@@ -65,12 +65,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.arch import PARTITIONS
-from ir.columns import Table
-from ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
-from ir.expr import IntRuntimeValue, QuasiAffine
-from ir.module import DEP_SCHEMA, Function, Module, _ranges
-from stages.base import Pass, Stats
+from tusk.ir.arch import PARTITIONS
+from tusk.ir.columns import Table
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
+from tusk.ir.expr import IntRuntimeValue, QuasiAffine
+from tusk.ir.module import DEP_SCHEMA, Function, Module, _ranges
+from tusk.stages.base import Pass, Stats
 
 SPACE_SB, SPACE_PSUM, SPACE_DRAM = 0, 1, 2
 WHOLE = 1 << 42  # "every byte" of a space

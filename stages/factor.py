@@ -9,7 +9,7 @@ its paired cofactor ``dim // f`` is the size of each piece.
 
 from __future__ import annotations
 
-from ir.errors import PassError
+from tusk.ir.errors import PassError
 
 MAX_FACTOR = 16
 

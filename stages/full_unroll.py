@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.columns import Table
-from ir.enums import FnAttr
-from ir.errors import PassError
-from ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
-from stages.base import Pass, Stats
-from stages.dce import dce, removable
-from stages.unroll import clone_counts, renumber_core_barriers, unroll_function
+from tusk.ir.columns import Table
+from tusk.ir.enums import FnAttr
+from tusk.ir.errors import PassError
+from tusk.ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
+from tusk.stages.base import Pass, Stats
+from tusk.stages.dce import dce, removable
+from tusk.stages.unroll import clone_counts, renumber_core_barriers, unroll_function
 
 CEILING = 25_000_000
 LEVEL_MESSAGE = "Need to set full_unroll level, 0: only memloc generation; 1: unroll some; 2: unroll all"

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ir.enums import LOOP_OPCODES, Kind, Op
-from ir.expr import AffineIdx, FloorDivExpr, ModuloExpr, ShardIdx
-from ir.errors import PassError
-from ir.module import Function, Module
-from stages.base import Pass, Stats
+from tusk.ir.enums import LOOP_OPCODES, Kind, Op
+from tusk.ir.expr import AffineIdx, FloorDivExpr, ModuloExpr, ShardIdx
+from tusk.ir.errors import PassError
+from tusk.ir.module import Function, Module
+from tusk.stages.base import Pass, Stats
 
 
 @dataclass(frozen=True)

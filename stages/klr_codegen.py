@@ -49,15 +49,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ir import enums
-from ir.arch import PARTITIONS, PSUM_BANK_BYTES
-from ir.columns import Record
-from ir.enums import ALU_OP_NAMES, DTYPE_BY_NAME, DTYPE_SIZES, Dt, Kind, Mem, Role, TensorKind
-from ir.errors import PassError
-from ir.klr import types as T
-from ir.module import Function
-from ir.values import ImmValue, Pattern
-from stages.klr_dynamic import (StaticArg, assemble_dynamic_info, extract_dynamic_ap_to_standalone,
+from tusk.ir import enums
+from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES
+from tusk.ir.columns import Record
+from tusk.ir.enums import ALU_OP_NAMES, DTYPE_BY_NAME, DTYPE_SIZES, Dt, Kind, Mem, Role, TensorKind
+from tusk.ir.errors import PassError
+from tusk.ir.klr import types as T
+from tusk.ir.module import Function
+from tusk.ir.values import ImmValue, Pattern
+from tusk.stages.klr_dynamic import (StaticArg, assemble_dynamic_info, extract_dynamic_ap_to_standalone,
                                 is_access_dynamic)
 
 MAX_AP_DIMS = 4

@@ -40,11 +40,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ir.enums import DTYPE_SIZES
-from ir.errors import PassError
-from ir.expr import QuasiAffine, indirect, runtime
-from ir.klr import types as T
-from ir.values import DynamicAPInfo, Pattern
+from tusk.ir.enums import DTYPE_SIZES
+from tusk.ir.errors import PassError
+from tusk.ir.expr import QuasiAffine, indirect, runtime
+from tusk.ir.klr import types as T
+from tusk.ir.values import DynamicAPInfo, Pattern
 
 #: The seed's per-dtype byte table (``qword_1DE98C0``), indexed by BIR dtype ordinal.
 DTYPE_BYTES: tuple[int, ...] = (1, 1, 2, 1, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8)
@@ -151,7 +151,7 @@ def compute_accumulated_shape(shape: Any, dim: int) -> int:
 
 def _operand_coef(bap: Any, arg: StaticArg, coef: int) -> int:
     """A stride in elements of the tensor's dtype as elements of the operand's (``dtypeOverride``)."""
-    from stages.klr_codegen import bir_dtype  # (klr_codegen imports this module)
+    from tusk.stages.klr_codegen import bir_dtype  # (klr_codegen imports this module)
 
     nbytes = coef * DTYPE_BYTES[bir_dtype(bap.tensor.dtype)]
     size = DTYPE_BYTES[arg.dtype]

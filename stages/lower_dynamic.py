@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.columns import Record
-from ir.enums import Dt, Engine, Kind, Op, Role
-from ir.errors import PassError
-from ir.expr import AffinePredicate, IntRuntimeValue, QuasiAffine, expr_from_json, mod, runtime
-from ir.module import Function
-from ir.values import ImmValue, SymAddr
+from tusk.ir.columns import Record
+from tusk.ir.enums import Dt, Engine, Kind, Op, Role
+from tusk.ir.errors import PassError
+from tusk.ir.expr import AffinePredicate, IntRuntimeValue, QuasiAffine, expr_from_json, mod, runtime
+from tusk.ir.module import Function
+from tusk.ir.values import ImmValue, SymAddr
 
 INDUCTION_KEY = "induction_register"  # set on a DynamicForLoop once its index lives in a register
 

@@ -52,12 +52,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir import enums
-from ir.columns import Record
-from ir.enums import INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op, Role, TensorKind
-from ir.errors import FormatError, PassError, TuskError
-from ir.module import Function, Module
-from stages.base import Pass, Stats
+from tusk.ir import enums
+from tusk.ir.columns import Record
+from tusk.ir.enums import INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op, Role, TensorKind
+from tusk.ir.errors import FormatError, PassError, TuskError
+from tusk.ir.module import Function, Module
+from tusk.stages.base import Pass, Stats
 
 log = logging.getLogger("tusk.translate_nki_ast_to_bir")
 
@@ -169,7 +169,7 @@ class TranslateNKIASTToBIR(Pass):
         return lowered
 
     def _from_bir_json(self, path: str, core: int | None, taken: set[str]) -> _Lowered | None:
-        from ir.bir_json import load_function_obj
+        from tusk.ir.bir_json import load_function_obj
 
         t0 = time.perf_counter()
         try:
@@ -202,8 +202,8 @@ class TranslateNKIASTToBIR(Pass):
 
     def _from_klr(self, path: str, core: int | None, taken: set[str], art: str,
                   options: TranslateOptions) -> _Lowered | None:
-        from ir.klr import load_lnc_kernel
-        from stages.klr_codegen import KlirToBirCodegen
+        from tusk.ir.klr import load_lnc_kernel
+        from tusk.stages.klr_codegen import KlirToBirCodegen
 
         t0 = time.perf_counter()
         kernel = load_lnc_kernel(path)  # "fail to locate KLIR artifact" / "Wrong KLR version" / content type
@@ -464,8 +464,8 @@ def kernel_format(path: str) -> str:
 def kernel_interface(path: str) -> tuple[list[tuple[str, str, list[int]]], list[tuple[str, str, list[int]]], int]:
     """(inputs, outputs, core count) of a kernel file; tensors as (name, BIR dtype, shape)."""
     if kernel_format(path) == "klr":
-        from ir.klr import load_lnc_kernel
-        from stages.klr_codegen import KLR_TO_BIR_DTYPE
+        from tusk.ir.klr import load_lnc_kernel
+        from tusk.stages.klr_codegen import KLR_TO_BIR_DTYPE
 
         k = load_lnc_kernel(path)
 
@@ -473,7 +473,7 @@ def kernel_interface(path: str) -> tuple[list[tuple[str, str, list[int]]], list[
             return (t.name, KLR_TO_BIR_DTYPE[t.dtype.name], [t.shape.parDim, *t.shape.freeDims])
 
         return [one(t) for t in k.inputs], [one(t) for t in k.outputs], len(k.bodies)
-    from ir import bir_json
+    from tusk.ir import bir_json
 
     m = bir_json.load(path)
     fns = [f for f in m.functions if f.kind != FnKind.NKI] or m.functions
@@ -504,7 +504,7 @@ def host_module_for(kernel_path: str, core_id: int | None = 0, artifact_dir: str
     identity name maps).  Attribute ``neuron_core_id`` = ``core_id`` (left
     out when None); ``artifact_dir`` becomes the module's artifact directory.
     """
-    from ir.builder import Builder
+    from tusk.ir.builder import Builder
 
     fmt = fmt or kernel_format(kernel_path)
     ins, outs, _ = kernel_interface(kernel_path)

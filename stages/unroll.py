@@ -18,13 +18,13 @@ from typing import Callable
 
 import numpy as np
 
-from ir.enums import FnAttr, Kind, Mem, Op, TensorKind
-from ir.errors import PassError
-from ir.module import Function, Module
-from stages.base import Pass, Stats
-from stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
-from stages.unroll_expand import IDX, Expander, concat
-from stages.unroll_materialize import Plan, evaluate_predicates, materialize
+from tusk.ir.enums import FnAttr, Kind, Mem, Op, TensorKind
+from tusk.ir.errors import PassError
+from tusk.ir.module import Function, Module
+from tusk.stages.base import Pass, Stats
+from tusk.stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
+from tusk.stages.unroll_expand import IDX, Expander, concat
+from tusk.stages.unroll_materialize import Plan, evaluate_predicates, materialize
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ir.enums import LOOP_OPCODES, Op
-from ir.errors import PassError
-from ir.module import Function, LoopAxis
+from tusk.ir.enums import LOOP_OPCODES, Op
+from tusk.ir.errors import PassError
+from tusk.ir.module import Function, LoopAxis
 
 IDX = np.int64
 

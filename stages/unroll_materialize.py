@@ -21,14 +21,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ir.columns import Record, Table
-from ir.enums import Kind, Op
-from ir.errors import PassError
-from ir.expr import AffineIdx, AffinePredicate, Env, FloorDivExpr, ModuloExpr, QuasiAffine, expr_from_json, expr_to_json
-from ir.module import (BLOCK_SCHEMA, CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, INST_SCHEMA, OPERAND_SCHEMA,
+from tusk.ir.columns import Record, Table
+from tusk.ir.enums import Kind, Op
+from tusk.ir.errors import PassError
+from tusk.ir.expr import AffineIdx, AffinePredicate, Env, FloorDivExpr, ModuloExpr, QuasiAffine, expr_from_json, expr_to_json
+from tusk.ir.module import (BLOCK_SCHEMA, CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, INST_SCHEMA, OPERAND_SCHEMA,
                        Function, _ranges, clone_name)
-from ir.values import ImmValue, SymAddr
-from stages.unroll_expand import IDX, Expander, Expansion
+from tusk.ir.values import ImmValue, SymAddr
+from tusk.stages.unroll_expand import IDX, Expander, Expansion
 
 NON_FOLDED_KEYS = {"LoopAxis", "DynamicForLoopAxis", "blocks"}
 

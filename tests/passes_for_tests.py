@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.enums import Kind
-from ir.errors import PassError
-from ir.module import Module
-from ir.values import ImmValue
-from stages.base import Pass
+from tusk.ir.enums import Kind
+from tusk.ir.errors import PassError
+from tusk.ir.module import Module
+from tusk.ir.values import ImmValue
+from tusk.stages.base import Pass
 
 HERE = "tests.passes_for_tests"
 
@@ -187,8 +187,8 @@ class ExpandBirKernel(Pass):
     version = "1"
 
     def run(self, module: Module, options):
-        from ir import bir_json
-        from ir.enums import FnKind
+        from tusk.ir import bir_json
+        from tusk.ir.enums import FnKind
 
         path = None
         for fn in module.functions:
@@ -246,7 +246,7 @@ def write_kernels(directory, count: int, *, tiles: int = 2, prefix: str = "k") -
     """``count`` BIR-JSON kernels (tiled exp programs of different sizes) in ``directory``."""
     from pathlib import Path
 
-    from ir import bir_json
+    from tusk.ir import bir_json
     from tests.programs import tiled_exp_module
 
     directory = Path(directory)

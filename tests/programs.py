@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ir.builder import Builder
-from ir.expr import AffinePredicate
-from ir.module import Module
+from tusk.ir.builder import Builder
+from tusk.ir.expr import AffinePredicate
+from tusk.ir.module import Module
 
 
 def tiled_exp_module(tiles: int = 4, width: int = 64) -> Module:

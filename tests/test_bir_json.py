@@ -8,11 +8,11 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ir import bir_json
-from ir.builder import Builder
-from ir.errors import FormatError
-from ir.module import Module
-from ir.verify import verify
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.errors import FormatError
+from tusk.ir.module import Module
+from tusk.ir.verify import verify
 from tests.programs import every_family_module, tiled_exp_module
 
 

@@ -10,11 +10,11 @@ import pickle
 import numpy as np
 import pytest
 
-from cache import ObjectDamaged, ObjectMissing, Store, parse_size
-from cache import objects as objects_mod
-from cache.keys import Uncacheable, action_key, canonical, code_digest, digest
-from ir.errors import TuskError
-from ir.serial import content_hash
+from tusk.cache import ObjectDamaged, ObjectMissing, Store, parse_size
+from tusk.cache import objects as objects_mod
+from tusk.cache.keys import Uncacheable, action_key, canonical, code_digest, digest
+from tusk.ir.errors import TuskError
+from tusk.ir.serial import content_hash
 from tests.passes_for_tests import flip_a_byte
 from tests.programs import tiled_exp_module
 
@@ -48,7 +48,7 @@ def test_large_columns_get_arrays_of_their_own(store, monkeypatch, tiled_module)
     h = store.put(tiled_module)
     import zarr
 
-    from ir.serial import module_to_parts
+    from tusk.ir.serial import module_to_parts
 
     f0 = zarr.open_group(store.object_path(h), mode="r")["f0"]
     arrays = module_to_parts(tiled_module)[1][0][0]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cache import Store
-from ir import bir_json
+from tusk.cache import Store
+from tusk.ir import bir_json
 from tests.passes_for_tests import flip_a_byte, pipeline_toml, write_kernels
 from tests.programs import tiled_exp_module
-from workflows.cli import app
+from tusk.workflows.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 KLR = Path(__file__).parent / "data" / "klr"
@@ -200,7 +200,7 @@ def test_show_refuses_a_bad_klr_file_with_its_message(name, message):
 
 def test_two_concurrent_compiles_on_one_cache_both_succeed(env):
     write_kernels(env["kernels"], 6)
-    cmd = [sys.executable, "-m", "workflows.cli", "compile", str(env["kernels"]), "-o", str(env["out"]),
+    cmd = [sys.executable, "-m", "tusk.workflows.cli", "compile", str(env["kernels"]), "-o", str(env["out"]),
            "--workers", "0", "--pipeline", str(env["pipeline"]), "--json"]
     penv = dict(os.environ, PYTHONPATH=str(ROOT), TUSK_CACHE_DIR=str(env["cache"]))
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=penv, cwd=str(ROOT))
@@ -235,7 +235,7 @@ def test_memory_url_cache_builds_in_process(env):
 
 
 def test_const_files_are_staged_next_to_the_output(env, tmp_path):
-    from ir.builder import Builder
+    from tusk.ir.builder import Builder
 
     d = tmp_path / "withconst"
     d.mkdir()

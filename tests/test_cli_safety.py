@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cache import Store
-from examples.klr_authoring import KernelWriter
-from ir import bir_json
-from ir.builder import Builder
-from ir.enums import DTYPE_NAMES
+from tusk.cache import Store
+from tusk.examples.klr_authoring import KernelWriter
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import DTYPE_NAMES
 from tests.passes_for_tests import flip_a_byte, pipeline_toml, write_kernels
-from workflows import graph
-from workflows.cli import app
+from tusk.workflows import graph
+from tusk.workflows.cli import app
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
 runner = CliRunner()
@@ -133,7 +133,7 @@ def test_deleted_staged_artifacts_are_restored(tmp_path, translate_only):
 
 
 def test_a_host_module_is_built_into_out_with_its_placeholders_files(tmp_path, monkeypatch, translate_only):
-    from stages.translate_nki_ast_to_bir import host_module_for
+    from tusk.stages.translate_nki_ast_to_bir import host_module_for
 
     kern = copy_examples(tmp_path / "kern", "lnc2_matmul.klr")
     host = host_module_for(str(kern / "lnc2_matmul.klr"), 0, str(tmp_path / "elsewhere"))
@@ -287,7 +287,7 @@ def test_a_const_file_the_output_names_but_nobody_has_is_an_error(tmp_path):
 
 
 def test_a_float8_e4m3_klr_kernel_compiles(tmp_path, monkeypatch, translate_only):
-    from examples import klr_authoring
+    from tusk.examples import klr_authoring
 
     monkeypatch.setitem(klr_authoring.DTYPE_BYTES, "float8_e4m3", 1)  # the writer's table lacks it
     kw = KernelWriter("f8")
@@ -318,7 +318,7 @@ def test_an_unreachable_scheduler_stops_the_build_before_anything_is_written(tmp
         calls.append(address)
         raise graph.ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: refused")
 
-    monkeypatch.setattr("workflows.compile.scheduler_executor", refused)
+    monkeypatch.setattr("tusk.workflows.compile.scheduler_executor", refused)
     write_kernels(k, 6)  # many units: still one attempt
     code, _, text = tusk("--pipeline", translate_only, str(k), "-o", str(out), "--scheduler", "tcp://127.0.0.1:1")
     assert code == 2 and calls == ["tcp://127.0.0.1:1"] and "refused" in text

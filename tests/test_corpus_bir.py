@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from examples import bir_kernels
-from examples.generate import KERNELS, main as generate_main
-from ir import bir_json
-from ir.verify import verify
-from sim.interp import random_inputs, run, same_outputs
-from stages.full_unroll import FullUnroll, FullUnrollOptions
+from tusk.examples import bir_kernels
+from tusk.examples.generate import KERNELS, main as generate_main
+from tusk.ir import bir_json
+from tusk.ir.verify import verify
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
 
 
 def test_committed_corpus_matches_the_generator():

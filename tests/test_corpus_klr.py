@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from examples import klr_kernels
-from examples.generate import KERNELS
-from ir import klr
-from ir.enums import Mem
-from ir.verify import verify
-from sim.interp import run
-from stages.klr_dynamic import is_access_dynamic
-from stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, host_module_for
+from tusk.examples import klr_kernels
+from tusk.examples.generate import KERNELS
+from tusk.ir import klr
+from tusk.ir.enums import Mem
+from tusk.ir.verify import verify
+from tusk.sim.interp import run
+from tusk.stages.klr_dynamic import is_access_dynamic
+from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, host_module_for
 
 CORPUS = klr_kernels.corpus_bytes()
 NAMES = sorted(CORPUS)
@@ -47,7 +47,7 @@ def test_required_kernels_are_present():
 def test_generated_files_match_the_generator():
     for name, (data, _, _) in CORPUS.items():
         path = KERNELS / f"{name}.klr"
-        assert path.exists() and path.read_bytes() == data, f"run python -m examples.generate ({path})"
+        assert path.exists() and path.read_bytes() == data, f"run python -m tusk.examples.generate ({path})"
 
 
 def test_corpus_is_deterministic():

@@ -8,14 +8,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ir.builder import Builder
-from ir.enums import DTYPE_SIZES, Dt, Edge, Engine, FnAttr, Kind, Mem, Op, Role
-from ir.expr import runtime
-from ir.module import Function, Module
-from ir.values import DynamicAPInfo
-from sim.interp import random_inputs, run, same_outputs
-from stages import get_pass
-from stages.deps import BuildFDeps, ClearInstDeps, build_fdeps, clear_inst_deps, edge_counts
+from tusk.ir.builder import Builder
+from tusk.ir.enums import DTYPE_SIZES, Dt, Edge, Engine, FnAttr, Kind, Mem, Op, Role
+from tusk.ir.expr import runtime
+from tusk.ir.module import Function, Module
+from tusk.ir.values import DynamicAPInfo
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages import get_pass
+from tusk.stages.deps import BuildFDeps, ClearInstDeps, build_fdeps, clear_inst_deps, edge_counts
 
 # --------------------------------------------------------------------------- the reference
 
@@ -236,8 +236,8 @@ def test_symbolic_operands_with_constant_address_are_exact():
     b.memset(t.ap(block=1), 0.0)
     fn = b.function()
     # make the second memset symbolic with a constant block index
-    from ir.expr import const
-    from ir.values import SymAddr
+    from tusk.ir.expr import const
+    from tusk.ir.values import SymAddr
     j = fn.insts.get("ops", 1)
     fn.operands.set("kind", j, Kind.SYMBOLIC)
     fn.operands.set("aux", j, fn.intern(SymAddr(const(0), const(1))))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ir.errors import FormatError, TuskError
-from ir.expr import (AffinePredicate, Env, ModuloExpr, const, expr_from_json, expr_to_json,
+from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.expr import (AffinePredicate, Env, ModuloExpr, const, expr_from_json, expr_to_json,
                      floordiv, idx, indirect, mod, runtime)
 
 i, j = idx("i"), idx("j")

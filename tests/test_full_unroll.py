@@ -9,16 +9,16 @@ import sys
 import numpy as np
 import pytest
 
-from ir import bir_json
-from ir.builder import Builder
-from ir.enums import FnAttr, Op
-from ir.errors import PassError
-from ir.verify import verify
-from sim.interp import random_inputs, run, same_outputs
-from stages.factor import get_largest_factor_with_threshold
-from stages.full_unroll import CEILING, FullUnroll, FullUnrollOptions, instruction_limit_check
-from stages.heuristic_unroll import HeuristicUnroll, HeuristicUnrollOptions
-from workflows.full_unroll_cli import main as full_unroll_main
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import FnAttr, Op
+from tusk.ir.errors import PassError
+from tusk.ir.verify import verify
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages.factor import get_largest_factor_with_threshold
+from tusk.stages.full_unroll import CEILING, FullUnroll, FullUnrollOptions, instruction_limit_check
+from tusk.stages.heuristic_unroll import HeuristicUnroll, HeuristicUnrollOptions
+from tusk.workflows.full_unroll_cli import main as full_unroll_main
 from tests.programs import every_family_module, tiled_exp_module
 
 
@@ -43,12 +43,12 @@ def test_ceiling_boundary_24999999_passes_25000000_fails():
 
 
 def test_ceiling_fails_fast_on_a_real_pass_without_building_the_clones(monkeypatch):
-    import stages.unroll
+    import tusk.stages.unroll
 
     def no_expansion(*a, **k):
         raise AssertionError("the clones were being built: the count must come from trip counts")
 
-    monkeypatch.setattr(stages.unroll, "plan_function", no_expansion)
+    monkeypatch.setattr(tusk.stages.unroll, "plan_function", no_expansion)
     b = Builder()
     t = b.sbuf("t", (128, 4), addr=0)
     y = b.dram("y", (128, 4), kind="ExternalOutput")
@@ -138,7 +138,7 @@ def test_heuristic_skips_loops_with_runtime_addresses():
     b = Builder()
     x = b.dram("x", (1024, 4), kind="ExternalInput")
     t = b.sbuf("t", (128, 4), addr=0)
-    from ir.expr import runtime
+    from tusk.ir.expr import runtime
 
     r = b.register("r")
     b.register_move(r, 0)
@@ -171,7 +171,7 @@ def test_full_unroll_command_mirrors_the_binary(tmp_path):
     assert (bir_json.load(dst).functions[0].insts["opcode"] == Op.Loop).any()
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    proc = subprocess.run([sys.executable, "-m", "workflows.full_unroll_cli", str(bad), "-o", str(dst)],
+    proc = subprocess.run([sys.executable, "-m", "tusk.workflows.full_unroll_cli", str(bad), "-o", str(dst)],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "malformed JSON" in proc.stderr
 

@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from ir.builder import Builder
-from ir.columns import Record
-from ir.enums import Dt, Engine, FnKind, Kind, Op, Role
-from ir.errors import TuskError
-from ir.expr import AffinePredicate, indirect, runtime
-from ir.module import Module
-from ir.values import DynamicAPInfo
-from sim.interp import random_inputs, run, same_outputs
-from sim.memory import bf16_to_f32, f32_to_bf16
+from tusk.ir.builder import Builder
+from tusk.ir.columns import Record
+from tusk.ir.enums import Dt, Engine, FnKind, Kind, Op, Role
+from tusk.ir.errors import TuskError
+from tusk.ir.expr import AffinePredicate, indirect, runtime
+from tusk.ir.module import Module
+from tusk.ir.values import DynamicAPInfo
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.sim.memory import bf16_to_f32, f32_to_bf16
 from tests.programs import tiled_exp_module
 
 RNG = np.random.default_rng(1234)

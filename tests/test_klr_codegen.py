@@ -9,18 +9,18 @@ import json
 import numpy as np
 import pytest
 
-from examples.klr_authoring import KernelWriter
-from ir import bir_json
-from ir.columns import Record
-from ir.enums import DTYPE_BY_NAME, Dt, FnKind, Kind, Mem, TensorKind
-from ir.errors import PassError
-from ir.expr import IndirectArgExpr, IntRuntimeValue
-from ir.klr import types as T
-from ir.module import Function, Module
-from ir.verify import verify
-from sim.interp import run
-from stages import klr_dynamic as D
-from stages.klr_codegen import ACTIVATION_FUNCS, KLR_TO_BIR_DTYPE, SUPPORTED_OPERATORS, KlirToBirCodegen
+from tusk.examples.klr_authoring import KernelWriter
+from tusk.ir import bir_json
+from tusk.ir.columns import Record
+from tusk.ir.enums import DTYPE_BY_NAME, Dt, FnKind, Kind, Mem, TensorKind
+from tusk.ir.errors import PassError
+from tusk.ir.expr import IndirectArgExpr, IntRuntimeValue
+from tusk.ir.klr import types as T
+from tusk.ir.module import Function, Module
+from tusk.ir.verify import verify
+from tusk.sim.interp import run
+from tusk.stages import klr_dynamic as D
+from tusk.stages.klr_codegen import ACTIVATION_FUNCS, KLR_TO_BIR_DTYPE, SUPPORTED_OPERATORS, KlirToBirCodegen
 
 
 def lower(k: KernelWriter, core: int = 0, **kw) -> tuple[Function, KlirToBirCodegen]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ir.errors import FormatError, TuskError
-from ir.klr import (
+from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.klr import (
     from_json,
     iter_operators,
     listing,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ir.errors import FormatError
-from ir.klr import read_klr, read_value, types as T, write_klr, write_value
+from tusk.ir.errors import FormatError
+from tusk.ir.klr import read_klr, read_value, types as T, write_klr, write_value
 
 DATA = Path(__file__).parent / "data" / "klr"
 POSITIVE = sorted(DATA.glob("0*.klr"))

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ir.klr import from_json, listing, read_klr, read_value, to_json, types as T, write_klr, write_value
-from ir.klr.schema import SCHEMA, Enum, ListOf, OptionOf, Prim, Struct, recursive_types
+from tusk.ir.klr import from_json, listing, read_klr, read_value, to_json, types as T, write_klr, write_value
+from tusk.ir.klr.schema import SCHEMA, Enum, ListOf, OptionOf, Prim, Struct, recursive_types
 
 RECURSIVE = recursive_types()
 DEPTH = 4  # recursive-type entries allowed along one path (Access -> BAP -> Access -> BAP)

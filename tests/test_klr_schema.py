@@ -13,8 +13,8 @@ import pickle
 
 import pytest
 
-from ir.klr import pretty, read_value, types as T, write_value
-from ir.klr.schema import OPERATORS, SCHEMA, Enum, Inductive, Prim, Struct, recursive_types
+from tusk.ir.klr import pretty, read_value, types as T, write_value
+from tusk.ir.klr.schema import OPERATORS, SCHEMA, Enum, Inductive, Prim, Struct, recursive_types
 
 
 def test_table_has_every_type_of_the_spec_registry():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ir.klr.schema import OPERATORS, SCHEMA, Enum, Inductive, Struct
+from tusk.ir.klr.schema import OPERATORS, SCHEMA, Enum, Inductive, Struct
 
 SPEC = Path(__file__).parent / "data" / "klr" / "klr-format.md"
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from ir.serial import content_hash, module_from_parts, module_to_parts
+from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
 from tests.programs import tiled_exp_module
 
 

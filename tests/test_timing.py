@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ir.builder import Builder
-from ir.errors import TuskError
-from sim.timing import CostTable, instruction_costs, simulate
-from stages.deps import build_fdeps
+from tusk.ir.builder import Builder
+from tusk.ir.errors import TuskError
+from tusk.sim.timing import CostTable, instruction_costs, simulate
+from tusk.stages.deps import build_fdeps
 from tests.programs import tiled_exp_module
 
 # DMA: 10 + bytes / 4; Activation: 5 + elements per partition; PE: 3 + moving columns.
@@ -94,6 +94,6 @@ def test_loops_are_refused():
 
 
 def test_a_module_runs_its_entry_function():
-    from ir.module import Module
+    from tusk.ir.module import Module
     tl = simulate(Module([build_fdeps(_toy())]), TOY)
     assert tl.makespan == 72 and len(tl.start) == 6 and isinstance(tl.start, np.ndarray)

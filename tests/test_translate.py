@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from examples.klr_authoring import KernelWriter
-from ir import bir_json
-from ir.builder import Builder
-from ir.enums import FnKind, Op, TensorKind
-from ir.errors import FormatError, PassError, TuskError
-from ir.verify import verify
-from sim.interp import run
-from stages import get_pass
-from stages.translate_nki_ast_to_bir import (MSG_CORE_UNSET, TranslateNKIASTToBIR, TranslateOptions,
+from tusk.examples.klr_authoring import KernelWriter
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import FnKind, Op, TensorKind
+from tusk.ir.errors import FormatError, PassError, TuskError
+from tusk.ir.verify import verify
+from tusk.sim.interp import run
+from tusk.stages import get_pass
+from tusk.stages.translate_nki_ast_to_bir import (MSG_CORE_UNSET, TranslateNKIASTToBIR, TranslateOptions,
                                               host_module_for)
 
 KLR = Path(__file__).parent / "data" / "klr"
@@ -184,7 +184,7 @@ def bir_json_kernel(path: Path, cores: int = 1, const: str | None = None, const2
                 b.tensor_tensor(t.ap(), t.ap(), s.ap(), "add")
         b.dma(y.ap(), t.ap())
         fns.append(b.function())
-    from ir.module import Module
+    from tusk.ir.module import Module
 
     path.parent.mkdir(parents=True, exist_ok=True)
     bir_json.save(Module(fns), path)

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ir import bir_json
-from ir.builder import Builder
-from ir.enums import Edge, FnAttr, Kind, Op
-from ir.errors import PassError
-from ir.expr import AffinePredicate, ModuloExpr, const, idx
-from ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
-from ir.verify import verify
-from sim.interp import random_inputs, run, same_outputs
-from stages.unroll import Unroll, UnrollOptions, clone_count_bound
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import Edge, FnAttr, Kind, Op
+from tusk.ir.errors import PassError
+from tusk.ir.expr import AffinePredicate, ModuloExpr, const, idx
+from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
+from tusk.ir.verify import verify
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages.unroll import Unroll, UnrollOptions, clone_count_bound
 from tests.programs import every_family_module, tiled_exp_module
 
 
@@ -388,7 +388,7 @@ def test_a_register_lower_bound_of_a_dynamic_loop_is_copied_into_the_induction_r
         "name": "k", "lb": "s", "ub": {"kind": "IntRuntimeValueKind", "regref": "n"}, "stride": 1}}, name="dl")
     outer = b._block
     b._block = b.fn.add_block("dl_body", row)
-    from ir.expr import idx as axis
+    from tusk.ir.expr import idx as axis
     b.emit("TensorTensor", "DVE", [t.ap([[8, 1], [1, 1]], axis("k")), 1], [t.ap([[8, 1], [1, 1]], axis("k"))],
            attrs={"op": "add"})
     b._block = outer
@@ -453,7 +453,7 @@ def test_dram_block_tensors_keep_their_shape_as_outputs():
         yb.add_memloc(s, f"yb{k}", 8, pbytes=64, tensor_id=k)
     t = b.sbuf("t", (4, 4), addr=0)
     b.memset(t.ap(), 1.5)
-    from ir.builder import AP, Tensor
+    from tusk.ir.builder import AP, Tensor
 
     ring = Tensor(b, s, (yb.memlocs.__len__() - 2, yb.memlocs.__len__() - 1), 16, (4, 4), 8, 4)
     with b.loop("i", 0, 2) as i:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ir.builder import Builder
-from ir.enums import Edge
-from ir.errors import VerifyError
-from ir.verify import verify
+from tusk.ir.builder import Builder
+from tusk.ir.enums import Edge
+from tusk.ir.errors import VerifyError
+from tusk.ir.verify import verify
 from tests.programs import every_family_module, tiled_exp_module
 
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-import stages
-from cache import Store
-from ir.errors import TuskError
-from ir.module import Module
-from ir.serial import content_hash
+from tusk import stages
+from tusk.cache import Store
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Module
+from tusk.ir.serial import content_hash
 from tests.passes_for_tests import TEST_REGISTRY, ExpandBirKernel, PerFunction, flip_a_byte
 from tests.programs import every_family_module, tiled_exp_module
-from workflows.graph import BuildUnit, InlineExecutor, build
-from workflows.pipeline import Entry, _labelled, resolve
+from tusk.workflows.graph import BuildUnit, InlineExecutor, build
+from tusk.workflows.pipeline import Entry, _labelled, resolve
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +140,7 @@ def test_damaged_final_object_is_detected_and_rebuilt(store):
 
 
 def test_damaged_final_object_found_while_writing_outputs_is_rebuilt(store, tmp_path):
-    from ir import bir_json
+    from tusk.ir import bir_json
 
     first = build(units(), steps(), store)
     final = first.unit("family").final
@@ -208,8 +208,8 @@ def test_memory_store_with_inline_executor(family_module):
 
 
 def test_expand_stand_in_reads_the_kernel_file(tmp_path, store):
-    from ir import bir_json
-    from workflows.kernels import discover, host_module
+    from tusk.ir import bir_json
+    from tusk.workflows.kernels import discover, host_module
 
     d = tmp_path / "k"
     d.mkdir()
@@ -282,7 +282,7 @@ def test_put_replaces_an_object_this_process_found_damaged(store, monkeypatch):
 
 
 def _scale_kernel(path, factor: float) -> None:
-    from examples.klr_authoring import KernelWriter
+    from tusk.examples.klr_authoring import KernelWriter
 
     k = KernelWriter("scale")
     x, y = k.input("x", (128, 16)), k.output("y", (128, 16))
@@ -295,7 +295,7 @@ def _scale_kernel(path, factor: float) -> None:
 
 
 def _klr_unit(d, art) -> BuildUnit:
-    from workflows.kernels import discover, file_digests, host_module
+    from tusk.workflows.kernels import discover, file_digests, host_module
 
     k = discover(d)[0][0]
     return BuildUnit(k.name, host_module(k, 0, str(art)), files=file_digests(k), kernel=k.name)

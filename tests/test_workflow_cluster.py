@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import stages
-from cache import Store
+from tusk import stages
+from tusk.cache import Store
 from tests.passes_for_tests import TEST_REGISTRY, pipeline_toml, write_kernels
 from tests.programs import every_family_module, tiled_exp_module
-from workflows.cli import app
-from workflows.graph import BuildUnit, InlineExecutor, build, client_executor, local_cluster_executor
-from workflows.pipeline import Entry, _labelled, resolve
+from tusk.workflows.cli import app
+from tusk.workflows.graph import BuildUnit, InlineExecutor, build, client_executor, local_cluster_executor
+from tusk.workflows.pipeline import Entry, _labelled, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSES = [("test_expand", {}), ("test_scale", {"factor": 3.0}), ("test_count", {}),

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cache import Store
-from ir import bir_json
-from ir.builder import Builder
-from ir.enums import DTYPE_NAMES, TENSOR_KIND_NAMES
-from workflows import kernels as kernels_mod
-from workflows.kernels import discover, file_digests, host_module
+from tusk.cache import Store
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import DTYPE_NAMES, TENSOR_KIND_NAMES
+from tusk.workflows import kernels as kernels_mod
+from tusk.workflows.kernels import discover, file_digests, host_module
 from tests.programs import tiled_exp_module
 
 KLR = Path(__file__).parent / "data" / "klr"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import stages
-from ir.errors import TuskError
+from tusk import stages
+from tusk.ir.errors import TuskError
 from tests.passes_for_tests import TEST_REGISTRY, pipeline_toml
-from workflows.pipeline import (DEFAULT_ORDER, Entry, apply_sets, default_pipeline, load_pipeline, resolve,
+from tusk.workflows.pipeline import (DEFAULT_ORDER, Entry, apply_sets, default_pipeline, load_pipeline, resolve,
                                 _labelled)
 
 

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences.")
@@ -23,7 +23,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
 @app.command()
 def show(file: Path = typer.Argument(..., help="A .klr file or a BIR-JSON file")) -> None:
     """Print a readable listing of a KLR or BIR-JSON file."""
-    from workflows.show import listing
+    from tusk.workflows.show import listing
 
     try:
         typer.echo(listing(file), nl=False)
@@ -56,8 +56,8 @@ def compile(
     """Compile every kernel of DIRECTORY (.klr or BIR-JSON) through the pass pipeline."""
     from rich.console import Console
 
-    from workflows.compile import CompileRequest, compile_directory
-    from workflows.report import print_pipeline, print_result, progress_bar
+    from tusk.workflows.compile import CompileRequest, compile_directory
+    from tusk.workflows.report import print_pipeline, print_result, progress_bar
 
     stream = sys.stderr if as_json else sys.stdout
     console = Console(stderr=as_json, width=None if stream.isatty() else 132)
@@ -118,8 +118,8 @@ def compile(
 
 
 def _store(cache_dir: Optional[str]):
-    from cache.store import Store
-    from workflows import config
+    from tusk.cache.store import Store
+    from tusk.workflows import config
 
     try:
         return Store(config.load({"cache_dir": cache_dir}).cache_dir)
@@ -173,7 +173,7 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
 def cache_gc(max_size: str = typer.Option(..., "--max-size", help="Keep at most this much, e.g. 2G, 500M"),
              cache_dir: Optional[str] = CacheDir) -> None:
     """Drop least recently used results until the cache fits in --max-size."""
-    from cache.store import parse_size
+    from tusk.cache.store import parse_size
 
     try:
         limit = parse_size(max_size)

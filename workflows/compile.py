@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ir.errors import TuskError
-from workflows import config as config_mod
-from workflows.graph import BuildReport, BuildUnit, UnitReport, build, local_cluster_executor, scheduler_executor
-from workflows.kernels import (HOST_VERSION, Kernel, Skipped, artifact_dir, discover, file_digests, given_host_module,
+from tusk.ir.errors import TuskError
+from tusk.workflows import config as config_mod
+from tusk.workflows.graph import BuildReport, BuildUnit, UnitReport, build, local_cluster_executor, scheduler_executor
+from tusk.workflows.kernels import (HOST_VERSION, Kernel, Skipped, artifact_dir, discover, file_digests, given_host_module,
                                host_module, output_name)
-from workflows.pipeline import (ROTATION_PASSES, UNROLL_PASSES, apply_defaults, apply_sets, default_pipeline,
+from tusk.workflows.pipeline import (ROTATION_PASSES, UNROLL_PASSES, apply_defaults, apply_sets, default_pipeline,
                                 load_pipeline, resolve)
 
 STATS_FILE = "stats.json"
@@ -141,7 +141,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None,
     resolved step, ``on_executor`` when a cluster is started, ``on_pipeline``
     with the resolved pipeline before anything is built.
     """
-    from cache.store import Store
+    from tusk.cache.store import Store
 
     t0 = time.perf_counter()
     cfg = config_mod.load({"cache_dir": req.cache_dir, "workers": req.workers, "scheduler": req.scheduler,
@@ -208,7 +208,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None,
             on_start(len(units), len(resolved.steps))
 
         if executor is None and memory:
-            from workflows.graph import InlineExecutor
+            from tusk.workflows.graph import InlineExecutor
 
             executor = InlineExecutor  # a memory:// store lives in this process only
         if executor is None:
@@ -274,7 +274,7 @@ def _output_problem(dest: Path, src: Path, k: Kernel) -> str | None:
 def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None) -> list[BuildUnit]:
     files = file_digests(k)
     if k.fmt == "host":
-        from cache.keys import digest
+        from tusk.cache.keys import digest
 
         art = artifact_dir(out, k)
         # the rewritten module's hash, memoised: a no-op rebuild does not parse the host module
@@ -431,7 +431,7 @@ class _Writer:
                 try:
                     shutil.copy2(dest / u.unit.data["output"], staging / u.unit.data["output"])
                 except OSError:  # moved away meanwhile (a concurrent build): write it again
-                    from ir import bir_json
+                    from tusk.ir import bir_json
 
                     bir_json.save(self.store.load(u.final), staging / u.unit.data["output"])
         kr.stats["artifacts"] = self._stage_artifacts(artifacts, staging, dest)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 
 @dataclass(frozen=True)

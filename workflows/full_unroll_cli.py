@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,8 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from ir import bir_json
-    from stages.full_unroll import FullUnroll, FullUnrollOptions
+    from tusk.ir import bir_json
+    from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
 
     try:
         module = bir_json.load(args.input)

@@ -46,13 +46,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from cache.keys import Uncacheable, action_key
-from cache.objects import ObjectDamaged
-from cache.store import ObjectMissing, Store
-from ir.errors import TuskError
-from ir.module import Module
-from workflows import tasks
-from workflows.pipeline import Step
+from tusk.cache.keys import Uncacheable, action_key
+from tusk.cache.objects import ObjectDamaged
+from tusk.cache.store import ObjectMissing, Store
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Module
+from tusk.workflows import tasks
+from tusk.workflows.pipeline import Step
 
 MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
 
@@ -484,7 +484,7 @@ class Build:
             if self.executor is None or not getattr(self.executor, "is_cluster", False):
                 self._on_written(st, items, tasks.write_outputs(self.store.url, items))
             else:
-                from cache.keys import digest
+                from tusk.cache.keys import digest
 
                 self._submit(f"write_bir_json-{digest(items)[:32]}", st, "emit", 0, tasks.write_outputs,
                              self.store.url, items)

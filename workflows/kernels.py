@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, TuskError
 
 KLR_MAGIC = b"\xd9\xd9\xf7"
 PLACEHOLDER_OPCODE = 56
@@ -96,7 +96,7 @@ def is_klr_bytes(head: bytes) -> bool:
 
 def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
     """Classify the files of ``directory``; read each kernel's interface (memoised in ``store``)."""
-    from cache.keys import file_digest
+    from tusk.cache.keys import file_digest
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -180,7 +180,7 @@ def _interface(path: Path, kind: str, digest: str, store) -> dict[str, Any]:
     files), relative ones unresolved: the same bytes in another directory
     reference other files.
     """
-    from cache.keys import digest as key_digest
+    from tusk.cache.keys import digest as key_digest
 
     memo_key = key_digest({"interface": INTERFACE_VERSION, "file": digest, "kind": kind})
     memo = store.get_note("kernel-interface", memo_key) if store is not None else None
@@ -198,7 +198,7 @@ def _interface(path: Path, kind: str, digest: str, store) -> dict[str, Any]:
 
 def _refs(k: Kernel, info: dict[str, Any], store) -> list[str]:
     """Absolute paths of every file kernel ``k``'s build reads besides itself."""
-    from cache.keys import file_digest
+    from tusk.cache.keys import file_digest
 
     if k.fmt != "host":
         return sorted({_beside(r, k.path) for r in info["refs"]})
@@ -244,7 +244,7 @@ def _is_klr_file(path: str) -> bool:
 
 
 def _read_klr(path: Path) -> dict[str, Any]:
-    from ir import klr
+    from tusk.ir import klr
 
     kernel = klr.load_lnc_kernel(path)
     return {"fmt": "klr", "ncores": max(1, len(kernel.bodies)),
@@ -260,7 +260,7 @@ def _beside(name: str, kernel_path: Path) -> str:
 
 
 def _klr_tensor(t: Any, path: Path) -> list:
-    from stages.klr_codegen import KLR_TO_BIR_DTYPE  # the one KLR -> BIR dtype table
+    from tusk.stages.klr_codegen import KLR_TO_BIR_DTYPE  # the one KLR -> BIR dtype table
 
     dname = t.dtype.name
     if dname not in KLR_TO_BIR_DTYPE:
@@ -270,8 +270,8 @@ def _klr_tensor(t: Any, path: Path) -> list:
 
 
 def _read_bir_json(path: Path) -> dict[str, Any]:
-    from ir import bir_json
-    from ir.enums import DTYPE_NAMES, FnKind, Mem, TENSOR_KIND_BY_NAME
+    from tusk.ir import bir_json
+    from tusk.ir.enums import DTYPE_NAMES, FnKind, Mem, TENSOR_KIND_BY_NAME
 
     data = path.read_bytes()
     try:
@@ -329,7 +329,7 @@ def _placeholder_files(module) -> list[str]:
 
 def file_digests(k: Kernel) -> dict[str, str]:
     """Digests of every file kernel ``k``'s build reads: the ``files`` part of the keys that need it."""
-    from cache.keys import file_digest
+    from tusk.cache.keys import file_digest
 
     files = {str(k.path): k.digest}
     for r in k.refs:
@@ -340,7 +340,7 @@ def file_digests(k: Kernel) -> dict[str, str]:
 def host_module(k: Kernel, core: int, artifact_dir: str, *, arch: str = "gen3",
                 instruction_limit: int | None = None):
     """The host module for kernel ``k`` on logical core ``core`` (see the module docstring)."""
-    from ir.builder import Builder
+    from tusk.ir.builder import Builder
 
     b = Builder("main")
     ins = [b.dram(name, shape or [1], dtype, kind="ExternalInput") for name, dtype, shape in k.ins]
@@ -364,7 +364,7 @@ def given_host_module(k: Kernel, artifact_dir: str):
     OUT, and a relative ``klir_binary`` would be looked up in whatever the
     current directory is; both are fixed here (see the module docstring).
     """
-    from ir import bir_json
+    from tusk.ir import bir_json
 
     module = bir_json.load(k.path)
     for fn, i in _placeholders(module):

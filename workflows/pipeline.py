@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, TuskError
 
 DEFAULT_ORDER: tuple[str, ...] = (
     "translate_nki_ast_to_bir",
@@ -199,8 +199,7 @@ def apply_defaults(entries: list[Entry], defaults: list[tuple[str, str, Any]]) -
 
 def _option_names(ref: str) -> set[str]:
     """Option names of the pass ``ref`` stands for (empty when it cannot be imported yet)."""
-    import stages
-
+    from tusk import stages
     target = ref if ":" in ref else stages.REGISTRY.get(ref)
     if not target:
         return set()
@@ -228,8 +227,7 @@ def pass_class(target: str) -> type:
 
 def resolve(entries: list[Entry]) -> Resolved:
     """Turn entries into runnable steps; passes that do not exist yet are listed, not run."""
-    import stages
-
+    from tusk import stages
     available = set(stages.available())
     steps: list[Step] = []
     unavailable: list[tuple[str, str]] = []
@@ -250,9 +248,9 @@ def resolve(entries: list[Entry]) -> Resolved:
 
 def _resolve_one(e: Entry, available: set[str]) -> Step | str:
     """The step for ``e``, or why it cannot run yet (a known backend pass not in this checkout)."""
-    import stages
-    from cache.keys import code_digest
-    from stages.base import Pass, make_options, options_spec
+    from tusk import stages
+    from tusk.cache.keys import code_digest
+    from tusk.stages.base import Pass, make_options, options_spec
 
     if ":" in e.ref:
         target = e.ref

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from workflows.compile import CompileResult, summarize
+from tusk.workflows.compile import CompileResult, summarize
 
 
 def _fmt(v: Any) -> str:

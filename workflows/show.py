@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 
 def is_klr(path: Path) -> bool:
@@ -21,11 +21,11 @@ def listing(path: Path) -> str:
     if not path.is_file():
         raise TuskError("not a file (tusk show lists one .klr or BIR-JSON file)", file=str(path))
     if is_klr(path):
-        from ir import klr
+        from tusk.ir import klr
 
         klr.load_lnc_kernel(path)  # what the backend rejects (version, contents) is an error here too
         return klr.listing(klr.read_klr(path.read_bytes(), file=str(path))) + "\n"
-    from ir import bir_json
-    from ir.dump import dump
+    from tusk.ir import bir_json
+    from tusk.ir.dump import dump
 
     return dump(bir_json.load(path))

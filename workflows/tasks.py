@@ -28,13 +28,13 @@ import time
 import traceback
 from typing import Any
 
-from ir.errors import TuskError
+from tusk.ir.errors import TuskError
 
 _STORES: dict[str, Any] = {}
 
 
 def _store(url: str):
-    from cache.store import Store
+    from tusk.cache.store import Store
 
     s = _STORES.get(url)
     if s is None:
@@ -43,8 +43,8 @@ def _store(url: str):
 
 
 def _pass(step: dict):
-    from cache.keys import code_digest
-    from workflows.pipeline import pass_class
+    from tusk.cache.keys import code_digest
+    from tusk.workflows.pipeline import pass_class
 
     cls = pass_class(step["target"])
     # A worker running other code than the client would file results under the wrong key.
@@ -81,8 +81,8 @@ def _slim(rec: dict) -> dict:
 
 
 def _load_input(store, h: str) -> tuple[Any, dict | None]:
-    from cache.objects import ObjectDamaged
-    from cache.store import ObjectMissing
+    from tusk.cache.objects import ObjectDamaged
+    from tusk.cache.store import ObjectMissing
 
     try:
         return store.load(h), None
@@ -109,7 +109,7 @@ class _PassCrashed(Exception):
 
 def _call(fn, *args):
     """Call a pass method; what it raises becomes :class:`_PassRefused` or :class:`_PassCrashed`."""
-    from ir.errors import VerifyError
+    from tusk.ir.errors import VerifyError
 
     try:
         return fn(*args)
@@ -135,7 +135,7 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
     recorded and runs again next time.  Failures outside the pass and the
     verifier are ``infra``: not the kernel's fault.
     """
-    from ir.errors import VerifyError
+    from tusk.ir.errors import VerifyError
 
     if isinstance(e, _PassRefused):
         e = e.error
@@ -163,7 +163,7 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
 def _finish(store, key: str, parts: dict, step: dict, module, out, stats, seconds: float, verify: bool,
             extra: dict | None = None, check: bool = False) -> dict:
     if verify:
-        from ir.verify import verify as verify_module
+        from tusk.ir.verify import verify as verify_module
 
         verify_module(out)
     h = store.put(out, check=check)
@@ -264,7 +264,7 @@ def write_outputs(store_url: str, items: list) -> dict:
     the client checks the files arrived (a worker on another machine may
     not share the output directory) and writes them itself otherwise.
     """
-    from ir import bir_json
+    from tusk.ir import bir_json
 
     try:
         store = _store(store_url)

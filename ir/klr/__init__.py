@@ -20,14 +20,14 @@ Value classes: see :mod:`ir.klr.types` (``TensorName``, ``Access.birPattern``
 a.k.a. ``Access_birPattern``, ``Dtype.float32``...).
 """
 
-from ir.klr import types
-from ir.klr.jsonform import from_json, to_json
-from ir.klr.kernel import iter_operators, load_lnc_kernel, payload_fields, tensor_of, tensor_operands
-from ir.klr.listing import listing
-from ir.klr.pretty import pretty
-from ir.klr.reader import read_header, read_klr, read_value
-from ir.klr.types import KLRFileContents
-from ir.klr.writer import default_file, write_klr, write_value
+from tusk.ir.klr import types
+from tusk.ir.klr.jsonform import from_json, to_json
+from tusk.ir.klr.kernel import iter_operators, load_lnc_kernel, payload_fields, tensor_of, tensor_operands
+from tusk.ir.klr.listing import listing
+from tusk.ir.klr.pretty import pretty
+from tusk.ir.klr.reader import read_header, read_klr, read_value
+from tusk.ir.klr.types import KLRFileContents
+from tusk.ir.klr.writer import default_file, write_klr, write_value
 
 __all__ = [
     "KLRFileContents",

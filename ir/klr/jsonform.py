@@ -22,10 +22,10 @@ import enum
 import math
 from typing import Any
 
-from ir.errors import FormatError
-from ir.klr import types as T
-from ir.klr import wire
-from ir.klr.schema import SCHEMA, Enum, Inductive, ListOf, OptionOf, Prim, Ref, Struct, TypeExpr
+from tusk.ir.errors import FormatError
+from tusk.ir.klr import types as T
+from tusk.ir.klr import wire
+from tusk.ir.klr.schema import SCHEMA, Enum, Inductive, ListOf, OptionOf, Prim, Ref, Struct, TypeExpr
 
 _TOP_KEYS = ("header", "metadata", "contents")
 _TOP_TYPES = ("KLRFile", "KLRMetaData", "Contents")

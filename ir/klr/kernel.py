@@ -12,10 +12,10 @@ import dataclasses
 import os
 from typing import Any, Iterator
 
-from ir.errors import FormatError, TuskError
-from ir.klr import types as T
-from ir.klr.reader import read_header, read_klr
-from ir.klr.schema import FORMAT_VERSION, LNC_CONTENTS, SCHEMA, ListOf, OptionOf, Ref
+from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.klr import types as T
+from tusk.ir.klr.reader import read_header, read_klr
+from tusk.ir.klr.schema import FORMAT_VERSION, LNC_CONTENTS, SCHEMA, ListOf, OptionOf, Ref
 
 
 def load_lnc_kernel(path: str | os.PathLike) -> Any:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ir.klr import types as T
-from ir.klr.kernel import tensor_operands
-from ir.klr.schema import SCHEMA, Inductive
+from tusk.ir.klr import types as T
+from tusk.ir.klr.kernel import tensor_operands
+from tusk.ir.klr.schema import SCHEMA, Inductive
 
 
 def listing(obj: Any) -> str:

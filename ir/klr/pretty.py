@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ir.klr import types as T
-from ir.klr.schema import SCHEMA, Ctor, Enum, Field, Inductive, ListOf, OptionOf, Prim, Struct, TypeExpr
+from tusk.ir.klr import types as T
+from tusk.ir.klr.schema import SCHEMA, Ctor, Enum, Field, Inductive, ListOf, OptionOf, Prim, Struct, TypeExpr
 
 
 def pretty(obj: Any) -> str:

@@ -36,8 +36,8 @@ import dataclasses
 import enum as _enum
 from typing import Any, Iterator, Optional
 
-from ir.klr import schema as _schema
-from ir.klr.schema import SCHEMA, Definition, Field, Inductive, ListOf, OptionOf, Prim, Struct
+from tusk.ir.klr import schema as _schema
+from tusk.ir.klr.schema import SCHEMA, Definition, Field, Inductive, ListOf, OptionOf, Prim, Struct
 
 _PY_PRIMITIVE = {"Nat": "int", "Int": "int", "Bool": "bool", "Float": "float", "String": "str"}
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import struct
 
-from ir.errors import FormatError
-from ir.klr.schema import SCHEMA, Inductive, Struct
+from tusk.ir.errors import FormatError
+from tusk.ir.klr.schema import SCHEMA, Inductive, Struct
 
 #: Appended after the data; see the module docstring.  Longer than any
 #: fixed-size read (a 9-byte integer head) so slices never come up short.

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ir.errors import FormatError
-from ir.klr import types as T
-from ir.klr import wire
-from ir.klr._codegen import Source
-from ir.klr.schema import (
+from tusk.ir.errors import FormatError
+from tusk.ir.klr import types as T
+from tusk.ir.klr import wire
+from tusk.ir.klr._codegen import Source
+from tusk.ir.klr.schema import (
     FORMAT_VERSION,
     SCHEMA,
     Definition,
