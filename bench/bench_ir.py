@@ -16,7 +16,6 @@ import argparse
 import io
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 

@@ -119,10 +119,9 @@ def main() -> None:
 
     try:  # the corpus' big kernel, if the unroller is in this checkout
         from tusk.examples.bir_kernels import large_matmul
-        from tusk.stages import get_pass
+        from tusk.stages import make_pass
 
-        unroll = get_pass("full_unroll")
-        big = unroll.run(large_matmul()[0], unroll.Options(level=2))[0].functions[0]
+        big = make_pass("full_unroll", level=2).run(large_matmul()[0])[0].functions[0]
         t_big = best(lambda: build_fdeps(big), 1, time.process_time)
         print(f"  corpus large_matmul after full_unroll: {big.n_insts:>8} instructions {t_big:6.2f} s CPU "
               f"({big.n_insts / t_big:,.0f} inst/s)")

@@ -23,7 +23,8 @@ import tempfile
 import time
 
 from tusk.examples import klr_kernels
-from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, TranslateOptions, host_module_for
+from tusk.stages.host import host_module_for
+from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
 
 
 def measure(path: str, art: str, runs: int) -> dict:
@@ -31,7 +32,7 @@ def measure(path: str, art: str, runs: int) -> dict:
     best = None
     for _ in range(runs):
         t0 = time.perf_counter()
-        out, stats = TranslateNKIASTToBIR().run(module, TranslateOptions())
+        out, stats = TranslateNKIASTToBIR().run(module)
         total = time.perf_counter() - t0
         if best is None or total < best["total"]:
             best = {"total": total, "read": stats["read_seconds"], "ops": stats["klir_operators"],

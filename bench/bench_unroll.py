@@ -174,7 +174,7 @@ def ceiling_case(total: int, predicated: bool) -> dict:
     """
     from tusk.ir.errors import PassError
     from tusk.ir.expr import AffinePredicate
-    from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
+    from tusk.stages.full_unroll import FullUnroll
 
     b = Builder("ceiling")
     t = b.sbuf("t", (128, 4), addr=0)
@@ -183,7 +183,7 @@ def ceiling_case(total: int, predicated: bool) -> dict:
         b.dma(y.ap(), t.ap(), pred=[AffinePredicate(i, "ge")] if predicated else ())
     t0 = time.perf_counter()
     try:
-        out, _ = FullUnroll().run(b.module(), FullUnrollOptions(level=2))
+        out, _ = FullUnroll(level=2).run(b.module())
         result = f"passed with {out.n_insts()} instructions"
     except PassError as e:
         result = f"failed: {e}"

@@ -85,23 +85,44 @@ def file_digest(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-_CODE_DIGESTS: dict[type, str] = {}
+# The code every pass can run: all of it is in each key (Triton hashes its whole compiler package).
+CODE_PACKAGES = ("tusk.ir", "tusk.stages", "tusk.sim")
+_CODE_DIGESTS: dict[str, str] = {}
+
+
+def package_digest(packages: tuple[str, ...] = CODE_PACKAGES) -> str:
+    """SHA-256 over every source file of ``packages`` (relative path and bytes, sorted) and the store
+    format, computed once per process."""
+    memo = ",".join(packages)
+    if memo not in _CODE_DIGESTS:
+        import importlib
+        from pathlib import Path
+
+        from tusk.ir.serial import FORMAT_VERSION
+
+        h = hashlib.sha256(f"store-format:{FORMAT_VERSION}".encode())
+        for name in packages:
+            for root in importlib.import_module(name).__path__:
+                for path in sorted(Path(root).rglob("*.py")):
+                    h.update(f"\0{name}/{path.relative_to(root).as_posix()}\0".encode())
+                    h.update(path.read_bytes())
+        _CODE_DIGESTS[memo] = h.hexdigest()
+    return _CODE_DIGESTS[memo]
 
 
 def code_digest(cls: type) -> str:
-    """Digest of the source file that defines ``cls``.
+    """Digest of all code pass ``cls`` can run: every source file of tusk.ir, tusk.stages and
+    tusk.sim, the store format, and -- for a pass defined elsewhere (a pipeline plugin) -- its own file.
 
     A pass's ``version`` is the contract; this is the safety net for the
-    common slip of editing a pass without bumping it (Triton keys on its
-    compiler's source the same way).  Helpers in other modules are covered
-    by ``version`` only.
+    common slip of editing a pass or one of its helpers without bumping it.
     """
-    if cls in _CODE_DIGESTS:
-        return _CODE_DIGESTS[cls]
+    module = getattr(cls, "__module__", "") or ""
+    if module.startswith(tuple(p + "." for p in CODE_PACKAGES)):
+        return package_digest()
     try:
         src = inspect.getsourcefile(cls)
-        value = file_digest(src) if src else "unknown"
+        own = file_digest(src) if src else "unknown"
     except (TypeError, OSError):
-        value = "unknown"
-    _CODE_DIGESTS[cls] = value
-    return value
+        own = "unknown"
+    return hashlib.sha256(f"{package_digest()}:{own}".encode()).hexdigest()

@@ -1,17 +1,27 @@
-"""Passes, registered lazily by the backend's pass names.
+"""The one registry of passes, by the backend's pass names.
 
-``get_pass(name)`` imports the module that defines a pass only when it is
-used, so `tusk show` does not pay for the unroller.
+The pipeline, the CLI (`tusk compile`, `tusk passes`), `full_unroll`, the
+build's workers, tests and benchmarks all find passes here.  A pass's module
+is imported only when the pass is used, so `tusk show` does not pay for the
+unroller.
+
+* :func:`get_all_passes` -- name -> loader of the class;
+* :func:`pass_class` -- the class registered as ``name``;
+* :func:`make_pass` / :func:`parse_pass` -- an instance from option values or
+  from its spec string ``name{opt=value ...}``;
+* :func:`load_external` -- a ``"package.module:Class"`` reference (a pipeline
+  file may use a pass that is not registered); it must be a :class:`Pass`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from typing import Any, Callable
 
 from tusk.ir.errors import TuskError
+from tusk.stages.base import OptionError, Pass, parse_spec
 
-# name -> "module:Class"
+# name -> "module:Class", imported on first use
 REGISTRY: dict[str, str] = {
     "translate_nki_ast_to_bir": "tusk.stages.translate_nki_ast_to_bir:TranslateNKIASTToBIR",
     "heuristic_unroll": "tusk.stages.heuristic_unroll:HeuristicUnroll",
@@ -22,29 +32,64 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def available() -> list[str]:
-    """Registered names whose module exists in this checkout."""
-    out = []
-    for name, target in REGISTRY.items():
-        module = target.split(":")[0]
-        if importlib.util.find_spec(module) is not None:
-            out.append(name)
-    return out
+class UnknownPass(OptionError):
+    """No pass is registered under the name."""
 
 
-def get_pass(name: str):
-    """A new instance of the pass registered as ``name``."""
+def get_all_passes() -> dict[str, Callable[[], type[Pass]]]:
+    """Every registered name with a loader of its class (nothing is imported until a loader is called)."""
+    return {name: (lambda name=name: pass_class(name)) for name in REGISTRY}
+
+
+def pass_class(name: str) -> type[Pass]:
+    """The class registered as ``name``."""
     target = REGISTRY.get(name)
     if target is None:
-        raise TuskError(f"unknown pass {name!r} (known: {', '.join(sorted(REGISTRY))})")
-    module_name, cls_name = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            raise TuskError(f"pass {name!r} is not available in this build") from None
-        raise
-    cls = getattr(module, cls_name)
+        raise UnknownPass(f"unknown pass {name!r} (known: {', '.join(sorted(REGISTRY))})")
+    cls = _import(target)
     if cls.name != name:
-        raise TuskError(f"pass class {cls_name} is registered as {name!r} but calls itself {cls.name!r}")
-    return cls()
+        raise TuskError(f"pass class {target} is registered as {name!r} but calls itself {cls.name!r}")
+    return cls
+
+
+def target_of(cls: type[Pass]) -> str:
+    """``"module:Class"``: how a worker imports ``cls``."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def make_pass(name: str, **options: Any) -> Pass:
+    """The pass registered as ``name`` with ``options`` (typed values or text)."""
+    return pass_class(name).with_options(options)
+
+
+def parse_pass(spec: str) -> Pass:
+    """Inverse of ``str(pass)``: ``unroll{loops=marked}`` -> ``Unroll(loops="marked")``."""
+    name, values = parse_spec(spec)
+    return make_pass(name, **values)
+
+
+def load_external(ref: str) -> type[Pass]:
+    """The pass class behind ``"package.module:Class"``; a TuskError if it is not a Pass."""
+    try:
+        cls = _import(ref)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise TuskError(f"pass {ref!r} cannot be imported: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Pass) and cls.name):
+        raise TuskError(f"pass {ref!r} is not a pass (a frozen dataclass subclass of tusk.stages.base.Pass "
+                        f"with a name)")
+    return cls
+
+
+def resolve_target(target: str) -> type[Pass]:
+    """The class behind a target written by :func:`target_of` (what workers call)."""
+    return _import(target)
+
+
+def _import(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise ValueError(f"expected package.module:Class, got {target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,28 +1,50 @@
-"""What every pass is: a name, a version, frozen options, and ``run``.
+"""The pass contract: a pass is a frozen dataclass whose fields are its options.
 
-A pass is a class with
+::
 
-* ``name`` — the backend's registered pass name (users search for it);
-* ``version`` — changes whenever the pass's output for a given input can
-  change, so cached results of older versions are not reused;
-* ``Options`` — a frozen dataclass of typed options (``str(spec)`` gives the
-  deterministic ``name{opt=value ...}`` form used in cache keys and logs);
-* ``run(module, options) -> (module, stats)`` — never mutates ``module``;
-  ``stats`` is a small JSON-able dict (counts, not objects).
+    @dataclass(frozen=True)
+    class Unroll(Pass):
+        \"\"\"Flatten static loops.\"\"\"
 
-A pass whose work falls apart into independent pieces also implements
-``split(module, options)`` (a list of part modules, or None when there is
-nothing to gain) and ``merge(module, parts, part_stats, options)``.  The
-build graph runs ``run`` on every part in parallel and then ``merge``; the
-result must equal the serial ``run``.
+        name = "unroll"            # the backend's registered pass name (users search for it)
+        version = "3"              # bump whenever the output for a given input can change
+        splittable = True          # run/split/merge below; the build fans the parts out
+        reads_files = False        # True: run() reads files the module only names (translate)
+
+        loops: Literal["all", "marked"] = option("all", "which static loops to flatten")
+
+        def run(self, module): ...  -> (new module, stats)
+
+* ``run(module) -> (module, stats)`` depends only on the module and the
+  pass's fields: no state on ``self`` (the instance is frozen), no
+  environment, no globals.  It never mutates ``module``; ``stats`` is a
+  small JSON-able dict of counts.
+* A ``splittable`` pass also implements ``split(module)`` (independent part
+  modules, or None to run whole) and ``merge(module, parts, part_stats)``;
+  the merged result must equal ``run``'s (tests compare content hashes).
+* ``str(p)`` is the deterministic spec ``name{opt=value ...}`` (every field,
+  in declaration order); :func:`tusk.stages.parse_pass` reads it back, so
+  ``parse_pass(str(p)) == p``.
+* Options are typed by their annotations (``bool``, ``int``, ``float``,
+  ``str``, ``Literal[...]``, ``X | None``) and checked when the pass is
+  built: a wrong value is an :class:`OptionError` naming pass and option.
+
+Every setting that changes output is a field (or a build setting that the
+build puts into the module and the action key, such as the target arch), so
+the action key of a step, which covers the fields, covers everything the
+pass depends on besides the code (see ``tusk.cache.keys.code_digest``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Mapping, Union
 
 from tusk.ir.errors import TuskError
 from tusk.ir.module import Module
@@ -30,101 +52,217 @@ from tusk.ir.module import Module
 Stats = dict[str, Any]
 
 
+class OptionError(TuskError):
+    """A pass option with a wrong name or value (a usage error, found before anything runs)."""
+
+
+def option(default: Any, help: str) -> Any:
+    """A pass option: its default and the one line ``tusk passes`` shows."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
-class NoOptions:
-    pass
+class OptionInfo:
+    name: str
+    type: str        # as users write it: int, bool, "all" | "marked", int | none ...
+    default: Any
+    help: str
 
 
+@dataclass(frozen=True)
 class Pass:
+    """Base of every pass; see the module docstring for the contract."""
+
     name: ClassVar[str] = ""
     version: ClassVar[str] = "1"
-    Options: ClassVar[type] = NoOptions
+    reads_files: ClassVar[bool] = False
+    splittable: ClassVar[bool] = False
 
-    def __init__(self) -> None:
-        self.log = logging.getLogger(f"tusk.{self.name}")
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _accepts(hints[f.name], value):
+                raise OptionError(f"option {self.name}.{f.name} expects {_type_text(hints[f.name])}, "
+                                  f"got {value!r}")
 
-    def run(self, module: Module, options: Any) -> tuple[Module, Stats]:
+    # ------------------------------------------------------------ the work
+    def run(self, module: Module) -> tuple[Module, Stats]:
         raise NotImplementedError
 
-    def split(self, module: Module, options: Any) -> list[Module] | None:
-        """Independent parts of the work, or None to run whole."""
+    def split(self, module: Module) -> list[Module] | None:
+        """Independent parts of the work (``splittable`` passes), or None to run whole."""
         return None
 
-    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats], options: Any
-              ) -> tuple[Module, Stats]:
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         raise NotImplementedError(f"{self.name} does not split")
 
-    def run_split(self, module: Module, options: Any) -> tuple[Module, Stats]:
-        """The split/run/merge path run serially (tests compare it with ``run``)."""
-        parts = self.split(module, options)
+    def run_split(self, module: Module) -> tuple[Module, Stats]:
+        """The split/run/merge path, serially (tests compare it with ``run``)."""
+        parts = self.split(module)
         if parts is None:
-            return self.run(module, options)
-        results = [self.run(p, options) for p in parts]
-        return self.merge(module, [m for m, _ in results], [s for _, s in results], options)
+            return self.run(module)
+        results = [self.run(p) for p in parts]
+        return self.merge(module, [m for m, _ in results], [s for _, s in results])
+
+    @property
+    def log(self) -> logging.Logger:
+        return logging.getLogger(f"tusk.{self.name}")
+
+    # ------------------------------------------------------------ options
+    @classmethod
+    def options(cls) -> list[OptionInfo]:
+        hints = _hints(cls)
+        return [OptionInfo(f.name, _type_text(hints[f.name]), f.default, f.metadata.get("help", ""))
+                for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def with_options(cls, values: Mapping[str, Any]) -> "Pass":
+        """The pass with ``values`` (text from the command line, or typed values from TOML/JSON)."""
+        hints = _hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}
+        typed = {}
+        for key, value in values.items():
+            if key not in known:
+                raise OptionError(f"pass {cls.name} has no option {key!r} (options: "
+                                  f"{', '.join(sorted(known)) or 'none'})")
+            typed[key] = _coerce(hints[key], value, f"{cls.name}.{key}")
+        return cls(**typed)
+
+    def option_values(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __str__(self) -> str:
+        fs = dataclasses.fields(self)
+        if not fs:
+            return self.name
+        return f"{self.name}{{{' '.join(f'{f.name}={format_value(getattr(self, f.name))}' for f in fs)}}}"
 
 
-def options_spec(name: str, options: Any) -> str:
-    """``name{a=1 b=x}``: deterministic, and parsed back by :func:`parse_options`."""
-    if not dataclasses.is_dataclass(options) or not fields(options):
-        return name
-    body = " ".join(f"{f.name}={_fmt(getattr(options, f.name))}" for f in fields(options))
-    return f"{name}{{{body}}}"
+# ---------------------------------------------------------------- typed values
+
+_BARE = re.compile(r"[A-Za-z0-9_.:/+\-]+")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def _fmt(v: Any) -> str:
+def format_value(v: Any) -> str:
+    """One option value in a spec: parsed back exactly by :func:`parse_spec` + the option's type."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    return str(v)
+    if v is None:
+        return "none"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    text = str(v)
+    if _BARE.fullmatch(text) and text.lower() != "none":
+        return text
+    return json.dumps(text)
 
 
-def coerce_option(cls: type, key: str, text: Any, pass_name: str) -> Any:
-    """Convert ``text`` (from the command line or TOML) to the type of option ``key``."""
-    by_name = {f.name: f for f in fields(cls)}
-    if key not in by_name:
-        known = ", ".join(sorted(by_name)) or "none"
-        raise TuskError(f"pass {pass_name} has no option {key!r} (options: {known})")
-    default = by_name[key].default
-    kind = type(default) if default is not dataclasses.MISSING and default is not None else str
-    if not isinstance(text, str):
-        if kind is float and isinstance(text, int):
-            return float(text)
-        if isinstance(text, kind) or (default is None):
-            return text
-        raise TuskError(f"option {pass_name}.{key} expects {kind.__name__}, got {text!r}")
-    try:
-        if kind is bool:
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(text)
-        if default is None:
-            try:
-                return int(text)
-            except ValueError:
-                return text
-        return kind(text)
-    except ValueError:
-        raise TuskError(f"option {pass_name}.{key} expects {kind.__name__}, got {text!r}") from None
+_ITEM = re.compile(r'\s*([A-Za-z_]\w*)=("(?:[^"\\]|\\.)*"|[^\s"{}]*)')
 
 
-def make_options(cls: type, values: dict[str, Any], pass_name: str) -> Any:
-    return cls(**{k: coerce_option(cls, k, v, pass_name) for k, v in values.items()})
-
-
-def parse_options(spec: str) -> tuple[str, dict[str, str]]:
-    """Inverse of :func:`options_spec`: ``name{a=1 b=x}`` -> (name, {"a": "1", "b": "x"})."""
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``name{a=1 b="x y"}`` -> (name, {"a": "1", "b": "x y"}); values stay text."""
     spec = spec.strip()
     if "{" not in spec:
         return spec, {}
     if not spec.endswith("}"):
-        raise TuskError(f"malformed pass spec {spec!r}")
+        raise OptionError(f"malformed pass spec {spec!r}: expected name{{option=value ...}}")
     name, body = spec[:-1].split("{", 1)
-    out = {}
-    for item in body.split():
-        if "=" not in item:
-            raise TuskError(f"malformed option {item!r} in pass spec {spec!r}")
-        k, v = item.split("=", 1)
-        out[k] = v
-    return name, out
+    out: dict[str, str] = {}
+    pos = 0
+    while body[pos:].strip():
+        m = _ITEM.match(body, pos)
+        if not m:
+            raise OptionError(f"malformed pass spec {spec!r} at {body[pos:].strip()!r}")
+        key, raw = m.group(1), m.group(2)
+        out[key] = json.loads(raw) if raw.startswith('"') else raw
+        pos = m.end()
+    return name.strip(), out
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _args(tp: Any) -> tuple[Any, ...]:
+    return typing.get_args(tp)
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _accepts(tp: Any, value: Any) -> bool:
+    if tp is Any:
+        return True
+    if _is_union(tp):
+        return any(_accepts(t, value) for t in _args(tp))
+    if typing.get_origin(tp) is Literal:
+        return any(value == a and type(value) is type(a) for a in _args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool))
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _type_text(tp: Any) -> str:
+    if _is_union(tp):
+        return " | ".join(_type_text(t) for t in _args(tp))
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(json.dumps(a) if isinstance(a, str) else format_value(a) for a in _args(tp))
+    if tp is type(None):
+        return "none"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """``value`` as type ``tp``: text is parsed, typed values are checked (int -> float allowed)."""
+    if not isinstance(value, str) or tp is str:
+        if tp is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if _is_union(tp) and float in _args(tp) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if _accepts(tp, value):
+            return value
+        raise OptionError(f"option {where} expects {_type_text(tp)}, got {value!r}")
+    candidates = _args(tp) if _is_union(tp) else (tp,)
+    for t in candidates:  # none first, so "none" never becomes the string "none"
+        if t is type(None) and value.strip().lower() == "none":
+            return None
+    for t in candidates:
+        parsed = _parse_text(t, value)
+        if parsed is not _NO:
+            return parsed
+    raise OptionError(f"option {where} expects {_type_text(tp)}, got {value!r}")
+
+
+_NO = object()
+
+
+def _parse_text(tp: Any, text: str) -> Any:
+    low = text.strip().lower()
+    if tp is bool:
+        return True if low in _TRUE else False if low in _FALSE else _NO
+    if tp is int:
+        try:
+            return int(text.strip())
+        except ValueError:
+            return _NO
+    if tp is float:
+        try:
+            return float(text.strip())
+        except ValueError:
+            return _NO
+    if tp is str:
+        return text
+    if typing.get_origin(tp) is Literal:
+        for a in _args(tp):
+            if format_value(a) == text.strip() or (isinstance(a, str) and a == text):
+                return a
+        return _NO
+    return _NO

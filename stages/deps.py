@@ -70,7 +70,7 @@ from tusk.ir.columns import Table
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
 from tusk.ir.expr import IntRuntimeValue, QuasiAffine
 from tusk.ir.module import DEP_SCHEMA, Function, Module, _ranges
-from tusk.stages.base import Pass, Stats
+from tusk.stages.base import Pass, Stats, option
 
 SPACE_SB, SPACE_PSUM, SPACE_DRAM = 0, 1, 2
 WHOLE = 1 << 42  # "every byte" of a space
@@ -651,25 +651,22 @@ def edge_counts(fn: Function) -> dict[str, int]:
     return {name: int((kinds == k).sum()) for k, name in enumerate(EDGE_KINDS, start=1)}
 
 
+@dataclass(frozen=True)
 class BuildFDeps(Pass):
     """Rebuild every function's dependence edges from physical address overlap (straight-line code)."""
 
     name = "build_fdeps"
     version = "1"
 
-    @dataclass(frozen=True)
-    class Options:
-        ordered: bool = True         # Ordered edges between consecutive DMAs of one queue
-        keep_existing: bool = False  # merge with the edges already present instead of replacing them
+    ordered: bool = option(True, "Ordered edges between consecutive DMAs of one queue")
+    keep_existing: bool = option(False, "merge with the edges already present instead of replacing them")
 
-    Options.__qualname__ = "BuildFDeps.Options"
-
-    def run(self, module: Module, options: "BuildFDeps.Options") -> tuple[Module, Stats]:
+    def run(self, module: Module) -> tuple[Module, Stats]:
         out = module.copy()
         stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
         for fn in out.functions:
-            src, dst, kind = dependence_edges(fn, ordered=options.ordered)
-            _install(fn, src, dst, kind, options.keep_existing)
+            src, dst, kind = dependence_edges(fn, ordered=self.ordered)
+            _install(fn, src, dst, kind, self.keep_existing)
             stats["functions"] += 1
             stats["edges"] += len(fn.deps)
             for k, v in edge_counts(fn).items():
@@ -701,20 +698,18 @@ def clear_inst_deps(module: Module, *, entry_gate: bool = False) -> Module:
     return out
 
 
+@dataclass(frozen=True)
 class ClearInstDeps(Pass):
     """Drop every dependence edge of attribute-12 (kernel-scope / post-schedule) functions."""
 
     name = "clear_inst_deps"
     version = "1"
 
-    @dataclass(frozen=True)
-    class Options:
-        entry_gate: bool = False  # gate on the entry function's attribute and clear all functions (the binary)
+    entry_gate: bool = option(False, "gate on the entry function's attribute 12 and then clear every function "
+                                     "(the binary's literal behaviour)")
 
-    Options.__qualname__ = "ClearInstDeps.Options"
-
-    def run(self, module: Module, options: "ClearInstDeps.Options") -> tuple[Module, Stats]:
-        targets = _clear_targets(module, options.entry_gate)
+    def run(self, module: Module) -> tuple[Module, Stats]:
+        targets = _clear_targets(module, self.entry_gate)
         removed = sum(len(module.functions[k].deps) + len(module.functions[k].carried) for k in targets)
-        return clear_inst_deps(module, entry_gate=options.entry_gate), {"functions_cleared": len(targets),
+        return clear_inst_deps(module, entry_gate=self.entry_gate), {"functions_cleared": len(targets),
                                                                         "edges_removed": removed}

@@ -23,7 +23,7 @@ from tusk.ir.columns import Table
 from tusk.ir.enums import FnAttr
 from tusk.ir.errors import PassError
 from tusk.ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
-from tusk.stages.base import Pass, Stats
+from tusk.stages.base import Pass, Stats, option
 from tusk.stages.dce import dce, removable
 from tusk.stages.unroll import clone_counts, renumber_core_barriers, unroll_function
 
@@ -37,11 +37,6 @@ def instruction_limit_check(total_count: int) -> None:
     """Fails unless ``total_count < 25000000`` (24,999,999 passes, 25,000,000 fails)."""
     if not total_count < CEILING:
         raise PassError(f"{TOO_MANY} (total_count={total_count}, must be < {CEILING})")
-
-
-@dataclass(frozen=True)
-class FullUnrollOptions:
-    level: int = -1
 
 
 def memlocs_generation(fn: Function) -> int:
@@ -98,15 +93,18 @@ def erase_all_dependencies(fn: Function) -> None:
     fn.carried = Table(CARRIED_SCHEMA)
 
 
+@dataclass(frozen=True)
 class FullUnroll(Pass):
     """Level-gated full unroll with the 25M ceiling (see module docstring)."""
 
     name = "full_unroll"
     version = "1"
-    Options = FullUnrollOptions
 
-    def run(self, module: Module, options: FullUnrollOptions) -> tuple[Module, Stats]:
-        level = options.level
+    level: int = option(-1, "0: memloc generation only; 1: unroll the first function if marked; 2: unroll "
+                            "every function and drop all dependencies (-1: not set, an error)")
+
+    def run(self, module: Module) -> tuple[Module, Stats]:
+        level = self.level
         if level == -1:
             raise PassError(LEVEL_MESSAGE)
         if level not in (0, 1, 2):

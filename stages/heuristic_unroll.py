@@ -4,87 +4,90 @@ A loop is eligible iff it is innermost and free of runtime ("symbolic")
 access patterns: every address in its body folds to a constant once its
 loop indices are known (no register values, gather indices or dynamic
 access info).  There is no trip-count threshold.  The only budget is the
-MAXHU environment variable (or the ``maxhu`` option), a cap on how many loops
-are marked across the whole run.  Marked loops carry ``"unroll": true``;
+``maxhu`` option, a cap on how many loops are marked across the whole run
+(the backend reads it from the MAXHU environment variable; Tusk's CLI does
+too, once, and passes it here).  Marked loops carry ``"unroll": true``;
 ``unroll{loops=marked}`` flattens exactly those.
 """
 
 from __future__ import annotations
 
-import os
+import logging
 from dataclasses import dataclass
 
 from tusk.ir.enums import LOOP_OPCODES, Kind, Op
 from tusk.ir.expr import AffineIdx, FloorDivExpr, ModuloExpr, ShardIdx
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module
-from tusk.stages.base import Pass, Stats
+from tusk.stages.base import OptionError, Pass, Stats, option
+
+log = logging.getLogger("tusk.heuristic_unroll")
 
 
 @dataclass(frozen=True)
-class HeuristicUnrollOptions:
-    enabled: bool = True
-    maxhu: int = -1  # cap on marked loops; -1: read the MAXHU environment variable (unset: no cap)
-
-
-def maxhu_from_env() -> int:
-    text = os.environ.get("MAXHU", "").strip()
-    if not text:
-        return -1
-    try:
-        return int(text)
-    except ValueError:
-        raise PassError(f"MAXHU must be an integer, got {text!r}") from None
-
-
 class HeuristicUnroll(Pass):
     """Mark innermost, fully static loops for full unroll (see module docstring)."""
 
     name = "heuristic_unroll"
     version = "1"
-    Options = HeuristicUnrollOptions
 
-    def run(self, module: Module, options: HeuristicUnrollOptions) -> tuple[Module, Stats]:
-        if not options.enabled:
-            self.log.info("Heuristic unroll is off.")
+    enabled: bool = option(True, "mark loops at all (false: the pass changes nothing)")
+    maxhu: int | None = option(None, "cap on the loops marked in the whole module (the backend's MAXHU); "
+                                     "none: no cap")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.maxhu is not None and self.maxhu < 0:
+            raise OptionError(f"option heuristic_unroll.maxhu must be 0 or more, got {self.maxhu}")
+
+    def run(self, module: Module) -> tuple[Module, Stats]:
+        if not self.enabled:
+            log.info("Heuristic unroll is off.")
             return module, {"eligible": 0, "marked": 0}
-        cap = options.maxhu if options.maxhu >= 0 else maxhu_from_env()
         out = module.copy()
-        self.marked = 0
-        self.cap = cap
+        budget = _Budget(self.maxhu)
         total = 0
         for fn in out.functions:
             for b in fn.top_blocks():
-                total += self._block(fn, b)
+                total += _mark_block(fn, b, budget)
             fn.invalidate()
-        self.log.info("Heuristically unrolled %d loops.", total)
-        return out, {"eligible": total, "marked": self.marked}
+        log.info("Heuristically unrolled %d loops.", total)
+        return out, {"eligible": total, "marked": budget.marked}
 
-    def _block(self, fn: Function, b: int) -> int:
-        count = 0
-        rows = fn.block_rows()[b].tolist()
-        for row in rows:
-            if int(fn.insts.get("opcode", row)) != Op.Loop:
-                continue
-            bodies = fn.body_blocks(row)
-            if not _innermost(fn, row):
-                for c in bodies:
-                    count += self._block(fn, c)
-                continue
-            if _contains_symbolic(fn, row):
-                continue
-            if len(bodies) != 1:
-                raise PassError(f"heuristic_unroll: loop {fn.inst_name(row)} has {len(bodies)} body blocks; "
-                                f"an eligible loop must have exactly one")
-            if self.cap >= 0 and self.marked >= self.cap:
-                self.log.debug("skip (cap %d reached): %s", self.cap, fn.inst_name(row))
-            else:
-                self.log.debug("unroll: %s", fn.inst_name(row))
-                rec = fn.inst(row).attrs.with_(unroll=True)
-                fn.insts.set("attrs", row, fn.intern_record(rec))
-                self.marked += 1
-            count += 1
-        return count
+
+@dataclass
+class _Budget:
+    """The MAXHU cap and how much of it this run has used."""
+
+    cap: int | None
+    marked: int = 0
+
+
+def _mark_block(fn: Function, b: int, budget: _Budget) -> int:
+    """Mark the eligible loops of block ``b`` (recursively); returns how many were eligible."""
+    count = 0
+    for row in fn.block_rows()[b].tolist():
+        if int(fn.insts.get("opcode", row)) != Op.Loop:
+            continue
+        bodies = fn.body_blocks(row)
+        if not _innermost(fn, row):
+            for c in bodies:
+                count += _mark_block(fn, c, budget)
+            continue
+        if _contains_symbolic(fn, row):
+            continue
+        if len(bodies) != 1:
+            raise PassError(f"heuristic_unroll: loop {fn.inst_name(row)} has {len(bodies)} body blocks; "
+                            f"an eligible loop must have exactly one")
+        if budget.cap is not None and budget.marked >= budget.cap:
+            log.debug("skip (cap %d reached): %s", budget.cap, fn.inst_name(row))
+        else:
+            log.debug("unroll: %s", fn.inst_name(row))
+            rec = fn.inst(row).attrs.with_(unroll=True)
+            fn.insts.set("attrs", row, fn.intern_record(rec))
+            budget.marked += 1
+        count += 1
+    return count
 
 
 def _subtree(fn: Function, loop: int) -> list[int]:

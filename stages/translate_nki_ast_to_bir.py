@@ -36,8 +36,8 @@ not cache its failures, which can depend on the artifact directory.
 Only placeholders that were expanded are removed.  The pass materialises; it
 never allocates: a KLR kernel with an unplaced SBUF/PSUM tensor is an error.
 
-:func:`host_module_for` builds the module the backend hands this pass (a
-``main`` with host DRAM tensors and one placeholder) for tests and tools.
+The module the backend hands this pass (a ``main`` with host DRAM tensors
+and one placeholder) is built by :mod:`tusk.stages.host`.
 """
 
 from __future__ import annotations
@@ -48,32 +48,25 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.columns import Record
-from tusk.ir.enums import INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op, Role, TensorKind
+from tusk.ir.enums import FnKind, Mem, Op, Role, TensorKind
 from tusk.ir.errors import FormatError, PassError, TuskError
 from tusk.ir.module import Function, Module
-from tusk.stages.base import Pass, Stats
+from tusk.stages.base import Pass, Stats, option
+from tusk.stages.host import dram_arguments
 
 log = logging.getLogger("tusk.translate_nki_ast_to_bir")
 
-KLR_MAGIC = b"\xd9\xd9\xf7"
 MSG_MISSING = ("NKI Kernel file {filename} does not exist, either in full path or in compiler artifacts "
                "directory")
 MSG_CORE_UNSET = "NeuronCoreId must be set when the LNC count is greater than 1"
 MSG_SKIP = "The kernel is compiled for LNC count lower than the current core_id {core} skip lowering"
 KERNEL_SOURCE = {"klr": "Beta2", "bir": "Beta3"}
-
-
-@dataclass(frozen=True)
-class TranslateOptions:
-    """``stage_files``: copy the kernel file and const files into the artifact directory."""
-
-    stage_files: bool = True
 
 
 @dataclass
@@ -86,160 +79,36 @@ class _Lowered:
     read_seconds: float = 0.0
 
 
-class TranslateNKIASTToBIR(Pass):
-    name = "translate_nki_ast_to_bir"
-    version = "2"
-    Options = TranslateOptions
-    reads_files = True  # the kernel and const files the placeholders name (see the module docstring)
+@dataclass
+class _Staging:
+    """What one run stages into the artifact directory: artifact-relative name -> source file."""
 
-    def run(self, module: Module, options: TranslateOptions | None = None) -> tuple[Module, Stats]:
-        options = options if isinstance(options, TranslateOptions) else TranslateOptions()
-        t0 = time.perf_counter()
-        out = module.copy()
-        stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
-                        "kernel_instructions": 0, "read_seconds": 0.0}
-        self._artifacts: dict[str, str] = {}  # artifact-relative name -> source, for all placeholders
-        self.log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
-        taken = {f.name for f in out.functions}
-        for k, fn in enumerate(list(out.functions)):
-            if not len(fn.insts):
-                continue
-            rows = np.nonzero(fn.insts["opcode"] == Op.NKIKLIRKernel)[0].tolist()
-            if not rows:
-                continue
-            self.log.info("Start of KLIR kernel lowering pass, number of insts: %d, number of allocs: %d",
-                          len(fn.insts), len(fn.memlocs))
-            scan = time.perf_counter()
-            calls: dict[int, tuple[str, Record]] = {}  # placeholder row -> (call name, call attrs)
-            for row in rows:  # collect first, expand, then remove only the expanded ones
-                stats["placeholders"] += 1
-                self.log.info("Found InstKLIRKernel: %s", fn.inst_name(row))
-                lowered = self._lower(out, fn, row, options, taken)
-                if lowered is None:
-                    stats["skipped"] += 1
-                    continue
-                taken.add(lowered.fn.name)
-                out.functions.append(lowered.fn)
-                calls[row] = self._call_site(fn, row, lowered)
-                stats["expanded"] += 1
-                stats["klir_operators"] += lowered.operators
-                stats["kernel_instructions"] += len(lowered.fn.insts)
-                stats["read_seconds"] += lowered.read_seconds
-            if calls:
-                out.functions[k] = _replace_placeholders(fn, calls)
-            self.log.info("Scan BKs time (s): %.6f", time.perf_counter() - scan)
-        stats["read_seconds"] = round(stats["read_seconds"], 6)
-        stats["seconds"] = round(time.perf_counter() - t0, 6)
-        if self._artifacts:
-            stats["artifacts"] = dict(sorted(self._artifacts.items()))
-        return out, stats
+    art: str
+    stage: bool
+    artifacts: dict[str, str] = field(default_factory=dict)
 
-    def _artifact(self, rel: str, src: str) -> str:
+    def claim(self, rel: str, src: str) -> str:
         """Claim artifact-relative name ``rel`` for file ``src``; two different files may not share it."""
         src = os.path.abspath(src)
-        other = self._artifacts.setdefault(rel, src)
+        other = self.artifacts.setdefault(rel, src)
         if os.path.realpath(other) != os.path.realpath(src):
             raise PassError(f"two files would be staged as {rel} in the artifact directory: {other} and {src}")
         return rel
 
-    # ------------------------------------------------------------------ one placeholder
-    def _lower(self, module: Module, fn: Function, row: int, options: TranslateOptions,
-               taken: set[str]) -> _Lowered | None:
-        attrs = fn.record(fn.insts.get("attrs", row))
-        written = attrs.get("klir_binary")
-        if not isinstance(written, str) or not written:
-            raise PassError(f"InstNKIKLIRKernel {fn.inst_name(row)} names no kernel file (klir_binary)")
-        art = module.artifact_dir
-        path = resolve_kernel_file(written, art)
-        if art:
-            self._artifact(os.path.basename(path), path)
-            if options.stage_files:
-                stage_file(path, art)
-        fmt = attrs.get("kernel_format", "")
-        core = module.neuron_core_id
-        if fmt == "bir":
-            lowered = self._from_bir_json(path, core, taken)
-        else:
-            lowered = self._from_klr(path, core, taken, art, options)
-        if lowered is None:
-            self.log.info(MSG_SKIP.format(core=core))
-            return None
-        if lowered.fmt == "bir":
-            self._copy_const_files(lowered.fn, os.path.dirname(path), art, options.stage_files)
-        return lowered
-
-    def _from_bir_json(self, path: str, core: int | None, taken: set[str]) -> _Lowered | None:
-        from tusk.ir.bir_json import load_function_obj
-
-        t0 = time.perf_counter()
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as e:
-            raise TuskError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
-        try:
-            obj = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FormatError(f"malformed JSON: {e}", file=path) from None
-        read = time.perf_counter() - t0
-        if not isinstance(obj, dict):
-            raise FormatError("a BIR-JSON kernel must be a JSON object", file=path)
-        self.log.info("BIR JSON file has been loaded from disk: %s", path)
-        fns = obj.get("functions")
-        if not isinstance(fns, list):
-            raise FormatError("a BIR-JSON kernel needs a \"functions\" array", file=path)
-        core = _core_for(core, len(fns))
-        if core >= len(fns):
-            return None
-        fobj = fns[core]
-        name = fobj.get("name") if isinstance(fobj, dict) else None
-        self.log.info("Creating NKI function from BIR JSON: %s and core id: %d", name, core)
-        kfn = load_function_obj(fobj, file=path, where=f"functions[{core}]")
-        kfn.kind = FnKind.NKI
-        kfn.name = _unique_name(kfn.name, taken)
-        ins, outs = _bir_interface(kfn)
-        return _Lowered(kfn, "bir", ins, outs, operators=len(kfn.insts), read_seconds=read)
-
-    def _from_klr(self, path: str, core: int | None, taken: set[str], art: str,
-                  options: TranslateOptions) -> _Lowered | None:
-        from tusk.ir.klr import load_lnc_kernel
-        from tusk.stages.klr_codegen import KlirToBirCodegen
-
-        t0 = time.perf_counter()
-        kernel = load_lnc_kernel(path)  # "fail to locate KLIR artifact" / "Wrong KLR version" / content type
-        read = time.perf_counter() - t0
-        core = _core_for(core, len(kernel.bodies))
-        if core >= len(kernel.bodies):
-            return None
-        const_files = {sc.name: self._const(sc.fileName, os.path.dirname(path), art, options.stage_files)
-                       for sc in kernel.sharedConstants}
-        base = kernel.name if len(kernel.bodies) == 1 else f"{kernel.name}.core{core}"
-        fn = Function(_unique_name(base, taken), FnKind.NKI)
-        cg = KlirToBirCodegen(fn, kernel, core, const_files=const_files)
-        cg.codegen_lnc_kernel()
-        if not cg.is_allocated:
-            shown = ", ".join(cg.unallocated[:8]) + (" ..." if len(cg.unallocated) > 8 else "")
-            raise PassError(f"NKI kernel {kernel.name} is not allocated: SBUF/PSUM tensor(s) {shown} have no "
-                            f"placement (parOffset/freeOffset); TranslateNKIASTToBIR does not allocate")
-        ins = [(cg.memloc_name(t), t.name) for t in kernel.inputs]
-        outs = [(cg.memloc_name(t), t.name) for t in kernel.outputs]
-        return _Lowered(fn, "klr", ins, outs, operators=cg.n_operators, read_seconds=read)
-
-    # ------------------------------------------------------------------ const files
-    def _const(self, written: str, kernel_dir: str, art: str, stage: bool) -> str:
-        """The const_file_path for a const file the kernel names ``written``; stages it (see ``run``)."""
+    def const(self, written: str, kernel_dir: str) -> str:
+        """The const_file_path for a const file the kernel names ``written``; stages it (see the docstring)."""
         src = _find_const(written, kernel_dir)
-        if not art:
+        if not self.art:
             return os.path.abspath(src)
-        if not stage:  # the path stays as the kernel wrote it
+        if not self.stage:  # the path stays as the kernel wrote it
             if not os.path.isabs(written):
-                self._artifact(_const_dest(written), src)
+                self.claim(_const_dest(written), src)
             return written
-        rel = self._artifact(_const_dest(written), src)
-        stage_file(src, art, rel)
+        rel = self.claim(_const_dest(written), src)
+        stage_file(src, self.art, rel)
         return rel
 
-    def _copy_const_files(self, fn: Function, kernel_dir: str, art: str, stage: bool) -> None:
+    def copy_const_files(self, fn: Function, kernel_dir: str) -> None:
         """Every Const tensor's file into the artifact directory; its path rewritten relative to it."""
         ml = fn.memlocs
         if not len(ml):
@@ -250,27 +119,165 @@ class TranslateNKIASTToBIR(Pass):
             if cp < 0 or int(kinds[ml.get("set", m)]) != TensorKind.Const:
                 continue
             written = fn.strings[cp]
-            path = self._const(written, kernel_dir, art, stage)
+            path = self.const(written, kernel_dir)
             if path != written:
                 ml.set("const_path", m, fn.s(path))
 
-    # ------------------------------------------------------------------ call site
-    def _call_site(self, fn: Function, row: int, lowered: _Lowered) -> tuple[str, Record]:
-        attrs = fn.record(fn.insts.get("attrs", row))
-        view = fn.inst(row)
-        caller_ins = [o.memloc_name for o in view.ins]
-        caller_outs = [o.memloc_name for o in view.outs]
-        given_args = dict(attrs.get("func_args") or {})
-        given_outs = dict(attrs.get("func_outs") or {})
-        func_args = _map_arguments(lowered.ins, caller_ins, given_args, "input", lowered.fn.name)
-        func_outs = _map_arguments(lowered.outs, caller_outs, given_outs, "output", lowered.fn.name)
-        call = {"func": lowered.fn.name, "func_args": func_args, "func_outs": func_outs,
-                "address_rotation_scope_val": attrs.get("address_rotation_scope_val", 0),
-                "kernel_source_val": KERNEL_SOURCE[lowered.fmt]}
-        shapes = scratchpad_shapes(lowered.fn)
-        if shapes is not None:
-            call["sb_buf_shape"], call["psum_buf_shape"] = shapes
-        return lowered.fn.name, Record.of(call)
+
+@dataclass(frozen=True)
+class TranslateNKIASTToBIR(Pass):
+    """Expand every NKI-kernel placeholder into a BIR function (see the module docstring)."""
+
+    name = "translate_nki_ast_to_bir"
+    version = "2"
+    reads_files = True  # the kernel and const files the placeholders name (see the module docstring)
+
+    stage_files: bool = option(True, "copy the kernel file and its const files into the artifact directory")
+
+    def run(self, module: Module) -> tuple[Module, Stats]:
+        t0 = time.perf_counter()
+        out = module.copy()
+        stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
+                        "kernel_instructions": 0, "read_seconds": 0.0}
+        staging = _Staging(module.artifact_dir, self.stage_files)
+        log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
+        taken = {f.name for f in out.functions}
+        for k, fn in enumerate(list(out.functions)):
+            if not len(fn.insts):
+                continue
+            rows = np.nonzero(fn.insts["opcode"] == Op.NKIKLIRKernel)[0].tolist()
+            if not rows:
+                continue
+            log.info("Start of KLIR kernel lowering pass, number of insts: %d, number of allocs: %d",
+                     len(fn.insts), len(fn.memlocs))
+            scan = time.perf_counter()
+            calls: dict[int, tuple[str, Record]] = {}  # placeholder row -> (call name, call attrs)
+            for row in rows:  # collect first, expand, then remove only the expanded ones
+                stats["placeholders"] += 1
+                log.info("Found InstKLIRKernel: %s", fn.inst_name(row))
+                lowered = _lower(out, fn, row, staging, taken)
+                if lowered is None:
+                    stats["skipped"] += 1
+                    continue
+                taken.add(lowered.fn.name)
+                out.functions.append(lowered.fn)
+                calls[row] = _call_site(fn, row, lowered)
+                stats["expanded"] += 1
+                stats["klir_operators"] += lowered.operators
+                stats["kernel_instructions"] += len(lowered.fn.insts)
+                stats["read_seconds"] += lowered.read_seconds
+            if calls:
+                out.functions[k] = _replace_placeholders(fn, calls)
+            log.info("Scan BKs time (s): %.6f", time.perf_counter() - scan)
+        stats["read_seconds"] = round(stats["read_seconds"], 6)
+        stats["seconds"] = round(time.perf_counter() - t0, 6)
+        if staging.artifacts:
+            stats["artifacts"] = dict(sorted(staging.artifacts.items()))
+        return out, stats
+
+
+# ====================================================================== one placeholder
+
+
+def _lower(module: Module, fn: Function, row: int, staging: _Staging, taken: set[str]) -> _Lowered | None:
+    attrs = fn.record(fn.insts.get("attrs", row))
+    written = attrs.get("klir_binary")
+    if not isinstance(written, str) or not written:
+        raise PassError(f"InstNKIKLIRKernel {fn.inst_name(row)} names no kernel file (klir_binary)")
+    art = module.artifact_dir
+    path = resolve_kernel_file(written, art)
+    if art:
+        staging.claim(os.path.basename(path), path)
+        if staging.stage:
+            stage_file(path, art)
+    fmt = attrs.get("kernel_format", "")
+    core = module.neuron_core_id
+    if fmt == "bir":
+        lowered = _from_bir_json(path, core, taken)
+    else:
+        lowered = _from_klr(path, core, taken, staging)
+    if lowered is None:
+        log.info(MSG_SKIP.format(core=core))
+        return None
+    if lowered.fmt == "bir":
+        staging.copy_const_files(lowered.fn, os.path.dirname(path))
+    return lowered
+
+
+def _from_bir_json(path: str, core: int | None, taken: set[str]) -> _Lowered | None:
+    from tusk.ir.bir_json import load_function_obj
+
+    t0 = time.perf_counter()
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise TuskError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"malformed JSON: {e}", file=path) from None
+    read = time.perf_counter() - t0
+    if not isinstance(obj, dict):
+        raise FormatError("a BIR-JSON kernel must be a JSON object", file=path)
+    log.info("BIR JSON file has been loaded from disk: %s", path)
+    fns = obj.get("functions")
+    if not isinstance(fns, list):
+        raise FormatError("a BIR-JSON kernel needs a \"functions\" array", file=path)
+    core = _core_for(core, len(fns))
+    if core >= len(fns):
+        return None
+    fobj = fns[core]
+    name = fobj.get("name") if isinstance(fobj, dict) else None
+    log.info("Creating NKI function from BIR JSON: %s and core id: %d", name, core)
+    kfn = load_function_obj(fobj, file=path, where=f"functions[{core}]")
+    kfn.kind = FnKind.NKI
+    kfn.name = _unique_name(kfn.name, taken)
+    ins, outs = dram_arguments(kfn)
+    return _Lowered(kfn, "bir", [(n, n) for n, _, _ in ins], [(n, n) for n, _, _ in outs], operators=len(kfn.insts), read_seconds=read)
+
+
+def _from_klr(path: str, core: int | None, taken: set[str], staging: _Staging) -> _Lowered | None:
+    from tusk.ir.klr import load_lnc_kernel
+    from tusk.stages.klr_codegen import KlirToBirCodegen
+
+    t0 = time.perf_counter()
+    kernel = load_lnc_kernel(path)  # "fail to locate KLIR artifact" / "Wrong KLR version" / content type
+    read = time.perf_counter() - t0
+    core = _core_for(core, len(kernel.bodies))
+    if core >= len(kernel.bodies):
+        return None
+    const_files = {sc.name: staging.const(sc.fileName, os.path.dirname(path))
+                   for sc in kernel.sharedConstants}
+    base = kernel.name if len(kernel.bodies) == 1 else f"{kernel.name}.core{core}"
+    fn = Function(_unique_name(base, taken), FnKind.NKI)
+    cg = KlirToBirCodegen(fn, kernel, core, const_files=const_files)
+    cg.codegen_lnc_kernel()
+    if not cg.is_allocated:
+        shown = ", ".join(cg.unallocated[:8]) + (" ..." if len(cg.unallocated) > 8 else "")
+        raise PassError(f"NKI kernel {kernel.name} is not allocated: SBUF/PSUM tensor(s) {shown} have no "
+                        f"placement (parOffset/freeOffset); TranslateNKIASTToBIR does not allocate")
+    ins = [(cg.memloc_name(t), t.name) for t in kernel.inputs]
+    outs = [(cg.memloc_name(t), t.name) for t in kernel.outputs]
+    return _Lowered(fn, "klr", ins, outs, operators=cg.n_operators, read_seconds=read)
+
+
+def _call_site(fn: Function, row: int, lowered: _Lowered) -> tuple[str, Record]:
+    attrs = fn.record(fn.insts.get("attrs", row))
+    view = fn.inst(row)
+    caller_ins = [o.memloc_name for o in view.ins]
+    caller_outs = [o.memloc_name for o in view.outs]
+    given_args = dict(attrs.get("func_args") or {})
+    given_outs = dict(attrs.get("func_outs") or {})
+    func_args = _map_arguments(lowered.ins, caller_ins, given_args, "input", lowered.fn.name)
+    func_outs = _map_arguments(lowered.outs, caller_outs, given_outs, "output", lowered.fn.name)
+    call = {"func": lowered.fn.name, "func_args": func_args, "func_outs": func_outs,
+            "address_rotation_scope_val": attrs.get("address_rotation_scope_val", 0),
+            "kernel_source_val": KERNEL_SOURCE[lowered.fmt]}
+    shapes = scratchpad_shapes(lowered.fn)
+    if shapes is not None:
+        call["sb_buf_shape"], call["psum_buf_shape"] = shapes
+    return lowered.fn.name, Record.of(call)
 
 
 # ====================================================================== helpers
@@ -359,22 +366,6 @@ def _const_dest(written: str) -> str:
     return os.path.normpath(written).replace(os.sep, "/")
 
 
-def _bir_interface(fn: Function) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Unallocated DRAM input/output memory locations of a BIR-JSON kernel function."""
-    ins, outs = [], []
-    ml = fn.memlocs
-    for m in range(len(ml)):
-        if ml.get("mtype", m) != Mem.DRAM or ml.get("addr", m) >= 0:
-            continue
-        kind = int(fn.sets.get("kind", ml.get("set", m)))
-        name = fn.strings[ml.get("name", m)]
-        if kind in INPUT_KINDS:
-            ins.append((name, name))
-        elif kind in OUTPUT_KINDS:
-            outs.append((name, name))
-    return ins, outs
-
-
 def _map_arguments(kernel_args: list[tuple[str, str]], caller: list[str | None], given: dict,
                    what: str, fname: str) -> dict[str, str]:
     """Kernel memloc name -> caller memloc name: the placeholder's map, then equal names, then position."""
@@ -449,74 +440,3 @@ def _replace_placeholders(fn: Function, calls: dict[int, tuple[str, Record]]) ->
     out = fn.take_insts(order)
     out.invalidate()
     return out
-
-
-# ====================================================================== host modules
-
-
-def kernel_format(path: str) -> str:
-    """"klr" for a KLR binary (by magic bytes or .klr suffix), else "bir"."""
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    return "klr" if head.startswith(KLR_MAGIC) or path.endswith(".klr") else "bir"
-
-
-def kernel_interface(path: str) -> tuple[list[tuple[str, str, list[int]]], list[tuple[str, str, list[int]]], int]:
-    """(inputs, outputs, core count) of a kernel file; tensors as (name, BIR dtype, shape)."""
-    if kernel_format(path) == "klr":
-        from tusk.ir.klr import load_lnc_kernel
-        from tusk.stages.klr_codegen import KLR_TO_BIR_DTYPE
-
-        k = load_lnc_kernel(path)
-
-        def one(t):
-            return (t.name, KLR_TO_BIR_DTYPE[t.dtype.name], [t.shape.parDim, *t.shape.freeDims])
-
-        return [one(t) for t in k.inputs], [one(t) for t in k.outputs], len(k.bodies)
-    from tusk.ir import bir_json
-
-    m = bir_json.load(path)
-    fns = [f for f in m.functions if f.kind != FnKind.NKI] or m.functions
-    fn = fns[0]
-    ins, outs = [], []
-    for m_ in range(len(fn.memlocs)):
-        if fn.memlocs.get("mtype", m_) != Mem.DRAM or fn.memlocs.get("addr", m_) >= 0:
-            continue
-        s = fn.memlocs.get("set", m_)
-        entry = (fn.strings[fn.memlocs.get("name", m_)], enums.DTYPE_NAMES[fn.sets.get("dtype", s)],
-                 list(fn.value(fn.sets.get("shape", s)) or ()))
-        kind = int(fn.sets.get("kind", s))
-        if kind in INPUT_KINDS:
-            ins.append(entry)
-        elif kind in OUTPUT_KINDS:
-            outs.append(entry)
-    return ins, outs, len(fns)
-
-
-def host_module_for(kernel_path: str, core_id: int | None = 0, artifact_dir: str = "", *,
-                    fmt: str | None = None, arch: str = "gen3") -> Module:
-    """The module the backend hands TranslateNKIASTToBIR for one kernel file and one logical core.
-
-    ``main`` holds host DRAM tensors named, typed and shaped like the
-    kernel's DRAM inputs (ExternalInput) and outputs (ExternalOutput) and one
-    InstNKIKLIRKernel placeholder (``klir_binary`` = ``kernel_path``,
-    ``kernel_format`` "klr" or "bir", ``func_args``/``func_outs`` = the
-    identity name maps).  Attribute ``neuron_core_id`` = ``core_id`` (left
-    out when None); ``artifact_dir`` becomes the module's artifact directory.
-    """
-    from tusk.ir.builder import Builder
-
-    fmt = fmt or kernel_format(kernel_path)
-    ins, outs, _ = kernel_interface(kernel_path)
-    b = Builder("main")
-    tin = [b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
-    tout = [b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs]
-    b.klir_kernel(str(kernel_path), fmt, [t.ap() for t in tin], [t.ap() for t in tout],
-                  func_args={n: n for n, _, _ in ins}, func_outs={n: n for n, _, _ in outs},
-                  name="nki_kernel")
-    attrs = {} if core_id is None else {"neuron_core_id": core_id}
-    module = b.module()
-    module.attributes = Record.of(attrs)
-    module.arch = arch
-    module.artifact_dir = str(artifact_dir or "")
-    return module

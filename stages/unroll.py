@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 
 from tusk.ir.enums import FnAttr, Kind, Mem, Op, TensorKind
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module
-from tusk.stages.base import Pass, Stats
+from tusk.stages.base import Pass, Stats, option
 from tusk.stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
 from tusk.stages.unroll_expand import IDX, Expander, concat
 from tusk.stages.unroll_materialize import Plan, evaluate_predicates, materialize
-
-
-@dataclass(frozen=True)
-class UnrollOptions:
-    # "all": every static loop; "marked": only loops HeuristicUnroll marked (attrs["unroll"])
-    loops: str = "all"
 
 
 def loop_selector(fn: Function, loops: str) -> Callable[[int], bool]:
@@ -198,14 +192,18 @@ def renumber_core_barriers(module: Module) -> None:
                 fn.insts.set("attrs", row, fn.intern_record(rec.with_(id=k)))
 
 
+@dataclass(frozen=True)
 class Unroll(Pass):
     """Flatten every static loop of every function (see module docstring)."""
 
     name = "unroll"
     version = "1"
-    Options = UnrollOptions
+    splittable = True
 
-    def run(self, module: Module, options: UnrollOptions) -> tuple[Module, Stats]:
+    loops: Literal["all", "marked"] = option("all", "which static loops to flatten: every one, or only those "
+                                                    "heuristic_unroll marked")
+
+    def run(self, module: Module) -> tuple[Module, Stats]:
         self.log.info("INFO (Unroll) Start unrolling at %s", time.ctime())
         out = module.copy()
         limit = module.instruction_limit
@@ -213,7 +211,7 @@ class Unroll(Pass):
         for k, fn in enumerate(out.functions):
             done = totals["insts_after"]  # functions still to come can only add: fail fast on what is known
             out.functions[k], _ = unroll_function(
-                fn, loops=options.loops, check_in_place=module.check_in_place,
+                fn, loops=self.loops, check_in_place=module.check_in_place,
                 limit_check=lambda n: check_instruction_limit(done + n, limit))
             totals["insts_after"] += len(out.functions[k].insts)
             totals["functions"] += 1
@@ -222,14 +220,13 @@ class Unroll(Pass):
         check_instruction_limit(out.n_insts(), limit)
         return out, totals
 
-    def split(self, module: Module, options: UnrollOptions) -> list[Module] | None:
+    def split(self, module: Module) -> list[Module] | None:
         if len(module.functions) < 2:
             return None
         return [Module([f], module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
                        module.extras) for f in module.functions]
 
-    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats], options: UnrollOptions
-              ) -> tuple[Module, Stats]:
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
                      module.artifact_dir, module.queues, module.extras)
         renumber_core_barriers(out)

@@ -1,8 +1,9 @@
 """Small passes for build-system tests and benchmarks (importable by Dask workers).
 
-They follow the pass contract of ``stages.base`` exactly, so the build treats
-them like the real passes; ``TEST_REGISTRY`` maps their names to import
-targets for tests that put them into ``stages.REGISTRY``.
+They follow the pass contract of ``tusk.stages.base`` exactly, so the build
+treats them like the real passes; ``TEST_REGISTRY`` maps their names to the
+``"module:Class"`` references a pipeline file uses for passes that are not
+registered.
 """
 
 from __future__ import annotations
@@ -17,24 +18,21 @@ from tusk.ir.enums import Kind
 from tusk.ir.errors import PassError
 from tusk.ir.module import Module
 from tusk.ir.values import ImmValue
-from tusk.stages.base import Pass
+from tusk.stages.base import Pass, option
 
 HERE = "tests.passes_for_tests"
 
 
 @dataclass(frozen=True)
-class ScaleOptions:
-    factor: float = 1.0
-
-
 class Scale(Pass):
     """Multiply every float immediate operand by ``factor``; record the factor as a module attribute."""
 
     name = "test_scale"
     version = "1"
-    Options = ScaleOptions
 
-    def run(self, module: Module, options: ScaleOptions):
+    factor: float = option(1.0, "multiplier")
+
+    def run(self, module: Module):
         out = module.copy()
         scaled = 0
         for fn in out.functions:
@@ -46,135 +44,123 @@ class Scale(Pass):
             for j in rows.tolist():
                 v = fn.value(int(aux[j]))
                 if isinstance(v, ImmValue) and isinstance(v.value, float):
-                    aux[j] = fn.intern(ImmValue(v.value * options.factor))
+                    aux[j] = fn.intern(ImmValue(v.value * self.factor))
                     scaled += 1
-        out = out.with_attributes(test_scale=options.factor)
+        out = out.with_attributes(test_scale=self.factor)
         return out, {"scaled": scaled}
 
 
+@dataclass(frozen=True)
 class Count(Pass):
     """Count instructions; annotate the module with the count."""
 
     name = "test_count"
     version = "1"
 
-    def run(self, module: Module, options):
+    def run(self, module: Module):
         n = module.n_insts()
         return module.with_attributes(test_count=n), {"instructions": n}
 
 
 @dataclass(frozen=True)
-class IdentityOptions:
-    salt: int = 0
-
-
 class Identity(Pass):
     """Return the input unchanged whatever the options (early cutoff tests)."""
 
     name = "test_identity"
     version = "1"
-    Options = IdentityOptions
 
-    def run(self, module: Module, options: IdentityOptions):
-        return module.copy(), {"salt": options.salt}
+    salt: int = option(0, "changes the key, not the output")
+
+    def run(self, module: Module):
+        return module.copy(), {"salt": self.salt}
 
 
 @dataclass(frozen=True)
-class MarkOptions:
-    tag: str = "x"
-
-
 class PerFunction(Pass):
     """Splittable: tag every function (one part per function), merge in order."""
 
     name = "test_per_function"
     version = "1"
-    Options = MarkOptions
+    splittable = True
 
-    def run(self, module: Module, options: MarkOptions):
+    tag: str = option("x", "the tag")
+
+    def run(self, module: Module):
         out = module.copy()
         for fn in out.functions:
-            fn.extras = fn.extras.with_(test_tag=options.tag)
+            fn.extras = fn.extras.with_(test_tag=self.tag)
         return out, {"functions": len(out.functions)}
 
-    def split(self, module: Module, options: MarkOptions):
+    def split(self, module: Module):
         if len(module.functions) < 2:
             return None
         return [Module([f.copy()], module.arch, module.version, module.attributes, module.artifact_dir,
                        module.queues, module.extras) for f in module.functions]
 
-    def merge(self, module: Module, parts, part_stats, options: MarkOptions):
+    def merge(self, module: Module, parts, part_stats):
         out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
                      module.artifact_dir, module.queues, module.extras)
         return out, {"functions": sum(s["functions"] for s in part_stats), "parts": len(parts)}
 
 
 @dataclass(frozen=True)
-class SleepOptions:
-    seconds: float = 0.5
-
-
 class Sleep(Pass):
     """Wait, then annotate (worker-failure tests need a task that is still running)."""
 
     name = "test_sleep"
     version = "1"
-    Options = SleepOptions
 
-    def run(self, module: Module, options: SleepOptions):
-        time.sleep(options.seconds)
-        return module.with_attributes(test_slept=options.seconds), {}
+    seconds: float = option(0.5, "how long")
+
+    def run(self, module: Module):
+        time.sleep(self.seconds)
+        return module.with_attributes(test_slept=self.seconds), {}
 
 
 @dataclass(frozen=True)
-class SpinOptions:
-    milliseconds: int = 200
-    salt: int = 0
-
-
 class Spin(Pass):
     """Burn CPU for a while, then annotate (benchmarks of parallel builds)."""
 
     name = "test_spin"
     version = "1"
-    Options = SpinOptions
 
-    def run(self, module: Module, options: SpinOptions):
-        end = time.process_time() + options.milliseconds / 1000.0
+    milliseconds: int = option(200, "CPU time to burn")
+    salt: int = option(0, "changes the output")
+
+    def run(self, module: Module):
+        end = time.process_time() + self.milliseconds / 1000.0
         x = 0
         while time.process_time() < end:
             for _ in range(1000):
                 x += 1
-        return module.with_attributes(test_spin=options.salt), {"spun_ms": options.milliseconds}
+        return module.with_attributes(test_spin=self.salt), {"spun_ms": self.milliseconds}
 
 
 @dataclass(frozen=True)
-class FailOptions:
-    when: str = "bad"
-    litter: bool = False  # write a file into the artifact directory first (as a staging pass would)
-    internal: bool = False  # raise a RuntimeError (a bug) instead of a PassError
-
-
 class FailOn(Pass):
     """Raise a PassError for modules whose artifact directory or function names contain ``when``."""
 
     name = "test_fail"
     version = "1"
-    Options = FailOptions
 
-    def run(self, module: Module, options: FailOptions):
+    when: str = option("bad", "substring that makes the pass fail")
+    litter: bool = option(False, "write a file into the artifact directory first (as a staging pass would)")
+    internal: bool = option(False, "raise a RuntimeError (a bug) instead of a PassError")
+
+    def run(self, module: Module):
         names = [module.artifact_dir] + [f.name for f in module.functions]
-        if any(options.when and options.when in n for n in names):
-            if options.litter and module.artifact_dir:
+        if any(self.when and self.when in n for n in names):
+            if self.litter and module.artifact_dir:
                 os.makedirs(module.artifact_dir, exist_ok=True)
                 with open(os.path.join(module.artifact_dir, "litter.txt"), "w") as fh:
                     fh.write("half-done")
-            if options.internal:
+            if self.internal:
                 raise RuntimeError("test_fail: simulated bug")
             raise PassError(f"test_fail: refusing module {os.path.basename(module.artifact_dir) or '?'}")
         return module.copy(), {}
 
 
+@dataclass(frozen=True)
 class ExpandBirKernel(Pass):
     """A stand-in for translate_nki_ast_to_bir on BIR-JSON kernels: replace the host by the kernel.
 
@@ -186,16 +172,16 @@ class ExpandBirKernel(Pass):
     name = "test_expand"
     version = "1"
 
-    def run(self, module: Module, options):
+    def run(self, module: Module):
         from tusk.ir import bir_json
         from tusk.ir.enums import FnKind
+        from tusk.stages.host import placeholders
 
         path = None
-        for fn in module.functions:
-            for i in np.nonzero(fn.insts["opcode"] == 56)[0].tolist():
-                attrs = fn.record(fn.insts.get("attrs", i))
-                if attrs.get("kernel_format") == "bir":
-                    path = attrs.get("klir_binary")
+        for fn, i in placeholders(module):
+            attrs = fn.record(fn.insts.get("attrs", i))
+            if attrs.get("kernel_format") == "bir":
+                path = attrs.get("klir_binary")
         if path is None:  # KLR kernels are left to the real pass
             return module.copy(), {"expanded": 0}
         kernel = bir_json.load(path)

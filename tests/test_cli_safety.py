@@ -133,7 +133,7 @@ def test_deleted_staged_artifacts_are_restored(tmp_path, translate_only):
 
 
 def test_a_host_module_is_built_into_out_with_its_placeholders_files(tmp_path, monkeypatch, translate_only):
-    from tusk.stages.translate_nki_ast_to_bir import host_module_for
+    from tusk.stages.host import host_module_for
 
     kern = copy_examples(tmp_path / "kern", "lnc2_matmul.klr")
     host = host_module_for(str(kern / "lnc2_matmul.klr"), 0, str(tmp_path / "elsewhere"))

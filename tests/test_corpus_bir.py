@@ -10,7 +10,7 @@ from tusk.examples.generate import KERNELS, main as generate_main
 from tusk.ir import bir_json
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
+from tusk.stages.full_unroll import FullUnroll
 
 
 def test_committed_corpus_matches_the_generator():
@@ -22,7 +22,7 @@ def test_kernel_unrolls_and_matches_its_numpy_reference(name):
     module = bir_json.load(KERNELS / f"{name}.json")
     verify(module)
     _, reference = bir_kernels.CORPUS[name]()
-    out, stats = FullUnroll().run(module, FullUnrollOptions(level=1))
+    out, stats = FullUnroll(level=1).run(module)
     verify(out)
     assert stats["unrolled_functions"] == 1
     inputs = random_inputs(module, seed=3)

@@ -13,7 +13,8 @@ from tusk.ir.enums import Mem
 from tusk.ir.verify import verify
 from tusk.sim.interp import run
 from tusk.stages.klr_dynamic import is_access_dynamic
-from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR, host_module_for
+from tusk.stages.host import host_module_for
+from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
 
 CORPUS = klr_kernels.corpus_bytes()
 NAMES = sorted(CORPUS)

@@ -14,7 +14,7 @@ from tusk.ir.expr import runtime
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.stages import get_pass
+from tusk.stages import make_pass, pass_class
 from tusk.stages.deps import BuildFDeps, ClearInstDeps, build_fdeps, clear_inst_deps, edge_counts
 
 # --------------------------------------------------------------------------- the reference
@@ -265,8 +265,8 @@ def test_pass_does_not_mutate_its_input_and_counts_edges():
     fn = _pipeline()
     m = Module([fn])
     before = len(fn.deps)
-    p = get_pass("build_fdeps")
-    out, stats = p.run(m, BuildFDeps.Options())
+    p = make_pass("build_fdeps")
+    out, stats = p.run(m)
     assert len(m.functions[0].deps) == before == 0
     assert stats["edges"] == len(out.functions[0].deps) == 11
     assert stats == {"functions": 1, "edges": 11, "Ordered": 3, "Anti": 2, "Output": 2, "Flow": 4}
@@ -429,7 +429,7 @@ def _with_edges(name: str, attrs=()) -> Function:
 
 def test_clear_inst_deps_is_gated_on_attribute_12():
     m = Module([_with_edges("main", [FnAttr.KERNEL_SCOPE]), _with_edges("other")])
-    out, stats = get_pass("clear_inst_deps").run(m, ClearInstDeps.Options())
+    out, stats = make_pass("clear_inst_deps").run(m)
     assert len(out.functions[0].deps) == 0 and len(out.functions[0].carried) == 0
     assert len(out.functions[1].deps) == 11 and len(out.functions[1].carried) == 1
     assert len(m.functions[0].deps) == 11  # the input is untouched
@@ -447,5 +447,5 @@ def test_clear_inst_deps_entry_gate_follows_the_binary():
 
 
 def test_passes_are_registered_under_their_names():
-    assert get_pass("build_fdeps").name == "build_fdeps"
-    assert get_pass("clear_inst_deps").name == "clear_inst_deps"
+    assert pass_class("build_fdeps") is BuildFDeps
+    assert pass_class("clear_inst_deps") is ClearInstDeps

@@ -16,14 +16,14 @@ from tusk.ir.errors import PassError
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.factor import get_largest_factor_with_threshold
-from tusk.stages.full_unroll import CEILING, FullUnroll, FullUnrollOptions, instruction_limit_check
-from tusk.stages.heuristic_unroll import HeuristicUnroll, HeuristicUnrollOptions
+from tusk.stages.full_unroll import CEILING, FullUnroll, instruction_limit_check
+from tusk.stages.heuristic_unroll import HeuristicUnroll
 from tusk.workflows.full_unroll_cli import main as full_unroll_main
 from tests.programs import every_family_module, tiled_exp_module
 
 
 def full(m, level):
-    out, stats = FullUnroll().run(m, FullUnrollOptions(level=level))
+    out, stats = FullUnroll(level=level).run(m)
     verify(out)
     return out, stats
 
@@ -31,7 +31,7 @@ def full(m, level):
 def test_level_must_be_set():
     with pytest.raises(PassError, match="Need to set full_unroll level, 0: only memloc generation; 1: unroll some; "
                                         "2: unroll all"):
-        FullUnroll().run(tiled_exp_module(), FullUnrollOptions())
+        FullUnroll().run(tiled_exp_module())
 
 
 def test_ceiling_boundary_24999999_passes_25000000_fails():
@@ -56,7 +56,7 @@ def test_ceiling_fails_fast_on_a_real_pass_without_building_the_clones(monkeypat
         with b.loop("j", 0, 5000):
             b.dma(y.ap(), t.ap())  # writes an output: DCE could never remove a clone
     with pytest.raises(PassError, match="total_count=25000000"):
-        FullUnroll().run(b.module(), FullUnrollOptions(level=2))
+        FullUnroll(level=2).run(b.module())
 
 
 def _marked(tiled, attrs):
@@ -119,18 +119,20 @@ def test_heuristic_marks_innermost_static_loops_and_maxhu_caps(monkeypatch, capl
             with b.loop(name + "_in", 0, 2, name=f"inner_{name}"):
                 b.memset(t.ap(), 0)
     m = b.module()
-    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    out, st = HeuristicUnroll().run(m)
     marked = [out.functions[0].inst_name(r) for r in range(out.functions[0].n_insts)
               if out.functions[0].inst(r).attrs.get("unroll")]
     assert marked == ["inner_a", "inner_b", "inner_c"]
     assert "Heuristically unrolled 3 loops." in caplog.text
-    monkeypatch.setenv("MAXHU", "2")
-    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    out, st = HeuristicUnroll(maxhu=2).run(m)
     assert st["marked"] == 2 and st["eligible"] == 3
-    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions(maxhu=1))
+    monkeypatch.setenv("MAXHU", "1")  # the pass never reads the environment (the CLI does, once)
+    out, st = HeuristicUnroll().run(m)
+    assert st["marked"] == 3
+    out, st = HeuristicUnroll(maxhu=1).run(m)
     assert st["marked"] == 1
     caplog.clear()
-    HeuristicUnroll().run(m, HeuristicUnrollOptions(enabled=False))
+    HeuristicUnroll(enabled=False).run(m)
     assert "Heuristic unroll is off." in caplog.text
 
 
@@ -144,7 +146,7 @@ def test_heuristic_skips_loops_with_runtime_addresses():
     b.register_move(r, 0)
     with b.loop("i", 0, 2) as i:
         b.dma(t.ap(), x.tile(runtime("r") + i, 128, 0, 4))
-    _, st = HeuristicUnroll().run(b.module(), HeuristicUnrollOptions())
+    _, st = HeuristicUnroll().run(b.module())
     assert st["eligible"] == 0
 
 
@@ -202,7 +204,7 @@ def test_dce_keeps_writes_to_blocks_read_symbolically_and_to_buffers_overlapping
 
 def test_heuristic_unroll_only_marks_the_program_means_the_same():
     m = every_family_module()
-    out, st = HeuristicUnroll().run(m, HeuristicUnrollOptions())
+    out, st = HeuristicUnroll().run(m)
     verify(out)
     assert st["marked"] >= 1
     inputs = random_inputs(m, 2)

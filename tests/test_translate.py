@@ -17,16 +17,16 @@ from tusk.ir.enums import FnKind, Op, TensorKind
 from tusk.ir.errors import FormatError, PassError, TuskError
 from tusk.ir.verify import verify
 from tusk.sim.interp import run
-from tusk.stages import get_pass
-from tusk.stages.translate_nki_ast_to_bir import (MSG_CORE_UNSET, TranslateNKIASTToBIR, TranslateOptions,
-                                              host_module_for)
+from tusk.stages import make_pass
+from tusk.stages.host import host_module_for
+from tusk.stages.translate_nki_ast_to_bir import MSG_CORE_UNSET, TranslateNKIASTToBIR
 
 KLR = Path(__file__).parent / "data" / "klr"
 PASS = TranslateNKIASTToBIR()
 
 
 def translate(module, **options):
-    return PASS.run(module, TranslateOptions(**options))
+    return TranslateNKIASTToBIR(**options).run(module)
 
 
 def write(path: Path, k: KernelWriter) -> Path:
@@ -100,10 +100,10 @@ def test_klr_kernel_becomes_an_nki_function_and_a_call_site(tmp_path):
 
 
 def test_registered_under_the_backend_name(tmp_path):
-    p = get_pass("translate_nki_ast_to_bir")
+    p = make_pass("translate_nki_ast_to_bir")
     assert isinstance(p, TranslateNKIASTToBIR)
     path = write(tmp_path / "scale.klr", scale_kernel())
-    out, stats = p.run(host_module_for(str(path), 0, str(tmp_path / "o")), p.Options())
+    out, stats = p.run(host_module_for(str(path), 0, str(tmp_path / "o")))
     assert stats["expanded"] == 1
 
 

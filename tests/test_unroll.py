@@ -14,12 +14,12 @@ from tusk.ir.expr import AffinePredicate, ModuloExpr, const, idx
 from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.stages.unroll import Unroll, UnrollOptions, clone_count_bound
+from tusk.stages.unroll import Unroll, clone_count_bound
 from tests.programs import every_family_module, tiled_exp_module
 
 
 def unrolled(m: Module, **kw) -> Module:
-    out, _ = Unroll().run(m, UnrollOptions(**kw))
+    out, _ = Unroll(**kw).run(m)
     verify(out)
     return out
 
@@ -170,7 +170,7 @@ def test_instruction_limit_is_checked_before_clones_are_built():
     assert clone_count_bound(b.fn) == 10**12
     m = b.module(max_instruction_limit=1000)
     with pytest.raises(PassError, match=r"total_count=1000000000000, max_instruction_limit=1000"):
-        Unroll().run(m, UnrollOptions())
+        Unroll().run(m)
 
 
 def test_split_and_merge_equal_the_serial_run():
@@ -178,10 +178,10 @@ def test_split_and_merge_equal_the_serial_run():
     second = tiled_exp_module().functions[0]
     second.name = "other"
     m.functions.append(second)
-    serial, _ = Unroll().run(m, UnrollOptions())
-    parts = Unroll().split(m, UnrollOptions())
+    serial, _ = Unroll().run(m)
+    parts = Unroll().split(m)
     assert len(parts) == 2
-    merged, _ = Unroll().run_split(m, UnrollOptions())
+    merged, _ = Unroll().run_split(m)
     assert bir_json.dumps(merged) == bir_json.dumps(serial)
 
 
@@ -439,8 +439,8 @@ def test_the_budget_check_does_not_count_later_functions_at_their_loop_size():
         for _ in range(49):
             b2.memset(t2.ap(), 0)
     m = Module([b.function(), b2.function()], attributes=b.module().attributes.with_(max_instruction_limit=100))
-    serial, _ = Unroll().run(m, UnrollOptions())
-    split, _ = Unroll().run_split(m, UnrollOptions())
+    serial, _ = Unroll().run(m)
+    split, _ = Unroll().run_split(m)
     assert serial.n_insts() == split.n_insts() == 60
 
 

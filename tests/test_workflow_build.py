@@ -107,7 +107,7 @@ def test_splittable_pass_runs_one_task_per_part_and_matches_the_serial_run(store
     split = rep.unit("pair").steps[3]
     assert split.parts_total == 2 and split.parts_executed == 2
     before = store.load(split.input)
-    serial, _ = PerFunction().run(before, PerFunction.Options(tag="x"))
+    serial, _ = PerFunction(tag="x").run(before)
     assert content_hash(serial) == split.output
 
 
@@ -215,7 +215,7 @@ def test_expand_stand_in_reads_the_kernel_file(tmp_path, store):
     d.mkdir()
     bir_json.save(tiled_exp_module(tiles=3), d / "t.json")
     k = discover(d)[0][0]
-    out, stats = ExpandBirKernel().run(host_module(k, 0, str(tmp_path / "o")), None)
+    out, stats = ExpandBirKernel().run(host_module(k, 0, str(tmp_path / "o")))
     assert stats == {"expanded": 1} and out.functions[0].n_insts == tiled_exp_module(tiles=3).n_insts()
 
 

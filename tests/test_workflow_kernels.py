@@ -12,8 +12,8 @@ from tusk.cache import Store
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import DTYPE_NAMES, TENSOR_KIND_NAMES
-from tusk.workflows import kernels as kernels_mod
-from tusk.workflows.kernels import discover, file_digests, host_module
+from tusk.stages import host as stages_host
+from tusk.workflows.kernels import discover, file_digests, given_host_module, host_module
 from tests.programs import tiled_exp_module
 
 KLR = Path(__file__).parent / "data" / "klr"
@@ -110,7 +110,7 @@ def test_bir_json_host_module_is_taken_as_it_is(tmp_path):
     k = next(k for k in kernels if k.name == "host")
     assert k.fmt == "host" and k.placeholders == {"inner.json": str(d / "inner.json")}
     assert str(d / "inner.json") in file_digests(k)
-    given = kernels_mod.given_host_module(k, str(tmp_path / "out" / "host"))
+    given = given_host_module(k, str(tmp_path / "out" / "host"))
     _, inst = _placeholder(given)
     assert inst.attrs["klir_binary"] == str(d / "inner.json") and given.artifact_dir == str(tmp_path / "out" / "host")
     assert given.n_insts() == host.n_insts()
@@ -120,9 +120,9 @@ def test_kernel_interface_is_memoised_by_file_digest(kernel_dir, tmp_path, monke
     store = Store(tmp_path / "s")
     first = {k.name: k for k in discover(kernel_dir, store)[0]}
     parsed = []
-    for reader in ("_read_klr", "_read_bir_json"):
-        real = getattr(kernels_mod, reader)
-        monkeypatch.setattr(kernels_mod, reader, lambda path, real=real: parsed.append(path.stem) or real(path))
+    real = stages_host.read_interface
+    monkeypatch.setattr(stages_host, "read_interface",
+                        lambda path, kind=None: parsed.append(Path(path).stem) or real(path, kind))
     again = {k.name: k for k in discover(kernel_dir, store)[0]}
     assert sorted(parsed) == ["broken", "neg_wrong_version"]  # failures are not memoised
     for name in ("01_dma_copy", "06_lnc2_shared", "tiled"):

@@ -31,11 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from tusk.ir import bir_json
-    from tusk.stages.full_unroll import FullUnroll, FullUnrollOptions
+    from tusk.stages.full_unroll import FullUnroll
 
     try:
         module = bir_json.load(args.input)
-        out, stats = FullUnroll().run(module, FullUnrollOptions(level=args.level))
+        out, stats = FullUnroll(level=args.level).run(module)
         bir_json.save(out, args.output)
     except TuskError as e:
         print(f"full_unroll: error: {e}", file=sys.stderr)

@@ -46,18 +46,17 @@ where those names lead is decided per file, after the memo.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.errors import TuskError
+from tusk.ir.klr import is_klr_bytes
+from tusk.stages import host as stages_host
+from tusk.stages.host import NotAKernel
 
-KLR_MAGIC = b"\xd9\xd9\xf7"
-PLACEHOLDER_OPCODE = 56
 INTERFACE_VERSION = 3
 HOST_VERSION = 1
 KERNEL_SUFFIXES = (".klr", ".json")
@@ -80,18 +79,10 @@ class Kernel:
     error: str | None = None
 
 
-class NotAKernel(Exception):
-    """The file is readable but is not a kernel (it is listed as skipped)."""
-
-
 @dataclass
 class Skipped:
     path: Path
     reason: str
-
-
-def is_klr_bytes(head: bytes) -> bool:
-    return head.startswith(KLR_MAGIC)
 
 
 def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
@@ -187,7 +178,7 @@ def _interface(path: Path, kind: str, digest: str, store) -> dict[str, Any]:
     if isinstance(memo, dict) and memo.get("v") == INTERFACE_VERSION:
         return memo
     try:
-        info = _read_klr(path) if kind == "klr" else _read_bir_json(path)
+        info = stages_host.read_interface(path, kind)
     except NotAKernel as e:
         info = {"fmt": "skip", "reason": str(e)}
     info["v"] = INTERFACE_VERSION
@@ -243,88 +234,9 @@ def _is_klr_file(path: str) -> bool:
         return path.endswith(".klr")
 
 
-def _read_klr(path: Path) -> dict[str, Any]:
-    from tusk.ir import klr
-
-    kernel = klr.load_lnc_kernel(path)
-    return {"fmt": "klr", "ncores": max(1, len(kernel.bodies)),
-            "ins": [_klr_tensor(t, path) for t in kernel.inputs],
-            "outs": [_klr_tensor(t, path) for t in kernel.outputs],
-            "refs": sorted({sc.fileName for sc in getattr(kernel, "sharedConstants", ()) or ()
-                            if isinstance(getattr(sc, "fileName", None), str) and sc.fileName})}
-
-
 def _beside(name: str, kernel_path: Path) -> str:
     """A file a kernel names: absolute as is, relative to the kernel file's directory otherwise."""
     return os.path.normpath(name if os.path.isabs(name) else os.path.join(kernel_path.parent, name))
-
-
-def _klr_tensor(t: Any, path: Path) -> list:
-    from tusk.stages.klr_codegen import KLR_TO_BIR_DTYPE  # the one KLR -> BIR dtype table
-
-    dname = t.dtype.name
-    if dname not in KLR_TO_BIR_DTYPE:
-        raise FormatError(f"tensor {t.name}: KLR dtype {dname} has no BIR equivalent", file=str(path))
-    shape = [int(t.shape.parDim), *(int(d) for d in t.shape.freeDims)]
-    return [t.name, KLR_TO_BIR_DTYPE[dname], shape]
-
-
-def _read_bir_json(path: Path) -> dict[str, Any]:
-    from tusk.ir import bir_json
-    from tusk.ir.enums import DTYPE_NAMES, FnKind, Mem, TENSOR_KIND_BY_NAME
-
-    data = path.read_bytes()
-    try:
-        obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"malformed JSON: {e}", file=str(path)) from None
-    if not isinstance(obj, dict) or "functions" not in obj:
-        raise NotAKernel("JSON without top-level \"functions\" (not a BIR-JSON kernel)")
-    module = bir_json.from_obj(obj, file=str(path))
-    if any(bool((f.insts["opcode"] == PLACEHOLDER_OPCODE).any()) for f in module.functions if len(f.insts)):
-        return {"fmt": "host", "ncores": 1, "ins": [], "outs": [], "refs": _placeholder_files(module),
-                "art": module.artifact_dir or ""}
-    fns = [f for f in module.functions if f.kind != FnKind.NKI]
-    if not fns:
-        raise FormatError("BIR-JSON kernel has no functions", file=str(path))
-    fn = fns[0]
-    # ExternalInput/Input and ExternalOutput/Output, and their *Parameter forms, which
-    # translate_nki_ast_to_bir also binds to the placeholder's arguments
-    ins_kinds = {TENSOR_KIND_BY_NAME[n] for n in ("ExternalInput", "ExternalInputParameter", "Input")}
-    out_kinds = {TENSOR_KIND_BY_NAME[n] for n in ("ExternalOutput", "ExternalOutputParameter", "Output")}
-    ins, outs = [], []
-    # one argument per unallocated DRAM memory location, as translate_nki_ast_to_bir binds them
-    ml = fn.memlocs
-    for m in range(len(ml)):
-        if ml.get("mtype", m) != Mem.DRAM or ml.get("addr", m) >= 0:
-            continue
-        s = ml.get("set", m)
-        kind = int(fn.sets.get("kind", s))
-        if kind not in ins_kinds and kind not in out_kinds:
-            continue
-        shape = [int(x) for x in (fn.value(fn.sets.get("shape", s)) or ())]
-        entry = [fn.strings[ml.get("name", m)], DTYPE_NAMES[int(fn.sets.get("dtype", s))], shape]
-        (ins if kind in ins_kinds else outs).append(entry)
-    refs = sorted({f.strings[c] for f in fns for c in f.memlocs["const_path"].tolist() if c >= 0})
-    return {"fmt": "bir", "ncores": len(fns), "ins": ins, "outs": outs, "refs": refs}
-
-
-def _placeholders(module):
-    """(function, row) of every InstNKIKLIRKernel placeholder of ``module``."""
-    for fn in module.functions:
-        if len(fn.insts):
-            for i in np.nonzero(fn.insts["opcode"] == PLACEHOLDER_OPCODE)[0].tolist():
-                yield fn, i
-
-
-def _placeholder_files(module) -> list[str]:
-    """The kernel files a host module's placeholders name, as written."""
-    out = set()
-    for fn, i in _placeholders(module):
-        p = fn.record(fn.insts.get("attrs", i)).get("klir_binary")
-        if isinstance(p, str) and p:
-            out.add(p)
-    return sorted(out)
 
 
 def file_digests(k: Kernel) -> dict[str, str]:
@@ -339,22 +251,10 @@ def file_digests(k: Kernel) -> dict[str, str]:
 
 def host_module(k: Kernel, core: int, artifact_dir: str, *, arch: str = "gen3",
                 instruction_limit: int | None = None):
-    """The host module for kernel ``k`` on logical core ``core`` (see the module docstring)."""
-    from tusk.ir.builder import Builder
-
-    b = Builder("main")
-    ins = [b.dram(name, shape or [1], dtype, kind="ExternalInput") for name, dtype, shape in k.ins]
-    outs = [b.dram(name, shape or [1], dtype, kind="ExternalOutput") for name, dtype, shape in k.outs]
-    fmt = "bir" if k.fmt == "bir" else "klr"
-    b.klir_kernel(str(k.path), fmt, [t.ap() for t in ins], [t.ap() for t in outs], name=f"{k.name}_kernel",
-                  func_args={n: n for n, _, _ in k.ins}, func_outs={n: n for n, _, _ in k.outs})
-    attrs: dict[str, Any] = {"neuron_core_id": core}
-    if instruction_limit is not None:
-        attrs["max_instruction_limit"] = instruction_limit
-    module = b.module(**attrs)
-    module.arch = arch
-    module.artifact_dir = artifact_dir
-    return module
+    """The host module for kernel ``k`` on logical core ``core`` (see :mod:`tusk.stages.host`)."""
+    interface = {"fmt": k.fmt, "ins": k.ins, "outs": k.outs}
+    return stages_host.host_module(str(k.path), interface, core, artifact_dir, name=k.name, arch=arch,
+                                   instruction_limit=instruction_limit)
 
 
 def given_host_module(k: Kernel, artifact_dir: str):
@@ -367,7 +267,7 @@ def given_host_module(k: Kernel, artifact_dir: str):
     from tusk.ir import bir_json
 
     module = bir_json.load(k.path)
-    for fn, i in _placeholders(module):
+    for fn, i in stages_host.placeholders(module):
         attrs = fn.record(fn.insts.get("attrs", i))
         written = attrs.get("klir_binary")
         if isinstance(written, str) and written in k.placeholders:

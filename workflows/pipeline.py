@@ -7,18 +7,16 @@ TranslateNKIASTToBIR and AddressRotation)::
     address_rotation_psum, address_rotation_sb, address_rotation_dram,   (after each coloring allocator)
     build_fdeps,
     separate_load_and_compute, post_sched,                                (the scheduling split)
-    address_rotation_psum_post_schedule, address_rotation_sb,              (rotate the stage buffers)
-    build_fdeps
+    address_rotation_psum_post_schedule, address_rotation_sb               (rotate the stage buffers)
 
-Only passes that are registered *and* whose module exists
-(``stages.available()``) run; the rest are reported as "not available yet".
+Only registered passes run (``tusk.stages.REGISTRY``); backend passes Tusk
+does not have yet are reported as "not available yet".
 A pass that appears twice is addressed as ``name`` (every occurrence) or
 ``name#2`` (the second one).
 
 Changing it:
 
-* ``--set pass.option=value`` sets an option (typed by the pass's Options
-  dataclass); ``--set pass.enabled=false`` drops a step (or, for a pass that
+* ``--set pass.option=value`` sets an option (typed by the pass's fields); ``--set pass.enabled=false`` drops a step (or, for a pass that
   has an ``enabled`` option of its own, sets that option).
 * ``--pipeline FILE`` reads a TOML file::
 
@@ -34,12 +32,13 @@ Changing it:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tusk import stages
+from tusk.cache.keys import code_digest
 from tusk.ir.errors import FormatError, TuskError
 
 DEFAULT_ORDER: tuple[str, ...] = (
@@ -54,7 +53,6 @@ DEFAULT_ORDER: tuple[str, ...] = (
     "post_sched",
     "address_rotation_psum_post_schedule",
     "address_rotation_sb",
-    "build_fdeps",
 )
 BACKEND_NAMES = frozenset(DEFAULT_ORDER)
 UNROLL_PASSES = frozenset({"heuristic_unroll", "unroll", "full_unroll"})
@@ -117,8 +115,8 @@ def display_name(ref: str) -> str:
     if ":" not in ref:
         return ref
     try:
-        return getattr(_import_target(ref), "name", "") or _short(ref)
-    except (ImportError, AttributeError, ValueError):
+        return stages.load_external(ref).name
+    except TuskError:
         return _short(ref)
 
 
@@ -198,37 +196,20 @@ def apply_defaults(entries: list[Entry], defaults: list[tuple[str, str, Any]]) -
 
 
 def _option_names(ref: str) -> set[str]:
-    """Option names of the pass ``ref`` stands for (empty when it cannot be imported yet)."""
-    from tusk import stages
-    target = ref if ":" in ref else stages.REGISTRY.get(ref)
-    if not target:
-        return set()
+    """Option names of the pass ``ref`` stands for (empty when it cannot be loaded)."""
     try:
-        cls = _import_target(target)
-        return {f.name for f in dataclasses.fields(cls.Options)}
-    except (ImportError, AttributeError, TypeError, ValueError):
+        cls = stages.load_external(ref) if ":" in ref else stages.pass_class(ref)
+    except TuskError:
         return set()
+    return {o.name for o in cls.options()}
 
 
 def _short(ref: str) -> str:
     return ref.rsplit(":", 1)[-1] if ":" in ref else ref
 
 
-def _import_target(target: str) -> type:
-    module_name, cls_name = target.split(":", 1)
-    module = importlib.import_module(module_name)
-    return getattr(module, cls_name)
-
-
-def pass_class(target: str) -> type:
-    """The pass class behind ``"module:Class"`` (workers call this too)."""
-    return _import_target(target)
-
-
 def resolve(entries: list[Entry]) -> Resolved:
     """Turn entries into runnable steps; passes that do not exist yet are listed, not run."""
-    from tusk import stages
-    available = set(stages.available())
     steps: list[Step] = []
     unavailable: list[tuple[str, str]] = []
     warnings: list[str] = []
@@ -236,7 +217,7 @@ def resolve(entries: list[Entry]) -> Resolved:
         if not e.enabled:
             unavailable.append((e.label, "disabled"))
             continue
-        step = _resolve_one(e, available)
+        step = _resolve_one(e)
         if isinstance(step, Step):
             steps.append(step)
             continue
@@ -246,42 +227,17 @@ def resolve(entries: list[Entry]) -> Resolved:
     return Resolved(steps, unavailable, warnings)
 
 
-def _resolve_one(e: Entry, available: set[str]) -> Step | str:
-    """The step for ``e``, or why it cannot run yet (a known backend pass not in this checkout)."""
-    from tusk import stages
-    from tusk.cache.keys import code_digest
-    from tusk.stages.base import Pass, make_options, options_spec
-
+def _resolve_one(e: Entry) -> Step | str:
+    """The step for ``e``, or why it cannot run yet (a backend pass this checkout does not have)."""
     if ":" in e.ref:
-        target = e.ref
+        cls = stages.load_external(e.ref)
+    elif e.ref not in stages.REGISTRY:
+        if e.ref in BACKEND_NAMES:
+            return "not available yet (not registered)"
+        raise stages.UnknownPass(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
     else:
-        target = stages.REGISTRY.get(e.ref)
-        if target is None:
-            if e.ref in BACKEND_NAMES:
-                return "not available yet (not registered)"
-            raise TuskError(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
-        if e.ref not in available:
-            return "not available yet"
-    try:
-        cls = _import_target(target)
-    except ModuleNotFoundError as err:
-        if ":" in e.ref:
-            raise TuskError(f"pass {e.ref!r} cannot be imported: {err}") from None
-        return f"not available yet ({err})"
-    except (AttributeError, ValueError):
-        if ":" in e.ref:
-            raise TuskError(f"pass {e.ref!r} cannot be imported: no such class") from None
-        return f"not available yet ({target} has no such class)"
-    # "module:Class" can name anything; only a Pass has what the build and the workers need
-    if not (isinstance(cls, type) and issubclass(cls, Pass)):
-        raise TuskError(f"pass {e.ref!r} is not a pass (a subclass of stages.base.Pass with name, version, "
-                        f"Options and run)")
-    name = getattr(cls, "name", "") or _short(e.ref)
-    if ":" not in e.ref and name != e.ref:
-        raise TuskError(f"pass class {target} is registered as {e.ref!r} but calls itself {name!r}")
-    opts = make_options(cls.Options, e.options, name)
-    values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-    splittable = getattr(cls, "split", None) is not getattr(Pass, "split")
-    return Step(label=e.label, name=name, target=target, version=str(getattr(cls, "version", "1")),
-                code=code_digest(cls), options=values, spec=options_spec(name, opts), splittable=splittable,
-                reads_files=bool(getattr(cls, "reads_files", False)))
+        cls = stages.pass_class(e.ref)
+    p = cls.with_options(e.options)
+    return Step(label=e.label, name=cls.name, target=stages.target_of(cls), version=str(cls.version),
+                code=code_digest(cls), options=p.option_values(), spec=str(p), splittable=cls.splittable,
+                reads_files=cls.reads_files)

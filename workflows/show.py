@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tusk.ir.errors import TuskError
+from tusk.ir.klr.wire import is_klr_bytes
 
 
 def is_klr(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
-            return fh.read(3) == b"\xd9\xd9\xf7"
+            return is_klr_bytes(fh.read(4))
     except OSError as e:
         raise TuskError(f"cannot be read ({e.strerror or e})", file=str(path)) from None
 

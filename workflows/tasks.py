@@ -44,14 +44,14 @@ def _store(url: str):
 
 def _pass(step: dict):
     from tusk.cache.keys import code_digest
-    from tusk.workflows.pipeline import pass_class
+    from tusk.stages import resolve_target
 
-    cls = pass_class(step["target"])
+    cls = resolve_target(step["target"])
     # A worker running other code than the client would file results under the wrong key.
     if "version" in step and (str(cls.version) != step["version"] or code_digest(cls) != step["code"]):
         raise TuskError(f"worker {_where()} has a different version of pass {step['name']} than the client "
                         f"(restart the workers after updating Tusk)")
-    return cls(), cls.Options(**step["options"])
+    return cls.with_options(step["options"])
 
 
 def _jsonable_stats(stats: Any) -> dict:
@@ -192,9 +192,9 @@ def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict,
         store, module, early = _open(store_url, key, input_hash)
         if early:
             return early
-        p, opts = _pass(step)
+        p = _pass(step)
         t0 = time.perf_counter()
-        out, stats = _call(p.run, module, opts)
+        out, stats = _call(p.run, module)
         return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify, extra,
                        check=check)
     except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
@@ -208,11 +208,11 @@ def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dic
         store, module, early = _open(store_url, key, input_hash)
         if early:
             return early
-        p, opts = _pass(step)
+        p = _pass(step)
         t0 = time.perf_counter()
-        pieces = _call(p.split, module, opts)
+        pieces = _call(p.split, module)
         if pieces is None:
-            out, stats = _call(p.run, module, opts)
+            out, stats = _call(p.run, module)
             return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify,
                            check=check)
         hashes = [store.put(m, check=check) for m in pieces]
@@ -243,9 +243,9 @@ def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[s
                 lost.append(missing)
         if lost:
             return {**lost[0], "part": True, "lost": len(lost)}
-        p, opts = _pass(step)
+        p = _pass(step)
         t0 = time.perf_counter()
-        out, stats = _call(p.merge, module, outs, part_stats, opts)
+        out, stats = _call(p.merge, module, outs, part_stats)
         seconds = split_seconds + time.perf_counter() - t0
         return _finish(store, key, parts, step, module, out, stats, seconds, verify,
                        {"parts_total": len(part_outputs), "parts_executed": parts_executed,

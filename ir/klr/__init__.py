@@ -27,10 +27,13 @@ from tusk.ir.klr.listing import listing
 from tusk.ir.klr.pretty import pretty
 from tusk.ir.klr.reader import read_header, read_klr, read_value
 from tusk.ir.klr.types import KLRFileContents
+from tusk.ir.klr.wire import MAGIC, is_klr_bytes
 from tusk.ir.klr.writer import default_file, write_klr, write_value
 
 __all__ = [
     "KLRFileContents",
+    "MAGIC",
+    "is_klr_bytes",
     "default_file",
     "from_json",
     "iter_operators",
