@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tusk.ir import bir_json  # noqa: E402
 from tests.programs import tiled_exp_module  # noqa: E402
+from tusk.ir import bir_json  # noqa: E402
 
 STAND_IN = "tests.passes_for_tests:ExpandBirKernel"
 

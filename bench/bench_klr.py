@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from tusk.ir.klr import read_klr, types as T, write_klr
+from tusk.ir.klr import read_klr, write_klr
+from tusk.ir.klr import types as T
 
 _DTYPE_BYTES = {T.Dtype.bfloat16: 2, T.Dtype.float32: 4, T.Dtype.int32: 4}
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import json
 import math
 import os
 from typing import Any
+
+from tusk.ir.canonical import canonical_bytes
 
 KEY_FORMAT = 1  # bump to invalidate every action record at once
 
@@ -60,8 +61,7 @@ def _normalise(obj: Any) -> Any:
 
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, no spaces, floats by repr, tuples as lists."""
-    return json.dumps(_normalise(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+    return canonical_bytes(_normalise(obj), allow_nan=False)
 
 
 def digest(obj: Any) -> str:

@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from tusk.ir.errors import TuskError
+from tusk.ir.canonical import canonical_bytes
+from tusk.ir.errors import EnvError
 from tusk.ir.module import Module
-from tusk.ir.serial import FORMAT_VERSION as SERIAL_FORMAT, content_hash, module_from_parts, module_to_parts
+from tusk.ir.serial import FORMAT_VERSION as SERIAL_FORMAT
+from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
 
 OBJECT_FORMAT = 1
 LARGE_COLUMN = 256 * 1024  # bytes: columns at least this big get an array of their own
@@ -38,7 +40,7 @@ CHUNK_ROWS = 1 << 20
 PACKED_CHUNK = 8 << 20  # bytes
 
 
-class ObjectDamaged(TuskError):
+class ObjectDamaged(EnvError):
     """A stored object is incomplete or its content does not match its name."""
 
 
@@ -49,7 +51,7 @@ def _compressors():
 
 
 def _json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical_bytes(obj)
 
 
 def write_object(zstore, module: Module, h: str) -> None:
@@ -135,11 +137,11 @@ def read_object(zstore, h: str) -> Module:
                 arrays[key] = g[key][...]
             functions.append((arrays, fmeta))
         module = module_from_parts(head["module"], functions)
+        got = content_hash(module)
     except ObjectDamaged:
         raise
     except Exception as e:  # any decoding failure means the bytes are not what was written
         raise ObjectDamaged(f"object {h} cannot be read ({type(e).__name__}: {e})") from None
-    got = content_hash(module)
     if got != h:
         raise ObjectDamaged(f"object {h} is damaged: its content hashes to {got}")
     return module

@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_object
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import EnvError, TuskError
 from tusk.ir.module import Module
 
 STORE_FORMAT = 1
@@ -52,7 +52,7 @@ _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a running writer
 
 
-class ObjectMissing(TuskError):
+class ObjectMissing(EnvError):
     """No complete object of that hash is in the store."""
 
 

@@ -19,17 +19,35 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Any, Callable, IO
+from typing import IO, Any, Callable
 
 import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.arch import get_arch
+from tusk.ir.canonical import canonical_json
 from tusk.ir.columns import Record, freeze, thaw
-from tusk.ir.enums import (DTYPE_BY_NAME, DTYPE_NAMES, EDGE_BY_NAME, EDGE_NAMES, ENGINE_BY_NAME, ENGINE_NAMES,
-                      MEM_BY_NAME, MEM_NAMES, OPCODE_BY_NAME, OPCODE_NAMES, OPERAND_KIND_BY_NAME,
-                      OPERAND_KIND_NAMES, ROLE_KEYS, TENSOR_CLASS_BY_NAME, TENSOR_CLASS_NAMES,
-                      TENSOR_KIND_BY_NAME, TENSOR_KIND_NAMES, Kind, Mem)
+from tusk.ir.enums import (
+    DTYPE_BY_NAME,
+    DTYPE_NAMES,
+    EDGE_BY_NAME,
+    EDGE_NAMES,
+    ENGINE_BY_NAME,
+    ENGINE_NAMES,
+    MEM_BY_NAME,
+    MEM_NAMES,
+    OPCODE_BY_NAME,
+    OPCODE_NAMES,
+    OPERAND_KIND_BY_NAME,
+    OPERAND_KIND_NAMES,
+    ROLE_KEYS,
+    TENSOR_CLASS_BY_NAME,
+    TENSOR_CLASS_NAMES,
+    TENSOR_KIND_BY_NAME,
+    TENSOR_KIND_NAMES,
+    Kind,
+    Mem,
+)
 from tusk.ir.errors import FormatError, TuskError
 from tusk.ir.expr import AffinePredicate, expr_from_json
 from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, clone_name
@@ -537,7 +555,7 @@ def dumps(module: Module) -> str:
 
 
 def _dump(x: Any) -> str:
-    return json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
+    return canonical_json(x, _default)
 
 
 def _default(obj: Any) -> Any:

@@ -28,7 +28,16 @@ from typing import Any, Iterator, Sequence
 
 from tusk.ir import enums
 from tusk.ir.columns import Record
-from tusk.ir.enums import DTYPE_BY_NAME, DTYPE_SIZES, ENGINE_BY_NAME, OPCODE_BY_NAME, TENSOR_KIND_BY_NAME, Kind, Mem, Role
+from tusk.ir.enums import (
+    DTYPE_BY_NAME,
+    DTYPE_SIZES,
+    ENGINE_BY_NAME,
+    OPCODE_BY_NAME,
+    TENSOR_KIND_BY_NAME,
+    Kind,
+    Mem,
+    Role,
+)
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, as_expr, expr_to_json
 from tusk.ir.module import Function, Module

@@ -13,10 +13,11 @@ instructions share one record.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Generic, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
+
+from tusk.ir.canonical import canonical_json
 
 T = TypeVar("T")
 
@@ -258,7 +259,7 @@ class Record(dict):
         try:
             return self._canon
         except AttributeError:
-            self._canon = json.dumps(self, sort_keys=True, separators=(",", ":"), default=_json_default)
+            self._canon = canonical_json(self, _json_default)
             return self._canon
 
     def with_(self, **changes: Any) -> "Record":

@@ -12,7 +12,17 @@
 from __future__ import annotations
 
 from tusk.ir.bir_json import FLAG_KEYS
-from tusk.ir.enums import DTYPE_NAMES, EDGE_NAMES, ENGINE_NAMES, MEM_NAMES, OPCODE_NAMES, TENSOR_KIND_NAMES, Kind, Mem, Role
+from tusk.ir.enums import (
+    DTYPE_NAMES,
+    EDGE_NAMES,
+    ENGINE_NAMES,
+    MEM_NAMES,
+    OPCODE_NAMES,
+    TENSOR_KIND_NAMES,
+    Kind,
+    Mem,
+    Role,
+)
 from tusk.ir.module import Function, Module
 
 SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis"}

@@ -1,9 +1,25 @@
-"""The one error type users see.
+"""Errors, sorted by who is at fault.
 
-Every failure a user can cause (bad input, an over-budget unroll, a kernel
-file that cannot be found) raises a :class:`TuskError` whose text names the
-file and the place in it, so that a build of many kernels can report each
-failure on one line and carry on with the rest.
+Every error a user sees is a :class:`TuskError` whose text names the file
+and the place in it (a JSON path, a byte offset), so that a build of many
+kernels reports each failure on one line and carries on with the rest.
+Which subclass it is says whose fault it is, and so what a build does:
+
+* :class:`InputError` -- the kernel's (a malformed file, a program a pass
+  refuses: :class:`FormatError`, :class:`PassError`).  That kernel fails
+  with file, location and problem; the others are built and written.
+  Exit code 1.
+* :class:`UsageError` -- the command's (a bad option, pipeline or
+  directory).  Found before anything is built; exit code 2.
+* :class:`EnvError` -- the machine's (the store, the file system, the
+  cluster).  The kernel's previous output is kept; the build reports it
+  once; exit code 2.
+* :class:`InternalError` -- Tusk's (any other exception in a pass or a
+  reader: a bug).  One line naming pass, kernel and cause; the traceback
+  goes to the build's log file; the other kernels finish.  Exit code 1.
+
+:class:`VerifyError` (an IR invariant broken) is the kernel's when the
+verifier checks a kernel as read, Tusk's when it checks a pass's output.
 """
 
 from __future__ import annotations
@@ -40,13 +56,44 @@ class TuskError(Exception):
         return type(self)(self.message, file=self.file or file, where=self.where or where)
 
 
-class FormatError(TuskError):
+class InputError(TuskError):
+    """The kernel's fault: its file or its program."""
+
+
+class FormatError(InputError):
     """Malformed input file (BIR-JSON, KLR, pipeline TOML)."""
+
+
+class PassError(InputError):
+    """A pass cannot proceed on this program; the message keeps the backend's wording."""
 
 
 class VerifyError(TuskError):
     """An IR invariant does not hold (raised by ir.verify)."""
 
 
-class PassError(TuskError):
-    """A pass cannot proceed; the message keeps the backend's wording."""
+class UsageError(TuskError):
+    """The command's fault: an option, a pipeline, a directory that cannot be used as asked."""
+
+
+class EnvError(TuskError):
+    """The environment's fault: the store, the file system or the cluster failed."""
+
+
+class InternalError(TuskError):
+    """Tusk's fault: an unexpected exception (a bug), reported with where it happened."""
+
+
+#: fault names used in reports, by class
+INPUT, USAGE, ENVIRONMENT, INTERNAL = "input", "usage", "environment", "internal"
+
+
+def fault_of(e: BaseException) -> str:
+    """Whose fault ``e`` is (see the module docstring); OSError is the environment's, anything else a bug."""
+    if isinstance(e, InputError):
+        return INPUT
+    if isinstance(e, UsageError):
+        return USAGE
+    if isinstance(e, (EnvError, OSError)):
+        return ENVIRONMENT
+    return INTERNAL

@@ -62,6 +62,17 @@ SCHEMAS = {"insts": INST_SCHEMA, "operands": OPERAND_SCHEMA, "memlocs": MEMLOC_S
            "sets": SET_SCHEMA, "regs": REG_SCHEMA, "blocks": BLOCK_SCHEMA, "deps": DEP_SCHEMA,
            "carried": CARRIED_SCHEMA}
 
+# Columns that hold ids into a function's pools; serialisation and content hashes renumber the
+# pools through exactly these.  ``operands.aux`` is a value id only for the kinds in AUX_VALUE_KINDS
+# (register operands keep a register row there).
+STRING_REFS = (("insts", "name"), ("memlocs", "name"), ("memlocs", "const_path"), ("sets", "name"),
+               ("regs", "name"), ("blocks", "name"))
+VALUE_REFS = (("insts", "attrs"), ("insts", "pred"), ("operands", "dyn"), ("operands", "extra"),
+              ("memlocs", "extra"), ("sets", "shape"), ("sets", "extra"), ("regs", "extra"), ("blocks", "extra"),
+              ("carried", "payload"))
+PATTERN_REFS = (("operands", "pattern"),)
+AUX_VALUE_KINDS = (Kind.SYMBOLIC, Kind.IMM, Kind.SYMBOLIC_IMM, Kind.IMM_ARRAY)
+
 CARRIED_LOOP, CARRIED_UNROLL = 1, 2
 MAX_OPERANDS = np.iinfo(np.uint16).max  # the nops column
 
@@ -335,8 +346,10 @@ class LoopAxis:
 class Module:
     """A BIR module: functions plus module-level attributes and config.
 
-    Two modules are equal when their canonical BIR-JSON is equal: interning
-    order and other representation details do not count.
+    A module's identity is its content hash (:func:`tusk.ir.serial.content_hash`),
+    taken over its canonical form, where pools are renumbered in a fixed
+    order and unused pool entries dropped: interning order does not count.
+    ``==`` and the store both use it.
     """
 
     functions: list[Function] = field(default_factory=list)
@@ -383,9 +396,9 @@ class Module:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        from tusk.ir.bir_json import dumps
+        from tusk.ir.serial import content_hash
 
-        return dumps(self) == dumps(other)
+        return content_hash(self) == content_hash(other)
 
     __hash__ = None  # type: ignore[assignment]
 

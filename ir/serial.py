@@ -1,27 +1,32 @@
-"""A module as plain arrays and JSON, for stores that must not pickle.
+"""A module as plain arrays and JSON, for stores that must not pickle; and its identity.
 
 ``module_to_parts`` gives, per function, its column arrays (numpy, fixed
-dtypes) plus JSON-able metadata (pools, flags); ``module_from_parts`` is its
-inverse.  ``content_hash`` digests exactly those parts, so it is stable
-across processes and machines (no ``hash()``, no pickle) and two modules
-built the same way by a deterministic pass hash the same.
+dtypes) plus JSON-able metadata (pools, flags) in *canonical form*: every
+pool keeps only the entries some column uses, sorted by their JSON form,
+and the id columns are renumbered to match.  So two modules that differ
+only in interning order (or in pool entries nothing uses) have the same
+parts.  ``module_from_parts`` is the inverse.  ``content_hash`` digests
+exactly those parts: it is a module's one identity (``Module.__eq__`` and
+the store both use it), stable across processes and machines (no
+``hash()``, no pickle).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 from typing import Any
 
 import numpy as np
 
+from tusk.ir.canonical import canonical_json
 from tusk.ir.columns import Pool, Record, Table, freeze, thaw
 from tusk.ir.errors import FormatError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json, expr_to_json
-from tusk.ir.module import SCHEMAS, Function, Module
+from tusk.ir.module import AUX_VALUE_KINDS, PATTERN_REFS, SCHEMAS, STRING_REFS, VALUE_REFS, Function, Module
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: pools in canonical form
 
 
 # ---------------------------------------------------------------- pool values
@@ -79,22 +84,129 @@ def decode_value(j: Any) -> Any:
 
 
 def function_to_parts(fn: Function) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Column arrays keyed ``table.column`` and JSON metadata of one function."""
+    """Column arrays keyed ``table.column`` and JSON metadata of one function, in canonical form."""
     arrays = {}
     for table in SCHEMAS:
         t: Table = getattr(fn, table)
         for col, arr in t.arrays().items():
             arrays[f"{table}.{col}"] = np.ascontiguousarray(arr)
+    _group_memlocs_by_set(arrays)
+    aux_values = np.isin(arrays["operands.kind"], AUX_VALUE_KINDS)
+    strings = _canonical_pool(arrays, STRING_REFS, _split_clone_names(arrays, list(fn.strings.items)),
+                              lambda v: v)
+    patterns = _canonical_pool(arrays, PATTERN_REFS, [[list(p) for p in pat] for pat in fn.patterns.items],
+                               _canon_text)
+    values = _canonical_pool(arrays, VALUE_REFS, [encode_value(v) for v in fn.values.items], _canon_text,
+                             aux_values)
+    # dependence edges are a set: their row order is not part of the program
+    _sort_rows(arrays, "deps", ("dst", "src", "kind"))
+    _sort_rows(arrays, "carried", ("dst", "src", "kind", "flavour", "payload"))
     meta = {
         "name": fn.name,
         "kind": fn.kind,
         "attrs": sorted(fn.attrs),
         "extras": thaw(fn.extras),
-        "strings": list(fn.strings.items),
-        "patterns": [[list(p) for p in pat] for pat in fn.patterns.items],
-        "values": [encode_value(v) for v in fn.values.items],
+        "strings": strings,
+        "patterns": patterns,
+        "values": values,
     }
     return arrays, meta
+
+
+def _canonical_pool(arrays: dict[str, np.ndarray], refs: tuple, items: list, sort_key,
+                    aux_mask: np.ndarray | None = None) -> list:
+    """The used entries of a pool, sorted by ``sort_key``; id columns in ``arrays`` renumbered in place
+    (on copies: the function's own arrays are never changed)."""
+    n = len(items)
+    columns = [(f"{t}.{c}", None) for t, c in refs]
+    if aux_mask is not None:
+        columns.append(("operands.aux", aux_mask))
+    used = np.zeros(n + 1, dtype=bool)
+    for key, mask in columns:
+        col = arrays[key] if mask is None else arrays[key][mask]
+        if len(col):
+            ids = col[col >= 0]
+            if len(ids) and int(ids.max()) >= n:
+                raise FormatError(f"column {key} refers to entry {int(ids.max())} of a pool of {n}")
+            used[ids] = True
+    keep = np.nonzero(used[:n])[0]
+    order = sorted(keep.tolist(), key=lambda i: sort_key(items[i]))
+    if len(order) == n and order == list(range(n)):
+        return items  # already canonical: nothing to renumber
+    remap = np.full(n + 1, -1, dtype=np.int64)  # remap[-1] == -1: "none" stays none
+    remap[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    for key, mask in columns:
+        col = arrays[key]
+        if mask is None:
+            arrays[key] = remap[col].astype(col.dtype)
+        elif mask.any():
+            out = col.copy()
+            out[mask] = remap[col[mask]].astype(col.dtype)
+            arrays[key] = out
+    return [items[i] for i in order]
+
+
+def _group_memlocs_by_set(arrays: dict[str, np.ndarray]) -> None:
+    """Memory locations in the order a file lists them: by set, in their order within it."""
+    sets = arrays["memlocs.set"]
+    if len(sets) < 2 or (sets[1:] >= sets[:-1]).all():
+        return
+    order = np.argsort(sets, kind="stable")
+    for name, _ in SCHEMAS["memlocs"]:
+        arrays[f"memlocs.{name}"] = arrays[f"memlocs.{name}"][order]
+    where = np.empty(len(order) + 1, dtype=np.int64)
+    where[order] = np.arange(len(order))
+    where[-1] = -1
+    refs = arrays["operands.memloc"]
+    arrays["operands.memloc"] = where[refs].astype(refs.dtype)
+
+
+def _sort_rows(arrays: dict[str, np.ndarray], table: str, keys: tuple[str, ...]) -> None:
+    cols = [arrays[f"{table}.{k}"] for k in keys]
+    if len(cols[0]) < 2:
+        return
+    order = np.lexsort(cols[::-1])  # lexsort's last key is the primary one
+    if (order[1:] > order[:-1]).all():
+        return
+    for name, _ in SCHEMAS[table]:
+        arrays[f"{table}.{name}"] = arrays[f"{table}.{name}"][order]
+
+
+_CLONE_NAME = re.compile(r"(.+)-it(0|[1-9][0-9]{0,8})")
+
+
+def _split_clone_names(arrays: dict[str, np.ndarray], strings: list[str]) -> list[str]:
+    """An original instruction named like a clone (``x-it3``, as a BIR-JSON file spells one) becomes
+    that clone (name ``x``, iteration 3), so a module reads the same whether its clones were made by
+    a pass or loaded from a file.  Returns the string pool, with the base names added."""
+    iters = arrays["insts.iter"]
+    if not len(iters) or not (iters < 0).any():
+        return strings
+    index = {s: i for i, s in enumerate(strings)}
+    base = np.full(len(strings) + 1, -1, dtype=np.int64)
+    k = np.zeros(len(strings) + 1, dtype=np.int64)
+    for sid, text in enumerate(strings):
+        m = _CLONE_NAME.fullmatch(text)
+        if m:
+            b = index.get(m.group(1))
+            if b is None:
+                b = index[m.group(1)] = len(strings)
+                strings.append(m.group(1))
+            base[sid], k[sid] = b, int(m.group(2))
+    if not (base >= 0).any():
+        return strings
+    names = arrays["insts.name"]
+    rows = np.nonzero((iters < 0) & (base[names] >= 0))[0]
+    if len(rows):
+        names, iters = names.copy(), iters.copy()
+        iters[rows] = k[names[rows]]
+        names[rows] = base[names[rows]]
+        arrays["insts.name"], arrays["insts.iter"] = names, iters
+    return strings
+
+
+def _canon_text(v: Any) -> str:
+    return canonical_json(v)
 
 
 def function_from_parts(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Function:
@@ -149,9 +261,13 @@ def module_from_parts(meta: dict[str, Any], functions: list[tuple[dict[str, np.n
 
 
 def content_hash(module: Module) -> str:
-    """SHA-256 over the module's parts: column bytes with their dtypes, and canonical JSON."""
+    """SHA-256 over the module's canonical parts: column bytes with their dtypes, and canonical JSON."""
+    return parts_hash(*module_to_parts(module))
+
+
+def parts_hash(meta: dict[str, Any], fns: list[tuple[dict[str, np.ndarray], dict[str, Any]]]) -> str:
+    """:func:`content_hash` of parts already made by :func:`module_to_parts` (the store hashes what it writes)."""
     h = hashlib.sha256()
-    meta, fns = module_to_parts(module)
     h.update(_canon(meta))
     for arrays, fmeta in fns:
         h.update(_canon(fmeta))
@@ -163,4 +279,4 @@ def content_hash(module: Module) -> str:
 
 
 def _canon(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return canonical_json(obj).encode()

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tusk.ir.columns import thaw
 from tusk.ir.enums import LOOP_OPCODES, OPCODE_NAMES, Mem, Op
 from tusk.ir.errors import TuskError
-from tusk.ir.columns import thaw
 from tusk.ir.expr import expr_from_json
 from tusk.sim.machine import Frame, InterpError
 from tusk.sim.ops import HANDLERS

@@ -24,7 +24,6 @@ calls).
 from __future__ import annotations
 
 import os
-
 from typing import Mapping
 
 import numpy as np

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from tusk.ir.arch import PARTITIONS, get_arch
+from tusk.ir.columns import thaw
 from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES, OPCODE_NAMES, Kind, Mem, Role
 from tusk.ir.errors import TuskError
-from tusk.ir.columns import thaw
 from tusk.ir.expr import Env, IndirectArgExpr, QuasiAffine, expr_from_json
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr

@@ -46,13 +46,13 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Mapping, Union
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import UsageError
 from tusk.ir.module import Module
 
 Stats = dict[str, Any]
 
 
-class OptionError(TuskError):
+class OptionError(UsageError):
     """A pass option with a wrong name or value (a usage error, found before anything runs)."""
 
 

@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass
 
 from tusk.ir.enums import LOOP_OPCODES, Kind, Op
-from tusk.ir.expr import AffineIdx, FloorDivExpr, ModuloExpr, ShardIdx
 from tusk.ir.errors import PassError
+from tusk.ir.expr import AffineIdx, FloorDivExpr, ModuloExpr, ShardIdx
 from tusk.ir.module import Function, Module
 from tusk.stages.base import OptionError, Pass, Stats, option
 

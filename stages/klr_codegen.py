@@ -57,8 +57,12 @@ from tusk.ir.errors import PassError
 from tusk.ir.klr import types as T
 from tusk.ir.module import Function
 from tusk.ir.values import ImmValue, Pattern
-from tusk.stages.klr_dynamic import (StaticArg, assemble_dynamic_info, extract_dynamic_ap_to_standalone,
-                                is_access_dynamic)
+from tusk.stages.klr_dynamic import (
+    StaticArg,
+    assemble_dynamic_info,
+    extract_dynamic_ap_to_standalone,
+    is_access_dynamic,
+)
 
 MAX_AP_DIMS = 4
 

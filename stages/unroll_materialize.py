@@ -24,9 +24,27 @@ import numpy as np
 from tusk.ir.columns import Record, Table
 from tusk.ir.enums import Kind, Op
 from tusk.ir.errors import PassError
-from tusk.ir.expr import AffineIdx, AffinePredicate, Env, FloorDivExpr, ModuloExpr, QuasiAffine, expr_from_json, expr_to_json
-from tusk.ir.module import (BLOCK_SCHEMA, CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, INST_SCHEMA, OPERAND_SCHEMA,
-                       Function, _ranges, clone_name)
+from tusk.ir.expr import (
+    AffineIdx,
+    AffinePredicate,
+    Env,
+    FloorDivExpr,
+    ModuloExpr,
+    QuasiAffine,
+    expr_from_json,
+    expr_to_json,
+)
+from tusk.ir.module import (
+    BLOCK_SCHEMA,
+    CARRIED_LOOP,
+    CARRIED_SCHEMA,
+    DEP_SCHEMA,
+    INST_SCHEMA,
+    OPERAND_SCHEMA,
+    Function,
+    _ranges,
+    clone_name,
+)
 from tusk.ir.values import ImmValue, SymAddr
 from tusk.stages.unroll_expand import IDX, Expander, Expansion
 

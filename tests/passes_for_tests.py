@@ -161,6 +161,32 @@ class FailOn(Pass):
 
 
 @dataclass(frozen=True)
+class Raise(Pass):
+    """Raise an exception of class ``exception`` (a builtin or a tusk.ir.errors name) for modules whose
+    artifact directory contains ``when``: how the build copes with whatever a pass may throw."""
+
+    name = "test_raise"
+    version = "1"
+
+    exception: str = option("ValueError", "exception class to raise")
+    when: str = option("bad", "substring of the artifact directory that makes the pass raise")
+
+    def run(self, module: Module):
+        if self.when and self.when in module.artifact_dir:
+            raise make_exception(self.exception, f"{self.name}: simulated {self.exception}")
+        return module.copy(), {}
+
+
+def make_exception(name: str, message: str) -> BaseException:
+    import builtins
+
+    from tusk.ir import errors
+
+    cls = getattr(errors, name, None) or getattr(builtins, name)
+    return cls(message)
+
+
+@dataclass(frozen=True)
 class ExpandBirKernel(Pass):
     """A stand-in for translate_nki_ast_to_bir on BIR-JSON kernels: replace the host by the kernel.
 
@@ -200,6 +226,7 @@ TEST_REGISTRY = {
     "test_spin": f"{HERE}:Spin",
     "test_fail": f"{HERE}:FailOn",
     "test_expand": f"{HERE}:ExpandBirKernel",
+    "test_raise": f"{HERE}:Raise",
 }
 
 
@@ -232,8 +259,8 @@ def write_kernels(directory, count: int, *, tiles: int = 2, prefix: str = "k") -
     """``count`` BIR-JSON kernels (tiled exp programs of different sizes) in ``directory``."""
     from pathlib import Path
 
-    from tusk.ir import bir_json
     from tests.programs import tiled_exp_module
+    from tusk.ir import bir_json
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

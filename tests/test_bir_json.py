@@ -6,14 +6,15 @@ import copy
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.programs import every_family_module, tiled_exp_module
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.errors import FormatError
 from tusk.ir.module import Module
 from tusk.ir.verify import verify
-from tests.programs import every_family_module, tiled_exp_module
 
 
 def test_every_builder_family_round_trips(family_module):

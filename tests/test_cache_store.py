@@ -10,13 +10,13 @@ import pickle
 import numpy as np
 import pytest
 
+from tests.passes_for_tests import flip_a_byte
+from tests.programs import tiled_exp_module
 from tusk.cache import ObjectDamaged, ObjectMissing, Store, parse_size
 from tusk.cache import objects as objects_mod
 from tusk.cache.keys import Uncacheable, action_key, canonical, code_digest, digest
 from tusk.ir.errors import TuskError
 from tusk.ir.serial import content_hash
-from tests.passes_for_tests import flip_a_byte
-from tests.programs import tiled_exp_module
 
 
 @pytest.fixture

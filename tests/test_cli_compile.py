@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tusk.cache import Store
-from tusk.ir import bir_json
 from tests.passes_for_tests import flip_a_byte, pipeline_toml, write_kernels
 from tests.programs import tiled_exp_module
+from tusk.cache import Store
+from tusk.ir import bir_json
 from tusk.workflows.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tusk.examples import bir_kernels
-from tusk.examples.generate import KERNELS, main as generate_main
+from tusk.examples.generate import KERNELS
+from tusk.examples.generate import main as generate_main
 from tusk.ir import bir_json
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs

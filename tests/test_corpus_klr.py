@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -12,8 +11,8 @@ from tusk.ir import klr
 from tusk.ir.enums import Mem
 from tusk.ir.verify import verify
 from tusk.sim.interp import run
-from tusk.stages.klr_dynamic import is_access_dynamic
 from tusk.stages.host import host_module_for
+from tusk.stages.klr_dynamic import is_access_dynamic
 from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
 
 CORPUS = klr_kernels.corpus_bytes()

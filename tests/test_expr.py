@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tusk.ir.errors import FormatError, TuskError
-from tusk.ir.expr import (AffinePredicate, Env, ModuloExpr, const, expr_from_json, expr_to_json,
-                     floordiv, idx, indirect, mod, runtime)
+from tusk.ir.expr import (
+    AffinePredicate,
+    Env,
+    ModuloExpr,
+    const,
+    expr_from_json,
+    expr_to_json,
+    floordiv,
+    idx,
+    indirect,
+    mod,
+    runtime,
+)
 
 i, j = idx("i"), idx("j")
 

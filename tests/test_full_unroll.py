@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.programs import every_family_module, tiled_exp_module
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr, Op
@@ -19,7 +20,6 @@ from tusk.stages.factor import get_largest_factor_with_threshold
 from tusk.stages.full_unroll import CEILING, FullUnroll, instruction_limit_check
 from tusk.stages.heuristic_unroll import HeuristicUnroll
 from tusk.workflows.full_unroll_cli import main as full_unroll_main
-from tests.programs import every_family_module, tiled_exp_module
 
 
 def full(m, level):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.programs import tiled_exp_module
 from tusk.ir.builder import Builder
 from tusk.ir.columns import Record
 from tusk.ir.enums import Dt, Engine, FnKind, Kind, Op, Role
@@ -16,7 +17,6 @@ from tusk.ir.module import Module
 from tusk.ir.values import DynamicAPInfo
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.sim.memory import bf16_to_f32, f32_to_bf16
-from tests.programs import tiled_exp_module
 
 RNG = np.random.default_rng(1234)
 

@@ -23,9 +23,9 @@ from tusk.ir.klr import (
     read_klr,
     tensor_of,
     to_json,
-    types as T,
     write_klr,
 )
+from tusk.ir.klr import types as T
 
 DATA = Path(__file__).parent / "data" / "klr"
 POSITIVE = sorted(DATA.glob("0*.klr"))

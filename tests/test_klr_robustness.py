@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tusk.ir.errors import FormatError
-from tusk.ir.klr import read_klr, read_value, types as T, write_klr, write_value
+from tusk.ir.klr import read_klr, read_value, write_klr, write_value
+from tusk.ir.klr import types as T
 
 DATA = Path(__file__).parent / "data" / "klr"
 POSITIVE = sorted(DATA.glob("0*.klr"))

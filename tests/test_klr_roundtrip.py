@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tusk.ir.klr import from_json, listing, read_klr, read_value, to_json, types as T, write_klr, write_value
+from tusk.ir.klr import from_json, listing, read_klr, read_value, to_json, write_klr, write_value
+from tusk.ir.klr import types as T
 from tusk.ir.klr.schema import SCHEMA, Enum, ListOf, OptionOf, Prim, Struct, recursive_types
 
 RECURSIVE = recursive_types()

@@ -13,7 +13,8 @@ import pickle
 
 import pytest
 
-from tusk.ir.klr import pretty, read_value, types as T, write_value
+from tusk.ir.klr import pretty, read_value, write_value
+from tusk.ir.klr import types as T
 from tusk.ir.klr.schema import OPERATORS, SCHEMA, Enum, Inductive, Prim, Struct, recursive_types
 
 

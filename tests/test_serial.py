@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
 from tests.programs import tiled_exp_module
+from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
 
 
 def _through_json(m):

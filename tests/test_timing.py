@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.programs import tiled_exp_module
 from tusk.ir.builder import Builder
 from tusk.ir.errors import TuskError
 from tusk.sim.timing import CostTable, instruction_costs, simulate
 from tusk.stages.deps import build_fdeps
-from tests.programs import tiled_exp_module
 
 # DMA: 10 + bytes / 4; Activation: 5 + elements per partition; PE: 3 + moving columns.
 TOY = CostTable(dma_fixed=10, dma_bytes_per_cycle=4, act_fixed=5, act_elems_per_cycle=1, pe_fixed=3,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.programs import every_family_module, tiled_exp_module
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import Edge, FnAttr, Kind, Op
@@ -15,7 +17,6 @@ from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Module
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.unroll import Unroll, clone_count_bound
-from tests.programs import every_family_module, tiled_exp_module
 
 
 def unrolled(m: Module, **kw) -> Module:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.programs import every_family_module, tiled_exp_module
 from tusk.ir.builder import Builder
 from tusk.ir.enums import Edge
 from tusk.ir.errors import VerifyError
 from tusk.ir.verify import verify
-from tests.programs import every_family_module, tiled_exp_module
 
 
 def test_builder_programs_verify(family_module, tiled_module):

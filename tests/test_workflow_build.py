@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.passes_for_tests import TEST_REGISTRY, ExpandBirKernel, PerFunction, flip_a_byte
+from tests.programs import every_family_module, tiled_exp_module
 from tusk import stages
 from tusk.cache import Store
 from tusk.ir.errors import TuskError
 from tusk.ir.module import Module
 from tusk.ir.serial import content_hash
-from tests.passes_for_tests import TEST_REGISTRY, ExpandBirKernel, PerFunction, flip_a_byte
-from tests.programs import every_family_module, tiled_exp_module
 from tusk.workflows.graph import BuildUnit, InlineExecutor, build
 from tusk.workflows.pipeline import Entry, _labelled, resolve
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tusk import stages
-from tusk.cache import Store
 from tests.passes_for_tests import TEST_REGISTRY, pipeline_toml, write_kernels
 from tests.programs import every_family_module, tiled_exp_module
+from tusk import stages
+from tusk.cache import Store
 from tusk.workflows.cli import app
 from tusk.workflows.graph import BuildUnit, InlineExecutor, build, client_executor, local_cluster_executor
 from tusk.workflows.pipeline import Entry, _labelled, resolve

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.programs import tiled_exp_module
 from tusk.cache import Store
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import DTYPE_NAMES, TENSOR_KIND_NAMES
 from tusk.stages import host as stages_host
 from tusk.workflows.kernels import discover, file_digests, given_host_module, host_module
-from tests.programs import tiled_exp_module
 
 KLR = Path(__file__).parent / "data" / "klr"
 

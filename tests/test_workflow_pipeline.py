@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.passes_for_tests import TEST_REGISTRY, pipeline_toml
 from tusk import stages
 from tusk.ir.errors import TuskError
-from tests.passes_for_tests import TEST_REGISTRY, pipeline_toml
-from tusk.workflows.pipeline import (DEFAULT_ORDER, Entry, apply_sets, default_pipeline, load_pipeline, resolve,
-                                _labelled)
+from tusk.workflows.pipeline import (
+    DEFAULT_ORDER,
+    Entry,
+    _labelled,
+    apply_sets,
+    default_pipeline,
+    load_pipeline,
+    resolve,
+)
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ and ``tusk.examples`` (the shipped kernel corpus).
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("tusk")

@@ -56,7 +56,7 @@ def compile(
     """Compile every kernel of DIRECTORY (.klr or BIR-JSON) through the pass pipeline."""
     from rich.console import Console
 
-    from tusk.workflows.compile import CompileRequest, compile_directory
+    from tusk.workflows.compile import BuildEvents, CompileRequest, compile_directory
     from tusk.workflows.report import print_pipeline, print_result, progress_bar
 
     stream = sys.stderr if as_json else sys.stdout
@@ -66,41 +66,46 @@ def compile(
                          cache_dir=cache_dir, no_cache=no_cache, core_id=core_id, sets=list(sets),
                          pipeline=pipeline, stages=stages, verify=verify or None)
     bar = progress_bar(console)
-    task = {"id": None, "steps": 0}
 
-    def on_start(n_units: int, n_steps: int) -> None:
-        task["id"], task["steps"] = bar.add_task("", total=max(1, n_units * n_steps)), n_steps
-        bar.start()
+    class Events(BuildEvents):
+        task = None
+        steps = 0
 
-    def progress(event: str, unit, label: str) -> None:
-        if task["id"] is None:
-            return
-        if event in ("cached", "executed"):
-            bar.advance(task["id"], 1)
-            bar.update(task["id"], description=f"{unit.unit.name}: {label}")
-        elif event == "failed":  # the unit's remaining steps will not run
-            resolved = sum(1 for s in unit.steps if s.status != "failed")
-            bar.advance(task["id"], max(0, task["steps"] - resolved))
-            bar.update(task["id"], description=f"[red]{unit.unit.name} failed[/red]")
+        def pipeline(self, resolved) -> None:
+            if verbose:
+                print_pipeline(console, [s.spec for s in resolved.steps], resolved.unavailable)
 
-    def on_executor(ex) -> None:
-        if getattr(ex, "is_cluster", False):
-            console.print(f"started {ex.description}")
-        else:
-            console.print("running passes in this process (no cluster)")
-        if dashboard:
-            link = getattr(ex, "dashboard_link", None)
-            try:
-                import bokeh  # noqa: F401
-                note = ""
-            except ImportError:
-                note = " (the dashboard needs bokeh: pip install -e '.[dashboard]')"
-            console.print(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
+        def start(self, n_units: int, n_steps: int) -> None:
+            self.task, self.steps = bar.add_task("", total=max(1, n_units * n_steps)), n_steps
+            bar.start()
+
+        def step(self, event: str, unit, label: str) -> None:
+            if self.task is None:
+                return
+            if event in ("cached", "executed"):
+                bar.advance(self.task, 1)
+                bar.update(self.task, description=f"{unit.unit.name}: {label}")
+            elif event == "failed":  # the unit's remaining steps will not run
+                resolved = sum(1 for s in unit.steps if s.status != "failed")
+                bar.advance(self.task, max(0, self.steps - resolved))
+                bar.update(self.task, description=f"[red]{unit.unit.name} failed[/red]")
+
+        def executor(self, ex) -> None:
+            if getattr(ex, "is_cluster", False):
+                console.print(f"started {ex.description}")
+            else:
+                console.print("running passes in this process (no cluster)")
+            if dashboard:
+                link = getattr(ex, "dashboard_link", None)
+                try:
+                    import bokeh  # noqa: F401
+                    note = ""
+                except ImportError:
+                    note = " (the dashboard needs bokeh: pip install -e '.[dashboard]')"
+                console.print(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
 
     try:
-        result = compile_directory(req, progress=progress, on_start=on_start, on_executor=on_executor,
-                                   on_pipeline=lambda r: print_pipeline(console, [s.spec for s in r.steps],
-                                                                        r.unavailable) if verbose else None)
+        result = compile_directory(req, events=Events())
     except TuskError as e:
         bar.stop()
         console.print(f"[red]error:[/red] {e}", soft_wrap=True)

@@ -26,7 +26,7 @@ How a build proceeds (:func:`build`):
    the unit's tasks re-hash objects they find already stored instead of
    trusting them (``check``), so each damaged object costs about one repair
    (the unit gives up past ``MAX_REPAIRS`` + two per step).  Failures that
-   are not the kernel's (cache, cluster, file system) are marked ``infra``:
+   are not the kernel's (cache, cluster, file system) have fault ``environment``:
    the caller keeps the kernel's earlier output.
 
 The executor is created once, at the first miss; if it cannot be created
@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterable
 from tusk.cache.keys import Uncacheable, action_key
 from tusk.cache.objects import ObjectDamaged
 from tusk.cache.store import ObjectMissing, Store
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError, fault_of
 from tusk.ir.module import Module
 from tusk.workflows import tasks
 from tusk.workflows.pipeline import Step
@@ -105,7 +105,13 @@ class UnitReport:
     seconds: float = 0.0
     repairs: int = 0
     outputs: dict[str, Any] = field(default_factory=dict)  # what writing the outputs reported
-    infra: bool = False             # failed for a reason that is not the kernel's (keep its old output)
+    fault: str = ""                 # on failure: "input" | "environment" | "internal" (tusk.ir.errors)
+    traceback: str = ""             # of an internal error (written to the build's log, not the terminal)
+
+    @property
+    def infra(self) -> bool:
+        """Failed for a reason that is not the kernel's: keep its previous output."""
+        return self.fault == ENVIRONMENT
 
     @property
     def ok(self) -> bool:
@@ -154,7 +160,7 @@ class BuildReport:
 # ====================================================================== executors
 
 
-class ExecutorUnavailable(TuskError):
+class ExecutorUnavailable(EnvError):
     """No executor could be created (scheduler unreachable, cluster failed to start): the build stops."""
 
 
@@ -219,7 +225,8 @@ class DaskExecutor:
         try:
             result = fut.result()
         except Exception as e:  # noqa: BLE001 - a lost task is this unit's failure, not the build's
-            result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}", "infra": True}
+            result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}",
+                      "fault": ENVIRONMENT}
         self._futures.pop(key, None)
         fut.release()
         return key, result
@@ -420,10 +427,10 @@ class Build:
             return "no usable cached result (evicted, damaged or never recorded)"
         return ", ".join(names[k] for k in changed)
 
-    def _fail(self, st: _State, message: str, cached: bool = False, infra: bool = False) -> None:
+    def _fail(self, st: _State, message: str, cached: bool = False, fault: str = INPUT, tb: str = "") -> None:
         if st.done:
             return
-        st.report.infra = infra
+        st.report.fault, st.report.traceback = fault, tb
         step = self.steps[st.i] if st.i < len(self.steps) else None
         if step is not None:
             st.report.steps[st.i:] = [StepResult(label=step.label, name=step.name, status="failed",
@@ -441,7 +448,7 @@ class Build:
         st.gen += 1
         if st.report.repairs > MAX_REPAIRS + 2 * len(self.steps):
             self._fail(st, f"giving up after {st.report.repairs - 1} repairs of damaged cache objects ({why}); "
-                           f"check the cache at {self.store.url} (tusk cache verify --remove)", infra=True)
+                           f"check the cache at {self.store.url} (tusk cache verify --remove)", fault=ENVIRONMENT)
             return True
         return False
 
@@ -454,7 +461,7 @@ class Build:
             module = unit.module if unit.module is not None else (unit.reload() if unit.reload else None)
             if module is None:
                 self._fail(st, f"host module {st.hashes[0]} is missing from the store and cannot be rebuilt",
-                           infra=True)
+                           fault=ENVIRONMENT)
                 return
             self.store.put_hashed(module, st.hashes[0], check=True)
             st.i = 0
@@ -477,7 +484,7 @@ class Build:
                 return
             except TuskError as e:
                 st.report.final = None
-                self._fail(st, str(e))
+                self._fail(st, str(e), fault=_client_fault(e, INPUT))
                 return
         if items:
             items = [[h, str(p)] for h, p in items]
@@ -508,7 +515,8 @@ class Build:
             return
         if status != "written":
             st.report.final = None
-            self._fail(st, res.get("error", f"writing outputs failed: {res!r}"), infra=True)
+            self._fail(st, res.get("error", f"writing outputs failed: {res!r}"),
+                       fault=res.get("fault") or ENVIRONMENT, tb=res.get("traceback", ""))
             return
         sizes = {path: size for path, size, *_ in res.get("files", [])}
         missing = [[h, p] for h, p in items if not (os.path.isfile(p) and os.path.getsize(p) == sizes.get(p))]
@@ -533,7 +541,7 @@ class Build:
         step = self.steps[i]
         if status == "error":
             self._fail(st, res.get("error", "unknown error"), cached=bool(res.get("cached")),
-                       infra=bool(res.get("infra")))
+                       fault=res.get("fault") or INPUT, tb=res.get("traceback", ""))
             return
         if status == "input-missing":
             if kind in ("merge", "part") and (res.get("part") or kind == "part"):
@@ -615,9 +623,9 @@ class Build:
                 elif unit.host_hash is None:
                     raise TuskError(f"{unit.source or unit.name}: host module is not available")
                 st.hashes = [unit.host_hash]
-            except TuskError as e:
+            except (TuskError, OSError) as e:
                 st.hashes = [unit.host_hash or ""]
-                self._fail(st, str(e))
+                self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
         try:
             for st in states:
                 if not st.done:
@@ -626,7 +634,7 @@ class Build:
                     except ExecutorUnavailable:
                         raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e), infra=isinstance(e, OSError))
+                        self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
             while self.waiting:
                 task_key, res = self.executor.next()
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
@@ -639,7 +647,7 @@ class Build:
                     except ExecutorUnavailable:
                         raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e), infra=isinstance(e, OSError))
+                        self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
         finally:
             if self.executor is not None:
                 self.executor.close()
@@ -647,6 +655,11 @@ class Build:
                              executor=getattr(self.executor, "description", "none (everything cached)"),
                              seconds=time.perf_counter() - t0)
         return report
+
+
+def _client_fault(e: BaseException, plain: str) -> str:
+    """Whose fault an error raised on the client is; ``plain`` for a TuskError of no particular kind."""
+    return plain if type(e) is TuskError else fault_of(e)
 
 
 def build(units: Iterable[BuildUnit], steps: list[Step], store: Store, **kwargs: Any) -> BuildReport:

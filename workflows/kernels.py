@@ -47,12 +47,12 @@ where those names lead is decided per file, after the memo.
 from __future__ import annotations
 
 import os
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import INPUT, INTERNAL, EnvError, InternalError, TuskError, fault_of
 from tusk.ir.klr import is_klr_bytes
 from tusk.stages import host as stages_host
 from tusk.stages.host import NotAKernel
@@ -77,6 +77,24 @@ class Kernel:
     refs: list[str] = field(default_factory=list)    # other files it reads (absolute paths)
     placeholders: dict[str, str] = field(default_factory=dict)  # fmt "host": klir_binary -> resolved path
     error: str | None = None
+    fault: str = ""                  # with error: whose fault (tusk.ir.errors)
+    traceback: str = ""              # of an internal error
+
+    def fail(self, e: BaseException) -> None:
+        """Record that reading this kernel raised ``e`` (a TuskError names the file; anything else is a bug,
+        or for OSError the machine)."""
+        if isinstance(e, (EnvError, InternalError)) or not isinstance(e, (TuskError, OSError)):
+            fault = fault_of(e)
+        else:
+            fault = INPUT  # the file is malformed, or cannot be read
+        if isinstance(e, TuskError) and fault != INTERNAL:
+            self.error = str(e) if e.file else f"{self.path}: {e}"
+        elif isinstance(e, OSError):
+            self.error = f"{self.path}: cannot be read ({e.strerror or e})"
+        else:
+            self.error = f"{self.path}: reading the kernel failed: {type(e).__name__}: {e}"
+            self.traceback = traceback.format_exc()
+        self.fault = fault
 
 
 @dataclass
@@ -109,8 +127,8 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
         k.digest = file_digest(k.path)
         try:
             info = _interface(k.path, kind, k.digest, store)
-        except TuskError as e:
-            k.error = str(e)
+        except Exception as e:  # noqa: BLE001 - whatever one kernel's file does, the others are built
+            k.fail(e)
             kernels.append(k)
             continue
         if info["fmt"] == "skip":
@@ -119,8 +137,8 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
         k.fmt, k.ncores, k.ins, k.outs = info["fmt"], info["ncores"], info["ins"], info["outs"]
         try:
             k.refs = _refs(k, info, store)
-        except TuskError as e:
-            k.error = str(e)
+        except Exception as e:  # noqa: BLE001
+            k.fail(e)
         kernels.append(k)
     _name(kernels)
     return kernels, skipped

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tusk.workflows.compile import CompileResult, summarize
+from tusk.workflows.compile import CompileResult
+from tusk.workflows.outputs import summarize
 
 
 def _fmt(v: Any) -> str:

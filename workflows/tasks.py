@@ -91,7 +91,7 @@ def _load_input(store, h: str) -> tuple[Any, dict | None]:
 
 
 class _PassRefused(Exception):
-    """A TuskError raised by the pass itself (run/split/merge) on this input."""
+    """A TuskError raised by the pass itself (run/split/merge) on this input: the kernel's fault."""
 
     def __init__(self, error: TuskError):
         super().__init__(str(error))
@@ -99,7 +99,7 @@ class _PassRefused(Exception):
 
 
 class _PassCrashed(Exception):
-    """Any other exception of the pass itself (a bug): the kernel fails, nothing is recorded."""
+    """Any other exception of the pass itself: a bug (internal) or the machine (environment)."""
 
     def __init__(self, error: BaseException, tb: str):
         super().__init__(str(error))
@@ -109,40 +109,48 @@ class _PassCrashed(Exception):
 
 def _call(fn, *args):
     """Call a pass method; what it raises becomes :class:`_PassRefused` or :class:`_PassCrashed`."""
-    from tusk.ir.errors import VerifyError
+    from tusk.ir.errors import EnvError, InternalError, VerifyError
 
     try:
         return fn(*args)
-    except VerifyError:
+    except (VerifyError, EnvError):
         raise
-    except TuskError as e:
+    except InternalError as e:
+        raise _PassCrashed(e, traceback.format_exc()) from None
+    except TuskError as e:  # an InputError, or a plain TuskError about the program
         raise _PassRefused(e) from None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - Ctrl-C (BaseException) still stops the build
         raise _PassCrashed(e, traceback.format_exc()) from None
 
 
 def _error(step: dict, e: BaseException, store_url: str | None = None, key: str | None = None,
            parts: dict | None = None) -> dict:
-    """The error record of a failed task; a deterministic failure is also recorded under its key.
+    """The error record of a failed task, with whose fault it is; a deterministic failure is also
+    recorded under its key.
 
-    A TuskError the pass itself raised depends only on what the key covers
-    (pass, version, code, options, input, kernel files), so it is cached like
-    a result: a rebuild reports it again without running the pass -- except
-    for a pass that reads files (``reads_files``, translate): the artifact
-    directory it stages into is not in the key, so its failures may not
-    repeat.  Anything else (a bug of the pass, a verifier complaint -- the
-    verifier is not part of the key --, I/O or store trouble) is not
-    recorded and runs again next time.  Failures outside the pass and the
-    verifier are ``infra``: not the kernel's fault.
+    * The pass refused the program (a TuskError it raised): ``input``.  That
+      depends only on what the key covers (pass, version, code, options,
+      input, kernel files), so it is cached like a result: a rebuild reports
+      it again without running the pass -- except for a pass that reads
+      files (``reads_files``, translate): the artifact directory it stages
+      into is not in the key, so its failures may not repeat.
+    * Any other exception of the pass: ``internal`` (a bug; the traceback
+      goes with the record), or ``environment`` for OSError and EnvError.
+    * The verifier rejected a pass's output: ``internal`` -- unless the pass
+      brings the kernel in (``reads_files``), then it is the kernel's.
+    * Anything outside the pass (loading, storing, the cluster): ``environment``.
+
+    Only the first kind is recorded; the others run again next time.
     """
-    from tusk.ir.errors import VerifyError
+    from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, VerifyError, fault_of
 
+    name = step.get("name", "?")
     if isinstance(e, _PassRefused):
         e = e.error
-        res = {"status": "error", "error": str(e), "kind": type(e).__name__}
+        res = {"status": "error", "error": str(e), "kind": type(e).__name__, "fault": INPUT}
         if store_url and key and not step.get("reads_files"):
             try:
-                _store(store_url).put_action(key, {"kind": "failure", "pass": step.get("name"),
+                _store(store_url).put_action(key, {"kind": "failure", "pass": name,
                                                    "label": step.get("label"), "error": str(e),
                                                    "error_kind": type(e).__name__,
                                                    "input": (parts or {}).get("input"), "parts": parts or {},
@@ -151,12 +159,16 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
                 pass
         return res
     if isinstance(e, _PassCrashed):
-        return {"status": "error", "error": f"pass {step['name']} failed: {type(e.error).__name__}: {e.error}",
-                "kind": type(e.error).__name__, "traceback": e.tb}
+        fault = ENVIRONMENT if fault_of(e.error) == ENVIRONMENT else INTERNAL
+        return {"status": "error", "error": f"pass {name} failed: {type(e.error).__name__}: {e.error}",
+                "kind": type(e.error).__name__, "fault": fault, "traceback": e.tb}
     if isinstance(e, VerifyError):
-        return {"status": "error", "error": str(e), "kind": type(e).__name__}
-    where = f"{step['name']}: " if isinstance(e, TuskError) else f"{step['name']} failed: {type(e).__name__}: "
-    return {"status": "error", "error": f"{where}{e}", "kind": type(e).__name__, "infra": True,
+        if step.get("reads_files"):
+            return {"status": "error", "error": str(e), "kind": type(e).__name__, "fault": INPUT}
+        return {"status": "error", "error": f"pass {name} produced invalid IR: {e}", "kind": type(e).__name__,
+                "fault": INTERNAL, "traceback": traceback.format_exc()}
+    where = f"{name}: " if isinstance(e, TuskError) else f"{name} failed: {type(e).__name__}: "
+    return {"status": "error", "error": f"{where}{e}", "kind": type(e).__name__, "fault": ENVIRONMENT,
             "traceback": traceback.format_exc()}
 
 

@@ -51,7 +51,6 @@ from tusk.ir.klr.schema import (
     recursive_types,
 )
 
-
 #: Structures whose values are interned while reading (see ``_interning``).
 #: A TensorName (45-60 bytes) is repeated in full inside every access that
 #: names it (spec §2.8), so most of a real file's bytes are repeats of a few

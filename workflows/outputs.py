@@ -1,0 +1,392 @@
+"""The output directory: each kernel's results assembled aside and moved into place whole.
+
+Per kernel, ``OUT/<kernel>/`` receives
+
+* ``<kernel>.bir.json`` (``<kernel>.core<k>.bir.json`` for each core of an
+  LNC kernel): the final module, written with ``ir.bir_json.save``;
+* the staged artifacts: a copy of the kernel file and of the files it
+  references (as the backend stages them into its artifact directory),
+  and with ``--stages`` every pass's output as ``stages/NN-<pass>.bir.json``;
+* ``stats.json``: the build record (per step: cached or executed and why,
+  key parts, hashes, instruction counts, pass statistics, seconds, the
+  staged artifacts).  It also marks the directory as Tusk's: an existing
+  ``OUT/<kernel>`` without it is never replaced.
+
+The directory is assembled aside (``OUT/.tusk-staging-*``) and moved into
+place only when every core of the kernel succeeded, so nothing is ever
+half-written.  A kernel that fails by its own fault (a pass refused it, its
+file cannot be read) loses the result of an earlier build (it would be
+stale); a failure that is not the kernel's (the cache, the cluster, the file
+system) keeps it.  A kernel whose final hashes, input files and staged
+artifacts match its existing ``stats.json`` is not rewritten (only its
+stats record is refreshed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError
+from tusk.workflows.graph import BuildUnit, UnitReport
+from tusk.workflows.kernels import Kernel, file_digests
+from tusk.workflows.pipeline import ROTATION_PASSES, UNROLL_PASSES
+
+if TYPE_CHECKING:
+    from tusk.workflows.compile import KernelResult
+
+STATS_FILE = "stats.json"
+STATS_FORMAT = 2
+TRANSLATE = "translate_nki_ast_to_bir"
+STAGING_PREFIX = ".tusk-staging-"
+OLD_PREFIX = ".tusk-old-"
+TEMP_PREFIXES = (STAGING_PREFIX, OLD_PREFIX, ".tusk-nocache-")
+
+
+def output_problem(dest: Path, src: Path, k: Kernel) -> str | None:
+    """Why OUT/<kernel> must not be written, or None.
+
+    Swapping the kernel's directory into place replaces ``dest`` whole, and
+    translate stages files into it while the build runs.
+    """
+    if dest.name.startswith(TEMP_PREFIXES):
+        return f"the kernel name {dest.name!r} is reserved for Tusk's temporary directories; rename the file"
+    if dest.is_symlink():
+        return f"the output directory {dest} is a symbolic link; not writing through it"
+    for p in (src, k.path, *k.refs):
+        real = Path(os.path.realpath(p))
+        inside_input_ok = p == src  # e.g. ./tusk-out/<kernel> when compiling "."
+        if real == dest or real.is_relative_to(dest) or (not inside_input_ok and dest.is_relative_to(real)):
+            what = "the input directory" if p == src else f"the input file {p}"
+            return f"the output directory {dest} would overlap {what}; choose another -o"
+    if dest.exists() and not _is_tusk_output(dest):
+        return f"{dest} exists and is not a Tusk output (no {STATS_FILE}); not replacing it"
+    return None
+
+
+def _read_stats(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("tusk_stats") == STATS_FORMAT else None
+
+
+def _is_tusk_output(d: Path) -> bool:
+    """A directory Tusk wrote (its stats.json says so, whatever its format version)."""
+    try:
+        data = json.loads((d / STATS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return d.is_dir() and not d.is_symlink() and isinstance(data, dict) and "tusk_stats" in data
+
+
+def previous_parts(out: Path, unit: BuildUnit) -> dict[str, dict]:
+    data = _read_stats(out / unit.kernel / STATS_FILE) or {}
+    for u in data.get("units", []):
+        if u.get("unit") == unit.name:
+            return {s["label"]: s.get("key_parts", {}) for s in u.get("steps", [])}
+    return {}
+
+
+class OutputWriter:
+    """Has each unit's final module written aside as it completes; moves whole kernel directories in place."""
+
+    def __init__(self, out: Path, store, steps, stages: bool, existed: set[str] = frozenset()):
+        self.out = out
+        self.store = store
+        self.steps = steps
+        self.stages = stages
+        self.existed = set(existed)   # kernel directories that were there before this build
+        self.started = time.time()
+        self.staging: dict[str, Path] = {}
+        self.up_to_date: dict[str, bool] = {}
+
+    def remove(self, kernel: str) -> None:
+        """Remove a failed kernel's directory: an earlier result, or what passes staged there now."""
+        dest = self.out / kernel
+        if _is_tusk_output(dest) or (kernel not in self.existed and dest.is_dir() and not dest.is_symlink()):
+            _remove_dir(dest)
+
+    def discard_staging(self) -> None:
+        for p in self.staging.values():
+            shutil.rmtree(p, ignore_errors=True)
+        self.staging.clear()
+
+    def _staging(self, kernel: str) -> Path:
+        p = self.staging.get(kernel)
+        if p is None:
+            p = self.out / f"{STAGING_PREFIX}{kernel}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            p.mkdir()
+            self.staging[kernel] = p
+        return p
+
+    def _is_up_to_date(self, ur: UnitReport, final: str) -> dict | None:
+        """The unit's record in the existing stats.json if its output (and every staged artifact) is current."""
+        unit = ur.unit
+        dest = self.out / unit.kernel
+        data = _read_stats(dest / STATS_FILE)
+        if not data or data.get("files") != unit.files or data.get("stages") != self.stages:
+            return None
+        for rel, size in (data.get("artifacts") or {}).items():  # a deleted or truncated artifact: rewrite
+            try:
+                if (dest / rel).stat().st_size != size:
+                    return None
+            except OSError:
+                return None
+        for u in data.get("units", []):
+            if u.get("unit") == unit.name:
+                ok = u.get("final") == final and (dest / unit.data["output"]).is_file()
+                return u if ok else None
+        return None
+
+    def on_final(self, ur: UnitReport, final: str) -> list[tuple[str, Path]] | None:
+        """Called by the build when a unit's chain is complete: the BIR-JSON files to write.
+
+        The build writes them (on a worker when a cluster runs) into the
+        kernel's staging directory; nothing when the output is up to date.
+        """
+        unit = ur.unit
+        prev = self._is_up_to_date(ur, final)
+        self.up_to_date[unit.name] = prev is not None
+        if prev is not None:
+            ur.outputs = {"consts": list(prev.get("consts") or [])}  # the same final module names the same files
+            return None
+        staging = self._staging(unit.kernel)
+        items: list[tuple[str, Path]] = [(final, staging / unit.data["output"])]
+        if self.stages:
+            d = staging / "stages" / (unit.name.replace("[", "_").replace("]", ""))
+            d.mkdir(parents=True, exist_ok=True)
+            for n, s in enumerate(ur.steps, 1):
+                items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json"))
+        return items
+
+    def finish_kernel(self, kr: KernelResult, resolved) -> None:
+        """Move the kernel's staged directory into place, or on failure leave or remove the old one."""
+        k = kr.kernel
+        failed = [u for u in kr.units if not u.ok]
+        staging = self.staging.pop(k.name, None)
+        kr.stats = _kernel_stats(kr, resolved, self.stages)
+        try:
+            if failed or not kr.units:
+                kr.error = "; ".join(dict.fromkeys(_message(u) for u in failed)) or "nothing was built"
+                kr.fault = next((u.fault for u in failed if u.fault == ENVIRONMENT), None) or \
+                    next((u.fault for u in failed if u.fault), INPUT)
+                kr.traceback = "\n".join(u.traceback for u in failed if u.traceback)
+                kr.keep = kr.fault == ENVIRONMENT
+                if not kr.keep:
+                    self.remove(k.name)  # the kernel is bad now: no stale result of an earlier build
+            else:
+                self._write(kr, staging)
+                staging = None
+        except (OSError, TuskError) as e:  # nothing was moved: the earlier output stays
+            kr.error, kr.keep = f"{k.path}: writing the outputs failed: {e}", True
+            kr.fault = ENVIRONMENT if isinstance(e, (OSError, EnvError)) else INPUT
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+        if kr.error:
+            kr.stats["error"] = kr.error
+
+    def _write(self, kr: KernelResult, staging: Path | None) -> None:
+        dest = self.out / kr.kernel.name
+        artifacts = self._artifacts(kr)
+        if staging is None:  # every unit and artifact up to date: refresh the record only
+            kr.stats["artifacts"] = {rel: (dest / rel).stat().st_size for rel in artifacts}
+            write_atomic(dest / STATS_FILE, _json(kr.stats))
+            return
+        for u in kr.units:
+            if self.up_to_date.get(u.unit.name):
+                try:
+                    shutil.copy2(dest / u.unit.data["output"], staging / u.unit.data["output"])
+                except OSError:  # moved away meanwhile (a concurrent build): write it again
+                    from tusk.ir import bir_json
+
+                    bir_json.save(self.store.load(u.final), staging / u.unit.data["output"])
+        kr.stats["artifacts"] = self._stage_artifacts(artifacts, staging, dest)
+        (staging / STATS_FILE).write_bytes(_json(kr.stats))
+        _swap_dir(staging, dest)  # dest was checked before the build: absent, or a Tusk output
+        kr.written = True
+
+    def _artifacts(self, kr: KernelResult) -> dict[str, Path]:
+        """Artifact-relative name -> source of every file the kernel's directory must hold besides the outputs.
+
+        The kernel file; what translate reports in its ``artifacts`` stat
+        (the files it stages -- a cached build does not run it); every
+        relative const path the final modules name, from the kernel file's
+        directory otherwise.  A file that cannot be found is an error: the
+        output would name a file that is not there.
+        """
+        k = kr.kernel
+        wanted: dict[str, Path] = {}
+        own = {STATS_FILE, *(u.unit.data["output"] for u in kr.units)}
+
+        def add(rel: str, src: Path, what: str) -> None:
+            if rel in own or rel.split("/", 1)[0] == "stages":
+                raise TuskError(f"{what} {rel} would overwrite an output of the build")
+            if rel in wanted and os.path.realpath(wanted[rel]) != os.path.realpath(src):
+                raise TuskError(f"two files would be staged as {rel}: {wanted[rel]} and {src}")
+            wanted[rel] = src
+
+        add(k.path.name, k.path, "the kernel file")
+        for u in kr.units:
+            for s in u.steps:
+                if s.name == TRANSLATE:
+                    for rel, src in (s.stats.get("artifacts") or {}).items():
+                        add(rel, Path(src), "the staged file")
+        for u in kr.units:
+            for rel in u.outputs.get("consts", []):
+                if os.path.isabs(rel) or rel in wanted:
+                    continue  # an absolute const path is used where it is
+                if ".." in Path(rel).parts:
+                    raise TuskError(f"{u.unit.data['output']} names const file {rel}, outside its directory")
+                src = k.path.parent / rel
+                if not src.is_file():
+                    raise TuskError(f"{u.unit.data['output']} names const file {rel}, which was not found "
+                                    f"(looked for {src})")
+                add(rel, src, "the const file")
+        return wanted
+
+    def _stage_artifacts(self, wanted: dict[str, Path], staging: Path, dest: Path) -> dict[str, int]:
+        """Copy the artifacts into the staging directory; returns name -> size (recorded in stats.json).
+
+        Files a pass wrote into the artifact directory during this build,
+        beyond those, are carried over too.
+        """
+        if dest.is_dir():
+            for src in dest.rglob("*"):
+                rel = src.relative_to(dest).as_posix()
+                if src.is_file() and not src.is_symlink() and rel not in wanted and rel != STATS_FILE \
+                        and not rel.startswith("stages/") and not (staging / rel).exists():
+                    try:
+                        if src.stat().st_mtime >= self.started - 1:
+                            shutil.copy2(src, _target(staging, rel))
+                    except OSError:
+                        pass
+        sizes = {}
+        for rel, src in wanted.items():
+            target = _target(staging, rel)
+            try:
+                shutil.copy2(src, target)
+            except OSError as e:
+                raise TuskError(f"cannot stage {src} as {rel}: {e.strerror or e}") from None
+            sizes[rel] = target.stat().st_size
+        return sizes
+
+
+def _target(staging: Path, rel: str) -> Path:
+    target = staging / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _json(data: dict) -> bytes:
+    return json.dumps(data, indent=1, sort_keys=True, default=str).encode()
+
+
+def _message(u: UnitReport) -> str:
+    """The unit's error, naming the kernel file and the pass (unless the message already does)."""
+    msg = u.error or "failed"
+    failed = next((s for s in u.steps if s.status == "failed"), None)
+    if failed is not None and not msg.startswith((f"{failed.label}:", f"{failed.name}:")):
+        msg = f"{failed.label}: {msg}"
+    src = u.unit.source
+    if src and src not in msg:
+        msg = f"{src}: {msg}"
+    if failed is not None and failed.reason.startswith("cached failure"):
+        msg += " [recorded failure: reruns when the kernel, its files, the options or the pass change]"
+    return msg
+
+
+def _kernel_stats(kr: KernelResult, resolved, stages: bool) -> dict[str, Any]:
+    k = kr.kernel
+    units = []
+    for u in kr.units:
+        units.append({
+            "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
+            "final": u.final, "seconds": u.seconds, "repairs": u.repairs, "consts": u.outputs.get("consts", []),
+            "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
+            "steps": [s.to_json() for s in u.steps],
+        })
+    return {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.path), "source_sha256": k.digest,
+            "format": k.fmt, "cores": k.ncores, "files": file_digests(k), "stages": stages,
+            "pipeline": [s.spec for s in resolved.steps],
+            "not_available": [label for label, _ in resolved.unavailable], "units": units}
+
+
+def summarize(u: UnitReport) -> dict[str, Any]:
+    """The summary-table figures of one unit; None where the pipeline has no such stat."""
+    unroll = [s for s in u.steps if s.name in UNROLL_PASSES]
+    rot = [s for s in u.steps if s.name in ROTATION_PASSES]
+    rotations = None
+    for s in rot:
+        for key in ("rotations", "rotated", "n_rotated", "num_rotated"):
+            if isinstance(s.stats.get(key), (int, float)):
+                rotations = (rotations or 0) + s.stats[key]
+                break
+    before = next((s.stats.get("makespan_before") for s in rot if "makespan_before" in s.stats), None)
+    after = next((s.stats.get("makespan_after") for s in reversed(rot) if "makespan_after" in s.stats), None)
+    return {
+        "insts_before_unroll": unroll[0].insts_in if unroll else None,
+        "insts_after_unroll": unroll[-1].insts_out if unroll else None,
+        "rotations": rotations, "makespan_before": before, "makespan_after": after,
+        "cache_hits": len(u.cached), "steps": len(u.steps), "seconds": u.seconds,
+        "pass_seconds": sum(s.seconds for s in u.steps if s.status == "executed"),
+    }
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _remove_dir(p: Path) -> None:
+    if p.exists():
+        old = p.with_name(f"{OLD_PREFIX}{p.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(p, old)
+        except OSError:
+            old = p
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_dir(staging: Path, dest: Path) -> None:
+    """Put ``staging`` in place of ``dest`` (another build may be swapping the same kernel)."""
+    for _ in range(20):
+        old = None
+        if dest.exists():
+            old = dest.with_name(f"{OLD_PREFIX}{dest.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(dest, old)
+            except FileNotFoundError:
+                old = None  # the other build moved it first
+        try:
+            os.rename(staging, dest)
+        except OSError:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            continue  # someone put a new dest in between: move it aside again
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    shutil.rmtree(staging, ignore_errors=True)
+    raise TuskError(f"could not move the output of {dest.name} into place (concurrent writers?)")
+
+
+def clean_leftovers(out: Path, age: float = 3600.0) -> None:
+    """Remove staging directories of builds that died more than ``age`` seconds ago."""
+    now = time.time()
+    for p in out.iterdir():
+        if p.name.startswith(TEMP_PREFIXES) and p.is_dir():
+            try:
+                if now - p.stat().st_mtime > age:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass
