@@ -164,12 +164,6 @@ class Table:
         self.flush()
         return sum(arr.dtype.itemsize * self._n for arr in self._cols.values())
 
-    def equals(self, other: "Table") -> bool:
-        if self.schema != other.schema or len(self) != len(other):
-            return False
-        return all(np.array_equal(self[n], other[n]) for n in self.names)
-
-
 class Pool(Generic[T]):
     """Interns values: ``add`` returns the id of an equal value already present.
 

@@ -330,11 +330,6 @@ class QuasiAffine:
     def is_const(self) -> bool:
         return not self.terms
 
-    def as_const(self) -> int:
-        if self.terms:
-            raise TuskError(f"expression {self!r} is not a constant")
-        return self.c
-
     def atoms(self) -> tuple[Atom, ...]:
         return tuple(a for a, _ in self.terms)
 
@@ -356,10 +351,6 @@ class QuasiAffine:
             yield atom
             if isinstance(atom, (FloorDivExpr, ModuloExpr)):
                 yield from atom.numer.walk()
-
-    def is_static(self) -> bool:
-        """True when only loop indices, shard ids and constants occur (no runtime values)."""
-        return all(isinstance(a, (AffineIdx, ShardIdx, FloorDivExpr, ModuloExpr)) for a in self.walk())
 
     # ----------------------------------------------------------- arithmetic
     def __add__(self, other: "QuasiAffine | int") -> "QuasiAffine":

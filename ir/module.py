@@ -30,13 +30,13 @@ their input module, they work on :meth:`Module.copy`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.columns import EMPTY, Pool, Record, Table
-from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES, Kind
+from tusk.ir.enums import Kind
 from tusk.ir.errors import TuskError
 from tusk.ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
 
@@ -224,13 +224,6 @@ class Function:
         hits = np.nonzero(self.regs["name"] == sid)[0]
         return int(hits[0]) if len(hits) else -1
 
-    def block_by_name(self, name: str) -> int:
-        sid = self.strings.find(name)
-        hits = np.nonzero(self.blocks["name"] == sid)[0] if sid >= 0 else ()
-        if len(hits) == 0:
-            raise TuskError(f"function {self.name}: no block named {name!r}")
-        return int(hits[0])
-
     # ------------------------------------------------------------ structure
     @property
     def n_insts(self) -> int:
@@ -257,13 +250,6 @@ class Function:
 
     def memloc(self, m: int) -> "MemlocView":
         return MemlocView(self, m)
-
-    def iter_insts(self) -> Iterator["InstView"]:
-        for i in range(len(self.insts)):
-            yield InstView(self, i)
-
-    def memloc_dtype(self, m: int) -> int:
-        return int(self.sets.get("dtype", self.memlocs.get("set", m)))
 
     def loop_axis(self, loop_row: int) -> "LoopAxis":
         return LoopAxis.from_record(self.record(self.insts.get("attrs", loop_row)))
@@ -497,14 +483,6 @@ class OperandView:
     kind = property(lambda self: self._get("kind"))
     dtype = property(lambda self: self._get("dtype"))
     offset = property(lambda self: self._get("offset"))
-
-    @property
-    def dtype_name(self) -> str:
-        return DTYPE_NAMES[self.dtype]
-
-    @property
-    def dtype_size(self) -> int:
-        return DTYPE_SIZES[self.dtype]
 
     @property
     def memloc(self) -> "MemlocView | None":

@@ -109,11 +109,6 @@ class UnitReport:
     traceback: str = ""             # of an internal error (written to the build's log, not the terminal)
 
     @property
-    def infra(self) -> bool:
-        """Failed for a reason that is not the kernel's: keep its previous output."""
-        return self.fault == ENVIRONMENT
-
-    @property
     def ok(self) -> bool:
         return self.error is None and self.final is not None
 

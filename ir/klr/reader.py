@@ -371,7 +371,3 @@ def read_klr(data: bytes, *, file: str | None = None) -> T.KLRFileContents:
 
     return _run(steps, data, file, "Contents")[0]
 
-
-def generated_source() -> str:
-    """The generated decoder source (for debugging and curiosity)."""
-    return _NS["__source__"]

@@ -215,7 +215,3 @@ def _guarded(put, value: Any, out: bytearray) -> None:
     except RecursionError:
         raise FormatError("value nested too deeply to write") from None
 
-
-def generated_source() -> str:
-    """The generated encoder source (for debugging and curiosity)."""
-    return _NS["__source__"]
