@@ -15,3 +15,8 @@ def family_module():
 @pytest.fixture
 def tiled_module():
     return tiled_exp_module()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/ from tests/golden_cases.py (read the diff before committing)")

@@ -1,0 +1,123 @@
+"""The golden cases: for each registered pass, small inputs and the pass spec to run on them.
+
+Each case is ``(name, spec, build)``: ``build()`` makes the input module
+(used only when the goldens are regenerated: the test reads the committed
+``tests/golden/<pass>/<name>.input.json``, text in, and compares the
+``ir/dump.py`` listing after ``spec`` with ``<name>.after.txt``, text out).
+Translate's inputs are host modules whose placeholder names a KLR or
+BIR-JSON file of ``tests/data/`` by basename; the test stages that file in
+the module's artifact directory.
+
+Regenerate after an intended change (then read the diff before committing)::
+
+    pytest tests/test_golden.py --update-golden
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from tests.programs import every_family_module, tiled_exp_module
+from tusk.ir.builder import Builder
+from tusk.ir.enums import FnAttr
+from tusk.ir.expr import AffinePredicate
+from tusk.ir.module import Module
+
+
+def _nest() -> Module:
+    """Two loop nests: one innermost static loop per nest, one with a runtime (register) address."""
+    b = Builder("main")
+    x = b.dram("x", (512, 64), kind="ExternalInput")
+    y = b.dram("y", (512, 64), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 64), addr=0)
+    r = b.register("r")
+    b.register_move(r, 1)
+    with b.loop("i", 0, 2) as i:
+        with b.loop("j", 0, 2, name="inner_static") as j:
+            b.dma(t.ap(), x.tile((i * 2 + j) * 128, 128, 0, 64))
+            b.dma(y.tile((i * 2 + j) * 128, 128, 0, 64), t.ap())
+    with b.dynamic_loop("k", 0, r, name="runtime"):
+        b.activation(t.ap(), t.ap(), "Exp")
+    return b.module()
+
+
+def _predicated() -> Module:
+    """A ring of two tiles: the store of iteration i-1 predicated on i >= 1 (odd stride, negative coefficient)."""
+    b = Builder("main")
+    x = b.dram("x", (128 * 5, 16), kind="ExternalInput")
+    y = b.dram("y", (128 * 5, 16), kind="ExternalOutput")
+    ring = b.sbuf("ring", (128, 16), addr=0, blocks=2)
+    with b.loop("i", 0, 10, 2) as i:
+        b.dma(ring.ap(block=(i // 2) % 2), x.tile(i // 2 * 128, 128, 0, 16))
+        b.activation(ring.ap(block=(i // 2) % 2), ring.ap(block=(i // 2) % 2), "Exp")
+        b.dma(y.tile((8 - i) // 2 * 128, 128, 0, 16), ring.ap(block=(i // 2) % 2),
+              pred=[AffinePredicate(i - 1, "ge")])
+    return b.module()
+
+
+def _straight_line() -> Module:
+    b = Builder("main")
+    x = b.dram("x", (128, 32), kind="ExternalInput")
+    y = b.dram("y", (128, 32), kind="ExternalOutput")
+    a = b.sbuf("a", (128, 32), addr=0)
+    c = b.sbuf("c", (128, 32), addr=128)
+    b.dma(a.ap(), x.ap())
+    b.activation(c.ap(), a.ap(), "Exp")
+    b.tensor_tensor(a.ap(), a.ap(), c.ap(), "add")  # reads c (flow), rewrites a (anti with nothing, output on a)
+    b.dma(y.ap(), a.ap())
+    b.memset(c.ap(), 0.0)
+    return b.module()
+
+
+def _kernel_scope_with_deps() -> Module:
+    m = tiled_exp_module(tiles=2)
+    for fn in m.functions:
+        fn.attrs.add(FnAttr.KERNEL_SCOPE)
+    return m
+
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL_FILES = {"01_dma_copy.klr": ROOT / "tests" / "data" / "klr" / "01_dma_copy.klr",
+                "02_add_activation.klr": ROOT / "tests" / "data" / "klr" / "02_add_activation.klr",
+                "tiled_exp.json": ROOT / "examples" / "kernels" / "tiled_exp.json"}
+
+
+def _host(kernel: str) -> Callable[[], Module]:
+    """The host module whose placeholder names ``kernel`` by basename (found in the artifact directory)."""
+    def build() -> Module:
+        from tusk.stages.host import host_module, read_interface
+
+        return host_module(kernel, read_interface(KERNEL_FILES[kernel]), 0, "", name=kernel.split(".")[0])
+
+    return build
+
+
+CASES: dict[str, list[tuple[str, str, Callable[[], Module]]]] = {
+    "translate_nki_ast_to_bir": [
+        ("klr_dma_copy", "translate_nki_ast_to_bir{stage_files=false}", _host("01_dma_copy.klr")),
+        ("klr_add_activation", "translate_nki_ast_to_bir{stage_files=false}", _host("02_add_activation.klr")),
+        ("bir_tiled_exp", "translate_nki_ast_to_bir{stage_files=false}", _host("tiled_exp.json")),
+    ],
+    "heuristic_unroll": [
+        ("nest", "heuristic_unroll", _nest),
+        ("nest_maxhu0", "heuristic_unroll{maxhu=0}", _nest),
+    ],
+    "unroll": [
+        ("tiled_exp", "unroll", lambda: tiled_exp_module(tiles=3, width=16)),
+        ("predicated_ring", "unroll", _predicated),
+        ("every_family", "unroll", every_family_module),
+    ],
+    "full_unroll": [
+        ("level0_block_tensor", "full_unroll{level=0}", every_family_module),
+        ("level2_tiled_exp", "full_unroll{level=2}", lambda: tiled_exp_module(tiles=2, width=16)),
+    ],
+    "build_fdeps": [
+        ("straight_line", "build_fdeps", _straight_line),
+        ("every_family", "build_fdeps", every_family_module),
+    ],
+    "clear_inst_deps": [
+        ("kernel_scope", "clear_inst_deps", _kernel_scope_with_deps),
+        ("not_kernel_scope", "clear_inst_deps", lambda: tiled_exp_module(tiles=2)),
+    ],
+}
