@@ -11,14 +11,22 @@ Layout of an object (``ir.serial`` supplies the parts)::
     <object>/f<i>/<table.col>   one typed array per *large* column (>= LARGE_COLUMN bytes),
                                 chunked by CHUNK_ROWS rows
 
-Every array is zstd-compressed.  Small columns share one array because a
-Zarr array costs a metadata file and a few milliseconds however small it
-is; a 50-instruction module is then four small files and writes in ~5 ms.
+Every array is compressed with Blosc (LZ4, byte shuffle): on the columns of
+a 1.2M-instruction module (155 MB) it wrote in 0.18 s and read in 0.12 s into
+1.5 MB, against zstd level 1's 0.29 s / 0.15 s / 7.7 MB and no compression's
+0.31 s / 0.09 s / 185 MB (one run on this 2-core machine; the shuffle puts the
+mostly-zero high bytes of the integer columns together).  Small columns share
+one array because a Zarr array costs a metadata file and a few milliseconds
+however small it is; a 50-instruction module is then four small files and
+writes in ~5 ms.
 
 ``complete`` is written last (the root ``zarr.json`` is rewritten once the
-rest exists): an object without it was never finished.  Integrity on read is
-the strongest check there is: the decoded module's
-:func:`ir.serial.content_hash` must equal the object's name.
+rest exists): an object without it was never finished.  Reading trusts
+nothing in the object: every array must have exactly the dtype, shape and
+codecs Tusk writes (a crafted object cannot make the reader decode something
+huge or unexpected), and the content hash of what was read -- the same digest
+as :func:`ir.serial.content_hash`, over the stored canonical parts -- must
+equal the object's name.
 """
 
 from __future__ import annotations
@@ -32,9 +40,9 @@ from tusk.ir.canonical import canonical_bytes
 from tusk.ir.errors import EnvError
 from tusk.ir.module import Module
 from tusk.ir.serial import FORMAT_VERSION as SERIAL_FORMAT
-from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
+from tusk.ir.serial import module_from_parts, parts_hash
 
-OBJECT_FORMAT = 1
+OBJECT_FORMAT = 2  # 2: Blosc-LZ4 arrays, array shapes in the head
 LARGE_COLUMN = 256 * 1024  # bytes: columns at least this big get an array of their own
 CHUNK_ROWS = 1 << 20
 PACKED_CHUNK = 8 << 20  # bytes
@@ -45,20 +53,30 @@ class ObjectDamaged(EnvError):
 
 
 def _compressors():
-    from zarr.codecs import ZstdCodec
+    from zarr.codecs import BloscCodec
 
-    return [ZstdCodec(level=1)]
+    return [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]
+
+
+def _codecs_ok(z) -> bool:
+    """The array uses exactly the codecs :func:`write_parts` writes (nothing else is ever decoded)."""
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    codecs = getattr(z.metadata, "codecs", ())
+    if len(codecs) != 2 or not isinstance(codecs[0], BytesCodec) or not isinstance(codecs[1], BloscCodec):
+        return False
+    return codecs[1].cname.value == "lz4" and codecs[1].shuffle.value == "shuffle"
 
 
 def _json_bytes(obj: Any) -> bytes:
     return canonical_bytes(obj)
 
 
-def write_object(zstore, module: Module, h: str) -> None:
-    """Write ``module`` (whose content hash is ``h``) as a Zarr group into ``zstore``."""
+def write_parts(zstore, parts: tuple, h: str) -> None:
+    """Write a module's canonical parts (``ir.serial.module_to_parts``, content hash ``h``) as a Zarr group."""
     import zarr
 
-    meta, functions = module_to_parts(module)
+    meta, functions = parts
     head: dict[str, Any] = {"format": OBJECT_FORMAT, "serial": SERIAL_FORMAT, "hash": h, "module": meta,
                             "functions": [], "complete": False}
     root = zarr.open_group(zstore, mode="w", zarr_format=3, attributes={"tusk": head})
@@ -79,8 +97,7 @@ def write_object(zstore, module: Module, h: str) -> None:
             offset += arr.nbytes
         layout = _json_bytes({"columns": packed_index, "meta": fmeta})
         packed = np.frombuffer(len(layout).to_bytes(8, "little") + layout + b"".join(blobs), dtype=np.uint8)
-        attrs = {"tusk": {"name": fmeta["name"], "arrays": [k for k, _ in large]}}
-        g = root.create_group(gname, attributes=attrs)
+        g = root.create_group(gname)
         z = g.create_array("packed", shape=packed.shape, dtype=np.uint8,
                            chunks=(max(1, min(len(packed), PACKED_CHUNK)),), compressors=comp)
         z[...] = packed
@@ -88,7 +105,8 @@ def write_object(zstore, module: Module, h: str) -> None:
             z = g.create_array(key, shape=arr.shape, dtype=arr.dtype,
                                chunks=(max(1, min(len(arr), CHUNK_ROWS)),), compressors=comp)
             z[...] = arr
-        head["functions"].append({"group": gname, "name": fmeta["name"]})
+        head["functions"].append({"group": gname, "name": fmeta["name"], "packed": len(packed),
+                                  "arrays": {k: [a.dtype.str, list(a.shape)] for k, a in large}})
     head["complete"] = True
     root.attrs["tusk"] = head  # the commit: written last
 
@@ -122,8 +140,7 @@ def read_object(zstore, h: str) -> Module:
         functions = []
         for entry in head["functions"]:
             g = root[entry["group"]]
-            large = dict(g.attrs)["tusk"]["arrays"]
-            packed = g["packed"][...].tobytes()
+            packed = _array(g, "packed", np.dtype(np.uint8), (int(entry["packed"]),), h).tobytes()
             n = int.from_bytes(packed[:8], "little")
             layout = json.loads(packed[8:8 + n])
             fmeta = layout["meta"]
@@ -133,15 +150,23 @@ def read_object(zstore, h: str) -> Module:
                 dtype = np.dtype(dt)
                 arrays[key] = np.frombuffer(packed, dtype=dtype, count=nbytes // dtype.itemsize,
                                             offset=base + off).reshape(shape).copy()
-            for key in large:
-                arrays[key] = g[key][...]
+            for key, (dt, shape) in entry["arrays"].items():
+                arrays[key] = _array(g, key, np.dtype(dt), tuple(shape), h)
             functions.append((arrays, fmeta))
-        module = module_from_parts(head["module"], functions)
-        got = content_hash(module)
+        got = parts_hash(head["module"], functions)
+        if got != h:
+            raise ObjectDamaged(f"object {h} is damaged: its content hashes to {got}")
+        return module_from_parts(head["module"], functions)
     except ObjectDamaged:
         raise
     except Exception as e:  # any decoding failure means the bytes are not what was written
         raise ObjectDamaged(f"object {h} cannot be read ({type(e).__name__}: {e})") from None
-    if got != h:
-        raise ObjectDamaged(f"object {h} is damaged: its content hashes to {got}")
-    return module
+
+
+def _array(g, key: str, dtype: np.dtype, shape: tuple, h: str) -> np.ndarray:
+    """Array ``key`` of group ``g``, read only if it is exactly what Tusk writes (dtype, shape, codecs)."""
+    z = g[key]
+    if z.dtype != dtype or tuple(z.shape) != shape or not _codecs_ok(z):
+        raise ObjectDamaged(f"object {h}: array {key} is not what Tusk writes ({z.dtype} {tuple(z.shape)}, "
+                            f"expected {dtype} {shape} with Blosc-LZ4)")
+    return z[...]

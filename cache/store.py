@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
-from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_object
+from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
 from tusk.ir.errors import EnvError, TuskError
 from tusk.ir.module import Module
 
@@ -54,6 +54,16 @@ TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a 
 
 class ObjectMissing(EnvError):
     """No complete object of that hash is in the store."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What :meth:`Store.save` did: the hash, seconds spent hashing and writing, whether it wrote."""
+
+    hash: str
+    hash_seconds: float
+    write_seconds: float
+    written: bool
 
 
 @dataclass
@@ -115,39 +125,53 @@ class Store:
         replace it if it is damaged (a head that looks complete proves
         nothing about the rest).
         """
-        from tusk.ir.serial import content_hash
+        return self.save(module, check).hash
 
-        h = content_hash(module)
-        self.put_hashed(module, h, check)
-        return h
+    def save(self, module: Module, check: bool = False) -> "Saved":
+        """:meth:`put` with what it cost: the canonical parts are made and hashed once, then written."""
+        from tusk.ir.serial import module_to_parts, parts_hash
 
-    def put_hashed(self, module: Module, h: str, check: bool = False) -> None:
+        t0 = time.perf_counter()
+        parts = module_to_parts(module)
+        h = parts_hash(*parts)
+        t1 = time.perf_counter()
+        written = self.put_hashed(module, h, check, parts)
+        return Saved(h, t1 - t0, time.perf_counter() - t1, written)
+
+    def put_hashed(self, module: Module, h: str, check: bool = False, parts: tuple | None = None) -> bool:
+        """Store ``module`` under its known hash ``h``; False if it was there already."""
         if self.has(h):
             if not (check or h in self._damaged):
-                return
+                return False
             reason = self.verify_object(h)
             if reason is None:
-                return
+                return False
             self._quarantine(h, reason)
+        if parts is None:
+            from tusk.ir.serial import module_to_parts
+
+            parts = module_to_parts(module)
         self._ensure_root()
         dst = self.object_path(h)
         if not self.fs.atomic_dirs:
-            write_object(self.fs.zarr_store(dst), module, h)
+            write_parts(self.fs.zarr_store(dst), parts, h)
             self.counters.objects_written += 1
-            return
+            return True
         if self.fs.exists(dst):
             if self.has(h):  # another process published it since we looked
-                return
+                return False
             self._quarantine(h, "incomplete object found while writing")  # publishing is atomic: damaged
         tmp = self.fs.temp_dir()
         try:
-            write_object(self.fs.zarr_store(tmp), module, h)
+            write_parts(self.fs.zarr_store(tmp), parts, h)
             if not self.fs.publish_dir(tmp, dst):
                 if not self.has(h):  # the one in the way is damaged: replace it once
                     self._quarantine(h, "damaged object found while writing")
                     self.fs.publish_dir(tmp, dst)
-            else:
-                self.counters.objects_written += 1
+                    return True
+                return False
+            self.counters.objects_written += 1
+            return True
         finally:
             self.fs.remove_tree(tmp)
 

@@ -111,12 +111,16 @@ def dram_arguments(fn: Function) -> tuple[list[list], list[list]]:
     return ins, outs
 
 
+def placeholder_rows(fn: Function) -> list[int]:
+    """Rows of the InstNKIKLIRKernel placeholders of ``fn``."""
+    return np.nonzero(fn.insts["opcode"] == Op.NKIKLIRKernel)[0].tolist() if len(fn.insts) else []
+
+
 def placeholders(module: Module) -> Iterator[tuple[Function, int]]:
     """(function, row) of every InstNKIKLIRKernel placeholder of ``module``."""
     for fn in module.functions:
-        if len(fn.insts):
-            for i in np.nonzero(fn.insts["opcode"] == Op.NKIKLIRKernel)[0].tolist():
-                yield fn, i
+        for i in placeholder_rows(fn):
+            yield fn, i
 
 
 def placeholder_files(module: Module) -> list[str]:

@@ -161,12 +161,22 @@ class FailOn(Pass):
 
 
 @dataclass(frozen=True)
+class FailOnKernel(FailOn):
+    """:class:`FailOn` for the kernels whose artifact directory contains ``when`` (a pass sees its artifact
+    directory only when it reads files, as translate does)."""
+
+    name = "test_fail_kernel"
+    reads_files = True
+
+
+@dataclass(frozen=True)
 class Raise(Pass):
     """Raise an exception of class ``exception`` (a builtin or a tusk.ir.errors name) for modules whose
     artifact directory contains ``when``: how the build copes with whatever a pass may throw."""
 
     name = "test_raise"
     version = "1"
+    reads_files = True  # it picks its victims by artifact directory, which only such passes see
 
     exception: str = option("ValueError", "exception class to raise")
     when: str = option("bad", "substring of the artifact directory that makes the pass raise")
@@ -197,6 +207,7 @@ class ExpandBirKernel(Pass):
 
     name = "test_expand"
     version = "1"
+    reads_files = True  # the kernel file its placeholder names
 
     def run(self, module: Module):
         from tusk.ir import bir_json
@@ -225,6 +236,7 @@ TEST_REGISTRY = {
     "test_sleep": f"{HERE}:Sleep",
     "test_spin": f"{HERE}:Spin",
     "test_fail": f"{HERE}:FailOn",
+    "test_fail_kernel": f"{HERE}:FailOnKernel",
     "test_expand": f"{HERE}:ExpandBirKernel",
     "test_raise": f"{HERE}:Raise",
 }

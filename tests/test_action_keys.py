@@ -100,3 +100,36 @@ def test_changing_an_output_setting_misses_and_unchanged_settings_hit(tmp_path, 
     setting = {"TUSK_ARCH": "arch", "TUSK_INSTRUCTION_LIMIT": "instruction_limit"}[variable]
     parts = changed["kernels"][0]["units"][0]["steps"][-1]["key_parts"]
     assert str(parts["env"][setting]) == value
+
+
+# ---------------------------------------------------------------- locations are not content
+
+
+@pytest.mark.parametrize("store_url", [False, True], ids=["path", "fsspec-url"])
+def test_another_output_directory_or_checkout_hits_every_record(tmp_path, monkeypatch, store_url):
+    """The same kernels into a second -o, or from a copy of the kernel directory elsewhere, run no pass."""
+    a = tmp_path / "checkout-a" / "kernels"
+    a.mkdir(parents=True)
+    for name in ("tiled_exp.json", "tensor_add.klr", "lnc2_matmul.klr"):
+        shutil.copy(EXAMPLES / name, a / name)
+    shutil.copytree(EXAMPLES / "shared_constants", a / "shared_constants")
+    b = tmp_path / "checkout-b" / "kernels"
+    shutil.copytree(a, b)
+    cache = f"file://{tmp_path / 'store'}" if store_url else str(tmp_path / "store")
+    for v in ("TUSK_ARCH", "TUSK_INSTRUCTION_LIMIT", "MAXHU", "TUSK_CACHE_DIR"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.chdir(tmp_path / "checkout-a")
+    cold = _compile(a, tmp_path / "out-1", "--cache-dir", cache)
+    assert cold["failed"] == [] and executed_steps(cold)
+    again = _compile(a, tmp_path / "out-2", "--cache-dir", cache)  # another -o
+    monkeypatch.chdir(tmp_path / "checkout-b")
+    other = _compile(b, tmp_path / "out-3", "--cache-dir", cache)  # another checkout, another working directory
+    for rep in (again, other):
+        assert rep["failed"] == [] and rep["executed"] == 0 and executed_steps(rep) == []
+        assert not rep["cluster_started"]
+    for out in ("out-2", "out-3"):  # every output complete, its own artifact directory, its staged files
+        for kernel in ("tiled_exp", "tensor_add"):
+            final = (tmp_path / out / kernel / f"{kernel}.bir.json").read_text()
+            assert f'"artifact_path":"{tmp_path / out / kernel}"' in final
+        assert any((tmp_path / out / "lnc2_matmul" / "shared_constants").iterdir())
+        assert (tmp_path / out / "tensor_add" / "tensor_add.klr").is_file()

@@ -50,10 +50,11 @@ def test_large_columns_get_arrays_of_their_own(store, monkeypatch, tiled_module)
 
     from tusk.ir.serial import module_to_parts
 
-    f0 = zarr.open_group(store.object_path(h), mode="r")["f0"]
+    root = zarr.open_group(store.object_path(h), mode="r")
+    f0 = root["f0"]
     arrays = module_to_parts(tiled_module)[1][0][0]
     expect = sorted(k for k, a in arrays.items() if a.nbytes >= 16)
-    assert f0.attrs["tusk"]["arrays"] == expect and "operands.offset" in expect
+    assert sorted(root.attrs["tusk"]["functions"][0]["arrays"]) == expect and "operands.offset" in expect
     assert f0["operands.offset"].dtype == np.int64
     assert store.load(h) == tiled_module
 
@@ -233,3 +234,24 @@ def test_code_digest_follows_the_pass_source():
 
     assert code_digest(Scale) == code_digest(Count)  # same file
     assert len(code_digest(Scale)) == 64
+
+
+def test_an_object_rewritten_with_other_codecs_or_shapes_is_refused_before_decoding(store, monkeypatch,
+                                                                                   tiled_module):
+    """A crafted object (codec changed, array grown) is damaged, not decoded: nothing huge is ever read."""
+    import zarr
+
+    monkeypatch.setattr(objects_mod, "LARGE_COLUMN", 16)
+    h = store.put(tiled_module)
+    g = zarr.open_group(store.object_path(h), mode="r+")["f0"]
+    data = g["operands.offset"][...]
+    del g["operands.offset"]
+    g.create_array("operands.offset", shape=data.shape, dtype=data.dtype, compressors=None)[...] = data
+    with pytest.raises(ObjectDamaged, match="not what Tusk writes"):
+        store.load(h)
+    h = store.put(tiled_module)
+    g = zarr.open_group(store.object_path(h), mode="r+")["f0"]
+    del g["operands.offset"]
+    g.create_array("operands.offset", shape=(1 << 40,), dtype=np.int64, chunks=(1 << 20,),
+                   compressors=objects_mod._compressors())
+    assert store.verify_object(h) is not None and "not what Tusk writes" in store.verify_object(h)

@@ -18,9 +18,10 @@ EXCEPTIONS = ["ValueError", "KeyError", "OverflowError", "RecursionError", "Zero
               "TypeError", "IndexError", "MemoryError", "RuntimeError", "NotImplementedError", "OSError",
               "FileNotFoundError", "TuskError", "InputError", "FormatError", "PassError", "VerifyError", "EnvError",
               "InternalError", "UsageError"]
+# test_raise reads the kernel's files (as translate does), so a VerifyError it raises is the kernel's
 EXPECTED_FAULT = {"OSError": "environment", "FileNotFoundError": "environment", "EnvError": "environment",
                   "TuskError": "input", "InputError": "input", "FormatError": "input", "PassError": "input",
-                  "UsageError": "input"}
+                  "UsageError": "input", "VerifyError": "input"}
 
 
 # reading a kernel: a file that cannot be read is the kernel's fault; the store failing is the environment's

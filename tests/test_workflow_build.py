@@ -215,7 +215,9 @@ def test_expand_stand_in_reads_the_kernel_file(tmp_path, store):
     d.mkdir()
     bir_json.save(tiled_exp_module(tiles=3), d / "t.json")
     k = discover(d)[0][0]
-    out, stats = ExpandBirKernel().run(host_module(k, 0, str(tmp_path / "o")))
+    from tusk.workflows.tasks import bind
+
+    out, stats = ExpandBirKernel().run(bind(host_module(k, 0), {"kernel_dir": str(d)}))
     assert stats == {"expanded": 1} and out.functions[0].n_insts == tiled_exp_module(tiles=3).n_insts()
 
 
@@ -298,7 +300,8 @@ def _klr_unit(d, art) -> BuildUnit:
     from tusk.workflows.kernels import discover, file_digests, host_module
 
     k = discover(d)[0][0]
-    return BuildUnit(k.name, host_module(k, 0, str(art)), files=file_digests(k), kernel=k.name)
+    return BuildUnit(k.name, host_module(k, 0), files=file_digests(k), kernel=k.name,
+                     where={"artifact_dir": str(art), "kernel_dir": str(d.resolve())})
 
 
 def test_translate_is_keyed_on_the_kernel_files_wherever_it_runs(tmp_path, store):

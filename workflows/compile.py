@@ -41,7 +41,9 @@ from tusk.workflows.kernels import (
     file_digests,
     given_host_module,
     host_module,
+    kernel_dir,
     output_name,
+    relative_name,
 )
 from tusk.workflows.outputs import OutputWriter, clean_leftovers, output_problem, previous_parts, write_atomic
 from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
@@ -278,26 +280,29 @@ def _log_internal_errors(out: Path, results) -> None:
 
 def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None) -> list[BuildUnit]:
     files = file_digests(k)
+    # where this build's files are: bound when a pass that reads files runs, never part of a key
+    where = {"artifact_dir": artifact_dir(out, k), "kernel_dir": kernel_dir(k)}
     if k.fmt == "host":
         from tusk.cache.keys import digest
 
-        art = artifact_dir(out, k)
+        kdir = where["kernel_dir"]
+        placeholders = {w: relative_name(p, kdir) for w, p in k.placeholders.items()}
         # the rewritten module's hash, memoised: a no-op rebuild does not parse the host module
-        memo = digest({"host": HOST_VERSION, "file": k.digest, "art": art, "placeholders": k.placeholders})
+        memo = digest({"host": HOST_VERSION, "file": k.digest, "placeholders": placeholders})
         note = store.get_note("host-module", memo) if store is not None else None
         h = note.get("hash") if isinstance(note, dict) else None
         if store is not None and not (isinstance(h, str) and store.has(h)):
-            h = store.put(given_host_module(k, art))
+            h = store.put(given_host_module(k))
             store.put_note("host-module", memo, {"hash": h})
         return [BuildUnit(k.name, None, host_hash=h, files=files, kernel=k.name, core=None, source=str(k.path),
-                          data={"output": output_name(k, None)}, reload=lambda: given_host_module(k, art))]
+                          data={"output": output_name(k, None)}, reload=lambda: given_host_module(k), where=where)]
     cores = [core_id] if core_id is not None else list(range(k.ncores))
     units = []
     for c in cores:
-        module = host_module(k, c, artifact_dir(out, k), arch=cfg.arch, instruction_limit=cfg.instruction_limit)
+        module = host_module(k, c, arch=cfg.arch, instruction_limit=cfg.instruction_limit)
         name = k.name if k.ncores == 1 and core_id is None else f"{k.name}[{c}]"
         units.append(BuildUnit(name, module, files=files, kernel=k.name, core=c, source=str(k.path),
-                               data={"output": output_name(k, c)}))
+                               data={"output": output_name(k, c)}, where=where))
     return units
 
 

@@ -73,6 +73,7 @@ class BuildUnit:
     source: str = ""                # the kernel file (for messages)
     data: dict[str, Any] = field(default_factory=dict)   # free use by the caller
     reload: Callable[[], Module] | None = None          # rebuilds the host module if the store lost it
+    where: dict[str, str] = field(default_factory=dict)  # artifact_dir, kernel_dir: bound at run time, not keyed
 
 
 @dataclass
@@ -91,6 +92,7 @@ class StepResult:
     parts_executed: int = 0
     reason: str = ""                # why it ran (executed steps)
     key_parts: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)  # executed: fetch, run, hash, store, handover (s)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -169,7 +171,7 @@ class InlineExecutor:
     def __init__(self) -> None:
         self._queue: deque = deque()
 
-    def submit(self, key: str, fn: Callable, *args: Any) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
         self._queue.append((key, fn, args))
 
     def __len__(self) -> int:
@@ -206,8 +208,10 @@ class DaskExecutor:
         except Exception:  # noqa: BLE001
             return None
 
-    def submit(self, key: str, fn: Callable, *args: Any) -> None:
-        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries)
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
+        # the kernel's previous step ran on ``worker``: its output is in that worker's memory
+        hint = {"workers": [worker], "allow_other_workers": True} if worker else {}
+        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, **hint)
         self._futures[key] = fut
         self._ac.add(fut)
 
@@ -310,6 +314,7 @@ class _State:
     done: bool = False
     gen: int = 0          # bumped when in-flight results of this unit become stale
     emitting: list | None = None
+    worker: str | None = None  # where the unit's last task ran (its output is in that worker's memory)
 
 
 class Build:
@@ -332,6 +337,8 @@ class Build:
         self.progress = progress or (lambda event, unit, label: None)
         self.on_executor = on_executor
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
+        self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
+        self._submitted: dict[str, tuple[float, str]] = {}  # task key -> (submit time, action)
 
     # ------------------------------------------------------------ keys
     def _key(self, st: _State, i: int) -> tuple[str, dict]:
@@ -346,12 +353,20 @@ class Build:
 
             return uuid.uuid4().hex * 2, parts  # never hits: fail towards a miss
 
+    def _ctx(self, st: _State) -> dict[str, Any]:
+        """What every task of the unit needs besides the step: the store, flags, the unit's locations."""
+        return {"store": self.store.url, "verify": self.verify, "check": st.report.repairs > 0,
+                "where": st.report.unit.where}
+
     def _task_key(self, prefix: str, key: str, st: _State) -> str:
+        """``<pass>-<kernel>-<digest8>``: the dashboard groups by pass and names the kernel."""
         suffix = f"-r{st.report.repairs}" if st.report.repairs else ""
-        return f"{prefix}-{key[:32]}{suffix}"
+        unit = "".join(c if c.isalnum() or c in "._" else "_" for c in st.report.unit.name)[:48]
+        return f"{prefix}-{unit}-{key[:8]}{suffix}"
 
     # ------------------------------------------------------------ running
-    def _submit(self, task_key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
+    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
+        """Submit a task for action ``key`` (or join the one already submitted for it by another unit)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
             try:
@@ -362,10 +377,13 @@ class Build:
                 raise ExecutorUnavailable(str(e)) from None
             if self.on_executor:
                 self.on_executor(self.executor)
-        waiters = self.waiting.setdefault(task_key, [])
-        waiters.append((st, kind, j, st.gen))
-        if len(waiters) == 1:  # the same action for two units runs once
-            self.executor.submit(task_key, fn, *args)
+        action = f"{prefix}-{key}-{st.report.repairs}"
+        task_key = self._inflight.get(action)
+        if task_key is None:  # the same action for two units runs once
+            task_key = self._inflight[action] = self._task_key(prefix, key, st)
+            self._submitted[task_key] = (time.perf_counter(), action)
+            self.executor.submit(task_key, fn, *args, worker=st.worker)
+        self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
 
     def _advance(self, st: _State) -> None:
         """Follow action records from step ``st.i`` until one misses (submit it) or the chain ends."""
@@ -386,11 +404,11 @@ class Build:
                 self.store.touch_action(key)
                 self._fail(st, failed["error"], cached=True)
                 return
-            args = (self.store.url, step.task_spec(), st.hashes[i], key, parts, self.verify, st.report.repairs > 0)
+            args = (self._ctx(st), step.task_spec(), st.hashes[i], key, parts)
             if step.splittable:
-                self._submit(self._task_key(f"{step.name}-split", key, st), st, "split", i, tasks.split_step, *args)
+                self._submit(f"{step.name}-split", key, st, "split", i, tasks.split_step, *args)
             else:
-                self._submit(self._task_key(step.name, key, st), st, "step", i, tasks.run_step, *args)
+                self._submit(step.name, key, st, "step", i, tasks.run_step, *args)
             return
         self._final(st)
 
@@ -403,10 +421,22 @@ class Build:
                          parts_executed=int(rec.get("parts_executed") or 0), key_parts=st.parts[i])
         if status == "executed":
             res.reason = self._reason(st, i)
+            res.timing = dict(rec.get("timing") or {})
         st.report.steps[i:] = [res]
         st.hashes[i + 1:] = [rec["output"]]
         st.i = i + 1
         self.progress(status, st.report, step.label)
+
+    def _received(self, task_key: str, res: dict) -> dict:
+        """A task's result, with ``handover``: the time between submitting it and hearing back that the
+        task itself did not account for (scheduling, transfer, queueing behind other tasks)."""
+        sent, action = self._submitted.pop(task_key, (None, None))
+        self._inflight.pop(action, None)
+        timing = res.get("timing")
+        if sent is not None and isinstance(timing, dict):
+            spent = sum(v for k, v in timing.items() if isinstance(v, float))
+            res = {**res, "timing": {**timing, "handover": round(max(0.0, time.perf_counter() - sent - spent), 6)}}
+        return res
 
     def _reason(self, st: _State, i: int) -> str:
         prev = self.previous.get(st.report.unit.name, {}).get(self.steps[i].label)
@@ -482,13 +512,13 @@ class Build:
                 self._fail(st, str(e), fault=_client_fault(e, INPUT))
                 return
         if items:
-            items = [[h, str(p)] for h, p in items]
+            items = [[str(x) for x in item] for item in items]
             if self.executor is None or not getattr(self.executor, "is_cluster", False):
                 self._on_written(st, items, tasks.write_outputs(self.store.url, items))
             else:
                 from tusk.cache.keys import digest
 
-                self._submit(f"write_bir_json-{digest(items)[:32]}", st, "emit", 0, tasks.write_outputs,
+                self._submit("write_bir_json", digest(items), st, "emit", 0, tasks.write_outputs,
                              self.store.url, items)
                 st.emitting = items
             return
@@ -514,7 +544,8 @@ class Build:
                        fault=res.get("fault") or ENVIRONMENT, tb=res.get("traceback", ""))
             return
         sizes = {path: size for path, size, *_ in res.get("files", [])}
-        missing = [[h, p] for h, p in items if not (os.path.isfile(p) and os.path.getsize(p) == sizes.get(p))]
+        missing = [item for item in items
+                   if not (os.path.isfile(item[1]) and os.path.getsize(item[1]) == sizes.get(item[1]))]
         st.report.outputs = res
         if missing:  # written on a machine that does not share this directory
             res = tasks.write_outputs(self.store.url, missing)
@@ -587,8 +618,8 @@ class Build:
             if failed is not None:
                 self._fail(st, failed["error"], cached=True)
                 return
-            self._submit(self._task_key(f"{step.name}-part", key, st), st, "part", j, tasks.run_part,
-                         self.store.url, step.task_spec(), h, key, parts, st.report.repairs > 0)
+            self._submit(f"{step.name}-part", key, st, "part", j, tasks.run_part, self._ctx(st), step.task_spec(),
+                         h, key, parts)
         self._maybe_merge(st)
 
     def _maybe_merge(self, st: _State) -> None:
@@ -599,13 +630,13 @@ class Build:
         key = st.keys[st.i]
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
-        self._submit(self._task_key(f"{step.name}-merge", key, st), st, "merge", 0, tasks.merge_step,
-                     self.store.url, step.task_spec(), st.hashes[st.i], outs, stats, key, st.parts[st.i],
-                     sp.seconds, sp.executed, self.verify, st.report.repairs > 0)
+        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st), step.task_spec(),
+                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed)
 
     # ------------------------------------------------------------ driver
     def run(self, units: Iterable[BuildUnit]) -> BuildReport:
         t0 = time.perf_counter()
+        tasks.forget_all()  # an in-process build starts from the store, as a fresh `tusk compile` does
         states = []
         for unit in units:
             st = _State(UnitReport(unit), hashes=[], started=time.perf_counter())
@@ -632,11 +663,14 @@ class Build:
                         self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
             while self.waiting:
                 task_key, res = self.executor.next()
+                res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
                     if gen != st.gen:
                         continue  # a result for a submission a repair has superseded
                     if n and res.get("status") == "executed":
                         res = {**res, "status": "cached"}  # ran once, for the first unit that asked
+                    if res.get("worker_address"):
+                        st.worker = res["worker_address"]
                     try:
                         self._on_result(st, kind, j, res)
                     except ExecutorUnavailable:

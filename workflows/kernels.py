@@ -257,40 +257,64 @@ def _beside(name: str, kernel_path: Path) -> str:
     return os.path.normpath(name if os.path.isabs(name) else os.path.join(kernel_path.parent, name))
 
 
+def kernel_dir(k: Kernel) -> str:
+    """The directory kernel ``k``'s file is in: what its file names are relative to."""
+    return str(k.path.parent)
+
+
+def relative_name(path: str, directory: str) -> str:
+    """``path`` as keys and stored modules name it: relative to ``directory`` when inside it, else as is.
+
+    Locations are not content: the same kernels in another checkout must
+    give the same keys.
+    """
+    rel = os.path.relpath(path, directory)
+    return path if rel == ".." or rel.startswith(".." + os.sep) or os.path.isabs(rel) else rel
+
+
 def file_digests(k: Kernel) -> dict[str, str]:
-    """Digests of every file kernel ``k``'s build reads: the ``files`` part of the keys that need it."""
+    """Digests of every file kernel ``k``'s build reads, by name relative to its directory: the
+    ``files`` part of the keys that need it."""
     from tusk.cache.keys import file_digest
 
-    files = {str(k.path): k.digest}
+    kdir = kernel_dir(k)
+    files = {relative_name(str(k.path), kdir): k.digest}
     for r in k.refs:
-        files[r] = file_digest(r)
+        files[relative_name(r, kdir)] = file_digest(r)
     return files
 
 
-def host_module(k: Kernel, core: int, artifact_dir: str, *, arch: str = "gen3",
-                instruction_limit: int | None = None):
-    """The host module for kernel ``k`` on logical core ``core`` (see :mod:`tusk.stages.host`)."""
+def host_module(k: Kernel, core: int, *, arch: str = "gen3", instruction_limit: int | None = None):
+    """The host module for kernel ``k`` on logical core ``core`` (see :mod:`tusk.stages.host`).
+
+    As stored, it has no artifact directory and names the kernel file by
+    its name in its directory; the build binds both when translate runs.
+    """
     interface = {"fmt": k.fmt, "ins": k.ins, "outs": k.outs}
-    return stages_host.host_module(str(k.path), interface, core, artifact_dir, name=k.name, arch=arch,
+    return stages_host.host_module(k.path.name, interface, core, "", name=k.name, arch=arch,
                                    instruction_limit=instruction_limit)
 
 
-def given_host_module(k: Kernel, artifact_dir: str):
-    """Kernel ``k`` (fmt "host") as the build takes it: artifact directory and placeholder paths rewritten.
+def given_host_module(k: Kernel):
+    """Kernel ``k`` (fmt "host") as the build takes it: no artifact directory, placeholder paths resolved.
 
     The module's own artifact directory would have passes write outside
     OUT, and a relative ``klir_binary`` would be looked up in whatever the
-    current directory is; both are fixed here (see the module docstring).
+    current directory is; both are fixed here (see the module docstring):
+    each placeholder names the file it was resolved to, relative to the
+    module's directory (the build binds it when translate runs).
     """
     from tusk.ir import bir_json
 
     module = bir_json.load(k.path)
+    kdir = kernel_dir(k)
     for fn, i in stages_host.placeholders(module):
         attrs = fn.record(fn.insts.get("attrs", i))
         written = attrs.get("klir_binary")
         if isinstance(written, str) and written in k.placeholders:
-            fn.insts.set("attrs", i, fn.intern_record(attrs.with_(klir_binary=k.placeholders[written])))
-    module.artifact_dir = artifact_dir
+            fn.insts.set("attrs", i, fn.intern_record(attrs.with_(
+                klir_binary=relative_name(k.placeholders[written], kdir))))
+    module.artifact_dir = ""
     return module
 
 

@@ -145,7 +145,7 @@ class OutputWriter:
                 return u if ok else None
         return None
 
-    def on_final(self, ur: UnitReport, final: str) -> list[tuple[str, Path]] | None:
+    def on_final(self, ur: UnitReport, final: str) -> list[tuple[str, Path, str]] | None:
         """Called by the build when a unit's chain is complete: the BIR-JSON files to write.
 
         The build writes them (on a worker when a cluster runs) into the
@@ -158,12 +158,13 @@ class OutputWriter:
             ur.outputs = {"consts": list(prev.get("consts") or [])}  # the same final module names the same files
             return None
         staging = self._staging(unit.kernel)
-        items: list[tuple[str, Path]] = [(final, staging / unit.data["output"])]
+        art = str(self.out / unit.kernel)  # where the outputs end up (staging is renamed to it)
+        items: list[tuple[str, Path, str]] = [(final, staging / unit.data["output"], art)]
         if self.stages:
             d = staging / "stages" / (unit.name.replace("[", "_").replace("]", ""))
             d.mkdir(parents=True, exist_ok=True)
             for n, s in enumerate(ur.steps, 1):
-                items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json"))
+                items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json", art))
         return items
 
     def finish_kernel(self, kr: KernelResult, resolved) -> None:
@@ -237,8 +238,8 @@ class OutputWriter:
         for u in kr.units:
             for s in u.steps:
                 if s.name == TRANSLATE:
-                    for rel, src in (s.stats.get("artifacts") or {}).items():
-                        add(rel, Path(src), "the staged file")
+                    for rel, src in (s.stats.get("artifacts") or {}).items():  # sources: relative to the kernel's
+                        add(rel, k.path.parent / src, "the staged file")                  # directory, or absolute
         for u in kr.units:
             for rel in u.outputs.get("consts", []):
                 if os.path.isabs(rel) or rel in wanted:

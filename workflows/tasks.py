@@ -1,22 +1,39 @@
 """The functions Dask runs: one pass on one module, named by hashes.
 
 Every task function is top-level (importable by a worker), takes only
-JSON-able arguments (store URL, the step's spec, object hashes, the action
-key and its parts) and returns a small dict; modules travel through the
-store, never through the scheduler.  A task never raises for a failure of
-the pass or the input: it returns ``{"status": "error", "error": message}``
-so one bad kernel cannot take the graph down, and
-``{"status": "input-missing"}`` when its input object is gone or damaged so
-that the client can rebuild the input.
+JSON-able arguments -- a context (store URL, verify/check flags, where the
+kernel's files are), the step's spec, object hashes, the action key and its
+parts -- and returns a small dict; modules travel through the store, never
+through the scheduler.  A task never raises for a failure of the pass or the
+input: it returns ``{"status": "error", "error": message, "fault": ...}`` so
+one bad kernel cannot take the graph down, and ``{"status": "input-missing"}``
+when its input object is gone or damaged so that the client can rebuild it.
 
 Each task first looks at the action record for its key: a concurrent build
 may have produced the result since the client looked.  With ``check`` (the
 client sets it once a unit has met a damaged object) an object found
 already stored under a hash being written is re-hashed and replaced if
-damaged, instead of trusted.  A result computed
-here is stored (object, then record) before the task returns, so a worker
-killed half-way leaves at worst an unreferenced object behind; Dask then
-runs the task again elsewhere and it is idempotent.
+damaged, instead of trusted.  A result computed here is stored (object,
+then record) before the task returns, so a worker killed half-way leaves at
+worst an unreferenced object behind; Dask then runs the task again
+elsewhere and it is idempotent.
+
+**Hand-off in memory.**  A process keeps the modules it produced or loaded
+last (:data:`MEMORY_BUDGET` bytes of columns, least recently used out), so
+the next step of the same kernel placed on the same worker -- the client
+asks the scheduler for that worker -- starts from memory instead of reading
+and re-hashing the object.  Passes never mutate their input, so sharing is
+safe.
+
+**Locations are not content.**  Objects never hold where a build writes: a
+module's artifact directory is empty in the store, and a placeholder names
+its kernel file relative to the kernel directory.  A pass that reads files
+(``reads_files``: translate) gets them bound from the context's ``where``
+just before it runs, and unbound again afterwards, so the same kernels built
+into another ``-o`` or from another checkout hit the same records.
+
+Every executed step reports where its time went (``timing``: fetch, run,
+hash, store, in seconds) so that the build can show its overhead.
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ import os
 import socket
 import time
 import traceback
+from collections import OrderedDict
 from typing import Any
 
 from tusk.ir.errors import TuskError
@@ -76,18 +94,121 @@ def _cached(store, key: str) -> dict | None:
 
 
 def _slim(rec: dict) -> dict:
-    keep = ("output", "input", "stats", "seconds", "insts_in", "insts_out", "parts_total", "parts_executed")
+    keep = ("output", "input", "stats", "seconds", "insts_in", "insts_out", "parts_total", "parts_executed",
+            "timing")
     return {k: rec[k] for k in keep if k in rec}
 
 
-def _load_input(store, h: str) -> tuple[Any, dict | None]:
+# ---------------------------------------------------------------- modules kept in this process
+
+MEMORY_BUDGET = 1 << 30  # bytes of columns kept per process (a 1.2M-instruction module is ~155 MB)
+_MEMORY: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
+
+
+def _module_bytes(module) -> int:
+    return sum(getattr(fn, t).nbytes() for fn in module.functions for t in ("insts", "operands", "memlocs", "deps"))
+
+
+def remember(h: str, module) -> None:
+    """Keep ``module`` (content hash ``h``) for the next step that reads it in this process."""
+    size = _module_bytes(module)
+    if size > MEMORY_BUDGET:
+        return
+    _MEMORY[h] = (module, size)
+    _MEMORY.move_to_end(h)
+    total = sum(sz for _, sz in _MEMORY.values())
+    while total > MEMORY_BUDGET and len(_MEMORY) > 1:
+        _, (_, sz) = _MEMORY.popitem(last=False)
+        total -= sz
+
+
+def forget_all() -> None:
+    _MEMORY.clear()
+
+
+def _load_input(store, h: str, clock: dict | None = None) -> tuple[Any, dict | None]:
     from tusk.cache.objects import ObjectDamaged
     from tusk.cache.store import ObjectMissing
 
+    t0 = time.perf_counter()
+    kept = _MEMORY.get(h)
+    if kept is not None and h not in store._damaged:
+        _MEMORY.move_to_end(h)
+        if clock is not None:
+            clock["from_memory"] = clock.get("from_memory", 0) + 1
+        return kept[0], None
     try:
-        return store.load(h), None
+        module = store.load(h)
     except (ObjectMissing, ObjectDamaged) as e:
         return None, {"status": "input-missing", "input": h, "error": e.message}
+    finally:
+        if clock is not None:
+            clock["fetch"] = clock.get("fetch", 0.0) + time.perf_counter() - t0
+    remember(h, module)
+    return module, None
+
+
+def _save(store, module, clock: dict, check: bool) -> str:
+    saved = store.save(module, check=check)
+    clock["hash"] = clock.get("hash", 0.0) + saved.hash_seconds
+    clock["store"] = clock.get("store", 0.0) + saved.write_seconds
+    remember(saved.hash, module)
+    return saved.hash
+
+
+# ---------------------------------------------------------------- binding locations
+
+
+def bind(module, where: dict | None):
+    """``module`` with the artifact directory and the placeholders' kernel files of this build (a copy
+    where anything changes; see the module docstring)."""
+    if not where:
+        return module
+    art, kdir = where.get("artifact_dir", ""), where.get("kernel_dir", "")
+
+    def absolute(written: str) -> str | None:
+        return os.path.join(kdir, written) if kdir and written and not os.path.isabs(written) else None
+
+    return _with_kernel_files(module, absolute, art)
+
+
+def _with_kernel_files(module, rewrite, artifact_dir: str):
+    """``module`` with each placeholder's ``klir_binary`` rewritten (where ``rewrite`` gives a new name)
+    and the artifact directory set; functions are copied only where something changes."""
+    from tusk.ir.module import Module
+    from tusk.stages.host import placeholder_rows
+
+    fns = list(module.functions)
+    for k, fn in enumerate(module.functions):
+        for i in placeholder_rows(fn):
+            attrs = fns[k].record(fns[k].insts.get("attrs", i))
+            written = attrs.get("klir_binary")
+            new = rewrite(written) if isinstance(written, str) else None
+            if new is not None and new != written:
+                if fns[k] is fn:
+                    fns[k] = fn.copy()
+                fns[k].insts.set("attrs", i, fns[k].intern_record(attrs.with_(klir_binary=new)))
+    return Module(fns, module.arch, module.version, module.attributes, artifact_dir, module.queues, module.extras)
+
+
+def unbind(module, stats: dict, where: dict | None):
+    """Inverse of :func:`bind` on a pass's output (and its ``artifacts`` stat)."""
+    if not where:
+        return module, stats
+    kdir = where.get("kernel_dir", "")
+    out = _with_kernel_files(module, lambda written: _relative(written, kdir), "")
+    if isinstance(stats, dict) and isinstance(stats.get("artifacts"), dict):
+        stats = {**stats, "artifacts": {name: _relative(src, kdir) or src
+                                        for name, src in stats["artifacts"].items()}}
+    return out, stats
+
+
+def _relative(path: str, directory: str) -> str | None:
+    """``path`` relative to ``directory`` when it lies inside it, else None."""
+    if not directory or not os.path.isabs(path):
+        return None
+    rel = os.path.relpath(path, directory)
+    return None if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
 class _PassRefused(Exception):
@@ -172,102 +293,121 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
             "traceback": traceback.format_exc()}
 
 
-def _finish(store, key: str, parts: dict, step: dict, module, out, stats, seconds: float, verify: bool,
-            extra: dict | None = None, check: bool = False) -> dict:
-    if verify:
+def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, stats, seconds: float,
+            clock: dict, extra: dict | None = None) -> dict:
+    if ctx.get("verify"):
         from tusk.ir.verify import verify as verify_module
 
+        t0 = time.perf_counter()
         verify_module(out)
-    h = store.put(out, check=check)
+        clock["verify"] = time.perf_counter() - t0
+    h = _save(store, out, clock, bool(ctx.get("check")))
+    timing = {k: round(v, 6) for k, v in clock.items()}
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
               "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
-              "insts_out": out.n_insts(), "parts": parts, "worker": _where(), **(extra or {})}
+              "insts_out": out.n_insts(), "parts": parts, "worker": _where(), "timing": timing, **(extra or {})}
     store.put_action(key, record)
-    return {"status": "executed", **_slim(record)}
+    return {"status": "executed", **_slim(record), "worker_address": _worker_address()}
 
 
-def _open(store_url: str, key: str, input_hash: str):
+def _worker_address() -> str | None:
+    """The Dask worker this task runs on (the client asks for it again for the kernel's next step)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
+def _open(ctx: dict, key: str, input_hash: str, clock: dict):
     """(store, input module, early answer): the early answer -- the cached record, or the
     report of a missing input -- is returned by the task as it is."""
-    store = _store(store_url)
+    store = _store(ctx["store"])
     hit = _cached(store, key)
     if hit:
         return store, None, hit
-    module, missing = _load_input(store, input_hash)
+    module, missing = _load_input(store, input_hash, clock)
     return store, module, missing
 
 
-def run_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False,
-             check: bool = False, extra: dict | None = None) -> dict:
+def _run(p, step: dict, module, ctx: dict, clock: dict, method: str = "run", *args):
+    """Run one pass method, the kernel's files bound for a pass that reads them; (result, seconds)."""
+    where = ctx.get("where") if step.get("reads_files") else None
+    t0 = time.perf_counter()
+    result = _call(getattr(p, method), bind(module, where), *args)
+    seconds = time.perf_counter() - t0
+    clock["run"] = clock.get("run", 0.0) + seconds
+    if method in ("run", "merge"):
+        out, stats = result
+        result = unbind(out, stats, where)
+    return result, seconds
+
+
+def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extra: dict | None = None) -> dict:
     """Run one pass on object ``input_hash``; record the action under ``key``."""
+    clock: dict = {}
     try:
-        store, module, early = _open(store_url, key, input_hash)
+        store, module, early = _open(ctx, key, input_hash, clock)
         if early:
             return early
-        p = _pass(step)
-        t0 = time.perf_counter()
-        out, stats = _call(p.run, module)
-        return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify, extra,
-                       check=check)
+        (out, stats), seconds = _run(_pass(step), step, module, ctx, clock)
+        return _finish(ctx, store, key, parts, step, module, out, stats, seconds, clock, extra)
     except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
-        return _error(step, e, store_url, key, parts)
+        return _error(step, e, ctx.get("store"), key, parts)
 
 
-def split_step(store_url: str, step: dict, input_hash: str, key: str, parts: dict, verify: bool = False,
-               check: bool = False) -> dict:
+def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) -> dict:
     """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
+    clock: dict = {}
     try:
-        store, module, early = _open(store_url, key, input_hash)
+        store, module, early = _open(ctx, key, input_hash, clock)
         if early:
             return early
         p = _pass(step)
-        t0 = time.perf_counter()
-        pieces = _call(p.split, module)
+        pieces, seconds = _run(p, step, module, ctx, clock, "split")
         if pieces is None:
-            out, stats = _call(p.run, module)
-            return _finish(store, key, parts, step, module, out, stats, time.perf_counter() - t0, verify,
-                           check=check)
-        hashes = [store.put(m, check=check) for m in pieces]
-        return {"status": "split", "parts": hashes, "seconds": time.perf_counter() - t0,
-                "insts_in": module.n_insts()}
+            (out, stats), more = _run(p, step, module, ctx, clock)
+            return _finish(ctx, store, key, parts, step, module, out, stats, seconds + more, clock)
+        hashes = [_save(store, m, clock, bool(ctx.get("check"))) for m in pieces]
+        return {"status": "split", "parts": hashes, "seconds": seconds, "insts_in": module.n_insts(),
+                "timing": clock, "worker_address": _worker_address()}
     except Exception as e:  # noqa: BLE001
-        return _error(step, e, store_url, key, parts)
+        return _error(step, e, ctx.get("store"), key, parts)
 
 
-def run_part(store_url: str, step: dict, part_hash: str, key: str, parts: dict, check: bool = False) -> dict:
+def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> dict:
     """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
-    return run_step(store_url, step, part_hash, key, parts, False, check, {"kind": "part"})
+    return run_step({**ctx, "verify": False}, step, part_hash, key, parts, {"kind": "part"})
 
 
-def merge_step(store_url: str, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
-               key: str, parts: dict, split_seconds: float, parts_executed: int, verify: bool = False,
-               check: bool = False) -> dict:
+def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
+               key: str, parts: dict, split_seconds: float, parts_executed: int) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``."""
+    clock: dict = {}
     try:
-        store, module, early = _open(store_url, key, input_hash)
+        store, module, early = _open(ctx, key, input_hash, clock)
         if early:
             return early
         outs, lost = [], []
         for h in part_outputs:  # load them all: every damaged one is removed now, so one repair fixes all
-            m, missing = _load_input(store, h)
+            m, missing = _load_input(store, h, clock)
             outs.append(m)
             if missing:
                 lost.append(missing)
         if lost:
             return {**lost[0], "part": True, "lost": len(lost)}
-        p = _pass(step)
-        t0 = time.perf_counter()
-        out, stats = _call(p.merge, module, outs, part_stats)
-        seconds = split_seconds + time.perf_counter() - t0
-        return _finish(store, key, parts, step, module, out, stats, seconds, verify,
+        (out, stats), seconds = _run(_pass(step), step, module, ctx, clock, "merge", outs, part_stats)
+        return _finish(ctx, store, key, parts, step, module, out, stats, split_seconds + seconds, clock,
                        {"parts_total": len(part_outputs), "parts_executed": parts_executed,
-                        "refs": list(part_outputs)}, check=check)
+                        "refs": list(part_outputs)})
     except Exception as e:  # noqa: BLE001
-        return _error(step, e, store_url, key, parts)
+        return _error(step, e, ctx.get("store"), key, parts)
 
 
 def write_outputs(store_url: str, items: list) -> dict:
-    """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path]``.
+    """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path, artifact directory]``
+    (the module is written with that artifact directory: objects hold none).
 
     Also reports the const files the modules name (the client stages them
     next to the outputs).
@@ -281,10 +421,15 @@ def write_outputs(store_url: str, items: list) -> dict:
     try:
         store = _store(store_url)
         written, consts = [], set()
-        for h, path in items:
+        for h, path, *art in items:
             module, missing = _load_input(store, h)
             if missing:
                 return missing
+            if art:  # a new Module object: the stored one may be shared with the next task
+                from tusk.ir.module import Module
+
+                module = Module(module.functions, module.arch, module.version, module.attributes, art[0],
+                                module.queues, module.extras)
             bir_json.save(module, path)
             written.append([path, os.path.getsize(path), _where()])
             for fn in module.functions:
