@@ -143,10 +143,24 @@ class LocalFS:
         except FileNotFoundError:
             pass
 
-    def zarr_store(self, p: str, read_only: bool = False):
-        from zarr.storage import LocalStore
+    def writer(self, root: str):
+        """``put(relative path, bytes)`` under ``root`` (a fresh directory nobody else reads yet)."""
+        made: set[str] = set()
 
-        return LocalStore(p, read_only=read_only)
+        def put(rel: str, data: bytes) -> None:
+            p = os.path.join(root, rel)
+            d = os.path.dirname(p)
+            if d not in made:
+                os.makedirs(d, exist_ok=True)
+                made.add(d)
+            with open(p, "wb") as fh:
+                fh.write(data)
+
+        return put
+
+    def reader(self, root: str):
+        """``get(relative path) -> bytes | None`` under ``root``."""
+        return lambda rel: self.read_bytes(os.path.join(root, rel))
 
 
 class FsspecFS:
@@ -243,10 +257,11 @@ class FsspecFS:
         except FileNotFoundError:
             pass
 
-    def zarr_store(self, p: str, read_only: bool = False):
-        from zarr.storage import FsspecStore
+    def writer(self, root: str):
+        return lambda rel, data: self.fs.pipe_file(f"{root}/{rel}", data)
 
-        return FsspecStore.from_url(self.fs.unstrip_protocol(p), read_only=read_only)
+    def reader(self, root: str):
+        return lambda rel: self.read_bytes(f"{root}/{rel}")
 
 
 def open_fs(location: str | os.PathLike) -> LocalFS | FsspecFS:

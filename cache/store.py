@@ -154,7 +154,7 @@ class Store:
         self._ensure_root()
         dst = self.object_path(h)
         if not self.fs.atomic_dirs:
-            write_parts(self.fs.zarr_store(dst), parts, h)
+            write_parts(self.fs.writer(dst), parts, h)
             self.counters.objects_written += 1
             return True
         if self.fs.exists(dst):
@@ -163,7 +163,7 @@ class Store:
             self._quarantine(h, "incomplete object found while writing")  # publishing is atomic: damaged
         tmp = self.fs.temp_dir()
         try:
-            write_parts(self.fs.zarr_store(tmp), parts, h)
+            write_parts(self.fs.writer(tmp), parts, h)
             if not self.fs.publish_dir(tmp, dst):
                 if not self.has(h):  # the one in the way is damaged: replace it once
                     self._quarantine(h, "damaged object found while writing")
@@ -188,7 +188,7 @@ class Store:
                 raise ObjectDamaged(f"object {h} is damaged: no root metadata")
             raise ObjectMissing(f"object {h} is not in the store {self.url}")
         try:
-            module = read_object(self.fs.zarr_store(dst, read_only=True), h)
+            module = read_object(self.fs.reader(dst), h)
         except ObjectDamaged as e:
             self._quarantine(h, e.message)
             raise
@@ -205,7 +205,7 @@ class Store:
     def verify_object(self, h: str) -> str | None:
         """None if object ``h`` is intact, else the reason (the object is left in place)."""
         try:
-            read_object(self.fs.zarr_store(self.object_path(h), read_only=True), h)
+            read_object(self.fs.reader(self.object_path(h)), h)
         except ObjectDamaged as e:
             return e.message
         return None

@@ -255,3 +255,29 @@ def test_an_object_rewritten_with_other_codecs_or_shapes_is_refused_before_decod
     g.create_array("operands.offset", shape=(1 << 40,), dtype=np.int64, chunks=(1 << 20,),
                    compressors=objects_mod._compressors())
     assert store.verify_object(h) is not None and "not what Tusk writes" in store.verify_object(h)
+
+
+def test_objects_are_zarr_v3_groups_that_zarr_itself_reads(store, monkeypatch, tmp_path, tiled_module):
+    """Tusk writes the Zarr files directly (for speed); zarr-python must read them and write the same metadata."""
+    import zarr
+
+    from tusk.ir.serial import module_to_parts
+
+    monkeypatch.setattr(objects_mod, "LARGE_COLUMN", 16)
+    monkeypatch.setattr(objects_mod, "CHUNK_ROWS", 3)  # several chunks, the last one partial
+    h = store.put(tiled_module)
+    root = zarr.open_group(store.object_path(h), mode="r")
+    assert root.attrs["tusk"]["hash"] == h
+    arrays = module_to_parts(tiled_module)[1][0][0]
+    large = root.attrs["tusk"]["functions"][0]["arrays"]
+    assert large
+    for key in large:
+        ours = root["f0"][key]
+        assert np.array_equal(ours[...], arrays[key])
+        ref = zarr.open_group(tmp_path / "ref", mode="a").create_array(
+            key, shape=ours.shape, dtype=ours.dtype, chunks=ours.chunks, compressors=objects_mod._compressors())
+        with open(os.path.join(store.object_path(h), "f0", key, "zarr.json")) as fh:
+            mine = json.load(fh)
+        with open(tmp_path / "ref" / key / "zarr.json") as fh:
+            assert json.load(fh) == mine
+    assert store.load(h) == tiled_module

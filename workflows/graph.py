@@ -381,7 +381,7 @@ class Build:
         task_key = self._inflight.get(action)
         if task_key is None:  # the same action for two units runs once
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
-            self._submitted[task_key] = (time.perf_counter(), action)
+            self._submitted[task_key] = (time.time(), action)
             self.executor.submit(task_key, fn, *args, worker=st.worker)
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
 
@@ -428,14 +428,19 @@ class Build:
         self.progress(status, st.report, step.label)
 
     def _received(self, task_key: str, res: dict) -> dict:
-        """A task's result, with ``handover``: the time between submitting it and hearing back that the
-        task itself did not account for (scheduling, transfer, queueing behind other tasks)."""
+        """A task's result, with ``queued`` (from submission until a worker started it: waiting for a free
+        worker, not overhead) and ``handover`` (from the task's end until the client has its result:
+        the scheduler's round trip), from wall clocks on both sides."""
         sent, action = self._submitted.pop(task_key, (None, None))
         self._inflight.pop(action, None)
         timing = res.get("timing")
-        if sent is not None and isinstance(timing, dict):
-            spent = sum(v for k, v in timing.items() if isinstance(v, float))
-            res = {**res, "timing": {**timing, "handover": round(max(0.0, time.perf_counter() - sent - spent), 6)}}
+        if sent is not None and isinstance(timing, dict) and isinstance(timing.get("started"), float):
+            now = time.time()
+            timing = {k: v for k, v in timing.items() if k != "started"}
+            timing["queued"] = round(max(0.0, timing_start(res) - sent), 6)
+            if isinstance(res.get("ended"), float):
+                timing["handover"] = round(max(0.0, now - res["ended"]), 6)
+            res = {**res, "timing": timing}
         return res
 
     def _reason(self, st: _State, i: int) -> str:
@@ -684,6 +689,10 @@ class Build:
                              executor=getattr(self.executor, "description", "none (everything cached)"),
                              seconds=time.perf_counter() - t0)
         return report
+
+
+def timing_start(res: dict) -> float:
+    return float(res["timing"]["started"])
 
 
 def _client_fault(e: BaseException, plain: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -56,6 +57,27 @@ def summary_table(result: CompileResult) -> Table:
     return table
 
 
+def _overhead(timing: dict) -> str:
+    """`` [fetch 0.31s, hash 0.14s, ...]``: where an executed step's time went besides the pass."""
+    parts = [f"{k} {timing[k]:.3f}s" for k in ("fetch", "hash", "store", "verify", "handover", "queued")
+             if isinstance(timing.get(k), float)]
+    if timing.get("from_memory"):
+        parts.append("input from memory")
+    return escape(f"  [{', '.join(parts)}]") if parts else ""
+
+
+def overhead_totals(report) -> dict[str, float]:
+    """Seconds of every executed step of a build, by kind: run (the passes), fetch, hash, store, hand-over."""
+    totals = dict.fromkeys(("run", "fetch", "hash", "store", "verify", "handover"), 0.0)
+    for u in report.units:
+        for st in u.steps:
+            if st.status == "executed":
+                for k in totals:
+                    v = st.timing.get(k)
+                    totals[k] += v if isinstance(v, float) else 0.0
+    return totals
+
+
 def print_result(console: Console, result: CompileResult, verbose: bool = False) -> None:
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
@@ -70,11 +92,16 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False)
             for st in u.steps:
                 if st.status == "executed":
                     console.print(f"  ran {u.unit.name}: {st.label} ({st.reason}) {st.seconds:.3f}s"
-                                  + (f", {st.parts_executed}/{st.parts_total} parts" if st.parts_total else ""))
+                                  + (f", {st.parts_executed}/{st.parts_total} parts" if st.parts_total else "")
+                                  + _overhead(st.timing))
     rep = result.report
     if rep is not None:
         where = rep.executor if rep.cluster_started or rep.n_executed else "no cluster started (all cached)"
         console.print(f"{rep.n_executed} pass execution(s), {rep.n_cached} cached; {where}; "
                       f"{result.seconds:.2f}s; cache {result.store}")
+        if verbose and rep.n_executed:
+            t = overhead_totals(rep)
+            console.print(f"time in executed steps: passes {t['run']:.2f}s; around them: fetch {t['fetch']:.2f}s, "
+                          f"hash {t['hash']:.2f}s, store {t['store']:.2f}s, hand-over {t['handover']:.2f}s")
     for kr in result.failed:
         console.print(f"[red]error:[/red] {kr.kernel.name}: {kr.error}", soft_wrap=True)

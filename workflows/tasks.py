@@ -302,12 +302,13 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
         verify_module(out)
         clock["verify"] = time.perf_counter() - t0
     h = _save(store, out, clock, bool(ctx.get("check")))
-    timing = {k: round(v, 6) for k, v in clock.items()}
+    timing = {k: round(v, 6) for k, v in clock.items() if k != "started"}
+    timing["started"] = clock["started"]
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
               "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
               "insts_out": out.n_insts(), "parts": parts, "worker": _where(), "timing": timing, **(extra or {})}
     store.put_action(key, record)
-    return {"status": "executed", **_slim(record), "worker_address": _worker_address()}
+    return {"status": "executed", **_slim(record), "worker_address": _worker_address(), "ended": time.time()}
 
 
 def _worker_address() -> str | None:
@@ -346,7 +347,7 @@ def _run(p, step: dict, module, ctx: dict, clock: dict, method: str = "run", *ar
 
 def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extra: dict | None = None) -> dict:
     """Run one pass on object ``input_hash``; record the action under ``key``."""
-    clock: dict = {}
+    clock: dict = {"started": time.time()}
     try:
         store, module, early = _open(ctx, key, input_hash, clock)
         if early:
@@ -359,7 +360,7 @@ def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extr
 
 def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) -> dict:
     """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
-    clock: dict = {}
+    clock: dict = {"started": time.time()}
     try:
         store, module, early = _open(ctx, key, input_hash, clock)
         if early:
@@ -371,7 +372,7 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
             return _finish(ctx, store, key, parts, step, module, out, stats, seconds + more, clock)
         hashes = [_save(store, m, clock, bool(ctx.get("check"))) for m in pieces]
         return {"status": "split", "parts": hashes, "seconds": seconds, "insts_in": module.n_insts(),
-                "timing": clock, "worker_address": _worker_address()}
+                "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
 
@@ -384,7 +385,7 @@ def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> di
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
                key: str, parts: dict, split_seconds: float, parts_executed: int) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``."""
-    clock: dict = {}
+    clock: dict = {"started": time.time()}
     try:
         store, module, early = _open(ctx, key, input_hash, clock)
         if early:
