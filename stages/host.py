@@ -13,7 +13,9 @@ An interface is a JSON-able dict (the build stores it as a note)::
 
     {"fmt": "klr" | "bir" | "host", "ncores": int,
      "ins": [[name, bir dtype, shape], ...], "outs": [...],
-     "refs": [file names the kernel reads, as written], "art": artifact dir (fmt "host")}
+     "refs": [file names the kernel reads, as written], "art": artifact dir (fmt "host"),
+     "size": instructions one core's kernel has once its static loops are unrolled (an estimate
+             for KLR: its operator count; the build sizes its executor by it)}
 
 A BIR-JSON file that already holds placeholders is a host module itself
 (fmt "host"); its ``refs`` are the placeholders' kernel files.
@@ -56,7 +58,8 @@ def _klr_interface(path: Path) -> dict[str, Any]:
     from tusk.ir import klr
 
     kernel = klr.load_lnc_kernel(path)
-    return {"fmt": "klr", "ncores": max(1, len(kernel.bodies)),
+    size = sum(1 for _ in klr.iter_operators(kernel, 0)) if kernel.bodies else 0
+    return {"fmt": "klr", "ncores": max(1, len(kernel.bodies)), "size": size,
             "ins": [_klr_tensor(t, path) for t in kernel.inputs],
             "outs": [_klr_tensor(t, path) for t in kernel.outputs],
             "refs": sorted({sc.fileName for sc in getattr(kernel, "sharedConstants", ()) or ()
@@ -84,13 +87,23 @@ def _bir_json_interface(path: Path) -> dict[str, Any]:
     module = bir_json.from_obj(obj, file=str(path))
     if any(True for _ in placeholders(module)):
         return {"fmt": "host", "ncores": 1, "ins": [], "outs": [], "refs": placeholder_files(module),
-                "art": module.artifact_dir or ""}
+                "art": module.artifact_dir or "", "size": module.n_insts()}
     fns = [f for f in module.functions if f.kind != FnKind.NKI]
     if not fns:
         raise FormatError("BIR-JSON kernel has no functions", file=str(path))
     ins, outs = dram_arguments(fns[0])
     refs = sorted({f.strings[c] for f in fns for c in f.memlocs["const_path"].tolist() if c >= 0})
-    return {"fmt": "bir", "ncores": len(fns), "ins": ins, "outs": outs, "refs": refs}
+    return {"fmt": "bir", "ncores": len(fns), "ins": ins, "outs": outs, "refs": refs, "size": _unrolled_size(fns[0])}
+
+
+def _unrolled_size(fn: Function) -> int:
+    """Instructions ``fn`` has once unrolled (0 when that cannot be told: the passes will say why)."""
+    from tusk.stages.unroll import clone_count_bound
+
+    try:
+        return min(clone_count_bound(fn), 1 << 62)
+    except Exception:  # noqa: BLE001 - an estimate only; translate and unroll report a broken kernel
+        return 0
 
 
 def dram_arguments(fn: Function) -> tuple[list[list], list[list]]:

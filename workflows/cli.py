@@ -37,7 +37,8 @@ def compile(
     directory: Optional[Path] = typer.Argument(None, help="Directory of kernels (default: the shipped examples)"),
     out: Path = typer.Option(Path("tusk-out"), "-o", "--out", help="Output directory"),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (0: no cluster, run "
-                                          "in this process; default: TUSK_WORKERS or the CPU count)"),
+                                          "in this process; default: TUSK_WORKERS, else chosen by the size of "
+                                          "the build: in this process when small, one worker per CPU when not)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler, "
                                             "e.g. tcp://127.0.0.1:8786"),
     dashboard: bool = typer.Option(False, "--dashboard", help="Print the dashboard link of the local cluster"),
@@ -91,10 +92,11 @@ def compile(
                 bar.update(self.task, description=f"[red]{unit.unit.name} failed[/red]")
 
         def executor(self, ex) -> None:
+            why = f" ({ex.reason})" if verbose and getattr(ex, "reason", "") else ""
             if getattr(ex, "is_cluster", False):
-                console.print(f"started {ex.description}")
+                console.print(f"started {ex.description}{why}")
             else:
-                console.print("running passes in this process (no cluster)")
+                console.print(f"running passes in this process, no cluster{why}")
             if dashboard:
                 link = getattr(ex, "dashboard_link", None)
                 try:

@@ -222,16 +222,19 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             from tusk.workflows.graph import InlineExecutor
 
             executor = InlineExecutor  # a memory:// store lives in this process only
+        choice = choose_executor(cfg.workers, units, connected is not None or memory)
         if executor is None:
             if connected is not None:
                 executor = lambda: connected  # noqa: E731
-            elif cfg.workers and cfg.workers > 0:
+            elif choice.workers > 0:
                 # worker scratch space inside the store (local stores): nothing written elsewhere
                 scratch_dir = store.fs.path("dask-scratch") if "://" not in store.url else None
-                executor = lambda: local_cluster_executor(cfg.workers, req.dashboard, scratch_dir)  # noqa: E731
+                executor = lambda: local_cluster_executor(choice.workers, req.dashboard, scratch_dir)  # noqa: E731
         dashboard: list[str] = []
 
         def _on_executor(ex: Any) -> None:
+            if not getattr(ex, "reason", ""):
+                ex.reason = choice.reason if connected is None else "the scheduler given with --scheduler"
             link = getattr(ex, "dashboard_link", None)
             if link and (req.dashboard or cfg.scheduler):
                 dashboard.append(link)
@@ -259,6 +262,38 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             connected.close()
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+# A local cluster costs ~1-2 s to start and a few ms per task; below this many instructions (after unrolling,
+# summed over the build) the whole build takes about as long in this process.
+AUTO_CLUSTER_INSTRUCTIONS = 300_000
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    workers: int          # local worker processes; 0: in this process
+    reason: str
+
+
+def choose_executor(workers: int | None, units: list[BuildUnit], fixed: bool = False) -> ExecutorChoice:
+    """How to run the steps that must run: ``--workers`` when given, else by the size of the build."""
+    if fixed:
+        return ExecutorChoice(0, "fixed by the store or the scheduler")
+    if workers is not None:
+        if workers <= 0:
+            return ExecutorChoice(0, "--workers 0: in this process")
+        return ExecutorChoice(workers, f"--workers {workers}")
+    from joblib import cpu_count  # honours the CPU quota of a container, unlike os.cpu_count()
+
+    cpus = max(1, cpu_count())
+    size = sum(u.size for u in units)
+    if cpus < 2:
+        return ExecutorChoice(0, f"one CPU available: in this process (~{size:,} instructions)")
+    if size < AUTO_CLUSTER_INSTRUCTIONS:
+        return ExecutorChoice(0, f"a small build (~{size:,} instructions after unrolling): in this process, "
+                                 f"a cluster would take longer to start than it saves")
+    return ExecutorChoice(cpus, f"~{size:,} instructions after unrolling over {len(units)} unit(s): "
+                                f"{cpus} worker processes, one per CPU")
 
 
 def _log_internal_errors(out: Path, results) -> None:
@@ -295,14 +330,15 @@ def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None) -> list[B
             h = store.put(given_host_module(k))
             store.put_note("host-module", memo, {"hash": h})
         return [BuildUnit(k.name, None, host_hash=h, files=files, kernel=k.name, core=None, source=str(k.path),
-                          data={"output": output_name(k, None)}, reload=lambda: given_host_module(k), where=where)]
+                          data={"output": output_name(k, None)}, reload=lambda: given_host_module(k), where=where,
+                          size=k.size)]
     cores = [core_id] if core_id is not None else list(range(k.ncores))
     units = []
     for c in cores:
         module = host_module(k, c, arch=cfg.arch, instruction_limit=cfg.instruction_limit)
         name = k.name if k.ncores == 1 and core_id is None else f"{k.name}[{c}]"
         units.append(BuildUnit(name, module, files=files, kernel=k.name, core=c, source=str(k.path),
-                               data={"output": output_name(k, c)}, where=where))
+                               data={"output": output_name(k, c)}, where=where, size=k.size))
     return units
 
 

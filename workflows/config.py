@@ -63,8 +63,9 @@ def _bool(text: str) -> bool:
 SETTINGS: tuple[Setting, ...] = (
     Setting("cache_dir", "TUSK_CACHE_DIR", lambda: str(_user_cache_dir()), False,
             help="store root: a directory or an fsspec URL"),
-    Setting("workers", "TUSK_WORKERS", lambda: max(1, os.cpu_count() or 1), False, _int,
-            help="local worker processes (0: run in this process, no cluster)"),
+    Setting("workers", "TUSK_WORKERS", lambda: None, False, _int_or_none,
+            help="local worker processes (0: run in this process, no cluster; default: chosen by the size of "
+                 "the build)"),
     Setting("scheduler", "TUSK_SCHEDULER", lambda: None, False,
             help="address of an existing Dask scheduler"),
     Setting("verify", "TUSK_VERIFY", lambda: False, False, _bool,

@@ -74,6 +74,7 @@ class BuildUnit:
     data: dict[str, Any] = field(default_factory=dict)   # free use by the caller
     reload: Callable[[], Module] | None = None          # rebuilds the host module if the store lost it
     where: dict[str, str] = field(default_factory=dict)  # artifact_dir, kernel_dir: bound at run time, not keyed
+    size: int = 0                   # instructions after unrolling (estimate): sizes the executor
 
 
 @dataclass

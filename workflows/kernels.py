@@ -57,7 +57,7 @@ from tusk.ir.klr import is_klr_bytes
 from tusk.stages import host as stages_host
 from tusk.stages.host import NotAKernel
 
-INTERFACE_VERSION = 3
+INTERFACE_VERSION = 4
 HOST_VERSION = 1
 KERNEL_SUFFIXES = (".klr", ".json")
 
@@ -76,6 +76,7 @@ class Kernel:
     outs: list[list] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)    # other files it reads (absolute paths)
     placeholders: dict[str, str] = field(default_factory=dict)  # fmt "host": klir_binary -> resolved path
+    size: int = 0                    # instructions per core after unrolling (estimate; see stages.host)
     error: str | None = None
     fault: str = ""                  # with error: whose fault (tusk.ir.errors)
     traceback: str = ""              # of an internal error
@@ -135,6 +136,7 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
             skipped.append(Skipped(p, info["reason"]))
             continue
         k.fmt, k.ncores, k.ins, k.outs = info["fmt"], info["ncores"], info["ins"], info["outs"]
+        k.size = int(info.get("size") or 0)
         try:
             k.refs = _refs(k, info, store)
         except Exception as e:  # noqa: BLE001
