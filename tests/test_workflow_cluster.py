@@ -89,9 +89,22 @@ def test_a_worker_killed_mid_build_does_not_break_the_build(tmp_path):
     assert _finals(rep) == _finals(reference)
 
 
+def _can_unshare() -> bool:
+    try:
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 @pytest.fixture
-def external_cluster(tmp_path):
-    """A `dask scheduler` and two `dask worker` processes on loopback."""
+def external_cluster(tmp_path, request):
+    """A `dask scheduler` and two `dask worker` processes on loopback.
+
+    Parametrised with a directory, the second worker runs in a mount namespace of its own with an empty
+    tmpfs over that directory: it sees another file system there than the client does.
+    """
+    private = getattr(request, "param", None)
     sched_file = tmp_path / "scheduler.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), DASK_TEMPORARY_DIRECTORY=str(tmp_path / "w"))
     common = {"env": env, "cwd": str(tmp_path), "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -102,11 +115,16 @@ def external_cluster(tmp_path):
         deadline = time.time() + 60
         while not sched_file.exists() and time.time() < deadline:
             time.sleep(0.1)
-        for _ in range(2):
-            procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
-                                           str(sched_file), "--nworkers", "1", "--nthreads", "1",
-                                           "--dashboard-address", ":0", "--local-directory", str(tmp_path / "w")],
-                                          **common))
+        for k in range(2):
+            worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),
+                      "--nworkers", "1", "--nthreads", "1", "--dashboard-address", ":0", "--local-directory",
+                      str(tmp_path / "w")]
+            if private and k == 1:
+                hidden = tmp_path / private
+                hidden.mkdir(parents=True, exist_ok=True)
+                worker = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f'mount -t tmpfs tmpfs "{hidden}" && exec "$@"', "sh", *worker]
+            procs.append(subprocess.Popen(worker, **common))
         from distributed import Client
 
         time.sleep(0.2)
@@ -143,3 +161,20 @@ def test_external_scheduler_build_gives_the_same_hashes_as_a_local_build(tmp_pat
     assert external_cluster in remote["executor"]
     local, local_finals = run("--workers", "0", "--cache-dir", str(tmp_path / "c2"))
     assert local["executed"] == 16 and local_finals == remote_finals
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs mount namespaces (unshare -m)")
+@pytest.mark.parametrize("external_cluster", ["shared"], indirect=True)
+def test_a_worker_that_cannot_see_the_store_is_named_and_nothing_is_built(tmp_path, external_cluster):
+    kernels = tmp_path / "kernels"
+    write_kernels(kernels, 2)
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(pipeline_toml(*PASSES))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["compile", str(kernels), "-o", str(out), "--pipeline", str(pipe), "--scheduler",
+                                   external_cluster, "--cache-dir", str(tmp_path / "shared" / "cache")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, text
+    assert "not every Dask worker can use the store" in text and "does not see the probe" in text
+    assert "fsspec URL" in text and text.count("worker tcp://") == 1  # the one worker that cannot, named
+    assert not out.exists()

@@ -31,7 +31,15 @@ from typing import Any
 from tusk import __version__
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError
 from tusk.workflows import config as config_mod
-from tusk.workflows.graph import BuildReport, BuildUnit, UnitReport, build, local_cluster_executor, scheduler_executor
+from tusk.workflows.graph import (
+    BuildReport,
+    BuildUnit,
+    UnitReport,
+    build,
+    check_workers_reach_store,
+    local_cluster_executor,
+    scheduler_executor,
+)
 from tusk.workflows.kernels import (
     HOST_VERSION,
     Kernel,
@@ -185,11 +193,16 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
     scratch = None
     writer = None
     try:
+        if connected is not None and not req.no_cache:
+            store = Store(cfg.cache_dir)
+            check_workers_reach_store(connected, store)  # before anything is written into OUT
         out.mkdir(parents=True, exist_ok=True)
         clean_leftovers(out)
         if req.no_cache:
             scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
             store = Store(scratch)
+            if connected is not None:
+                check_workers_reach_store(connected, store)
         else:
             store = Store(cfg.cache_dir)
         kernels, skipped = discover(directory, store)

@@ -283,6 +283,38 @@ def scheduler_executor(address: str, timeout: float = 10.0) -> DaskExecutor:
     return DaskExecutor(client, None, f"scheduler {address}")
 
 
+def check_workers_reach_store(executor: DaskExecutor, store, timeout: float = 30.0) -> None:
+    """Every worker of the cluster reads a probe the client wrote into the store and writes one back;
+    ExecutorUnavailable, naming the worker, if any cannot (it would fail every task it gets)."""
+    import concurrent.futures
+    import hashlib
+    import uuid
+
+    token = uuid.uuid4().hex
+    store.put_note("probe", token, {"token": token})
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(executor.client.run, tasks.probe_store, store.url, token)
+        try:
+            answers = job.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise ExecutorUnavailable(f"the Dask workers did not answer a store probe within {timeout:.0f} s") from None
+        except Exception as e:  # noqa: BLE001
+            raise ExecutorUnavailable(f"probing the Dask workers failed: {type(e).__name__}: {e}") from None
+    if not answers:
+        raise ExecutorUnavailable(f"the Dask scheduler at {executor.client.scheduler.address} has no workers")
+    bad = []
+    for address, res in sorted(answers.items()):
+        if not res.get("ok"):
+            bad.append(f"worker {address}: {res.get('why')}")
+        elif store.get_note("probe", hashlib.sha256(f"{token}:{res['worker']}".encode()).hexdigest()) is None:
+            bad.append(f"worker {address}: what it writes into the store does not reach this client")
+    if bad:
+        raise ExecutorUnavailable(
+            f"not every Dask worker can use the store {store.url}: " + "; ".join(bad) + ". Give all workers the "
+            "same store: a path on a file system every machine mounts at the same place, or an fsspec URL "
+            "(--cache-dir s3://bucket/tusk-cache); see the README's \"Builds across machines\"")
+
+
 def client_executor(client) -> DaskExecutor:
     """An executor on a client the caller owns (it is not closed by the build)."""
     ex = DaskExecutor(client, None, f"client of {client.scheduler.address}")

@@ -406,6 +406,24 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         return _error(step, e, ctx.get("store"), key, parts)
 
 
+def probe_store(store_url: str, token: str) -> dict:
+    """Run on every worker when a build starts on an existing cluster: can this worker read what the
+    client wrote into the store, and write what the client will read?"""
+    import hashlib
+
+    where = _worker_address() or _where()
+    try:
+        store = _store(store_url)
+        note = store.get_note("probe", token)
+        if not isinstance(note, dict) or note.get("token") != token:
+            return {"ok": False, "worker": where,
+                    "why": f"it does not see the probe the client wrote into {store_url} (a different file system?)"}
+        store.put_note("probe", hashlib.sha256(f"{token}:{where}".encode()).hexdigest(), {"worker": where})
+        return {"ok": True, "worker": where}
+    except Exception as e:  # noqa: BLE001 - reported to the client, which refuses the build
+        return {"ok": False, "worker": where, "why": f"{type(e).__name__}: {e}"}
+
+
 def write_outputs(store_url: str, items: list) -> dict:
     """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path, artifact directory]``
     (the module is written with that artifact directory: objects hold none).
