@@ -1,30 +1,31 @@
-"""Build-system benchmark: incremental rebuilds, parallel speed-up, store size.  Prints; asserts nothing.
+"""Build-system benchmark: parallel speed-up, overhead around the passes, incremental rebuilds, store size.
 
-    python bench/bench_build.py [--quick] [--keep DIR]
+    python bench/bench_build.py [--repeat 3] [--quick] [--keep DIR]
 
-Figures (targets from issue 7 in brackets):
+Every timing is a whole ``tusk compile`` command (interpreter start-up
+included), modes interleaved within each repetition; the figures are
+medians.  Printed, never asserted.  Targets (issue 12) in brackets:
 
-1. cold build, no-op rebuild and a rebuild after one late pass's option
-   changed, on the corpus, as ratios to the cold build
-   [no-op < 5 %, one late pass < 35 %];
-2. cold build with 2 workers against 1 worker on 8+ independent kernels
-   [>= 1.6x on a 2-core machine];
-3. bytes an object takes in the store against the size of the module's
-   BIR-JSON [< 1/10].
+1. 8 independent kernels of >= 50k instructions each, cold cache:
+   ``--workers 2`` against ``--workers 1`` [>= 1.7x] and against the
+   fastest serial mode, ``--workers 0`` (in-process) [>= 1.3x];
+2. the 1.2M-instruction ``examples/large_kernels/large_matmul.json`` alone:
+   2 workers against 1 [>= 1.4x], and wall time against the sum of its
+   passes' own run time [<= 2x];
+3. the shipped corpus (``examples/kernels``, with its ``shared_constants``):
+   no-op rebuild [< 3 % of cold], one late pass changed [< 30 %], a second
+   ``-o`` with the same cache [0 passes run];
+4. store bytes against BIR-JSON bytes, over modules of >= 1000 instructions
+   and over all.
 
-The corpus is ``examples/kernels`` plus generated BIR-JSON kernels (tiled
-load/exp/store loops of growing trip counts, the double-buffering
-candidates).  The pipeline is the default one; while
-``translate_nki_ast_to_bir`` is not available, a stand-in that expands
-BIR-JSON kernels (``tests.passes_for_tests:ExpandBirKernel``) takes its
-place so that the unroll and dependence passes have real work.
-Everything runs in-process through ``workflows.compile`` with local Dask
-clusters; the CLI figures include interpreter start-up.
+Each run's ``--json`` report gives the passes' own run time and where the
+rest went (fetch, hash, store, hand-over), printed beside the wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -35,212 +36,146 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.programs import tiled_exp_module  # noqa: E402
-from tusk.ir import bir_json  # noqa: E402
-
-STAND_IN = "tests.passes_for_tests:ExpandBirKernel"
+EXAMPLES = ROOT / "examples" / "kernels"
+LARGE = ROOT / "examples" / "large_kernels" / "large_matmul.json"
 
 
-def make_corpus(d: Path, n: int, base_tiles: int) -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    examples = ROOT / "examples" / "kernels"
-    for p in sorted(examples.iterdir()) if examples.is_dir() else []:
-        if p.is_file():
-            shutil.copy(p, d / p.name)
-    for k in range(n):
-        bir_json.save(tiled_exp_module(tiles=base_tiles + k * base_tiles // 4, width=128), d / f"tiled{k}.json")
-
-
-def make_corpus_only_tiled(d: Path, n: int, tiles: int) -> None:
-    """``n`` kernels of equal size (so the figure measures the parallel machinery, not a long tail)."""
-    for k in range(n):
-        bir_json.save(tiled_exp_module(tiles=tiles, width=128 + k), d / f"tiled{k}.json")
-
-
-def cluster_startup(workers: int) -> float:
-    from tusk.workflows.graph import local_cluster_executor
-
+def tusk(corpus: Path, out: Path, cache: Path, *extra: str) -> tuple[float, dict]:
+    """One whole `tusk compile` command: (wall seconds, its --json report)."""
     t = time.perf_counter()
-    ex = local_cluster_executor(workers)
-    dt = time.perf_counter() - t
-    ex.close()
-    return dt
+    proc = subprocess.run([sys.executable, "-m", "tusk", "compile", str(corpus), "-o", str(out), "--cache-dir",
+                           str(cache), "--json", *extra], capture_output=True, text=True, cwd=str(out.parent))
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"tusk compile failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, json.loads(proc.stdout)
 
 
-def pipeline_file(d: Path) -> tuple[Path, list[str]]:
-    """The default pipeline as TOML, with the stand-in for translate when that pass is missing."""
-    from tusk import stages
-    from tusk.workflows.pipeline import DEFAULT_ORDER
-
-    lines, names = [], []
-    for name in DEFAULT_ORDER:
-        if name == "translate_nki_ast_to_bir" and name not in stages.available():
-            name = STAND_IN
-        lines += ["[[step]]", f'pass = "{name}"', ""]
-        names.append(name)
-    p = d / "pipeline.toml"
-    p.write_text("\n".join(lines))
-    return p, names
+def pass_time(report: dict) -> dict[str, float]:
+    """Seconds of the executed steps, by kind: run (the passes themselves), fetch, hash, store, handover."""
+    out = dict.fromkeys(("run", "fetch", "hash", "store", "handover"), 0.0)
+    for k in report["kernels"]:
+        for u in k.get("units", []):
+            for s in u["steps"]:
+                if s["status"] == "executed":
+                    for key in out:
+                        v = s.get("timing", {}).get(key)
+                        out[key] += v if isinstance(v, float) else 0.0
+    return out
 
 
-def late_set(pipe: Path) -> list[str]:
-    """A --set that changes one option of the last pass that runs and has a bool or int option."""
-    from tusk.workflows.pipeline import load_pipeline, resolve
-
-    steps = resolve(load_pipeline(pipe)).steps
-    for step in reversed(steps):
-        for k, v in step.options.items():
-            if isinstance(v, bool):
-                return [f"{step.label}.{k}={'false' if v else 'true'}"]
-            if isinstance(v, int):
-                return [f"{step.label}.{k}={v + 1}"]
-    return []
+def fresh(*dirs: Path) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
-def run(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, sets=()) -> tuple[float, object]:
-    from tusk.workflows.compile import CompileRequest, compile_directory
-
-    t = time.perf_counter()
-    res = compile_directory(CompileRequest(directory=corpus, out=out, workers=workers, cache_dir=str(cache),
-                                           pipeline=pipe, sets=list(sets)))
-    return time.perf_counter() - t, res
-
-
-def graph_only(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int, sets=()) -> tuple[float, object]:
-    """The build graph alone (keys, records, passes, store), without writing BIR-JSON outputs."""
-    from tusk.cache import Store
-    from tusk.workflows import config
-    from tusk.workflows.compile import _units
-    from tusk.workflows.graph import build, local_cluster_executor
-    from tusk.workflows.kernels import discover
-    from tusk.workflows.pipeline import apply_sets, load_pipeline, resolve
-
-    t = time.perf_counter()
-    cfg = config.load({"cache_dir": str(cache)})
-    store = Store(cache)
-    steps = resolve(apply_sets(load_pipeline(pipe), list(sets))).steps
-    kernels, _ = discover(corpus, store)
-    units = [u for k in kernels if not k.error for u in _units(k, out.resolve(), None, cfg)]
-    rep = build(units, steps, store, env=config.output_key(cfg), executor=lambda: local_cluster_executor(workers))
-    return time.perf_counter() - t, rep
+def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat: int) -> dict[str, list]:
+    """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, report), ...]."""
+    runs: dict[str, list] = {m: [] for m in modes}
+    for r in range(repeat):
+        for mode, extra in modes.items():
+            out, cache = work / f"out-{mode}", work / f"cache-{mode}"
+            fresh(out, cache)
+            runs[mode].append(tusk(corpus, out, cache, *extra))
+    return runs
 
 
-def cli(corpus: Path, out: Path, cache: Path, pipe: Path, workers: int) -> float:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TUSK_CACHE_DIR=str(cache))
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tusk.workflows.cli", "compile", str(corpus), "-o", str(out), "--workers",
-                    str(workers), "--pipeline", str(pipe), "--json"], env=env, cwd=str(ROOT),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t
+def median_wall(runs: list) -> float:
+    return statistics.median(w for w, _ in runs)
 
 
-def describe(res) -> str:
-    rep = res.report
-    return (f"{rep.n_executed} pass runs, {rep.n_cached} cached, "
-            f"{'cluster' if rep.cluster_started else 'no cluster'}, {len(res.failed)} failed kernel(s)")
+def describe(runs: list) -> str:
+    wall = median_wall(runs)
+    rep = min(runs, key=lambda r: abs(r[0] - wall))[1]
+    t = pass_time(rep)
+    return (f"{wall:7.2f} s  (passes {t['run']:.2f} s; fetch {t['fetch']:.2f}, hash {t['hash']:.2f}, "
+            f"store {t['store']:.2f}, hand-over {t['handover']:.2f}; {rep['executed']} steps; {rep['executor']})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a smaller corpus")
-    ap.add_argument("--kernels", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=2, help="runs per figure (the best is reported)")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved repetitions per figure (medians)")
+    ap.add_argument("--quick", action="store_true", help="smaller kernels (a smoke test of the script)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
     args = ap.parse_args()
-    base = 300 if args.quick else 1200
-    work = args.keep or Path(tempfile.mkdtemp(prefix="tusk-bench-"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="tusk-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT))
+    from tests.programs import tiled_exp_module
+    from tusk.ir import bir_json
+
     try:
+        print(f"(machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start)")
+        # 1 ----------------------------------------------------------------------------------------
+        tiles = 2_000 if args.quick else 17_000  # load, exp, store per tile: 51k instructions
+        eight = work / "eight"
+        fresh(eight)
+        eight.mkdir()
+        for k in range(8):
+            bir_json.save(tiled_exp_module(tiles=tiles, width=128 + k), eight / f"tiled{k}.json")
+        print(f"\n== 8 independent kernels of {3 * tiles:,} instructions, cold, {args.repeat} interleaved runs ==")
+        runs = compare(work, eight, {"serial": ("--workers", "0"), "1 worker": ("--workers", "1"),
+                                     "2 workers": ("--workers", "2")}, args.repeat)
+        for mode, r in runs.items():
+            print(f"{mode:10s} {describe(r)}")
+        w0, w1, w2 = (median_wall(runs[m]) for m in ("serial", "1 worker", "2 workers"))
+        print(f"2 workers vs 1: {w1 / w2:.2f}x [>= 1.7x]   vs serial in-process: {w0 / w2:.2f}x [>= 1.3x]")
+
+        # 2 ----------------------------------------------------------------------------------------
+        large = work / "large"
+        fresh(large)
+        large.mkdir()
+        shutil.copy(LARGE, large / LARGE.name)
+        print(f"\n== {LARGE.name} (1,236,992 instructions after unroll), cold, {args.repeat} interleaved runs ==")
+        runs = compare(work, large, {"1 worker": ("--workers", "1"), "2 workers": ("--workers", "2"),
+                                     "serial": ("--workers", "0")}, args.repeat)
+        for mode, r in runs.items():
+            print(f"{mode:10s} {describe(r)}")
+        w1, w2 = median_wall(runs["1 worker"]), median_wall(runs["2 workers"])
+        passes = statistics.median(pass_time(rep)["run"] for _, rep in runs["2 workers"])
+        print(f"2 workers vs 1: {w1 / w2:.2f}x [>= 1.4x]   wall / passes' run time (2 workers): "
+              f"{w2 / passes:.2f} [<= 2]")
+
+        # 3 ----------------------------------------------------------------------------------------
         corpus = work / "corpus"
-        shutil.rmtree(corpus, ignore_errors=True)
-        make_corpus(corpus, args.kernels, base)
-        pipe, names = pipeline_file(work)
-        from tusk.workflows.pipeline import load_pipeline, resolve
-
-        resolved = resolve(load_pipeline(pipe))
-        print(f"corpus: {len(list(corpus.iterdir()))} files in {corpus}")
-        print("pipeline: " + " -> ".join(s.spec for s in resolved.steps))
-        if resolved.unavailable:
-            print("not available yet: " + ", ".join(label for label, _ in resolved.unavailable))
-        if STAND_IN in names:
-            print(f"(translate_nki_ast_to_bir is not available: {STAND_IN} stands in for it)")
-
-        # 1. incremental rebuilds ------------------------------------------------------------
-        print("\n== incremental rebuilds (2 workers) ==")
-        cold = noop = late = None
-        sets = late_set(pipe)
+        fresh(corpus)
+        shutil.copytree(EXAMPLES, corpus)
+        print(f"\n== the shipped corpus ({len([p for p in corpus.iterdir() if p.is_file()])} files), "
+              f"{args.repeat} runs ==")
+        cold, noop, late, second = [], [], [], []
         for r in range(args.repeat):
-            cache, out = work / f"cache-inc{r}", work / f"out-inc{r}"
-            shutil.rmtree(cache, ignore_errors=True), shutil.rmtree(out, ignore_errors=True)
-            c, rc = run(corpus, out, cache, pipe, 2)
-            n, rn = run(corpus, out, cache, pipe, 2)
-            l, rl = run(corpus, out, cache, pipe, 2, sets) if sets else (float("nan"), None)
-            cold, noop = min(cold or c, c), min(noop or n, n)
-            late = min(late or l, l) if sets else l
-        print(f"cold build            {cold:7.2f} s   ({describe(rc)})")
-        print(f"no-op rebuild         {noop:7.2f} s   {100 * noop / cold:6.1f} % of cold   [target < 5 %]   "
-              f"({describe(rn)})")
-        if sets:
-            print(f"late pass changed     {late:7.2f} s   {100 * late / cold:6.1f} % of cold   [target < 35 %]  "
-                  f"(--set {sets[0]}: {describe(rl)})")
-        else:
-            print("late pass changed: no pass with a bool/int option runs; not measured")
-        gc_, _ = graph_only(corpus, work / "out-g", work / "cache-g", pipe, 2)
-        gn, _ = graph_only(corpus, work / "out-g", work / "cache-g", pipe, 2)
-        gl, _ = graph_only(corpus, work / "out-g", work / "cache-g", pipe, 2, sets) if sets else (float("nan"), 0)
-        print(f"graph only (no BIR-JSON written): cold {gc_:.2f} s, no-op {gn:.3f} s = {100 * gn / gc_:.1f} %, "
-              f"late pass changed {gl:.2f} s = {100 * gl / gc_:.1f} %")
-        cache, out = work / "cache-cli", work / "out-cli"
-        shutil.rmtree(cache, ignore_errors=True), shutil.rmtree(out, ignore_errors=True)
-        cc = cli(corpus, out, cache, pipe, 2)
-        cn = cli(corpus, out, cache, pipe, 2)
-        print(f"CLI (with start-up)   cold {cc:.2f} s, no-op {cn:.2f} s = {100 * cn / cc:.1f} % of cold")
+            out, cache = work / "out-inc", work / "cache-inc"
+            fresh(out, cache, work / "out-second")
+            c, rc = tusk(corpus, out, cache)
+            n, rn = tusk(corpus, out, cache)
+            lt, rl = tusk(corpus, out, cache, "--set", "build_fdeps.ordered=false")
+            s, rs = tusk(corpus, work / "out-second", cache, "--set", "build_fdeps.ordered=false")
+            assert not rc["failed"] and not rn["failed"], (rc["failed"], rn["failed"])
+            cold.append(c), noop.append(n), late.append(lt), second.append((s, rs["executed"]))
+        c, n, lt = statistics.median(cold), statistics.median(noop), statistics.median(late)
+        print(f"cold                {c:6.2f} s   ({rc['executed']} steps, {rc['executor']})")
+        print(f"no-op rebuild       {n:6.2f} s   {100 * n / c:5.1f} % of cold [< 3 %]   ({rn['executed']} steps run)")
+        print(f"last pass changed   {lt:6.2f} s   {100 * lt / c:5.1f} % of cold [< 30 %]  "
+              f"(--set build_fdeps.ordered=false: {rl['executed']} steps run)")
+        print(f"second -o, same cache: {statistics.median(s for s, _ in second):.2f} s, "
+              f"{max(e for _, e in second)} passes run [0]")
 
-        # 2. parallel speed-up ---------------------------------------------------------------
-        print(f"\n== 1 vs 2 workers, cold, {args.kernels} independent kernels of {3 * base} tiles each ==")
-        par = work / "par"
-        shutil.rmtree(par, ignore_errors=True)
-        par.mkdir()
-        make_corpus_only_tiled(par, args.kernels, 3 * base)
-        best = {}
-        for r in range(args.repeat):
-            for w in (1, 2):
-                cache, out = work / f"cache-w{w}-{r}", work / f"out-w{w}-{r}"
-                shutil.rmtree(cache, ignore_errors=True), shutil.rmtree(out, ignore_errors=True)
-                t, _ = run(par, out, cache, pipe, w)
-                best[w] = min(best.get(w, t), t)
-        start = {w: min(cluster_startup(w) for _ in range(2)) for w in (1, 2)}
-        print(f"1 worker  {best[1]:7.2f} s\n2 workers {best[2]:7.2f} s   speed-up {best[1] / best[2]:.2f}x   "
-              f"[target >= 1.6x]   (cluster start-up included)")
-        print(f"cluster start-up alone: 1 worker {start[1]:.2f} s, 2 workers {start[2]:.2f} s; without it: "
-              f"speed-up {(best[1] - start[1]) / (best[2] - start[2]):.2f}x")
-        print(f"(machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-
-        # 3. store size ----------------------------------------------------------------------
-        print("\n== store size against BIR-JSON ==")
+        # 4 ----------------------------------------------------------------------------------------
+        print("\n== store bytes / BIR-JSON bytes ==")
         from tusk.cache import Store
 
-        store = Store(work / "cache-inc0")
         ratios = []
-        for h in store.object_hashes():
-            module = store.load(h)
-            js = len(bir_json.dumps(module).encode())
-            size = store.fs.tree_size(store.object_path(h))
-            ratios.append((size / js, size, js, module.n_insts()))
-        ratios.sort(key=lambda r: r[2])
-        if ratios:
-            med = statistics.median(r[0] for r in ratios)
-            big = [r for r in ratios if r[3] >= 1000]
-            print(f"{len(ratios)} objects: store/BIR-JSON median {med:.3f} (1/{1 / med:.0f}), "
-                  f"min {ratios and min(r[0] for r in ratios):.3f}, max {max(r[0] for r in ratios):.3f}   "
-                  f"[target < 0.1]")
-            if big:
-                print(f"modules of >= 1000 instructions ({len(big)}): median "
-                      f"{statistics.median(r[0] for r in big):.3f}")
-            for r in (ratios[0], ratios[len(ratios) // 2], ratios[-1]):
-                print(f"  {r[3]:>8} insts: BIR-JSON {r[2]:>10,} B, store {r[1]:>9,} B, ratio {r[0]:.3f}")
+        for cache in (work / "cache-inc", work / "cache-2 workers"):
+            store = Store(cache)
+            for h in store.object_hashes():
+                module = store.load(h)
+                js = len(bir_json.dumps(module).encode())
+                ratios.append((store.fs.tree_size(store.object_path(h)) / js, module.n_insts()))
+        big = [r for r, n in ratios if n >= 1000]
+        print(f"{len(ratios)} objects: median {statistics.median(r for r, _ in ratios):.3f} over all; "
+              + (f"median {statistics.median(big):.4f} over the {len(big)} of >= 1000 instructions"
+                 if big else "none of >= 1000 instructions"))
+        print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

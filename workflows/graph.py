@@ -202,8 +202,12 @@ class DaskExecutor:
         self._futures: dict[str, Any] = {}
         self.owns_client = True
 
+    serves_dashboard = True  # a local cluster started without --dashboard has none
+
     @property
     def dashboard_link(self) -> str | None:
+        if not self.serves_dashboard:
+            return None
         try:
             return self.client.dashboard_link
         except Exception:  # noqa: BLE001
@@ -246,29 +250,38 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
                            ) -> DaskExecutor:
     """A ``LocalCluster`` of ``workers`` single-threaded processes (real parallelism past the GIL).
 
-    The scheduler serves its dashboard (when bokeh is installed) on a free
-    port whatever ``dashboard`` says; ``tusk compile --dashboard`` only
-    decides whether the link is printed.  ``local_directory`` is where
-    workers keep their scratch space and their lock files (default: Dask's,
-    under the system temporary directory).
+    Every server binds to 127.0.0.1; the scheduler serves its dashboard (a
+    free port, when bokeh is installed) only with ``dashboard``.
+    ``local_directory`` is where workers keep their scratch space and their
+    lock files (default: Dask's, under the system temporary directory).
     """
     import dask
     from distributed import Client, LocalCluster
 
     extra = {"local_directory": local_directory} if local_directory else {}
-    # Dask's "temporary-directory" is where nannies and workers put their work space and its
-    # global/purge locks; local_directory alone still leaves those in /tmp/dask-scratch-space.
-    settings = {"temporary-directory": local_directory} if local_directory else {}
+    settings: dict[str, Any] = {
+        # Dask's default sets MALLOC_TRIM_THRESHOLD_ in each worker, which turns off glibc's adaptive mmap
+        # threshold: every large numpy temporary is then mmapped and page-faulted afresh, and build_fdeps
+        # on a 1.2M-instruction kernel took 9-12 s in a worker against 5-6 s in-process.  Keep the rest.
+        "distributed.nanny.pre-spawn-environ": {k: v for k, v in
+                                                (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items()
+                                                if k != "MALLOC_TRIM_THRESHOLD_"}}
+    if local_directory:
+        # Dask's "temporary-directory" is where nannies and workers put their work space and its
+        # global/purge locks; local_directory alone still leaves those in /tmp/dask-scratch-space.
+        settings["temporary-directory"] = local_directory
     try:
         with dask.config.set(settings):
-            # ":0": the scheduler's HTTP server binds a free port instead of fighting over 8787
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0", **extra)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0" if dashboard else None,
+                                   worker_dashboard_address=None, **extra)
     except Exception as e:  # noqa: BLE001 - whatever stops the cluster from starting stops the build
         raise ExecutorUnavailable(f"cannot start a local Dask cluster of {workers} worker(s): "
                                   f"{type(e).__name__}: {e}") from None
     client = Client(cluster)
-    return DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
+    ex = DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
+    ex.serves_dashboard = dashboard
+    return ex
 
 
 def scheduler_executor(address: str, timeout: float = 10.0) -> DaskExecutor:
