@@ -189,6 +189,18 @@ def test_deep_text_forms_take_linear_time():
     assert len(text) < 60 * 20_000 and text.count("+v:(") == 20_000
 
 
+def test_json_form_errors_deep_inside_name_a_shortened_path():
+    data = to_json(chain_value(3000))
+    node = data
+    for _ in range(2999):
+        node = node["access"]["vectorOffset"]
+    node["access"]["offset"] = -5
+    with pytest.raises(FormatError) as info:
+        from_json(data)
+    assert "expecting Nat, got -5" in info.value.message and len(str(info.value)) < 1000
+    assert "(5977 steps)" in str(info.value) and str(info.value).endswith("got -5")
+
+
 def test_writer_refuses_a_value_that_contains_itself():
     outer = chain_value(40)
     inner = outer

@@ -95,11 +95,15 @@ JsonPath = tuple
 
 
 def _render(path: JsonPath) -> str:
+    """The path's text; a very deep one keeps its 12 first and 12 last steps."""
     steps = []
     while path is not None:
         path, step = path
         steps.append(step)
-    return "".join(reversed(steps))
+    steps.reverse()
+    if len(steps) > 24:
+        steps[12:-12] = [f"...({len(steps) - 24} steps)..."]
+    return "".join(steps)
 
 
 def _bad(path: JsonPath, expected: str, got: Any) -> FormatError:
