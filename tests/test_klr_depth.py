@@ -280,7 +280,9 @@ def test_nans_in_a_whole_file_survive_a_rewrite():
     at = data.index(_float_bytes(0x3F800000))  # NcActivate.scale = 1.0
     for bits in (0x7F800001, 0xFFBFFFFF, 0x7FC00001, 0xFFFFFFFF):
         patched = data[:at] + _float_bytes(bits) + data[at + 5:]
-        assert write_klr(read_klr(patched)) == patched, hex(bits)
+        value = read_klr(patched)
+        assert write_klr(value) == patched, hex(bits)
+        assert write_klr(from_json(to_json(value))) == patched, hex(bits)  # the JSON data keeps the float object
 
 
 @pytest.mark.slow
