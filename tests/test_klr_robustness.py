@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.test_klr_depth import chain_bytes, deep_kernel_file
 from tusk.ir.errors import FormatError
 from tusk.ir.klr import read_klr, read_value, write_klr, write_value
 from tusk.ir.klr import types as T
@@ -49,7 +50,10 @@ def test_fixture_set_is_present():
 
 @pytest.mark.parametrize("path", POSITIVE, ids=[p.stem for p in POSITIVE])
 def test_every_truncation_raises_format_error(path):
-    data = path.read_bytes()
+    _assert_every_truncation_fails(path.read_bytes())
+
+
+def _assert_every_truncation_fails(data: bytes) -> None:
     for n in range(len(data)):
         with pytest.raises(FormatError) as info:
             read_klr(data[:n])
@@ -194,16 +198,55 @@ def test_truncated_two_byte_integer_at_the_very_end_is_detected():
     assert "end of data" in _error("Pos", bytes.fromhex("d9 64 00 85 00 19 01")).message
 
 
-def test_deeply_nested_accesses_fail_with_format_error_not_recursion_error():
-    tensor = read_klr((DATA / "01_dma_copy.klr").read_bytes()).contents.kernel.inputs[0]
-    access = T.Access.simple(tensor=tensor)
-    for _ in range(200):
-        access = T.Access.birPattern(access=T.BirAccessPattern(
-            tensor=tensor, offset=0, pattern=(), scalarOffset=None, vectorOffset=access,
-            indirectDim=0, dtypeOverride=None))
-    data = write_value("Access", access)  # the writer has no depth limit of its own
-    err = _error("Access", data)
-    assert "nested more than" in err.message
+# -- deep nesting (spec §2.8): no depth limit, damaged deep input still a located FormatError
+
+
+DEEP_FILES = {f"deep40-{via}": deep_kernel_file(40, via) for via in ("vector", "scalar", "mixed")}
+
+
+@pytest.mark.parametrize("name", sorted(DEEP_FILES))
+def test_every_truncation_of_a_deep_file_raises_format_error(name):
+    data = DEEP_FILES[name]
+    assert write_klr(read_klr(data)) == data
+    _assert_every_truncation_fails(data)
+
+
+@pytest.mark.parametrize("depth,via", [(1000, "scalar"), (5000, "mixed")])
+def test_sampled_truncations_of_very_deep_accesses_raise_format_error(depth, via):
+    data = chain_bytes(depth, via)
+    rng = random.Random(f"deep-{depth}-{via}")
+    for n in sorted(rng.sample(range(len(data)), 40)) + [len(data) - 1]:
+        with pytest.raises(FormatError) as info:
+            read_value("Access", data[:n])
+        _assert_located(info.value, n)
+        assert "unexpected end of data" in info.value.message, (n, info.value.message)
+
+
+@pytest.mark.parametrize("name", sorted(DEEP_FILES))
+def test_seeded_random_corruptions_of_deep_files_decode_or_raise_format_error(name):
+    data = DEEP_FILES[name]
+    rng = random.Random(f"klr-{name}")
+    for _ in range(300):
+        buf = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(buf))
+            kind = rng.randrange(3)
+            if kind == 0:
+                buf[i] = rng.randrange(256)
+            elif kind == 1:
+                buf[i] ^= 1 << rng.randrange(8)
+            else:
+                del buf[i]
+        _decode_or_format_error(bytes(buf))
+
+
+def test_deep_garbage_heads_fail_with_format_error_at_their_offset():
+    # 3000 levels of Access.birPattern + BirAccessPattern heads, then a bad byte
+    data = chain_bytes(3000, "vector")
+    cut = data.index(bytes.fromhex("d9 7d 00 81"))  # the innermost Access.simple
+    bad = data[:cut] + bytes.fromhex("d9 7d 07 81") + data[cut + 4:]
+    err = _error("Access", bad)
+    assert err.offset == cut and "invalid constructor 7" in err.message
 
 
 # -- writer-side validation -----------------------------------------------------------

@@ -23,8 +23,9 @@ import math
 from typing import Any
 
 from tusk.ir.errors import FormatError
+from tusk.ir.klr import nesting, wire
 from tusk.ir.klr import types as T
-from tusk.ir.klr import wire
+from tusk.ir.klr.nesting import Nested
 from tusk.ir.klr.schema import SCHEMA, Enum, Inductive, ListOf, OptionOf, Prim, Ref, Struct, TypeExpr
 
 _TOP_KEYS = ("header", "metadata", "contents")
@@ -32,21 +33,41 @@ _TOP_TYPES = ("KLRFile", "KLRMetaData", "Contents")
 
 
 def to_json(obj: Any) -> Any:
-    """Render a KLIR value (or a whole :class:`KLRFileContents`) as JSON data."""
+    """Render a KLIR value (or a whole :class:`KLRFileContents`) as JSON data.
+
+    Any nesting depth is rendered (see :mod:`ir.klr.nesting`); note that
+    :func:`json.dumps` itself recurses and refuses data nested some hundreds
+    of levels deep.
+    """
+    return nesting.run(_to_json(obj))
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _to_json(obj: Any) -> Nested:
+    """``to_json`` as a generator that yields the generators of nested values."""
     if isinstance(obj, T.KLRFileContents):
-        return {key: to_json(getattr(obj, key)) for key in _TOP_KEYS}
+        top = {}
+        for key in _TOP_KEYS:
+            top[key] = yield _to_json(getattr(obj, key))
+        return top
     if isinstance(obj, enum.Enum):
         return obj.name
     if isinstance(obj, tuple):
-        return [to_json(x) for x in obj]
+        items = []
+        for x in obj:
+            items.append(x if type(x) in _PLAIN else (yield _to_json(x)))
+        return items
     if dataclasses.is_dataclass(obj) and hasattr(obj, "klr_type"):
         out: dict[str, Any] = {"_type": obj.klr_type}
         if hasattr(obj, "klr_ctor"):
             out["_ctor"] = obj.klr_ctor
         for f in dataclasses.fields(obj):
-            out[f.name] = to_json(getattr(obj, f.name))
+            x = getattr(obj, f.name)
+            out[f.name] = x if type(x) in _PLAIN else (yield _to_json(x))
         return out
-    if obj is None or isinstance(obj, (bool, int, float, str)):
+    if type(obj) in _PLAIN:
         return obj
     raise TypeError(f"not a KLIR value: {type(obj).__name__}")
 
@@ -56,32 +77,55 @@ def from_json(value: Any) -> Any:
 
     A top-level object with ``header``/``metadata``/``contents`` gives a
     :class:`KLRFileContents`; any object with ``"_type"`` gives that type.
-    Malformed input raises FormatError naming the JSON path.
+    Malformed input raises FormatError naming the JSON path.  Any nesting
+    depth is accepted.
     """
     if isinstance(value, dict) and "_type" not in value and set(value) == set(_TOP_KEYS):
-        parts = [_decode(Ref(t), value[k], k) for k, t in zip(_TOP_KEYS, _TOP_TYPES)]
+        parts = [nesting.run(_decode(Ref(t), value[k], (None, k))) for k, t in zip(_TOP_KEYS, _TOP_TYPES)]
         return T.KLRFileContents(*parts)
     if isinstance(value, dict) and value.get("_type") in SCHEMA:
-        return _decode(Ref(value["_type"]), value, "$")
+        return nesting.run(_decode(Ref(value["_type"]), value, (None, "$")))
     raise FormatError("expecting a KLR JSON object with '_type' or header/metadata/contents", where="$")
 
 
-def _bad(path: str, expected: str, got: Any) -> FormatError:
+#: A JSON path as a chain ``(parent, step)``, rendered only for an error
+#: message: building the text at every level would cost time quadratic in
+#: the depth.
+JsonPath = tuple
+
+
+def _render(path: JsonPath) -> str:
+    """The path's text; a very deep one keeps its 12 first and 12 last steps."""
+    steps = []
+    while path is not None:
+        path, step = path
+        steps.append(step)
+    steps.reverse()
+    if len(steps) > 24:
+        steps[12:-12] = [f"...({len(steps) - 24} steps)..."]
+    return "".join(steps)
+
+
+def _bad(path: JsonPath, expected: str, got: Any) -> FormatError:
     text = repr(got)
     if len(text) > 60:
         text = text[:57] + "..."
-    return FormatError(f"expecting {expected}, got {text}", where=path)
+    return FormatError(f"expecting {expected}, got {text}", where=_render(path))
 
 
-def _decode(t: TypeExpr, v: Any, path: str) -> Any:
+def _decode(t: TypeExpr, v: Any, path: JsonPath) -> Nested:
+    """``from_json`` of `v` as a `t`; a generator that yields the generators of nested values."""
     if isinstance(t, Prim):
         return _primitive(t.name, v, path)
     if isinstance(t, ListOf):
         if not isinstance(v, list):
             raise _bad(path, f"an array ({t})", v)
-        return tuple(_decode(t.item, x, f"{path}[{i}]") for i, x in enumerate(v))
+        items = []
+        for i, x in enumerate(v):
+            items.append((yield _decode(t.item, x, (path, f"[{i}]"))))
+        return tuple(items)
     if isinstance(t, OptionOf):
-        return None if v is None else _decode(t.item, v, path)
+        return None if v is None else (yield _decode(t.item, v, path))
     d = SCHEMA[t.name]
     if isinstance(d, Enum):
         if not isinstance(v, str) or v not in d.values:
@@ -95,21 +139,25 @@ def _decode(t: TypeExpr, v: Any, path: str) -> Any:
         assert isinstance(d, Inductive)
         names = [c.name for c in d.ctors]
         if v.get("_ctor") not in names:
-            raise _bad(f"{path}._ctor", f"a {d.name} constructor ({', '.join(names)})", v.get("_ctor"))
+            raise _bad((path, "._ctor"), f"a {d.name} constructor ({', '.join(names)})", v.get("_ctor"))
         c = d.ctor_named(v["_ctor"])
         fields, cls, known = c.data_fields, T.class_for(d.name, c.name), {"_type", "_ctor"}
     extra = set(v) - known - {f.name for f in fields}
     if extra:
-        raise FormatError(f"unexpected keys {sorted(extra)} in {d.name}", where=path)
+        raise FormatError(f"unexpected keys {sorted(extra)} in {d.name}", where=_render(path))
     args = []
     for f in fields:
         if f.name not in v:
-            raise FormatError(f"missing field {f.name!r} of {d.name}", where=path)
-        args.append(_decode(f.type, v[f.name], f"{path}.{f.name}"))
+            raise FormatError(f"missing field {f.name!r} of {d.name}", where=_render(path))
+        step = (path, f".{f.name}")
+        if isinstance(f.type, Prim):
+            args.append(_primitive(f.type.name, v[f.name], step))
+        else:
+            args.append((yield _decode(f.type, v[f.name], step)))
     return cls(*args)
 
 
-def _primitive(name: str, v: Any, path: str) -> Any:
+def _primitive(name: str, v: Any, path: JsonPath) -> Any:
     if name in ("Nat", "Int"):
         if type(v) is not int or (name == "Nat" and v < 0):
             raise _bad(path, name, v)

@@ -26,8 +26,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from tusk.ir.klr import nesting
 from tusk.ir.klr import types as T
 from tusk.ir.klr.kernel import tensor_operands
+from tusk.ir.klr.nesting import Nested
 from tusk.ir.klr.schema import SCHEMA, Inductive
 
 
@@ -182,32 +184,44 @@ def tensor_ref(ref: Any) -> str:
 
 
 def access(a: Any) -> str:
-    """Compact text of an Access (see the module docstring)."""
+    """Compact text of an Access (see the module docstring), at any nesting depth."""
+    out: list[str] = []
+    nesting.run(_access(a, out))
+    return "".join(out)
+
+
+def _access(a: Any, out: list[str]) -> Nested:
+    """Append the text of `a` to `out`; nested offsets are yielded (see
+    :mod:`ir.klr.nesting`), so that deep values take linear time and no recursion."""
     if isinstance(a, T.Access_simple):
-        return _text(a.tensor.name)
-    if isinstance(a, T.Access_basic):
+        out.append(_text(a.tensor.name))
+    elif isinstance(a, T.Access_basic):
         idx = ", ".join(
             str(i.e) if isinstance(i, T.Index_coord) else f"{i.slice.l}:{i.slice.u}:{i.slice.step}"
             for i in a.access.indexes
         )
-        return f"{_text(a.access.tensor.name)}[{idx}]"
-    if isinstance(a, T.Access_pattern):
+        out.append(f"{_text(a.access.tensor.name)}[{idx}]")
+    elif isinstance(a, T.Access_pattern):
         p = a.access
         fixed = f" fixed{list(p.fixedAxis)}" if p.fixedAxis else ""
-        return f"{_text(p.tensor.name)}<par {p.parNum} {pattern(p.pattern)} +{p.parOffset}/+{p.freeOffset}{fixed}>"
-    b = a.access
-    text = f"{_text(b.tensor.name)}@{b.offset}{pattern(b.pattern)}"
-    if isinstance(b.scalarOffset, T.ScalarOffset_reg):
-        text += f"+s:{_text(b.scalarOffset.r)}"
-    elif isinstance(b.scalarOffset, T.ScalarOffset_acc):
-        text += f"+s:({access(b.scalarOffset.a)})"
-    if b.vectorOffset is not None:
-        text += f"+v:({access(b.vectorOffset)})/dim{b.indirectDim}"
-    elif b.indirectDim != 0:
-        text += f"/dim{b.indirectDim}"
-    if b.dtypeOverride is not None:
-        text += f" as {b.dtypeOverride.name}"
-    return text
+        out.append(f"{_text(p.tensor.name)}<par {p.parNum} {pattern(p.pattern)} +{p.parOffset}/+{p.freeOffset}{fixed}>")
+    else:
+        b = a.access
+        out.append(f"{_text(b.tensor.name)}@{b.offset}{pattern(b.pattern)}")
+        if isinstance(b.scalarOffset, T.ScalarOffset_reg):
+            out.append(f"+s:{_text(b.scalarOffset.r)}")
+        elif isinstance(b.scalarOffset, T.ScalarOffset_acc):
+            out.append("+s:(")
+            yield _access(b.scalarOffset.a, out)
+            out.append(")")
+        if b.vectorOffset is not None:
+            out.append("+v:(")
+            yield _access(b.vectorOffset, out)
+            out.append(f")/dim{b.indirectDim}")
+        elif b.indirectDim != 0:
+            out.append(f"/dim{b.indirectDim}")
+        if b.dtypeOverride is not None:
+            out.append(f" as {b.dtypeOverride.name}")
 
 
 def immediate(i: Any) -> str:

@@ -26,21 +26,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tusk.ir.klr import nesting
 from tusk.ir.klr import types as T
-from tusk.ir.klr.schema import SCHEMA, Ctor, Enum, Field, Inductive, ListOf, OptionOf, Prim, Struct, TypeExpr
+from tusk.ir.klr.nesting import Nested
+from tusk.ir.klr.schema import SCHEMA, Ctor, Enum, Inductive, ListOf, OptionOf, Prim, Struct, TypeExpr
 
 
 def pretty(obj: Any) -> str:
     """KLR's ``to_string`` of a value; for a whole file, the 4-line form (with final newline)."""
     if isinstance(obj, T.KLRFileContents):
         lines = [
-            _value(obj.header),
-            _value(obj.metadata),
+            _text(obj.header),
+            _text(obj.metadata),
             f"Contents C++ tag {obj.contents.klr_index + 1}",
-            _value(obj.contents),
+            _text(obj.contents),
         ]
         return "\n".join(lines) + "\n"
-    return _value(obj)
+    return _text(obj)
 
 
 def wrapper_name(inductive: Inductive, ctor: Ctor) -> str:
@@ -49,33 +51,53 @@ def wrapper_name(inductive: Inductive, ctor: Ctor) -> str:
     return f"{inductive.name}{name[0].upper()}{name[1:]}Wrapper"
 
 
-def _value(v: Any) -> str:
+def _text(v: Any) -> str:
+    out: list[str] = []
+    nesting.run(_value(v, out))
+    return "".join(out)
+
+
+# The walk appends pieces to `out` and yields the generators of nested values
+# (see ir.klr.nesting): any depth, linear time, no recursion.
+
+
+def _value(v: Any, out: list[str]) -> Nested:
     """A schema value whose type is known from its class."""
     d = SCHEMA[type(v).klr_type]
     if isinstance(d, Enum):
-        return v.name
+        out.append(v.name)
+        return
     if isinstance(d, Struct):
-        return _record(d.name, d.fields, v)
-    c = d.ctors[type(v).klr_index]
-    return _record(wrapper_name(d, c), c.fields, v)
+        label, fields = d.name, d.fields
+    else:
+        c = d.ctors[type(v).klr_index]
+        label, fields = wrapper_name(d, c), c.fields
+    out.append(f"{label}(")
+    for i, f in enumerate(fields):
+        out.append(f"{', ' if i else ''}{f.name}=")
+        if isinstance(f.type, Prim):
+            if not f.is_prop:
+                out.append(_primitive(f.type.name, getattr(v, f.name)))
+        else:
+            yield _typed(f.type, getattr(v, f.name), out)
+    out.append(")")
 
 
-def _record(label: str, fields: tuple[Field, ...], v: Any) -> str:
-    parts = []
-    for f in fields:
-        text = "" if f.is_prop else _typed(f.type, getattr(v, f.name))
-        parts.append(f"{f.name}={text}")
-    return f"{label}({', '.join(parts)})"
-
-
-def _typed(t: TypeExpr, v: Any) -> str:
+def _typed(t: TypeExpr, v: Any, out: list[str]) -> Nested:
     if isinstance(t, Prim):
-        return _primitive(t.name, v)
-    if isinstance(t, ListOf):
-        return ", ".join(_typed(t.item, x) for x in v)
-    if isinstance(t, OptionOf):
-        return "None" if v is None else _typed(t.item, v)
-    return _value(v)
+        out.append(_primitive(t.name, v))
+    elif isinstance(t, ListOf):
+        for i, x in enumerate(v):
+            if i:
+                out.append(", ")
+            yield _typed(t.item, x, out)
+    elif isinstance(t, OptionOf):
+        if v is None:
+            out.append("None")
+        else:
+            yield _typed(t.item, v, out)
+    else:
+        yield _value(v, out)
 
 
 def _primitive(name: str, v: Any) -> str:

@@ -35,8 +35,8 @@ import gc
 from typing import Any
 
 from tusk.ir.errors import FormatError
+from tusk.ir.klr import nesting, wire
 from tusk.ir.klr import types as T
-from tusk.ir.klr import wire
 from tusk.ir.klr._codegen import Source
 from tusk.ir.klr.schema import (
     SCHEMA,
@@ -68,7 +68,8 @@ class _ReaderGenerator:
     its head; ``body_T_c`` those of constructor ``c`` of inductive ``T``;
     ``read_T`` is an entry point that checks the head and calls the body;
     ``interned_T`` wraps ``body_T`` for the types in :data:`INTERNED`.
-    Bodies of recursive types take a ``depth`` argument.
+    Bodies of recursive types take a ``depth`` argument and have a
+    generator twin ``gbody_...`` (see ``_record_bodies``).
     """
 
     def __init__(self, schema: dict[str, Definition]):
@@ -76,14 +77,15 @@ class _ReaderGenerator:
         self.interned = set(INTERNED)
         self.recursive = recursive_types(schema)
         self.src = Source()
+        self.gen = False  # writing a generator twin (see _record_bodies)
         self.ns: dict[str, Any] = {
             "new": object.__new__,
             "OPT_NONE": wire.OPTION_NONE,
             "OPT_SOME": wire.OPTION_SOME,
-            "MAX_DEPTH": wire.MAX_DEPTH,
+            "FAST_DEPTH": nesting.FAST_DEPTH,
+            "run_nested": nesting.run,
             "fail": wire.fail,
             "bad_head": wire.bad_head,
-            "too_deep": wire.too_deep,
             "read_nat": wire.read_nat,
             "read_int": wire.read_int,
             "read_str": wire.read_str,
@@ -98,7 +100,7 @@ class _ReaderGenerator:
         for d in self.schema.values():
             if isinstance(d, Struct):
                 self.ns[f"H_{d.name}"] = d.head
-                self._record_body(f"body_{d.name}", d.name, d.name, T.class_for(d.name), d.fields)
+                self._record_bodies(f"body_{d.name}", d.name, d.name, T.class_for(d.name), d.fields)
                 if d.name in self.interned:
                     self._interning(d)
             elif isinstance(d, Inductive):
@@ -107,7 +109,7 @@ class _ReaderGenerator:
                     fn = f"body_{d.name}_{c.name}"
                     dispatch[d.name][d.head(c)] = fn
                     cls = T.class_for(d.name, c.name)
-                    self._record_body(fn, d.name, f"{d.name}.{c.name}", cls, c.fields)
+                    self._record_bodies(fn, d.name, f"{d.name}.{c.name}", cls, c.fields)
             else:
                 members = list(T.class_for(d.name))
                 self.ns[f"E_{d.name}"] = {d.head(i): m for i, m in enumerate(members)}
@@ -115,6 +117,8 @@ class _ReaderGenerator:
         self.src.compile_into(self.ns, "<klr-reader>")
         for name, heads in dispatch.items():
             self.ns[f"D_{name}"] = {h: self.ns[fn] for h, fn in heads.items()}
+            if name in self.recursive:
+                self.ns[f"DG_{name}"] = {h: self.ns[f"g{fn}"] for h, fn in heads.items()}
         return self.ns
 
     def _entry(self, d: Definition) -> None:
@@ -152,6 +156,20 @@ class _ReaderGenerator:
             src.line(f"{table}[key] = (d[p:q], v)")
             src.line("return v, q")
 
+    def _record_bodies(self, fn: str, type_name: str, label: str, cls: type, fields) -> None:
+        """``fn`` and, for a recursive type, its generator twin ``g<fn>``.
+
+        The recursive types (Access, BirAccessPattern, ScalarOffset) can nest
+        without bound.  ``fn(d, p, depth)`` reads nested values by direct
+        calls, which is fastest; past :data:`nesting.FAST_DEPTH` levels it hands
+        the rest of the value to ``g<fn>`` run by :func:`nesting.run`, whose
+        bodies read nested values by yielding their generators (an explicit
+        stack).
+        """
+        for self.gen in (False, True) if type_name in self.recursive else (False,):
+            self._record_body(f"g{fn}" if self.gen else fn, type_name, label, cls, fields)
+        self.gen = False
+
     def _record_body(self, fn: str, type_name: str, label: str, cls: type, fields) -> None:
         """Decode `fields` in order, then build one `cls` value."""
         recursive = type_name in self.recursive
@@ -160,12 +178,14 @@ class _ReaderGenerator:
             # Field-less constructors (Immediate.pointer...) share one instance.
             self.ns[f"K_{cls.__name__}"] = cls()
         src = self.src
-        with src.block(f"def {fn}(d, p{', depth' if recursive else ''}):"):
-            if recursive:
-                with src.block("if depth > MAX_DEPTH:"):
-                    src.line(f"too_deep(d, p, {label!r})")
+        with src.block(f"def {fn}(d, p{', depth' if recursive and not self.gen else ''}):"):
+            if recursive and not self.gen:
+                with src.block("if depth > FAST_DEPTH:"):
+                    src.line(f"return run_nested(g{fn}(d, p))")
             if not data_fields:
                 src.line(f"return K_{cls.__name__}, p")
+                if self.gen:
+                    src.line("yield  # never reached: makes this a generator like its siblings")
                 return
             names = []
             for f in data_fields:
@@ -181,6 +201,13 @@ class _ReaderGenerator:
                 self.ns[setter] = cls.__dict__[fname].__set__
                 src.line(f"{setter}(o, {var})")
             src.line("return o, p")
+            if self.gen and not any(self._reaches_recursive(f.type) for f in data_fields):
+                src.line("yield  # never reached: makes this a generator like its siblings")
+
+    def _reaches_recursive(self, t: TypeExpr) -> bool:
+        if isinstance(t, (ListOf, OptionOf)):
+            return self._reaches_recursive(t.item)
+        return isinstance(t, Ref) and t.name in self.recursive
 
     # -- one value ----------------------------------------------------------
 
@@ -218,20 +245,27 @@ class _ReaderGenerator:
     def _read_named(self, d: Definition, target: str, w: str, caller: str | None) -> None:
         src = self.src
         depth = ""
+        nested = d.name in self.recursive and caller in self.recursive
         if d.name in self.recursive:
-            depth = ", depth + 1" if caller in self.recursive else ", 0"
+            depth = ", depth + 1" if nested else ", 0"
         if isinstance(d, Struct):
             with src.block(f"if d[p:p + 4] != H_{d.name}:"):
                 src.line(f"bad_head(d, p, {d.name!r}, {w})")
             if d.name in self.interned:
                 src.line(f"{target}, p = interned_{d.name}(d, p)")
+            elif nested and self.gen:
+                src.line(f"{target}, p = yield gbody_{d.name}(d, p + 4)")
             else:
                 src.line(f"{target}, p = body_{d.name}(d, p + 4{depth})")
         elif isinstance(d, Inductive):
-            src.line(f"g = D_{d.name}.get(d[p:p + 4])")
+            table = "DG" if nested and self.gen else "D"
+            src.line(f"g = {table}_{d.name}.get(d[p:p + 4])")
             with src.block("if g is None:"):
                 src.line(f"bad_head(d, p, {d.name!r}, {w})")
-            src.line(f"{target}, p = g(d, p + 4{depth})")
+            if nested and self.gen:
+                src.line(f"{target}, p = yield g(d, p + 4)")
+            else:
+                src.line(f"{target}, p = g(d, p + 4{depth})")
         else:
             src.line(f"{target} = E_{d.name}.get(d[p:p + 4])")
             with src.block(f"if {target} is None:"):

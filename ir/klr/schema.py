@@ -645,7 +645,7 @@ def recursive_types(schema: dict[str, Definition] = SCHEMA) -> frozenset[str]:
     """Names of the types that can (indirectly) contain themselves.
 
     In KLIR these are Access, BirAccessPattern and ScalarOffset (spec §2.8);
-    readers bound their nesting depth so hostile input cannot exhaust the stack.
+    the reader and writer follow them on an explicit stack past a few levels (ir.klr.nesting).
     """
     edges = {
         name: {r for f in fields_of(d) for r in referenced_names(f.type)}

@@ -15,7 +15,6 @@ position, and the ``Type.field`` being read — and return ``(value, new_p)``.
 
 from __future__ import annotations
 
-import math
 import struct
 
 from tusk.ir.errors import FormatError
@@ -35,14 +34,11 @@ OPTION_SOME = b"\xd9\xff\x01\x81"
 #: The C++ reader refuses longer strings (cbor.c, ``len > 0x10000``).
 MAX_STRING_BYTES = 0x10000
 
-#: Nesting bound for the recursive types (Access inside BirAccessPattern
-#: offsets, spec §2.8).  Real files use 1 level; this keeps hostile input from
-#: exhausting the Python stack.
-MAX_DEPTH = 64
-
 _INT64_MAX = (1 << 63) - 1
 _ARG_SIZE = {24: 1, 25: 2, 26: 4, 27: 8}
 _F32 = struct.Struct(">f")
+_F64_BITS = struct.Struct(">Q")
+_F64 = struct.Struct(">d")
 _MAJOR_NAMES = ("Nat", "Int", "bytes", "String", "List", "map", "tag", "simple/float")
 
 
@@ -121,12 +117,6 @@ def bad_head(d: bytes, p: int, expected: str, where: str) -> None:
     fail(d, p, expected, where, detail)
 
 
-def too_deep(d: bytes, p: int, where: str) -> None:
-    raise format_error(
-        f"values nested more than {MAX_DEPTH} levels deep at byte 0x{p:x} while reading {where}", p
-    )
-
-
 # --------------------------------------------------------------------------
 # Reading (slow paths)
 # --------------------------------------------------------------------------
@@ -202,13 +192,24 @@ def read_list_len(d: bytes, p: int, where: str) -> tuple[int, int]:
 
 
 def read_float(d: bytes, p: int, where: str) -> tuple[float, int]:
-    """Float: always ``fa`` + big-endian binary32 (half/double are rejected)."""
+    """Float: always ``fa`` + big-endian binary32 (half/double are rejected).
+
+    NaNs keep their bits: sign and the 23-bit payload, signalling or quiet,
+    become the float64 NaN with that payload in its top bits (the exact
+    widening), so :func:`write_float` gives back the same four bytes.  The C
+    conversion behind ``struct`` would set the quiet bit instead.
+    """
     if d[p] != 0xFA:
         fail(d, p, "Float", where)
     if p + 5 > data_length(d):
         raise format_error(
             f"unexpected end of data inside the Float at byte 0x{p:x} while reading {where}", p
         )
+    if d[p + 1] & 0x7F == 0x7F and d[p + 2] & 0x80:  # exponent all ones: infinity or NaN
+        bits = int.from_bytes(d[p + 1 : p + 5], "big")
+        if bits & 0x7FFFFF:
+            wide = (bits >> 31) << 63 | 0x7FF << 52 | (bits & 0x7FFFFF) << 29
+            return _F64.unpack(_F64_BITS.pack(wide))[0], p + 5
     return _F32.unpack_from(d, p + 1)[0], p + 5
 
 
@@ -218,7 +219,10 @@ def read_float(d: bytes, p: int, where: str) -> tuple[float, int]:
 
 
 def cannot_write(value: object, expected: str, where: str) -> None:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a deeply nested value: its repr recurses
+        text = f"a {type(value).__qualname__} nested too deeply to show"
     if len(text) > 80:
         text = text[:77] + "..."
     raise FormatError(f"cannot write {where}: expecting {expected}, got {text}")
@@ -272,15 +276,21 @@ def write_str(out: bytearray, v: object, where: str) -> None:
 
 def write_float(out: bytearray, v: object, where: str) -> None:
     """``fa`` + binary32.  The value must be exactly representable, so that
-    reading the file back gives the same Python value."""
+    reading the file back gives the same Python value, bit for bit."""
     if type(v) is not float:
         cannot_write(v, "Float (a float)", where)
+    if v != v:  # NaN: narrow by hand, keeping sign and payload (see read_float)
+        wide = _F64_BITS.unpack(_F64.pack(v))[0]
+        if wide & 0x1FFFFFFF:
+            cannot_write(v, "Float exactly representable as binary32 (a NaN payload of at most 23 bits)", where)
+        out.append(0xFA)
+        out += ((wide >> 63) << 31 | 0x7F800000 | (wide >> 29) & 0x7FFFFF).to_bytes(4, "big")
+        return
     try:
         raw = _F32.pack(v)
     except OverflowError:
         cannot_write(v, "Float within the binary32 range", where)
-    # NaN compares unequal to itself; struct keeps its sign and quiet payload.
-    if _F32.unpack(raw)[0] != v and not math.isnan(v):
+    if _F32.unpack(raw)[0] != v:
         cannot_write(v, "Float exactly representable as binary32", where)
     out.append(0xFA)
     out += raw

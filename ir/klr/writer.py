@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from tusk.ir.errors import FormatError
+from tusk.ir.klr import nesting, wire
 from tusk.ir.klr import types as T
-from tusk.ir.klr import wire
 from tusk.ir.klr._codegen import Source
 from tusk.ir.klr.schema import (
     FORMAT_VERSION,
@@ -31,6 +31,7 @@ from tusk.ir.klr.schema import (
     Ref,
     Struct,
     TypeExpr,
+    recursive_types,
 )
 
 
@@ -40,13 +41,21 @@ class _WriterGenerator:
     Generated names: ``write_T(v, out)`` for structure ``T`` and
     ``write_T_c(v, out)`` for constructor ``c`` of inductive ``T`` append the
     head and fields of an already type-checked value; ``put_T(v, out)`` is an
-    entry point that also checks the value's class.
+    entry point that also checks the value's class.  Writers of recursive
+    types take a ``depth`` argument and have a generator twin
+    ``gwrite_...``: as in the reader, nesting deeper than
+    :data:`nesting.FAST_DEPTH` continues on an explicit stack
+    (:func:`nesting.write_deep`), so no depth is refused.
     """
 
     def __init__(self, schema: dict[str, Definition]):
         self.schema = schema
+        self.recursive = recursive_types(schema)
         self.src = Source()
+        self.gen = False  # writing a generator twin
         self.ns: dict[str, Any] = {
+            "FAST_DEPTH": nesting.FAST_DEPTH,
+            "write_deep": nesting.write_deep,
             "OPT_NONE": wire.OPTION_NONE,
             "OPT_SOME": wire.OPTION_SOME,
             "cannot_write": wire.cannot_write,
@@ -62,13 +71,13 @@ class _WriterGenerator:
         for d in self.schema.values():
             if isinstance(d, Struct):
                 self.ns[f"C_{d.name}"] = T.class_for(d.name)
-                self._record(f"write_{d.name}", d.name, d.head, d.fields)
+                self._records(f"write_{d.name}", d.name, d.name, d.head, d.fields)
             elif isinstance(d, Inductive):
                 dispatch[d.name] = {}
                 for c in d.ctors:
                     fn = f"write_{d.name}_{c.name}"
                     dispatch[d.name][T.class_for(d.name, c.name)] = fn
-                    self._record(fn, f"{d.name}.{c.name}", d.head(c), c.fields)
+                    self._records(fn, d.name, f"{d.name}.{c.name}", d.head(c), c.fields)
             else:
                 self.ns[f"C_{d.name}"] = T.class_for(d.name)
                 # Indexed by the member's wire index (its Enum value).
@@ -77,29 +86,49 @@ class _WriterGenerator:
         self.src.compile_into(self.ns, "<klr-writer>")
         for name, fns in dispatch.items():
             self.ns[f"W_{name}"] = {cls: self.ns[fn] for cls, fn in fns.items()}
+            if name in self.recursive:
+                self.ns[f"WG_{name}"] = {cls: self.ns[f"g{fn}"] for cls, fn in fns.items()}
         return self.ns
 
     def _entry(self, d: Definition) -> None:
         with self.src.block(f"def put_{d.name}(v, out):"):
-            self._write(Ref(d.name), "v", d.name)
+            self._write(Ref(d.name), "v", d.name, caller=None)
 
-    def _record(self, fn: str, label: str, head: bytes, fields) -> None:
+    def _records(self, fn: str, type_name: str, label: str, head: bytes, fields) -> None:
+        """``fn`` and, for a recursive type, its generator twin ``g<fn>``."""
+        for self.gen in (False, True) if type_name in self.recursive else (False,):
+            self._record(f"g{fn}" if self.gen else fn, type_name, label, head, fields)
+        self.gen = False
+
+    def _record(self, fn: str, type_name: str, label: str, head: bytes, fields) -> None:
         src = self.src
         self.ns[f"H_{fn}"] = head
-        with src.block(f"def {fn}(v, out):"):
+        recursive = type_name in self.recursive
+        with src.block(f"def {fn}(v, out{', depth' if recursive and not self.gen else ''}):"):
+            if recursive and not self.gen:
+                with src.block("if depth > FAST_DEPTH:"):
+                    src.line(f"return write_deep(g{fn}, v, out)")
             src.line(f"out += H_{fn}")
+            nested = False
             for f in fields:
                 if f.is_prop:  # counted in the head, no bytes (spec §2.9)
                     continue
                 var = src.fresh("x")
                 src.line(f"{var} = v.{f.name}")
-                self._write(f.type, var, f"{label}.{f.name}")
+                nested |= self._write(f.type, var, f"{label}.{f.name}", caller=type_name)
+            if self.gen and not nested:
+                src.line("return")
+                src.line("yield  # never reached: makes this a generator like its siblings")
 
-    def _write(self, t: TypeExpr, var: str, where: str) -> None:
-        """Emit code appending the encoding of `var` (declared type `t`) to out."""
+    def _write(self, t: TypeExpr, var: str, where: str, caller: str | None) -> bool:
+        """Emit code appending the encoding of `var` (declared type `t`) to out.
+
+        Returns whether that code yields (a nested value of a recursive type,
+        in a generator twin)."""
         src, w = self.src, repr(where)
         if isinstance(t, Prim):
             self._write_primitive(t.name, var, w)
+            return False
         elif isinstance(t, ListOf):
             with src.block(f"if {var}.__class__ is not tuple:"):
                 src.line(f"cannot_write({var}, {f'{t} (a tuple)'!r}, {w})")
@@ -110,28 +139,37 @@ class _WriterGenerator:
             with src.block("else:"):
                 src.line(f"write_head(out, 4, {count})")
             with src.block(f"for {item} in {var}:"):
-                self._write(t.item, item, where)
+                return self._write(t.item, item, where, caller)
         elif isinstance(t, OptionOf):
             with src.block(f"if {var} is None:"):
                 src.line("out += OPT_NONE")
             with src.block("else:"):
                 src.line("out += OPT_SOME")
-                self._write(t.item, var, where)
+                return self._write(t.item, var, where, caller)
         else:
             d = self.schema[t.name]
+            nested = d.name in self.recursive and caller in self.recursive
+            depth = (", depth + 1" if nested else ", 0") if d.name in self.recursive else ""
             if isinstance(d, Struct):
                 with src.block(f"if {var}.__class__ is not C_{d.name}:"):
                     src.line(f"cannot_write({var}, {d.name!r}, {w})")
-                src.line(f"write_{d.name}({var}, out)")
+                if nested and self.gen:
+                    src.line(f"yield gwrite_{d.name}, {var}")
+                else:
+                    src.line(f"write_{d.name}({var}, out{depth})")
             elif isinstance(d, Inductive):
-                src.line(f"g = W_{d.name}.get({var}.__class__)")
+                src.line(f"g = {'WG' if nested and self.gen else 'W'}_{d.name}.get({var}.__class__)")
                 with src.block("if g is None:"):
                     src.line(f"cannot_write({var}, {f'a {d.name} constructor'!r}, {w})")
-                src.line(f"g({var}, out)")
+                if nested and self.gen:
+                    src.line(f"yield g, {var}")
+                else:
+                    src.line(f"g({var}, out{depth})")
             else:
                 with src.block(f"if {var}.__class__ is not C_{d.name}:"):
                     src.line(f"cannot_write({var}, {f'a {d.name} member'!r}, {w})")
                 src.line(f"out += EH_{d.name}[{var}._value_]")
+            return nested and self.gen
 
     def _write_primitive(self, name: str, var: str, w: str) -> None:
         src = self.src
