@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
-from tusk.ir.errors import EnvError, TuskError
+from tusk.ir.errors import EnvError, TuskError, UsageError
 from tusk.ir.module import Module
 
 STORE_FORMAT = 1
@@ -50,6 +50,10 @@ RECORD_FORMAT = 1
 MARKER = "TUSK_STORE.json"
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a running writer
+
+
+class StoreRefused(UsageError):
+    """The directory given as the store is not one, and cannot become one (it holds other data)."""
 
 
 class ObjectMissing(EnvError):
@@ -104,13 +108,23 @@ class Store:
         return self.fs.path("notes", kind, key[:2], f"{key}.json")
 
     def _ensure_root(self) -> None:
+        """Make the root a store before the first write: only a missing or empty directory becomes one."""
         if self._rooted:
             return
         marker = self.fs.path(MARKER)
         if self.fs.read_bytes(marker) is None:
+            self._refuse_foreign("making a store of", empty_ok=True)
             self.fs.makedirs(self.fs.root)
             self.fs.write_atomic(marker, json.dumps({"tusk_store": STORE_FORMAT}).encode())
         self._rooted = True
+
+    def open_for_writing(self) -> "Store":
+        """Check (and if new, create) the store now, before a build writes anything anywhere."""
+        try:
+            self._ensure_root()
+        except OSError as e:
+            raise StoreRefused(f"cannot use {self.url} as the cache: {e.strerror or e}") from None
+        return self
 
     # ------------------------------------------------------------ objects
     def has(self, h: str) -> bool:
@@ -305,8 +319,7 @@ class Store:
 
     def verify(self, remove: bool = False) -> dict[str, Any]:
         """Read and re-hash every object; check every record.  Optionally remove what is damaged."""
-        if remove:
-            self._refuse_foreign("removing damaged objects from")
+        self._refuse_foreign("verifying")
         damaged_objects, bad_records, ok = [], [], 0
         for h in list(self.object_hashes()):
             reason = self.verify_object(h)
@@ -389,11 +402,20 @@ class Store:
                 if sub == "trash" or now - self.fs.mtime(p) > TMP_GRACE:
                     self.fs.remove_tree(p)
 
-    def _refuse_foreign(self, doing: str) -> None:
-        """Deleting commands touch only stores: a non-empty directory without the marker is user data."""
-        if self.fs.exists(self.fs.root) and self.fs.listdir(self.fs.root) \
-                and self.fs.read_bytes(self.fs.path(MARKER)) is None:
-            raise TuskError(f"{self.url} is not a Tusk store (no {MARKER}); not {doing} it")
+    def _refuse_foreign(self, doing: str, empty_ok: bool = False) -> None:
+        """Only a store is written into or cleaned: a directory without the marker is the user's data."""
+        root = self.fs.root
+        if not self.fs.exists(root):
+            return  # nothing there: a store is made on the first write; maintenance has nothing to do
+        if not self.fs.isdir(root):
+            raise StoreRefused(f"{self.url} is a file, not a Tusk store; not {doing} it")
+        if self.fs.read_bytes(self.fs.path(MARKER)) is not None:
+            return
+        if empty_ok and not self.fs.listdir(root):
+            return
+        hint = " (Tusk makes a store only of an empty or new directory: choose another --cache-dir)" if empty_ok \
+            else ""
+        raise StoreRefused(f"{self.url} is not a Tusk store (no {MARKER}); not {doing} it{hint}")
 
     def clear(self) -> None:
         """Remove every object, record and note.  Refuses a directory that is not a store."""

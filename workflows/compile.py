@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tusk import __version__
-from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError
+from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError, UsageError
 from tusk.workflows import config as config_mod
 from tusk.workflows.graph import (
     BuildReport,
@@ -193,18 +193,21 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
     scratch = None
     writer = None
     try:
-        if connected is not None and not req.no_cache:
-            store = Store(cfg.cache_dir)
-            check_workers_reach_store(connected, store)  # before anything is written into OUT
-        out.mkdir(parents=True, exist_ok=True)
-        clean_leftovers(out)
+        if not req.no_cache:
+            store = Store(cfg.cache_dir).open_for_writing()  # a directory that is not a store is refused here
+            if connected is not None:
+                check_workers_reach_store(connected, store)  # before anything is written into OUT
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            clean_leftovers(out)
+            if req.no_cache:
+                scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
+        except OSError as e:
+            raise UsageError(f"cannot write the output directory {req.out}: {e.strerror or e}") from None
         if req.no_cache:
-            scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
-            store = Store(scratch)
+            store = Store(scratch).open_for_writing()
             if connected is not None:
                 check_workers_reach_store(connected, store)
-        else:
-            store = Store(cfg.cache_dir)
         kernels, skipped = discover(directory, store)
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
@@ -214,6 +217,9 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                                                f"is past them"))
                 continue
             kr = results[k.name] = KernelResult(k)
+            if k.bad_name:  # OUT/<name> would not be a directory of its own: touch nothing
+                kr.error, kr.keep, kr.fault = k.error, True, k.fault
+                continue
             problem = output_problem(out / k.name, src, k)
             if problem:  # OUT/<kernel> is not ours to write: the kernel fails, the directory stays as it is
                 kr.error, kr.keep, kr.fault = f"{k.path}: {problem}", True, INPUT

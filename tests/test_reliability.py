@@ -1,0 +1,114 @@
+"""Reliability and security regressions (issue 14): each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tusk.cache import Store
+from tusk.workflows.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "kernels"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for v in ("TUSK_ARCH", "TUSK_INSTRUCTION_LIMIT", "MAXHU", "TUSK_WORKERS", "TUSK_SCHEDULER"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "default-cache"))
+
+
+def kernels(d: Path, *names: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for n in names or ("tiled_exp.json",):
+        shutil.copy(EXAMPLES / n, d / n)
+    return d
+
+
+def tusk(*args: str):
+    res = runner.invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    return res.exit_code, " ".join(res.output.split())
+
+
+def tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+# --------------------------------------------------------------------------- 5: only a store is a store
+
+
+def test_a_non_empty_directory_is_not_adopted_as_the_cache(tmp_path):
+    user = tmp_path / "mine"
+    (user / "trash").mkdir(parents=True)
+    (user / "trash" / "keep.txt").write_text("my file")
+    (user / "tmp").mkdir()
+    (user / "tmp" / "old.txt").write_text("old")
+    before = tree(user)
+    k = kernels(tmp_path / "k")
+    code, text = tusk("compile", str(k), "-o", str(tmp_path / "out"), "--cache-dir", str(user), "--workers", "0")
+    assert code == 2 and "is not a Tusk store" in text and "empty or new directory" in text
+    assert tree(user) == before and not (tmp_path / "out").exists()
+    for cmd in (["gc", "--max-size", "0"], ["clear"], ["verify"], ["verify", "--remove"]):
+        code, text = tusk("cache", *cmd, "--cache-dir", str(user))
+        assert code != 0 and "is not a Tusk store" in text, (cmd, text)
+        assert tree(user) == before
+
+
+def test_an_empty_or_new_directory_becomes_a_store(tmp_path):
+    k = kernels(tmp_path / "k")
+    (tmp_path / "empty").mkdir()
+    for cache in (tmp_path / "empty", tmp_path / "new" / "cache"):
+        code, _ = tusk("compile", str(k), "-o", str(tmp_path / f"out-{cache.name}"), "--cache-dir", str(cache),
+                       "--workers", "0")
+        assert code == 0 and (cache / "TUSK_STORE.json").is_file()
+
+
+def test_cache_clear_on_a_regular_file_is_an_error(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("data")
+    code, text = tusk("cache", "clear", "--cache-dir", str(f))
+    assert code != 0 and "is a file" in text and "cleared" not in text
+    assert f.read_text() == "data"
+
+
+# --------------------------------------------------------------------------- 11: unwritable directories
+
+
+@pytest.mark.parametrize("where", ["out", "cache"])
+def test_unwritable_output_or_cache_directories_are_clear_errors(tmp_path, where):
+    k = kernels(tmp_path / "k")
+    out = "/proc/tusk-test-out" if where == "out" else str(tmp_path / "out")
+    cache = "/proc/tusk-test-cache" if where == "cache" else str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, "-m", "tusk", "compile", str(k), "-o", out, "--cache-dir", cache,
+                           "--workers", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert ("output directory" if where == "out" else "cache") in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- 12: kernel names
+
+
+@pytest.mark.parametrize("filename", ["...json", "..json", "a\\b.json", "x" * 230 + ".json"])
+def test_a_kernel_whose_name_is_no_directory_name_fails_and_touches_nothing(tmp_path, filename):
+    parent = tmp_path / "parent"
+    k = kernels(parent / "k", "tiled_exp.json")
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / filename)
+    out = parent / "out"
+    code, text = tusk("compile", str(k), "-o", str(out), "--workers", "0", "--json")
+    assert code == 1
+    report = json.loads(runner.invoke(app, ["compile", str(k), "-o", str(out), "--workers", "0", "--json"]).stdout)
+    (bad,) = report["failed"]
+    assert "rename the file" in bad["error"] and bad["fault"] == "input"
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["tiled_exp"]
+    assert sorted(p.name for p in parent.iterdir()) == ["k", "out"]  # nothing written next to OUT
+    assert not (out / "tusk.log").exists()
