@@ -112,3 +112,45 @@ def test_a_kernel_whose_name_is_no_directory_name_fails_and_touches_nothing(tmp_
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["tiled_exp"]
     assert sorted(p.name for p in parent.iterdir()) == ["k", "out"]  # nothing written next to OUT
     assert not (out / "tusk.log").exists()
+
+
+# --------------------------------------------------------------------------- 2: the default pipeline's ceiling
+
+
+# runs a command and prints its peak RSS in KiB on stderr, last (a fresh process: its children are only that one)
+PEAK_RSS = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
+
+
+def _big_loop_kernel(path: Path, trips: tuple[int, ...]) -> None:
+    from tusk.ir import bir_json
+    from tusk.ir.builder import Builder
+
+    b = Builder("main")
+    t = b.sbuf("t", (128, 4), addr=0)
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+
+    def nest(depth: int) -> None:
+        if depth == len(trips):
+            b.dma(y.ap(), t.ap())
+            return
+        with b.loop(f"i{depth}", 0, trips[depth]):
+            nest(depth + 1)
+
+    nest(0)
+    bir_json.save(b.module(), path)
+
+
+@pytest.mark.parametrize("trips", [(30_000_000,), (6000, 5000), (10**12,)], ids=["30M", "6000x5000", "1e12"])
+def test_the_default_pipeline_refuses_an_unroll_past_the_ceiling_before_allocating(tmp_path, trips):
+    k = tmp_path / "k"
+    k.mkdir()
+    _big_loop_kernel(k / "big.json", trips)
+    proc = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "tusk", "compile", str(k), "-o",
+                           str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c"), "--workers", "0", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (bad,) = json.loads(proc.stdout)["failed"]
+    assert "Compiler generated too many instructions" in bad["error"] and bad["fault"] == "input"
+    peak_kib = int(proc.stderr.strip().splitlines()[-1])
+    assert peak_kib < 1_000_000  # refused before the clones, not after a few GB
