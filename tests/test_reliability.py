@@ -154,3 +154,47 @@ def test_the_default_pipeline_refuses_an_unroll_past_the_ceiling_before_allocati
     assert "Compiler generated too many instructions" in bad["error"] and bad["fault"] == "input"
     peak_kib = int(proc.stderr.strip().splitlines()[-1])
     assert peak_kib < 1_000_000  # refused before the clones, not after a few GB
+
+
+# --------------------------------------------------------------------------- 9: const files stay inside
+
+
+def _const_kernel(path: Path, const_path: str) -> None:
+    from tusk.ir import bir_json
+    from tusk.ir.builder import Builder
+
+    b = Builder("main")
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    w = b.dram("w", (128, 4), kind="Const", const_path=const_path)
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), x.ap())
+    b.dma(t.ap(), w.ap())
+    b.dma(y.ap(), t.ap())
+    bir_json.save(b.module(), path)
+
+
+def test_an_absolute_const_file_outside_the_kernel_directory_is_refused(tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    _const_kernel(k / "leak.json", "/etc/passwd")
+    out = tmp_path / "out"
+    code, text = tusk("compile", str(k), "-o", str(out), "--workers", "0")
+    assert code == 1 and "refusing const file /etc/passwd" in text and "inside the kernel's directory" in text
+    assert not any(b"root:" in p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file()  # the other kernel is built
+
+
+def test_a_directory_the_user_names_may_hold_const_files(tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "w.bin").write_bytes(b"\x01\x02\x03")
+    _const_kernel(k / "named.json", str(weights / "w.bin"))
+    out = tmp_path / "out"
+    code, text = tusk("compile", str(k), "-o", str(out), "--workers", "0")
+    assert code == 1 and "refusing const file" in text
+    code, text = tusk("compile", str(k), "-o", str(out), "--workers", "0",
+                      "--set", f"translate_nki_ast_to_bir.const_dir={weights}")
+    assert code == 0, text
+    assert any(p.read_bytes() == b"\x01\x02\x03" for p in (out / "named").rglob("w.bin"))
