@@ -258,12 +258,14 @@ def test_without_staging_the_output_names_only_files_that_exist(tmp_path):
     b.dma(y.ap(), t.ap())
     bir_json.save(b.module(), d / "kc.json")
     out = tmp_path / "out" / "kc"
-    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", "translate_nki_ast_to_bir.stage_files=false")
+    named = f"translate_nki_ast_to_bir.const_dir={elsewhere}"  # absolute const paths elsewhere are refused
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", "translate_nki_ast_to_bir.stage_files=false",
+                        "--set", named)
     assert code == 0, rep["failed"]
     final = bir_json.load(out / "kc.bir.json")
     consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
     assert consts == [str(elsewhere / "w.npy")]  # as written: nothing was copied, so nothing is renamed
-    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"))  # staged: under a collision-free name
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", named)  # staged: a collision-free name
     final = bir_json.load(out / "kc.bir.json")
     consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
     assert code == 0 and consts[0].startswith("abs/") and (out / consts[0]).read_bytes() == \
