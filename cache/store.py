@@ -42,11 +42,12 @@ from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
+from tusk.ir.canonical import canonical_bytes
 from tusk.ir.errors import EnvError, TuskError, UsageError
 from tusk.ir.module import Module
 
 STORE_FORMAT = 1
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: records and notes carry a checksum of their key and content
 MARKER = "TUSK_STORE.json"
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a running writer
@@ -266,16 +267,17 @@ class Store:
             rec = json.loads(raw)
         except ValueError:
             return None
-        if not isinstance(rec, dict) or rec.get("key") != key or rec.get("format") != RECORD_FORMAT:
-            return None
+        if not isinstance(rec, dict) or rec.get("key") != key or rec.get("format") != RECORD_FORMAT \
+                or rec.get("checksum") != _checksum("action", key, rec):
+            return None  # damaged or edited: a miss, never trusted
         return rec
 
     def put_action(self, key: str, record: dict[str, Any]) -> None:
         self._ensure_root()
-        rec = dict(record, key=key, format=RECORD_FORMAT)
+        rec = json.loads(json.dumps(dict(record, key=key, format=RECORD_FORMAT), default=str))
         rec.setdefault("created", time.time())
-        data = json.dumps(rec, sort_keys=True, default=str).encode()
-        self.fs.write_atomic(self.action_path(key), data)
+        rec["checksum"] = _checksum("action", key, rec)
+        self.fs.write_atomic(self.action_path(key), json.dumps(rec, sort_keys=True).encode())
 
     def touch_action(self, key: str) -> None:
         """Record a use of ``key`` (the LRU clock of ``gc``)."""
@@ -292,17 +294,30 @@ class Store:
 
     # ------------------------------------------------------------ notes
     def get_note(self, kind: str, key: str) -> Any:
+        """The note's value, or None when it is missing, damaged or edited (a miss)."""
         raw = self.fs.read_bytes(self.note_path(kind, key))
         if raw is None:
             return None
         try:
-            return json.loads(raw)
+            note = json.loads(raw)
         except ValueError:
             return None
+        if not isinstance(note, dict) or note.get("checksum") != _checksum(f"note:{kind}", key, note):
+            return None
+        return note.get("value")
 
     def put_note(self, kind: str, key: str, value: Any) -> None:
         self._ensure_root()
-        self.fs.write_atomic(self.note_path(kind, key), json.dumps(value, sort_keys=True).encode())
+        note = {"value": json.loads(json.dumps(value))}
+        note["checksum"] = _checksum(f"note:{kind}", key, note)
+        self.fs.write_atomic(self.note_path(kind, key), json.dumps(note, sort_keys=True).encode())
+
+    def note_keys(self) -> Iterator[tuple[str, str]]:
+        for kind in self.fs.listdir(self.fs.path("notes")):
+            for prefix in self.fs.listdir(self.fs.path("notes", kind)):
+                for name in self.fs.listdir(self.fs.path("notes", kind, prefix)):
+                    if name.endswith(".json") and _HEX.match(name[:-5]):
+                        yield kind, name[:-5]
 
     # ------------------------------------------------------------ maintenance
     def info(self) -> dict[str, Any]:
@@ -332,7 +347,7 @@ class Store:
         for key in list(self.action_keys()):
             rec = self.read_action(key)
             if rec is None:
-                reason = "unreadable record"
+                reason = "unreadable, damaged or edited record (its checksum does not match)"
             elif rec.get("kind") == "failure":
                 continue
             elif not self.has(rec.get("output", "")):
@@ -342,6 +357,11 @@ class Store:
             bad_records.append((key, reason))
             if remove:
                 self.drop_action(key)
+        for kind, key in list(self.note_keys()):
+            if self.fs.read_bytes(self.note_path(kind, key)) is not None and self.get_note(kind, key) is None:
+                bad_records.append((f"note {kind}/{key}", "damaged or edited note (its checksum does not match)"))
+                if remove:
+                    self.fs.remove_file(self.note_path(kind, key))
         return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,
                 "removed": remove}
 
@@ -422,6 +442,16 @@ class Store:
         self._refuse_foreign("clearing")
         for sub in ("objects", "actions", "notes", "tmp", "trash"):
             self.fs.remove_tree(self.fs.path(sub))
+
+
+def _checksum(kind: str, key: str, content: dict) -> str:
+    """The digest a record or note carries of its own key and content (everything but the checksum):
+    an edit or a record moved to another key is detected.  Not a signature: whoever can write the
+    store can recompute it (see the trust model in docs/architecture.md)."""
+    import hashlib
+
+    body = {k: v for k, v in content.items() if k != "checksum"}
+    return hashlib.sha256(f"{kind}:{key}:".encode() + canonical_bytes(body)).hexdigest()
 
 
 def _check_name(name: str) -> None:

@@ -198,3 +198,32 @@ def test_a_directory_the_user_names_may_hold_const_files(tmp_path):
                       "--set", f"translate_nki_ast_to_bir.const_dir={weights}")
     assert code == 0, text
     assert any(p.read_bytes() == b"\x01\x02\x03" for p in (out / "named").rglob("w.bin"))
+
+
+# --------------------------------------------------------------------------- 8: tampering is noticed
+
+
+def test_an_edited_note_or_record_is_not_trusted_and_cache_verify_reports_it(tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json", "tensor_add.klr")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    args = ("compile", str(k), "-o", str(out), "--cache-dir", str(cache), "--workers", "0")
+    assert tusk(*args)[0] == 0
+    clean = tree(out)
+    for note in (cache / "notes" / "kernel-interface").rglob("*.json"):  # an input shape, edited
+        data = json.loads(note.read_text())
+        if data["value"].get("ins"):
+            data["value"]["ins"][0][2] = [64, 64]
+            note.write_text(json.dumps(data))
+    records = sorted((cache / "actions").rglob("*.json"))
+    outputs = [json.loads(r.read_text())["output"] for r in records]
+    first = json.loads(records[0].read_text())
+    first["output"] = next(o for o in outputs if o != first["output"])  # pointed at another stored object
+    records[0].write_text(json.dumps(first))
+    code, text = tusk("cache", "verify", "--cache-dir", str(cache))
+    assert code == 1 and "damaged or edited note" in text and "edited record" in text
+    shutil.rmtree(out)
+    code, _ = tusk(*args)
+    assert code == 0
+    assert {p: b for p, b in tree(out).items() if not p.endswith("stats.json")} == \
+        {p: b for p, b in clean.items() if not p.endswith("stats.json")}
+    assert tusk("cache", "verify", "--cache-dir", str(cache))[0] == 0  # the rebuild replaced both

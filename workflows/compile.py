@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,15 @@ from tusk.workflows.kernels import (
     output_name,
     relative_name,
 )
-from tusk.workflows.outputs import OutputWriter, clean_leftovers, output_problem, previous_parts, write_atomic
+from tusk.workflows.outputs import (
+    NOCACHE_PREFIX,
+    OutputWriter,
+    clean_leftovers,
+    output_problem,
+    owned_dir,
+    previous_parts,
+    write_atomic,
+)
 from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
 
 
@@ -201,14 +208,15 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             out.mkdir(parents=True, exist_ok=True)
             clean_leftovers(out)
             if req.no_cache:
-                scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
+                scratch = str(owned_dir(out, NOCACHE_PREFIX, "cache"))
         except OSError as e:
             raise UsageError(f"cannot write the output directory {req.out}: {e.strerror or e}") from None
         if req.no_cache:
-            store = Store(scratch).open_for_writing()
+            store = Store(os.path.join(scratch, "store")).open_for_writing()
             if connected is not None:
                 check_workers_reach_store(connected, store)
         kernels, skipped = discover(directory, store)
+        writer = OutputWriter(out, store, resolved.steps, req.stages)
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:
@@ -228,13 +236,12 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
                 continue
             try:
-                units.extend(_units(k, out, req.core_id, cfg, store))
+                # passes stage files into the kernel's staging directory, never into OUT/<kernel> itself
+                units.extend(_units(k, out, req.core_id, cfg, store, str(writer.staging_for(k.name))))
             except Exception as e:  # noqa: BLE001 - one kernel's trouble never stops the others
                 k.fail(e)
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
         previous = {u.name: previous_parts(out, u) for u in units}
-        writer = OutputWriter(out, store, resolved.steps, req.stages,
-                         existed={k.name for k in kernels if (out / k.name).exists()})
         events.start(len(units), len(resolved.steps))
 
         if executor is None and memory:
@@ -332,10 +339,10 @@ def _log_internal_errors(out: Path, results) -> None:
         pass  # the one-line messages still say what failed
 
 
-def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None) -> list[BuildUnit]:
+def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str | None = None) -> list[BuildUnit]:
     files = file_digests(k)
     # where this build's files are: bound when a pass that reads files runs, never part of a key
-    where = {"artifact_dir": artifact_dir(out, k), "kernel_dir": kernel_dir(k)}
+    where = {"artifact_dir": art or artifact_dir(out, k), "kernel_dir": kernel_dir(k)}
     if k.fmt == "host":
         from tusk.cache.keys import digest
 
