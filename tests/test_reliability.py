@@ -227,3 +227,64 @@ def test_an_edited_note_or_record_is_not_trusted_and_cache_verify_reports_it(tmp
     assert {p: b for p, b in tree(out).items() if not p.endswith("stats.json")} == \
         {p: b for p, b in clean.items() if not p.endswith("stats.json")}
     assert tusk("cache", "verify", "--cache-dir", str(cache))[0] == 0  # the rebuild replaced both
+
+
+# --------------------------------------------------------------------------- 6: a scheduler that never answers
+
+
+def test_a_scheduler_that_accepts_but_never_answers_fails_fast(tmp_path):
+    import socket
+    import threading
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(8)], daemon=True).start()
+    k = kernels(tmp_path / "k")
+    t = time.time()
+    proc = subprocess.run([sys.executable, "-m", "tusk", "compile", str(k), "-o", str(tmp_path / "out"),
+                           "--scheduler", f"tcp://127.0.0.1:{server.getsockname()[1]}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and time.time() - t < 10, proc.stderr
+    assert "did not answer" in proc.stdout + proc.stderr and not (tmp_path / "out").exists()
+    server.close()
+
+
+# --------------------------------------------------------------------------- 13: no process outlives a build
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
+def test_no_worker_process_outlives_an_interrupted_build(tmp_path, sig):
+    import signal
+    import time
+
+    import psutil
+
+    from tests.passes_for_tests import pipeline_toml
+
+    k = kernels(tmp_path / "k", "tiled_exp.json", "tiled_matmul.json")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(pipeline_toml(("test_sleep", {"seconds": 60.0})))
+    p = subprocess.Popen([sys.executable, "-m", "tusk", "compile", str(k), "-o", str(tmp_path / "out"),
+                          "--cache-dir", str(tmp_path / "c"), "--workers", "2", "--pipeline", str(pipe)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    try:
+        deadline = time.time() + 60
+        kids: list = []
+        while time.time() < deadline and len(kids) < 2:  # both workers started
+            time.sleep(0.5)
+            kids = psutil.Process(p.pid).children(recursive=True)
+        time.sleep(2)  # and busy
+        kids = psutil.Process(p.pid).children(recursive=True)
+        p.send_signal(getattr(signal, sig))
+        p.wait(timeout=30)
+        time.sleep(5)
+        alive = [c.pid for c in kids if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        assert alive == [], f"{len(alive)} process(es) still alive 5 s after {sig}"
+        if sig == "SIGINT":
+            assert p.returncode == 130
+    finally:
+        if p.poll() is None:
+            p.kill()

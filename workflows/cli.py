@@ -112,6 +112,11 @@ def compile(
         bar.stop()
         console.print(f"[red]error:[/red] {e}", soft_wrap=True)
         raise typer.Exit(2)
+    except KeyboardInterrupt:
+        bar.stop()
+        console.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
+                      "the next build continues from the cache", soft_wrap=True)
+        raise typer.Exit(130)
     finally:
         bar.stop()
     if as_json:

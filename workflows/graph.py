@@ -235,15 +235,35 @@ class DaskExecutor:
         fut.release()
         return key, result
 
+    worker_pids: list[int] = []  # of a local cluster: killed if a graceful close does not end them
+
     def close(self) -> None:
+        """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
+        worker processes of a local cluster that are still alive then are killed: none outlives a build."""
+        import signal
+        import threading
+
         self._futures.clear()
-        if self.owns_client and not getattr(self, "_closed", False):
-            self._closed = True
+        if not self.owns_client or getattr(self, "_closed", False):
+            return
+        self._closed = True
+
+        def shutdown() -> None:
+            for close in (lambda: self.client.close(timeout=3),
+                          lambda: self.cluster.close(timeout=5) if self.cluster is not None else None):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing is best effort; the processes are killed below
+                    pass
+
+        t = threading.Thread(target=shutdown, name="tusk-cluster-close", daemon=True)
+        t.start()
+        t.join(10)
+        for pid in self.worker_pids:
             try:
-                self.client.close()
-            finally:
-                if self.cluster is not None:
-                    self.cluster.close()
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def local_cluster_executor(workers: int, dashboard: bool = False, local_directory: str | None = None
@@ -272,28 +292,62 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
         settings["temporary-directory"] = local_directory
     try:
         with dask.config.set(settings):
+            # the scheduler's HTTP server (health checks; the dashboard when bokeh is installed) always runs:
+            # on loopback and a free port; its link is shown only with --dashboard
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0" if dashboard else None,
-                                   worker_dashboard_address=None, **extra)
+                                   dashboard_address="127.0.0.1:0", worker_dashboard_address=None, **extra)
     except Exception as e:  # noqa: BLE001 - whatever stops the cluster from starting stops the build
         raise ExecutorUnavailable(f"cannot start a local Dask cluster of {workers} worker(s): "
                                   f"{type(e).__name__}: {e}") from None
     client = Client(cluster)
     ex = DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
     ex.serves_dashboard = dashboard
+    try:
+        ex.worker_pids = sorted(client.run(os.getpid).values())
+    except Exception:  # noqa: BLE001 - without the pids a graceful close is all there is
+        ex.worker_pids = []
     return ex
 
 
-def scheduler_executor(address: str, timeout: float = 10.0) -> DaskExecutor:
-    """An executor on an existing ``distributed`` scheduler; ExecutorUnavailable if it cannot connect."""
+def scheduler_executor(address: str, timeout: float = 5.0) -> DaskExecutor:
+    """An executor on an existing ``distributed`` scheduler; ExecutorUnavailable if it does not answer.
+
+    The scheduler must answer an identity request within ``timeout``
+    seconds before a client is made: a server that accepts connections and
+    never answers (or is not a Dask scheduler) would otherwise hang the
+    client's handshake for good.
+    """
+    import asyncio
+
     from distributed import Client
 
     try:
+        asyncio.run(asyncio.wait_for(_ping_scheduler(address, timeout), timeout))
+    except (asyncio.TimeoutError, TimeoutError):
+        raise ExecutorUnavailable(f"the Dask scheduler at {address!r} did not answer within {timeout:.0f} s "
+                                  f"(is it a Dask scheduler, and is it running?)") from None
+    except Exception as e:  # noqa: BLE001 - bad scheme (ValueError), refused (OSError) ...
+        raise ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: "
+                                  f"{str(e) or type(e).__name__}") from None
+    try:
         client = Client(address, timeout=timeout)
-    except Exception as e:  # noqa: BLE001 - bad scheme (ValueError), refused, timed out (OSError) ...
+    except Exception as e:  # noqa: BLE001
         raise ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: "
                                   f"{str(e) or type(e).__name__}") from None
     return DaskExecutor(client, None, f"scheduler {address}")
+
+
+async def _ping_scheduler(address: str, timeout: float) -> None:
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=timeout)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        answer = await comm.read()
+        if not isinstance(answer, dict) or "type" not in answer:
+            raise OSError(f"the server at {address} answered, but not as a Dask scheduler")
+    finally:
+        comm.abort()
 
 
 def check_workers_reach_store(executor: DaskExecutor, store, timeout: float = 30.0) -> None:
