@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from tusk.ir.builder import Builder
 from tusk.ir.enums import DTYPE_SIZES, Dt, Edge, Engine, FnAttr, Kind, Mem, Op, Role
-from tusk.ir.expr import idx as axis, runtime
+from tusk.ir.expr import idx as axis
+from tusk.ir.expr import runtime
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo
 from tusk.sim.interp import random_inputs, run, same_outputs
