@@ -42,8 +42,8 @@ ARCHS: dict[str, Arch] = {
         Arch("core_v4", 40, 0x40000, 0x4008, 8, 128),
     )
 }
-ALIASES = {"tonga": "inferentia", "inf1": "inferentia", "trainium": "sunda", "trn1": "sunda",
-           "inf2": "sunda", "cayman": "gen3", "trn2": "gen3", "trn3": "core_v4"}
+ALIASES = {"tonga": "inferentia", "inf1": "inferentia", "gen1": "inferentia", "trainium": "sunda", "trn1": "sunda",
+           "gen2": "sunda", "inf2": "sunda", "cayman": "gen3", "trn2": "gen3", "trn3": "core_v4", "gen4": "core_v4"}
 DEFAULT_ARCH = "gen3"
 
 
