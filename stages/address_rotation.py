@@ -6,9 +6,10 @@ second (``post_schedule``).  ``run`` follows the seed's rotateAddrs:
 
 1. refuse if/else regions (a block other than a loop body with more than one
    predecessor): "Detected If else structure, skip DMA optimization for now";
-2. pick the functions by their attribute flags -- those of the module's entry
-   function and the function's own (a kernel handed over by the front end
-   carries its own flags):
+2. pick the functions by their attribute flags (:meth:`AddressRotation.flags`:
+   a function's own -- a kernel handed over by the front end carries its own --
+   plus the entry function's 11 and 12, and its 9/10 for kernels called with
+   AddressRotationScope Global):
 
    * attribute 12 (post-schedule / kernel scope; ``schedule`` sets it):
      the post-schedule PSUM pass rotates PSUM (three sweeps), the SB pass runs
@@ -138,14 +139,12 @@ class AddressRotation(Pass):
             return [], SKIP
         if any(has_if_else(fn) for fn in module.functions):
             return [], IF_ELSE
-        entry = entry_function(module)
-        base = set(entry.attrs) if entry is not None else set()
         arch = get_arch(module.arch)
         jobs: list[Job] = []
         kernel_scoped: dict[int, Job] = {}
         names = {fn.name: k for k, fn in enumerate(module.functions)}
         for k, fn in enumerate(module.functions):
-            flags = base | set(fn.attrs)
+            flags = self.flags(module, fn)
             if self.space == "psum":
                 if (FnAttr.KERNEL_SCOPE in flags and self.post_schedule) or \
                         (FnAttr.ROTATE_PSUM_AND_SB in flags and FnAttr.ROTATE_SB_ONLY not in flags):
@@ -180,6 +179,21 @@ class AddressRotation(Pass):
         if not jobs:
             return [], SKIP
         return jobs, None
+
+    @staticmethod
+    def flags(module: Module, fn: Function) -> set[int]:
+        """The rotation flags that apply to ``fn``: its own; for the entry function's 9/10 (rotate this
+        function) only the entry itself and kernels called with scope Global; its 11 and 12 everywhere."""
+        entry = entry_function(module)
+        own = set(fn.attrs)
+        if entry is None or fn is entry:
+            return own
+        inherited = set(entry.attrs) & {FnAttr.ROTATE_DRAM, FnAttr.KERNEL_SCOPE}
+        for row in np.flatnonzero(entry.insts["opcode"] == Op.NKIKernel).tolist():
+            attrs = entry.record(entry.insts.get("attrs", row))
+            if attrs.get("func") == fn.name and _scope(attrs) == 2:
+                inherited |= set(entry.attrs) & {FnAttr.ROTATE_PSUM_AND_SB, FnAttr.ROTATE_SB_ONLY}
+        return own | inherited
 
     # ------------------------------------------------------------ the work
     def run(self, module: Module) -> tuple[Module, Stats]:
