@@ -29,9 +29,13 @@ from tusk.stages.unroll import Unroll
 ROTATIONS = ("address_rotation_psum", "address_rotation_sb", "address_rotation_dram")
 
 
+ROTATION_FLAGS = {FnAttr.ROTATE_PSUM_AND_SB, FnAttr.ROTATE_SB_ONLY, FnAttr.ROTATE_DRAM, FnAttr.KERNEL_SCOPE}
+
+
 def unrolled(m: Module, attrs=(FnAttr.ROTATE_PSUM_AND_SB,)) -> Module:
+    """``m`` unrolled, its functions carrying exactly the rotation flags ``attrs``."""
     for fn in m.functions:
-        fn.attrs |= set(attrs)
+        fn.attrs = (fn.attrs - ROTATION_FLAGS) | set(attrs)
     out, _ = Unroll().run(m)
     return out
 
