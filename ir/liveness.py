@@ -103,14 +103,16 @@ def _rmw(fn: Function, row: int) -> bool:
     return False
 
 
-def _groups(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each group's first row, group of every row) for the distinct rows of ``cols``."""
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c in cols:
-        u, r = np.unique(c, return_inverse=True)
-        key = key * len(u) + r.reshape(-1)
-    _, first, back = np.unique(key, return_index=True, return_inverse=True)
-    return first, back.reshape(-1)
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each group's first element, group of every element) for the distinct values of ``key``."""
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    new = np.ones(len(ks), dtype=bool)
+    new[1:] = ks[1:] != ks[:-1]
+    gid = np.cumsum(new) - 1
+    back = np.empty(len(ks), dtype=np.int64)
+    back[order] = gid
+    return order[new], back
 
 
 def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
@@ -129,61 +131,60 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
     exact = (kind == Kind.PHYSICAL) & (ops["dyn"][rows] < 0)
     in_loop = fn.blocks["parent"][ins["block"]] >= 0 if len(ins) else np.zeros(0, dtype=bool)
     bad = on & (~exact | in_loop[owner])
-    simple[np.unique(m[bad])] = False
+    simple[m[bad]] = False
     if len(ins) and np.isin(ins["opcode"], BRANCHES + (Op.NKIKernel,)).any():
         simple[:] = False  # control flow, or a callee whose scratch buffers live in the same memories
     sel = np.flatnonzero(on & simple[np.maximum(m, 0)]) if n_ml else np.zeros(0, np.int64)
     a_memloc, a_row, a_op = m[sel], owner[sel], rows[sel]
     a_write = (ops["role"][a_op] == Role.OUT)
-    order = np.lexsort((a_write, a_row, a_memloc))
+    # sort by (memloc, row, read before write); owners are already in row order
+    order = np.argsort((a_memloc * (n + 1) + a_row) * 2 + a_write, kind="stable")
     a_memloc, a_row, a_op, a_write = a_memloc[order], a_row[order], a_op[order], a_write[order]
-    # ---- kills
-    size = DTYPE_SIZE_ARRAY[ops["dtype"][a_op]]
-    cap = np.where(ml["mtype"][a_memloc] == Mem.DRAM, ml["pbytes"][a_memloc] // size,
-                   (ml["pbytes"][a_memloc] // size) * ml["nparts"][a_memloc])
-    cover = np.zeros(len(a_op), dtype=bool)
-    w = np.flatnonzero(a_write)
+    na = len(a_op)
+    # ---- kills: full-cover writes (only offset 0 can cover), by distinct (pattern, capacity)
+    kill = np.zeros(na, dtype=bool)
+    w = np.flatnonzero(a_write & (ops["offset"][a_op] == 0))
     if len(w):
-        cols = (ops["pattern"][a_op[w]], ops["offset"][a_op[w]], cap[w])
-        first, back = _groups(*cols)
-        vals = np.array([full_cover(fn.patterns[int(cols[0][f])] if cols[0][f] >= 0 else (), int(cols[1][f]),
-                                    int(cols[2][f])) for f in first.tolist()], dtype=bool)
-        cover[w] = vals[back]
-    kill = cover.copy()
+        size = DTYPE_SIZE_ARRAY[ops["dtype"][a_op[w]]]
+        mw = a_memloc[w]
+        cap = np.where(ml["mtype"][mw] == Mem.DRAM, ml["pbytes"][mw] // size,
+                       (ml["pbytes"][mw] // size) * ml["nparts"][mw]).astype(np.int64)
+        pat = ops["pattern"][a_op[w]].astype(np.int64)
+        first, back = _groups((pat + 1) << 40 | cap)
+        vals = np.array([full_cover(fn.patterns[int(pat[f])] if pat[f] >= 0 else (), 0, int(cap[f]))
+                         for f in first.tolist()], dtype=bool)
+        kill[w] = vals[back]
     cand = np.flatnonzero(kill)
     if len(cand):
-        pred = ins["pred"][a_row[cand]] >= 0
+        r = a_row[cand]
+        pred = ins["pred"][r] >= 0
         # read-modify-write depends on the opcode and the attribute record only
-        rows = a_row[cand]
-        first, back = _groups(ins["opcode"][rows], ins["attrs"][rows])
-        rmw = np.array([_rmw(fn, int(rows[f])) for f in first.tolist()], dtype=bool)[back]
-        # the same instruction also reads this memory location, or writes it twice: in place, not a kill
-        key = a_memloc * (n + 1) + a_row
-        reads_key = np.unique(key[~a_write])
-        writes_key, wcount = np.unique(key[a_write], return_counts=True)
-        twice = writes_key[wcount > 1]
-        inplace = np.isin(key[cand], reads_key) | np.isin(key[cand], twice)
-        kill[cand] = ~(pred | rmw | inplace)
+        first, back = _groups(ins["attrs"][r].astype(np.int64) * 256 + ins["opcode"][r])
+        rmw = np.array([_rmw(fn, int(r[f])) for f in first.tolist()], dtype=bool)[back]
+        # the same instruction also reads this memory location (the access just before, reads sort first) or
+        # writes it again (the access just after): in place, not a kill
+        same = (a_memloc[1:] == a_memloc[:-1]) & (a_row[1:] == a_row[:-1])
+        prev = np.concatenate([[False], same])
+        nxt = np.concatenate([same, [False]])
+        kill[cand] = ~(pred | rmw | prev[cand] | nxt[cand])
     # ---- instances: a new one at each kill and at each memory location's first access
     start = kill.copy()
-    if len(a_memloc):
+    if na:
         start[0] = True
         start[1:] |= a_memloc[1:] != a_memloc[:-1]
     a_inst = np.cumsum(start) - 1
-    ni = int(a_inst[-1]) + 1 if len(a_inst) else 0
     firsts = np.flatnonzero(start)
+    ni = len(firsts)
+    lasts = np.concatenate([firsts[1:], [na]]) - 1 if ni else firsts
     i_memloc = a_memloc[firsts]
     i_first = a_row[firsts]
-    i_last = np.zeros(ni, np.int64)
-    np.maximum.at(i_last, a_inst, a_row)
-    i_first_write = np.full(ni, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(i_first_write, a_inst[a_write], a_row[a_write])
-    i_first_write[i_first_write == np.iinfo(np.int64).max] = -1
-    i_last_read = np.full(ni, -1, np.int64)
-    np.maximum.at(i_last_read, a_inst[~a_write], a_row[~a_write])
+    i_last = a_row[lasts]   # rows increase within an instance
+    big = np.iinfo(np.int64).max
+    i_first_write = np.minimum.reduceat(np.where(a_write, a_row, big), firsts) if ni else np.zeros(0, np.int64)
+    i_first_write[i_first_write == big] = -1
+    i_last_read = np.maximum.reduceat(np.where(a_write, -1, a_row), firsts) if ni else np.zeros(0, np.int64)
     # live-in: an instance that does not start with a kill and reads before (or without) writing
-    first_read = np.full(ni, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first_read, a_inst[~a_write], a_row[~a_write])
+    first_read = np.minimum.reduceat(np.where(a_write, big, a_row), firsts) if ni else np.zeros(0, np.int64)
     starts_with_kill = kill[firsts]
     i_live_in = ~starts_with_kill & (i_last_read >= 0) & ((i_first_write < 0) | (first_read <= i_first_write))
     return Instances(a_memloc, a_row, a_write, a_op, a_inst, i_memloc, i_first, i_last, i_first_write, i_last_read,

@@ -132,10 +132,9 @@ def makespan_stats(before: Module, after: Module, stats: dict, *, rebuild_after:
         stats["makespan_before"], stats["makespan_after"] = round(a), round(b)
 
 
-def ring_of(count: int, period: int, slots: int) -> list[int]:
+def ring_of(count: int, period: int, slots: int) -> np.ndarray:
     """Slot of each of ``count`` instances on a ring of ``slots`` slots (at most ``period``)."""
-    r = max(1, min(period, slots))
-    return [j % r for j in range(count)]
+    return np.arange(count, dtype=np.int64) % max(1, min(period, slots))
 
 
 def new_location(fn: Function, m: int, k: int, addr: int, *, bank: int | None = None) -> int:
@@ -160,21 +159,19 @@ def new_location(fn: Function, m: int, k: int, addr: int, *, bank: int | None = 
                          const_path=fn.string(r["const_path"]), extra=fn.record(r["extra"]))
 
 
-def rebind(space: Space, m: int, slot_of: list[int], slot_memlocs: list[int]) -> int:
+def rebind(space: Space, m: int, slot_of: list[int] | np.ndarray, slot_memlocs: list[int]) -> int:
     """Point the accesses of ``m``'s instances at their slots' memory locations; returns instances moved."""
     inst = space.inst
     ids = space.instances_of(m)
+    slot = np.asarray(slot_of, dtype=np.int64)
+    moving = slot > 0
+    if not moving.any():
+        return 0
     target = np.full(len(inst), -1, np.int64)
-    moved = 0
-    for j, i in enumerate(ids.tolist()):
-        slot = slot_of[j]
-        if slot > 0:
-            target[i] = slot_memlocs[slot]
-            moved += 1
+    target[ids[moving]] = np.asarray(slot_memlocs, dtype=np.int64)[slot[moving]]
     sel = np.flatnonzero(target[inst.a_inst] >= 0)
-    if len(sel):
-        space.fn.operands["memloc"][inst.a_op[sel]] = target[inst.a_inst[sel]]
-    return moved
+    space.fn.operands["memloc"][inst.a_op[sel]] = target[inst.a_inst[sel]]
+    return int(moving.sum())
 
 
 def first_writer_engine(space: Space, m: int) -> int:

@@ -208,7 +208,12 @@ def sb_rotation_batch(sp: Space, batch: np.ndarray, rules: list[Rule], region: R
 def part_rows(fn: Function, memlocs: np.ndarray) -> np.ndarray:
     """Rows of the instructions that access any of ``memlocs`` (what a split part keeps)."""
     ops = fn.operands
-    touch = np.isin(ops["memloc"], memlocs)
+    member = np.zeros(len(fn.memlocs) + 1, dtype=bool)
+    member[memlocs] = True
     owner = np.repeat(np.arange(len(fn.insts), dtype=np.int64), fn.insts["nops"].astype(np.int64))
-    return np.unique(owner[touch[:len(owner)]])
+    m = ops["memloc"][:len(owner)]
+    touch = member[np.where(m >= 0, m, len(fn.memlocs))]
+    keep = np.zeros(len(fn.insts), dtype=bool)
+    keep[owner[touch]] = True
+    return np.flatnonzero(keep)
 
