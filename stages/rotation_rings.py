@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from tusk.ir.errors import PassError
 from tusk.ir.liveness import Instances, instances, overlapping_pairs
 from tusk.ir.module import Function, Module
 
@@ -159,8 +160,21 @@ def new_location(fn: Function, m: int, k: int, addr: int, *, bank: int | None = 
                          const_path=fn.string(r["const_path"]), extra=fn.record(r["extra"]))
 
 
+REBIND_FAILED = "success && failed to allocate back to original address range !"
+
+
 def rebind(space: Space, m: int, slot_of: list[int] | np.ndarray, slot_memlocs: list[int]) -> int:
-    """Point the accesses of ``m``'s instances at their slots' memory locations; returns instances moved."""
+    """Point the accesses of ``m``'s instances at their slots' memory locations; returns instances moved.
+
+    Slot 0 is ``m`` itself: instances that got no other slot stay bound to the original address, which
+    must still be ``m``'s alone -- a ring slot on top of it is the seed's failed re-bind, an error.
+    """
+    ml = space.fn.memlocs
+    a0, size = int(ml.get("addr", m)), int(ml.get("pbytes", m))
+    for s in slot_memlocs[1:]:
+        a = int(ml.get("addr", s))
+        if a < a0 + size and a0 < a + size:
+            raise PassError(REBIND_FAILED)
     inst = space.inst
     ids = space.instances_of(m)
     slot = np.asarray(slot_of, dtype=np.int64)

@@ -406,3 +406,13 @@ def test_generated_programs_keep_their_meaning_through_rotation_and_scheduling(s
     assert same_meaning(m, cur, seed=len(steps))
     inst = instances(cur.functions[0])
     assert (np.asarray(cur.functions[0].insts["opcode"]) != Op.NKIKernel).all() and inst is not None
+
+
+def test_a_ring_slot_over_the_original_address_is_a_failed_rebind():
+    from tusk.stages.rotation_rings import analyse, new_location, rebind, ring_of
+    fn = unrolled(bir_kernels.tiled_exp(tiles=4)[0]).functions[0]
+    sp = analyse(fn, Mem.SB)
+    t = fn.memloc_by_name("t")
+    bad = new_location(fn, t, 1, 1024)  # overlaps t's 2048 bytes from 0
+    with pytest.raises(PassError, match="success && failed to allocate back to original address range !"):
+        rebind(sp, t, ring_of(4, 5, 2), [t, bad])
