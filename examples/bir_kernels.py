@@ -151,6 +151,20 @@ def tiled_rmsnorm(tiles: int = 64, width: int = 512) -> tuple[Module, Reference]
     return b.module(), ref
 
 
+def banded_exp(tiles: int = 16, width: int = 64) -> tuple[Module, Reference]:
+    """y = exp(x) as four independent 32-partition streams (one per partition band): four SB rotation batches."""
+    b = _builder("banded_exp")
+    x = b.dram("x", (32 * tiles, 4 * width), kind="ExternalInput")
+    y = b.dram("y", (32 * tiles, 4 * width), kind="ExternalOutput")
+    ts = [b.sbuf(f"t{k}", (32, width), addr=0, base=32 * k) for k in range(4)]
+    with b.loop("i", 0, tiles) as i:
+        for k, t in enumerate(ts):
+            b.dma(t.ap(), x.tile(32 * i, 32, width * k, width), name=f"load{k}")
+            b.activation(t.ap(), t.ap(), "Exp", name=f"exp{k}")
+            b.dma(y.tile(32 * i, 32, width * k, width), t.ap(), name=f"store{k}")
+    return b.module(), lambda inp: {"y": np.exp(inp["x"].astype(np.float32))}
+
+
 def block_tensor(blocks: int = 8, width: int = 128) -> tuple[Module, Reference]:
     """Stage x's tiles into a block tensor (one block per tile), then y[j] = blk[j] + blk[n-1-j]."""
     b = _builder("block_tensor")
@@ -225,5 +239,6 @@ CORPUS: dict[str, Callable[[], tuple[Module, Reference]]] = {
     "tiled_matmul_large": tiled_matmul_large,
     "tiled_softmax_large": tiled_softmax_large,
     "tiled_rmsnorm": tiled_rmsnorm,
+    "banded_exp": banded_exp,
 }
 LARGE: dict[str, Callable[[], tuple[Module, Reference | None]]] = {"large_matmul": large_matmul}
