@@ -97,7 +97,7 @@ def matmul(mt: int, nt: int, kt: int) -> Module:
 
 
 def section_scaling(quick: bool) -> None:
-    print("2. pass time against size (tiled matmul, edges built; makespans off above 200k instructions)")
+    print("2. pass time against size (tiled matmul, edges built; makespans off above 100k instructions)")
     sizes = [(16, 16, 130), (32, 32, 325)] if not quick else [(4, 4, 130), (8, 8, 163)]
     times = []
     for mt, nt, kt in sizes:

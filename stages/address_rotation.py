@@ -112,6 +112,26 @@ def _accessed_unallocated(fn: Function, mtype: int) -> bool:
     return bool(len(bad)) and bool(np.isin(fn.operands["memloc"], bad).any())
 
 
+def _callers_holding(module: Module, mtype: int) -> dict[int, str]:
+    """Functions called (NKIKernel) from a function that itself uses allocated buffers of memory ``mtype``:
+    a slot chosen inside the callee could clobber the caller's buffers, so they are not rotated."""
+    names = {fn.name: k for k, fn in enumerate(module.functions)}
+    out: dict[int, str] = {}
+    for fn in module.functions:
+        calls = np.flatnonzero(fn.insts["opcode"] == Op.NKIKernel)
+        if not len(calls):
+            continue
+        ml = fn.memlocs
+        mine = np.flatnonzero((ml["mtype"] == mtype) & (ml["addr"] >= 0))
+        if not len(mine) or not np.isin(fn.operands["memloc"], mine).any():
+            continue
+        for row in calls.tolist():
+            callee = names.get(fn.record(fn.insts.get("attrs", row)).get("func"))
+            if callee is not None:
+                out.setdefault(callee, fn.name)
+    return out
+
+
 def _uncovered_psum(fn: Function) -> bool:
     """has_uncovered_live_range: some PSUM buffer's instances cannot be followed."""
     if _accessed_unallocated(fn, Mem.PSUM):
@@ -130,7 +150,7 @@ class AddressRotation(Pass):
     version = "1"
 
     timing: bool = option(True, "report makespan_before/makespan_after (timing model, dependences rebuilt)")
-    timing_limit: int = option(200_000, "no makespans for modules with more instructions than this")
+    timing_limit: int = option(100_000, "no makespans for modules with more instructions than this")
 
     # ------------------------------------------------------------ dispatch
     def jobs(self, module: Module) -> tuple[list[Job], str | None]:
@@ -176,6 +196,14 @@ class AddressRotation(Pass):
         if self.space == "sb":
             jobs = [j for j in jobs if j.fn not in kernel_scoped] + sorted(kernel_scoped.values(), key=lambda j: j.fn)
             jobs = [j for j in jobs if not _accessed_unallocated(module.functions[j.fn], Mem.SB)]
+        if self.space in ("sb", "psum"):
+            mtype = Mem.SB if self.space == "sb" else Mem.PSUM
+            busy = _callers_holding(module, mtype)
+            for j in jobs:
+                if j.fn in busy:
+                    self.log.info("%s rotation of %s skipped: its caller %s holds %s buffers across the call",
+                                  self.space.upper(), module.functions[j.fn].name, busy[j.fn], self.space.upper())
+            jobs = [j for j in jobs if j.fn not in busy]
         if not jobs:
             return [], SKIP
         return jobs, None

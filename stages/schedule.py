@@ -169,7 +169,7 @@ class Schedule(Pass):
 
     mark_post_schedule: bool = option(True, "give scheduled functions attribute 12 (the post-schedule marker)")
     timing: bool = option(True, "report makespan_before/makespan_after (timing model)")
-    timing_limit: int = option(200_000, "no makespans for modules with more instructions than this")
+    timing_limit: int = option(100_000, "no makespans for modules with more instructions than this")
 
     def run(self, module: Module) -> tuple[Module, Stats]:
         out = module.copy()

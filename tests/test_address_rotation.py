@@ -416,3 +416,17 @@ def test_a_ring_slot_over_the_original_address_is_a_failed_rebind():
     bad = new_location(fn, t, 1, 1024)  # overlaps t's 2048 bytes from 0
     with pytest.raises(PassError, match="success && failed to allocate back to original address range !"):
         rebind(sp, t, ring_of(4, 5, 2), [t, bad])
+
+
+def test_a_kernel_whose_caller_holds_sb_buffers_across_the_call_is_left_alone(caplog):
+    kernel = unrolled(bir_kernels.tiled_exp(tiles=8)[0])
+    host = _host_calling(kernel, 0, (128, 2048))
+    main = host.functions[0]
+    keep = Builder(fn=main).sbuf("keep", (128, 64), addr=60000)
+    b = Builder(fn=main)
+    b.memset(keep.ap(), 1.0)
+    with caplog.at_level(logging.INFO):
+        out, stats = apply("address_rotation_sb", host)
+    assert stats["rotations"] == 0
+    assert "SB rotation of kern skipped: its caller main holds SB buffers across the call" in \
+        [r.getMessage() for r in caplog.records]
