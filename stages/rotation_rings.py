@@ -143,9 +143,9 @@ def new_location(fn: Function, m: int, k: int, addr: int, *, bank: int | None = 
     ml, sets = fn.memlocs, fn.sets
     names = {fn.strings[s] for s in ml["name"].tolist()}
     base = fn.strings[ml.get("name", m)]
+    while f"{base}_rot{k}" in names:  # an earlier rotation already made this slot name: take the next
+        k += 1
     name = f"{base}_rot{k}"
-    while name in names:
-        name += "_"
     set_names = {fn.strings[s] for s in sets["name"].tolist()}
     set_name = f"{name}_set"
     while set_name in set_names:

@@ -393,7 +393,7 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(STEP, min_size=1, max_size=24), st.sampled_from([(9,), (10,), (12,), (9, 12)]))
 def test_generated_programs_keep_their_meaning_through_rotation_and_scheduling(steps, attrs):
     m = recurring_buffers_module(steps, attrs=attrs)
