@@ -419,18 +419,21 @@ def _check_live_overlap(fn: Function) -> list[str]:
 
     Checked on the simple memory locations of :func:`ir.liveness.instances`
     (straight-line, physically addressed); an instance is live from its first
-    write to its last read (from its first access if it reads what was there
-    before), and two instances that only meet at one instruction (it reads one
-    and writes the other) are not both live.
+    write to its last read, and two instances that only meet at one
+    instruction (it reads one and writes the other) are not both live.  An
+    instance that reads bytes before writing them reads them through an alias
+    (a view of another tensor) and is not checked: aliasing on purpose is
+    allowed, clobbering a live value is not.
     """
     from tusk.ir.liveness import instances, overlapping_pairs
 
     inst = instances(fn)
     if not len(inst):
         return []
-    reads = inst.i_last_read >= 0
-    start = np.where(inst.i_live_in | (inst.i_first_write < 0), inst.i_first, inst.i_first_write)
-    live = reads & (start <= inst.i_last_read)
+    # an instance that reads what was there before it (live-in) reads through an alias on purpose (a view
+    # of another tensor's bytes): only self-contained instances, from their first write on, are checked
+    start = inst.i_first_write
+    live = (inst.i_last_read >= 0) & ~inst.i_live_in & (start >= 0) & (start <= inst.i_last_read)
     by_memloc: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for k in np.flatnonzero(live).tolist():
         m = int(inst.i_memloc[k])

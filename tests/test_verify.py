@@ -189,3 +189,17 @@ def test_overlapping_memory_locations_must_not_be_live_together():
     verify(_two_buffers(128, interleaved=False))    # overlapping, but a is dead before c is written
     with pytest.raises(VerifyError, match="memory locations a and c overlap while both are live"):
         verify(_two_buffers(128, interleaved=True))
+
+
+def test_reading_through_an_overlapping_view_is_not_a_clobber():
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    y = b.dram("y", (128, 96), kind="ExternalOutput")
+    a = b.sbuf("a", (128, 64), addr=0)
+    half = b.sbuf("half", (128, 32), addr=128)     # a view of a's second half
+    c = b.sbuf("c", (128, 32), addr=1024)
+    b.dma(a.ap(), x.ap())
+    b.copy(c.ap(), half.ap())                      # reads a's data through the view
+    b.dma(y.tile(0, 128, 0, 64), a.ap())           # a is still live
+    b.dma(y.tile(0, 128, 64, 32), c.ap())
+    verify(b.module())
