@@ -430,3 +430,11 @@ def test_a_kernel_whose_caller_holds_sb_buffers_across_the_call_is_left_alone(ca
     assert stats["rotations"] == 0
     assert "SB rotation of kern skipped: its caller main holds SB buffers across the call" in \
         [r.getMessage() for r in caplog.records]
+
+
+def test_kernels_called_with_scope_global_take_the_entry_flags():
+    kernel = unrolled(bir_kernels.tiled_exp(tiles=8)[0], attrs=())
+    assert apply("address_rotation_sb", _host_calling(kernel.copy(), 0, (128, 2048)))[1]["rotations"] == 0
+    out, stats = apply("address_rotation_sb", _host_calling(kernel.copy(), 2, (128, 2048)))
+    assert stats["rotations"] == 6 and any(n.startswith("t_rot") for n in
+                                           (out.functions[1].strings[s] for s in out.functions[1].memlocs["name"]))
