@@ -74,7 +74,10 @@ def entry_function(module: Module) -> Function | None:
 
 
 def has_if_else(fn: Function) -> bool:
-    """Does a top-level block have more than one predecessor (a join of branches)?"""
+    """Does a top-level block have more than one forward predecessor (a join of branches)?
+
+    A backward branch makes a loop (a KLR dynamic loop is blocks and a branch back to its header); the
+    header it reaches is a loop block, not a join."""
     opc = fn.insts["opcode"]
     if not np.isin(opc, (Op.CompareAndBranch, Op.UnconditionalBranch)).any():
         return False
@@ -96,7 +99,7 @@ def has_if_else(fn: Function) -> bool:
             succ = [k + 1]
         for s in succ:
             t = index.get(s) if isinstance(s, str) else s
-            if isinstance(t, int) and 0 <= t < len(top):
+            if isinstance(t, int) and k < t < len(top):
                 preds[t] += 1
     return any(p > 1 for p in preds)
 

@@ -438,3 +438,21 @@ def test_kernels_called_with_scope_global_take_the_entry_flags():
     out, stats = apply("address_rotation_sb", _host_calling(kernel.copy(), 2, (128, 2048)))
     assert stats["rotations"] == 6 and any(n.startswith("t_rot") for n in
                                            (out.functions[1].strings[s] for s in out.functions[1].memlocs["name"]))
+
+
+def test_a_loop_made_of_blocks_and_a_back_branch_is_not_an_if_else():
+    from tusk.stages.address_rotation import has_if_else
+    b = Builder("main", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    t = b.sbuf("t", (128, 4), addr=0)
+    r = b.register("r")
+    b.register_move(r, 0)
+    b.new_block("head")
+    b.memset(t.ap(), 1.0)
+    b.register_alu(r, r, "add", 1)
+    b.emit("CompareAndBranch", "SP", [r, 3], [], attrs={"comp_op": "IS_LTIMM", "imm": 3, "on_true": "head",
+                                                        "on_false": "exit"})
+    b.new_block("exit")
+    b.memset(t.ap(), 2.0)
+    assert not has_if_else(b.fn)
+    out, stats = stages.make_pass("address_rotation_sb").run(b.module())
+    assert stats.get("skipped") != IF_ELSE
