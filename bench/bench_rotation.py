@@ -1,5 +1,7 @@
 """Address rotation and scheduling, measured with the timing model (docs/timing.md).
 
+0. The 8-tile load -> exp -> store kernel with 1, 2 and 3 rotating SB slots, in program order and
+   scheduled: rotation has to show on the yardstick itself.
 1. Makespans per tiled kernel (cycles of the timing model):
    * "program order": unrolled, edges built, nothing moved;
    * "scheduled": the list scheduler without rotation (one buffer per tensor: tiles cannot overlap);
@@ -69,6 +71,29 @@ def makespans(name: str, module: Module, *, klr: bool = False) -> tuple[str, flo
     parts = {**kernel_tl.busy, **kernel_tl.bounds}
     binding = max(parts, key=parts.get)
     return name, t0, t1, tl.makespan, kernel_tl.lower_bound, binding
+
+
+def eight_tiles(slots: int):
+    """The 8-tile load -> exp -> store kernel after full unroll, its tiles rotating over ``slots`` SB slots."""
+    b = Builder()
+    x = b.dram("x", (128 * 8, 512), kind="ExternalInput")
+    y = b.dram("y", (128 * 8, 512), kind="ExternalOutput")
+    ts = [b.sbuf(f"t{k}", (128, 512), addr=2048 * k) for k in range(slots)]
+    for i in range(8):
+        t = ts[i % slots]
+        b.dma(t.ap(), x.tile(i * 128, 128, 0, 512))
+        b.activation(t.ap(), t.ap(), "Exp")
+        b.dma(y.tile(i * 128, 128, 0, 512), t.ap())
+    return build_fdeps(b.function())
+
+
+def section_eight_tiles() -> None:
+    print("0. 8 tiles load -> exp -> store, 1 / 2 / 3 rotating SB slots (the yardstick)")
+    for slots in (1, 2, 3):
+        fn = eight_tiles(slots)
+        tl = simulate(schedule_function(fn)[0])
+        print(f"  {slots} slot(s): program order {simulate(fn).makespan:9,.0f}, scheduled {tl.makespan:9,.0f} "
+              f"(lower bound {tl.lower_bound:,.0f})")
 
 
 def flagged(host: Module) -> Module:
@@ -222,6 +247,7 @@ def section_parallel(quick: bool) -> None:
 
 def main() -> None:
     quick = "--quick" in sys.argv
+    section_eight_tiles()
     section_makespans(quick)
     section_scaling(quick)
     section_parallel(quick)
