@@ -5,9 +5,11 @@ TranslateNKIASTToBIR and AddressRotation)::
 
     translate_nki_ast_to_bir, heuristic_unroll, unroll,
     address_rotation_psum, address_rotation_sb, address_rotation_dram,   (after each coloring allocator)
-    build_fdeps,
-    separate_load_and_compute, post_sched,                                (the scheduling split)
-    address_rotation_psum_post_schedule, address_rotation_sb               (rotate the stage buffers)
+    clear_inst_deps, build_fdeps,                                         (edges for the rotated addresses)
+    schedule,                                      (Tusk's list scheduler in place of the seed's
+                                                    separate_load_and_compute + post_sched)
+    address_rotation_psum_post_schedule, address_rotation_sb,             (rotate again after scheduling)
+    clear_inst_deps, build_fdeps                                          (edges valid for the final addresses)
 
 Only registered passes run (``tusk.stages.REGISTRY``); backend passes Tusk
 does not have yet are reported as "not available yet".
@@ -48,11 +50,13 @@ DEFAULT_ORDER: tuple[str, ...] = (
     "address_rotation_psum",
     "address_rotation_sb",
     "address_rotation_dram",
+    "clear_inst_deps",
     "build_fdeps",
-    "separate_load_and_compute",
-    "post_sched",
+    "schedule",
     "address_rotation_psum_post_schedule",
     "address_rotation_sb",
+    "clear_inst_deps",
+    "build_fdeps",
 )
 BACKEND_NAMES = frozenset(DEFAULT_ORDER)
 UNROLL_PASSES = frozenset({"heuristic_unroll", "unroll", "full_unroll"})
