@@ -214,11 +214,13 @@ def test_an_edited_note_or_record_is_not_trusted_and_cache_verify_reports_it(tmp
         if data["value"].get("ins"):
             data["value"]["ins"][0][2] = [64, 64]
             note.write_text(json.dumps(data))
-    records = sorted((cache / "actions").rglob("*.json"))
-    outputs = [json.loads(r.read_text())["output"] for r in records]
-    first = json.loads(records[0].read_text())
-    first["output"] = next(o for o in outputs if o != first["output"])  # pointed at another stored object
-    records[0].write_text(json.dumps(first))
+    stats = json.loads((out / "tiled_exp" / "stats.json").read_text())
+    last = stats["units"][0]["steps"][-1]["key"]  # the record of the kernel's last step, which a rebuild reads
+    record = next((cache / "actions").rglob(f"{last}.json"))
+    outputs = [json.loads(r.read_text()).get("output") for r in (cache / "actions").rglob("*.json")]
+    data = json.loads(record.read_text())
+    data["output"] = next(o for o in outputs if o and o != data["output"])  # pointed at another stored object
+    record.write_text(json.dumps(data))
     code, text = tusk("cache", "verify", "--cache-dir", str(cache))
     assert code == 1 and "damaged or edited note" in text and "edited record" in text
     shutil.rmtree(out)
