@@ -431,7 +431,10 @@ class Store:
             raise StoreRefused(f"{self.url} is a file, not a Tusk store; not {doing} it")
         if self.fs.read_bytes(self.fs.path(MARKER)) is not None:
             return
-        if empty_ok and not self.fs.listdir(root):
+        # another process may be making this very store: its marker, half-written or just written, counts
+        if empty_ok and not [e for e in self.fs.listdir(root) if not e.startswith(f".{MARKER}.tmp-")]:
+            return
+        if self.fs.read_bytes(self.fs.path(MARKER)) is not None:
             return
         hint = " (Tusk makes a store only of an empty or new directory: choose another --cache-dir)" if empty_ok \
             else ""

@@ -46,6 +46,7 @@ from tusk.ir.enums import FnAttr, Mem, Op
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module, _ranges
 from tusk.stages.base import OptionError, Pass, Stats, option
+from tusk.stages.deps import build_fdeps
 from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
 from tusk.stages.rotation_psum import psum_rotation
 from tusk.stages.rotation_rings import analyse, makespan_stats
@@ -249,16 +250,22 @@ class AddressRotation(Pass):
         dram = [j.fn for j in jobs if j.kind == "dram"]
         if dram:
             moved += dram_rotation(out, dram, getattr(self, "dram_rotation_size", -1), self.log)
+        scheduled: set[int] = set()  # functions whose edges must be rebuilt: scheduled ones that changed
         for job in jobs:
             fn = out.functions[job.fn]
+            here = 0
             if job.kind == "psum":
                 for _ in range(PSUM_SWEEPS):
-                    moved += psum_rotation(fn, arch, self.log)
+                    here += psum_rotation(fn, arch, self.log)
             elif job.kind in ("standard", "post"):
                 sp = analyse(fn, Mem.SB)
                 rules = sb_schedule(job.kind, job.region.partitions)
                 for batch in batches(sp):
-                    moved += sb_rotation_batch(sp, batch, rules, job.region, self.log)
+                    here += sb_rotation_batch(sp, batch, rules, job.region, self.log)
+            if here and FnAttr.KERNEL_SCOPE in fn.attrs:
+                scheduled.add(job.fn)
+            moved += here
+        _rebuild_edges(out, scheduled)
         return moved
 
     def _timings(self, before: Module, after: Module, stats: Stats) -> None:
@@ -313,10 +320,20 @@ class AddressRotation(Pass):
             names = {orig.strings[s]: m for m, s in enumerate(orig.memlocs["name"].tolist())}
             members = np.array([names[n] for n in marker["memlocs"]], dtype=np.int64)
             _merge_part(fn, orig, part.functions[0], part_rows(orig, members))
+        _rebuild_edges(out, {int(p.attributes[PART_KEY]["job"]) for p, s in zip(parts, part_stats)
+                             if s.get("rotations") and FnAttr.KERNEL_SCOPE in out.functions[int(
+                                 p.attributes[PART_KEY]["job"])].attrs})
         stats: Stats = {"rotations": int(sum(s.get("rotations", 0) for s in part_stats)),
                         "functions": len({int(p.attributes[PART_KEY]["job"]) for p in parts}), "parts": len(parts)}
         self._timings(module, out, stats)
         return out, stats
+
+
+def _rebuild_edges(module: Module, functions: set[int]) -> None:
+    """After scheduling (attribute 12) edges are kept, not rebuilt by a later step: where rotation moved a
+    buffer, the function's edges are rebuilt so they order the instances that now share a slot."""
+    for k in sorted(functions):
+        module.functions[k] = build_fdeps(module.functions[k])
 
 
 def _has_work(sp, batch) -> bool:

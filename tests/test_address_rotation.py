@@ -456,3 +456,21 @@ def test_a_loop_made_of_blocks_and_a_back_branch_is_not_an_if_else():
     assert not has_if_else(b.fn)
     out, stats = stages.make_pass("address_rotation_sb").run(b.module())
     assert stats.get("skipped") != IF_ELSE
+
+
+def test_a_post_schedule_rotation_that_moves_a_buffer_rebuilds_that_functions_edges():
+    """After scheduling no later step rebuilds the edges: the rotation itself must leave them valid."""
+    from tusk.examples import bir_kernels
+    from tusk.stages.deps import dependence_edges
+
+    m = unrolled(bir_kernels.tiled_matmul(m=512, k=128, n=128)[0])
+    m = apply("build_fdeps", m)[0]
+    for fn in m.functions:
+        fn.attrs.add(FnAttr.KERNEL_SCOPE)
+    out, stats = apply("address_rotation_psum_post_schedule", m, timing=False)
+    assert stats["rotations"] > 0
+    fn = out.functions[0]
+    src, dst, kind = dependence_edges(fn)
+    have = set(zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(), fn.deps["kind"].tolist()))
+    assert have == set(zip(src.tolist(), dst.tolist(), kind.tolist()))  # exactly the edges of the new addresses
+    assert same_meaning(m, out)

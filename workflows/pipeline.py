@@ -8,8 +8,9 @@ TranslateNKIASTToBIR and AddressRotation)::
     clear_inst_deps, build_fdeps,                                         (edges for the rotated addresses)
     schedule,                                      (Tusk's list scheduler in place of the seed's
                                                     separate_load_and_compute + post_sched)
-    address_rotation_psum_post_schedule, address_rotation_sb,             (rotate again after scheduling)
-    clear_inst_deps, build_fdeps                                          (edges valid for the final addresses)
+    address_rotation_psum_post_schedule, address_rotation_sb              (rotate again after scheduling;
+                                                    where they move a buffer they rebuild that function's
+                                                    edges, so dependence analysis runs once per build)
 
 Only registered passes run (``tusk.stages.REGISTRY``); backend passes Tusk
 does not have yet are reported as "not available yet".
@@ -18,8 +19,9 @@ A pass that appears twice is addressed as ``name`` (every occurrence) or
 
 Changing it:
 
-* ``--set pass.option=value`` sets an option (typed by the pass's fields); ``--set pass.enabled=false`` drops a step (or, for a pass that
-  has an ``enabled`` option of its own, sets that option).
+* ``--set pass.option=value`` sets an option (typed by the pass's fields); ``--set
+  pass.enabled=false`` drops a step (or, for a pass that has an ``enabled``
+  option of its own, sets that option).
 * ``--pipeline FILE`` reads a TOML file::
 
       [[step]]
@@ -55,8 +57,6 @@ DEFAULT_ORDER: tuple[str, ...] = (
     "schedule",
     "address_rotation_psum_post_schedule",
     "address_rotation_sb",
-    "clear_inst_deps",
-    "build_fdeps",
 )
 BACKEND_NAMES = frozenset(DEFAULT_ORDER)
 UNROLL_PASSES = frozenset({"heuristic_unroll", "unroll", "full_unroll"})
