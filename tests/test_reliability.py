@@ -290,3 +290,37 @@ def test_no_worker_process_outlives_an_interrupted_build(tmp_path, sig):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+# --------------------------------------------------------------------------- 4: verified by default
+
+
+def _out_of_bounds_kernel(path: Path) -> None:
+    """A load whose SB destination starts a million elements past its tensor."""
+    from tusk.ir import bir_json
+    from tusk.ir.builder import Builder
+
+    b = Builder("main")
+    x = b.dram("x", (128, 4), kind="ExternalInput")
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), x.ap())
+    b.dma(y.ap(), t.ap())
+    m = b.module()
+    fn = m.functions[0]
+    first_out = int(fn.insts["ops"][0]) + [int(r) for r in fn.operands["role"][:2]].index(2)
+    fn.operands["offset"][first_out] = 10**6
+    bir_json.save(m, path)
+
+
+def test_out_of_bounds_access_patterns_are_refused_by_default(tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    _out_of_bounds_kernel(k / "oob.json")
+    args = ["compile", str(k), "-o", str(tmp_path / "out"), "--workers", "0", "--json"]
+    res = runner.invoke(app, args)
+    report = json.loads(res.stdout)
+    assert res.exit_code == 1 and [f["kernel"] for f in report["failed"]] == ["oob"]
+    assert report["failed"][0]["fault"] == "input"
+    assert (tmp_path / "out" / "tiled_exp" / "tiled_exp.bir.json").is_file()
+    res = runner.invoke(app, [*args, "--no-verify", "--cache-dir", str(tmp_path / "c2")])
+    assert res.exit_code == 0, res.output  # the user asked not to check

@@ -51,7 +51,9 @@ def compile(
     sets: List[str] = typer.Option([], "--set", help="pass.option=value (repeatable); pass.enabled=false drops it"),
     pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="TOML pipeline file ([[step]] pass=...)"),
     stages: bool = typer.Option(False, "--stages", help="Also write every pass's output to OUT/<kernel>/stages/"),
-    verify: bool = typer.Option(False, "--verify", help="Run the IR verifier after every pass"),
+    verify: Optional[bool] = typer.Option(None, "--verify/--no-verify", help="Run the IR verifier after every "
+                                          "pass / not at all (default: on the kernel as translated and on the "
+                                          "final output; TUSK_VERIFY=none|ends|all)"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the pipeline and why each pass ran"),
 ) -> None:
     """Compile every kernel of DIRECTORY (.klr or BIR-JSON) through the pass pipeline."""
@@ -65,7 +67,8 @@ def compile(
     directory = directory or EXAMPLES
     req = CompileRequest(directory=directory, out=out, workers=workers, scheduler=scheduler, dashboard=dashboard,
                          cache_dir=cache_dir, no_cache=no_cache, core_id=core_id, sets=list(sets),
-                         pipeline=pipeline, stages=stages, verify=verify or None)
+                         pipeline=pipeline, stages=stages,
+                         verify=None if verify is None else ("all" if verify else "none"))
     bar = progress_bar(console)
 
     class Events(BuildEvents):

@@ -77,7 +77,7 @@ class CompileRequest:
     sets: list[str] = field(default_factory=list)
     pipeline: Path | None = None
     stages: bool = False
-    verify: bool | None = None
+    verify: str | None = None    # "none" | "ends" | "all"; None: the setting (default "ends")
 
 
 LOG_FILE = "tusk.log"
@@ -267,7 +267,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             events.executor(ex)
 
         report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
-                       verify=bool(cfg.verify), previous=previous, on_final=writer.on_final, progress=events.step,
+                       verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
                        on_executor=_on_executor)
         report.unavailable = resolved.unavailable
         for u in report.units:

@@ -421,7 +421,7 @@ class Build:
     """One build; see :func:`build`."""
 
     def __init__(self, store: Store, steps: list[Step], *, env: dict[str, Any] | None = None,
-                 executor: Callable[[], Any] | Any | None = None, verify: bool = False,
+                 executor: Callable[[], Any] | Any | None = None, verify: str | bool = "none",
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  progress: Callable[[str, UnitReport, str], None] | None = None,
@@ -431,7 +431,9 @@ class Build:
         self.env = env or {}
         self._executor_factory = executor if callable(executor) or executor is None else (lambda: executor)
         self.executor = None
-        self.verify = verify
+        # "ends": the kernel as translated (the first step, or a pass that reads the kernel's files) and the
+        # final output; "all": after every pass; "none"
+        self.verify = {True: "all", False: "none"}.get(verify, verify) if isinstance(verify, bool) else verify
         self.previous = previous or {}
         self.on_final = on_final
         self.progress = progress or (lambda event, unit, label: None)
@@ -453,10 +455,17 @@ class Build:
 
             return uuid.uuid4().hex * 2, parts  # never hits: fail towards a miss
 
-    def _ctx(self, st: _State) -> dict[str, Any]:
-        """What every task of the unit needs besides the step: the store, flags, the unit's locations."""
-        return {"store": self.store.url, "verify": self.verify, "check": st.report.repairs > 0,
-                "where": st.report.unit.where}
+    def _ctx(self, st: _State, i: int | None = None) -> dict[str, Any]:
+        """What a task of the unit needs besides the step: the store, flags, the unit's locations."""
+        return {"store": self.store.url, "verify": i is not None and self._verifies(i),
+                "check": st.report.repairs > 0, "where": st.report.unit.where}
+
+    def _verifies(self, i: int) -> bool:
+        if self.verify == "all":
+            return True
+        if self.verify == "ends":
+            return i == 0 or i == len(self.steps) - 1 or self.steps[i].reads_files
+        return False
 
     def _task_key(self, prefix: str, key: str, st: _State) -> str:
         """``<pass>-<kernel>-<digest8>``: the dashboard groups by pass and names the kernel."""
@@ -504,7 +513,7 @@ class Build:
                 self.store.touch_action(key)
                 self._fail(st, failed["error"], cached=True)
                 return
-            args = (self._ctx(st), step.task_spec(), st.hashes[i], key, parts)
+            args = (self._ctx(st, i), step.task_spec(), st.hashes[i], key, parts)
             if step.splittable:
                 self._submit(f"{step.name}-split", key, st, "split", i, tasks.split_step, *args)
             else:
@@ -735,7 +744,7 @@ class Build:
         key = st.keys[st.i]
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
-        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st), step.task_spec(),
+        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
                      st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed)
 
     # ------------------------------------------------------------ driver
