@@ -109,8 +109,11 @@ def compile(
                     note = " (the dashboard needs bokeh: pip install -e '.[dashboard]')"
                 console.print(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
 
+    from tusk.workflows import interrupts
+
     try:
-        result = compile_directory(req, events=Events())
+        with interrupts.handled():
+            result = compile_directory(req, events=Events())
     except TuskError as e:
         bar.stop()
         console.print(f"[red]error:[/red] {e}", soft_wrap=True)
