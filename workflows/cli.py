@@ -19,6 +19,7 @@ from typing import Iterable, List, Optional
 import typer
 
 from tusk.ir.errors import InputError, TuskError
+from tusk.workflows.project import EXAMPLES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
@@ -27,8 +28,6 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=No
 cache_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
                         help="Inspect and maintain the module cache (TUSK_CACHE_DIR).")
 app.add_typer(cache_app, name="cache")
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
 
 
 # ====================================================================== helpers
@@ -125,69 +124,6 @@ class ProgressMode(str, Enum):
     off = "off"
 
 
-def _candidates(directory: Path) -> bool:
-    """Does ``directory`` hold a file that may be a kernel (.klr, .json, or KLR content)?"""
-    from tusk.ir.klr.wire import is_klr_bytes
-
-    for p in directory.iterdir():
-        if p.suffix in (".klr", ".json"):
-            return True
-        try:
-            if p.is_file():
-                with open(p, "rb") as fh:
-                    if is_klr_bytes(fh.read(4)):
-                        return True
-        except OSError:
-            continue
-    return False
-
-
-def prepare(directory: Path, *, sets: list[str], pipeline: Optional[Path], settings: dict, stages: bool,
-            stage: list[str]):
-    """Check everything a build can be refused for before it starts; (request pieces, config, project file).
-
-    Raises TuskError (a usage error) with the reason.
-    """
-    from tusk.workflows import config as config_mod
-    from tusk.workflows import project
-    from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
-
-    if not directory.exists():
-        raise TuskError(f"{directory}: no such directory")
-    if not directory.is_dir():
-        raise TuskError(f"{directory} is not a directory (tusk compile takes a directory of kernels; "
-                        f"'tusk show FILE' lists one file)")
-    pf = project.load(directory)
-    overrides = {**pf.settings, **{k: v for k, v in settings.items() if v is not None}}
-    cfg = config_mod.load(overrides)
-    pipe = pipeline or pf.pipeline
-    entries = load_pipeline(pipe) if pipe else default_pipeline()
-    apply_defaults(entries, config_mod.pass_defaults(cfg))
-    all_sets = [*pf.sets, *sets]
-    apply_sets(entries, all_sets)
-    resolved = resolve(entries)
-    known = {s.label for s in resolved.steps} | {s.name for s in resolved.steps}
-    bad = [s for s in stage if s not in known]
-    if bad:
-        raise TuskError(f"--stage {bad[0]}: the pipeline runs no such step (steps: "
-                        f"{', '.join(s.label for s in resolved.steps)})")
-    return {"overrides": overrides, "pipeline": pipe, "sets": all_sets,
-            "stages": True if stages else (list(stage) if stage else False)}, cfg, pf, resolved
-
-
-def _history_store(cfg):
-    """The store that keeps pass times between builds (the configured cache), or None."""
-    url = str(cfg.cache_dir)
-    if url.startswith("memory://"):
-        return None
-    try:
-        from tusk.cache.store import Store
-
-        return Store(url)
-    except Exception:  # noqa: BLE001 - no history then; the build itself will say what is wrong
-        return None
-
-
 @app.command(epilog=COMPILE_EPILOG)
 def compile(
     directory: Optional[Path] = typer.Argument(None, metavar="DIR",
@@ -233,31 +169,27 @@ def compile(
     """Compile every kernel of DIR (.klr or BIR-JSON) through the pass pipeline into OUT."""
     from rich.console import Console
 
-    from tusk.workflows.compile import CompileRequest, compile_directory
+    from tusk.workflows.compile import compile_directory
     from tusk.workflows.observe import Reporter, Tee
     from tusk.workflows.progress import History, make_display, route_dask_logs
+    from tusk.workflows.project import NoKernels, prepare_request
     from tusk.workflows.report import print_result, result_json
 
     directory = directory or EXAMPLES
     try:
-        pieces, cfg, pf, resolved = prepare(
-            directory, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
-            settings={"arch": arch, "instruction_limit": instruction_limit, "maxhu": maxhu, "workers": workers,
-                      "scheduler": scheduler, "cache_dir": cache_dir, "verify": verify})
+        req, cfg, pf = prepare_request(
+            directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
+            workers=workers, scheduler=scheduler, cache_dir=cache_dir, verify=verify, arch=arch,
+            instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
+            core_id=core_id)
+    except NoKernels as e:
+        raise _fail(e, 1)
     except TuskError as e:
         raise _fail(e, 2)
-    if not _candidates(directory):
-        raise _fail(f"{directory} has no kernel files (.klr or BIR-JSON .json); nothing to compile", 1)
     err = Console(stderr=True, highlight=False)
     stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
     console = Console(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
-    o = pieces["overrides"]
-    req = CompileRequest(directory=directory, out=out, workers=o.get("workers"), scheduler=o.get("scheduler"),
-                         dashboard=dashboard, cache_dir=o.get("cache_dir"), no_cache=no_cache, core_id=core_id,
-                         sets=pieces["sets"], pipeline=pieces["pipeline"], stages=pieces["stages"],
-                         verify=o.get("verify"), settings={k: o[k] for k in ("arch", "instruction_limit", "maxhu")
-                                                          if k in o})
-    history = History(_history_store(cfg))
+    history = History.of(cfg)
     display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
     if verbose and pf.path:
         display.say(f"settings from {pf.path}")

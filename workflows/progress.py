@@ -126,6 +126,19 @@ class History:
         self.store = store
         self._seen: dict[str, dict[str, float]] = {}
 
+    @classmethod
+    def of(cls, cfg) -> "History":
+        """The history kept in the configured cache (none for a memory:// cache or one that cannot be opened)."""
+        url = str(cfg.cache_dir)
+        if url.startswith("memory://"):
+            return cls(None)
+        try:
+            from tusk.cache.store import Store
+
+            return cls(Store(url))
+        except Exception:  # noqa: BLE001 - no history then; the build itself will say what is wrong
+            return cls(None)
+
     def get(self, unit) -> dict[str, float]:
         if unit.name not in self._seen:
             note = None

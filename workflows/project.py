@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tusk.ir.errors import UsageError
+from tusk.ir.errors import TuskError, UsageError
 from tusk.workflows import config
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"  # the shipped corpus (tusk.examples)
 FILE = "tusk.toml"
 PYPROJECT = "pyproject.toml"
 PATH_SETTINGS = frozenset({"cache_dir"})  # relative to the file's directory (unless a URL)
@@ -136,3 +137,81 @@ def _pass_options(value: Any, where: str) -> list[str]:
                                        f"or true/false, got {v!r}")
             sets.append(f"{pass_name}.{option}={text}")
     return sets
+
+
+# ====================================================================== a request, checked before it runs
+
+
+class NoKernels(TuskError):
+    """The directory holds no file that may be a kernel (exit 1: nothing to compile, nothing created)."""
+
+
+def has_kernel_files(directory: Path) -> bool:
+    """Does ``directory`` hold a file that may be a kernel (.klr, .json, or KLR content)?"""
+    from tusk.ir.klr.wire import is_klr_bytes
+
+    for p in Path(directory).iterdir():
+        if p.suffix in (".klr", ".json"):
+            return True
+        try:
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    if is_klr_bytes(fh.read(4)):
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+SETTING_ARGS = ("workers", "scheduler", "cache_dir", "verify", "arch", "instruction_limit", "maxhu")
+
+
+def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipeline: Path | None = None,
+                    stages: bool = False, stage: list[str] = (), dashboard: bool = False, no_cache: bool = False,
+                    core_id: int | None = None, **settings: Any):
+    """Everything a build can be refused for, checked before it starts; ``(CompileRequest, config, file)``.
+
+    ``settings`` are the command-line values of :data:`SETTING_ARGS` (None:
+    not given).  Raises a UsageError-like TuskError with the reason, or
+    :class:`NoKernels`.  Nothing is created.
+    """
+    from tusk.workflows import config as config_mod
+    from tusk.workflows.compile import CompileRequest
+    from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
+
+    unknown = set(settings) - set(SETTING_ARGS)
+    if unknown:
+        raise TypeError(f"unknown settings {sorted(unknown)} (settings: {', '.join(SETTING_ARGS)})")
+    directory = Path(directory)
+    if not directory.exists():
+        raise UsageError(f"{directory}: no such directory")
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory (tusk compile takes a directory of kernels; "
+                         f"'tusk show FILE' lists one file)")
+    if settings.get("workers") is not None and settings["workers"] < 0:
+        raise UsageError(f"--workers must be 0 (run in this process) or more, got {settings['workers']}")
+    if core_id is not None and core_id < 0:
+        raise UsageError(f"--core-id must be a logical core number (0 or more), got {core_id}")
+    pf = load(directory)
+    overrides = {**pf.settings, **{k: v for k, v in settings.items() if v is not None}}
+    cfg = config_mod.load(overrides)
+    pipe = pipeline or pf.pipeline
+    entries = load_pipeline(pipe) if pipe else default_pipeline()
+    apply_defaults(entries, config_mod.pass_defaults(cfg))
+    all_sets = [*pf.sets, *sets]
+    apply_sets(entries, all_sets)
+    resolved = resolve(entries)
+    known = {s.label for s in resolved.steps} | {s.name for s in resolved.steps}
+    bad = [s for s in stage if s not in known]
+    if bad:
+        raise UsageError(f"--stage {bad[0]}: the pipeline runs no such step (steps: "
+                         f"{', '.join(s.label for s in resolved.steps)})")
+    if not has_kernel_files(directory):
+        raise NoKernels(f"{directory} has no kernel files (.klr or BIR-JSON .json); nothing to compile")
+    req = CompileRequest(directory=directory, out=Path(out), workers=overrides.get("workers"),
+                         scheduler=overrides.get("scheduler"), dashboard=dashboard,
+                         cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,
+                         pipeline=pipe, stages=True if stages else (list(stage) if stage else False),
+                         verify=overrides.get("verify"),
+                         settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides})
+    return req, cfg, pf
