@@ -399,11 +399,17 @@ class Live(Display):
     def say(self, text: str) -> None:
         self.console.print(Text(text), soft_wrap=True)  # printed above the live view
 
+    def executor_starting(self, what: str) -> None:
+        self.state.starting = what  # the live view says it (with a spinner)
+
     def render(self):
         st = self.state
         elapsed = time.perf_counter() - st.t0
         if st.starting:
-            return Group(self._bar(elapsed), Text.assemble("  ", (f"starting {st.starting} ...", "yellow")))
+            self._spinner.text = Text(f"starting {st.starting} ...", style="yellow")
+            grid = Table.grid(padding=(0, 1))
+            grid.add_row(Text(" "), self._spinner)
+            return Group(self._bar(elapsed), grid)
         running, waiting = st.running()
         lines = Table.grid(padding=(0, 2))
         lines.add_column(no_wrap=True, style="bold")
@@ -461,15 +467,22 @@ class Plain(Display):
             self._thread = threading.Thread(target=self._beat, name="tusk-progress", daemon=True)
             self._thread.start()
 
+    LONG = 2.0  # seconds: a step this long gets its own line
+
     def step(self, event: str, unit, label: str) -> None:
         super().step(event, unit, label)
         st = self.state
-        where = f"[{st.completed}/{st.total}]"
+        done = sum(1 for u in st.units.values() if u.done or u.failed)
+        where = f"[{done}/{st.n_units}]"
         if event == "executed":
             secs = next((s.seconds for s in unit.steps if s.label == label), 0.0)
-            self.say(f"{where} ran {unit.unit.name}: {label} ({secs:.2f}s)")
+            if secs >= self.LONG:
+                self.say(f"{' ' * len(where)} {unit.unit.name}: {label} ran in {secs:.1f}s")
         elif event == "failed":
-            self.say(f"{where} failed {unit.unit.name}: {label or 'reading the kernel'}")
+            self.say(f"{where} {unit.unit.name}: failed at {label or 'reading the kernel'}")
+        elif event == "done":
+            ran, cached = len(unit.executed), len(unit.cached)
+            self.say(f"{where} {unit.unit.name}: {ran} ran, {cached} cached ({unit.seconds:.2f}s)")
 
     def _beat(self) -> None:
         while not self._stop.wait(1.0):

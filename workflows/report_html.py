@@ -156,31 +156,48 @@ def _pass_time(result, figs: _Figures) -> str:
     return f'<section><h2>Pass time</h2>{div}</section>'
 
 
+def _why(u) -> str:
+    """Why a unit's steps ran: the first one that ran and its reason, plus any other reason that is not
+    just the consequence of an earlier step's new output ("input changed")."""
+    ran = [s for s in u.steps if s.status == "executed"]
+    failed = next((s for s in u.steps if s.status == "failed"), None)
+    if not ran:
+        return f"{failed.label} failed" if failed else "everything cached"
+    parts = [f"{ran[0].label}: {ran[0].reason}"]
+    for s in ran[1:]:
+        if s.reason not in ("input changed", ran[0].reason, "not built before"):
+            parts.append(f"{s.label}: {s.reason}")
+    return "; ".join(parts)
+
+
 def _cache(result) -> str:
     labels = _labels(result)
     units = _units(result)
     if not units:
         return ""
-    head = "".join(f"<th>{_e(label)}</th>" for label in labels)
+    head = "".join(f'<th class="v"><span>{_e(label)}</span></th>' for label in labels)
     rows = []
     for u in units:
         cells = []
         for label in labels:
             s = next((s for s in u.steps if s.label == label), None)
             if s is None:
-                cells.append('<td class="none">&ndash;</td>')
+                cells.append('<td class="none" title="not reached">&middot;</td>')
             elif s.status == "cached":
-                cells.append(f'<td class="hit" title="{_e(s.key[:16])}">hit</td>')
+                cells.append(f'<td class="hit" title="{_e(label)}: cached ({_e(s.seconds and f"{s.seconds:.3f} s when it ran" or "")})">&#10003;</td>')
             elif s.status == "executed":
-                parts = f" {s.parts_executed}/{s.parts_total} parts" if s.parts_total else ""
-                cells.append(f'<td class="miss">ran{_e(parts)}<br><small>{_e(s.reason)}</small></td>')
+                parts = f", {s.parts_executed}/{s.parts_total} parts" if s.parts_total else ""
+                cells.append(f'<td class="miss" title="{_e(label)} ran: {_e(s.reason)}{_e(parts)}, '
+                             f'{s.seconds:.3f} s">&#9679;</td>')
             else:
-                cells.append(f'<td class="fail">failed<br><small>{_e(s.reason[:200])}</small></td>')
-        rows.append(f"<tr><td>{_e(u.unit.name)}</td>{''.join(cells)}</tr>")
+                cells.append(f'<td class="fail" title="{_e(label)} failed: {_e(s.reason[:300])}">&#10007;</td>')
+        rows.append(f"<tr><td>{_e(u.unit.name)}</td>{''.join(cells)}<td class=\"why\">{_e(_why(u))}</td></tr>")
     return ('<section><h2>Cache</h2><p class="note">Each step is looked up by its action key (pass, version, '
-            'source, options, input, settings, kernel files); a miss says which part changed.</p>'
-            f'<div class="scroll"><table class="grid cache"><thead><tr><th>unit</th>{head}</tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table></div></section>")
+            'source, options, input, settings, kernel files): <span class="hit">&#10003; cached</span>, '
+            '<span class="miss">&#9679; ran</span> (hover for the reason), <span class="fail">&#10007; failed'
+            '</span>. A step whose input changed because an earlier step ran is not a separate cause.</p>'
+            f'<div class="scroll"><table class="grid cache"><thead><tr><th>unit</th>{head}<th>why it ran</th>'
+            '</tr></thead><tbody>' + "".join(rows) + "</tbody></table></div></section>")
 
 
 def _instructions(result, figs: _Figures) -> str:
@@ -198,8 +215,9 @@ def _instructions(result, figs: _Figures) -> str:
                      "hoverinfo": "text", "line": {"color": _color(i)}})
     if not data:
         return ""
-    div = figs.add(data, {"yaxis": {"type": "log", "dtick": 1, "title": {"text": "kernel instructions"}},
-                          "xaxis": {"type": "category"},
+    div = figs.add(data, {"yaxis": {"type": "log", "dtick": 1, "automargin": True,
+                                    "title": {"text": "kernel instructions"}},
+                          "xaxis": {"type": "category", "automargin": True},
                           "title": {"text": "kernel instructions after each pass (input: as the file has them)"}},
                    360)
     return f'<section><h2>Instructions through the pipeline</h2>{div}</section>'
@@ -278,11 +296,21 @@ def _timelines(result, phases: dict[str, list[Phase]], figs: _Figures, model_not
                 else:
                     body.append(f'<p class="note">{_e(ph.title)}, {_e(tl.get("function"))}: not timed: '
                                 f'{_e(tl.get("why"))}</p>')
-        summary = ", ".join(f"{ph.title}: {_makespan(ph)}" for ph in unit_phases)
+        summary = ", ".join(f"{ph.title}: {_makespan(ph)}" for ph in unit_phases) + _speedup(unit_phases)
         out.append(f'<details class="kernel"{" open" if n <= OPEN_KERNELS else ""}><summary><b>{_e(unit)}</b> '
                    f'<span>{_e(summary)}</span></summary>{"".join(body)}</details>')
     out.append("</section>")
     return "".join(out)
+
+
+def _speedup(phases: list[Phase]) -> str:
+    if len(phases) != 2:
+        return ""
+    a = [tl["makespan"] for tl in phases[0].timelines if tl.get("ok")]
+    b = [tl["makespan"] for tl in phases[1].timelines if tl.get("ok")]
+    if len(a) != 1 or len(b) != 1 or not b[0]:
+        return ""
+    return f" ({a[0] / b[0]:.2f}x)" if abs(a[0] - b[0]) > 1e-9 else " (unchanged)"
 
 
 def _makespan(ph: Phase) -> str:
@@ -351,9 +379,13 @@ table.grid{border-collapse:collapse;font-size:13px;background:#fff}
 .grid th{background:#f2f2f2}.grid td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.failed td.st{color:#c62828;font-weight:bold}tr.ok td.st,tr.up-to-date td.st{color:#2e7d32}
 td.err{color:#c62828;max-width:520px;word-break:break-word}
-.cache td.hit{background:#e8f5e9;color:#2e7d32}.cache td.miss{background:#fff3e0}
-.cache td.fail{background:#ffebee;color:#c62828}.cache td.none{color:#bbb}
-.cache small{color:#666}.scroll{overflow-x:auto}.note{color:#666}
+.cache td{text-align:center}.cache td:first-child,.cache td.why{text-align:left;white-space:nowrap}
+.cache td.why{color:#555;white-space:normal;min-width:260px}
+.hit{background:#e8f5e9;color:#2e7d32}.miss{background:#fff3e0;color:#e65100}
+.fail{background:#ffebee;color:#c62828}.cache td.none{color:#bbb}
+.cache th.v{vertical-align:bottom;padding:4px 2px}.cache th.v span{writing-mode:vertical-rl;transform:rotate(180deg);
+white-space:nowrap;font-weight:normal}.scroll{overflow-x:auto}.note{color:#666}
+.note span{padding:0 4px}
 details.kernel{background:#fff;border:1px solid #e3e3e3;border-radius:4px;margin:8px 0;padding:4px 10px}
 details.kernel summary{cursor:pointer;padding:4px 0}details.kernel summary span{color:#666;margin-left:8px}
 .plot{width:100%}ul.failures code{white-space:pre-wrap}
