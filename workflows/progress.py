@@ -482,7 +482,8 @@ class Plain(Display):
             self.say(f"{where} {unit.unit.name}: failed at {label or 'reading the kernel'}")
         elif event == "done":
             ran, cached = len(unit.executed), len(unit.cached)
-            self.say(f"{where} {unit.unit.name}: {ran} ran, {cached} cached ({unit.seconds:.2f}s)")
+            secs = sum(s.seconds for s in unit.steps if s.status == "executed")
+            self.say(f"{where} {unit.unit.name}: {ran} pass(es) ran ({secs:.2f}s), {cached} cached")
 
     def _beat(self) -> None:
         while not self._stop.wait(1.0):
