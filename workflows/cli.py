@@ -199,9 +199,10 @@ def compile(
 
     reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
     existed = out.exists()
+    events = Tee(display, reporter)
     try:
         with route_dask_logs(out / "tusk.log"):
-            result = compile_directory(req, events=Tee(display, reporter))
+            result = compile_directory(req, events=events)
     except TuskError as e:
         display.stop()
         _drop_if_empty(out, existed)
@@ -212,12 +213,19 @@ def compile(
         print_result(console, result, verbose, err)
         _drop_if_empty(out, existed)
         raise typer.Exit(1)
-    if as_json:
-        sys.stdout.write(json.dumps(result_json(result, reporter.files), indent=1, sort_keys=True, default=str) + "\n")
-        for kr in result.failed:
-            _err(f"{kr.kernel.name}: {kr.error}")
-    else:
-        print_result(console, result, verbose, err, extra=reporter.lines(result.out))
+    for problem in events.errors:
+        warn(f"progress display or report failed ({problem}); the build is not affected")
+    try:
+        if as_json:
+            sys.stdout.write(json.dumps(result_json(result, reporter.files), indent=1, sort_keys=True, default=str)
+                             + "\n")
+            sys.stdout.flush()
+            for kr in result.failed:
+                _err(f"{kr.kernel.name}: {kr.error}")
+        else:
+            print_result(console, result, verbose, err, extra=reporter.lines(result.out))
+    except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
 
 

@@ -40,38 +40,41 @@ TIMELINE = "timeline.json"
 
 
 class Tee(BuildEvents):
-    """Hands every event to each listener in turn."""
+    """Hands every event to each listener in turn; a listener that raises never stops the build
+    (its first error is kept in ``errors`` and it hears nothing more)."""
 
     def __init__(self, *listeners: BuildEvents):
         self.listeners = [x for x in listeners if x is not None]
+        self.errors: list[str] = []
+
+    def _each(self, method: str, *args) -> None:
+        for x in list(self.listeners):
+            try:
+                getattr(x, method)(*args)
+            except Exception as e:  # noqa: BLE001 - progress and reports are never worth a failed build
+                self.errors.append(f"{type(x).__name__}.{method}: {type(e).__name__}: {e}")
+                self.listeners.remove(x)
 
     def pipeline(self, resolved) -> None:
-        for x in self.listeners:
-            x.pipeline(resolved)
+        self._each("pipeline", resolved)
 
     def start(self, n_units: int, n_steps: int) -> None:
-        for x in self.listeners:
-            x.start(n_units, n_steps)
+        self._each("start", n_units, n_steps)
 
     def executor_starting(self, what: str) -> None:
-        for x in self.listeners:
-            x.executor_starting(what)
+        self._each("executor_starting", what)
 
     def executor(self, ex) -> None:
-        for x in self.listeners:
-            x.executor(ex)
+        self._each("executor", ex)
 
     def step(self, event: str, unit, label: str) -> None:
-        for x in self.listeners:
-            x.step(event, unit, label)
+        self._each("step", event, unit, label)
 
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
-        for x in self.listeners:
-            x.task(event, key, unit, what, result)
+        self._each("task", event, key, unit, what, result)
 
     def finished(self, result, store) -> None:
-        for x in self.listeners:
-            x.finished(result, store)
+        self._each("finished", result, store)
 
 
 def _write(path: Path, text: str) -> None:

@@ -365,7 +365,12 @@ class Display(BuildEvents):
         self.state.task(event, key, unit, what)
 
     def say(self, text: str) -> None:
-        self.console.print(text, soft_wrap=True, highlight=False, markup=False)
+        if getattr(self, "_muted", False):
+            return
+        try:
+            self.console.print(text, soft_wrap=True, highlight=False, markup=False)
+        except OSError:  # the reader went away (| head): stay quiet, let the build finish
+            self._muted = True
 
     def stop(self) -> None:
         """The build is over (or failed): the display lets go of the terminal."""
@@ -397,7 +402,10 @@ class Live(Display):
             self._on = False
 
     def say(self, text: str) -> None:
-        self.console.print(Text(text), soft_wrap=True)  # printed above the live view
+        try:
+            self.console.print(Text(text), soft_wrap=True)  # printed above the live view
+        except OSError:
+            pass
 
     def executor_starting(self, what: str) -> None:
         self.state.starting = what  # the live view says it (with a spinner)
