@@ -167,11 +167,9 @@ def compile(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the pipeline and why each pass ran"),
 ) -> None:
     """Compile every kernel of DIR (.klr or BIR-JSON) through the pass pipeline into OUT."""
-    from rich.console import Console
-
     from tusk.workflows.compile import compile_directory
     from tusk.workflows.observe import Reporter, Tee
-    from tusk.workflows.progress import History, make_display, route_dask_logs
+    from tusk.workflows.progress import History, Terminal, make_display, route_dask_logs
     from tusk.workflows.project import NoKernels, prepare_request
     from tusk.workflows.report import print_result, result_json
 
@@ -186,9 +184,9 @@ def compile(
         raise _fail(e, 1)
     except TuskError as e:
         raise _fail(e, 2)
-    err = Console(stderr=True, highlight=False)
+    err = Terminal(stderr=True, highlight=False)
     stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
-    console = Console(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
+    console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
     history = History.of(cfg)
     display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
     if verbose and pf.path:

@@ -46,6 +46,19 @@ NOTE_KIND = "pass-times"
 WRITE = "write_bir_json"
 
 
+class Terminal(Console):
+    """A rich Console that goes quiet when its reader leaves (``tusk compile | head``) instead of
+    exiting mid-build, as rich's own does: the build finishes and writes its outputs."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 # ====================================================================== Dask's log
 
 
