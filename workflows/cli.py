@@ -299,7 +299,6 @@ def passes(directory: Optional[Path] = typer.Argument(None, metavar="DIR",
                                                       help="Show the settings as DIR's tusk.toml sets them"),
            as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
     """List the pipeline, every pass with its options, and every setting with its environment variable."""
-    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -316,32 +315,35 @@ def passes(directory: Optional[Path] = typer.Argument(None, metavar="DIR",
     for i, p in enumerate(data["pipeline"], 1):
         console.print(f"  {i:2d}  {p['step']}" + ("" if p["available"] else "  [dim](not available yet)[/dim]"))
     console.print()
-    console.print("[bold]Passes[/bold] (set an option with --set PASS.OPTION=VALUE or [passes.PASS] in tusk.toml)")
+    console.print("[bold]Passes[/bold] (set an option with --set PASS.OPTION=VALUE, or in tusk.toml under "
+                  + escape("[passes.PASS]") + ")")
     for p in data["passes"]:
         flags = [f"v{p['version']}"] + (["splits into parts"] if p["splittable"] else []) + \
                 (["reads the kernel files"] if p["reads_files"] else [])
-        console.print(f"  [bold]{p['name']}[/bold]  [dim]{', '.join(flags)}[/dim]  {escape(p['doc'])}")
+        console.print(f"  [bold]{p['name']}[/bold]  [dim]({', '.join(flags)})[/dim]")
+        if p["doc"]:
+            console.print(f"      {escape(p['doc'])}", style="dim")
         if not p["options"]:
-            console.print("      [dim](no options)[/dim]")
+            console.print("      (no options)")
             continue
         t = Table(box=None, show_header=False, padding=(0, 2), pad_edge=False)
-        for col in ("option", "type", "default", "help"):
-            t.add_column(col, overflow="fold")
+        t.add_column("option", no_wrap=True)
+        t.add_column("type", no_wrap=True)
+        t.add_column("default", no_wrap=True)
+        t.add_column("help", overflow="fold")
         for o in p["options"]:
             t.add_row(f"      {o['name']}", escape(o["type"]), escape(f"= {o['default']}"), escape(o["help"]))
         console.print(t)
     console.print()
     where = f" for {directory}" + (f" ({data['project_file']})" if data["project_file"] else " (no tusk.toml)") \
         if directory is not None else ""
-    console.print(f"[bold]Settings[/bold]{escape(where)}: command line > tusk.toml (or [tool.tusk] in "
-                  f"pyproject.toml) > environment > default")
-    t = Table(box=box.SIMPLE_HEAD, padding=(0, 1))
-    for col in ("setting", "option", "environment", "value", "from", "output", "what it is"):
-        t.add_column(col, overflow="fold")
+    console.print(f"[bold]Settings[/bold]{escape(where)}, highest first: command line, tusk.toml (or "
+                  + escape("[tool.tusk]") + " in pyproject.toml), environment, default")
     for s in data["settings"]:
-        t.add_row(s["name"], s["cli"] or "", s["env"], escape(_text(s["value"])), s["from"],
-                  "changes it" if s["affects_output"] else "-", escape(s["help"]))
-    console.print(t)
+        output = "changes the output" if s["affects_output"] else "output unchanged"
+        console.print(f"  [bold]{s['name']:<18}[/bold] {s['cli'] or '':<20} {s['env']:<24} "
+                      f"= {escape(_text(s['value']))} [dim]({s['from']}; {output})[/dim]", soft_wrap=True)
+        console.print(f"      {escape(s['help'])}", style="dim")
 
 
 # ====================================================================== show / diff

@@ -292,13 +292,17 @@ class State:
         with self.lock:
             left = 0.0
             known = False
+            pending = max(0, self.n_units - len(self.units))
             for u in self.units.values():
                 for label in [*self.labels, WRITE]:
                     if label in u.resolved:
                         continue
+                    pending += 1
                     if label in u.expected:
                         left += u.expected[label]
                         known = True
+            if not pending:
+                return 0.0
             if not known:
                 return None
             now = self.now()
