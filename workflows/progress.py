@@ -381,6 +381,9 @@ class Display(BuildEvents):
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         self.state.task(event, key, unit, what)
 
+    def finished(self, result, store) -> None:
+        self.state.starting = "writing the build report" if result.kernels else None
+
     def say(self, text: str) -> None:
         if getattr(self, "_muted", False):
             return
@@ -431,7 +434,8 @@ class Live(Display):
         st = self.state
         elapsed = time.perf_counter() - st.t0
         if st.starting:
-            self._spinner.text = Text(f"starting {st.starting} ...", style="yellow")
+            what = st.starting if st.starting.startswith("writing") else f"starting {st.starting}"
+            self._spinner.text = Text(f"{what} ...", style="yellow")
             grid = Table.grid(padding=(0, 1))
             grid.add_row(Text(" "), self._spinner)
             return Group(self._bar(elapsed), grid)

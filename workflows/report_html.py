@@ -62,7 +62,8 @@ class _Figures:
     def add(self, data: list[dict], layout: dict, height: int = 320) -> str:
         fid = f"fig{len(self.figs)}"
         base = {"height": height, "margin": {"l": 10, "r": 10, "t": 36, "b": 40}, "hovermode": "closest",
-                "font": {"size": 12}, "legend": {"orientation": "h", "y": -0.2}, "template": None}
+                "font": {"size": 12}, "legend": {"orientation": "h", "yanchor": "top", "y": -0.25},
+                "template": None}
         self.figs[fid] = {"data": data, "layout": {**base, **layout}}
         return f'<div class="plot" id="{fid}" style="height:{height}px"></div>'
 
@@ -230,12 +231,13 @@ def _utilization_fig(tl: dict, title: str, figs: _Figures, xmax: float | None) -
     lanes = tl["lanes"]
     x = [round((u["t0"] + (b + 0.5) * u["dt"]) * us, 4) for b in range(u["bins"])]
     data = [{"type": "heatmap", "z": u["lanes"], "x": x, "y": lanes, "zmin": 0, "zmax": 1,
-             "colorscale": "Blues", "colorbar": {"title": {"text": "busy"}, "thickness": 12},
+             "colorscale": [[0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1, "#08306b"]],
+             "colorbar": {"title": {"text": "busy"}, "thickness": 12},
              "hovertemplate": "%{y}<br>%{x:,.2f} µs: %{z:.0%} busy<extra></extra>"}]
     ms = tl["makespan"] * us
     lb = tl.get("lower_bound", 0.0) * us
-    text = (f"{title}: makespan {ms:,.2f} µs, lower bound {lb:,.2f} µs, {tl['instructions']:,} instructions "
-            f"(too many to draw one by one: busy fraction of each lane in {u['bins']} slices)")
+    text = (f"{title}: makespan {ms:,.2f} µs (bound {lb:,.2f}), {tl['instructions']:,} instructions: "
+            f"busy fraction per lane")
     layout = {"title": {"text": text, "font": {"size": 13}},
               "xaxis": {"title": {"text": "time (µs at the model's clock)"}, "range": [0, (xmax or ms) * 1.02]},
               "yaxis": {"autorange": "reversed", "type": "category", "automargin": True}}
@@ -344,7 +346,7 @@ def _build_timeline(log: TaskLog | None, figs: _Figures) -> str:
     div = figs.add(data, {"barmode": "overlay", "xaxis": {"title": {"text": "seconds since the first task"}},
                           "yaxis": {"type": "category", "automargin": True},
                           "title": {"text": "tasks by worker (build-trace.json has the same in the trace format)"}},
-                   max(220, 90 + 36 * len(workers)))
+                   max(260, 130 + 36 * len(workers)))
     return f"<section><h2>Build timeline</h2>{div}</section>"
 
 

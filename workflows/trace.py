@@ -61,6 +61,7 @@ class TaskLog(BuildEvents):
     def __init__(self) -> None:
         self.tasks: dict[str, TaskRecord] = {}
         self.t0 = time.time()
+        self._worker: dict[str, str] = {}  # unit -> the worker its last task ran on
 
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         now = time.time()
@@ -72,14 +73,20 @@ class TaskLog(BuildEvents):
             return
         timing = result.get("timing") if isinstance(result.get("timing"), dict) else {}
         rec.status = str(result.get("status") or "")
-        ran = rec.status in ("executed", "split", "written") or rec.status == "error"
+        ran = rec.status in ("executed", "split") or rec.status == "error"
         started = timing.get("started") if ran else None
         rec.started = float(started) if isinstance(started, (int, float)) else None
         ended = result.get("ended")
         rec.ended = float(ended) if isinstance(ended, (int, float)) else now
+        if rec.started is None and rec.status == "written":
+            rec.started = rec.submitted  # writing reports no clock of its own: from submission (an upper bound)
         if rec.started is None or rec.started > rec.ended:
             rec.started = rec.ended
-        rec.worker = str(result.get("worker_address") or "this process")
+        worker = result.get("worker_address")
+        if worker:
+            self._worker[rec.unit] = str(worker)
+        # a task that does not say where it ran (writing the outputs) was placed with the unit's last task
+        rec.worker = str(worker or self._worker.get(rec.unit) or "this process")
         rec.timing = {k: v for k, v in timing.items() if k != "started" and isinstance(v, (int, float))}
 
     def finished(self) -> list[TaskRecord]:
@@ -262,7 +269,13 @@ def _segments(fn, tl, timing):
 
 
 def _aggregate(lanes: list[str], lane, start, end, labels, limit: int) -> dict[str, Any]:
-    """Segments as columns ``lane, start, end, n, label``; neighbours on a lane merged down to ~``limit``."""
+    """Segments as columns ``lane, start, end, n, label``; past ``limit``, neighbours merged.
+
+    Time is cut into slices (``limit / (2 * lanes)`` of them); on each lane a
+    merged segment holds the instructions that start in one slice without a
+    gap longer than a slice between them, so there are at most about
+    ``limit`` segments and a busy stretch keeps its shape at that resolution.
+    """
     import numpy as np
 
     order = np.lexsort((start, lane))
@@ -273,11 +286,12 @@ def _aggregate(lanes: list[str], lane, start, end, labels, limit: int) -> dict[s
                 "label": [str(x) for x in labels.tolist()], "merged": False}
     lo = float(start.min())
     span = float(end.max() - lo) or 1.0
-    gap = span * max(1, len(lanes)) / limit  # per lane at most about span / gap segments
-    shift = lane * (2.0 * span + 2.0 * gap)  # lanes apart: a running maximum never reaches into the next lane
+    width = span / max(1, limit // (2 * max(1, len(lanes))))
+    piece = np.floor((start - lo) / width).astype(np.int64)
+    shift = lane * (2.0 * span + 2.0 * width)  # lanes apart: a running maximum never reaches into the next lane
     reach = np.maximum.accumulate(end - lo + shift)
     new = np.ones(total, dtype=bool)
-    new[1:] = (lane[1:] != lane[:-1]) | (start[1:] - lo + shift[1:] - reach[:-1] > gap)
+    new[1:] = (lane[1:] != lane[:-1]) | (piece[1:] != piece[:-1]) | (start[1:] - lo + shift[1:] - reach[:-1] > width)
     first = np.flatnonzero(new)
     g_end = np.maximum.reduceat(end, first)
     g_start = start[first]
