@@ -339,7 +339,7 @@ def test_plain_progress_is_one_line_per_unit(cache, tmp_path):
     k = kernels(tmp_path / "k", "tiled_exp.json", "tensor_add.klr")
     res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--progress", "plain")
     lines = [line for line in res.stdout.splitlines() if line.startswith("[")]
-    assert len(lines) == 2 and all(re.match(r"\[\d/2\] \w+: 4 pass\(es\) ran", line) for line in lines)
+    assert len(lines) == 2 and all(re.match(r"\[\d/2\] \w+: \d+ pass\(es\) ran", line) for line in lines)
 
 
 def test_python_api(cache, tmp_path):

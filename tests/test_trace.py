@@ -54,7 +54,7 @@ def test_engine_timeline_of_a_kernel_and_its_trace():
     fn = trace.kernel_functions(m)[0]
     tl = trace.engine_timeline(fn, m)
     assert tl["ok"] and tl["makespan"] > 0 and tl["lanes"] and tl["overview"] is not None
-    assert len(tl["detail"]["lane"]) >= len(fn.insts) and max(tl["detail"]["end"]) <= tl["makespan"] + 1e-6
+    assert len(tl["detail"]["lane"]) >= len(fn.insts) and max(tl["detail"]["end"]) <= tl["makespan"] + 0.1
     phase = trace.Phase("k", "final", "0" * 64, [tl])
     data = json.loads(json.dumps(trace.timeline_trace("k", [phase])))
     xs = [e for e in data["traceEvents"] if e["ph"] == "X"]
