@@ -354,3 +354,13 @@ def test_python_api(cache, tmp_path):
     with pytest.raises(TuskError, match="no kernel files"):
         tusk.compile_directory(tmp_path / "empty", tmp_path / "x", workers=0)
     assert not (tmp_path / "x").exists()
+
+
+def test_show_stage_finds_the_cache_the_kernels_tusk_toml_names(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "tusk.toml").write_text('cache_dir = "../project-cache"\n')
+    out = tmp_path / "o"
+    assert run("compile", str(k), "-o", str(out), "--workers", "0").exit_code == 0
+    assert (tmp_path / "project-cache").is_dir() and not cache.exists()
+    res = run("show", str(out / "tiled_exp"), "--stage", "unroll", "--no-tensors", "-n", "1")
+    assert res.exit_code == 0 and "exp" in res.stdout

@@ -403,7 +403,7 @@ def show(
                 out.write_all(sh.stage_table(all_stages))
                 return
             st = sh.find_stage(all_stages, stage)
-            store = _store(cache_dir)
+            store = _store(cache_dir or _kernel_cache_dir(target))
             after = sh.stage_module(target, st, store)
             if diff:
                 before = sh.stage_module(target, st, store, "input")
@@ -420,6 +420,17 @@ def show(
     except TuskError as e:
         out.flush()
         raise _fail(e)
+
+
+def _kernel_cache_dir(kernel_dir: Path) -> Optional[str]:
+    """The cache the kernel's tusk.toml names (next to its source, as its stats.json records it), if any."""
+    from tusk.workflows import project
+
+    try:
+        source = json.loads((Path(kernel_dir) / "stats.json").read_text(encoding="utf-8")).get("source")
+        return project.load(Path(source).parent).settings.get("cache_dir") if source else None
+    except (OSError, ValueError, TuskError):
+        return None
 
 
 def _colour(lines: Iterable[str]) -> Iterable[str]:
@@ -453,7 +464,7 @@ def _module_of(spec: str, cache_dir: Optional[str], core: int, unit: Optional[st
         base, which = spec.rsplit("@", 1)
         if sh.is_kernel_output(Path(base)):
             st = sh.find_stage(sh.stages(Path(base), unit), which)
-            return sh.stage_module(Path(base), st, _store(cache_dir))
+            return sh.stage_module(Path(base), st, _store(cache_dir or _kernel_cache_dir(Path(base))))
     if sh.is_kernel_output(p):
         raise TuskError(f"{spec} is a kernel's output directory: name a step, {spec}@PASS")
     return sh.load(p, core)
