@@ -55,7 +55,7 @@ def run(*args: str):
 def test_help_everywhere_has_examples_and_shows_flags_as_flags():
     root = run("-h")
     assert root.exit_code == 0 and "--install-completion" in root.stdout and "--version" in root.stdout
-    for cmd in (["compile"], ["show"], ["diff"], ["passes"], ["cache", "info"], ["cache", "gc"]):
+    for cmd in (["compile"], ["show"], ["diff"], ["passes"], ["cache"], ["cache", "info"], ["cache", "gc"]):
         res = run(*cmd, "-h")
         assert res.exit_code == 0 and "Examples:" in res.stdout, cmd
         assert "<bool>" not in res.stdout, cmd

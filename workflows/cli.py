@@ -26,7 +26,9 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=No
                   help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences.\n\n"
                        "Run 'tusk COMMAND -h' for a command's options and examples.")
 cache_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
-                        help="Inspect and maintain the module cache (TUSK_CACHE_DIR).")
+                        help="Inspect and maintain the module cache (TUSK_CACHE_DIR).",
+                        epilog="\b\nExamples:\n  tusk cache info\n  tusk cache verify --remove\n"
+                               "  tusk cache gc --max-size 2G\n  tusk cache clear --cache-dir /tmp/tusk-cache")
 app.add_typer(cache_app, name="cache")
 
 
@@ -377,7 +379,8 @@ def show(
                                           "(repeatable; loops are kept for context)"),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N",
                                         help="Stop after N instructions"),
-    tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="List tensors and memory locations"),
+    tensors: bool = typer.Option(True, "--tensors/--no-tensors", show_default=False,
+                                 help="List tensors and memory locations (default: on)"),
     klr_form: bool = typer.Option(False, "--klr", help="For a .klr file: list its KLR statements instead"),
     core: int = typer.Option(0, "--core", min=0, metavar="N", help="Logical core of an LNC kernel"),
     stage: Optional[str] = typer.Option(None, "--stage", "-s", metavar="PASS|N",

@@ -178,7 +178,7 @@ class History:
                                 and isinstance(v, (int, float)))
                     known[s.label] = round(s.seconds + extra, 4)
                     changed = True
-            if u.unit.name in write_seconds:
+            if u.unit.name in write_seconds and u.outputs.get("status") == "written":  # not "up to date"
                 known[WRITE] = round(write_seconds[u.unit.name], 4)
                 changed = True
             if changed:
