@@ -62,8 +62,7 @@ class _Figures:
     def add(self, data: list[dict], layout: dict, height: int = 320) -> str:
         fid = f"fig{len(self.figs)}"
         base = {"height": height, "margin": {"l": 10, "r": 10, "t": 36, "b": 40}, "hovermode": "closest",
-                "font": {"size": 12}, "legend": {"orientation": "h", "yanchor": "top", "y": -0.25},
-                "template": None}
+                "font": {"size": 12}, "legend": {"font": {"size": 11}}, "template": None}
         self.figs[fid] = {"data": data, "layout": {**base, **layout}}
         return f'<div class="plot" id="{fid}" style="height:{height}px"></div>'
 
@@ -216,7 +215,9 @@ def _instructions(result, figs: _Figures) -> str:
                      "hoverinfo": "text", "line": {"color": _color(i)}})
     if not data:
         return ""
-    div = figs.add(data, {"yaxis": {"type": "log", "dtick": 1, "automargin": True,
+    values = [y for d in data for y in d["y"]]
+    decades = math.log10(max(values) / max(1, min(values))) if values else 0.0
+    div = figs.add(data, {"yaxis": {"type": "log", "dtick": "D2" if decades < 3 else 1, "automargin": True,
                                     "title": {"text": "kernel instructions"}},
                           "xaxis": {"type": "category", "automargin": True},
                           "title": {"text": "kernel instructions after each pass (input: as the file has them)"}},
