@@ -69,3 +69,19 @@ def test_live_progress_names_the_running_kernel_and_pass(tmp_path):
     assert any("compiling" in line and "steps" in line and "cached" in line and "run" in line for line in frames)
     assert "tusk compile ->" in text and "report:" in text   # the summary follows the live view
     assert "distributed" not in text and "Traceback" not in text
+
+
+def test_a_cluster_build_prints_no_dask_log_lines(tmp_path):
+    write_kernels(tmp_path / "k", 2)
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(pipeline_toml(("translate_nki_ast_to_bir", {}), ("test_sleep", {"seconds": 0.2})))
+    env = {**os.environ, "TUSK_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "tusk", "compile", str(tmp_path / "k"), "-o", str(tmp_path / "out"),
+                          "--pipeline", str(pipe), "--workers", "2"], env=env, cwd=str(ROOT), capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = (res.stdout + res.stderr).splitlines()
+    assert any(line.startswith("started local cluster") for line in lines)
+    assert any(re.match(r"\[\d/2\] k\d: 2 pass\(es\) ran", line) for line in lines)  # plain lines off a terminal
+    noise = [line for line in lines if "distributed." in line or "tornado" in line or "Traceback" in line]
+    assert not noise, "\n".join(noise)

@@ -86,41 +86,72 @@ def _dask_logging(path: str) -> dict:
     }
 
 
+class _Route:
+    """Where Dask's log records go while a build runs (see :func:`route_dask_logs`)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.handler: LogFile | None = None
+        self.swapped: list[tuple[logging.Logger, list, bool, int]] = []
+
+    def adopt(self) -> None:
+        """Point Dask's loggers in this process at the file (once Dask is imported; again is harmless)."""
+        if "distributed" not in sys.modules or self.swapped:
+            return
+        self.handler = LogFile(self.spec["handlers"]["tusk-log"]["filename"])
+        self.handler.setFormatter(logging.Formatter(self.spec["formatters"]["tusk"]["format"]))
+        for name, cfg in self.spec["loggers"].items():
+            lg = logging.getLogger(name)
+            self.swapped.append((lg, list(lg.handlers), lg.propagate, lg.level))
+            lg.handlers = [self.handler]
+            lg.propagate = False
+            lg.setLevel(cfg["level"])
+
+    def restore(self) -> None:
+        for lg, handlers, propagate, level in self.swapped:
+            lg.handlers, lg.propagate = handlers, propagate
+            lg.setLevel(level)
+        self.swapped.clear()
+        if self.handler is not None:
+            self.handler.close()
+            self.handler = None
+
+
+_ROUTE: _Route | None = None
+
+
+def adopt_dask_logs() -> None:
+    """Called when a cluster starts or is connected: Dask may have been imported since the route was set."""
+    if _ROUTE is not None:
+        _ROUTE.adopt()
+
+
 @contextlib.contextmanager
 def route_dask_logs(path: Path) -> Iterator[None]:
     """Dask's log records (this process and the workers it starts) go to ``path`` for the duration.
 
     Workers read their logging set-up from the environment
     (``DASK_DISTRIBUTED__LOGGING``); in this process, where Dask may already
-    be imported, the handlers of its loggers are swapped for the file.
+    be imported, the handlers of its loggers are swapped for the file (now,
+    and when an executor starts: :func:`adopt_dask_logs`).
     """
+    global _ROUTE
     spec = _dask_logging(str(Path(path).resolve()))
     var = "DASK_DISTRIBUTED__LOGGING"
     old_env = os.environ.get(var)
     os.environ[var] = repr(spec)
-    swapped: list[tuple[logging.Logger, list, bool, int]] = []
-    handler = None
-    if "distributed" in sys.modules:
-        handler = LogFile(spec["handlers"]["tusk-log"]["filename"])
-        handler.setFormatter(logging.Formatter(spec["formatters"]["tusk"]["format"]))
-        for name, cfg in spec["loggers"].items():
-            lg = logging.getLogger(name)
-            swapped.append((lg, list(lg.handlers), lg.propagate, lg.level))
-            lg.handlers = [handler]
-            lg.propagate = False
-            lg.setLevel(cfg["level"])
+    route, previous = _Route(spec), _ROUTE
+    _ROUTE = route
+    route.adopt()
     try:
         yield
     finally:
+        _ROUTE = previous
         if old_env is None:
             os.environ.pop(var, None)
         else:
             os.environ[var] = old_env
-        for lg, handlers, propagate, level in swapped:
-            lg.handlers, lg.propagate = handlers, propagate
-            lg.setLevel(level)
-        if handler is not None:
-            handler.close()
+        route.restore()
 
 
 # ====================================================================== history
@@ -356,6 +387,7 @@ class Display(BuildEvents):
         self.say(f"starting {what} ...")
 
     def executor(self, ex) -> None:
+        adopt_dask_logs()
         self.state.starting = None
         why = f" ({ex.reason})" if self.verbose and getattr(ex, "reason", "") else ""
         if getattr(ex, "is_cluster", False):
