@@ -42,14 +42,19 @@ from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
-from tusk.ir.errors import EnvError, TuskError
+from tusk.ir.canonical import canonical_bytes
+from tusk.ir.errors import EnvError, TuskError, UsageError
 from tusk.ir.module import Module
 
 STORE_FORMAT = 1
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: records and notes carry a checksum of their key and content
 MARKER = "TUSK_STORE.json"
 _HEX = re.compile(r"^[0-9a-f]{16,128}$")
 TMP_GRACE = 3600.0  # seconds: tmp/ leftovers younger than this may belong to a running writer
+
+
+class StoreRefused(UsageError):
+    """The directory given as the store is not one, and cannot become one (it holds other data)."""
 
 
 class ObjectMissing(EnvError):
@@ -104,13 +109,23 @@ class Store:
         return self.fs.path("notes", kind, key[:2], f"{key}.json")
 
     def _ensure_root(self) -> None:
+        """Make the root a store before the first write: only a missing or empty directory becomes one."""
         if self._rooted:
             return
         marker = self.fs.path(MARKER)
         if self.fs.read_bytes(marker) is None:
+            self._refuse_foreign("making a store of", empty_ok=True)
             self.fs.makedirs(self.fs.root)
             self.fs.write_atomic(marker, json.dumps({"tusk_store": STORE_FORMAT}).encode())
         self._rooted = True
+
+    def open_for_writing(self) -> "Store":
+        """Check (and if new, create) the store now, before a build writes anything anywhere."""
+        try:
+            self._ensure_root()
+        except OSError as e:
+            raise StoreRefused(f"cannot use {self.url} as the cache: {e.strerror or e}") from None
+        return self
 
     # ------------------------------------------------------------ objects
     def has(self, h: str) -> bool:
@@ -252,16 +267,17 @@ class Store:
             rec = json.loads(raw)
         except ValueError:
             return None
-        if not isinstance(rec, dict) or rec.get("key") != key or rec.get("format") != RECORD_FORMAT:
-            return None
+        if not isinstance(rec, dict) or rec.get("key") != key or rec.get("format") != RECORD_FORMAT \
+                or rec.get("checksum") != _checksum("action", key, rec):
+            return None  # damaged or edited: a miss, never trusted
         return rec
 
     def put_action(self, key: str, record: dict[str, Any]) -> None:
         self._ensure_root()
-        rec = dict(record, key=key, format=RECORD_FORMAT)
+        rec = json.loads(json.dumps(dict(record, key=key, format=RECORD_FORMAT), default=str))
         rec.setdefault("created", time.time())
-        data = json.dumps(rec, sort_keys=True, default=str).encode()
-        self.fs.write_atomic(self.action_path(key), data)
+        rec["checksum"] = _checksum("action", key, rec)
+        self.fs.write_atomic(self.action_path(key), json.dumps(rec, sort_keys=True).encode())
 
     def touch_action(self, key: str) -> None:
         """Record a use of ``key`` (the LRU clock of ``gc``)."""
@@ -278,17 +294,30 @@ class Store:
 
     # ------------------------------------------------------------ notes
     def get_note(self, kind: str, key: str) -> Any:
+        """The note's value, or None when it is missing, damaged or edited (a miss)."""
         raw = self.fs.read_bytes(self.note_path(kind, key))
         if raw is None:
             return None
         try:
-            return json.loads(raw)
+            note = json.loads(raw)
         except ValueError:
             return None
+        if not isinstance(note, dict) or note.get("checksum") != _checksum(f"note:{kind}", key, note):
+            return None
+        return note.get("value")
 
     def put_note(self, kind: str, key: str, value: Any) -> None:
         self._ensure_root()
-        self.fs.write_atomic(self.note_path(kind, key), json.dumps(value, sort_keys=True).encode())
+        note = {"value": json.loads(json.dumps(value))}
+        note["checksum"] = _checksum(f"note:{kind}", key, note)
+        self.fs.write_atomic(self.note_path(kind, key), json.dumps(note, sort_keys=True).encode())
+
+    def note_keys(self) -> Iterator[tuple[str, str]]:
+        for kind in self.fs.listdir(self.fs.path("notes")):
+            for prefix in self.fs.listdir(self.fs.path("notes", kind)):
+                for name in self.fs.listdir(self.fs.path("notes", kind, prefix)):
+                    if name.endswith(".json") and _HEX.match(name[:-5]):
+                        yield kind, name[:-5]
 
     # ------------------------------------------------------------ maintenance
     def info(self) -> dict[str, Any]:
@@ -305,8 +334,7 @@ class Store:
 
     def verify(self, remove: bool = False) -> dict[str, Any]:
         """Read and re-hash every object; check every record.  Optionally remove what is damaged."""
-        if remove:
-            self._refuse_foreign("removing damaged objects from")
+        self._refuse_foreign("verifying")
         damaged_objects, bad_records, ok = [], [], 0
         for h in list(self.object_hashes()):
             reason = self.verify_object(h)
@@ -319,7 +347,7 @@ class Store:
         for key in list(self.action_keys()):
             rec = self.read_action(key)
             if rec is None:
-                reason = "unreadable record"
+                reason = "unreadable, damaged or edited record (its checksum does not match)"
             elif rec.get("kind") == "failure":
                 continue
             elif not self.has(rec.get("output", "")):
@@ -329,6 +357,11 @@ class Store:
             bad_records.append((key, reason))
             if remove:
                 self.drop_action(key)
+        for kind, key in list(self.note_keys()):
+            if self.fs.read_bytes(self.note_path(kind, key)) is not None and self.get_note(kind, key) is None:
+                bad_records.append((f"note {kind}/{key}", "damaged or edited note (its checksum does not match)"))
+                if remove:
+                    self.fs.remove_file(self.note_path(kind, key))
         return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,
                 "removed": remove}
 
@@ -389,17 +422,39 @@ class Store:
                 if sub == "trash" or now - self.fs.mtime(p) > TMP_GRACE:
                     self.fs.remove_tree(p)
 
-    def _refuse_foreign(self, doing: str) -> None:
-        """Deleting commands touch only stores: a non-empty directory without the marker is user data."""
-        if self.fs.exists(self.fs.root) and self.fs.listdir(self.fs.root) \
-                and self.fs.read_bytes(self.fs.path(MARKER)) is None:
-            raise TuskError(f"{self.url} is not a Tusk store (no {MARKER}); not {doing} it")
+    def _refuse_foreign(self, doing: str, empty_ok: bool = False) -> None:
+        """Only a store is written into or cleaned: a directory without the marker is the user's data."""
+        root = self.fs.root
+        if not self.fs.exists(root):
+            return  # nothing there: a store is made on the first write; maintenance has nothing to do
+        if not self.fs.isdir(root):
+            raise StoreRefused(f"{self.url} is a file, not a Tusk store; not {doing} it")
+        if self.fs.read_bytes(self.fs.path(MARKER)) is not None:
+            return
+        # another process may be making this very store: its marker, half-written or just written, counts
+        if empty_ok and not [e for e in self.fs.listdir(root) if not e.startswith(f".{MARKER}.tmp-")]:
+            return
+        if self.fs.read_bytes(self.fs.path(MARKER)) is not None:
+            return
+        hint = " (Tusk makes a store only of an empty or new directory: choose another --cache-dir)" if empty_ok \
+            else ""
+        raise StoreRefused(f"{self.url} is not a Tusk store (no {MARKER}); not {doing} it{hint}")
 
     def clear(self) -> None:
         """Remove every object, record and note.  Refuses a directory that is not a store."""
         self._refuse_foreign("clearing")
         for sub in ("objects", "actions", "notes", "tmp", "trash"):
             self.fs.remove_tree(self.fs.path(sub))
+
+
+def _checksum(kind: str, key: str, content: dict) -> str:
+    """The digest a record or note carries of its own key and content (everything but the checksum):
+    an edit or a record moved to another key is detected.  Not a signature: whoever can write the
+    store can recompute it (see the trust model in docs/architecture.md)."""
+    import hashlib
+
+    body = {k: v for k, v in content.items() if k != "checksum"}
+    return hashlib.sha256(f"{kind}:{key}:".encode() + canonical_bytes(body)).hexdigest()
 
 
 def _check_name(name: str) -> None:

@@ -77,6 +77,55 @@ def rmsnorm(tiles: int = 2, width: int = 128) -> KernelWriter:
     return k
 
 
+def add_tiles(tiles: int = 128, width: int = 256) -> KernelWriter:
+    """c = a + b over 128 row tiles, traced: every tile reuses the same three SBUF buffers."""
+    k = KernelWriter("add_tiles")
+    a, b = k.input("a", (128 * tiles, width)), k.input("b", (128 * tiles, width))
+    c = k.output("c", (128 * tiles, width))
+    ta = k.sbuf("ta", (128, width), addr=0)
+    tb = k.sbuf("tb", (128, width), addr=4 * width)
+    tc = k.sbuf("tc", (128, width), addr=8 * width)
+    for t in range(tiles):
+        rows = slice(t * 128, (t + 1) * 128)
+        k.dma(ta, a[rows, :])
+        k.dma(tb, b[rows, :])
+        k.tensor_tensor(tc, ta, tb, "add")
+        k.dma(c[rows, :], tc)
+    return k
+
+
+def matmul_tiles(mt: int = 8, kt: int = 8, n: int = 512) -> KernelWriter:
+    """C = A @ B (A given transposed) over 8 x 8 tiles: each product in PSUM, accumulated in SBUF by the DVE."""
+    k = KernelWriter("matmul_tiles")
+    at = k.input("at", (128 * kt, 128 * mt))
+    bb = k.input("b", (128 * kt, n))
+    c = k.output("c", (128 * mt, n))
+    ta = k.sbuf("ta", (128, 128), addr=0)
+    tb = k.sbuf("tb", (128, n), addr=512)
+    part = k.sbuf("part", (128, n), addr=512 + 4 * n)
+    acc = k.sbuf("acc", (128, n), addr=512 + 8 * n)
+    ps = k.psum("ps", (128, n), addr=0)
+    for m in range(mt):
+        for kk in range(kt):
+            k.dma(ta, at[kk * 128:(kk + 1) * 128, m * 128:(m + 1) * 128])
+            k.dma(tb, bb[kk * 128:(kk + 1) * 128, :])
+            k.matmul(ps, ta, tb)
+            if kk == 0:
+                k.tensor_copy(acc, ps)
+            else:
+                k.tensor_copy(part, ps)
+                k.tensor_tensor(acc, acc, part, "add")
+        k.dma(c[m * 128:(m + 1) * 128, :], acc)
+    return k
+
+
+def rmsnorm_tiles() -> KernelWriter:
+    """rmsnorm over 64 row tiles of 512 (the traced loop of rmsnorm, scaled up)."""
+    k = rmsnorm(tiles=64, width=512)
+    k.name = "rmsnorm_tiles"
+    return k
+
+
 def attention(seq: int = 128, d: int = 64) -> KernelWriter:
     """o = softmax(q k^T / sqrt(d)) v for one 128-query head: two matmuls, a softmax and a PE transpose."""
     k = KernelWriter("attention")
@@ -217,6 +266,20 @@ def _ref_tensor_add(inp):
     return {"c": inp["a"].astype(F32) + inp["b"].astype(F32)}
 
 
+def _ref_add_tiles(inp):
+    return {"c": inp["a"].astype(F32) + inp["b"].astype(F32)}
+
+
+def _ref_matmul_tiles(inp):
+    at, b = inp["at"].astype(F32), inp["b"].astype(F32)
+    kt = at.shape[0] // 128
+    acc = None
+    for kk in range(kt):  # float32 partial products summed tile by tile, as the kernel does
+        part = (at[kk * 128:(kk + 1) * 128].astype(np.float64).T @ b[kk * 128:(kk + 1) * 128].astype(np.float64))
+        acc = part.astype(F32) if acc is None else acc + part.astype(F32)
+    return {"c": acc}
+
+
 def _ref_rmsnorm(inp):
     x = inp["x"].astype(F32)
     ms = (x * x).sum(axis=1, keepdims=True, dtype=F32) * F32(1.0 / x.shape[1]) + F32(RMS_EPS)
@@ -254,6 +317,9 @@ KERNELS: dict[str, Callable[[], KernelWriter]] = {
     "moe_gather": moe_gather,
     "dynamic_loop": dynamic_loop,
     "lnc2_matmul": lnc2_matmul,
+    "add_tiles": add_tiles,
+    "matmul_tiles": matmul_tiles,
+    "rmsnorm_tiles": rmsnorm_tiles,
 }
 
 REFERENCES: dict[str, Reference] = {
@@ -263,6 +329,9 @@ REFERENCES: dict[str, Reference] = {
     "moe_gather": _ref_moe_gather,
     "dynamic_loop": _ref_dynamic_loop,
     "lnc2_matmul": _ref_lnc2_matmul,
+    "add_tiles": _ref_add_tiles,
+    "matmul_tiles": _ref_matmul_tiles,
+    "rmsnorm_tiles": _ref_rmsnorm,
 }
 
 

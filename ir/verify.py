@@ -10,9 +10,12 @@ function verifies in seconds:
 * every reference (memory location, register, pattern, pool value, block)
   points at an existing row;
 * every operand stays inside its memory location (physical offsets exactly,
-  symbolic ones over the loop ranges of the enclosing loops), block indices
-  stay inside their block tensor;
-* allocated memory locations fit the target's SBUF/PSUM geometry;
+  symbolic ones over the iterations of the enclosing loops where the
+  instruction's and its loops' predicates hold), block indices stay inside
+  their block tensor;
+* allocated memory locations fit the target's SBUF/PSUM geometry, and two
+  that overlap are never live at the same time (instances of
+  :mod:`ir.liveness`: from the write that starts a value to its last read);
 * dependencies join existing instructions in program order;
 * AddressRotationScope is 0, 1 or 2;
 * instruction and block names are unique.
@@ -20,6 +23,7 @@ function verifies in seconds:
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable
 
@@ -28,7 +32,8 @@ import numpy as np
 from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
-from tusk.ir.errors import VerifyError
+from tusk.ir.errors import TuskError, VerifyError
+from tusk.ir.expr import AffineIdx
 from tusk.ir.module import Function, Module
 
 MAX_REPORTED = 20
@@ -58,6 +63,7 @@ def verify_function(fn: Function, arch=None) -> list[str]:
     out += _check_names(fn)
     out += _check_memlocs(fn, arch)
     out += _check_operands(fn)
+    out += _check_live_overlap(fn)
     out += _check_deps(fn)
     out += _check_kernel_calls(fn)
     return out
@@ -268,22 +274,23 @@ def _check_operands(fn: Function) -> list[str]:
         ranges_of = _loop_ranges(fn)
         for j in sym.tolist():
             i = int(owner[j])
-            ranges = ranges_of(i)
+            ranges, values = ranges_of(i)
+            preds = _guards(fn, i)
             sa = fn.values[int(ops["aux"][j])]
             m = int(ops["memloc"][j])
             p = int(ops["pattern"][j])
-            lo, hi = sa.offset.bounds(ranges)
+            lo, hi = _guarded_bounds(sa.offset, ranges, values, preds)
             cap = int(_capacity(fn, np.array([m]), np.array([ops["dtype"][j]]))[0])
             name = fn.strings[fn.memlocs.get("name", m)]
-            if lo + lo_p[p] < 0 or hi + hi_p[p] >= cap:
+            if lo is not None and (lo + lo_p[p] < 0 or hi + hi_p[p] >= cap):
                 if np.isfinite(lo) and np.isfinite(hi):
                     out.append(f"instruction {fn.inst_name(i)}: symbolic operand reaches elements "
                                f"[{lo + lo_p[p]}, {hi + hi_p[p]}] outside memory location {name} ({cap} elements)")
             if sa.block is not None:
                 s = fn.memlocs.get("set", m)
                 nb = fn.sets.get("n_blocks", s)
-                blo, bhi = sa.block.bounds(ranges)
-                if np.isfinite(blo) and np.isfinite(bhi) and (blo < 0 or bhi >= nb):
+                blo, bhi = _guarded_bounds(sa.block, ranges, values, preds)
+                if blo is not None and np.isfinite(blo) and np.isfinite(bhi) and (blo < 0 or bhi >= nb):
                     out.append(f"instruction {fn.inst_name(i)}: block index {sa.block!r} ranges over "
                                f"[{blo}, {bhi}] but tensor {fn.strings[fn.sets.get('name', s)]} has {nb} blocks")
                     continue
@@ -292,31 +299,163 @@ def _check_operands(fn: Function) -> list[str]:
     return out
 
 
+ENUMERATE_LIMIT = 1 << 16  # iteration points evaluated exactly when predicates guard an operand
+
+
+def _guards(fn: Function, i: int) -> tuple:
+    """The predicates that must hold for row ``i`` to run: its own and its enclosing loops'."""
+    preds: list = []
+    parents, blocks = fn.blocks["parent"], fn.insts["block"]
+    row = i
+    while row >= 0:
+        pid = int(fn.insts.get("pred", row))
+        if pid >= 0:
+            preds.extend(fn.values[pid] or ())
+        row = int(parents[int(blocks[row])])
+    return tuple(preds)
+
+
+def _guarded_bounds(expr, ranges: dict, values: dict, preds: tuple):
+    """[lo, hi] of ``expr`` over the iterations where every predicate holds (None, None: it never runs).
+
+    Without predicates this is interval arithmetic over the loop ranges.  With
+    them, the iterations are enumerated exactly when there are few enough
+    (and everything is a function of loop indices); otherwise single-axis
+    affine predicates (``k * axis + c rel 0``) narrow that axis's range.
+    """
+    if not preds:
+        return expr.bounds(ranges)
+    axes = sorted(set(expr.free_axes()).union(*(p.free_axes() for p in preds)))
+    if all(a in values for a in axes):
+        count = 1
+        for a in axes:
+            count *= len(values[a])
+        if count <= ENUMERATE_LIMIT:
+            grids = np.meshgrid(*[np.asarray(values[a], dtype=np.int64) for a in axes], indexing="ij") if axes else []
+            env = {a: g.reshape(-1) for a, g in zip(axes, grids)}
+            try:
+                mask = np.ones(max(count, 1), dtype=bool)
+                for p in preds:
+                    mask &= np.broadcast_to(np.asarray(p.eval_np(env), dtype=bool), mask.shape)
+                vals = np.broadcast_to(np.asarray(expr.eval_np(env), dtype=np.int64), mask.shape)
+            except TuskError:
+                vals = None  # registers or gather arguments: not a function of the loop indices
+            if vals is not None:
+                if not mask.any():
+                    return None, None
+                return int(vals[mask].min()), int(vals[mask].max())
+    narrowed = dict(ranges)
+    for p in preds:
+        axis_bound = _single_axis_bound(p)
+        if axis_bound is None or axis_bound[0] not in narrowed:
+            continue
+        a, lo, hi = axis_bound
+        alo, ahi = narrowed[a]
+        alo, ahi = max(alo, lo), min(ahi, hi)
+        if alo > ahi:
+            return None, None
+        narrowed[a] = (alo, ahi)
+    return expr.bounds(narrowed)
+
+
+def _single_axis_bound(p):
+    """(axis, lo, hi) implied by a predicate ``k * axis + c rel 0``, or None."""
+    e = p.expr
+    if len(e.terms) != 1 or not isinstance(e.terms[0][0], AffineIdx):
+        return None
+    atom, k = e.terms[0]
+    c = e.c
+    inf = float("inf")
+    if k == 0:
+        return None
+    # k * x + c rel 0  <=>  x rel' -c / k
+    t = -c / k
+    rel = p.rel if k > 0 else {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt"}.get(p.rel, p.rel)
+    if rel == "ge":
+        return atom.axis, math.ceil(t), inf
+    if rel == "gt":
+        return atom.axis, math.floor(t) + 1, inf
+    if rel == "le":
+        return atom.axis, -inf, math.floor(t)
+    if rel == "lt":
+        return atom.axis, -inf, math.ceil(t) - 1
+    if rel == "eq" and float(t).is_integer():
+        return atom.axis, int(t), int(t)
+    return None
+
+
 def _loop_ranges(fn: Function):
-    """instruction row -> {axis: (lo, hi)} of the static loops around it."""
+    """instruction row -> ({axis: (lo, hi)}, {axis: range of values}) of the static loops around it."""
     parents = fn.blocks["parent"]
     blocks = fn.insts["block"]
-    cache: dict[int, dict] = {}
+    cache: dict[int, tuple[dict, dict]] = {}
 
-    def of_block(b: int) -> dict:
+    def of_block(b: int) -> tuple[dict, dict]:
         if b in cache:
             return cache[b]
         p = int(parents[b])
         if p < 0:
             r: dict = {}
+            v: dict = {}
         else:
-            r = dict(of_block(int(blocks[p])))
+            r0, v0 = of_block(int(blocks[p]))
+            r, v = dict(r0), dict(v0)
             try:
                 ax = fn.loop_axis(p)
-                if all(isinstance(v, int) for v in (ax.lb, ax.ub, ax.stride)) and ax.trip_count > 0:
+                if all(isinstance(x, int) for x in (ax.lb, ax.ub, ax.stride)) and ax.trip_count > 0:
                     vals = ax.values()
                     r[ax.name] = (min(vals[0], vals[-1]), max(vals[0], vals[-1]))
+                    v[ax.name] = vals
             except Exception:  # noqa: BLE001 - reported by the structure check
                 pass
-        cache[b] = r
-        return r
+        cache[b] = (r, v)
+        return r, v
 
     return lambda i: of_block(int(blocks[i]))
+
+
+def _check_live_overlap(fn: Function) -> list[str]:
+    """Two allocated SB/PSUM memory locations that overlap must not be live at the same time.
+
+    Checked on the simple memory locations of :func:`ir.liveness.instances`
+    (straight-line, physically addressed); an instance is live from its first
+    write to its last read, and two instances that only meet at one
+    instruction (it reads one and writes the other) are not both live.  An
+    instance that reads bytes before writing them reads them through an alias
+    (a view of another tensor) and is not checked: aliasing on purpose is
+    allowed, clobbering a live value is not.
+    """
+    from tusk.ir.liveness import instances, overlapping_pairs
+
+    inst = instances(fn)
+    if not len(inst):
+        return []
+    # an instance that reads what was there before it (live-in) reads through an alias on purpose (a view
+    # of another tensor's bytes): only self-contained instances, from their first write on, are checked
+    start = inst.i_first_write
+    live = (inst.i_last_read >= 0) & ~inst.i_live_in & (start >= 0) & (start <= inst.i_last_read)
+    by_memloc: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in np.flatnonzero(live).tolist():
+        m = int(inst.i_memloc[k])
+        by_memloc.setdefault(m, ([], []))
+        by_memloc[m][0].append(int(start[k]))
+        by_memloc[m][1].append(int(inst.i_last_read[k]))
+    out = []
+    name = lambda m: fn.strings[fn.memlocs.get("name", m)]  # noqa: E731
+    for a, b in overlapping_pairs(fn, np.array(sorted(by_memloc), dtype=np.int64)):
+        sa, ea = (np.array(x) for x in by_memloc[a])
+        sb, eb = (np.array(x) for x in by_memloc[b])
+        order = np.argsort(sb, kind="stable")
+        sb, eb = sb[order], np.maximum.accumulate(eb[order])
+        k = np.searchsorted(sb, ea, side="left") - 1   # instances of b that start before a's instance ends
+        hit = (k >= 0) & (eb[np.maximum(k, 0)] > sa)
+        if hit.any():
+            x = int(np.flatnonzero(hit)[0])
+            out.append(f"memory locations {name(a)} and {name(b)} overlap while both are live "
+                       f"({name(a)} from {fn.inst_name(int(sa[x]))} to {fn.inst_name(int(ea[x]))})")
+        if len(out) >= MAX_REPORTED:
+            break
+    return out
 
 
 def _check_deps(fn: Function) -> list[str]:

@@ -1,55 +1,67 @@
-"""A timing model: how long a straight-line function takes on the engines.
+"""A timing model: how long a straight-line function takes on one NeuronCore.
 
-Engines: PE, Activation, Pool, DVE (Vector), SP, and one lane per DMA queue
-(a DMA-engine instruction goes to ``attrs["queue"]``, default ``"dma0"``).
-Each lane issues in order.  An instruction starts when its lane is free and
-every predecessor in ``fn.deps`` has finished (run ``build_fdeps`` first to
-get edges from memory overlap); it then occupies its lane for its cost.
-Instructions on no lane (engine Unassigned/ALL: NoOp, barriers) cost
-nothing and only wait for their predecessors.
+The model, its constants and their sources are described in docs/timing.md.
+In short:
 
-Costs come from the instruction's shape, with every constant in
-:class:`CostTable` (cycles; plausible orders of magnitude for a
-Trainium-class core, not measurements):
+* **Compute engines** (PE, Activation, Pool, DVE, SP) issue in order, one
+  instruction at a time; an instruction costs ``fixed + free / rate``
+  (a matmul: ``fixed + moving columns``).
+* **DMA**.  A DMA instruction is *triggered* by an engine (its own engine
+  when that is SP, Activation or Pool, else ``CostTable.dma_trigger_engine``,
+  SP by default), which spends ``dma_trigger`` cycles in its in-order
+  stream.  The transfer then goes to a hardware queue: the one named by
+  ``attrs["queue"]``, else the queue of the triggering engine that frees a
+  slot first (``dma_queues_per_engine`` queues per engine).  A queue issues
+  its transfers in order and keeps up to ``dma_inflight`` of them in
+  flight.  A transfer waits ``dma_fixed`` cycles (descriptor setup and
+  semaphore-to-start latency), then moves its data: its work is
+  ``descriptors * dma_descriptor_cycles + bytes / dma_engine_bytes_per_cycle``
+  engine-cycles, spread over up to 16 DMA engines (the split factor
+  :func:`tusk.ir.arch.get_largest_factor_with_threshold` of its descriptor
+  count).  All transfers share the DMA engines, and those touching DRAM
+  share one DRAM bandwidth: both are capacities per time bucket that
+  transfers book in program order (a fluid approximation of bandwidth
+  sharing).
+* **Dependences**: an instruction starts when every predecessor in
+  ``fn.deps`` has finished, plus ``sync_latency`` when the predecessor ran
+  on another engine or queue (semaphore hand-off).
+* **Kernel calls** (NKIKernel) run the callee's timeline as a barrier.
 
-* DMA: ``dma_fixed + bytes / dma_bytes_per_cycle`` (bytes = the largest
-  operand's element count x dtype size);
-* Matmult on PE: ``pe_fixed + N / pe_columns_per_cycle``, N = the moving
-  operand's free size (columns streamed through the 128x128 array);
-* other compute (Activation, DVE, Pool, SP, other PE ops): ``fixed +
-  free / elems_per_cycle`` where free = the largest operand's elements per
-  partition (the 128 lanes work in parallel);
-* register instructions (RegisterMove/Alu, TensorLoad/Save): ``register_op``.
-
-Output: a :class:`Timeline` with the makespan, the busy time per lane, the
-lower bound ``max(busy)`` and per-instruction start/end arrays.
+Output: a :class:`Timeline` with the makespan, busy time per lane, the
+resource bounds and per-instruction start/end arrays.  ``lower_bound`` is
+``max`` over lanes and resources: no schedule on this machine model is
+shorter.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Op
+from tusk.ir.arch import HWDGE_DESCRIPTORS, MAX_SPLIT_FACTOR, SWDGE_DESCRIPTORS, get_largest_factor_with_threshold
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Mem, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module, _ranges
 
 BRANCH_OPCODES = frozenset({Op.CompareAndBranch, Op.UnconditionalBranch})
 REGISTER_OPCODES = (Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad, Op.TensorSave)
 COMPUTE_ENGINES = ("PE", "Activation", "Pool", "DVE", "SP")
-DEFAULT_QUEUE = "dma0"
+# data movement instructions; on the DMA "engine" or on an engine that triggers DMAs they are transfers
+DMA_OPCODES = (Op.DMACopy, Op.Load, Op.Save, 18, Op.DMABlock, 43, 45)  # + DMA, IndirectLoad, IndirectSave
+TRIGGER_ENGINES = ("SP", "Activation", "Pool")
+GHZ = 1.4  # cycles per ns (assumption: docs/timing.md)
 
 
 @dataclass(frozen=True)
 class CostTable:
-    """Every constant of the cost model, in cycles (or units per cycle)."""
+    """Every constant of the model, in cycles (or units per cycle); sources in docs/timing.md."""
 
-    dma_fixed: float = 1400.0           # descriptor processing + DRAM round trip (~1 us)
-    dma_bytes_per_cycle: float = 32.0   # per queue
-    pe_fixed: float = 64.0              # array fill / drain
-    pe_columns_per_cycle: float = 1.0   # one moving column per cycle
-    act_fixed: float = 224.0            # ACT has the largest fixed overhead (table lookups)
+    # compute engines (assumptions)
+    pe_fixed: float = 64.0
+    pe_columns_per_cycle: float = 1.0
+    act_fixed: float = 224.0
     act_elems_per_cycle: float = 1.0
     dve_fixed: float = 64.0
     dve_elems_per_cycle: float = 1.0
@@ -58,6 +70,18 @@ class CostTable:
     sp_fixed: float = 64.0
     sp_elems_per_cycle: float = 1.0
     register_op: float = 8.0
+    sync_latency: float = 64.0                 # semaphore hand-off between engines
+    # DMA
+    dma_fixed: float = 1300 * GHZ              # ~1300 ns descriptor setup + semaphore-to-start
+    dma_engines: int = 16                      # DMA engines per NeuronCore
+    dma_engine_bytes_per_cycle: float = 27.2 / GHZ     # 27.2 GB/s per DMA engine (NeuronCore-v2/v3)
+    dram_bytes_per_cycle: float = 2900 / 8 / GHZ       # Trainium2: 2.9 TB/s HBM shared by 8 NeuronCores
+    dma_descriptor_cycles: float = 32.0        # per descriptor, on a DMA engine
+    dma_trigger: float = 64.0                  # the trigger instruction on the triggering engine
+    dma_trigger_engine: str = "SP"             # who triggers DMAs placed on the DMA "engine"
+    dma_queues_per_engine: int = 2
+    dma_inflight: int = 4                      # transfers in flight per queue
+    bucket: float = 128.0                      # granularity of the bandwidth calendar
 
     def compute(self, engine: str) -> tuple[float, float]:
         """(fixed, elements per cycle) of a compute engine."""
@@ -72,21 +96,23 @@ DEFAULT_COSTS = CostTable()
 @dataclass
 class Timeline:
     makespan: float
-    busy: dict[str, float]           # lane name -> busy cycles
-    lower_bound: float               # max(busy): no schedule on these lanes can be shorter
-    start: np.ndarray                # per instruction (float64 cycles)
-    end: np.ndarray
+    busy: dict[str, float]           # lane name -> busy cycles (a queue: summed transfer time / in-flight slots)
+    lower_bound: float               # max over lanes and resources: no schedule can be shorter
+    start: np.ndarray                # per instruction (float64 cycles); a DMA: its trigger
+    end: np.ndarray                  # a DMA: the end of its transfer
     lanes: tuple[str, ...] = ()      # lane names; ``lane[i]`` indexes them (-1: no lane)
     lane: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cost: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    bounds: dict[str, float] = field(default_factory=dict)  # "DRAM", "DMA engines": bandwidth bounds
 
     @property
     def efficiency(self) -> float:
-        """lower_bound / makespan (1.0 = the busiest lane never waits)."""
+        """lower_bound / makespan (1.0 = the bottleneck never waits)."""
         return self.lower_bound / self.makespan if self.makespan else 1.0
 
 
-def _entry(x: Function | Module) -> Function:
+def entry(x: Function | Module) -> Function:
+    """A function, or a module's entry function ("main", else the first)."""
     if isinstance(x, Function):
         return x
     for fn in x.functions:
@@ -95,6 +121,9 @@ def _entry(x: Function | Module) -> Function:
     if not x.functions:
         raise TuskError("module has no functions")
     return x.functions[0]
+
+
+# =========================================================================== shapes
 
 
 def operand_shapes(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -126,12 +155,75 @@ def operand_shapes(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return max_bytes, max_free, second, owner
 
 
-def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """(cost per instruction, lane per instruction, lane names)."""
+def descriptor_count(pattern, onchip: bool, pitch: int) -> int:
+    """DMA descriptors for one side of a transfer: one per contiguous run of elements.
+
+    Runs grow from the innermost dimension while the next dimension continues
+    them (its step equals the run length); on chip a run never crosses a
+    partition (a dimension whose step is a multiple of the partition pitch).
+    """
+    dims = [(int(s), int(n)) for s, n in pattern if n > 1]
+    total = 1
+    for _, n in dims:
+        total *= n
+    run = 1
+    for s, n in reversed(dims):
+        if s != run or (onchip and pitch > 0 and s >= pitch and s % pitch == 0):
+            break
+        run *= n
+    return max(total // run, 1)
+
+
+def _descriptors(fn: Function, owner: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per instruction: the larger descriptor count of its AP operands (DMA source or destination)."""
+    ops, ml = fn.operands, fn.memlocs
+    n = len(fn.insts)
+    kind = ops["kind"][rows]
+    ap = np.flatnonzero(np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)))
+    out = np.ones(n, dtype=np.int64)
+    if not len(ap):
+        return out
+    pat = ops["pattern"][rows[ap]].astype(np.int64)
+    m = ops["memloc"][rows[ap]].astype(np.int64)
+    mtype = np.where(m >= 0, ml["mtype"][np.maximum(m, 0)], Mem.DRAM) if len(ml) else np.full(len(m), Mem.DRAM)
+    onchip = np.isin(mtype, (Mem.SB, Mem.PSUM))
+    size = DTYPE_SIZE_ARRAY[ops["dtype"][rows[ap]]]
+    pbytes = ml["pbytes"][np.maximum(m, 0)] if len(ml) else np.zeros(len(m), np.int64)
+    pitch = np.where(onchip, pbytes // np.maximum(size, 1), 0)
+    cache: dict[tuple[int, bool, int], int] = {}
+    vals = np.empty(len(ap), dtype=np.int64)
+    for k, (p, oc, pt) in enumerate(zip(pat.tolist(), onchip.tolist(), pitch.tolist())):
+        key = (p, oc, pt)
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = descriptor_count(fn.patterns[p] if p >= 0 else (), oc, pt)
+        vals[k] = v
+    np.maximum.at(out, owner[ap], vals)
+    return out
+
+
+@dataclass
+class Plan:
+    """Per-instruction inputs of the simulation (see :func:`plan`)."""
+
+    cost: np.ndarray          # compute lane cost; a DMA: its trigger cost
+    lane: np.ndarray          # compute / trigger lane (-1: none)
+    lanes: list[str]
+    is_dma: np.ndarray
+    queue: np.ndarray         # named queue lane (-1: the trigger engine's queues)
+    latency: np.ndarray       # DMA: fixed latency (more for descriptor-limit splits)
+    work: np.ndarray          # DMA: engine-cycles of data movement
+    dram: np.ndarray          # DMA: bytes through DRAM (0: on-chip only)
+    rate: np.ndarray          # DMA: engines it is spread over
+    engine_queues: dict[int, list[int]]  # trigger lane -> its hardware queue lanes
+
+
+def plan(fn: Function, costs: CostTable = DEFAULT_COSTS) -> Plan:
+    """Costs, lanes and DMA parameters of every instruction of ``fn``."""
     n = len(fn.insts)
     engine = fn.insts["engine"].astype(np.int64)
     opcode = fn.insts["opcode"].astype(np.int64)
-    max_bytes, max_free, second, _ = operand_shapes(fn)
+    max_bytes, max_free, second, owner = operand_shapes(fn)
     lanes = list(COMPUTE_ENGINES)
     lane = np.full(n, -1, dtype=np.int64)
     cost = np.zeros(n)
@@ -142,36 +234,164 @@ def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[n
         cost[sel] = fixed + max_free[sel] / rate
     mm = (opcode == Op.Matmult) & (engine == Engine.PE)
     cost[mm] = costs.pe_fixed + second[mm] / costs.pe_columns_per_cycle
-    dma = np.flatnonzero(engine == Engine.DMA)
-    if len(dma):
-        attr = fn.insts["attrs"][dma].astype(np.int64) + 1  # +1: no attributes (-1) becomes id 0
-        present = np.zeros(int(attr.max()) + 1, dtype=bool)
-        present[attr] = True
-        qlane = np.full(len(present), -1, dtype=np.int64)
-        for a in np.flatnonzero(present).tolist():
-            q = (fn.record(a - 1).get("queue") if a > 0 else None) or DEFAULT_QUEUE
-            q = q if isinstance(q, str) else str(q)
-            if q not in lanes:
-                lanes.append(q)
-            qlane[a] = lanes.index(q)
-        lane[dma] = qlane[attr]
-        cost[dma] = costs.dma_fixed + max_bytes[dma] / costs.dma_bytes_per_cycle
     reg = np.isin(opcode, REGISTER_OPCODES)
     cost[reg] = costs.register_op
-    return cost, lane, tuple(lanes)
+    trig = np.isin(engine, [getattr(Engine, e) for e in TRIGGER_ENGINES])
+    is_dma = (engine == Engine.DMA) | (np.isin(opcode, DMA_OPCODES) & trig)
+    queue = np.full(n, -1, dtype=np.int64)
+    latency = np.zeros(n)
+    work = np.zeros(n)
+    dram = np.zeros(n)
+    rate = np.ones(n)
+    dma = np.flatnonzero(is_dma)
+    if costs.dma_trigger_engine not in TRIGGER_ENGINES:
+        raise TuskError(f"timing: DMAs are triggered by SP, Activation or Pool, not {costs.dma_trigger_engine!r}")
+    engine_queues: dict[int, list[int]] = {}
+    for name in TRIGGER_ENGINES:
+        k = COMPUTE_ENGINES.index(name)
+        qs = []
+        for q in range(max(costs.dma_queues_per_engine, 1)):
+            qs.append(len(lanes))
+            lanes.append(f"{name}.q{q}")
+        engine_queues[k] = qs
+    if len(dma):
+        default = COMPUTE_ENGINES.index(costs.dma_trigger_engine)
+        lane[dma] = np.where(engine[dma] == Engine.DMA, default, lane[dma])
+        cost[dma] = costs.dma_trigger
+        names: dict[object, int] = {}
+        attr = fn.insts["attrs"][dma].astype(np.int64)
+        for a in np.unique(attr).tolist():
+            q = fn.record(a).get("queue") if a >= 0 else None
+            if isinstance(q, str) and q:
+                if q not in names:
+                    names[q] = len(lanes)
+                    lanes.append(q)
+                queue[dma[attr == a]] = names[q]
+        rows = _ranges(fn.insts["ops"], fn.insts["nops"].astype(np.int64))
+        desc = _descriptors(fn, owner, rows)[dma]
+        ops = fn.operands
+        kind = ops["kind"][rows]
+        m = ops["memloc"][rows].astype(np.int64)
+        touches = np.zeros(n, dtype=bool)
+        ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & (m >= 0)
+        if ap.any():
+            touches[owner[ap][fn.memlocs["mtype"][m[ap]] == Mem.DRAM]] = True
+        nbytes = max_bytes[dma]
+        swdge = lane[dma] == COMPUTE_ENGINES.index("Pool")  # software DGE: the GpSimd engine makes descriptors
+        limit = np.where(swdge, SWDGE_DESCRIPTORS, HWDGE_DESCRIPTORS)
+        chunks = np.maximum(np.ceil(desc / limit), 1)
+        latency[dma] = costs.dma_fixed * chunks
+        work[dma] = desc * costs.dma_descriptor_cycles + nbytes / costs.dma_engine_bytes_per_cycle
+        dram[dma] = np.where(touches[dma], nbytes, 0.0)
+        fan = np.array([get_largest_factor_with_threshold(int(d), min(MAX_SPLIT_FACTOR, costs.dma_engines))
+                        for d in desc.tolist()], dtype=np.float64)
+        rate[dma] = fan
+    return Plan(cost, lane, lanes, is_dma, queue, latency, work, dram, rate, engine_queues)
 
 
-def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_COSTS) -> Timeline:
-    """Schedule a straight-line function (a module's entry function) on the engines."""
-    fn = _entry(fn_or_module)
+def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """(cost per instruction, lane per instruction, lane names): a DMA's cost is its transfer
+    in isolation (fixed latency + data at its own rate), its lane the triggering engine."""
+    p = plan(fn, costs)
+    cost = p.cost.copy()
+    d = p.is_dma
+    cost[d] = p.latency[d] + p.work[d] / p.rate[d]
+    return cost, p.lane, tuple(p.lanes)
+
+
+# =========================================================================== bandwidth calendar
+
+
+class Calendar:
+    """Capacities per time bucket of the shared DMA resources: engine-cycles of the DMA engines
+    and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate."""
+
+    def __init__(self, costs: CostTable):
+        self.B = float(costs.bucket)
+        self.pool_cap = costs.dma_engines * self.B
+        self.dram_cap = costs.dram_bytes_per_cycle * self.B
+        self.base = 0          # bucket index of pool[0]
+        self.pool: list[float] = []
+        self.dram: list[float] = []
+
+    def _grow(self, k: int) -> None:
+        extra = k + 1 - len(self.pool)
+        if extra > 0:
+            extra = max(extra, 4096)
+            self.pool.extend([self.pool_cap] * extra)
+            self.dram.extend([self.dram_cap] * extra)
+
+    def forget_before(self, t: float) -> None:
+        """No booking will start before ``t``: drop older buckets (bounded memory)."""
+        cut = int(t // self.B) - self.base
+        if cut > 4096:
+            del self.pool[:cut]
+            del self.dram[:cut]
+            self.base += cut
+
+    def book(self, t: float, work: float, nbytes: float, rate: float) -> float:
+        """Book ``work`` engine-cycles (``nbytes`` of them through DRAM) from time ``t``; return the end."""
+        if work <= 0:
+            return t
+        B = self.B
+        base = self.base
+        b = max(int(t // B), base)
+        ratio = nbytes / work
+        remaining = work
+        pool, dram = self.pool, self.dram
+        k = b - base
+        lo = t if t > b * B else b * B
+        while True:
+            if k >= len(pool):
+                self._grow(k)
+            can = rate * ((k + base + 1) * B - lo)
+            pk = pool[k]
+            if pk < can:
+                can = pk
+            if ratio > 0.0:
+                dk = dram[k]
+                if dk < can * ratio:
+                    can = dk / ratio
+                if can >= remaining:
+                    pool[k] = pk - remaining
+                    dram[k] = dk - remaining * ratio
+                    return lo + remaining / rate
+                pool[k] = pk - can
+                dram[k] = dk - can * ratio
+            else:
+                if can >= remaining:
+                    pool[k] = pk - remaining
+                    return lo + remaining / rate
+                pool[k] = pk - can
+            remaining -= can
+            k += 1
+            lo = (k + base) * B
+
+
+# =========================================================================== simulation
+
+
+def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_COSTS, *,
+             module: Module | None = None) -> Timeline:
+    """Run a straight-line function (a module's entry function) on the machine model."""
+    if isinstance(fn_or_module, Module):
+        module = fn_or_module
+    fn = entry(fn_or_module)
     opc = fn.insts["opcode"]
-    bad = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES | {Op.NKIKernel}))
+    bad = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise TuskError(f"timing: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} "
-                        f"(unroll loops and inline kernel calls first)")
+                        f"(unroll loops first)")
     n = len(fn.insts)
-    cost, lane, lanes = instruction_costs(fn, cost_table)
+    p = plan(fn, cost_table)
+    calls = np.flatnonzero(opc == Op.NKIKernel).tolist()
+    call_cost = {}
+    for i in calls:
+        callee = fn.inst(i).attrs.get("func")
+        if module is None or not isinstance(callee, str):
+            raise TuskError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
+        call_cost[i] = simulate(module.function(callee), cost_table, module=module).makespan
     d = fn.deps
     src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)
     if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
@@ -179,28 +399,105 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     order = np.argsort(dst, kind="stable")
     src_sorted = src[order].tolist()
     ptr = np.searchsorted(dst[order], np.arange(n + 1)).tolist()
-    cost_l, lane_l = cost.tolist(), lane.tolist()
-    free = [0.0] * len(lanes)
-    end = [0.0] * n
-    start = [0.0] * n
-    for i in range(n):
-        ln = lane_l[i]
-        s = free[ln] if ln >= 0 else 0.0
-        a, b = ptr[i], ptr[i + 1]
-        if a != b:
-            for p in src_sorted[a:b]:
-                e = end[p]
-                if e > s:
-                    s = e
-        f = s + cost_l[i]
-        start[i] = s
-        end[i] = f
-        if ln >= 0:
-            free[ln] = f
-    start_a, end_a = np.array(start), np.array(end)
-    busy = {name: float(cost[lane == k].sum()) for k, name in enumerate(lanes)}
-    busy = {k: v for k, v in busy.items() if v > 0 or k in COMPUTE_ENGINES}
-    makespan = float(end_a.max()) if n else 0.0
-    return Timeline(makespan, busy, max(busy.values(), default=0.0), start_a, end_a, lanes, lane, cost)
 
+    lanes = p.lanes
+    nl = len(lanes)
+    cost_l, lane_l = p.cost.tolist(), p.lane.tolist()
+    dma_l, queue_l = p.is_dma.tolist(), p.queue.tolist()
+    lat_l, work_l, dram_l, rate_l = p.latency.tolist(), p.work.tolist(), p.dram.tolist(), p.rate.tolist()
+    K = max(int(cost_table.dma_inflight), 1)
+    sync = float(cost_table.sync_latency)
+    free = [0.0] * nl
+    inflight: list[list[float]] = [[] for _ in range(nl)]   # per queue: heap of in-flight transfer ends
+    last_issue = [0.0] * nl
+    qbusy = [0.0] * nl
+    where = [-1] * n          # engine/queue lane an instruction finished on (for sync latency)
+    start = [0.0] * n
+    end = [0.0] * n
+    cal = Calendar(cost_table)
+    barrier = 0.0
+    horizon = 0.0
+    trig_lanes = sorted({lane_l[i] for i in range(n) if dma_l[i]})
+    for i in range(n):
+        a, b = ptr[i], ptr[i + 1]
+        ready = barrier
+        me = lane_l[i]
+        for q in src_sorted[a:b]:
+            e = end[q]
+            w = where[q]
+            if w >= 0 and me >= 0 and w != me:  # a semaphore hand-off between engines / queues
+                e += sync
+            if e > ready:
+                ready = e
+        if i in call_cost:
+            s = max(ready, horizon)
+            f = s + call_cost[i]
+            start[i], end[i] = s, f
+            barrier = horizon = f
+            continue
+        if not dma_l[i]:
+            s = ready if me < 0 else max(ready, free[me])
+            f = s + cost_l[i]
+            start[i], end[i], where[i] = s, f, me
+            if me >= 0:
+                free[me] = f
+            if f > horizon:
+                horizon = f
+            continue
+        # ---- DMA: trigger, queue, latency, data
+        ts = max(ready, free[me])
+        te = ts + cost_l[i]
+        free[me] = te
+        qs = [queue_l[i]] if queue_l[i] >= 0 else p.engine_queues[me]
+        best, best_t = -1, 0.0
+        for q in qs:
+            h = inflight[q]
+            while h and h[0] <= te:
+                heapq.heappop(h)
+            t = max(te, last_issue[q])
+            if len(h) >= K:
+                t = max(t, h[0])
+            if best < 0 or t < best_t:
+                best, best_t = q, t
+        q = best
+        h = inflight[q]
+        while h and h[0] <= best_t:
+            heapq.heappop(h)
+        last_issue[q] = best_t
+        f = cal.book(best_t + lat_l[i], work_l[i], dram_l[i], rate_l[i])
+        heapq.heappush(h, f)
+        qbusy[q] += f - best_t
+        start[i], end[i], where[i] = ts, f, q
+        if f > horizon:
+            horizon = f
+        if trig_lanes and (i & 1023) == 0:
+            cal.forget_before(min(free[t] for t in trig_lanes))
+    start_a, end_a = np.array(start), np.array(end)
+    busy = {}
+    for k, name in enumerate(lanes):
+        if k < len(COMPUTE_ENGINES):
+            sel = (p.lane == k)
+            v = float(p.cost[sel].sum())
+            if v > 0 or name in COMPUTE_ENGINES:
+                busy[name] = v
+        elif qbusy[k] > 0:
+            busy[name] = qbusy[k] / K
+    bounds = {"DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle),
+              "DMA engines": float(p.work.sum() / cost_table.dma_engines)}
+    # a transfer can be no faster than its own latency + data at its own rate
+    solo = np.where(p.is_dma, p.latency + p.work / p.rate, 0.0)
+    bounds["longest DMA"] = float(solo.max()) if n else 0.0
+    if call_cost:
+        bounds["calls"] = float(sum(call_cost.values()))
+    makespan = float(end_a.max()) if n else 0.0
+    lower = max(list(busy.values()) + list(bounds.values()) + [0.0])
+    return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds)
+
+
+def makespan(module: Module, costs: CostTable = DEFAULT_COSTS) -> float | None:
+    """The module's makespan on the model, or None when it cannot be timed (loops kept, no functions)."""
+    try:
+        return simulate(module, costs).makespan
+    except TuskError:
+        return None
 

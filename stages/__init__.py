@@ -29,6 +29,11 @@ REGISTRY: dict[str, str] = {
     "full_unroll": "tusk.stages.full_unroll:FullUnroll",
     "build_fdeps": "tusk.stages.deps:BuildFDeps",
     "clear_inst_deps": "tusk.stages.deps:ClearInstDeps",
+    "address_rotation_psum": "tusk.stages.address_rotation:AddressRotationPSUM",
+    "address_rotation_sb": "tusk.stages.address_rotation:AddressRotationSB",
+    "address_rotation_dram": "tusk.stages.address_rotation:AddressRotationDRAM",
+    "address_rotation_psum_post_schedule": "tusk.stages.address_rotation:AddressRotationPSUMPostSchedule",
+    "schedule": "tusk.stages.schedule:Schedule",
 }
 
 

@@ -52,7 +52,11 @@ conflict of that kind.
 Complexity: sorting and interval sweeps over the access arrays, no pair
 loops: O(A log A) for A accesses (plus the cells of boxes that partially
 overlap others).  A function that still has loops or branches gets the
-graph of each straight-line region (control flow orders the regions).
+graph of each straight-line region (control flow orders the regions); a
+loop or branch row closes the region before it and reads the registers of
+its bounds, induction register or condition.  A kept loop whose body is one
+straight-line region also gets loop-carried edges (``fn.carried``, distance
+1) from iteration k to iteration k + 1: the graph of the body run twice.
 
 ``clear_inst_deps`` is the seed's ``clearInstDeps``: in every function with
 attribute 12 (``FnAttr.KERNEL_SCOPE``) every edge of every kind (deps and
@@ -66,10 +70,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tusk.ir.arch import PARTITIONS
-from tusk.ir.columns import Table
+from tusk.ir.columns import Table, thaw
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
-from tusk.ir.expr import IntRuntimeValue, QuasiAffine
-from tusk.ir.module import DEP_SCHEMA, Function, Module, _ranges
+from tusk.ir.errors import TuskError
+from tusk.ir.expr import IntRuntimeValue, QuasiAffine, expr_from_json
+from tusk.ir.module import CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, Function, Module, _ranges
 from tusk.stages.base import Pass, Stats, option
 
 SPACE_SB, SPACE_PSUM, SPACE_DRAM = 0, 1, 2
@@ -103,9 +108,10 @@ def straight_line_regions(fn: Function) -> np.ndarray | None:
 
     A function with control flow (loops kept as loops, blocks joined by
     branches) is cut into straight-line regions: maximal runs of rows in one
-    block with no loop or branch instruction inside.  Control flow already
-    orders the regions, so dependence edges are only needed inside one.
-    Loop and branch rows get a region of their own.
+    block, each closed by a loop or branch row, which belongs to the region
+    it closes (it reads the registers of its bounds or condition, so the
+    instructions that set them need edges to it).  Control flow orders the
+    regions, so dependence edges are only needed inside one.
     """
     opc = fn.insts["opcode"]
     control = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
@@ -113,8 +119,44 @@ def straight_line_regions(fn: Function) -> np.ndarray | None:
         return None
     block = fn.insts["block"]
     start = np.ones(len(opc), dtype=bool)
-    start[1:] = (block[1:] != block[:-1]) | control[1:] | control[:-1]
+    start[1:] = (block[1:] != block[:-1]) | control[:-1]
     return np.cumsum(start)
+
+
+def _control_register_reads(fn: Function, lo: int, hi: int) -> list[tuple[int, int]]:
+    """(row, register) pairs that loop and branch rows in [lo, hi) read outside their operands:
+    a DynamicForLoop's bounds and induction register, a DoWhile's condition."""
+    out: list[tuple[int, int]] = []
+    opc = fn.insts["opcode"][lo:hi]
+    for k in np.flatnonzero(np.isin(opc, list(LOOP_OPCODES))).tolist():
+        row = lo + k
+        attrs = fn.record(fn.insts.get("attrs", row))
+        names: list[str] = []
+        ax = attrs.get("DynamicForLoopAxis") or attrs.get("LoopAxis")
+        if ax is not None:
+            for key in ("lb", "ub", "stride"):
+                names += _register_names(ax.get(key))
+        for key in ("induction_register", "cond"):
+            if isinstance(attrs.get(key), str):
+                names.append(attrs[key])
+        for name in names:
+            r = fn.reg_by_name(name)
+            if r >= 0:
+                out.append((row, r))
+    return out
+
+
+def _register_names(bound) -> list[str]:
+    """Registers a loop bound reads: a register name, or the runtime values of an expression."""
+    if isinstance(bound, str):
+        return [bound]
+    if isinstance(bound, dict) or hasattr(bound, "items"):
+        try:
+            e = expr_from_json(thaw(bound))
+        except TuskError:
+            return []
+        return [a.reg for a in e.walk() if isinstance(a, IntRuntimeValue)]
+    return []
 
 
 def _pattern_arrays(fn: Function) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +242,7 @@ def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:
         reg_reads += [(int(owner[k]), r) for e, _ in d.aff_expr for r in _regs_in(fn, e)]
     for k in np.flatnonzero(is_ap & (kind == Kind.REGISTER_AP)).tolist():
         reg_reads.append((int(owner[k]), int(ops["aux"][rows[k]])))
+    reg_reads += _control_register_reads(fn, lo, hi)
 
     ex = np.flatnonzero(exact)
     if len(ex):
@@ -597,6 +640,54 @@ def dependence_edges(fn: Function, *, ordered: bool = True) -> tuple[np.ndarray,
     return _edges(fn, ordered)
 
 
+def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, kind) of the edges from iteration k to iteration k + 1 of every kept loop whose body
+    is one straight-line region (no nested loop or branch): the graph of the body run twice, keeping
+    the edges from the first run into the second (distance 1)."""
+    opc = fn.insts["opcode"]
+    loops = np.flatnonzero(np.isin(opc, list(LOOP_OPCODES)))
+    z = np.zeros(0, np.int64)
+    if not len(loops):
+        return z, z, z.astype(np.uint8)
+    control = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
+    block = fn.insts["block"]
+    parents = fn.blocks["parent"]
+    bodies = []
+    for L in loops.tolist():
+        blocks = np.flatnonzero(parents == L)
+        if len(blocks) != 1:
+            continue
+        rows = np.flatnonzero(block == blocks[0])
+        if not len(rows) or control[rows].any() or rows[-1] - rows[0] + 1 != len(rows):
+            continue
+        bodies.append((int(rows[0]), int(rows[-1]) + 1))
+    if not bodies:
+        return z, z, z.astype(np.uint8)
+    fp = footprints(fn)
+    out_s, out_d, out_k = [], [], []
+    for lo, hi in bodies:
+        a, b = np.searchsorted(fp.inst, [lo, hi])
+        if a == b:
+            continue
+        width = hi - lo
+        sel = slice(a, b)
+        two = Footprints(*(np.concatenate([getattr(fp, f)[sel], getattr(fp, f)[sel] + (width if f == "inst" else 0)])
+                           for f in ("inst", "rw", "space", "plo", "phi", "blo", "bhi")))
+        two.inst -= lo
+        src, dst = _data_edges(two)
+        keep = (src < width) & (dst >= width)
+        src, dst = src[keep], dst[keep]
+        if not len(src):
+            continue
+        kind = _edge_kinds(two, src, dst)
+        out_s.append(src + lo)
+        out_d.append(dst - width + lo)
+        out_k.append(kind)
+    if not out_s:
+        return z, z, z.astype(np.uint8)
+    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_k).astype(np.uint8)
+
+
 def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     fp = footprints(fn)
     src, dst = _data_edges(fp)
@@ -636,10 +727,31 @@ def _install(fn: Function, src, dst, kind, keep_existing: bool) -> None:
                                 np.concatenate([d["kind"], kind]), len(fn.insts))
     fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
                                              "kind": kind.astype(np.uint8)})
+    _install_carried(fn, keep_existing)
+
+
+def _install_carried(fn: Function, keep_existing: bool) -> None:
+    """Loop-carried edges (distance 1) of kept loops; unroll_dependencies (flavour 2) given by the front
+    end are kept, and so are the existing loop-carried ones when ``keep_existing``."""
+    src, dst, kind = loop_carried_edges(fn)
+    c = fn.carried
+    keep = np.ones(len(c), dtype=bool) if keep_existing else c["flavour"] != CARRIED_LOOP
+    if not len(src) and keep.all():
+        return
+    payload = fn.intern((1,))
+    old = {k: c[k][keep] for k in c.names}
+    rows = {"src": np.concatenate([old["src"], src]), "dst": np.concatenate([old["dst"], dst]),
+            "kind": np.concatenate([old["kind"], kind]),
+            "flavour": np.concatenate([old["flavour"], np.full(len(src), CARRIED_LOOP)]),
+            "payload": np.concatenate([old["payload"], np.full(len(src), payload)])}
+    key = np.stack([rows["src"], rows["dst"], rows["kind"], rows["flavour"], rows["payload"]]).astype(np.int64)
+    _, first = np.unique(key, axis=1, return_index=True)
+    first = np.sort(first)
+    fn.carried = Table.from_arrays(CARRIED_SCHEMA, {k: v[first] for k, v in rows.items()})
 
 
 def build_fdeps(fn: Function, *, ordered: bool = True, keep_existing: bool = False) -> Function:
-    """A copy of straight-line ``fn`` whose deps are rebuilt from memory footprints."""
+    """A copy of ``fn`` whose deps (and kept loops' carried edges) are rebuilt from memory footprints."""
     out = fn.copy()
     src, dst, kind = dependence_edges(out, ordered=ordered)
     _install(out, src, dst, kind, keep_existing)

@@ -25,20 +25,10 @@ from tusk.ir.errors import PassError
 from tusk.ir.module import CARRIED_SCHEMA, DEP_SCHEMA, Function, Module
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.dce import dce, removable
+from tusk.stages.limits import CEILING, instruction_limit_check, memory_check  # noqa: F401 (CEILING: API)
 from tusk.stages.unroll import clone_counts, renumber_core_barriers, unroll_function
 
-CEILING = 25_000_000
 LEVEL_MESSAGE = "Need to set full_unroll level, 0: only memloc generation; 1: unroll some; 2: unroll all"
-TOO_MANY = ("Compiler generated too many instructions, this may due to a failure in parallelism extraction "
-            "by the tensorizer !")
-
-
-def instruction_limit_check(total_count: int) -> None:
-    """Fails unless ``total_count < 25000000`` (24,999,999 passes, 25,000,000 fails)."""
-    if not total_count < CEILING:
-        raise PassError(f"{TOO_MANY} (total_count={total_count}, must be < {CEILING})")
-
-
 def memlocs_generation(fn: Function) -> int:
     """Level 0: split single-memloc block tensors into per-block ``_sub<b>`` memlocs, in place.
 
@@ -135,6 +125,7 @@ class FullUnroll(Pass):
         # The ceiling applies after DCE, but what DCE can never remove (side effects, writes to
         # outputs) already counts: an explosion of those fails before any clone is built.
         instruction_limit_check(sum(_surviving(fn, k in targets) for k, fn in enumerate(out.functions)))
+        memory_check(sum(int(clone_counts(fn).sum()) for k, fn in enumerate(out.functions) if k in targets))
         for k in targets:
             out.functions[k], _ = unroll_function(out.functions[k], check_in_place=module.check_in_place)
             stats["unrolled_functions"] += 1

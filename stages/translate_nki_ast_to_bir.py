@@ -85,6 +85,7 @@ class _Staging:
 
     art: str
     stage: bool
+    const_dir: str = ""
     artifacts: dict[str, str] = field(default_factory=dict)
 
     def claim(self, rel: str, src: str) -> str:
@@ -97,7 +98,7 @@ class _Staging:
 
     def const(self, written: str, kernel_dir: str) -> str:
         """The const_file_path for a const file the kernel names ``written``; stages it (see the docstring)."""
-        src = _find_const(written, kernel_dir)
+        src = _find_const(written, kernel_dir, self.const_dir)
         if not self.art:
             return os.path.abspath(src)
         if not self.stage:  # the path stays as the kernel wrote it
@@ -133,13 +134,16 @@ class TranslateNKIASTToBIR(Pass):
     reads_files = True  # the kernel and const files the placeholders name (see the module docstring)
 
     stage_files: bool = option(True, "copy the kernel file and its const files into the artifact directory")
+    const_dir: str = option("", "a directory besides the kernel's own that const files may be read from "
+                                "(absolute const paths elsewhere are refused)")
 
     def run(self, module: Module) -> tuple[Module, Stats]:
         t0 = time.perf_counter()
         out = module.copy()
         stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
                         "kernel_instructions": 0, "read_seconds": 0.0}
-        staging = _Staging(module.artifact_dir, self.stage_files)
+        staging = _Staging(module.artifact_dir, self.stage_files, os.path.abspath(self.const_dir) if self.const_dir
+                           else "")
         log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
         taken = {f.name for f in out.functions}
         for k, fn in enumerate(list(out.functions)):
@@ -341,15 +345,21 @@ def stage_file(path: str, artifact_dir: str, rel: str | None = None) -> str:
     return dest
 
 
-def _find_const(rel: str, kernel_dir: str) -> str:
-    """A const file named relative to the kernel file's directory (or absolute).
+def _find_const(rel: str, kernel_dir: str, const_dir: str = "") -> str:
+    """A const file named relative to the kernel file's directory, or absolute inside it or ``const_dir``.
 
     Not in the artifact directory: there it could be a stale copy standing
     in for a missing input.  A kernel found in the artifact directory has
-    its const files looked up there, being its directory.
+    its const files looked up there, being its directory.  An absolute path
+    anywhere else is refused: a kernel must not be able to copy any file
+    the user can read (``/etc/passwd``) into an output they may publish.
     """
     if os.path.isabs(rel):
-        if os.path.exists(rel):
+        if not (_inside(rel, kernel_dir) or (const_dir and _inside(rel, const_dir))):
+            where = f"the kernel's directory {kernel_dir}" + (f" or {const_dir}" if const_dir else "")
+            raise PassError(f"refusing const file {rel}: const files must be inside {where} (name another "
+                            f"directory with --set translate_nki_ast_to_bir.const_dir=DIR)")
+        if os.path.isfile(rel):
             return rel
         raise PassError(f"const file {rel} does not exist")
     p = safe_join(kernel_dir, rel, "const file name", "the kernel file's directory")

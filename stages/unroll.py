@@ -22,6 +22,7 @@ from tusk.ir.enums import FnAttr, Kind, Mem, Op, TensorKind
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module
 from tusk.stages.base import Pass, Stats, option
+from tusk.stages.limits import check_instruction_limit, instruction_limit_check, memory_check
 from tusk.stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
 from tusk.stages.unroll_expand import IDX, Expander, concat
 from tusk.stages.unroll_materialize import Plan, evaluate_predicates, materialize
@@ -90,10 +91,12 @@ def unroll_function(fn: Function, *, loops: str = "all", check_in_place: bool = 
     before = len(fn.insts)
     fn = lower_dynamic_exprs(fn)
     _check_block_memlocs(fn, check_in_place)
+    bound = clone_count_bound(fn, loops)
     if not (fn.insts["pred"] >= 0).any():
         # without predicates the bound is exact: refuse an explosion before building anything
         if limit_check is not None:
-            limit_check(clone_count_bound(fn, loops))
+            limit_check(bound)
+    memory_check(bound)  # with predicates, the plan covers every clone before they drop some
     plan = plan_function(fn, loops)
     pred_ids = evaluate_predicates(plan)
     total = int(plan.keep.sum())
@@ -175,11 +178,10 @@ def validate_topological_order(fn: Function) -> None:
                         f"{fn.inst_name(int(d['src'][e]))} -> {fn.inst_name(int(d['dst'][e]))}")
 
 
-def check_instruction_limit(total: int, limit: int | None) -> None:
-    """instCountFitsLimit: the module's configurable budget (max_instruction_limit)."""
-    if limit is not None and total > limit:
-        raise PassError(f"Unroll: too many instructions after unrolling: total_count={total}, "
-                        f"max_instruction_limit={limit}")
+def check_budgets(total: int, limit: int | None) -> None:
+    """The backend's 25M ceiling, then the module's own ``max_instruction_limit``."""
+    instruction_limit_check(total)
+    check_instruction_limit(total, limit)
 
 
 def renumber_core_barriers(module: Module) -> None:
@@ -212,17 +214,20 @@ class Unroll(Pass):
             done = totals["insts_after"]  # functions still to come can only add: fail fast on what is known
             out.functions[k], _ = unroll_function(
                 fn, loops=self.loops, check_in_place=module.check_in_place,
-                limit_check=lambda n: check_instruction_limit(done + n, limit))
+                limit_check=lambda n: check_budgets(done + n, limit))
             totals["insts_after"] += len(out.functions[k].insts)
             totals["functions"] += 1
         self.log.info("INFO (Unroll) DONE unrolling %s", time.ctime())
         renumber_core_barriers(out)
-        check_instruction_limit(out.n_insts(), limit)
+        check_budgets(out.n_insts(), limit)
         return out, totals
 
     def split(self, module: Module) -> list[Module] | None:
         if len(module.functions) < 2:
             return None
+        # the parts run apart: refuse an explosion of the whole now (what predicates cannot shrink is exact)
+        check_budgets(sum(clone_count_bound(f, self.loops) for f in module.functions
+                          if not (f.insts["pred"] >= 0).any()), module.instruction_limit)
         return [Module([f], module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
                        module.extras) for f in module.functions]
 
@@ -230,6 +235,6 @@ class Unroll(Pass):
         out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
                      module.artifact_dir, module.queues, module.extras)
         renumber_core_barriers(out)
-        check_instruction_limit(out.n_insts(), module.instruction_limit)
+        check_budgets(out.n_insts(), module.instruction_limit)
         return out, {"insts_before": sum(s["insts_before"] for s in part_stats),
                      "insts_after": sum(s["insts_after"] for s in part_stats), "functions": len(parts)}

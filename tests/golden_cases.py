@@ -83,6 +83,57 @@ KERNEL_FILES = {"01_dma_copy.klr": ROOT / "tests" / "data" / "klr" / "01_dma_cop
                 "tiled_exp.json": ROOT / "examples" / "kernels" / "tiled_exp.json"}
 
 
+def _unrolled(m: Module, *attrs: int) -> Module:
+    """``m`` unrolled, its functions carrying exactly the rotation flags ``attrs`` (rotation's usual input)."""
+    from tusk.stages.unroll import Unroll
+
+    for fn in m.functions:
+        fn.attrs = {a for a in fn.attrs if a not in (FnAttr.ROTATE_PSUM_AND_SB, FnAttr.ROTATE_DRAM)} | set(attrs)
+    return Unroll().run(m)[0]
+
+
+def _rotation_input(kind: str) -> Callable[[], Module]:
+    from tusk.examples import bir_kernels
+    from tusk.stages.deps import BuildFDeps
+
+    def build() -> Module:
+        if kind == "sb":
+            return _unrolled(bir_kernels.tiled_exp(tiles=3, width=8)[0], FnAttr.ROTATE_PSUM_AND_SB)
+        if kind == "psum":
+            return _unrolled(bir_kernels.tiled_matmul(m=256, k=128, n=128)[0], FnAttr.ROTATE_PSUM_AND_SB)
+        if kind == "dram":
+            return _dram_scratch()
+        scheduled = BuildFDeps().run(_unrolled(bir_kernels.tiled_matmul(m=256, k=128, n=128)[0],
+                                               FnAttr.ROTATE_PSUM_AND_SB))[0]
+        if kind == "schedule":
+            return scheduled
+        for fn in scheduled.functions:  # after the scheduler: attribute 12, what the post-schedule pass rotates
+            fn.attrs.add(FnAttr.KERNEL_SCOPE)
+        return scheduled
+
+    return build
+
+
+def _dram_scratch() -> Module:
+    """Tiles staged through an internal DRAM scratch inside a dynamic loop, read back after it."""
+    b = Builder("main", attrs=(FnAttr.ROTATE_DRAM,))
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    n_in = b.dram("n", (1, 1), "int32", kind="ExternalInput")
+    y = b.dram("y", (128, 64), kind="ExternalOutput")
+    scratch = b.dram("scratch", (128, 64), addr=0)
+    t = b.sbuf("t", (128, 64), addr=0)
+    cnt = b.sbuf("cnt", (1, 1), "int32", addr=1024)
+    n = b.register("n")
+    b.dma(cnt.ap(), n_in.ap())
+    b.tensor_load(n, cnt.ap())
+    with b.dynamic_loop("k", 0, n):
+        b.dma(t.ap(), x.ap())
+        b.dma(scratch.ap(), t.ap())
+    b.dma(t.ap(), scratch.ap())
+    b.dma(y.ap(), t.ap())
+    return b.module()
+
+
 def _host(kernel: str) -> Callable[[], Module]:
     """The host module whose placeholder names ``kernel`` by basename (found in the artifact directory)."""
     def build() -> Module:
@@ -115,6 +166,21 @@ CASES: dict[str, list[tuple[str, str, Callable[[], Module]]]] = {
     "build_fdeps": [
         ("straight_line", "build_fdeps", _straight_line),
         ("every_family", "build_fdeps", every_family_module),
+    ],
+    "address_rotation_sb": [
+        ("tiled_exp", "address_rotation_sb{timing=false}", _rotation_input("sb")),
+    ],
+    "address_rotation_psum": [
+        ("tiled_matmul", "address_rotation_psum{timing=false}", _rotation_input("psum")),
+    ],
+    "address_rotation_dram": [
+        ("scratch_in_a_dynamic_loop", "address_rotation_dram{timing=false}", _rotation_input("dram")),
+    ],
+    "address_rotation_psum_post_schedule": [
+        ("tiled_matmul", "address_rotation_psum_post_schedule{timing=false}", _rotation_input("post")),
+    ],
+    "schedule": [
+        ("tiled_matmul", "schedule{timing=false}", _rotation_input("schedule")),
     ],
     "clear_inst_deps": [
         ("kernel_scope", "clear_inst_deps", _kernel_scope_with_deps),

@@ -54,3 +54,61 @@ def every_family_module() -> Module:
         b.tensor_tensor(ta.ap(), blk.ap(block=i), ta.ap(), "add", pred=[AffinePredicate(i - 1, "ge")])
     b.dma(out.ap(), ta.ap())
     return b.module()
+
+
+def recurring_buffers_module(steps, tiles: int = 4, attrs=(9,)) -> Module:
+    """A straight-line kernel from hypothesis-drawn ``steps`` over recurring SB/PSUM buffers.
+
+    Buffers: ``a`` (128 partitions), ``b`` (partitions 32..63), ``c`` (64..127) in SB and ``p`` in PSUM;
+    every step is one of
+      ("load", buf, k)        buf = x tile k                    (a kill: a new instance)
+      ("exp", buf)            buf = exp(buf)                    (in place)
+      ("add", dst, src)       dst = dst + src                   (read-modify-write)
+      ("copy", dst, src)      dst = src                         (a kill unless dst is src)
+      ("half", buf, v)        the first half of buf's columns = v (a partial write)
+      ("mm", acc)             p (+)= a[:, :16]^T @ a            (accumulate when acc)
+      ("evict", buf)          buf[:, :16] = p[:16 partitions]
+      ("store", buf, k)       y tile k = buf
+    and every buffer is stored at the end, so every value is observable.
+    """
+    b = Builder("main", attrs=attrs)
+    x = b.dram("x", (128 * tiles, 32), kind="ExternalInput")
+    y = b.dram("y", (128 * (tiles + 3), 32), kind="ExternalOutput")
+    bufs = {"a": b.sbuf("a", (128, 32), addr=0), "b": b.sbuf("b", (32, 32), addr=4096, base=32),
+            "c": b.sbuf("c", (64, 32), addr=8192, base=64)}
+    p = b.psum("p", (16, 32), addr=0)
+    rows = {"a": 128, "b": 32, "c": 64}
+
+    def full(name):
+        return bufs[name].ap()
+
+    def rows_of(name, other):
+        n = min(rows[name], rows[other])
+        return bufs[name].tile(0, n, 0, 32), bufs[other].tile(0, n, 0, 32)
+
+    for step in steps:
+        op = step[0]
+        if op == "load":
+            _, name, k = step
+            b.dma(full(name), x.tile(k * 128, rows[name], 0, 32))
+        elif op == "exp":
+            b.activation(full(step[1]), full(step[1]), "Exp")
+        elif op == "add":
+            d, s = rows_of(step[1], step[2])
+            b.tensor_tensor(d, d, s, "add")
+        elif op == "copy":
+            d, s = rows_of(step[1], step[2])
+            b.copy(d, s)
+        elif op == "half":
+            b.memset(bufs[step[1]].tile(0, rows[step[1]], 0, 16), float(step[2]))
+        elif op == "mm":
+            a = bufs["a"]
+            b.matmul(p.ap(), a.tile(0, 128, 0, 16), a.ap(), accumulate=int(step[1]))
+        elif op == "evict":
+            b.copy(bufs[step[1]].tile(0, 16, 0, 16), p.tile(0, 16, 0, 16), engine="Activation")
+        elif op == "store":
+            _, name, k = step
+            b.dma(y.tile(k * 128, rows[name], 0, 32), full(name))
+    for k, name in enumerate(("a", "b", "c")):
+        b.dma(y.tile((tiles + k) * 128, rows[name], 0, 32), full(name))
+    return b.module()

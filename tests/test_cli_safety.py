@@ -262,12 +262,14 @@ def test_without_staging_the_output_names_only_files_that_exist(tmp_path):
     b.dma(y.ap(), t.ap())
     bir_json.save(b.module(), d / "kc.json")
     out = tmp_path / "out" / "kc"
-    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", "translate_nki_ast_to_bir.stage_files=false")
+    named = f"translate_nki_ast_to_bir.const_dir={elsewhere}"  # absolute const paths elsewhere are refused
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", "translate_nki_ast_to_bir.stage_files=false",
+                        "--set", named)
     assert code == 0, rep["failed"]
     final = bir_json.load(out / "kc.bir.json")
     consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
     assert consts == [str(elsewhere / "w.npy")]  # as written: nothing was copied, so nothing is renamed
-    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"))  # staged: under a collision-free name
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--set", named)  # staged: a collision-free name
     final = bir_json.load(out / "kc.bir.json")
     consts = [f.strings[c] for f in final.functions for c in f.memlocs["const_path"].tolist() if c >= 0]
     assert code == 0 and consts[0].startswith("abs/") and (out / consts[0]).read_bytes() == \
@@ -373,7 +375,9 @@ def test_bad_requests_are_clear_errors_that_write_nothing(tmp_path, monkeypatch)
     assert res.exit_code == 2 and "not a file" in res.stderr and not res.stdout
 
 
-def test_set_on_a_pass_that_is_not_available_warns(tmp_path):
+def test_set_on_a_pass_that_is_not_available_warns(tmp_path, monkeypatch):
+    from tusk import stages
+    monkeypatch.delitem(stages.REGISTRY, "address_rotation_psum")  # as in a checkout that does not have it yet
     k = copy_examples(tmp_path / "k", "tensor_add.klr")
     code, rep, _ = tusk(str(k), "-o", str(tmp_path / "out"), "--set", "address_rotation_psum.x=1")
     assert code == 0 and any("address_rotation_psum" in w and "not available" in w for w in rep["warnings"])

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tusk.ir.builder import Builder
 from tusk.ir.enums import DTYPE_SIZES, Dt, Edge, Engine, FnAttr, Kind, Mem, Op, Role
+from tusk.ir.expr import idx as axis
 from tusk.ir.expr import runtime
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo
@@ -259,6 +260,57 @@ def test_functions_with_control_flow_get_edges_inside_straight_line_regions():
     b.tensor_scalar(t.ap(), t.ap(), "add", 1.0)
     b.tensor_scalar(t.ap(), t.ap(), "mult", 2.0)
     assert set(_edges(build_fdeps(b.fn))) == {(2, 3)}  # the branch orders the blocks
+
+
+def test_registers_read_in_symbolic_addresses_order_their_writers():
+    """A symbolic offset that reads a register waits for the register's writer and comes before its next one."""
+    b = Builder()
+    x = b.dram("x", (8, 16), kind="ExternalInput")
+    t = b.sbuf("t", (1, 16), addr=0)
+    r = b.register("r")
+    b.register_move(r, 3)                                  # 0 writes r
+    b.dma(t.ap(), x.tile(runtime("r"), 1, 0, 16))          # 1 reads r in its symbolic offset
+    b.register_move(r, 5)                                  # 2 overwrites r
+    fn = b.function()
+    assert fn.operand(fn.insts.get("ops", 1)).kind == Kind.SYMBOLIC
+    e = _edges(build_fdeps(fn))
+    assert e[(0, 1)] == Edge.Flow and e[(1, 2)] == Edge.Anti
+
+
+def _dynamic_loop_kernel():
+    """n = TensorLoad(count); for k in range(0, n): t[k mod 2] += 1 -- lowered so k lives in iv_k."""
+    from tusk.stages.lower_dynamic import lower_dynamic_exprs
+    b = Builder()
+    cnt = b.sbuf("cnt", (1, 1), "int32", addr=4096)
+    t = b.sbuf("t", (128, 8), addr=0, blocks=2)
+    n = b.register("n")
+    b.memset(cnt.ap(), 3)
+    b.tensor_load(n, cnt.ap())
+    with b.dynamic_loop("k", 0, n):
+        b.tensor_scalar(t.ap(block=axis("k") % 2), t.ap(block=axis("k") % 2), "add", 1.0)
+    return lower_dynamic_exprs(b.function())
+
+
+def test_a_kept_dynamic_loop_waits_for_its_bound_and_counter():
+    fn = _dynamic_loop_kernel()
+    names = fn.inst_names()
+    row = {nm: k for k, nm in enumerate(names)}
+    loop = next(k for k in range(fn.n_insts) if fn.inst(k).opname == "DynamicForLoop")
+    init = next(k for k, nm in enumerate(names) if nm.endswith(".iv_init"))
+    step = next(k for k, nm in enumerate(names) if nm.endswith(".iv_step"))
+    body = next(k for k in range(fn.n_insts) if fn.inst(k).opname == "TensorScalar")
+    out = build_fdeps(fn)
+    e = _edges(out)
+    assert e[(row["tensor_load0"], loop)] == Edge.Flow        # the upper bound register
+    assert e[(init, loop)] == Edge.Flow                       # the induction register
+    assert e[(body, step)] == Edge.Anti                       # the body reads iv_k before the step writes it
+    c = out.carried
+    carried = {(s_, d_): k for s_, d_, k in zip(c["src"].tolist(), c["dst"].tolist(), c["kind"].tolist())}
+    assert carried[(step, body)] == Edge.Flow                 # iteration k + 1 reads the stepped register
+    assert carried[(step, step)] == Edge.Flow
+    assert all(out.value(p) == (1,) for p in c["payload"].tolist())
+    # rebuilding replaces the loop-carried edges instead of piling them up
+    assert len(build_fdeps(out).carried) == len(c)
 
 
 def test_pass_does_not_mutate_its_input_and_counts_edges():

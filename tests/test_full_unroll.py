@@ -1,4 +1,4 @@
-"""FullUnroll levels and ceiling, HeuristicUnroll, the split factor, and the full_unroll command."""
+"""FullUnroll levels and ceiling, HeuristicUnroll, and the full_unroll command."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from tusk.ir.enums import FnAttr, Op
 from tusk.ir.errors import PassError
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.stages.factor import get_largest_factor_with_threshold
 from tusk.stages.full_unroll import CEILING, FullUnroll, instruction_limit_check
 from tusk.stages.heuristic_unroll import HeuristicUnroll
 from tusk.workflows.full_unroll_cli import main as full_unroll_main
@@ -94,7 +93,7 @@ def test_level0_generates_sub_memlocs_for_a_single_memloc_block_tensor():
     b = Builder()
     y = b.dram("y", (128, 4), kind="ExternalOutput")
     t = b.sbuf("t", (128, 4), addr=0)
-    with b.loop("i", 0, 2) as i:
+    with b.loop("i", 0, 2):
         b.memset(t.ap(), 3.0)
     b.dma(y.ap(), t.ap())
     m = b.module()
@@ -148,16 +147,6 @@ def test_heuristic_skips_loops_with_runtime_addresses():
         b.dma(t.ap(), x.tile(runtime("r") + i, 128, 0, 4))
     _, st = HeuristicUnroll().run(b.module())
     assert st["eligible"] == 0
-
-
-def test_largest_factor_with_threshold():
-    assert get_largest_factor_with_threshold(64) == 16
-    assert get_largest_factor_with_threshold(60) == 15
-    assert get_largest_factor_with_threshold(17) == 1
-    assert get_largest_factor_with_threshold(12) == 12
-    assert get_largest_factor_with_threshold(100, 8) == 5
-    with pytest.raises(PassError, match="MaxFactor > 0"):
-        get_largest_factor_with_threshold(8, 0)
 
 
 def test_full_unroll_command_mirrors_the_binary(tmp_path):

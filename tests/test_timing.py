@@ -1,6 +1,8 @@
-"""The timing model on toys whose schedule is computed by hand."""
+"""The timing model: hand-computed toys, and one test per behaviour of docs/timing.md."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,61 +10,133 @@ import pytest
 from tests.programs import tiled_exp_module
 from tusk.ir.builder import Builder
 from tusk.ir.errors import TuskError
-from tusk.sim.timing import CostTable, instruction_costs, simulate
+from tusk.ir.module import Module
+from tusk.sim.timing import DEFAULT_COSTS, CostTable, descriptor_count, instruction_costs, simulate
 from tusk.stages.deps import build_fdeps
 
-# DMA: 10 + bytes / 4; Activation: 5 + elements per partition; PE: 3 + moving columns.
-TOY = CostTable(dma_fixed=10, dma_bytes_per_cycle=4, act_fixed=5, act_elems_per_cycle=1, pe_fixed=3,
-                pe_columns_per_cycle=1, dve_fixed=2, dve_elems_per_cycle=2)
+# No latencies or overheads, one queue with one transfer in flight, unlimited bandwidth:
+# a DMA costs 10 + bytes / (engines it spreads over); Activation 5 + elements per partition.
+TOY = CostTable(dma_fixed=10, dma_engine_bytes_per_cycle=1, dram_bytes_per_cycle=1e9, dma_descriptor_cycles=0,
+                dma_trigger=0, sync_latency=0, dma_queues_per_engine=1, dma_inflight=1, act_fixed=5,
+                act_elems_per_cycle=1, pe_fixed=3, pe_columns_per_cycle=1, dve_fixed=2, dve_elems_per_cycle=2)
 
 
 def _toy():
-    """Two tiles through one DMA queue and the Activation engine (double-buffered)."""
+    """Two 2x4 float32 tiles: load, exp, store (double-buffered)."""
     b = Builder()
     x = b.dram("x", (4, 4), kind="ExternalInput")
     y = b.dram("y", (4, 4), kind="ExternalOutput")
     t = [b.sbuf(f"t{k}", (2, 4), addr=16 * k) for k in range(2)]
     u = [b.sbuf(f"u{k}", (2, 4), addr=64 + 16 * k) for k in range(2)]
-    b.dma(t[0].ap(), x.tile(0, 2, 0, 4), queue="q0")      # 0
-    b.activation(u[0].ap(), t[0].ap(), "Exp")             # 1
-    b.dma(t[1].ap(), x.tile(2, 2, 0, 4), queue="q0")      # 2
-    b.activation(u[1].ap(), t[1].ap(), "Exp")             # 3
-    b.dma(y.tile(0, 2, 0, 4), u[0].ap(), queue="q0")      # 4
-    b.dma(y.tile(2, 2, 0, 4), u[1].ap(), queue="q0")      # 5
+    b.dma(t[0].ap(), x.tile(0, 2, 0, 4))      # 0
+    b.activation(u[0].ap(), t[0].ap(), "Exp")  # 1
+    b.dma(t[1].ap(), x.tile(2, 2, 0, 4))      # 2
+    b.activation(u[1].ap(), t[1].ap(), "Exp")  # 3
+    b.dma(y.tile(0, 2, 0, 4), u[0].ap())      # 4
+    b.dma(y.tile(2, 2, 0, 4), u[1].ap())      # 5
     return b.function()
 
 
 def test_two_engine_toy_by_hand():
-    # DMA of a 2x4 float32 tile: 10 + 32/4 = 18 cycles; Exp over 4 elements per partition: 5 + 4 = 9.
-    #   0 load t0   q0   [0, 18)
-    #   1 exp u0    ACT  [18, 27)   waits for 0
-    #   2 load t1   q0   [18, 36)   queue busy until 18
-    #   3 exp u1    ACT  [36, 45)   waits for 2
-    #   4 store u0  q0   [36, 54)   queue busy until 36
-    #   5 store u1  q0   [54, 72)
+    # A tile moves 32 bytes in 2 descriptors (one per partition) over 2 DMA engines: 10 + 32 / 2 = 26.
+    #   0 load t0   [0, 26)
+    #   1 exp u0    [26, 35)    waits for 0
+    #   2 load t1   [26, 52)    one transfer in flight: waits for 0 to finish
+    #   3 exp u1    [52, 61)
+    #   4 store u0  [52, 78)    the queue is in order
+    #   5 store u1  [78, 104)
     tl = simulate(build_fdeps(_toy()), TOY)
-    assert tl.start.tolist() == [0, 18, 18, 36, 36, 54]
-    assert tl.end.tolist() == [18, 27, 36, 45, 54, 72]
-    assert tl.makespan == 72
-    assert tl.busy["q0"] == 72 and tl.busy["Activation"] == 18
-    assert tl.lower_bound == 72 and tl.efficiency == 1.0
-    assert [tl.lanes[k] for k in tl.lane] == ["q0", "Activation", "q0", "Activation", "q0", "q0"]
+    assert tl.end.tolist() == [26, 35, 52, 61, 78, 104]
+    assert tl.makespan == 104 and tl.busy["Activation"] == 18 and tl.busy["SP.q0"] == 104
+    # two transfers in flight per queue: the second load overlaps the first, exp u1 waits for the ACT
+    # engine (35), store u0 starts with its exp (35), store u1 with its (44)
+    tl2 = simulate(build_fdeps(_toy()), dataclasses.replace(TOY, dma_inflight=2))
+    assert tl2.end.tolist() == [26, 35, 26, 44, 61, 70] and tl2.makespan == 70
 
 
-def test_dependencies_delay_the_start():
+def test_dependencies_and_engine_hand_offs_delay_the_start():
     fn = _toy()
-    free = simulate(fn, TOY)             # no edges: only in-order issue per lane
-    assert free.start[1] == 0 and free.makespan == 72
-    dep = simulate(build_fdeps(fn), TOY)
-    assert dep.start[1] == 18            # the exp waits for its load
-    # a second queue removes the DMA bottleneck: the stores no longer wait behind the loads
-    fn2 = _toy()
-    for i in (4, 5):
-        fn2.insts.set("attrs", i, fn2.intern_record({"queue": "q1"}))
-    tl = simulate(build_fdeps(fn2), TOY)
-    # 4 store u0 on q1 waits for exp u0 (27) -> [27, 45); 5 waits for exp u1 (45) -> [45, 63)
-    assert tl.start[4] == 27 and tl.start[5] == 45 and tl.makespan == 63
-    assert tl.busy["q0"] == 36 and tl.busy["q1"] == 36 and tl.lower_bound == 36
+    free = simulate(fn, TOY)  # no edges: only in-order issue per queue
+    assert free.end[1] == 9
+    dep = simulate(build_fdeps(fn), dataclasses.replace(TOY, sync_latency=7))
+    assert dep.start[1] == 26 + 7  # the exp waits for its load, plus the semaphore hand-off
+
+
+def test_dmas_are_triggered_by_an_engine_and_use_its_queues():
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    t = [b.sbuf(f"t{k}", (128, 64), addr=256 * k) for k in range(3)]
+    b.dma(t[0].ap(), x.ap())
+    b.dma(t[1].ap(), x.ap(), queue="named")
+    b.emit("DMACopy", "Activation", [x.ap()], [t[2].ap()])  # a DMA placed on the Activation engine
+    costs = dataclasses.replace(DEFAULT_COSTS, dma_trigger=50)
+    tl = simulate(b.function(), costs)
+    cost, lane, lanes = instruction_costs(b.function(), costs)
+    assert [lanes[k] for k in lane] == ["SP", "SP", "Activation"]
+    assert tl.busy["SP"] == 100 and tl.busy["Activation"] == 50  # the triggers
+    assert {"named", "SP.q0", "Activation.q0"} <= set(tl.busy)
+
+
+def test_double_buffering_helps_with_one_queue():
+    def kernel(slots: int):
+        b = Builder()
+        x = b.dram("x", (128 * 8, 512), kind="ExternalInput")
+        y = b.dram("y", (128 * 8, 512), kind="ExternalOutput")
+        ts = [b.sbuf(f"t{k}", (128, 512), addr=2048 * k) for k in range(slots)]
+        for i in range(8):
+            t = ts[i % slots]
+            b.dma(t.ap(), x.tile(i * 128, 128, 0, 512))
+            b.activation(t.ap(), t.ap(), "Exp")
+            b.dma(y.tile(i * 128, 128, 0, 512), t.ap())
+        return build_fdeps(b.function())
+
+    one_queue = dataclasses.replace(DEFAULT_COSTS, dma_queues_per_engine=1)
+    single = simulate(kernel(1), one_queue).makespan
+    double = simulate(kernel(2), one_queue).makespan
+    assert double < 0.8 * single
+
+
+def test_bandwidth_caps_the_gain_from_more_queues():
+    def loads(n: int = 32):
+        b = Builder()
+        x = b.dram("x", (128 * n, 1024), kind="ExternalInput")
+        for i in range(n):
+            b.dma(b.sbuf(f"t{i}", (128, 1024), addr=4096 * (i % 48)).ap(), x.tile(i * 128, 128, 0, 1024))
+        return b.function()
+
+    fn = loads()
+    spans = {q: simulate(fn, dataclasses.replace(DEFAULT_COSTS, dma_queues_per_engine=q, dma_inflight=1)).makespan
+             for q in (1, 2, 4, 8, 16)}
+    tl = simulate(fn, dataclasses.replace(DEFAULT_COSTS, dma_queues_per_engine=16, dma_inflight=1))
+    dram = tl.bounds["DRAM"]
+    engines = tl.bounds["DMA engines"]
+    assert spans[2] < 0.75 * spans[1]                 # a second queue overlaps the fixed latencies
+    assert spans[16] >= max(dram, engines) * 0.98      # but nothing beats the shared bandwidth
+    assert spans[16] > 0.9 * spans[8]                  # so more queues stop paying
+    assert tl.lower_bound == pytest.approx(max(dram, engines, max(tl.busy.values())))
+
+
+def test_strided_small_element_dmas_cost_more_than_contiguous_ones():
+    assert descriptor_count(((512, 128), (1, 512)), True, 512) == 128       # one run per partition
+    assert descriptor_count(((512, 128), (1, 512)), False, 0) == 1          # one contiguous DRAM range
+    assert descriptor_count(((1, 128), (128, 512)), False, 0) == 128 * 512  # transposing: 4-byte runs
+    b = Builder()
+    x = b.dram("x", (512, 128), kind="ExternalInput")
+    t = b.sbuf("t", (128, 512), addr=0)
+    b.dma(t.ap(), x.ap([[1, 128], [128, 512]]))   # element-strided (a transpose through DMA)
+    b.dma(t.ap(), x.ap([[512, 128], [1, 512]]))   # the same bytes, row-contiguous
+    cost, _, _ = instruction_costs(b.function())
+    assert cost[0] > 4 * cost[1]
+
+
+def test_descriptor_fan_out_follows_the_split_factor():
+    from tusk.sim.timing import plan
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    for parts in (128, 127, 96):
+        b.dma(b.sbuf(f"t{parts}", (parts, 64), addr=1024 * (parts % 7)).ap(), x.tile(0, parts, 0, 64))
+    p = plan(b.function())
+    assert p.rate.tolist() == [16, 1, 16]  # 127 descriptors have no divisor <= 16 but 1
 
 
 def test_costs_come_from_shapes():
@@ -93,7 +167,15 @@ def test_loops_are_refused():
         simulate(tiled_exp_module())
 
 
-def test_a_module_runs_its_entry_function():
-    from tusk.ir.module import Module
+def test_a_module_runs_its_entry_function_and_kernel_calls():
     tl = simulate(Module([build_fdeps(_toy())]), TOY)
-    assert tl.makespan == 72 and len(tl.start) == 6 and isinstance(tl.start, np.ndarray)
+    assert tl.makespan == 104 and len(tl.start) == 6 and isinstance(tl.start, np.ndarray)
+    kernel = build_fdeps(_toy())
+    kernel.name = "k"
+    b = Builder("main")
+    b.emit("NKIKernel", "Unassigned", attrs={"func": "k", "func_args": {}, "func_outs": {}})
+    b.emit("NKIKernel", "Unassigned", attrs={"func": "k", "func_args": {}, "func_outs": {}})
+    m = Module([b.function(), kernel])
+    assert simulate(m, TOY).makespan == 2 * 104
+    with pytest.raises(TuskError, match="simulate the module"):
+        simulate(b.function(), TOY)

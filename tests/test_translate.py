@@ -418,7 +418,7 @@ def test_const_files_with_one_basename_get_distinct_artifact_names(tmp_path):
     path = bir_json_kernel(tmp_path / "k" / "kern.json", const=str(tmp_path / "x" / "a" / "w.npy"),
                            const2=str(tmp_path / "x" / "b" / "w.npy"))
     art = tmp_path / "out"
-    out, stats = translate(host_module_for(str(path), 0, str(art)))
+    out, stats = translate(host_module_for(str(path), 0, str(art)), const_dir=str(tmp_path / "x"))
     kfn = out.functions[1]
     paths = [kfn.memloc(kfn.memloc_by_name(n)).const_path for n in ("w", "w2")]
     assert len(set(paths)) == 2 and all(not os.path.isabs(p) and p.endswith("/w.npy") for p in paths)
@@ -432,7 +432,7 @@ def test_without_staging_const_paths_are_left_as_written(tmp_path):
     np.save(tmp_path / "elsewhere.npy", np.ones((128, 8), np.float32))
     path = bir_json_kernel(tmp_path / "k" / "kern.json", const="weights/w.npy", const2=str(tmp_path / "elsewhere.npy"))
     art = tmp_path / "out"
-    out, stats = translate(host_module_for(str(path), 0, str(art)), stage_files=False)
+    out, stats = translate(host_module_for(str(path), 0, str(art)), stage_files=False, const_dir=str(tmp_path))
     kfn = out.functions[1]
     assert kfn.memloc(kfn.memloc_by_name("w")).const_path == "weights/w.npy"
     assert kfn.memloc(kfn.memloc_by_name("w2")).const_path == str(tmp_path / "elsewhere.npy")

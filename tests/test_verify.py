@@ -124,3 +124,82 @@ def test_a_block_index_known_only_at_run_time_is_not_an_error():
     with b.dynamic_loop("k", 0, n) as k:
         b.memset(t.ap(block=k), 0)
     verify(b.module())
+
+
+def _ring(tiles: int = 6, predicated: bool = True):
+    """A ring of 3 SB slots (block i mod 3): load tile i into slot i mod 3, store tile i - 1 from slot
+    (i - 1) mod 3, predicated on i - 1 >= 0 (the first iteration has nothing to store yet)."""
+    from tusk.ir.expr import AffinePredicate
+    b = Builder()
+    x = b.dram("x", (128 * tiles, 64), kind="ExternalInput")
+    y = b.dram("y", (128 * tiles, 64), kind="ExternalOutput")
+    ring = b.sbuf("ring", (128, 64), addr=0, blocks=3)
+    with b.loop("i", 0, tiles + 1) as i:
+        b.dma(ring.ap(block=i % 3), x.tile(i * 128, 128, 0, 64), pred=[AffinePredicate(tiles - 1 - i, "ge")])
+        pred = [AffinePredicate(i - 1, "ge")] if predicated else []
+        b.dma(y.tile((i - 1) * 128, 128, 0, 64), ring.ap(block=(i - 1) % 3), pred=pred)
+    return b.module()
+
+
+def test_predicated_off_iterations_are_not_range_checked():
+    verify(_ring())  # iteration 0's store (tile -1) and iteration 6's load (tile 6) never run
+    with pytest.raises(VerifyError, match="symbolic operand reaches"):
+        verify(_ring(predicated=False))
+    from tusk.sim.interp import random_inputs, run
+    from tusk.stages.full_unroll import FullUnroll
+    m = _ring()
+    inp = random_inputs(m, 1)
+    assert (run(m, inp)["y"] == inp["x"]).all()
+    verify(FullUnroll(level=2).run(m)[0])
+
+
+def test_predicates_narrow_large_iteration_spaces_by_axis():
+    from tusk.ir.expr import AffinePredicate
+    b = Builder()
+    x = b.dram("x", (400, 64))
+    t = b.sbuf("t", (1, 64), addr=0)
+    with b.loop("i", 0, 300) as i:
+        with b.loop("j", 0, 300) as j:   # 90,000 points: too many to enumerate
+            b.dma(t.ap(), x.tile(i + j - 1, 1, 0, 64),
+                  pred=[AffinePredicate(i - 1, "ge"), AffinePredicate(399 - i - j, "ge")])
+    # i >= 1 narrows the start to row 0; the two-axis bound (rows <= 398) cannot be used without enumerating
+    with pytest.raises(VerifyError, match=r"reaches elements \[0, 38271\]"):
+        verify(b.module())
+
+
+def _two_buffers(second_addr: int, *, interleaved: bool):
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    y = b.dram("y", (128, 128), kind="ExternalOutput")
+    a = b.sbuf("a", (128, 64), addr=0)
+    c = b.sbuf("c", (128, 64), addr=second_addr)
+    b.dma(a.ap(), x.ap())
+    if interleaved:
+        b.dma(c.ap(), x.ap())
+        b.dma(y.tile(0, 128, 0, 64), a.ap())
+    else:
+        b.dma(y.tile(0, 128, 0, 64), a.ap())
+        b.dma(c.ap(), x.ap())
+    b.dma(y.tile(0, 128, 64, 64), c.ap())
+    return b.module()
+
+
+def test_overlapping_memory_locations_must_not_be_live_together():
+    verify(_two_buffers(256, interleaved=True))     # disjoint
+    verify(_two_buffers(128, interleaved=False))    # overlapping, but a is dead before c is written
+    with pytest.raises(VerifyError, match="memory locations a and c overlap while both are live"):
+        verify(_two_buffers(128, interleaved=True))
+
+
+def test_reading_through_an_overlapping_view_is_not_a_clobber():
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    y = b.dram("y", (128, 96), kind="ExternalOutput")
+    a = b.sbuf("a", (128, 64), addr=0)
+    half = b.sbuf("half", (128, 32), addr=128)     # a view of a's second half
+    c = b.sbuf("c", (128, 32), addr=1024)
+    b.dma(a.ap(), x.ap())
+    b.copy(c.ap(), half.ap())                      # reads a's data through the view
+    b.dma(y.tile(0, 128, 0, 64), a.ap())           # a is still live
+    b.dma(y.tile(0, 128, 64, 32), c.ap())
+    verify(b.module())

@@ -158,7 +158,8 @@ def compile(
                                     help="Also write this step's output to OUT/<kernel>/stages/ (repeatable; "
                                          "'tusk show OUT/<kernel> --stage PASS' reads any step from the cache)"),
     verify: Optional[bool] = typer.Option(None, "--verify/--no-verify", help=_setting_help(
-        "verify", "Run the IR verifier after every pass")),
+        "verify", "Run the IR verifier after every pass / not at all (default: on the kernel as translated and "
+                  "on the final output)")),
     report: bool = typer.Option(True, "--report/--no-report", show_default=False,
                                 help="Write OUT/report.html, OUT/build-trace.json and OUT/<kernel>/timeline.json "
                                      "(default: on)"),
@@ -179,7 +180,8 @@ def compile(
     try:
         req, cfg, pf = prepare_request(
             directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
-            workers=workers, scheduler=scheduler, cache_dir=cache_dir, verify=verify, arch=arch,
+            workers=workers, scheduler=scheduler, cache_dir=cache_dir,
+            verify=None if verify is None else ("all" if verify else "none"), arch=arch,
             instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
             core_id=core_id)
     except NoKernels as e:
@@ -207,6 +209,11 @@ def compile(
         display.stop()
         _drop_if_empty(out, existed)
         raise _fail(e, 2)
+    except KeyboardInterrupt:
+        display.stop()
+        err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
+                  "the next build continues from the cache", soft_wrap=True)
+        raise typer.Exit(130)
     finally:
         display.stop()
     if not result.kernels:

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tusk import __version__
-from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError
+from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError, UsageError
 from tusk.workflows import config as config_mod
 from tusk.workflows.graph import (
     BuildReport,
@@ -53,7 +52,15 @@ from tusk.workflows.kernels import (
     output_name,
     relative_name,
 )
-from tusk.workflows.outputs import OutputWriter, clean_leftovers, output_problem, previous_parts, write_atomic
+from tusk.workflows.outputs import (
+    NOCACHE_PREFIX,
+    OutputWriter,
+    clean_leftovers,
+    output_problem,
+    owned_dir,
+    previous_parts,
+    write_atomic,
+)
 from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
 
 
@@ -70,7 +77,7 @@ class CompileRequest:
     sets: list[str] = field(default_factory=list)
     pipeline: Path | None = None
     stages: bool | list[str] = False  # True: every step's output; a list: the steps (labels or pass names) named
-    verify: bool | None = None
+    verify: str | None = None    # "none" | "ends" | "all"; None: the setting (default "ends")
     settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
 
 
@@ -207,19 +214,23 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
     scratch = None
     writer = None
     try:
-        if connected is not None and not req.no_cache:
-            store = Store(cfg.cache_dir)
-            check_workers_reach_store(connected, store)  # before anything is written into OUT
-        out.mkdir(parents=True, exist_ok=True)
-        clean_leftovers(out)
+        if not req.no_cache:
+            store = Store(cfg.cache_dir).open_for_writing()  # a directory that is not a store is refused here
+            if connected is not None:
+                check_workers_reach_store(connected, store)  # before anything is written into OUT
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            clean_leftovers(out)
+            if req.no_cache:
+                scratch = str(owned_dir(out, NOCACHE_PREFIX, "cache"))
+        except OSError as e:
+            raise UsageError(f"cannot write the output directory {req.out}: {e.strerror or e}") from None
         if req.no_cache:
-            scratch = tempfile.mkdtemp(prefix=".tusk-nocache-", dir=out)
-            store = Store(scratch)
+            store = Store(os.path.join(scratch, "store")).open_for_writing()
             if connected is not None:
                 check_workers_reach_store(connected, store)
-        else:
-            store = Store(cfg.cache_dir)
         kernels, skipped = discover(directory, store)
+        writer = OutputWriter(out, store, resolved.steps, req.stages)
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:
@@ -228,6 +239,9 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                                                f"is past them"))
                 continue
             kr = results[k.name] = KernelResult(k)
+            if k.bad_name:  # OUT/<name> would not be a directory of its own: touch nothing
+                kr.error, kr.keep, kr.fault = k.error, True, k.fault
+                continue
             problem = output_problem(out / k.name, src, k)
             if problem:  # OUT/<kernel> is not ours to write: the kernel fails, the directory stays as it is
                 kr.error, kr.keep, kr.fault = f"{k.path}: {problem}", True, INPUT
@@ -236,13 +250,12 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
                 continue
             try:
-                units.extend(_units(k, out, req.core_id, cfg, store))
+                # passes stage files into the kernel's staging directory, never into OUT/<kernel> itself
+                units.extend(_units(k, out, req.core_id, cfg, store, str(writer.staging_for(k.name))))
             except Exception as e:  # noqa: BLE001 - one kernel's trouble never stops the others
                 k.fail(e)
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
         previous = {u.name: previous_parts(out, u) for u in units}
-        writer = OutputWriter(out, store, resolved.steps, req.stages,
-                         existed={k.name for k in kernels if (out / k.name).exists()})
         events.start(len(units), len(resolved.steps))
 
         if executor is None and memory:
@@ -271,7 +284,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             events.executor(ex)
 
         report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
-                       verify=bool(cfg.verify), previous=previous, on_final=writer.on_final, progress=events.step,
+                       verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
                        on_executor=_on_executor, on_task=events.task)
         report.unavailable = resolved.unavailable
         for u in report.units:
@@ -345,10 +358,10 @@ def _log_internal_errors(out: Path, results) -> None:
         pass  # the one-line messages still say what failed
 
 
-def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None) -> list[BuildUnit]:
+def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str | None = None) -> list[BuildUnit]:
     files = file_digests(k)
     # where this build's files are: bound when a pass that reads files runs, never part of a key
-    where = {"artifact_dir": artifact_dir(out, k), "kernel_dir": kernel_dir(k)}
+    where = {"artifact_dir": art or artifact_dir(out, k), "kernel_dir": kernel_dir(k)}
     if k.fmt == "host":
         from tusk.cache.keys import digest
 

@@ -53,6 +53,15 @@ def _int(text: str) -> int:
     return int(text.strip())
 
 
+def _verify_level(text: str) -> str:
+    low = text.strip().lower()
+    low = {"1": "all", "true": "all", "yes": "all", "on": "all", "0": "none", "false": "none", "no": "none",
+           "off": "none"}.get(low, low)
+    if low not in ("none", "ends", "all"):
+        raise ValueError(text)
+    return low
+
+
 def _bool(text: str) -> bool:
     low = text.strip().lower()
     if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
@@ -68,8 +77,9 @@ SETTINGS: tuple[Setting, ...] = (
                  "the build)"),
     Setting("scheduler", "TUSK_SCHEDULER", lambda: None, False,
             help="address of an existing Dask scheduler"),
-    Setting("verify", "TUSK_VERIFY", lambda: False, False, _bool,
-            help="run ir.verify after every pass (errors only; output unchanged)"),
+    Setting("verify", "TUSK_VERIFY", lambda: "ends", False, lambda t: _verify_level(t),
+            help="when ir.verify checks the IR: ends (the kernel as translated and the final output), all "
+                 "(after every pass) or none; it only finds errors, it never changes the output"),
     Setting("arch", "TUSK_ARCH", lambda: "gen3", True,
             help="target architecture of host modules"),
     Setting("instruction_limit", "TUSK_INSTRUCTION_LIMIT", lambda: None, True, _int_or_none,
@@ -78,7 +88,9 @@ SETTINGS: tuple[Setting, ...] = (
             help="cap on the loops heuristic_unroll marks (the backend's variable)"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
+VERIFY_LEVELS = ("none", "ends", "all")
 _EXPECTED = {_int: "an integer", _int_or_none: "an integer or none", _bool: "true or false"}
+_EXPECTED_BY_NAME = {"verify": "none, ends or all"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,7 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
         try:
             values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
         except ValueError:
-            expected = _EXPECTED.get(s.parse, "a valid value")
+            expected = _EXPECTED_BY_NAME.get(s.name) or _EXPECTED.get(s.parse, "a valid value")
             raise TuskError(f"environment variable {s.env}={raw!r} is not valid: expected {expected} "
                             f"({s.help})") from None
     for k, v in (overrides or {}).items():

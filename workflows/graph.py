@@ -235,15 +235,35 @@ class DaskExecutor:
         fut.release()
         return key, result
 
+    worker_pids: list[int] = []  # of a local cluster: killed if a graceful close does not end them
+
     def close(self) -> None:
+        """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
+        worker processes of a local cluster that are still alive then are killed: none outlives a build."""
+        import signal
+        import threading
+
         self._futures.clear()
-        if self.owns_client and not getattr(self, "_closed", False):
-            self._closed = True
+        if not self.owns_client or getattr(self, "_closed", False):
+            return
+        self._closed = True
+
+        def shutdown() -> None:
+            for close in (lambda: self.client.close(timeout=3),
+                          lambda: self.cluster.close(timeout=5) if self.cluster is not None else None):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing is best effort; the processes are killed below
+                    pass
+
+        t = threading.Thread(target=shutdown, name="tusk-cluster-close", daemon=True)
+        t.start()
+        t.join(10)
+        for pid in self.worker_pids:
             try:
-                self.client.close()
-            finally:
-                if self.cluster is not None:
-                    self.cluster.close()
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def local_cluster_executor(workers: int, dashboard: bool = False, local_directory: str | None = None
@@ -272,28 +292,62 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
         settings["temporary-directory"] = local_directory
     try:
         with dask.config.set(settings):
+            # the scheduler's HTTP server (health checks; the dashboard when bokeh is installed) always runs:
+            # on loopback and a free port; its link is shown only with --dashboard
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0" if dashboard else None,
-                                   worker_dashboard_address=None, **extra)
+                                   dashboard_address="127.0.0.1:0", worker_dashboard_address=None, **extra)
     except Exception as e:  # noqa: BLE001 - whatever stops the cluster from starting stops the build
         raise ExecutorUnavailable(f"cannot start a local Dask cluster of {workers} worker(s): "
                                   f"{type(e).__name__}: {e}") from None
     client = Client(cluster)
     ex = DaskExecutor(client, cluster, f"local cluster, {workers} worker process(es)")
     ex.serves_dashboard = dashboard
+    try:
+        ex.worker_pids = sorted(client.run(os.getpid).values())
+    except Exception:  # noqa: BLE001 - without the pids a graceful close is all there is
+        ex.worker_pids = []
     return ex
 
 
-def scheduler_executor(address: str, timeout: float = 10.0) -> DaskExecutor:
-    """An executor on an existing ``distributed`` scheduler; ExecutorUnavailable if it cannot connect."""
+def scheduler_executor(address: str, timeout: float = 5.0) -> DaskExecutor:
+    """An executor on an existing ``distributed`` scheduler; ExecutorUnavailable if it does not answer.
+
+    The scheduler must answer an identity request within ``timeout``
+    seconds before a client is made: a server that accepts connections and
+    never answers (or is not a Dask scheduler) would otherwise hang the
+    client's handshake for good.
+    """
+    import asyncio
+
     from distributed import Client
 
     try:
+        asyncio.run(asyncio.wait_for(_ping_scheduler(address, timeout), timeout))
+    except (asyncio.TimeoutError, TimeoutError):
+        raise ExecutorUnavailable(f"the Dask scheduler at {address!r} did not answer within {timeout:.0f} s "
+                                  f"(is it a Dask scheduler, and is it running?)") from None
+    except Exception as e:  # noqa: BLE001 - bad scheme (ValueError), refused (OSError) ...
+        raise ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: "
+                                  f"{str(e) or type(e).__name__}") from None
+    try:
         client = Client(address, timeout=timeout)
-    except Exception as e:  # noqa: BLE001 - bad scheme (ValueError), refused, timed out (OSError) ...
+    except Exception as e:  # noqa: BLE001
         raise ExecutorUnavailable(f"cannot connect to the Dask scheduler at {address!r}: "
                                   f"{str(e) or type(e).__name__}") from None
     return DaskExecutor(client, None, f"scheduler {address}")
+
+
+async def _ping_scheduler(address: str, timeout: float) -> None:
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=timeout)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        answer = await comm.read()
+        if not isinstance(answer, dict) or "type" not in answer:
+            raise OSError(f"the server at {address} answered, but not as a Dask scheduler")
+    finally:
+        comm.abort()
 
 
 def check_workers_reach_store(executor: DaskExecutor, store, timeout: float = 30.0) -> None:
@@ -367,7 +421,7 @@ class Build:
     """One build; see :func:`build`."""
 
     def __init__(self, store: Store, steps: list[Step], *, env: dict[str, Any] | None = None,
-                 executor: Callable[[], Any] | Any | None = None, verify: bool = False,
+                 executor: Callable[[], Any] | Any | None = None, verify: str | bool = "none",
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  progress: Callable[[str, UnitReport, str], None] | None = None,
@@ -378,7 +432,9 @@ class Build:
         self.env = env or {}
         self._executor_factory = executor if callable(executor) or executor is None else (lambda: executor)
         self.executor = None
-        self.verify = verify
+        # "ends": the kernel as translated (the first step, or a pass that reads the kernel's files) and the
+        # final output; "all": after every pass; "none"
+        self.verify = {True: "all", False: "none"}.get(verify, verify) if isinstance(verify, bool) else verify
         self.previous = previous or {}
         self.on_final = on_final
         self.progress = progress or (lambda event, unit, label: None)
@@ -402,10 +458,17 @@ class Build:
 
             return uuid.uuid4().hex * 2, parts  # never hits: fail towards a miss
 
-    def _ctx(self, st: _State) -> dict[str, Any]:
-        """What every task of the unit needs besides the step: the store, flags, the unit's locations."""
-        return {"store": self.store.url, "verify": self.verify, "check": st.report.repairs > 0,
-                "where": st.report.unit.where}
+    def _ctx(self, st: _State, i: int | None = None) -> dict[str, Any]:
+        """What a task of the unit needs besides the step: the store, flags, the unit's locations."""
+        return {"store": self.store.url, "verify": i is not None and self._verifies(i),
+                "check": st.report.repairs > 0, "where": st.report.unit.where}
+
+    def _verifies(self, i: int) -> bool:
+        if self.verify == "all":
+            return True
+        if self.verify == "ends":
+            return i == 0 or i == len(self.steps) - 1 or self.steps[i].reads_files
+        return False
 
     def _task_key(self, prefix: str, key: str, st: _State) -> str:
         """``<pass>-<kernel>-<digest8>``: the dashboard groups by pass and names the kernel."""
@@ -459,7 +522,7 @@ class Build:
                 self.store.touch_action(key)
                 self._fail(st, failed["error"], cached=True)
                 return
-            args = (self._ctx(st), step.task_spec(), st.hashes[i], key, parts)
+            args = (self._ctx(st, i), step.task_spec(), st.hashes[i], key, parts)
             if step.splittable:
                 self._submit(f"{step.name}-split", key, st, "split", i, tasks.split_step, *args)
             else:
@@ -690,7 +753,7 @@ class Build:
         key = st.keys[st.i]
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
-        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st), step.task_spec(),
+        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
                      st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed)
 
     # ------------------------------------------------------------ driver

@@ -79,6 +79,7 @@ class Kernel:
     size: int = 0                    # instructions per core after unrolling (estimate; see stages.host)
     error: str | None = None
     fault: str = ""                  # with error: whose fault (tusk.ir.errors)
+    bad_name: bool = False           # its name cannot be a directory: nothing under OUT is touched for it
     traceback: str = ""              # of an internal error
 
     def fail(self, e: BaseException) -> None:
@@ -160,6 +161,25 @@ def _name(kernels: list[Kernel]) -> None:
             names[id(k)] = k.entry
     for k in kernels:
         k.name = names[id(k)]
+        problem = name_problem(k.name)
+        if problem:
+            k.error, k.fault, k.bad_name = f"{k.path}: {problem}; rename the file", INPUT, True
+
+
+# a kernel's name is its output directory, and with a ".core<k>.bir.json" suffix a file name: 255 bytes at most
+MAX_NAME_BYTES = 200
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a kernel's output directory, or None."""
+    if name in ("", ".", "..") or name.strip(".") == "":
+        return f"the kernel name {name!r} (from the file name) is not a directory name"
+    bad = sorted({c for c in name if c in "/\\\0" or ord(c) < 32})
+    if bad:
+        return f"the kernel name {name!r} contains {', '.join(repr(c) for c in bad)}"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return f"the kernel name is {len(name.encode('utf-8', 'surrogateescape'))} bytes long (at most {MAX_NAME_BYTES})"
+    return None
 
 
 def _classify(p: Path) -> str:

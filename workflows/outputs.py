@@ -12,9 +12,12 @@ Per kernel, ``OUT/<kernel>/`` receives
   staged artifacts).  It also marks the directory as Tusk's: an existing
   ``OUT/<kernel>`` without it is never replaced.
 
-The directory is assembled aside (``OUT/.tusk-staging-*``) and moved into
-place only when every core of the kernel succeeded, so nothing is ever
-half-written.  A kernel that fails by its own fault (a pass refused it, its
+The directory is assembled aside (``OUT/.tusk-staging-*``, which is also
+the artifact directory the passes stage files into while the build runs)
+and moved into place only when every core of the kernel succeeded, so
+nothing is ever half-written and an interrupted build leaves nothing in
+``OUT/<kernel>``.  Each staging directory names its owner (host, process);
+the next build removes those of processes that are gone.  A kernel that fails by its own fault (a pass refused it, its
 file cannot be read) loses the result of an earlier build (it would be
 stale); a failure that is not the kernel's (the cache, the cluster, the file
 system) keeps it.  A kernel whose final hashes, input files and staged
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -45,7 +49,8 @@ STATS_FORMAT = 2
 TRANSLATE = "translate_nki_ast_to_bir"
 STAGING_PREFIX = ".tusk-staging-"
 OLD_PREFIX = ".tusk-old-"
-TEMP_PREFIXES = (STAGING_PREFIX, OLD_PREFIX, ".tusk-nocache-")
+NOCACHE_PREFIX = ".tusk-nocache-"
+TEMP_PREFIXES = (STAGING_PREFIX, OLD_PREFIX, NOCACHE_PREFIX)
 
 
 def output_problem(dest: Path, src: Path, k: Kernel) -> str | None:
@@ -97,20 +102,19 @@ def previous_parts(out: Path, unit: BuildUnit) -> dict[str, dict]:
 class OutputWriter:
     """Has each unit's final module written aside as it completes; moves whole kernel directories in place."""
 
-    def __init__(self, out: Path, store, steps, stages: bool | list[str], existed: set[str] = frozenset()):
+    def __init__(self, out: Path, store, steps, stages: bool | list[str]):
         self.out = out
         self.store = store
         self.steps = steps
         self.stages = sorted(set(stages)) if isinstance(stages, (list, tuple, set)) else bool(stages)  # names: those
-        self.existed = set(existed)   # kernel directories that were there before this build
         self.started = time.time()
         self.staging: dict[str, Path] = {}
         self.up_to_date: dict[str, bool] = {}
 
     def remove(self, kernel: str) -> None:
-        """Remove a failed kernel's directory: an earlier result, or what passes staged there now."""
+        """Remove a failed kernel's earlier result (passes staged this build's files in its staging dir)."""
         dest = self.out / kernel
-        if _is_tusk_output(dest) or (kernel not in self.existed and dest.is_dir() and not dest.is_symlink()):
+        if _is_tusk_output(dest):
             _remove_dir(dest)
 
     def discard_staging(self) -> None:
@@ -118,11 +122,11 @@ class OutputWriter:
             shutil.rmtree(p, ignore_errors=True)
         self.staging.clear()
 
-    def _staging(self, kernel: str) -> Path:
+    def staging_for(self, kernel: str) -> Path:
+        """The kernel's staging directory (made on first use): its artifact directory during the build."""
         p = self.staging.get(kernel)
         if p is None:
-            p = self.out / f"{STAGING_PREFIX}{kernel}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            p.mkdir()
+            p = owned_dir(self.out, STAGING_PREFIX, kernel)
             self.staging[kernel] = p
         return p
 
@@ -157,7 +161,7 @@ class OutputWriter:
         if prev is not None:
             ur.outputs = {"consts": list(prev.get("consts") or [])}  # the same final module names the same files
             return None
-        staging = self._staging(unit.kernel)
+        staging = self.staging_for(unit.kernel)
         art = str(self.out / unit.kernel)  # where the outputs end up (staging is renamed to it)
         items: list[tuple[str, Path, str]] = [(final, staging / unit.data["output"], art)]
         if self.stages:
@@ -199,9 +203,12 @@ class OutputWriter:
     def _write(self, kr: KernelResult, staging: Path | None) -> None:
         dest = self.out / kr.kernel.name
         artifacts = self._artifacts(kr)
-        if staging is None:  # every unit and artifact up to date: refresh the record only
+        if staging is None or all(self.up_to_date.get(u.unit.name) for u in kr.units):
+            # every unit and artifact up to date: refresh the record only
             kr.stats["artifacts"] = {rel: (dest / rel).stat().st_size for rel in artifacts}
             write_atomic(dest / STATS_FILE, _json(kr.stats))
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             return
         for u in kr.units:
             if self.up_to_date.get(u.unit.name):
@@ -258,19 +265,10 @@ class OutputWriter:
     def _stage_artifacts(self, wanted: dict[str, Path], staging: Path, dest: Path) -> dict[str, int]:
         """Copy the artifacts into the staging directory; returns name -> size (recorded in stats.json).
 
-        Files a pass wrote into the artifact directory during this build,
-        beyond those, are carried over too.
+        Files a pass wrote into its artifact directory during this build are
+        there already (the staging directory is that directory).
         """
-        if dest.is_dir():
-            for src in dest.rglob("*"):
-                rel = src.relative_to(dest).as_posix()
-                if src.is_file() and not src.is_symlink() and rel not in wanted and rel != STATS_FILE \
-                        and not rel.startswith("stages/") and not (staging / rel).exists():
-                    try:
-                        if src.stat().st_mtime >= self.started - 1:
-                            shutil.copy2(src, _target(staging, rel))
-                    except OSError:
-                        pass
+        (staging / OWNER_FILE).unlink(missing_ok=True)
         sizes = {}
         for rel, src in wanted.items():
             target = _target(staging, rel)
@@ -383,13 +381,44 @@ def _swap_dir(staging: Path, dest: Path) -> None:
     raise TuskError(f"could not move the output of {dest.name} into place (concurrent writers?)")
 
 
+OWNER_FILE = ".tusk-owner"
+
+
+def owned_dir(out: Path, prefix: str, label: str) -> Path:
+    """A fresh temporary directory in OUT marked with its owner (host and process), for clean_leftovers."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)[:64]
+    p = out / f"{prefix}{safe}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    p.mkdir()
+    (p / OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                            "started": time.time()}))
+    return p
+
+
+def _owner_gone(p: Path, now: float, age: float) -> bool:
+    """True when the build that made temporary directory ``p`` is over: its process is gone (same host),
+    or it is older than ``age`` seconds (another host, or no owner record)."""
+    try:
+        owner = json.loads((p / OWNER_FILE).read_text())
+        if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+            if owner["pid"] == os.getpid():
+                return False
+            try:
+                os.kill(owner["pid"], 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass  # alive, someone else's
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return now - p.stat().st_mtime > age
+    except OSError:
+        return False
+
+
 def clean_leftovers(out: Path, age: float = 3600.0) -> None:
-    """Remove staging directories of builds that died more than ``age`` seconds ago."""
+    """Remove the temporary directories of builds that are over (killed, crashed, interrupted)."""
     now = time.time()
     for p in out.iterdir():
-        if p.name.startswith(TEMP_PREFIXES) and p.is_dir():
-            try:
-                if now - p.stat().st_mtime > age:
-                    shutil.rmtree(p, ignore_errors=True)
-            except OSError:
-                pass
+        if p.name.startswith(TEMP_PREFIXES) and p.is_dir() and not p.is_symlink() and _owner_gone(p, now, age):
+            shutil.rmtree(p, ignore_errors=True)

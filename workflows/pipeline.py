@@ -5,9 +5,12 @@ TranslateNKIASTToBIR and AddressRotation)::
 
     translate_nki_ast_to_bir, heuristic_unroll, unroll,
     address_rotation_psum, address_rotation_sb, address_rotation_dram,   (after each coloring allocator)
-    build_fdeps,
-    separate_load_and_compute, post_sched,                                (the scheduling split)
-    address_rotation_psum_post_schedule, address_rotation_sb               (rotate the stage buffers)
+    clear_inst_deps, build_fdeps,                                         (edges for the rotated addresses)
+    schedule,                                      (Tusk's list scheduler in place of the seed's
+                                                    separate_load_and_compute + post_sched)
+    address_rotation_psum_post_schedule, address_rotation_sb              (rotate again after scheduling;
+                                                    where they move a buffer they rebuild that function's
+                                                    edges, so dependence analysis runs once per build)
 
 Only registered passes run (``tusk.stages.REGISTRY``); backend passes Tusk
 does not have yet are reported as "not available yet".
@@ -16,8 +19,9 @@ A pass that appears twice is addressed as ``name`` (every occurrence) or
 
 Changing it:
 
-* ``--set pass.option=value`` sets an option (typed by the pass's fields); ``--set pass.enabled=false`` drops a step (or, for a pass that
-  has an ``enabled`` option of its own, sets that option).
+* ``--set pass.option=value`` sets an option (typed by the pass's fields); ``--set
+  pass.enabled=false`` drops a step (or, for a pass that has an ``enabled``
+  option of its own, sets that option).
 * ``--pipeline FILE`` reads a TOML file::
 
       [[step]]
@@ -48,9 +52,9 @@ DEFAULT_ORDER: tuple[str, ...] = (
     "address_rotation_psum",
     "address_rotation_sb",
     "address_rotation_dram",
+    "clear_inst_deps",
     "build_fdeps",
-    "separate_load_and_compute",
-    "post_sched",
+    "schedule",
     "address_rotation_psum_post_schedule",
     "address_rotation_sb",
 )

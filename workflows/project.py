@@ -32,8 +32,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"  # th
 FILE = "tusk.toml"
 PYPROJECT = "pyproject.toml"
 PATH_SETTINGS = frozenset({"cache_dir"})  # relative to the file's directory (unless a URL)
-_TYPES: dict[str, tuple[type, ...]] = {"workers": (int,), "instruction_limit": (int,), "maxhu": (int,),
-                                       "verify": (bool,)}
+_TYPES: dict[str, tuple[type, ...]] = {"workers": (int,), "instruction_limit": (int,), "maxhu": (int,)}
 
 
 class ProjectFileError(UsageError):
@@ -107,6 +106,12 @@ def parse(data: dict[str, Any], base: Path, where: str, path: Path | None = None
 
 
 def _setting(name: str, value: Any, base: Path, where: str) -> Any:
+    if name == "verify":  # true / false, or a level
+        level = {True: "all", False: "none"}.get(value, value) if isinstance(value, bool) else value
+        if level not in config.VERIFY_LEVELS:
+            raise ProjectFileError(f"{where}: verify must be {', '.join(config.VERIFY_LEVELS)}, true or false, "
+                                   f"got {value!r}")
+        return level
     types = _TYPES.get(name, (str,))
     if isinstance(value, str) and value.strip().lower() == "none" and name in ("instruction_limit", "maxhu"):
         return None

@@ -1,0 +1,227 @@
+"""Live ranges of on-chip memory locations: the *instances* (webs) of a buffer.
+
+A memory location that a loop reuses holds one value per iteration.  After
+unrolling, every iteration's value is an *instance*: it starts with a write
+that overwrites the whole memory location (a *kill*) and lasts until its last
+access before the next kill.  Address rotation moves instances; the verifier
+checks that two memory locations do not overlap while both are live.
+
+A write is a kill when it
+
+* covers every element of the memory location exactly once (offset 0 and a
+  pattern that enumerates ``[0, capacity)``),
+* is done by an instruction that overwrites without reading the old value
+  (a read-modify-write -- a matmul accumulating into PSUM, a CCE DMA, an
+  Activation accumulating, a predicated copy -- joins the instance it
+  updates), and
+* is unpredicated, and its instruction does not read the same memory
+  location (an in-place operation is one instance: the check_no_in_place
+  guard).
+
+Accesses before a memory location's first kill form instance 0; if it reads,
+it reads what was there before the function (*live-in*).
+
+Only *simple* memory locations get instances: allocated SB/PSUM locations
+whose every access is a physical access pattern (no symbolic, register or
+dynamic addressing) outside loop bodies, in a function without branches or
+kernel calls.
+The others are reported so that callers can treat them as fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, Kind, Mem, Op, Role
+from tusk.ir.module import Function, _ranges
+
+BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
+# instructions whose output overwrites every element they address (unless an attribute says it accumulates)
+KILLING = frozenset({Op.DMACopy, Op.Load, Op.Save, Op.TensorCopy, Op.GenericCopy, Op.TensorTensor, Op.TensorScalar,
+                     Op.TensorScalarPtr, Op.Activation, Op.TensorReduce, Op.Matmult, Op.Memset, Op.Iota,
+                     Op.TensorSave, 18})  # 18: DMA
+
+
+@dataclass
+class Instances:
+    """Accesses grouped into instances.  Per access (sorted by memloc, row, read before write):
+    ``memloc``, ``row``, ``write``, ``op`` (operand row), ``inst`` (instance id).  Per instance:
+    ``memloc``, ``first``/``last`` access rows, ``first_write`` (-1: none), ``last_read`` (-1: none),
+    ``live_in``.  Per memory location: ``simple``."""
+
+    a_memloc: np.ndarray
+    a_row: np.ndarray
+    a_write: np.ndarray
+    a_op: np.ndarray
+    a_inst: np.ndarray
+    i_memloc: np.ndarray
+    i_first: np.ndarray
+    i_last: np.ndarray
+    i_first_write: np.ndarray
+    i_last_read: np.ndarray
+    i_live_in: np.ndarray
+    simple: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.i_memloc)
+
+    def of_memloc(self, m: int) -> np.ndarray:
+        """Instance ids of memory location ``m``, in program order."""
+        return np.flatnonzero(self.i_memloc == m)
+
+
+def full_cover(pattern, offset: int, capacity: int) -> bool:
+    """Does ``offset + sum(i_k * step_k)`` enumerate ``[0, capacity)`` exactly once?"""
+    if offset != 0:
+        return False
+    dims = sorted((int(s), int(n)) for s, n in pattern if n != 1)
+    if any(n <= 0 for _, n in dims):
+        return False
+    expect = 1
+    for s, n in dims:
+        if s != expect:
+            return False
+        expect *= n
+    return expect == capacity
+
+
+def _rmw(fn: Function, row: int) -> bool:
+    """Does the instruction's write read the old value (accumulate), whatever it covers?"""
+    opc = int(fn.insts.get("opcode", row))
+    if opc not in KILLING:
+        return True
+    attrs = fn.record(fn.insts.get("attrs", row))
+    if opc == Op.Matmult:
+        flag = attrs.get("accumulation_flag", 0)
+        return not (isinstance(flag, (int, float)) and not isinstance(flag, bool) and flag == 0) and flag is not False
+    if opc == Op.Activation:
+        return attrs.get("acc", "Idle") not in ("Idle", 0, None)
+    if opc in (Op.DMACopy, 18):
+        return attrs.get("mode") == "CCE" or attrs.get("dst_rmw_op") not in (None, "", "bypass")
+    return False
+
+
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each group's first element, group of every element) for the distinct values of ``key``."""
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    new = np.ones(len(ks), dtype=bool)
+    new[1:] = ks[1:] != ks[:-1]
+    gid = np.cumsum(new) - 1
+    back = np.empty(len(ks), dtype=np.int64)
+    back[order] = gid
+    return order[new], back
+
+
+def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
+    """The instances of every simple memory location of ``fn`` in ``spaces``."""
+    ins, ops, ml = fn.insts, fn.operands, fn.memlocs
+    n, n_ml = len(ins), len(ml)
+    nops = ins["nops"].astype(np.int64)
+    rows = _ranges(ins["ops"], nops)
+    owner = np.repeat(np.arange(n, dtype=np.int64), nops)
+    kind = ops["kind"][rows]
+    m = ops["memloc"][rows].astype(np.int64)
+    on = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & (m >= 0)
+    on[on] = np.isin(ml["mtype"][m[on]], spaces)
+    simple = np.isin(ml["mtype"], spaces) & (ml["addr"] >= 0)
+    # not simple: non-physical or dynamic accesses, accesses inside loop bodies, functions with branches
+    exact = (kind == Kind.PHYSICAL) & (ops["dyn"][rows] < 0)
+    in_loop = fn.blocks["parent"][ins["block"]] >= 0 if len(ins) else np.zeros(0, dtype=bool)
+    bad = on & (~exact | in_loop[owner])
+    simple[m[bad]] = False
+    if len(ins) and np.isin(ins["opcode"], BRANCHES + (Op.NKIKernel,)).any():
+        simple[:] = False  # control flow, or a callee whose scratch buffers live in the same memories
+    sel = np.flatnonzero(on & simple[np.maximum(m, 0)]) if n_ml else np.zeros(0, np.int64)
+    a_memloc, a_row, a_op = m[sel], owner[sel], rows[sel]
+    a_write = (ops["role"][a_op] == Role.OUT)
+    # sort by (memloc, row, read before write); owners are already in row order
+    order = np.argsort((a_memloc * (n + 1) + a_row) * 2 + a_write, kind="stable")
+    a_memloc, a_row, a_op, a_write = a_memloc[order], a_row[order], a_op[order], a_write[order]
+    na = len(a_op)
+    # ---- kills: full-cover writes (only offset 0 can cover), by distinct (pattern, capacity)
+    kill = np.zeros(na, dtype=bool)
+    w = np.flatnonzero(a_write & (ops["offset"][a_op] == 0))
+    if len(w):
+        size = DTYPE_SIZE_ARRAY[ops["dtype"][a_op[w]]]
+        mw = a_memloc[w]
+        cap = np.where(ml["mtype"][mw] == Mem.DRAM, ml["pbytes"][mw] // size,
+                       (ml["pbytes"][mw] // size) * ml["nparts"][mw]).astype(np.int64)
+        pat = ops["pattern"][a_op[w]].astype(np.int64)
+        first, back = _groups((pat + 1) << 40 | cap)
+        vals = np.array([full_cover(fn.patterns[int(pat[f])] if pat[f] >= 0 else (), 0, int(cap[f]))
+                         for f in first.tolist()], dtype=bool)
+        kill[w] = vals[back]
+    cand = np.flatnonzero(kill)
+    if len(cand):
+        r = a_row[cand]
+        pred = ins["pred"][r] >= 0
+        # read-modify-write depends on the opcode and the attribute record only
+        first, back = _groups(ins["attrs"][r].astype(np.int64) * 256 + ins["opcode"][r])
+        rmw = np.array([_rmw(fn, int(r[f])) for f in first.tolist()], dtype=bool)[back]
+        # the same instruction also reads this memory location (the access just before, reads sort first) or
+        # writes it again (the access just after): in place, not a kill
+        same = (a_memloc[1:] == a_memloc[:-1]) & (a_row[1:] == a_row[:-1])
+        prev = np.concatenate([[False], same])
+        nxt = np.concatenate([same, [False]])
+        kill[cand] = ~(pred | rmw | prev[cand] | nxt[cand])
+    # ---- instances: a new one at each kill and at each memory location's first access
+    start = kill.copy()
+    if na:
+        start[0] = True
+        start[1:] |= a_memloc[1:] != a_memloc[:-1]
+    a_inst = np.cumsum(start) - 1
+    firsts = np.flatnonzero(start)
+    ni = len(firsts)
+    lasts = np.concatenate([firsts[1:], [na]]) - 1 if ni else firsts
+    i_memloc = a_memloc[firsts]
+    i_first = a_row[firsts]
+    i_last = a_row[lasts]   # rows increase within an instance
+    big = np.iinfo(np.int64).max
+    i_first_write = np.minimum.reduceat(np.where(a_write, a_row, big), firsts) if ni else np.zeros(0, np.int64)
+    i_first_write[i_first_write == big] = -1
+    i_last_read = np.maximum.reduceat(np.where(a_write, -1, a_row), firsts) if ni else np.zeros(0, np.int64)
+    # live-in: an instance that does not start with a kill and reads before (or without) writing
+    first_read = np.minimum.reduceat(np.where(a_write, big, a_row), firsts) if ni else np.zeros(0, np.int64)
+    starts_with_kill = kill[firsts]
+    i_live_in = ~starts_with_kill & (i_last_read >= 0) & ((i_first_write < 0) | (first_read <= i_first_write))
+    return Instances(a_memloc, a_row, a_write, a_op, a_inst, i_memloc, i_first, i_last, i_first_write, i_last_read,
+                     i_live_in, simple)
+
+
+def boxes(fn: Function, memlocs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first partition, end partition, first byte, end byte) of each memory location."""
+    ml = fn.memlocs
+    base = ml["base"][memlocs].astype(np.int64)
+    addr = ml["addr"][memlocs].astype(np.int64)
+    return base, base + ml["nparts"][memlocs], addr, addr + ml["pbytes"][memlocs]
+
+
+def overlapping_pairs(fn: Function, memlocs: np.ndarray) -> list[tuple[int, int]]:
+    """Pairs (a, b), a < b, of the given memory locations whose boxes overlap in the same memory."""
+    memlocs = np.asarray(memlocs, dtype=np.int64)
+    if len(memlocs) < 2:
+        return []
+    mtype = fn.memlocs["mtype"][memlocs]
+    p0, p1, b0, b1 = boxes(fn, memlocs)
+    out: list[tuple[int, int]] = []
+    order = np.argsort(b0, kind="stable")
+    # sweep by first byte: only candidates that start before this one ends can overlap
+    ends = b1[order]
+    starts = b0[order]
+    for k in range(len(order)):
+        j = k + 1
+        hi = np.searchsorted(starts, ends[k], side="left")
+        if hi <= j:
+            continue
+        cand = order[j:hi]
+        a = order[k]
+        hit = cand[(mtype[cand] == mtype[a]) & (p0[cand] < p1[a]) & (p0[a] < p1[cand]) & (b0[cand] < b1[a])
+                   & (b0[a] < b1[cand])]
+        for c in hit.tolist():
+            x, y = int(memlocs[a]), int(memlocs[c])
+            out.append((min(x, y), max(x, y)))
+    return sorted(set(out))
+

@@ -1,0 +1,188 @@
+"""schedule: a list scheduler over the timing model (Tusk's stand-in for separate_load_and_compute + post_sched).
+
+Each straight-line region of a function (``stages.deps.straight_line_regions``;
+the whole function when it has no control flow) is reordered; a loop or
+branch row stays last in its region, and barriers, kernel calls and other
+fences stay where they are, cutting their region into segments.
+
+Within a segment the scheduler simulates the machine of ``sim/timing.py``
+(in-order compute engines, DMA triggers on their engine, transfers on the
+engine's queues with ``dma_inflight`` slots each, the semaphore hand-off
+between engines) and repeatedly places, among the instructions whose
+predecessors are all placed, the one that can start first; ties go to the
+longest critical path to the end of the segment (the bottom level, in timing
+model cycles), then to the original order.  The output order is the order of
+placement, so an engine's instructions issue in the order they can start
+and a DMA trigger that has to wait no longer blocks the triggers behind it.
+
+Every edge is respected: the function's own ``deps`` and the graph
+``build_fdeps`` computes now (their union is installed, remapped to the new
+order), so the pass is safe even on a module whose edges are stale or
+missing.  Scheduled functions get attribute 12, the seed's post-schedule
+marker that gates ``clear_inst_deps`` and the post-schedule rotations.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from tusk.ir.columns import Table
+from tusk.ir.enums import LOOP_OPCODES, FnAttr, Op
+from tusk.ir.module import DEP_SCHEMA, Function, Module
+from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan
+from tusk.stages.base import Pass, Stats, option
+from tusk.stages.deps import _merge, dependence_edges, straight_line_regions
+from tusk.stages.rotation_rings import makespan_stats
+
+# instructions that order everything around them
+FENCES = frozenset({Op.NKIKernel, Op.CoreBarrier, 15, 16, 13, 14, 47, 48, 49, 50, 77, 80, 81, 82, 17, Op.Call})
+
+
+def segments(fn: Function) -> list[tuple[int, int]]:
+    """Half-open row ranges the scheduler may permute: straight-line regions without their closing
+    control row, cut at fences."""
+    n = len(fn.insts)
+    if n == 0:
+        return []
+    regions = straight_line_regions(fn)
+    region = regions if regions is not None else np.zeros(n, np.int64)
+    opc = fn.insts["opcode"]
+    stay = np.isin(opc, list(FENCES))
+    if regions is not None:
+        stay |= np.isin(opc, list(LOOP_OPCODES | {Op.CompareAndBranch, Op.UnconditionalBranch}))
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (region[1:] != region[:-1]) | stay[1:] | stay[:-1]
+    starts = np.flatnonzero(cut).tolist() + [n]
+    return [(a, b) for a, b in zip(starts[:-1], starts[1:]) if b - a > 1 and not stay[a]]
+
+
+def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[Function, int]:
+    """(scheduled copy of ``fn``, number of rows that moved)."""
+    n = len(fn.insts)
+    segs = segments(fn)
+    src, dst, kind = dependence_edges(fn)
+    d = fn.deps
+    src, dst, kind = _merge(np.concatenate([d["src"], src]), np.concatenate([d["dst"], dst]),
+                            np.concatenate([d["kind"], kind]), n)
+    order = np.arange(n, dtype=np.int64)
+    if segs:
+        p = plan(fn, costs)
+        dur = p.cost.copy()
+        dur[p.is_dma] = p.cost[p.is_dma] + p.latency[p.is_dma] + p.work[p.is_dma] / p.rate[p.is_dma]
+        by_dst = np.argsort(dst, kind="stable")
+        for a, b in segs:
+            lo, hi = np.searchsorted(dst[by_dst], [a, b])
+            e = by_dst[lo:hi]
+            inside = src[e] >= a
+            order[a:b] = a + _list_schedule(b - a, src[e][inside] - a, dst[e][inside] - a, p, dur, a, costs)
+    out = fn.copy()
+    out.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
+                                              "kind": kind.astype(np.uint8)})
+    moved = int((order != np.arange(n)).sum())
+    if moved:
+        out = out.take_insts(order)
+    if segs:
+        out.attrs.add(FnAttr.KERNEL_SCOPE)
+    return out, moved
+
+
+def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray, off: int,
+                   costs: CostTable) -> np.ndarray:
+    """Placement order (segment-relative) of a segment of ``n`` rows with edges src -> dst."""
+    lane = p.lane[off:off + n].tolist()
+    is_dma = p.is_dma[off:off + n].tolist()
+    cost = p.cost[off:off + n].tolist()
+    d = dur[off:off + n]
+    sync = float(costs.sync_latency)
+    succ_order = np.argsort(src, kind="stable")
+    s_src, s_dst = src[succ_order], dst[succ_order]
+    s_ptr = np.searchsorted(s_src, np.arange(n + 1)).tolist()
+    s_dst_l = s_dst.tolist()
+    # bottom level: longest path to the end of the segment (rows are a topological order)
+    prio = d.copy()
+    prio_l = prio.tolist()
+    d_l = d.tolist()
+    for i in range(n - 1, -1, -1):
+        best = 0.0
+        for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
+            v = prio_l[j] + sync
+            if v > best:
+                best = v
+        prio_l[i] = d_l[i] + best
+    indeg = np.bincount(dst, minlength=n).tolist()
+    ready_at = [0.0] * n
+    nl = len(p.lanes)
+    free = [0.0] * nl
+    slots = max(int(costs.dma_queues_per_engine), 1) * max(int(costs.dma_inflight), 1)
+    transfer: dict[int, list[float]] = {}    # trigger lane -> heap of in-flight transfer ends
+    where = [-1] * n
+    end = [0.0] * n
+    heap = [(0.0, -prio_l[i], i) for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    placed: list[int] = []
+    while heap:
+        t, negp, i = heapq.heappop(heap)
+        ln = lane[i]
+        start = ready_at[i] if ln < 0 else max(ready_at[i], free[ln])
+        if start > t:
+            heapq.heappush(heap, (start, negp, i))
+            continue
+        if is_dma[i]:
+            te = start + cost[i]
+            free[ln] = te
+            h = transfer.setdefault(ln, [])
+            while h and h[0] <= te:
+                heapq.heappop(h)
+            ts = te if len(h) < slots else max(te, heapq.heappop(h))
+            f = ts + (d_l[i] - cost[i])
+            heapq.heappush(h, f)
+            where[i] = nl + ln  # its queues: another engine for the hand-off
+        else:
+            f = start + cost[i]
+            if ln >= 0:
+                free[ln] = f
+            where[i] = ln
+        end[i] = f
+        placed.append(i)
+        for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
+            lj = lane[j]
+            r = f + (sync if where[i] >= 0 and lj >= 0 and where[i] != lj else 0.0)
+            if r > ready_at[j]:
+                ready_at[j] = r
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(heap, (ready_at[j] if lj < 0 else max(ready_at[j], free[lj]), -prio_l[j], j))
+    if len(placed) != n:  # cannot happen: rows are a topological order of their edges
+        raise AssertionError("schedule: the dependence graph of a segment has a cycle")
+    return np.asarray(placed, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Schedule(Pass):
+    """Reorder each straight-line region by the timing model's critical path, respecting every dependence."""
+
+    name = "schedule"
+    version = "1"
+
+    mark_post_schedule: bool = option(True, "give scheduled functions attribute 12 (the post-schedule marker)")
+    timing: bool = option(True, "report makespan_before/makespan_after (timing model)")
+    timing_limit: int = option(100_000, "no makespans for modules with more instructions than this")
+
+    def run(self, module: Module) -> tuple[Module, Stats]:
+        out = module.copy()
+        moved = 0
+        scheduled = 0
+        for k, fn in enumerate(out.functions):
+            new, m = schedule_function(fn)
+            if not self.mark_post_schedule:
+                new.attrs = set(fn.attrs)
+            scheduled += int(FnAttr.KERNEL_SCOPE in new.attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
+            out.functions[k] = new
+            moved += m
+        stats: Stats = {"moved": moved, "marked": scheduled}
+        if self.timing and module.n_insts() <= self.timing_limit:
+            makespan_stats(module, out, stats, rebuild_after=False)  # the output's edges are the ones it kept
+        return out, stats
