@@ -283,7 +283,7 @@ def test_report_trace_and_timelines_are_written(cache, tmp_path):
     bt = json.loads((out / "build-trace.json").read_text())
     assert any(e["ph"] == "X" and "tiled_exp: unroll" in e["name"] for e in bt["traceEvents"])
     tl = json.loads((out / "tiled_exp" / "timeline.json").read_text())
-    assert tl["otherData"]["kernel"] == "tiled_exp" and tl["otherData"]["signature"]
+    assert tl["otherData"]["kernel"] == "tiled_exp" and tl["otherData"]["_signature"]
     if trace._model() is not None:
         assert any(e["ph"] == "X" for e in tl["traceEvents"])
         assert any(e.get("name") == "thread_name" for e in tl["traceEvents"])

@@ -16,7 +16,6 @@ build: they become a warning, the traceback goes to ``OUT/tusk.log``.
 from __future__ import annotations
 
 import json
-import os
 import time
 import traceback
 from pathlib import Path
@@ -78,9 +77,9 @@ class Tee(BuildEvents):
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from tusk.workflows.outputs import write_atomic
+
+    write_atomic(path, text.encode("utf-8"))
 
 
 def _signature(phases: list[Phase]) -> str:
@@ -166,9 +165,10 @@ class Reporter(BuildEvents):
                 sig = _signature(kernel_phases)
                 if not _current(path, sig):
                     trace = timeline_trace(kr.kernel.name, kernel_phases)
-                    trace = {"otherData": {"signature": sig, **trace["otherData"]},
+                    trace = {"otherData": {"_signature": sig, **trace["otherData"]},
                              **{k: v for k, v in trace.items() if k != "otherData"}}
-                    _write(path, json.dumps(trace, separators=(",", ":")))
+                    _write(path, json.dumps(trace, separators=(",", ":"), sort_keys=True))  # same bytes whether
+                    # the timings were computed now or read back from the store's notes
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
         if self.log.finished():
             _write(out / BUILD_TRACE, json.dumps(build_trace(self.log, result), separators=(",", ":")))
