@@ -101,7 +101,8 @@ def outputs(out: Path) -> dict[str, bytes]:
     """What a build produced, without its records (stats.json, the log) and with its own path taken out."""
     return {p.relative_to(out).as_posix(): p.read_bytes().replace(str(out).encode(), b"OUT")
             for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name not in ("stats.json", "tusk.log") and not p.name.startswith(".")
+            if p.is_file() and p.name not in ("stats.json", "tusk.log", "report.html", "build-trace.json")
+            and not p.name.startswith(".")
             and not any(part.startswith(".tusk-") for part in p.relative_to(out).parts)}
 
 

@@ -134,11 +134,12 @@ def test_lnc_kernel_compiles_once_per_core_or_for_core_id(env, tmp_path):
     assert [u["unit"] for u in rep["kernels"][0]["units"]] == ["06_lnc2_shared[1]"]
 
 
-def test_empty_directory_says_so_and_succeeds(tmp_path, monkeypatch):
+def test_empty_directory_says_so_and_fails_without_creating_anything(tmp_path, monkeypatch):
     monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "c"))
     (tmp_path / "empty").mkdir()
     res = runner.invoke(app, ["compile", str(tmp_path / "empty"), "-o", str(tmp_path / "o"), "--workers", "0"])
-    assert res.exit_code == 0 and "no kernel files" in res.output
+    assert res.exit_code == 1 and "no kernel files" in res.stderr and not res.stdout
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
 
 
 def test_default_directory_is_the_shipped_examples(tmp_path, monkeypatch):

@@ -63,8 +63,12 @@ def copy_examples(d: Path, *names: str) -> Path:
     return d
 
 
+BUILD_REPORT = {"report.html", "build-trace.json", "timeline.json", "tusk.log"}  # rewritten by every build
+
+
 def tree(d: Path) -> dict[str, bytes]:
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and p.name not in BUILD_REPORT}
 
 
 # --------------------------------------------------------------------------- 1: never replace an input
@@ -219,7 +223,7 @@ def test_an_unreadable_kernel_file_is_a_failed_kernel(tmp_path, translate_only):
 def test_core_ids(tmp_path, translate_only):
     k = copy_examples(tmp_path / "k", "tensor_add.klr", "lnc2_matmul.klr")
     code, _, text = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"), "--core-id", "-1")
-    assert code == 2 and "--core-id must be" in text and not (tmp_path / "out").exists()
+    assert code == 2 and "--core-id" in text and not (tmp_path / "out").exists()
     code, rep, _ = tusk("--pipeline", translate_only, str(k), "-o", str(tmp_path / "out"), "--core-id", "1")
     assert code == 0 and [x["kernel"] for x in rep["kernels"]] == ["lnc2_matmul"]
     assert any(s["path"].endswith("tensor_add.klr") and "--core-id 1" in s["reason"] for s in rep["skipped"])
@@ -367,8 +371,8 @@ def test_bad_requests_are_clear_errors_that_write_nothing(tmp_path, monkeypatch)
             res = runner.invoke(app, ["cache", "info"])
             assert res.exit_code == 2 and var in res.output
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("o")]
-    res = runner.invoke(app, ["show", str(k)])
-    assert res.exit_code == 1 and "not a file" in res.output
+    res = runner.invoke(app, ["show", str(k)])  # a directory that is no kernel output: the command's fault
+    assert res.exit_code == 2 and "not a file" in res.stderr and not res.stdout
 
 
 def test_set_on_a_pass_that_is_not_available_warns(tmp_path, monkeypatch):

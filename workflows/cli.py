@@ -1,135 +1,510 @@
-"""The `tusk` command line (typer): compile, show, cache."""
+"""The `tusk` command line (typer): compile, show, diff, passes, cache.
+
+Every error goes to stderr as ``error: ...``; exit codes: 0 success, 1 a
+kernel (or the file shown) is at fault, 2 the command or the machine is.
+What can be checked before a build starts is checked before it starts
+(options, tusk.toml, the pipeline and every ``--set``, ``--stage`` names,
+that the directory holds kernel files): a refused command creates nothing.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 import typer
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, TuskError
+from tusk.workflows.project import EXAMPLES
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences.")
-cache_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                        help="Inspect and maintain the module cache (TUSK_CACHE_DIR).")
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
+                  help="Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences.\n\n"
+                       "Run 'tusk COMMAND -h' for a command's options and examples.")
+cache_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
+                        help="Inspect and maintain the module cache (TUSK_CACHE_DIR).",
+                        epilog="\b\nExamples:\n  tusk cache info\n  tusk cache verify --remove\n"
+                               "  tusk cache gc --max-size 2G\n  tusk cache clear --cache-dir /tmp/tusk-cache")
 app.add_typer(cache_app, name="cache")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
+
+# ====================================================================== helpers
 
 
-@app.command()
-def show(file: Path = typer.Argument(..., help="A .klr file or a BIR-JSON file")) -> None:
-    """Print a readable listing of a KLR or BIR-JSON file."""
-    from tusk.workflows.show import listing
-
-    try:
-        typer.echo(listing(file), nl=False)
-    except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+def _err(text: str) -> None:
+    typer.echo(f"error: {text}", err=True)
 
 
-@app.command()
+def _fail(e: TuskError | str, code: int | None = None) -> typer.Exit:
+    """Print the error on stderr; the exit: 1 for the kernel's fault (a bad file), else 2."""
+    _err(str(e))
+    if code is None:
+        code = 1 if isinstance(e, InputError) else 2
+    return typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from tusk import __version__
+
+        typer.echo(f"tusk {__version__}")
+        raise typer.Exit()
+
+
+def _setting_help(name: str, text: str = "") -> str:
+    from tusk.workflows import config
+
+    s = config.BY_NAME[name]
+    default = s.default()
+    shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+    if name == "cache_dir":
+        shown = "the user cache directory"
+    return f"{text or s.help} [env {s.env}; tusk.toml: {name}; default: {shown}]"
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_version,
+                                       help="Print Tusk's version and exit.")) -> None:
+    """Tusk: compile NKI kernels (KLR or BIR-JSON) into unrolled BIR with rebuilt dependences."""
+
+
+class _Out:
+    """Writes lines to stdout in batches; a closed pipe (``| head``) ends the command quietly."""
+
+    def __init__(self) -> None:
+        self.buf: list[str] = []
+
+    def write_all(self, lines: Iterable[str]) -> None:
+        try:
+            for line in lines:
+                self.buf.append(line)
+                if len(self.buf) >= 512:
+                    self.flush()
+            self.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise typer.Exit(0)
+
+    def flush(self) -> None:
+        if self.buf:
+            sys.stdout.write("\n".join(self.buf) + "\n")
+            sys.stdout.flush()
+            self.buf.clear()
+
+
+# ====================================================================== compile
+
+
+COMPILE_EPILOG = """\b
+Examples:
+  tusk compile                              # the shipped example kernels into ./tusk-out
+  tusk compile kernels/ -o build/           # every .klr / BIR-JSON file of kernels/
+  tusk compile kernels/ --set unroll.loops=marked --workers 4
+  tusk compile kernels/ --arch gen3 --maxhu 8 --verify
+  tusk compile kernels/ --stage unroll      # also write the module after unroll
+  tusk compile kernels/ --json > build.json # the build report as JSON (schema 2)
+  tusk compile kernels/ --scheduler tcp://host:8786
+
+\b
+Settings come from, highest first: the command line, DIR/tusk.toml (or
+[tool.tusk] in DIR/pyproject.toml), the environment, the defaults
+('tusk passes' lists them all). OUT gets one directory per kernel,
+report.html (the build report: open it in a browser), build-trace.json
+and <kernel>/timeline.json (open them in Perfetto or chrome://tracing).
+"""
+
+
+class ProgressMode(str, Enum):
+    auto = "auto"
+    live = "live"
+    plain = "plain"
+    off = "off"
+
+
+@app.command(epilog=COMPILE_EPILOG)
 def compile(
-    directory: Optional[Path] = typer.Argument(None, help="Directory of kernels (default: the shipped examples)"),
-    out: Path = typer.Option(Path("tusk-out"), "-o", "--out", help="Output directory"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (0: no cluster, run "
-                                          "in this process; default: TUSK_WORKERS, else chosen by the size of "
-                                          "the build: in this process when small, one worker per CPU when not)"),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler, "
-                                            "e.g. tcp://127.0.0.1:8786"),
-    dashboard: bool = typer.Option(False, "--dashboard", help="Print the dashboard link of the local cluster"),
-    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Cache root: a directory or fsspec URL "
-                                            "(default: TUSK_CACHE_DIR or the user cache directory)"),
+    directory: Optional[Path] = typer.Argument(None, metavar="DIR",
+                                               help="Directory of kernels (default: the shipped examples)"),
+    out: Path = typer.Option(Path("tusk-out"), "-o", "--out", metavar="OUT", help="Output directory"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=0, metavar="N", help=_setting_help(
+        "workers", "Local worker processes; 0: no cluster, run in this process")),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR", help=_setting_help(
+        "scheduler", "Address of an existing Dask scheduler, e.g. tcp://127.0.0.1:8786")),
+    dashboard: bool = typer.Option(False, "--dashboard", help="Print the dashboard link of the cluster"),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR|URL",
+                                            help=_setting_help("cache_dir", "Cache root: a directory or fsspec URL")),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use a throw-away cache: rebuild everything"),
-    core_id: Optional[int] = typer.Option(None, "--core-id", help="Compile LNC kernels for this logical core only "
-                                          "(kernels with fewer cores are skipped)"),
-    as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON on stdout"),
-    sets: List[str] = typer.Option([], "--set", help="pass.option=value (repeatable); pass.enabled=false drops it"),
-    pipeline: Optional[Path] = typer.Option(None, "--pipeline", help="TOML pipeline file ([[step]] pass=...)"),
-    stages: bool = typer.Option(False, "--stages", help="Also write every pass's output to OUT/<kernel>/stages/"),
-    verify: Optional[bool] = typer.Option(None, "--verify/--no-verify", help="Run the IR verifier after every "
-                                          "pass / not at all (default: on the kernel as translated and on the "
-                                          "final output; TUSK_VERIFY=none|ends|all)"),
+    core_id: Optional[int] = typer.Option(None, "--core-id", min=0, metavar="N",
+                                          help="Compile LNC kernels for this logical core only "
+                                               "(kernels with fewer cores are skipped)"),
+    arch: Optional[str] = typer.Option(None, "--arch", metavar="NAME", help=_setting_help("arch")),
+    instruction_limit: Optional[int] = typer.Option(None, "--instruction-limit", min=1, metavar="N",
+                                                    help=_setting_help("instruction_limit")),
+    maxhu: Optional[int] = typer.Option(None, "--maxhu", min=0, metavar="N", help=_setting_help(
+        "maxhu", "Cap on the loops heuristic_unroll marks (heuristic_unroll.maxhu)")),
+    sets: List[str] = typer.Option([], "--set", metavar="PASS.OPTION=VALUE",
+                                   help="Set a pass option (repeatable); PASS.enabled=false drops the step; "
+                                        "'tusk passes' lists the options"),
+    pipeline: Optional[Path] = typer.Option(None, "--pipeline", metavar="FILE",
+                                            help="TOML pipeline file of [[step]] tables (pass = \"name\", "
+                                                 "options = {...})"),
+    stages: bool = typer.Option(False, "--stages", help="Also write every step's output to OUT/<kernel>/stages/"),
+    stage: List[str] = typer.Option([], "--stage", metavar="PASS",
+                                    help="Also write this step's output to OUT/<kernel>/stages/ (repeatable; "
+                                         "'tusk show OUT/<kernel> --stage PASS' reads any step from the cache)"),
+    verify: Optional[bool] = typer.Option(None, "--verify/--no-verify", help=_setting_help(
+        "verify", "Run the IR verifier after every pass / not at all (default: on the kernel as translated and "
+                  "on the final output)")),
+    report: bool = typer.Option(True, "--report/--no-report", show_default=False,
+                                help="Write OUT/report.html, OUT/build-trace.json and OUT/<kernel>/timeline.json "
+                                     "(default: on)"),
+    progress: ProgressMode = typer.Option("auto", "--progress", metavar="auto|live|plain|off",
+                                          help="Live view on a terminal (auto), plain lines, or nothing"),
+    as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON on stdout (progress goes "
+                                                       "to stderr)"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the pipeline and why each pass ran"),
 ) -> None:
-    """Compile every kernel of DIRECTORY (.klr or BIR-JSON) through the pass pipeline."""
-    from rich.console import Console
+    """Compile every kernel of DIR (.klr or BIR-JSON) through the pass pipeline into OUT."""
+    from tusk.workflows.compile import compile_directory
+    from tusk.workflows.observe import Reporter, Tee
+    from tusk.workflows.progress import History, Terminal, make_display, route_dask_logs
+    from tusk.workflows.project import NoKernels, prepare_request
+    from tusk.workflows.report import print_result, result_json
 
-    from tusk.workflows.compile import BuildEvents, CompileRequest, compile_directory
-    from tusk.workflows.report import print_pipeline, print_result, progress_bar
-
-    stream = sys.stderr if as_json else sys.stdout
-    console = Console(stderr=as_json, width=None if stream.isatty() else 132)
     directory = directory or EXAMPLES
-    req = CompileRequest(directory=directory, out=out, workers=workers, scheduler=scheduler, dashboard=dashboard,
-                         cache_dir=cache_dir, no_cache=no_cache, core_id=core_id, sets=list(sets),
-                         pipeline=pipeline, stages=stages,
-                         verify=None if verify is None else ("all" if verify else "none"))
-    bar = progress_bar(console)
-
-    class Events(BuildEvents):
-        task = None
-        steps = 0
-
-        def pipeline(self, resolved) -> None:
-            if verbose:
-                print_pipeline(console, [s.spec for s in resolved.steps], resolved.unavailable)
-
-        def start(self, n_units: int, n_steps: int) -> None:
-            self.task, self.steps = bar.add_task("", total=max(1, n_units * n_steps)), n_steps
-            bar.start()
-
-        def step(self, event: str, unit, label: str) -> None:
-            if self.task is None:
-                return
-            if event in ("cached", "executed"):
-                bar.advance(self.task, 1)
-                bar.update(self.task, description=f"{unit.unit.name}: {label}")
-            elif event == "failed":  # the unit's remaining steps will not run
-                resolved = sum(1 for s in unit.steps if s.status != "failed")
-                bar.advance(self.task, max(0, self.steps - resolved))
-                bar.update(self.task, description=f"[red]{unit.unit.name} failed[/red]")
-
-        def executor(self, ex) -> None:
-            why = f" ({ex.reason})" if verbose and getattr(ex, "reason", "") else ""
-            if getattr(ex, "is_cluster", False):
-                console.print(f"started {ex.description}{why}")
-            else:
-                console.print(f"running passes in this process, no cluster{why}")
-            if dashboard:
-                link = getattr(ex, "dashboard_link", None)
-                try:
-                    import bokeh  # noqa: F401
-                    note = ""
-                except ImportError:
-                    note = " (the dashboard needs bokeh: pip install -e '.[dashboard]')"
-                console.print(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
-
-    from tusk.workflows import interrupts
-
     try:
-        with interrupts.handled():
-            result = compile_directory(req, events=Events())
+        req, cfg, pf = prepare_request(
+            directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
+            workers=workers, scheduler=scheduler, cache_dir=cache_dir,
+            verify=None if verify is None else ("all" if verify else "none"), arch=arch,
+            instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
+            core_id=core_id)
+    except NoKernels as e:
+        raise _fail(e, 1)
     except TuskError as e:
-        bar.stop()
-        console.print(f"[red]error:[/red] {e}", soft_wrap=True)
-        raise typer.Exit(2)
+        raise _fail(e, 2)
+    err = Terminal(stderr=True, highlight=False)
+    stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
+    console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
+    history = History.of(cfg)
+    display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
+    if verbose and pf.path:
+        display.say(f"settings from {pf.path}")
+
+    def warn(text: str) -> None:
+        err.print(f"[yellow]warning:[/yellow] {text}", soft_wrap=True, highlight=False)
+
+    reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
+    existed = out.exists()
+    events = Tee(display, reporter)
+    try:
+        from tusk.workflows import interrupts
+
+        with route_dask_logs(out / "tusk.log"), interrupts.handled():
+            result = compile_directory(req, events=events)
+    except TuskError as e:
+        display.stop()
+        _drop_if_empty(out, existed)
+        raise _fail(e, 2)
     except KeyboardInterrupt:
-        bar.stop()
-        console.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
-                      "the next build continues from the cache", soft_wrap=True)
+        display.stop()
+        err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
+                  "the next build continues from the cache", soft_wrap=True)
         raise typer.Exit(130)
     finally:
-        bar.stop()
-    if as_json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n")
-    else:
-        print_result(console, result, verbose)
+        display.stop()
+    if not result.kernels:
+        print_result(console, result, verbose, err)
+        _drop_if_empty(out, existed)
+        raise typer.Exit(1)
+    for problem in events.errors:
+        warn(f"progress display or report failed ({problem}); the build is not affected")
+    try:
+        if as_json:
+            sys.stdout.write(json.dumps(result_json(result, reporter.files), indent=1, sort_keys=True, default=str)
+                             + "\n")
+            sys.stdout.flush()
+            for kr in result.failed:
+                _err(f"{kr.kernel.name}: {kr.error}")
+        else:
+            print_result(console, result, verbose, err, extra=reporter.lines(result.out))
+    except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
+
+
+def _drop_if_empty(out: Path, existed: bool) -> None:
+    """A refused or empty build leaves no output directory it created."""
+    if existed:
+        return
+    try:
+        out.rmdir()  # only if empty
+    except OSError:
+        pass
+
+
+# ====================================================================== passes
+
+
+PASSES_EPILOG = """\b
+Examples:
+  tusk passes                     # pipeline, pass options, settings
+  tusk passes kernels/            # ... with the values kernels/tusk.toml gives
+  tusk passes --json
+"""
+
+
+def _passes_data(directory: Optional[Path]) -> dict:
+    from tusk import stages
+    from tusk.stages.base import format_value
+    from tusk.workflows import config as config_mod
+    from tusk.workflows import project
+    from tusk.workflows.pipeline import DEFAULT_ORDER
+
+    pf = project.load(directory) if directory is not None else project.ProjectFile()
+    env_cfg = config_mod.load()
+    cfg = config_mod.load(pf.settings)
+    passes = []
+    for name, loader in stages.get_all_passes().items():
+        cls = loader()
+        doc = (cls.__doc__ or "").strip().splitlines()
+        passes.append({"name": name, "version": str(cls.version), "splittable": bool(cls.splittable),
+                       "reads_files": bool(cls.reads_files), "doc": doc[0] if doc else "",
+                       "options": [{"name": o.name, "type": o.type, "default": format_value(o.default),
+                                    "help": o.help} for o in cls.options()]})
+    settings = []
+    for s in config_mod.SETTINGS:
+        value = cfg.values.get(s.name)
+        source = ("tusk.toml" if s.name in pf.settings else "environment" if os.environ.get(s.env)
+                  else "default")
+        default = s.default()
+        settings.append({"name": s.name, "env": s.env, "cli": _CLI_OPTION.get(s.name),
+                         "default": "the user cache directory" if s.name == "cache_dir" else default,
+                         "value": value, "from": source, "affects_output": s.affects_output or bool(s.option),
+                         "pass_option": s.option, "help": s.help,
+                         "environment": env_cfg.values.get(s.name)})
+    return {"pipeline": [{"step": n, "available": n in stages.REGISTRY} for n in DEFAULT_ORDER],
+            "passes": passes, "settings": settings, "project_file": str(pf.path) if pf.path else None,
+            "precedence": ["command line", "tusk.toml / [tool.tusk]", "environment", "default"]}
+
+
+_CLI_OPTION = {"cache_dir": "--cache-dir", "workers": "--workers", "scheduler": "--scheduler", "verify": "--verify",
+               "arch": "--arch", "instruction_limit": "--instruction-limit", "maxhu": "--maxhu"}
+
+
+def _text(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+@app.command(epilog=PASSES_EPILOG)
+def passes(directory: Optional[Path] = typer.Argument(None, metavar="DIR",
+                                                      help="Show the settings as DIR's tusk.toml sets them"),
+           as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
+    """List the pipeline, every pass with its options, and every setting with its environment variable."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    try:
+        data = _passes_data(directory)
+    except TuskError as e:
+        raise _fail(e, 2)
+    if as_json:
+        typer.echo(json.dumps(data, indent=1, default=str))
+        return
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
+    console.print("[bold]Default pipeline[/bold] (tusk compile runs the available steps in this order)")
+    for i, p in enumerate(data["pipeline"], 1):
+        console.print(f"  {i:2d}  {p['step']}" + ("" if p["available"] else "  [dim](not available yet)[/dim]"))
+    console.print()
+    console.print("[bold]Passes[/bold] (set an option with --set PASS.OPTION=VALUE, or in tusk.toml under "
+                  + escape("[passes.PASS]") + ")")
+    for p in data["passes"]:
+        flags = [f"v{p['version']}"] + (["splits into parts"] if p["splittable"] else []) + \
+                (["reads the kernel files"] if p["reads_files"] else [])
+        console.print(f"  [bold]{p['name']}[/bold]  [dim]({', '.join(flags)})[/dim]")
+        if p["doc"]:
+            console.print(f"      {escape(p['doc'])}", style="dim")
+        if not p["options"]:
+            console.print("      (no options)")
+            continue
+        t = Table(box=None, show_header=False, padding=(0, 2), pad_edge=False)
+        t.add_column("option", no_wrap=True)
+        t.add_column("type", no_wrap=True)
+        t.add_column("default", no_wrap=True)
+        t.add_column("help", overflow="fold")
+        for o in p["options"]:
+            t.add_row(f"      {o['name']}", escape(o["type"]), escape(f"= {o['default']}"), escape(o["help"]))
+        console.print(t)
+    console.print()
+    where = f" for {directory}" + (f" ({data['project_file']})" if data["project_file"] else " (no tusk.toml)") \
+        if directory is not None else ""
+    console.print(f"[bold]Settings[/bold]{escape(where)}, highest first: command line, tusk.toml (or "
+                  + escape("[tool.tusk]") + " in pyproject.toml), environment, default")
+    for s in data["settings"]:
+        output = "changes the output" if s["affects_output"] else "output unchanged"
+        console.print(f"  [bold]{s['name']:<18}[/bold] {s['cli'] or '':<20} {s['env']:<24} "
+                      f"= {escape(_text(s['value']))} [dim]({s['from']}; {output})[/dim]", soft_wrap=True)
+        console.print(f"      {escape(s['help'])}", style="dim")
+
+
+# ====================================================================== show / diff
+
+
+SHOW_EPILOG = """\b
+Examples:
+  tusk show kernels/rmsnorm.klr                  # as BIR (translated as the build does)
+  tusk show kernels/rmsnorm.klr --klr            # the KLR statements themselves
+  tusk show big.bir.json --function main --engine pe --limit 50
+  tusk show tusk-out/rmsnorm                     # the steps of its last build
+  tusk show tusk-out/rmsnorm --stage unroll      # the module after unroll (from the cache)
+  tusk show tusk-out/rmsnorm --stage unroll --diff   # what unroll changed
+"""
+
+
+def _filter(function: Optional[str], engine: List[str], limit: Optional[int], tensors: bool):
+    from tusk.workflows.show import Filter, engine_codes
+
+    return Filter(function=function, engines=engine_codes(engine) if engine else None, limit=limit, tensors=tensors)
+
+
+@app.command(epilog=SHOW_EPILOG)
+def show(
+    target: Path = typer.Argument(..., metavar="FILE|OUT/KERNEL",
+                                  help="A .klr or BIR-JSON file, or a kernel's output directory"),
+    function: Optional[str] = typer.Option(None, "--function", "-f", metavar="NAME",
+                                           help="Only this function (a glob pattern is fine)"),
+    engine: List[str] = typer.Option([], "--engine", "-e", metavar="ENGINE",
+                                     help="Only instructions of this engine: pe, act, dve, pool, sp, dma "
+                                          "(repeatable; loops are kept for context)"),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N",
+                                        help="Stop after N instructions"),
+    tensors: bool = typer.Option(True, "--tensors/--no-tensors", show_default=False,
+                                 help="List tensors and memory locations (default: on)"),
+    klr_form: bool = typer.Option(False, "--klr", help="For a .klr file: list its KLR statements instead"),
+    core: int = typer.Option(0, "--core", min=0, metavar="N", help="Logical core of an LNC kernel"),
+    stage: Optional[str] = typer.Option(None, "--stage", "-s", metavar="PASS|N",
+                                        help="For OUT/<kernel>: the module after this step (name, label or number)"),
+    diff: bool = typer.Option(False, "--diff", help="With --stage: what that step changed"),
+    unit: Optional[str] = typer.Option(None, "--unit", metavar="UNIT", help="For OUT/<kernel> of an LNC kernel: "
+                                                                            "the unit (kernel[core]) or core"),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR|URL",
+                                            help="Cache to read stages from (default: TUSK_CACHE_DIR or the user "
+                                                 "cache directory)"),
+) -> None:
+    """List a kernel file (KLR or BIR-JSON) in one readable notation, or a step of a build."""
+    from tusk.workflows import show as sh
+
+    out = _Out()
+    try:
+        flt = _filter(function, engine, limit, tensors)
+        if sh.is_kernel_output(target):
+            all_stages = sh.stages(target, unit)
+            if stage is None:
+                if diff:
+                    raise TuskError("--diff needs --stage (the step whose change to show)")
+                out.write_all(sh.stage_table(all_stages))
+                return
+            st = sh.find_stage(all_stages, stage)
+            store = _store(cache_dir or _kernel_cache_dir(target))
+            after = sh.stage_module(target, st, store)
+            if diff:
+                before = sh.stage_module(target, st, store, "input")
+                out.write_all(_colour(sh.diff_lines(before, after, f"before {st.label}", f"after {st.label}", flt)))
+            else:
+                out.write_all(sh.iter_listing(after, flt))
+            return
+        if stage is not None or diff:
+            raise TuskError("--stage and --diff read a kernel's output directory (OUT/<kernel>), not a file")
+        if klr_form:
+            out.write_all(sh.klr_lines(target))
+            return
+        out.write_all(sh.iter_listing(sh.load(target, core), flt))
+    except TuskError as e:
+        out.flush()
+        raise _fail(e)
+
+
+def _kernel_cache_dir(kernel_dir: Path) -> Optional[str]:
+    """The cache the kernel's tusk.toml names (next to its source, as its stats.json records it), if any."""
+    from tusk.workflows import project
+
+    try:
+        source = json.loads((Path(kernel_dir) / "stats.json").read_text(encoding="utf-8")).get("source")
+        return project.load(Path(source).parent).settings.get("cache_dir") if source else None
+    except (OSError, ValueError, TuskError):
+        return None
+
+
+def _colour(lines: Iterable[str]) -> Iterable[str]:
+    if not sys.stdout.isatty():
+        yield from lines
+        return
+    for line in lines:
+        if line.startswith("+") and not line.startswith("+++"):
+            yield f"\x1b[32m{line}\x1b[0m"
+        elif line.startswith("-") and not line.startswith("---"):
+            yield f"\x1b[31m{line}\x1b[0m"
+        elif line.startswith(("@@", "#")):
+            yield f"\x1b[36m{line}\x1b[0m"
+        else:
+            yield line
+
+
+DIFF_EPILOG = """\b
+Examples:
+  tusk diff before.bir.json after.bir.json
+  tusk diff tusk-out/k/stages/k/02-heuristic_unroll.bir.json tusk-out/k/stages/k/03-unroll.bir.json
+  tusk diff tusk-out/rmsnorm@unroll tusk-out/rmsnorm@build_fdeps   # two steps of a build (from the cache)
+"""
+
+
+def _module_of(spec: str, cache_dir: Optional[str], core: int, unit: Optional[str]):
+    from tusk.workflows import show as sh
+
+    p = Path(spec)
+    if not p.exists() and "@" in spec:
+        base, which = spec.rsplit("@", 1)
+        if sh.is_kernel_output(Path(base)):
+            st = sh.find_stage(sh.stages(Path(base), unit), which)
+            return sh.stage_module(Path(base), st, _store(cache_dir or _kernel_cache_dir(Path(base))))
+    if sh.is_kernel_output(p):
+        raise TuskError(f"{spec} is a kernel's output directory: name a step, {spec}@PASS")
+    return sh.load(p, core)
+
+
+@app.command("diff", epilog=DIFF_EPILOG)
+def diff_cmd(
+    a: str = typer.Argument(..., metavar="A", help="A kernel file, or OUT/<kernel>@STEP"),
+    b: str = typer.Argument(..., metavar="B", help="A kernel file, or OUT/<kernel>@STEP"),
+    function: Optional[str] = typer.Option(None, "--function", "-f", metavar="NAME", help="Only this function"),
+    engine: List[str] = typer.Option([], "--engine", "-e", metavar="ENGINE", help="Only this engine's instructions"),
+    context: int = typer.Option(3, "--context", "-U", min=0, metavar="N", help="Lines of context"),
+    core: int = typer.Option(0, "--core", min=0, metavar="N", help="Logical core of an LNC kernel file"),
+    unit: Optional[str] = typer.Option(None, "--unit", metavar="UNIT", help="Unit of an LNC kernel's output"),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR|URL", help="Cache to read steps from"),
+) -> None:
+    """Show what changed between two modules: counts per function, then a diff of their listings."""
+    from tusk.workflows import show as sh
+
+    out = _Out()
+    try:
+        flt = _filter(function, engine, None, True)
+        ma = _module_of(a, cache_dir, core, unit)
+        mb = _module_of(b, cache_dir, core, unit)
+        out.write_all(_colour(sh.diff_lines(ma, mb, a, b, flt, context=context)))
+    except TuskError as e:
+        out.flush()
+        raise _fail(e)
 
 
 # ---------------------------------------------------------------------- cache
@@ -142,11 +517,11 @@ def _store(cache_dir: Optional[str]):
     try:
         return Store(config.load({"cache_dir": cache_dir}).cache_dir)
     except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        raise _fail(e, 2)
 
 
-CacheDir = typer.Option(None, "--cache-dir", help="Cache root (default: TUSK_CACHE_DIR or the user cache directory)")
+CacheDir = typer.Option(None, "--cache-dir", metavar="DIR|URL",
+                        help="Cache root (default: TUSK_CACHE_DIR or the user cache directory)")
 
 
 def _size(n: int) -> str:
@@ -157,7 +532,7 @@ def _size(n: int) -> str:
     return str(n)
 
 
-@cache_app.command("info")
+@cache_app.command("info", epilog="\b\nExamples:\n  tusk cache info\n  tusk cache info --json")
 def cache_info(cache_dir: Optional[str] = CacheDir,
                as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
     """Objects, action records and bytes in the cache."""
@@ -169,15 +544,14 @@ def cache_info(cache_dir: Optional[str] = CacheDir,
                f"actions: {info['actions']} ({_size(info['action_bytes'])})\ntotal:   {_size(info['bytes'])}")
 
 
-@cache_app.command("verify")
+@cache_app.command("verify", epilog="\b\nExamples:\n  tusk cache verify\n  tusk cache verify --remove")
 def cache_verify(cache_dir: Optional[str] = CacheDir,
                  remove: bool = typer.Option(False, "--remove", help="Remove damaged objects and bad records")) -> None:
     """Read and re-hash every object; report (and with --remove delete) damaged ones."""
     try:
         res = _store(cache_dir).verify(remove=remove)
     except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise _fail(e, 1)
     for h, why in res["damaged_objects"]:
         typer.echo(f"damaged object {h}: {why}" + (" (removed)" if remove else ""))
     for k, why in res["bad_records"]:
@@ -187,8 +561,9 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
     raise typer.Exit(1 if (res["damaged_objects"] or res["bad_records"]) and not remove else 0)
 
 
-@cache_app.command("gc")
-def cache_gc(max_size: str = typer.Option(..., "--max-size", help="Keep at most this much, e.g. 2G, 500M"),
+@cache_app.command("gc", epilog="\b\nExamples:\n  tusk cache gc --max-size 2G\n  tusk cache gc --max-size 500M")
+def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
+                                          help="Keep at most this much, e.g. 2G, 500M"),
              cache_dir: Optional[str] = CacheDir) -> None:
     """Drop least recently used results until the cache fits in --max-size."""
     from tusk.cache.store import parse_size
@@ -196,31 +571,28 @@ def cache_gc(max_size: str = typer.Option(..., "--max-size", help="Keep at most 
     try:
         limit = parse_size(max_size)
     except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        raise _fail(e, 2)
     try:
         res = _store(cache_dir).gc(limit)
     except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise _fail(e, 1)
     typer.echo(f"removed {res['removed_objects']} object(s) and {res['removed_actions']} action record(s); "
                f"{_size(res['bytes_before'])} -> {_size(res['bytes_after'])}")
 
 
-@cache_app.command("clear")
+@cache_app.command("clear", epilog="\b\nExamples:\n  tusk cache clear\n  tusk cache clear --cache-dir /tmp/c")
 def cache_clear(cache_dir: Optional[str] = CacheDir) -> None:
     """Remove everything from the cache."""
     store = _store(cache_dir)
     try:
         store.clear()
     except TuskError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise _fail(e, 1)
     typer.echo(f"cleared {store.url}")
 
 
 def main() -> None:
-    app()
+    app(prog_name="tusk")
 
 
 if __name__ == "__main__":

@@ -76,8 +76,9 @@ class CompileRequest:
     core_id: int | None = None
     sets: list[str] = field(default_factory=list)
     pipeline: Path | None = None
-    stages: bool = False
+    stages: bool | list[str] = False  # True: every step's output; a list: the steps (labels or pass names) named
     verify: str | None = None    # "none" | "ends" | "all"; None: the setting (default "ends")
+    settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
 
 
 LOG_FILE = "tusk.log"
@@ -97,6 +98,19 @@ class BuildEvents:
 
     def step(self, event: str, unit: UnitReport, label: str) -> None:
         """A step of a unit was ``cached``, ``executed`` or ``failed``, or the unit is ``done``."""
+
+    def task(self, event: str, key: str, unit: UnitReport, what: str, result: dict) -> None:
+        """A task was ``submitted`` to the executor or has ``finished`` (``result``: what it returned).
+
+        ``what`` names the work: a step label, ``"<label> part 3/8"``, ``"<label> (split)"``,
+        ``"<label> (merge)"`` or ``"write_bir_json"``.
+        """
+
+    def executor_starting(self, what: str) -> None:
+        """An executor is being started (a local cluster takes seconds); ``executor`` follows."""
+
+    def finished(self, result: "CompileResult", store: Any) -> None:
+        """The build is over and ``store`` still open (a --no-cache store is removed after this)."""
 
 
 @dataclass
@@ -171,8 +185,8 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
     from tusk.cache.store import Store
 
     t0 = time.perf_counter()
-    cfg = config_mod.load({"cache_dir": req.cache_dir, "workers": req.workers, "scheduler": req.scheduler,
-                           "verify": req.verify})
+    cfg = config_mod.load({**req.settings, "cache_dir": req.cache_dir, "workers": req.workers,
+                           "scheduler": req.scheduler, "verify": req.verify})
     if req.core_id is not None and req.core_id < 0:
         raise TuskError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
     entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
@@ -255,7 +269,10 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             elif choice.workers > 0:
                 # worker scratch space inside the store (local stores): nothing written elsewhere
                 scratch_dir = store.fs.path("dask-scratch") if "://" not in store.url else None
-                executor = lambda: local_cluster_executor(choice.workers, req.dashboard, scratch_dir)  # noqa: E731
+
+                def executor() -> Any:
+                    events.executor_starting(f"a local cluster of {choice.workers} worker process(es)")
+                    return local_cluster_executor(choice.workers, req.dashboard, scratch_dir)
         dashboard: list[str] = []
 
         def _on_executor(ex: Any) -> None:
@@ -268,7 +285,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
 
         report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
                        verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
-                       on_executor=_on_executor)
+                       on_executor=_on_executor, on_task=events.task)
         report.unavailable = resolved.unavailable
         for u in report.units:
             results[u.unit.kernel].units.append(u)
@@ -278,9 +295,11 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             elif not kr.keep:
                 writer.remove(kr.kernel.name)  # no stale result of an earlier build
         _log_internal_errors(out, results.values())
-        return CompileResult(list(results.values()), skipped, report, resolved.unavailable,
-                             [s.spec for s in resolved.steps], store.url, out, time.perf_counter() - t0,
-                             dashboard[0] if dashboard else None, list(resolved.warnings))
+        result = CompileResult(list(results.values()), skipped, report, resolved.unavailable,
+                               [s.spec for s in resolved.steps], store.url, out, time.perf_counter() - t0,
+                               dashboard[0] if dashboard else None, list(resolved.warnings))
+        events.finished(result, store)
+        return result
     finally:
         if writer is not None:
             writer.discard_staging()  # left only when the build stopped half-way

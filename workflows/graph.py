@@ -425,7 +425,8 @@ class Build:
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  progress: Callable[[str, UnitReport, str], None] | None = None,
-                 on_executor: Callable[[Any], None] | None = None):
+                 on_executor: Callable[[Any], None] | None = None,
+                 on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None):
         self.store = store
         self.steps = steps
         self.env = env or {}
@@ -438,6 +439,8 @@ class Build:
         self.on_final = on_final
         self.progress = progress or (lambda event, unit, label: None)
         self.on_executor = on_executor
+        self.on_task = on_task                        # ("submitted" | "finished", task key, unit, what, result)
+        self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
         self._submitted: dict[str, tuple[float, str]] = {}  # task key -> (submit time, action)
@@ -492,6 +495,12 @@ class Build:
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
             self._submitted[task_key] = (time.time(), action)
             self.executor.submit(task_key, fn, *args, worker=st.worker)
+            if self.on_task is not None:
+                label = self.steps[st.i].label if kind != "emit" else "write_bir_json"
+                what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
+                        "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
+                self._tasks[task_key] = (st.report, what)
+                self.on_task("submitted", task_key, st.report, what, {})
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
 
     def _advance(self, st: _State) -> None:
@@ -777,6 +786,8 @@ class Build:
                         self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
             while self.waiting:
                 task_key, res = self.executor.next()
+                if task_key in self._tasks:  # before _received drops the worker's start time
+                    self.on_task("finished", task_key, *self._tasks.pop(task_key), res)
                 res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
                     if gen != st.gen:

@@ -102,11 +102,11 @@ def previous_parts(out: Path, unit: BuildUnit) -> dict[str, dict]:
 class OutputWriter:
     """Has each unit's final module written aside as it completes; moves whole kernel directories in place."""
 
-    def __init__(self, out: Path, store, steps, stages: bool):
+    def __init__(self, out: Path, store, steps, stages: bool | list[str]):
         self.out = out
         self.store = store
         self.steps = steps
-        self.stages = stages
+        self.stages = sorted(set(stages)) if isinstance(stages, (list, tuple, set)) else bool(stages)  # names: those
         self.started = time.time()
         self.staging: dict[str, Path] = {}
         self.up_to_date: dict[str, bool] = {}
@@ -168,6 +168,8 @@ class OutputWriter:
             d = staging / "stages" / (unit.name.replace("[", "_").replace("]", ""))
             d.mkdir(parents=True, exist_ok=True)
             for n, s in enumerate(ur.steps, 1):
+                if self.stages is not True and s.label not in self.stages and s.name not in self.stages:
+                    continue
                 items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json", art))
         return items
 
@@ -302,7 +304,7 @@ def _message(u: UnitReport) -> str:
     return msg
 
 
-def _kernel_stats(kr: KernelResult, resolved, stages: bool) -> dict[str, Any]:
+def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[str, Any]:
     k = kr.kernel
     units = []
     for u in kr.units:

@@ -1,4 +1,10 @@
-"""What `tusk compile` prints: the pipeline, a progress bar, a summary table, failures."""
+"""What `tusk compile` prints when it is done: the summary table, the closing line, failures; the --json form.
+
+Instruction counts are those of the kernel: the host function a build wraps
+around it (one call per kernel; translate reports it) is not counted, so
+the figures match the corpus README.  Columns that no unit fills (rotations
+and makespans before the pipeline has those passes) are left out.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tusk.workflows.compile import CompileResult
 from tusk.workflows.outputs import summarize
+
+JSON_SCHEMA = 2  # version of `tusk compile --json` (1: the unversioned form before it)
+TRANSLATE = "translate_nki_ast_to_bir"
 
 
 def _fmt(v: Any) -> str:
@@ -26,34 +34,106 @@ def _fmt(v: Any) -> str:
 def print_pipeline(console: Console, steps: list[str], unavailable: list[tuple[str, str]]) -> None:
     console.print(f"[bold]pipeline[/bold] ({len(steps)} pass(es) run)")
     for spec in steps:
-        console.print(f"  [green]run[/green]   {spec}")
+        console.print(f"  [green]run[/green]   {escape(spec)}")
     for label, why in unavailable:
-        console.print(f"  [dim]skip  {label}: {why}[/dim]")
+        console.print(f"  [dim]skip  {escape(label)}: {escape(why)}[/dim]")
 
 
-def progress_bar(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]compiling[/bold]"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True)
+# ====================================================================== figures per unit
+
+
+def host_instructions(u) -> int:
+    """Instructions of the host function around the kernel (not the kernel's own), from translate's stats."""
+    for s in u.steps:
+        if s.name == TRANSLATE and isinstance(s.insts_out, int):
+            k = s.stats.get("kernel_instructions")
+            if isinstance(k, int) and 0 <= k <= s.insts_out:
+                return s.insts_out - k
+    return 0
+
+
+def kernel_counts(u) -> list[tuple[str, int | None]]:
+    """(step label or "input", kernel instructions after it) through the pipeline."""
+    host = host_instructions(u)
+    out: list[tuple[str, int | None]] = []
+    for s in u.steps:
+        if s.status == "failed":
+            break
+        if s.name == TRANSLATE:
+            out.append(("input", s.stats.get("klir_operators") if isinstance(s.stats.get("klir_operators"), int)
+                        else None))
+        elif not out and isinstance(s.insts_in, int):
+            out.append(("input", s.insts_in - host))
+        out.append((s.label, s.insts_out - host if isinstance(s.insts_out, int) else None))
+    return out
+
+
+def unit_status(kr, u) -> str:
+    """ok | up-to-date | failed | skipped-by-failure (another core of the kernel failed)."""
+    if not u.ok:
+        return "failed"
+    if not kr.ok:
+        return "not written"  # another core of the kernel failed: nothing of it is written
+    return "ok" if kr.written else "up to date"
+
+
+def unit_figures(kr, u) -> dict[str, Any]:
+    s = summarize(u)
+    host = host_instructions(u)
+    for k in ("insts_before_unroll", "insts_after_unroll"):
+        if isinstance(s[k], int):
+            s[k] -= host
+    s["status"] = unit_status(kr, u)
+    return s
+
+
+# ====================================================================== the table
+
+
+COLUMNS = (  # (header, figure, justify); "optional" columns are shown only when some unit has a value
+    ("kernel", None, "left"),
+    ("insts", "insts_before_unroll", "right"),
+    ("unrolled", "insts_after_unroll", "right"),
+    ("rotations", "rotations", "right"),
+    ("makespan", "makespan_before", "right"),
+    ("rotated", "makespan_after", "right"),
+    ("cached", None, "right"),
+    ("seconds", None, "right"),
+    ("status", None, "left"),
+)
+OPTIONAL = {"rotations", "makespan_before", "makespan_after", "insts_before_unroll", "insts_after_unroll"}
 
 
 def summary_table(result: CompileResult) -> Table:
-    table = Table(title=f"tusk compile -> {result.out}", title_justify="left")
-    for col, just in (("kernel", "left"), ("insts before unroll", "right"), ("after unroll", "right"),
-                      ("rotations", "right"), ("makespan before", "right"), ("after rotation", "right"),
-                      ("cache hits", "right"), ("pass seconds", "right"), ("status", "left")):
-        table.add_column(col, justify=just, no_wrap=col == "kernel")
+    rows = []
     for kr in result.kernels:
         if not kr.units:
-            table.add_row(kr.kernel.name, "-", "-", "-", "-", "-", "-", "-", "[red]failed[/red]")
+            rows.append((kr.kernel.name, {}, "failed"))
             continue
         for u in kr.units:
-            s = summarize(u)
-            status = "[green]ok[/green]" if u.ok and kr.ok else "[red]failed[/red]"
-            if u.ok and kr.ok and not kr.written:
-                status = "[green]ok[/green] (up to date)"
-            table.add_row(u.unit.name, _fmt(s["insts_before_unroll"]), _fmt(s["insts_after_unroll"]),
-                          _fmt(s["rotations"]), _fmt(s["makespan_before"]), _fmt(s["makespan_after"]),
-                          f"{s['cache_hits']}/{s['steps']}", f"{s['pass_seconds']:.2f}", status)
+            f = unit_figures(kr, u)
+            rows.append((u.unit.name, f, f["status"]))
+    shown = [c for c in COLUMNS if c[1] not in OPTIONAL or any(f.get(c[1]) is not None for _, f, _ in rows)]
+    table = Table(title=f"tusk compile -> {result.out}", title_justify="left")
+    for header, _, just in shown:
+        table.add_column(header, justify=just, no_wrap=True)
+    style = {"ok": "green", "up to date": "green", "failed": "red", "not written": "yellow"}
+    for name, f, status in rows:
+        cells = []
+        for header, key, _ in shown:
+            if header == "kernel":
+                cells.append(escape(name))
+            elif header == "cached":
+                cells.append(f"{f['cache_hits']}/{f['steps']}" if f else "-")
+            elif header == "seconds":
+                cells.append(f"{f['pass_seconds']:.2f}" if f else "-")
+            elif header == "status":
+                cells.append(f"[{style.get(status, 'white')}]{status}[/]")
+            else:
+                cells.append(_fmt(f.get(key)) if f else "-")
+        table.add_row(*cells)
+    if any(h == "makespan" for h, _, _ in shown):
+        table.caption = "makespan: timing-model cycles before rotation; rotated: after"
     return table
 
 
@@ -78,30 +158,65 @@ def overhead_totals(report) -> dict[str, float]:
     return totals
 
 
-def print_result(console: Console, result: CompileResult, verbose: bool = False) -> None:
+def print_result(console: Console, result: CompileResult, verbose: bool = False, err: Console | None = None,
+                 extra: list[str] | None = None) -> None:
+    """The summary on ``console``; warnings and errors on ``err`` (stderr)."""
+    err = err or console
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+        err.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
     for s in result.skipped:
-        console.print(f"skipped {s.path.name}: {s.reason}")
+        console.print(f"skipped {escape(s.path.name)}: {escape(s.reason)}", soft_wrap=True)
     if not result.kernels:
-        console.print("no kernel files (.klr or BIR-JSON) found; nothing to compile")
+        err.print("[red]error:[/red] no kernel files (.klr or BIR-JSON) found; nothing to compile", soft_wrap=True)
         return
     console.print(summary_table(result))
     if verbose and result.report:
         for u in result.report.units:
             for st in u.steps:
                 if st.status == "executed":
-                    console.print(f"  ran {u.unit.name}: {st.label} ({st.reason}) {st.seconds:.3f}s"
+                    console.print(f"  ran {escape(u.unit.name)}: {escape(st.label)} ({escape(st.reason)}) "
+                                  f"{st.seconds:.3f}s"
                                   + (f", {st.parts_executed}/{st.parts_total} parts" if st.parts_total else "")
-                                  + _overhead(st.timing))
+                                  + _overhead(st.timing), soft_wrap=True)
     rep = result.report
     if rep is not None:
         where = rep.executor if rep.cluster_started or rep.n_executed else "no cluster started (all cached)"
-        console.print(f"{rep.n_executed} pass execution(s), {rep.n_cached} cached; {where}; "
-                      f"{result.seconds:.2f}s; cache {result.store}")
+        console.print(f"{rep.n_executed} pass execution(s), {rep.n_cached} cached; {escape(where)}; "
+                      f"{result.seconds:.2f}s; cache {escape(result.store)}", soft_wrap=True)
         if verbose and rep.n_executed:
             t = overhead_totals(rep)
             console.print(f"time in executed steps: passes {t['run']:.2f}s; around them: fetch {t['fetch']:.2f}s, "
                           f"hash {t['hash']:.2f}s, store {t['store']:.2f}s, hand-over {t['handover']:.2f}s")
+    for line in extra or []:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     for kr in result.failed:
-        console.print(f"[red]error:[/red] {kr.kernel.name}: {kr.error}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(kr.kernel.name)}: {escape(str(kr.error))}", soft_wrap=True)
+
+
+# ====================================================================== --json
+
+
+def result_json(result: CompileResult, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """``tusk compile --json``: the build report with a schema version and each kernel's status."""
+    data = result.to_json()
+    data["schema"] = JSON_SCHEMA
+    data["exit_code"] = result.exit_code
+    by_name = {kr.kernel.name: kr for kr in result.kernels}
+    for k in data.get("kernels", []):
+        kr = by_name.get(k.get("kernel"))
+        if kr is None:
+            continue
+        k["status"] = "failed" if not kr.ok else ("written" if kr.written else "up to date")
+        if not kr.ok:
+            k["fault"] = kr.fault
+            k.setdefault("error", kr.error)
+        for ku in k.get("units", []):
+            u = next((u for u in kr.units if u.unit.name == ku.get("unit")), None)
+            if u is not None:
+                f = unit_figures(kr, u)
+                ku["status"] = f["status"]
+                ku["kernel_instructions"] = {"before_unroll": f["insts_before_unroll"],
+                                             "after_unroll": f["insts_after_unroll"]}
+    if files:
+        data["files"] = files
+    return data

@@ -1,32 +1,504 @@
-"""`tusk show`: a readable listing of a kernel file, whatever its format."""
+"""`tusk show` and `tusk diff`: readable listings of kernels, stages and what a pass changed.
+
+One notation for every input: a KLR kernel is brought into BIR the way the
+build does it (``translate_nki_ast_to_bir`` on its host module) and listed
+like a BIR-JSON file; ``--klr`` lists the KLR statements themselves.
+
+The listing is produced line by line (:func:`iter_listing`) and written as it
+goes, so the first function of a large file appears while the rest is
+still being formatted and ``--limit`` stops early::
+
+    module arch=gen3 neuron_core_id=0
+    function tiled_exp  kind=nki  attrs=[unrollable, marked_to_unroll]
+      x_set: ExternalInput float32[512, 512]
+        x  DRAM  unallocated
+      Block1:
+        loop_i  Loop@Unassigned  i in [0, 4) step 1
+          i_body:
+            load  DMACopy@DMA  t[+0 (512,128)(1,512)] <- x_set[+65536*i (512,128)(1,512)]
+
+Operands: ``memloc[+offset (step,count)...]``; attribute values are written
+as numbers, ``true``/``false``/``none``, expressions or ``[...]``/``{...}``.
+
+A kernel's output directory (``OUT/<kernel>``) can be shown by stage: its
+``stats.json`` names the module after every step, which the cache holds
+(``--stage unroll``, ``--stage 3``; ``--diff`` shows what that step changed).
+"""
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import json
+import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Iterator
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import FormatError, TuskError
 from tusk.ir.klr.wire import is_klr_bytes
 
+KLR_HINT = "a KLR file starts with the bytes 'KLR' followed by a version (the NKI front end writes them)"
+_REL = {"ge": ">=", "gt": ">", "eq": "==", "ne": "!=", "le": "<=", "lt": "<"}
 
-def is_klr(path: Path) -> bool:
+
+# ====================================================================== reading any kernel file
+
+
+def _head(path: Path, n: int = 64) -> bytes:
     try:
         with open(path, "rb") as fh:
-            return is_klr_bytes(fh.read(4))
+            return fh.read(n)
     except OSError as e:
         raise TuskError(f"cannot be read ({e.strerror or e})", file=str(path)) from None
 
 
-def listing(path: Path) -> str:
+def is_klr(path: Path) -> bool:
+    return is_klr_bytes(_head(path, 4))
+
+
+def file_format(path: Path) -> str:
+    """"klr" or "bir-json", by content (a KLR magic) and name; a TuskError naming what was expected."""
+    path = Path(path)
     if not path.exists():
         raise TuskError("no such file", file=str(path))
+    if path.is_dir():
+        raise TuskError("a directory, not a file: tusk show lists one .klr or BIR-JSON file, or a kernel's "
+                        "output directory (OUT/<kernel>, with its stats.json)", file=str(path))
     if not path.is_file():
-        raise TuskError("not a file (tusk show lists one .klr or BIR-JSON file)", file=str(path))
-    if is_klr(path):
-        from tusk.ir import klr
+        raise TuskError("not a regular file", file=str(path))
+    head = _head(path)
+    if is_klr_bytes(head[:4]):
+        return "klr"
+    if path.suffix == ".klr":
+        raise FormatError(f"not a KLR file: expected KLR's magic bytes at the start, found {head[:8]!r} "
+                          f"({KLR_HINT})", file=str(path))
+    text = head.lstrip()
+    if path.suffix == ".json" or text[:1] in (b"{", b"["):
+        return "bir-json"
+    raise FormatError(f"neither KLR (no KLR magic: {KLR_HINT}) nor BIR-JSON (a JSON object with \"functions\"); "
+                      f"it starts with {head[:8]!r}", file=str(path))
 
-        klr.load_lnc_kernel(path)  # what the backend rejects (version, contents) is an error here too
-        return klr.listing(klr.read_klr(path.read_bytes(), file=str(path))) + "\n"
-    from tusk.ir import bir_json
-    from tusk.ir.dump import dump
 
-    return dump(bir_json.load(path))
+def load(path: str | os.PathLike, core: int | None = 0) -> Any:
+    """The BIR module of a kernel file: BIR-JSON as it is, KLR translated as the build does (logical core
+    ``core``).  Nothing is written next to the file (translate stages into a temporary directory)."""
+    path = Path(path)
+    fmt = file_format(path)
+    if fmt == "bir-json":
+        from tusk.ir import bir_json
+
+        try:
+            return bir_json.load(path)
+        except FormatError as e:
+            if e.message.startswith("malformed JSON"):
+                raise FormatError(f"not BIR-JSON (expected a JSON object with \"functions\"): {e.message}",
+                                  file=e.file, where=e.where) from None
+            raise
+    from tusk.ir import klr
+    from tusk.stages import make_pass
+    from tusk.stages.host import host_module_for
+
+    klr.load_lnc_kernel(path)  # what the backend rejects (version, contents) is an error here too
+    with tempfile.TemporaryDirectory(prefix="tusk-show-") as tmp:
+        host = host_module_for(str(path.resolve()), core, tmp)
+        module, _ = make_pass("translate_nki_ast_to_bir").run(host)
+    return module
+
+
+def klr_lines(path: Path) -> Iterator[str]:
+    """The KLR statements of a .klr file, as the reader sees them (``tusk show --klr``)."""
+    from tusk.ir import klr
+
+    if file_format(path) != "klr":
+        raise FormatError(f"--klr lists KLR files; this is BIR-JSON ({KLR_HINT})", file=str(path))
+    klr.load_lnc_kernel(path)
+    yield from klr.listing(klr.read_klr(Path(path).read_bytes(), file=str(path))).splitlines()
+
+
+# ====================================================================== the listing
+
+
+def value_text(v: Any, limit: int = 72) -> str:
+    """An attribute value in the listing's notation (no Python reprs)."""
+    text = _value(v)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float, str)):
+        return str(v)
+    if isinstance(v, dict):
+        if "kind" in v and isinstance(v.get("kind"), str) and v["kind"].endswith(("Kind", "Expr")):
+            try:
+                from tusk.ir.expr import expr_from_json
+
+                return repr(expr_from_json(v))
+            except Exception:  # noqa: BLE001 - not an expression after all: show it as a table
+                pass
+        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    try:
+        from tusk.ir.expr import AffinePredicate, QuasiAffine
+
+        if isinstance(v, AffinePredicate):
+            return predicate_text(v)
+        if isinstance(v, QuasiAffine):
+            return repr(v)
+    except ImportError:
+        pass
+    to_json = getattr(v, "to_json", None)
+    if callable(to_json):
+        try:
+            return _value(to_json())
+        except Exception:  # noqa: BLE001
+            pass
+    return str(v)
+
+
+def predicate_text(p: Any) -> str:
+    rel = getattr(p, "rel", None)
+    if rel in _REL:
+        return f"{p.expr!r} {_REL[rel]} 0"
+    return str(p)
+
+
+@dataclass
+class Filter:
+    """Which parts of a module a listing shows."""
+
+    function: str | None = None      # a name or a glob (fnmatch)
+    engines: frozenset[int] | None = None
+    limit: int | None = None         # instructions listed in all
+    tensors: bool = True
+
+    def wants_function(self, name: str) -> bool:
+        return self.function is None or name == self.function or fnmatch.fnmatchcase(name, self.function)
+
+
+def engine_codes(names: Iterable[str]) -> frozenset[int]:
+    """Engine numbers for names (case-insensitive: pe, act/activation, dve, pool, sp, dma)."""
+    from tusk.ir.enums import ENGINE_NAMES
+
+    aliases = {"act": "activation", "gpsimd": "pool", "vector": "dve", "tensor": "pe", "sync": "sp"}
+    by_name = {n.lower(): i for i, n in enumerate(ENGINE_NAMES)}
+    out = set()
+    for name in names:
+        key = aliases.get(name.strip().lower(), name.strip().lower())
+        if key not in by_name:
+            raise TuskError(f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})")
+        out.add(by_name[key])
+    return frozenset(out)
+
+
+def iter_listing(module, flt: Filter | None = None) -> Iterator[str]:
+    """The module's listing, line by line (see the module docstring)."""
+    flt = flt or Filter()
+    attrs = " ".join(f"{k}={value_text(v)}" for k, v in sorted(dict(module.attributes).items()))
+    yield f"module arch={module.arch}" + (f" {attrs}" if attrs else "")
+    budget = [flt.limit if flt.limit is not None else -1]
+    matched = False
+    for fn in module.functions:
+        if not flt.wants_function(fn.name):
+            continue
+        matched = True
+        yield from _function_lines(fn, flt, budget)
+        if budget[0] == 0:
+            break
+    if not matched and flt.function is not None:
+        names = ", ".join(fn.name for fn in module.functions)
+        raise TuskError(f"no function {flt.function!r} (functions: {names})")
+
+
+def _function_lines(fn, flt: Filter, budget: list[int]) -> Iterator[str]:
+    from tusk.ir.bir_json import FLAG_KEYS
+    from tusk.ir.dump import _memloc
+    from tusk.ir.enums import DTYPE_NAMES, EDGE_NAMES, TENSOR_KIND_NAMES, FnKind
+
+    kind = {FnKind.NORMAL: "normal", FnKind.NKI: "nki"}.get(fn.kind, str(fn.kind))
+    flags = ", ".join(FLAG_KEYS.get(a, str(a)) for a in sorted(fn.attrs))
+    yield f"function {fn.name}  kind={kind}  attrs=[{flags}]  ({len(fn.insts):,} instructions)"
+    if flt.tensors:
+        for r in range(len(fn.regs)):
+            yield f"  reg {fn.strings[fn.regs.get('name', r)]}"
+        mset = fn.memlocs["set"]
+        by_set: dict[int, list[int]] = {}
+        for m, s in enumerate(mset.tolist()):
+            by_set.setdefault(s, []).append(m)
+        for s in range(len(fn.sets)):
+            row = fn.sets.row(s)
+            block = f" blocks={row['n_blocks']}" if row["is_block"] else ""
+            shape = ", ".join(str(x) for x in (fn.value(row["shape"]) or ()))
+            yield (f"  {fn.strings[row['name']]}: {TENSOR_KIND_NAMES[row['kind']]} "
+                   f"{DTYPE_NAMES[row['dtype']]}[{shape}]{block}")
+            for m in by_set.get(s, ()):
+                yield "    " + _memloc(fn, m)
+    # dependences: incoming edges per instruction, sorted by destination once
+    import numpy as np
+
+    dst = fn.deps["dst"]
+    order = np.argsort(dst, kind="stable")
+    dst_sorted = dst[order]
+    src_sorted = fn.deps["src"][order]
+    kind_sorted = fn.deps["kind"][order]
+    rows = fn.block_rows()
+    children: dict[int, list[int]] = {}
+    for b, p in enumerate(fn.blocks["parent"].tolist()):
+        if p >= 0:
+            children.setdefault(p, []).append(b)
+    engines = flt.engines
+    eng = fn.insts["engine"]
+
+    def incoming(i: int) -> str:
+        a, b = np.searchsorted(dst_sorted, [i, i + 1])
+        if a == b:
+            return ""
+        return "  after " + " ".join(f"{fn.inst_name(int(s))}:{EDGE_NAMES[int(k)]}"
+                                      for s, k in zip(src_sorted[a:b].tolist(), kind_sorted[a:b].tolist()))
+
+    def block(b: int, indent: str) -> Iterator[str]:
+        yield f"{indent}{fn.strings[fn.blocks.get('name', b)]}:"
+        for i in rows[b].tolist():
+            kids = children.get(i, ())
+            if kids or engines is None or int(eng[i]) in engines:
+                if budget[0] == 0:
+                    return
+                yield indent + "  " + inst_text(fn, i) + incoming(i)
+                if not kids:
+                    budget[0] -= 1
+            for c in kids:
+                yield from block(c, indent + "    ")
+                if budget[0] == 0:
+                    return
+
+    for b in fn.top_blocks():
+        yield from block(b, "  ")
+        if budget[0] == 0:
+            yield f"  ... (--limit reached; the function has {len(fn.insts):,} instructions)"
+            return
+
+
+SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis"}
+
+
+def inst_text(fn, i: int) -> str:
+    from tusk.ir.enums import ENGINE_NAMES, OPCODE_NAMES, Role
+
+    v = fn.inst(i)
+    attrs = v.attrs
+    text = f"{v.name}  {OPCODE_NAMES[v.opcode]}@{ENGINE_NAMES[v.engine]}"
+    ax = attrs.get("LoopAxis") or attrs.get("DynamicForLoopAxis")
+    if isinstance(ax, dict):
+        text += f"  {ax.get('name')} in [{_value(ax.get('lb'))}, {_value(ax.get('ub'))}) step {ax.get('stride', 1)}"
+    rows = list(v.operand_rows())
+    role = fn.operands["role"]
+    outs = [_operand(fn, j) for j in rows if role[j] == Role.OUT]
+    ins = [_operand(fn, j) for j in rows if role[j] != Role.OUT]
+    if outs or ins:
+        text += "  " + ", ".join(outs) + " <- " + ", ".join(ins)
+    shown = {k: val for k, val in attrs.items() if k not in SKIP_ATTRS}
+    if shown:
+        text += "  {" + ", ".join(f"{k}={value_text(val, 48)}" for k, val in sorted(shown.items())) + "}"
+    if v.predicates:
+        text += "  if " + " and ".join(predicate_text(p) for p in v.predicates)
+    return text
+
+
+def _operand(fn, j: int) -> str:
+    from tusk.ir import dump
+    from tusk.ir.enums import DTYPE_NAMES, Kind
+
+    if fn.operands["kind"][j] in (Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM):
+        o = fn.operand(j)
+        return f"{value_text(o.value, 40)}:{DTYPE_NAMES[o.dtype]}"
+    return dump._operand(fn, j)
+
+
+def listing(path: Path) -> str:
+    """The whole listing of a kernel file as one string (tests, small files)."""
+    return "\n".join(iter_listing(load(path))) + "\n"
+
+
+# ====================================================================== kernel output directories
+
+
+@dataclass
+class Stage:
+    unit: str
+    index: int           # 1-based step number
+    label: str
+    name: str
+    input: str
+    output: str
+    status: str
+    insts_in: int | None
+    insts_out: int | None
+    seconds: float
+
+
+def is_kernel_output(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "stats.json").is_file()
+
+
+def stages(kernel_dir: Path, unit: str | None = None) -> list[Stage]:
+    """The steps of a kernel's last build (from OUT/<kernel>/stats.json)."""
+    path = Path(kernel_dir) / "stats.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise TuskError(f"cannot read the build record ({e})", file=str(path)) from None
+    units = data.get("units") or []
+    if not units:
+        raise TuskError("the build record names no unit", file=str(path))
+    if unit is None:
+        chosen = units[0]
+    else:
+        chosen = next((u for u in units if u.get("unit") == unit or str(u.get("core")) == unit), None)
+        if chosen is None:
+            raise TuskError(f"no unit {unit!r} (units: {', '.join(str(u.get('unit')) for u in units)})",
+                            file=str(path))
+    out = []
+    for n, s in enumerate(chosen.get("steps") or [], 1):
+        out.append(Stage(str(chosen.get("unit")), n, s.get("label", "?"), s.get("name", "?"), s.get("input", ""),
+                         s.get("output", ""), s.get("status", "?"), s.get("insts_in"), s.get("insts_out"),
+                         float(s.get("seconds") or 0.0)))
+    return out
+
+
+def find_stage(all_stages: list[Stage], which: str) -> Stage:
+    if which.isdigit():
+        n = int(which)
+        if 1 <= n <= len(all_stages):
+            return all_stages[n - 1]
+    for s in all_stages:
+        if which in (s.label, s.name):
+            return s
+    names = ", ".join(f"{s.index}:{s.label}" for s in all_stages)
+    raise TuskError(f"no stage {which!r} (stages: {names})")
+
+
+def stage_module(kernel_dir: Path, stage: Stage, store, side: str = "output") -> Any:
+    """The module after (``side="output"``) or before (``"input"``) a stage: from the cache, else the
+    stage file ``--stages`` wrote."""
+    h = getattr(stage, side)
+    if h:
+        try:
+            return store.load(h)
+        except Exception:  # noqa: BLE001 - evicted or damaged: try the stage file
+            pass
+    if side == "output":
+        unit_dir = stage.unit.replace("[", "_").replace("]", "")
+        f = Path(kernel_dir) / "stages" / unit_dir / f"{stage.index:02d}-{stage.label.replace('#', '_')}.bir.json"
+        if f.is_file():
+            from tusk.ir import bir_json
+
+            return bir_json.load(f)
+    raise TuskError(f"the module {side == 'input' and 'before' or 'after'} stage {stage.label} ({h[:12] or '?'}) "
+                    f"is not in the cache {store.url} any more; rebuild the kernel, or compile with "
+                    f"--stage {stage.label} to keep it as a file", file=str(kernel_dir))
+
+
+def stage_table(all_stages: list[Stage]) -> list[str]:
+    lines = [f"{'#':>3}  {'stage':<28} {'status':<9} {'instructions':>25} {'seconds':>9}  module"]
+    for s in all_stages:
+        counts = f"{_n(s.insts_in)} -> {_n(s.insts_out)}"
+        lines.append(f"{s.index:>3}  {s.label:<28} {s.status:<9} {counts:>25} {s.seconds:>9.3f}  {s.output[:16]}")
+    return lines
+
+
+def _n(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) else "-"
+
+
+# ====================================================================== diff
+
+
+def diff_lines(a, b, name_a: str, name_b: str, flt: Filter | None = None, context: int = 3,
+               max_lines: int = 20_000) -> Iterator[str]:
+    """What changed from module ``a`` to ``b``: per function, counts; then a unified diff of the listings.
+
+    The listings' common beginning and end are skipped before comparing, so
+    a pass that changes a few instructions of a large module is quick; when
+    what remains is still longer than ``max_lines`` on a side, only the
+    counts and the first differing lines are shown.
+    """
+    flt = flt or Filter()
+    yield from _summary(a, b, flt)
+    la = list(iter_listing(a, flt))
+    lb = list(iter_listing(b, flt))
+    if la == lb:
+        yield "(the listings are identical)"
+        return
+    pre = 0
+    n = min(len(la), len(lb))
+    while pre < n and la[pre] == lb[pre]:
+        pre += 1
+    suf = 0
+    while suf < n - pre and la[len(la) - 1 - suf] == lb[len(lb) - 1 - suf]:
+        suf += 1
+    ma, mb = la[pre:len(la) - suf], lb[pre:len(lb) - suf]
+    keep = max(0, pre - context)
+    if len(ma) > max_lines or len(mb) > max_lines:
+        yield (f"@@ listings differ from line {pre + 1} on ({len(ma):,} lines against {len(mb):,}); "
+               f"too long to align, showing the first {context * 10} of each @@")
+        for line in ma[:context * 10]:
+            yield "-" + line
+        for line in mb[:context * 10]:
+            yield "+" + line
+        return
+    window_a = la[keep:len(la) - max(0, suf - context)]
+    window_b = lb[keep:len(lb) - max(0, suf - context)]
+    out = difflib.unified_diff(window_a, window_b, name_a, name_b, n=context, lineterm="")
+    for line in out:
+        if line.startswith("@@"):
+            yield _shift_hunk(line, keep)
+        else:
+            yield line
+
+
+def _shift_hunk(line: str, offset: int) -> str:
+    """Hunk header line numbers relative to the whole listings (the diff saw a window from ``offset``)."""
+    import re
+
+    def fix(m):
+        sign, start, rest = m.group(1), int(m.group(2)), m.group(3) or ""
+        return f"{sign}{start + offset}{rest}"
+
+    return re.sub(r"([-+])(\d+)(,\d+)?", fix, line, count=2)
+
+
+def _summary(a, b, flt: Filter) -> Iterator[str]:
+    import numpy as np
+
+    from tusk.ir.enums import OPCODE_NAMES
+
+    fa = {fn.name: fn for fn in a.functions if flt.wants_function(fn.name)}
+    fb = {fn.name: fn for fn in b.functions if flt.wants_function(fn.name)}
+    for name in list(fa) + [n for n in fb if n not in fa]:
+        x, y = fa.get(name), fb.get(name)
+        if x is None:
+            yield f"# function {name}: added ({len(y.insts):,} instructions)"
+            continue
+        if y is None:
+            yield f"# function {name}: removed ({len(x.insts):,} instructions)"
+            continue
+        parts = [f"instructions {len(x.insts):,} -> {len(y.insts):,}"]
+        if len(x.deps) != len(y.deps):
+            parts.append(f"edges {len(x.deps):,} -> {len(y.deps):,}")
+        if len(x.memlocs) != len(y.memlocs):
+            parts.append(f"memory locations {len(x.memlocs):,} -> {len(y.memlocs):,}")
+        ca = np.bincount(x.insts["opcode"].astype(np.int64), minlength=len(OPCODE_NAMES))
+        cb = np.bincount(y.insts["opcode"].astype(np.int64), minlength=len(OPCODE_NAMES))
+        m = max(len(ca), len(cb))
+        ca, cb = np.pad(ca, (0, m - len(ca))), np.pad(cb, (0, m - len(cb)))
+        changed = [f"{OPCODE_NAMES[k] if k < len(OPCODE_NAMES) else k} {ca[k]}->{cb[k]}"
+                   for k in np.flatnonzero(ca != cb).tolist()]
+        if changed:
+            parts.append("by opcode: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
+        yield f"# function {name}: " + "; ".join(parts)

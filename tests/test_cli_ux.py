@@ -1,0 +1,366 @@
+"""What a user of the command line sees: help, `tusk passes`, early errors, tusk.toml, --json, the summary,
+`tusk show` / `tusk diff`, the build report files, progress lines, the Python API (in-process, no cluster)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import tusk
+from tests.passes_for_tests import pipeline_toml
+from tusk.cache import Store
+from tusk.ir.errors import TuskError
+from tusk.workflows import graph, trace
+from tusk.workflows.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "kernels"
+runner = CliRunner()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("TUSK_ARCH", "TUSK_INSTRUCTION_LIMIT", "MAXHU", "TUSK_WORKERS", "TUSK_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "cache"
+
+
+def kernels(d: Path, *names: str) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copy(EXAMPLES / n, d / n)
+    return d
+
+
+def spec(rep: dict, name: str) -> str:
+    return next(p for p in rep["pipeline"] if p.startswith(name + "{"))
+
+
+def run(*args: str):
+    res = runner.invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    return res
+
+
+# ====================================================================== help, version, passes
+
+
+def test_help_everywhere_has_examples_and_shows_flags_as_flags():
+    root = run("-h")
+    assert root.exit_code == 0 and "--install-completion" in root.stdout and "--version" in root.stdout
+    for cmd in (["compile"], ["show"], ["diff"], ["passes"], ["cache"], ["cache", "info"], ["cache", "gc"]):
+        res = run(*cmd, "-h")
+        assert res.exit_code == 0 and "Examples:" in res.stdout, cmd
+        assert "<bool>" not in res.stdout, cmd
+    text = run("compile", "--help").stdout
+    assert "--verify / --no-verify" in text and "[[step]]" in text
+    for env in ("TUSK_ARCH", "TUSK_INSTRUCTION_LIMIT", "MAXHU"):  # settings that change output are options
+        assert env in text
+    for opt in ("--arch", "--instruction-limit", "--maxhu"):
+        assert opt in text
+
+
+def test_version():
+    res = run("--version")
+    assert res.exit_code == 0 and res.stdout.strip() == f"tusk {tusk.__version__}"
+
+
+def test_passes_lists_pipeline_options_types_defaults_and_settings(cache):
+    res = run("passes")
+    assert res.exit_code == 0
+    out = res.stdout
+    for text in ("translate_nki_ast_to_bir", "unroll", "loops", '"all" | "marked"', "= all", "TUSK_ARCH", "MAXHU",
+                 "TUSK_INSTRUCTION_LIMIT", "--maxhu", "heuristic_unroll"):
+        assert text in out, text
+    data = json.loads(run("passes", "--json").stdout)
+    unroll = next(p for p in data["passes"] if p["name"] == "unroll")
+    assert {"name": "loops", "type": '"all" | "marked"', "default": "all"}.items() <= unroll["options"][0].items()
+    settings = {s["name"]: s for s in data["settings"]}
+    assert settings["arch"]["env"] == "TUSK_ARCH" and settings["arch"]["affects_output"]
+    assert settings["maxhu"]["pass_option"] == "heuristic_unroll.maxhu"
+    assert data["precedence"][0] == "command line"
+
+
+# ====================================================================== refused early, nothing created
+
+
+def test_workers_below_zero_is_refused(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "-3")
+    assert res.exit_code == 2 and "--workers" in res.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_bad_set_is_refused_before_any_cluster_starts(cache, tmp_path, monkeypatch):
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(graph, "local_cluster_executor", no_cluster)
+    import tusk.workflows.compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "local_cluster_executor", no_cluster)
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "2", "--set", "unroll.loops=bogus")
+    assert res.exit_code == 2 and "unroll.loops" in res.stderr and "bogus" in res.stderr and not res.stdout
+    assert not (tmp_path / "o").exists() and not cache.exists()
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--stage", "nosuch")
+    assert res.exit_code == 2 and "--stage nosuch" in res.stderr and not (tmp_path / "o").exists()
+
+
+def test_errors_go_to_stderr(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    (k / "broken.json").write_text("{ not json")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0")
+    assert res.exit_code == 1
+    assert "error: broken" in res.stderr and "error:" not in res.stdout and "tensor_add" in res.stdout
+
+
+@pytest.mark.parametrize("name, data, expected", [
+    ("garbage.klr", b"\x8f\x01\x02garbage bytes", "not a KLR file: expected KLR's magic"),
+    ("garbage.json", b"{ nope", "not BIR-JSON"),
+    ("garbage.bin", b"\x00\x01\x02", "neither KLR"),
+])
+def test_show_names_the_format_it_expected(tmp_path, name, data, expected):
+    (tmp_path / name).write_bytes(data)
+    res = run("show", str(tmp_path / name))
+    assert res.exit_code == 1 and expected in res.stderr and name in res.stderr and not res.stdout
+
+
+# ====================================================================== tusk.toml and settings
+
+
+def test_tusk_toml_sets_settings_and_pass_options_under_the_command_line(cache, tmp_path, monkeypatch):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "tusk.toml").write_text('maxhu = 3\ninstruction_limit = 100000\n[passes.unroll]\nloops = "marked"\n')
+    monkeypatch.setenv("MAXHU", "1")  # the environment is below the file
+    data = json.loads(run("passes", str(k), "--json").stdout)
+    settings = {s["name"]: s for s in data["settings"]}
+    assert settings["maxhu"]["value"] == 3 and settings["maxhu"]["from"] == "tusk.toml"
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json")
+    rep = json.loads(res.stdout)
+    assert res.exit_code == 0 and "loops=marked" in spec(rep, "unroll")
+    assert "maxhu=3" in spec(rep, "heuristic_unroll")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json", "--maxhu", "5",
+              "--set", "unroll.loops=all")
+    rep = json.loads(res.stdout)  # the command line wins
+    assert "maxhu=5" in spec(rep, "heuristic_unroll") and "loops=all" in spec(rep, "unroll")
+
+
+def test_pyproject_tool_tusk_and_bad_files(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.tusk]\nmaxhu = 2\n')
+    rep = json.loads(run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json").stdout)
+    assert "maxhu=2" in spec(rep, "heuristic_unroll")
+    (k / "tusk.toml").write_text("nosuch = 1\n")
+    res = run("compile", str(k), "-o", str(tmp_path / "o2"))
+    assert res.exit_code == 2 and "tusk.toml" in res.stderr and "nosuch" in res.stderr
+    (k / "tusk.toml").write_text('workers = "many"\n')
+    res = run("compile", str(k), "-o", str(tmp_path / "o2"))
+    assert res.exit_code == 2 and "workers must be an integer" in res.stderr
+    (k / "tusk.toml").write_text("[passes.unroll]\nloops = \"sideways\"\n")
+    res = run("compile", str(k), "-o", str(tmp_path / "o2"))
+    assert res.exit_code == 2 and "sideways" in res.stderr and not (tmp_path / "o2").exists()
+
+
+# ====================================================================== summary, --json
+
+
+def _readme_counts() -> dict[str, tuple[int, int]]:
+    rows = {}
+    for line in (EXAMPLES / "README.md").read_text().splitlines():
+        m = re.match(r"\| `([\w.]+)\.json` \| BIR-JSON \|.*\| (\d+) \| (\d+) \|$", line)
+        if m:
+            rows[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return rows
+
+
+def test_json_has_a_schema_per_kernel_status_and_readme_counts(cache, tmp_path):
+    counts = _readme_counts()
+    assert counts
+    k = kernels(tmp_path / "k", *(f"{n}.json" for n in counts))
+    (k / "bad.json").write_text("{ broken")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json",
+              "--set", "unroll.loops=all")
+    rep = json.loads(res.stdout)
+    assert res.exit_code == 1 and rep["schema"] == 2 and rep["exit_code"] == 1
+    status = {x["kernel"]: x["status"] for x in rep["kernels"]}
+    assert status.pop("bad") == "failed" and set(status.values()) == {"written"}
+    for x in rep["kernels"]:
+        if x["kernel"] in counts:  # the kernel's instructions, as the corpus README counts them
+            ki = x["units"][0]["kernel_instructions"]
+            assert (ki["before_unroll"], ki["after_unroll"]) == counts[x["kernel"]], x["kernel"]
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json")
+    assert {x["kernel"]: x["status"] for x in json.loads(res.stdout)["kernels"]}["tiled_exp"] == "up to date"
+
+
+def test_summary_has_short_headers_and_no_empty_columns(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0")
+    assert res.exit_code == 0
+    header = next(line for line in res.stdout.splitlines() if "kernel" in line and "status" in line)
+    assert all(len(h.strip()) <= 10 for h in re.split(r"[┃│|]", header) if h.strip())
+    body = [line for line in res.stdout.splitlines() if "tiled_exp" in line][-1]
+    assert " 4 " in body and " 48 " in body  # as the corpus README says
+    result = tusk.compile_directory(k, tmp_path / "o", workers=0, report=False)
+    from tusk.workflows.report import summary_table
+
+    headers = [c.header for c in summary_table(result).columns]
+    has_rotation = any(s.name.startswith("address_rotation") for u in result.report.units for s in u.steps)
+    assert ("rotations" in headers) == has_rotation and "seconds" in headers and "status" in headers
+
+
+# ====================================================================== show, diff, stages
+
+
+def test_show_lists_klr_and_bir_json_in_one_notation_with_filters(cache):
+    res = run("show", str(EXAMPLES / "rmsnorm.klr"))
+    assert res.exit_code == 0 and "function rmsnorm  kind=nki" in res.stdout
+    assert "Activation@Activation" in res.stdout and "@DVE" in res.stdout
+    for leak in ("{'", "True", "False", "None", "(0, 0)"):  # no Python reprs
+        assert leak not in res.stdout, leak
+    act = run("show", str(EXAMPLES / "rmsnorm.klr"), "--engine", "act", "--no-tensors").stdout
+    insts = [line for line in act.splitlines() if "@" in line]
+    assert insts and all("@Activation" in line for line in insts)
+    limited = run("show", str(EXAMPLES / "tiled_matmul.json"), "-n", "2").stdout
+    assert sum("@" in line for line in limited.splitlines()) == 2 + 2 and "--limit reached" in limited  # +2 loops
+    only_main = run("show", str(EXAMPLES / "rmsnorm.klr"), "--function", "main").stdout
+    assert "function main" in only_main and "function rmsnorm" not in only_main
+    res = run("show", str(EXAMPLES / "rmsnorm.klr"), "--function", "nope")
+    assert res.exit_code == 2 and "no function 'nope'" in res.stderr
+    klr = run("show", str(EXAMPLES / "rmsnorm.klr"), "--klr").stdout
+    assert klr.startswith("KLR ")
+
+
+def test_show_stage_diff_and_stage_files(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    out = tmp_path / "o"
+    assert run("compile", str(k), "-o", str(out), "--workers", "0", "--stage", "unroll").exit_code == 0
+    files = [p.name for p in (out / "tiled_exp" / "stages").rglob("*.json")]
+    assert len(files) == 1 and files[0].endswith("-unroll.bir.json")
+    table = run("show", str(out / "tiled_exp")).stdout
+    assert "heuristic_unroll" in table and "unroll" in table and "build_fdeps" in table
+    after = run("show", str(out / "tiled_exp"), "--stage", "unroll").stdout
+    assert "exp-it15" in after
+    diff = run("show", str(out / "tiled_exp"), "--stage", "unroll", "--diff").stdout
+    assert "# function tiled_exp: instructions 4 -> 48" in diff and "\n+" in diff and "\n-" in diff
+    d2 = run("diff", f"{out / 'tiled_exp'}@heuristic_unroll", f"{out / 'tiled_exp'}@unroll")
+    assert d2.exit_code == 0 and "instructions 4 -> 48" in d2.stdout
+    same = run("diff", str(EXAMPLES / "tiled_exp.json"), str(EXAMPLES / "tiled_exp.json")).stdout
+    assert "identical" in same
+    res = run("show", str(out / "tiled_exp"), "--stage", "nosuch")
+    assert res.exit_code == 2 and "no stage 'nosuch'" in res.stderr
+
+
+def test_iter_listing_streams_and_limit_stops_early():
+    from tests.programs import tiled_exp_module
+    from tusk.stages import make_pass
+    from tusk.workflows.show import Filter, iter_listing
+
+    big, _ = make_pass("unroll").run(tiled_exp_module(tiles=400))
+    lines = iter_listing(big)
+    assert next(lines).startswith("module ")  # a generator: nothing formatted ahead
+    short = list(iter_listing(big, Filter(limit=3, tensors=False)))
+    assert sum("@" in line for line in short) == 3 and len(short) < 10
+
+
+# ====================================================================== report files, history, logs
+
+
+def test_report_trace_and_timelines_are_written(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json", "rmsnorm.klr")
+    out = tmp_path / "o"
+    res = run("compile", str(k), "-o", str(out), "--workers", "0")
+    assert res.exit_code == 0 and f"report: {out / 'report.html'}" in " ".join(res.stdout.split())
+    html = (out / "report.html").read_text()
+    assert "<script src" not in html and "<link" not in html  # self-contained
+    assert "Plotly.newPlot" in html and 'id="tusk-figures"' in html
+    bt = json.loads((out / "build-trace.json").read_text())
+    assert any(e["ph"] == "X" and "tiled_exp: unroll" in e["name"] for e in bt["traceEvents"])
+    tl = json.loads((out / "tiled_exp" / "timeline.json").read_text())
+    assert tl["otherData"]["kernel"] == "tiled_exp" and tl["otherData"]["_signature"]
+    if trace._model() is not None:
+        assert any(e["ph"] == "X" for e in tl["traceEvents"])
+        assert any(e.get("name") == "thread_name" for e in tl["traceEvents"])
+    mtime = (out / "tiled_exp" / "timeline.json").stat().st_mtime_ns
+    assert run("compile", str(k), "-o", str(out), "--workers", "0").exit_code == 0
+    assert (out / "tiled_exp" / "timeline.json").stat().st_mtime_ns == mtime  # same modules: not rewritten
+    assert run("compile", str(k), "-o", str(tmp_path / "o2"), "--workers", "0", "--no-report").exit_code == 0
+    assert not (tmp_path / "o2" / "report.html").exists()
+
+
+def test_report_without_a_timing_model_says_so(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(trace, "_model", lambda: None)
+    import tusk.workflows.observe as observe
+
+    monkeypatch.setattr(observe, "_model", lambda: None)
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    assert run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0").exit_code == 0
+    assert "no timing model" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_pass_times_are_kept_for_the_next_estimate(cache, tmp_path):
+    from tusk.workflows.progress import History, State
+
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(pipeline_toml(("translate_nki_ast_to_bir", {}), ("test_sleep", {"seconds": 0.2})))
+    result = tusk.compile_directory(k, tmp_path / "o", workers=0, pipeline=pipe)
+    unit = result.report.units[0]
+    known = History(Store(cache)).get(unit.unit)
+    assert known["test_sleep"] >= 0.2 and "translate_nki_ast_to_bir" in known and "write_bir_json" in known
+    state = State(History(Store(cache)))
+    state.labels, state.n_units = ["translate_nki_ast_to_bir", "test_sleep"], 1
+    state.unit(unit)
+    assert state.eta() >= 0.2
+    state.resolve(unit, "translate_nki_ast_to_bir", "cached")
+    state.resolve(unit, "test_sleep", "executed")
+    state.resolve(unit, "", "done")
+    assert state.eta() == 0.0 and state.completed == 3
+
+
+def test_dask_log_records_go_to_the_log_file(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    from tusk.workflows.progress import route_dask_logs
+
+    log = tmp_path / "out" / "tusk.log"
+    with route_dask_logs(log):
+        logging.getLogger("distributed.nanny").warning("Worker process still alive after 4.0 seconds, killing")
+    captured = capsys.readouterr()
+    assert "still alive" not in captured.err and "still alive" in log.read_text()
+
+
+def test_plain_progress_is_one_line_per_unit(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--progress", "plain")
+    lines = [line for line in res.stdout.splitlines() if line.startswith("[")]
+    assert len(lines) == 2 and all(re.match(r"\[\d/2\] \w+: \d+ pass\(es\) ran", line) for line in lines)
+
+
+def test_python_api(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    result = tusk.compile_directory(k, tmp_path / "o", workers=0)
+    assert result.exit_code == 0 and (tmp_path / "o" / "report.html").exists()
+    m = tusk.load(EXAMPLES / "rmsnorm.klr")
+    assert [f.name for f in m.functions] == ["main", "rmsnorm"]
+    text = tusk.listing(m, engine="dve", tensors=False)
+    assert "@DVE" in text and "@Activation" not in text
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TuskError, match="no kernel files"):
+        tusk.compile_directory(tmp_path / "empty", tmp_path / "x", workers=0)
+    assert not (tmp_path / "x").exists()
+
+
+def test_show_stage_finds_the_cache_the_kernels_tusk_toml_names(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "tusk.toml").write_text('cache_dir = "../project-cache"\n')
+    out = tmp_path / "o"
+    assert run("compile", str(k), "-o", str(out), "--workers", "0").exit_code == 0
+    assert (tmp_path / "project-cache").is_dir() and not cache.exists()
+    res = run("show", str(out / "tiled_exp"), "--stage", "unroll", "--no-tensors", "-n", "1")
+    assert res.exit_code == 0 and "exp" in res.stdout

@@ -1,0 +1,93 @@
+"""Engine timelines and build traces: aggregation, utilisation, the Chrome trace-event format."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.programs import tiled_exp_module
+from tusk.stages import make_pass
+from tusk.workflows import trace
+
+
+def segments(n: int, lanes: int = 3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    lane = rng.integers(0, lanes, n)
+    start = np.sort(rng.random(n)) * 1e5
+    end = start + rng.random(n) * 5
+    return lane, start, end, np.array([f"i{k}" for k in range(n)], dtype=object)
+
+
+def test_aggregate_is_exact_under_the_limit_and_bounded_past_it():
+    lane, start, end, labels = segments(500)
+    exact = trace._aggregate(["a", "b", "c"], lane, start, end, labels, 1000)
+    assert not exact["merged"] and len(exact["lane"]) == 500 and set(exact["n"]) == {1}
+    lane, start, end, labels = segments(50_000)
+    merged = trace._aggregate(["a", "b", "c"], lane, start, end, labels, 2_000)
+    assert merged["merged"] and len(merged["lane"]) <= 2_000 and sum(merged["n"]) == 50_000
+    # every merged segment covers the instructions it counts, on their lane
+    order = np.lexsort((start, lane))
+    i = 0
+    for ln, s, e, n in zip(merged["lane"], merged["start"], merged["end"], merged["n"]):
+        rows = order[i:i + n]
+        assert set(lane[rows].tolist()) == {ln}
+        assert s <= start[rows].min() + 0.1 and e >= end[rows].max() - 0.1
+        i += n
+
+
+def test_utilization_adds_up_to_the_busy_time():
+    lane, start, end, _ = segments(20_000, lanes=2)
+    u = trace.utilization(2, lane, start, end, float(end.max()), bins=50)
+    for k in range(2):
+        busy = float((end - start)[lane == k].sum())
+        assert sum(u["lanes"][k]) * u["dt"] == pytest.approx(busy, rel=1e-3)
+
+
+def test_engine_timeline_of_a_kernel_and_its_trace():
+    if trace._model() is None:
+        pytest.skip("no timing model")
+    m = tiled_exp_module(tiles=4)
+    for p in ("unroll", "build_fdeps"):
+        m = make_pass(p).run(m)[0]
+    fn = trace.kernel_functions(m)[0]
+    tl = trace.engine_timeline(fn, m)
+    assert tl["ok"] and tl["makespan"] > 0 and tl["lanes"] and tl["overview"] is not None
+    assert len(tl["detail"]["lane"]) >= len(fn.insts) and max(tl["detail"]["end"]) <= tl["makespan"] + 0.1
+    phase = trace.Phase("k", "final", "0" * 64, [tl])
+    data = json.loads(json.dumps(trace.timeline_trace("k", [phase])))
+    xs = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    names = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert xs and all(e["dur"] >= 0 and e["ts"] >= 0 for e in xs) and names == set(tl["lanes"])
+
+
+def test_a_function_that_cannot_be_timed_says_why():
+    if trace._model() is None:
+        pytest.skip("no timing model")
+    fn = tiled_exp_module(tiles=2).functions[0]  # loops kept
+    tl = trace.engine_timeline(fn)
+    assert not tl["ok"] and "loop" in tl["why"].lower()
+
+
+def test_build_trace_puts_each_task_on_its_worker():
+    class U:  # the part of a UnitReport the log reads
+        class unit:
+            name = "k"
+
+    log = trace.TaskLog()
+    log.task("submitted", "unroll-k-1", U, "unroll", {})
+    log.task("finished", "unroll-k-1", U, "unroll",
+             {"status": "executed", "timing": {"started": log.t0 + 0.5, "run": 0.2}, "ended": log.t0 + 0.8,
+              "worker_address": "tcp://127.0.0.1:1"})
+    log.task("submitted", "write_bir_json-k-2", U, "write_bir_json", {})
+    log.task("finished", "write_bir_json-k-2", U, "write_bir_json", {"status": "written"})
+
+    class R:
+        out, seconds, report = "OUT", 1.0, None
+
+    data = trace.build_trace(log, R)
+    xs = {e["name"]: e for e in data["traceEvents"] if e["ph"] == "X"}
+    assert set(xs) == {"k: unroll", "k: write_bir_json"}
+    assert xs["k: unroll"]["tid"] == xs["k: write_bir_json"]["tid"]  # writing runs where the unit's last step ran
+    assert xs["k: unroll"]["dur"] == pytest.approx(0.3e6, rel=1e-3) and xs["k: unroll"]["args"]["run_s"] == 0.2

@@ -1,0 +1,184 @@
+"""Listeners of a build: several at once (:class:`Tee`) and the one that writes the build report.
+
+:class:`Reporter`, when the build is over and while its store is still
+open, writes
+
+* ``OUT/report.html`` (``tusk.workflows.report_html``),
+* ``OUT/build-trace.json`` (the tasks by worker, Chrome trace format),
+* ``OUT/<kernel>/timeline.json`` (engine timelines, Chrome trace format;
+  not rewritten while the modules and the timing model are the same),
+
+and keeps each unit's seconds per step for the next build's estimate
+(``tusk.workflows.progress.History``).  Its own failures never fail the
+build: they become a warning, the traceback goes to ``OUT/tusk.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+
+from tusk.workflows.compile import LOG_FILE, BuildEvents
+from tusk.workflows.progress import History, State
+from tusk.workflows.trace import (
+    Phase,
+    TaskLog,
+    _model,
+    build_trace,
+    model_digest,
+    time_phase,
+    timeline_trace,
+    unit_phases,
+)
+
+REPORT = "report.html"
+BUILD_TRACE = "build-trace.json"
+TIMELINE = "timeline.json"
+
+
+class Tee(BuildEvents):
+    """Hands every event to each listener in turn; a listener that raises never stops the build
+    (its first error is kept in ``errors`` and it hears nothing more)."""
+
+    def __init__(self, *listeners: BuildEvents):
+        self.listeners = [x for x in listeners if x is not None]
+        self.errors: list[str] = []
+
+    def _each(self, method: str, *args) -> None:
+        for x in list(self.listeners):
+            try:
+                getattr(x, method)(*args)
+            except Exception as e:  # noqa: BLE001 - progress and reports are never worth a failed build
+                self.errors.append(f"{type(x).__name__}.{method}: {type(e).__name__}: {e}")
+                self.listeners.remove(x)
+
+    def pipeline(self, resolved) -> None:
+        self._each("pipeline", resolved)
+
+    def start(self, n_units: int, n_steps: int) -> None:
+        self._each("start", n_units, n_steps)
+
+    def executor_starting(self, what: str) -> None:
+        self._each("executor_starting", what)
+
+    def executor(self, ex) -> None:
+        self._each("executor", ex)
+
+    def step(self, event: str, unit, label: str) -> None:
+        self._each("step", event, unit, label)
+
+    def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
+        self._each("task", event, key, unit, what, result)
+
+    def finished(self, result, store) -> None:
+        self._each("finished", result, store)
+
+
+def _write(path: Path, text: str) -> None:
+    from tusk.workflows.outputs import write_atomic
+
+    write_atomic(path, text.encode("utf-8"))
+
+
+def _signature(phases: list[Phase]) -> str:
+    from tusk.cache.keys import digest
+
+    return digest({"phases": [[p.unit, p.title, p.hash] for p in phases], "model": model_digest()})
+
+
+def _current(path: Path, signature: str) -> bool:
+    """``path`` is a timeline.json written for ``signature`` (its head names it)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return signature in fh.read(4096)
+    except OSError:
+        return False
+
+
+class Reporter(BuildEvents):
+    """Writes report.html, build-trace.json and timeline.json files when the build is over."""
+
+    def __init__(self, history: History | None = None, state: State | None = None, report: bool = True,
+                 warn=None):
+        self.history = history
+        self.state = state
+        self.report = report
+        self.log = TaskLog()
+        self.warn = warn or (lambda text: None)
+        self.files: dict[str, str] = {}    # OUT-relative path -> what it is
+        self.phases: dict[str, list[Phase]] = {}
+        self.seconds = 0.0
+
+    def start(self, n_units: int, n_steps: int) -> None:
+        self.log.t0 = time.time()
+
+    def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
+        self.log.task(event, key, unit, what, result)
+
+    def finished(self, result, store) -> None:
+        t0 = time.perf_counter()
+        if self.history is not None:
+            try:
+                self.history.record(result.report, self.state.write_seconds if self.state else {})
+            except Exception:  # noqa: BLE001
+                pass
+        if self.report and result.kernels:
+            try:
+                self._write_all(result, store)
+            except Exception as e:  # noqa: BLE001 - the build's outputs stand; the report is extra
+                self._failed(result.out, e)
+        self.seconds = time.perf_counter() - t0
+
+    def _failed(self, out: Path, e: BaseException) -> None:
+        log = Path(out) / LOG_FILE
+        try:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"\n== build report ({time.strftime('%Y-%m-%d %H:%M:%S')})\n{traceback.format_exc()}\n")
+        except OSError:
+            pass
+        self.warn(f"the build report could not be written ({type(e).__name__}: {e}); details in {log}")
+
+    def _write_all(self, result, store) -> None:
+        from tusk.workflows.pipeline import ROTATION_PASSES
+        from tusk.workflows.report_html import render
+
+        out = Path(result.out)
+        model_note = "" if _model() is not None else "This Tusk has no timing model (tusk.sim.timing): " \
+                                                     "no engine timelines."
+        for kr in result.kernels:
+            if not kr.ok:
+                continue
+            kernel_phases: list[Phase] = []
+            for u in kr.units:
+                phases = unit_phases(u, store, ROTATION_PASSES) if _model() is not None else []
+                for ph in phases:
+                    producer = next((s.name for s in u.steps if s.output == ph.hash), None)
+                    time_phase(ph, store, producer)
+                if phases:
+                    self.phases[u.unit.name] = phases
+                kernel_phases.extend(phases)
+            kdir = out / kr.kernel.name
+            if kernel_phases and kdir.is_dir():
+                path = kdir / TIMELINE
+                sig = _signature(kernel_phases)
+                if not _current(path, sig):
+                    trace = timeline_trace(kr.kernel.name, kernel_phases)
+                    trace = {"otherData": {"_signature": sig, **trace["otherData"]},
+                             **{k: v for k, v in trace.items() if k != "otherData"}}
+                    _write(path, json.dumps(trace, separators=(",", ":"), sort_keys=True))  # same bytes whether
+                    # the timings were computed now or read back from the store's notes
+                self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
+        if self.log.finished():
+            _write(out / BUILD_TRACE, json.dumps(build_trace(self.log, result), separators=(",", ":")))
+            self.files[BUILD_TRACE] = "the build's tasks by worker (Chrome trace format)"
+        self.files[REPORT] = "this page"
+        _write(out / REPORT, render(result, self.phases, self.log, {k: v for k, v in self.files.items()
+                                                                    if k != REPORT}, model_note))
+
+    def lines(self, out: Path) -> list[str]:
+        """What the terminal is told about these files."""
+        if not self.files or REPORT not in self.files:
+            return []
+        return [f"report: {Path(out) / REPORT}"]

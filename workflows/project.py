@@ -1,0 +1,222 @@
+"""Build settings kept next to the kernels: ``tusk.toml`` or ``[tool.tusk]`` in a ``pyproject.toml``.
+
+A kernel directory may hold a ``tusk.toml`` (or a ``pyproject.toml`` with a
+``[tool.tusk]`` table; ``tusk.toml`` wins when both exist)::
+
+    arch = "gen3"                 # any setting of tusk.workflows.config (tusk passes lists them)
+    instruction_limit = 5000000
+    maxhu = 8
+    workers = 4
+    cache_dir = "../.tusk-cache"  # relative paths: from the file's directory
+    pipeline = "pipeline.toml"    # a pipeline file (see tusk.workflows.pipeline)
+
+    [passes.unroll]               # pass options, as --set unroll.loops=marked would set them
+    loops = "marked"
+
+Precedence, highest first: the command line, this file, the environment
+(``TUSK_ARCH`` ...), the defaults.  Everything is checked when the file is
+read: an unknown key, a value of the wrong type, a pass that does not exist.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tusk.ir.errors import TuskError, UsageError
+from tusk.workflows import config
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"  # the shipped corpus (tusk.examples)
+FILE = "tusk.toml"
+PYPROJECT = "pyproject.toml"
+PATH_SETTINGS = frozenset({"cache_dir"})  # relative to the file's directory (unless a URL)
+_TYPES: dict[str, tuple[type, ...]] = {"workers": (int,), "instruction_limit": (int,), "maxhu": (int,)}
+
+
+class ProjectFileError(UsageError):
+    """tusk.toml (or [tool.tusk]) cannot be used: a usage error, reported before anything is built."""
+
+
+@dataclass
+class ProjectFile:
+    """What a kernel directory's settings file asks for (empty when there is none)."""
+
+    path: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)   # config setting name -> typed value
+    sets: list[str] = field(default_factory=list)            # "pass.option=value", as --set takes them
+    pipeline: Path | None = None
+
+    def describe(self) -> str:
+        return str(self.path) if self.path else "none"
+
+
+def find(directory: Path) -> Path | None:
+    """``tusk.toml`` in ``directory``, else its ``pyproject.toml`` if that has ``[tool.tusk]``, else None."""
+    own = Path(directory) / FILE
+    if own.is_file():
+        return own
+    py = Path(directory) / PYPROJECT
+    if py.is_file():
+        try:
+            data = tomllib.loads(py.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return None  # not ours to judge: a pyproject.toml without a readable [tool.tusk] is ignored
+        if isinstance(data.get("tool"), dict) and "tusk" in data["tool"]:
+            return py
+    return None
+
+
+def load(directory: Path) -> ProjectFile:
+    """The settings file of ``directory`` (see the module docstring); ProjectFileError if it is bad."""
+    path = find(directory)
+    if path is None:
+        return ProjectFile()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProjectFileError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProjectFileError(f"{path}: malformed TOML: {e}") from None
+    where = str(path)
+    if path.name == PYPROJECT:
+        data = data["tool"]["tusk"]
+        where = f"{path} [tool.tusk]"
+        if not isinstance(data, dict):
+            raise ProjectFileError(f"{where}: expected a table")
+    return parse(data, path.parent, where, path)
+
+
+def parse(data: dict[str, Any], base: Path, where: str, path: Path | None = None) -> ProjectFile:
+    pf = ProjectFile(path=path)
+    for key, value in data.items():
+        if key == "passes":
+            pf.sets = _pass_options(value, where)
+        elif key == "pipeline":
+            if not isinstance(value, str) or not value:
+                raise ProjectFileError(f"{where}: pipeline must be a file name")
+            pf.pipeline = base / value
+        elif key in config.BY_NAME:
+            pf.settings[key] = _setting(key, value, base, where)
+        else:
+            known = sorted([*config.BY_NAME, "passes", "pipeline"])
+            raise ProjectFileError(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
+    return pf
+
+
+def _setting(name: str, value: Any, base: Path, where: str) -> Any:
+    if name == "verify":  # true / false, or a level
+        level = {True: "all", False: "none"}.get(value, value) if isinstance(value, bool) else value
+        if level not in config.VERIFY_LEVELS:
+            raise ProjectFileError(f"{where}: verify must be {', '.join(config.VERIFY_LEVELS)}, true or false, "
+                                   f"got {value!r}")
+        return level
+    types = _TYPES.get(name, (str,))
+    if isinstance(value, str) and value.strip().lower() == "none" and name in ("instruction_limit", "maxhu"):
+        return None
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        expected = {int: "an integer", bool: "true or false", str: "a string"}[types[0]]
+        raise ProjectFileError(f"{where}: {name} must be {expected}, got {value!r}")
+    if name == "workers" and value < 0:
+        raise ProjectFileError(f"{where}: workers must be 0 or more, got {value}")
+    if name in PATH_SETTINGS and "://" not in value:
+        value = str((base / value).resolve()) if not Path(value).is_absolute() else value
+    return value
+
+
+def _pass_options(value: Any, where: str) -> list[str]:
+    if not isinstance(value, dict):
+        raise ProjectFileError(f"{where}: passes must be a table of tables ([passes.unroll] loops = ...)")
+    sets = []
+    for pass_name, options in value.items():
+        if not isinstance(options, dict):
+            raise ProjectFileError(f"{where}: [passes.{pass_name}] must be a table of options")
+        for option, v in options.items():
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, (int, float, str)):
+                text = str(v)
+            else:
+                raise ProjectFileError(f"{where}: passes.{pass_name}.{option} must be a number, a string "
+                                       f"or true/false, got {v!r}")
+            sets.append(f"{pass_name}.{option}={text}")
+    return sets
+
+
+# ====================================================================== a request, checked before it runs
+
+
+class NoKernels(TuskError):
+    """The directory holds no file that may be a kernel (exit 1: nothing to compile, nothing created)."""
+
+
+def has_kernel_files(directory: Path) -> bool:
+    """Does ``directory`` hold a file that may be a kernel (.klr, .json, or KLR content)?"""
+    from tusk.ir.klr.wire import is_klr_bytes
+
+    for p in Path(directory).iterdir():
+        if p.suffix in (".klr", ".json"):
+            return True
+        try:
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    if is_klr_bytes(fh.read(4)):
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+SETTING_ARGS = ("workers", "scheduler", "cache_dir", "verify", "arch", "instruction_limit", "maxhu")
+
+
+def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipeline: Path | None = None,
+                    stages: bool = False, stage: list[str] = (), dashboard: bool = False, no_cache: bool = False,
+                    core_id: int | None = None, **settings: Any):
+    """Everything a build can be refused for, checked before it starts; ``(CompileRequest, config, file)``.
+
+    ``settings`` are the command-line values of :data:`SETTING_ARGS` (None:
+    not given).  Raises a UsageError-like TuskError with the reason, or
+    :class:`NoKernels`.  Nothing is created.
+    """
+    from tusk.workflows import config as config_mod
+    from tusk.workflows.compile import CompileRequest
+    from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
+
+    unknown = set(settings) - set(SETTING_ARGS)
+    if unknown:
+        raise TypeError(f"unknown settings {sorted(unknown)} (settings: {', '.join(SETTING_ARGS)})")
+    directory = Path(directory)
+    if not directory.exists():
+        raise UsageError(f"{directory}: no such directory")
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory (tusk compile takes a directory of kernels; "
+                         f"'tusk show FILE' lists one file)")
+    if settings.get("workers") is not None and settings["workers"] < 0:
+        raise UsageError(f"--workers must be 0 (run in this process) or more, got {settings['workers']}")
+    if core_id is not None and core_id < 0:
+        raise UsageError(f"--core-id must be a logical core number (0 or more), got {core_id}")
+    pf = load(directory)
+    overrides = {**pf.settings, **{k: v for k, v in settings.items() if v is not None}}
+    cfg = config_mod.load(overrides)
+    pipe = pipeline or pf.pipeline
+    entries = load_pipeline(pipe) if pipe else default_pipeline()
+    apply_defaults(entries, config_mod.pass_defaults(cfg))
+    all_sets = [*pf.sets, *sets]
+    apply_sets(entries, all_sets)
+    resolved = resolve(entries)
+    known = {s.label for s in resolved.steps} | {s.name for s in resolved.steps}
+    bad = [s for s in stage if s not in known]
+    if bad:
+        raise UsageError(f"--stage {bad[0]}: the pipeline runs no such step (steps: "
+                         f"{', '.join(s.label for s in resolved.steps)})")
+    if not has_kernel_files(directory):
+        raise NoKernels(f"{directory} has no kernel files (.klr or BIR-JSON .json); nothing to compile")
+    req = CompileRequest(directory=directory, out=Path(out), workers=overrides.get("workers"),
+                         scheduler=overrides.get("scheduler"), dashboard=dashboard,
+                         cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,
+                         pipeline=pipe, stages=True if stages else (list(stage) if stage else False),
+                         verify=overrides.get("verify"),
+                         settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides})
+    return req, cfg, pf
