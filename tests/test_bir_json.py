@@ -92,12 +92,13 @@ def _first_inst(doc):
 BAD_INPUTS = [
     ("malformed JSON", lambda d: "{not json", "malformed JSON"),
     ("unknown opcode", lambda d: _set(_first_inst(d), "opcode", "Frobnicate"), "unknown opcode 'Frobnicate'"),
-    ("missing name", lambda d: _del(_first_inst(d), "name"), "missing required key 'name'"),
+    ("missing opcode", lambda d: _del(_first_inst(d), "opcode"), "missing required key 'opcode'"),
+    ("missing allocation dtype", lambda d: _del(d["functions"][0]["allocations"][1], "dtype"),
+     "missing required key 'dtype'"),
     ("dangling memref", lambda d: _set(_first_inst(d)["outs"][0], "memref", "nope"), "'nope' does not exist"),
     ("dangling dependency", lambda d: _set(_first_inst(d), "dependencies", [["ghost", "Flow"]]),
      "Unknown dependency 'ghost'"),
-    ("duplicate instruction", lambda d: d["functions"][0]["blocks"][0]["instructions"].append(
-        copy.deepcopy(_first_inst(d))), "duplicate instruction name"),
+    ("ambiguous dependency", lambda d: _ambiguous(d), "ambiguous dependency"),
     ("negative size", lambda d: _set(d["functions"][0]["allocations"][1]["memorylocations"][0], "dims", [-4]),
      "expected an integer >= 0"),
     ("unknown operand kind", lambda d: _set(_first_inst(d)["outs"][0], "kind", "weird_ap"),
@@ -106,6 +107,13 @@ BAD_INPUTS = [
     ("no functions", lambda d: _del(d, "functions"), "missing required key 'functions'"),
     ("too many AP dims", lambda d: _set(_first_inst(d)["outs"][0], "ap", [[1, 1]] * 5), "at most 4"),
 ]
+
+
+def _ambiguous(d):
+    insts = d["functions"][0]["blocks"][0]["instructions"]
+    first = _first_inst(d)
+    insts.insert(1, copy.deepcopy(first))
+    insts.insert(2, {**copy.deepcopy(first), "dependencies": [[first["name"], "Flow"]]})
 
 
 def _set(obj, key, value):
