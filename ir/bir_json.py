@@ -279,13 +279,16 @@ def _expr(x: Any, where: str) -> QuasiAffine:
 
 
 def _check_depth(x: Any, where: str, depth: int = 0) -> None:
-    """Refuse values nested deeper than MAX_DEPTH (checked without recursing past it)."""
+    """Refuse unmodelled values nested deeper than MAX_DEPTH (checked without recursing past it) or holding
+    integers outside [-2**63, 2**64) (what JSON writers, ours included, can spell exactly)."""
     t = type(x)
     if t is dict:
         vals = x.values()
     elif t is list:
         vals = x
     else:
+        if t is int and not I64_MIN <= x < (1 << 64):
+            raise _err(f"integer {_short(x)} is out of range", where)
         return
     if depth >= MAX_DEPTH:
         raise _err(f"value nested deeper than {MAX_DEPTH} levels", where)
@@ -293,16 +296,23 @@ def _check_depth(x: Any, where: str, depth: int = 0) -> None:
         tv = type(v)
         if tv is dict or tv is list:
             _check_depth(v, where, depth + 1)
+        elif tv is int and not I64_MIN <= v < (1 << 64):
+            raise _err(f"integer {_short(v)} is out of range", where)
 
 
 def _frozen_record(d: dict, where: str) -> Record:
     for k, v in d.items():
         if k == WIRE:
             raise _err(f"the key {WIRE!r} is reserved", where)
-        t = type(v)
-        if t is dict or t is list:
-            _check_depth(v, f"{where}.{k}")
+        _check_depth(v, f"{where}.{k}")
     return Record.of(d)
+
+
+def _with_patch(rec: Mapping[str, Any] | None, patch: Mapping[str, tuple]) -> Record:
+    for k, (raw, _) in patch.items():
+        for v in raw:
+            _check_depth(v, k)
+    return wire.with_patch(rec, patch)
 
 
 class _Reader:
@@ -342,7 +352,7 @@ class _Reader:
         patch = wire.diff(root, render_module_head(module, with_functions=False),
                           ROOT_KEYS - {"functions", "nki_functions"})
         if patch:
-            module.extras = wire.with_patch(module.extras, patch)
+            module.extras = _with_patch(module.extras, patch)
         return module
 
     # ------------------------------------------------------------------ function
@@ -379,7 +389,7 @@ class _Reader:
             if key not in fobj:
                 patch[key] = ((), ([],))
         if patch:
-            fn.extras = wire.with_patch(fn.extras, patch)
+            fn.extras = _with_patch(fn.extras, patch)
         fn.invalidate()
         return fn
 
@@ -421,7 +431,7 @@ class _Reader:
             extra = {k: v for k, v in a.items() if k not in ("Skind", "name")}
             rec = _frozen_record(extra, where)
             if "Skind" not in a:
-                rec = wire.with_patch(rec, {"Skind": ((), ("register",))})
+                rec = _with_patch(rec, {"Skind": ((), ("register",))})
             self.regs[name] = fn.add_reg(name, rec)
             return
         if skind != "memory_location_set":
@@ -466,11 +476,14 @@ class _Reader:
         if "memorylocations" not in a:
             patch["memorylocations"] = ((), ([],))
         if patch:
-            fn.sets.set("extra", set_id, fn.intern_record(wire.with_patch(fn.record(fn.sets.get("extra", set_id)),
+            fn.sets.set("extra", set_id, fn.intern_record(_with_patch(fn.record(fn.sets.get("extra", set_id)),
                                                                           patch)))
 
     def _memloc(self, fn: Function, set_id: int, obj: Any, where: str) -> None:
         m = _obj(obj, where)
+        if m.get("Skind", "memory_location") != "memory_location":
+            raise _err(f"a memory location's Skind must be 'memory_location', got {_short(m['Skind'])}",
+                       where + ".Skind")
         name = _str(_req(m, "name", where), where + ".name")
         if name in self.memlocs:
             raise _err(f"duplicate memory location name {name!r}", where + ".name")
@@ -505,7 +518,7 @@ class _Reader:
         self.memlocs[name] = row
         patch = wire.diff(m, render_memloc(fn, row), MEMLOC_KEYS | set(MEMLOC_DEFAULTS))
         if patch:
-            fn.memlocs.set("extra", row, fn.intern_record(wire.with_patch(fn.record(fn.memlocs.get("extra", row)),
+            fn.memlocs.set("extra", row, fn.intern_record(_with_patch(fn.record(fn.memlocs.get("extra", row)),
                                                                           patch)))
 
     # ------------------------------------------------------------------ blocks and instructions
@@ -518,7 +531,7 @@ class _Reader:
         extra = {k: v for k, v in b.items() if k not in ("name", "instructions")}
         rec = _frozen_record(extra, where)
         if "instructions" not in b:
-            rec = wire.with_patch(rec, {"instructions": ((), ([],))})
+            rec = _with_patch(rec, {"instructions": ((), ([],))})
         bid = fn.add_block(name, parent, rec)
         for i, inst in enumerate(_list(b.get("instructions", []), where + ".instructions")):
             self.inst(fn, inst, f"{where}.instructions[{i}]", bid)
@@ -571,7 +584,7 @@ class _Reader:
             if k not in d:
                 patch[k] = ((), (v,))
         if patch:
-            rec = wire.with_patch(rec, patch)
+            rec = _with_patch(rec, patch)
         row = fn.add_inst(opcode, engine, block, name, rows, attrs=rec, pred=pred, iteration=iteration)
         if "dependencies" in d:
             self._deps(fn, row, block, d["dependencies"], where)
@@ -654,7 +667,7 @@ class _Reader:
         extra = {k: v for k, v in o.items() if k not in handled}
         rec = _frozen_record(extra, where) if extra else None
         if patch:
-            rec = wire.with_patch(rec, patch)
+            rec = _with_patch(rec, patch)
         return (role, kind, dtype, memloc, offset, pattern, aux, dyn, fn.intern_record(rec))
 
     def _bind(self, fn: Function, o: dict, where: str, patch: dict) -> int:
@@ -745,7 +758,7 @@ class _Reader:
         render = _Render(fn)
         for row, raw, where in self.deps_to_check:
             rendered = render.deps(row)
-            if not wire.same(raw, rendered):
+            if not rendered or not wire.same(raw, rendered):  # the policy leaves an empty list out
                 self._patch_inst(fn, row, {"dependencies": ((raw,), (rendered,) if rendered else ())})
         for row, raw, where in self.carried_to_check:
             rendered = render.carried(row)
@@ -756,7 +769,7 @@ class _Reader:
     @staticmethod
     def _patch_inst(fn: Function, row: int, patch: dict) -> None:
         rec = fn.record(fn.insts.get("attrs", row))
-        fn.insts.set("attrs", row, fn.intern_record(wire.with_patch(rec, patch)))
+        fn.insts.set("attrs", row, fn.intern_record(_with_patch(rec, patch)))
 
 
 _ABSENT = object()
