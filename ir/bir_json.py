@@ -319,6 +319,7 @@ class _Reader:
     def __init__(self, file: str | None):
         self.file = file
         self.where = "$"
+        self.expand: Any = None  # bir_fast's run expander: instructions read column-wise
 
     # ------------------------------------------------------------------ module
     def module(self, obj: Any) -> Module:
@@ -533,8 +534,12 @@ class _Reader:
         if "instructions" not in b:
             rec = _with_patch(rec, {"instructions": ((), ([],))})
         bid = fn.add_block(name, parent, rec)
+        expand = self.expand
         for i, inst in enumerate(_list(b.get("instructions", []), where + ".instructions")):
-            self.inst(fn, inst, f"{where}.instructions[{i}]", bid)
+            if expand is not None and type(inst) is str and inst.startswith(expand.marker):
+                expand.run(self, fn, inst, f"{where}.instructions[{i}]", bid)
+            else:
+                self.inst(fn, inst, f"{where}.instructions[{i}]", bid)
 
     def inst(self, fn: Function, obj: Any, where: str, block: int) -> int:
         """Append one instruction (and its body blocks); returns its row."""
@@ -752,7 +757,7 @@ class _Reader:
         return (exprs, preds)
 
     def _resolve(self, fn: Function) -> None:
-        resolve_refs(fn, self.refs, self.fn_where)
+        resolve_refs(fn, self.refs, self.fn_where, may_repeat=bool(self.deps_to_check))
         if not self.deps_to_check and not self.carried_to_check:
             return
         render = _Render(fn)
@@ -776,64 +781,147 @@ _ABSENT = object()
 
 
 class _Refs:
-    """Name references of one function (dependencies, carried edges), resolved together."""
+    """Name references of one function (dependencies, carried edges), resolved together.
+
+    Single references are appended to lists; the columnar loader adds whole arrays (``add_arrays``)."""
+
+    FIELDS = ("dst", "block", "name", "iter", "kind", "flavour", "payload")
 
     def __init__(self) -> None:
-        self.dst: list[int] = []
-        self.block: list[int] = []
-        self.name: list[int] = []
-        self.iter: list[int] = []
-        self.kind: list[int] = []
-        self.flavour: list[int] = []
-        self.payload: list[int] = []
-        self.where: list[str] = []
+        for f in self.FIELDS:
+            setattr(self, "_" + f, [])
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.where: list[str | None] = []
+        self._n = 0
 
     def add(self, fn: Function, dst: int, block: int, name: str, kind: int, flavour: int, payload: int,
             where: str) -> None:
         split = split_clone_name(name)
         if split:
-            self.name.append(fn.s(split[0]))
-            self.iter.append(split[1])
+            self._name.append(fn.s(split[0]))
+            self._iter.append(split[1])
         else:
-            self.name.append(fn.s(name))
-            self.iter.append(-1)
-        self.dst.append(dst)
-        self.block.append(block)
-        self.kind.append(kind)
-        self.flavour.append(flavour)
-        self.payload.append(payload)
+            self._name.append(fn.s(name))
+            self._iter.append(-1)
+        self._dst.append(dst)
+        self._block.append(block)
+        self._kind.append(kind)
+        self._flavour.append(flavour)
+        self._payload.append(payload)
         self.where.append(where)
 
-    def __len__(self) -> int:
-        return len(self.dst)
+    def mark(self) -> int:
+        """How many single references there are (see :meth:`rollback`)."""
+        return len(self._dst)
+
+    def rollback(self, n: int) -> dict[str, list]:
+        """Remove the single references added since :meth:`mark` returned ``n``; returns them."""
+        out = {f: getattr(self, "_" + f)[n:] for f in self.FIELDS}
+        for f in self.FIELDS:
+            del getattr(self, "_" + f)[n:]
+        del self.where[n:]
+        return out
+
+    def add_arrays(self, **cols: np.ndarray) -> None:
+        self._flush()
+        self.chunks.append(cols)
+
+    TYPES = {"dst": np.int32, "block": np.int32, "name": np.int32, "iter": np.int32, "kind": np.int8,
+             "flavour": np.int8, "payload": np.int32}
+
+    def _flush(self) -> None:
+        if self._dst:
+            self.chunks.append({f: np.asarray(getattr(self, "_" + f), dtype=self.TYPES[f]) for f in self.FIELDS})
+            self.chunks[-1]["where"] = self.where  # type: ignore[assignment]
+            for f in self.FIELDS:
+                setattr(self, "_" + f, [])
+            self.where = []
+
+    def all_chunks(self) -> list[dict]:
+        self._flush()
+        return self.chunks
 
 
-def resolve_refs(fn: Function, refs: Any, fn_where: str, where_of: Callable[[int], str] | None = None) -> None:
+RESOLVE_SLICE = 1 << 20  # references resolved at once
+
+
+def resolve_refs(fn: Function, refs: "_Refs", fn_where: str, may_repeat: bool = True) -> None:
     """Turn name references into edges: the instruction of that name in the referring block when there is
     exactly one, else the only one in the function; none or several is an error naming the places.
 
-    ``refs`` has array-likes dst, block, name (string id), iter, kind, flavour (0 = dependency), payload.
-    Dependencies become one edge per (src, dst), the strongest kind, in the order first written.
+    Dependencies become one edge per (src, dst), the strongest kind, in the order first written
+    (``may_repeat=False``: the caller knows no instruction names a source twice).
     """
-    n_refs = len(refs.dst)
-    if not n_refs:
+    chunks = refs.all_chunks()
+    if not chunks:
         return
-    dst = np.asarray(refs.dst, dtype=np.int64)
-    blk = np.asarray(refs.block, dtype=np.int64)
-    key = (np.asarray(refs.name, dtype=np.int64) << 32) | (np.asarray(refs.iter, dtype=np.int64) + 1)
-    kind = np.asarray(refs.kind, dtype=np.int64)
-    flavour = np.asarray(refs.flavour, dtype=np.int64)
-    payload = np.asarray(refs.payload, dtype=np.int64)
     ins = fn.insts
     ikey = (ins["name"].astype(np.int64) << 32) | (ins["iter"].astype(np.int64) + 1)
     order = np.argsort(ikey, kind="stable")
     skey = ikey[order]
+    del ikey
+    dep_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for chunk in chunks:
+        where_list = chunk.get("where")
+        for s0 in range(0, len(chunk["dst"]), RESOLVE_SLICE):
+            sl = slice(s0, s0 + RESOLVE_SLICE)
+            dst = chunk["dst"][sl].astype(np.int64)
+            key = (chunk["name"][sl].astype(np.int64) << 32) | (chunk["iter"][sl].astype(np.int64) + 1)
+
+            def where_of(r: int) -> str:
+                w = where_list[s0 + r] if where_list is not None else None
+                return w or _row_path(fn, int(dst[r]), fn_where)
+
+            src = _lookup(fn, skey, order, key, chunk["block"][sl], dst, fn_where, where_of)
+            flavour, kind = chunk["flavour"][sl], chunk["kind"][sl]
+            deps = flavour == 0
+            dep_parts.append((src[deps].astype(np.int32), dst[deps].astype(np.int32), kind[deps].astype(np.uint8)))
+            if not deps.all():
+                payload = chunk["payload"][sl]
+                car = ~deps
+                for a, d, k, f, p in zip(src[car].tolist(), dst[car].tolist(), kind[car].tolist(),
+                                         flavour[car].tolist(), payload[car].tolist()):
+                    fn.carried.append((a, d, k, f, p))
+    del order, skey
+    s = np.concatenate([p[0] for p in dep_parts])
+    if not len(s):
+        return
+    d = np.concatenate([p[1] for p in dep_parts])
+    k = np.concatenate([p[2] for p in dep_parts])
+    del dep_parts
+    if may_repeat:
+        pair = (d.astype(np.int64) << 32) | s.astype(np.int64)
+        sp = np.sort(pair)
+        if len(sp) > 1 and (sp[1:] == sp[:-1]).any():  # a pair written twice: one edge, the strongest kind
+            uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+            best = np.zeros(len(uniq), dtype=np.uint8)
+            np.maximum.at(best, inv, k)
+            by_first = np.argsort(first, kind="stable")
+            s, d, k = s[first[by_first]], d[first[by_first]], best[by_first]
+        del pair, sp
+    from tusk.ir.columns import Table
+    from tusk.ir.module import DEP_SCHEMA
+
+    if len(fn.deps):
+        s = np.concatenate([fn.deps["src"], s])
+        d = np.concatenate([fn.deps["dst"], d])
+        k = np.concatenate([fn.deps["kind"], k])
+    # rows in destination order, each destination's edges in the order they were written
+    if len(d) > 1 and not (d[1:] >= d[:-1]).all():
+        o = np.argsort(d, kind="stable")
+        s, d, k = s[o], d[o], k[o]
+    fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": s, "dst": d, "kind": k})
+
+
+def _lookup(fn: Function, skey: np.ndarray, order: np.ndarray, key: np.ndarray, blk: np.ndarray, dst: np.ndarray,
+            fn_where: str, where_of: Callable[[int], str]) -> np.ndarray:
+    """The instruction row each reference names (see :func:`resolve_refs`)."""
     lo = np.searchsorted(skey, key, "left")
     hi = np.searchsorted(skey, key, "right")
     src = np.where(hi - lo == 1, order[np.minimum(lo, len(order) - 1)] if len(order) else -1, -1)
     several = np.flatnonzero(hi - lo > 1)
     if len(several):
-        iblock = ins["block"]
+        iblock = fn.insts["block"]
         for r in several.tolist():
             matches = order[lo[r]:hi[r]]
             same = matches[iblock[matches] == blk[r]]
@@ -844,41 +932,12 @@ def resolve_refs(fn: Function, refs: Any, fn_where: str, where_of: Callable[[int
             a, b = (_row_path(fn, int(p), fn_where) for p in places[:2])
             scope = "in its block" if len(same) > 1 else "in the function"
             raise _err(f"ambiguous dependency {_ref_name(fn, int(key[r]))!r}: {scope} it names both {a} and {b}",
-                       _where(refs, r, where_of))
+                       where_of(r))
     missing = np.flatnonzero(src < 0)
     if len(missing):
         r = int(missing[0])
-        raise _err(f"Unknown dependency {_ref_name(fn, int(key[r]))!r}", _where(refs, r, where_of))
-    deps = flavour == 0
-    if deps.any():
-        s, d, k = src[deps], dst[deps], kind[deps]
-        pair = (d << 32) | s
-        uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
-        best = np.zeros(len(uniq), dtype=np.int64)
-        np.maximum.at(best, inv, k)
-        by_first = np.argsort(first, kind="stable")
-        new_src, new_dst, new_kind = s[first[by_first]], d[first[by_first]], best[by_first]
-        if len(fn.deps):
-            new_src = np.concatenate([fn.deps["src"].astype(np.int64), new_src])
-            new_dst = np.concatenate([fn.deps["dst"].astype(np.int64), new_dst])
-            new_kind = np.concatenate([fn.deps["kind"].astype(np.int64), new_kind])
-        from tusk.ir.columns import Table
-        from tusk.ir.module import DEP_SCHEMA
-
-        # rows in destination order, each destination's edges in the order they were written
-        o = np.argsort(new_dst, kind="stable")
-        fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": new_src[o], "dst": new_dst[o], "kind": new_kind[o]})
-    carried = ~deps
-    if carried.any():
-        for s, d, k, f, p in zip(src[carried].tolist(), dst[carried].tolist(), kind[carried].tolist(),
-                                 flavour[carried].tolist(), payload[carried].tolist()):
-            fn.carried.append((s, d, k, f, p))
-
-
-def _where(refs: Any, r: int, where_of: Callable[[int], str] | None) -> str:
-    if where_of is not None:
-        return where_of(r)
-    return refs.where[r]
+        raise _err(f"Unknown dependency {_ref_name(fn, int(key[r]))!r}", where_of(r))
+    return src
 
 
 def _ref_name(fn: Function, key: int) -> str:
@@ -1193,14 +1252,16 @@ class _Render:
         return hit
 
     def deps(self, i: int) -> list:
-        lo = int(np.searchsorted(self.dep_dst, i, "left"))
-        hi = int(np.searchsorted(self.dep_dst, i, "right"))
+        key = self.dep_dst.dtype.type(i)  # a key of the column's own type: no copy of the column
+        lo = int(np.searchsorted(self.dep_dst, key, "left"))
+        hi = int(np.searchsorted(self.dep_dst, key, "right"))
         return [[self.name(int(s)), EDGE_NAMES[int(k)]] for s, k in zip(self.dep_src[lo:hi], self.dep_kind[lo:hi])]
 
     def carried(self, i: int) -> dict:
         c = self.carried_cols
-        lo = int(np.searchsorted(c["dst"], i, "left"))
-        hi = int(np.searchsorted(c["dst"], i, "right"))
+        key = c["dst"].dtype.type(i)
+        lo = int(np.searchsorted(c["dst"], key, "left"))
+        hi = int(np.searchsorted(c["dst"], key, "right"))
         out: dict[str, list] = {}
         for k in range(lo, hi):
             src, kind, flavour = int(c["src"][k]), int(c["kind"][k]), int(c["flavour"][k])
@@ -1369,6 +1430,9 @@ def write(module: Module, fh: IO[bytes] | IO[str]) -> None:
     out.flush()
 
 
+SINK_BYTES = 1 << 22  # output is buffered up to this many bytes
+
+
 class _Sink:
     """Buffered bytes output over a binary or text handle."""
 
@@ -1378,15 +1442,19 @@ class _Sink:
         self.buf: list[bytes] = []
         self.size = 0
 
-    def write(self, b: bytes) -> None:
+    def write(self, b: bytes | memoryview) -> None:
+        if len(b) > SINK_BYTES // 4 and not self.text:  # large pieces go through without a copy
+            self.flush()
+            self.fh.write(b)
+            return
         self.buf.append(b)
         self.size += len(b)
-        if self.size > (1 << 22):
+        if self.size > SINK_BYTES:
             self.flush()
 
     def flush(self) -> None:
         if self.buf:
-            data = b"".join(self.buf)
+            data = b"".join(bytes(b) if isinstance(b, memoryview) else b for b in self.buf)
             self.fh.write(data.decode() if self.text else data)
             self.buf, self.size = [], 0
 
