@@ -149,6 +149,20 @@ def _ndigits(v: np.ndarray) -> np.ndarray:
     return n + (v < 0)
 
 
+def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
+    """``value`` with every integer (not bool) replaced, in sorted-key order; the integers go to
+    ``leaves``.  ``repl(k)`` gives the replacement of the k-th (default: one fixed marker)."""
+    t = type(value)
+    if t is int:
+        leaves.append(value)
+        return repl(len(leaves) - 1) if repl else "\u0000int"
+    if t is dict:
+        return {k: _mask_ints(value[k], leaves, repl) for k in sorted(value)}
+    if t is list:
+        return [_mask_ints(v, leaves, repl) for v in value]
+    return value
+
+
 class _Template:
     __slots__ = ("parts", "slots", "const_len")
 
@@ -190,10 +204,33 @@ class _Templates:
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, _Template | None] = {}
         self._attrs_ok: dict[int, bool] = {}
+        self._shapes: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._shape_ids: dict[Any, int] = {}
         self._offset_fixed: dict[int, bool] = {}
         self.sentinel = f"\u0001{os.getpid()}:{id(self)}:"
 
     # ------------------------------------------------------------------ per-record facts (cached)
+    def shape(self, rid: int, opcode: int) -> tuple[int, tuple[int, ...]]:
+        """(shape id, integer leaves) of an attribute record: records that differ only in their integers
+        (a MaybeAffine value folded per clone, say) share a shape, and their integers become slots."""
+        hit = self._shapes.get(rid)
+        if hit is None:
+            from tusk.ir.bir_json import derived_keys, jsonable
+
+            d, patch = wire.split(self.fn.record(rid))
+            if patch:
+                key: Any = ("record", rid)
+                leaves: list[int] = []
+            else:
+                plain = jsonable(d)
+                leaves = []
+                masked = _mask_ints(plain, leaves)
+                key = (orjson.dumps(masked, option=orjson.OPT_SORT_KEYS),
+                       orjson.dumps(derived_keys(opcode, plain), option=orjson.OPT_SORT_KEYS))
+            sid = self._shape_ids.setdefault(key, len(self._shape_ids))
+            hit = self._shapes[rid] = (sid, tuple(leaves))
+        return hit
+
     def attrs_ok(self, rid: int) -> bool:
         """Instructions with this record can be templated (no patch of their dependency spelling)."""
         hit = self._attrs_ok.get(rid)
@@ -239,6 +276,16 @@ class _Templates:
         ua, ainv = np.unique(attrs, return_inverse=True)
         ok = np.array([self.attrs_ok(int(a)) for a in ua.tolist()], dtype=bool)
         generic |= ~ok[ainv]
+        # attribute records by shape: their integers are slots
+        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
+        uro, roinv = np.unique(ro, return_inverse=True)
+        shapes = [self.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
+        nleaf = max((len(sh[1]) for sh in shapes), default=0)
+        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
+        for u, (_, lv) in enumerate(shapes):
+            leaf_u[u, :len(lv)] = lv
+        shape = np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv]
+        self.leafvals = leaf_u[roinv]
         # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
         J = _ranges(start, nops)
         owner = np.repeat(np.arange(n), nops)
@@ -276,14 +323,14 @@ class _Templates:
             np.cumsum(ndeps[:-1], out=dep_starts[1:])
         deps_h = _segment_sums(dh, dep_starts, ndeps)
         hh = np.full(n, 0x777, dtype=np.uint64)
-        for v in (opcode, engine, name, iterflag, attrs, pred, nops, ndeps, ops_h, deps_h):
+        for v in (opcode, engine, name, iterflag, shape, pred, nops, ndeps, ops_h, deps_h):
             hh = _mix(hh, v)
         hh[generic] = np.arange(int(generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
         uniq, first, inv, counts = np.unique(hh, return_index=True, return_inverse=True, return_counts=True)
         rep = first[inv]
         # check every member against its group's first member, column by column
         bad = generic.copy()
-        for arr in (opcode, engine, name, iterflag, attrs, pred, nops, ndeps):
+        for arr in (opcode, engine, name, iterflag, shape, pred, nops, ndeps):
             bad |= arr != arr[rep]
         if len(J):
             rep_pos = op_starts[rep][owner] + np.minimum(k_in, nops[rep][owner] - 1)
@@ -318,48 +365,69 @@ class _Templates:
         # and its width joins the group to make the row's layout class
         layouts: dict[int, _Layout] = {}
         gids = list(groups)
-        n_slots = max((len(groups[g].slots) for g in gids), default=0)
-        S = max(n_slots, 1)
+        trows = np.flatnonzero(templ)
+        order = trows[np.argsort(inv[trows], kind="stable")]
+        gr_inv = inv[order]
+        bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
+        # integers of attribute records that are the same in every member are spelled in (decided on the
+        # records: one row per group suffices); the other slots are candidates
+        lv = self.leafvals[order]
+        leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
+            if len(order) else np.zeros((0, lv.shape[1]), bool)
+        cand: dict[int, list[int]] = {}
+        rec_const: dict[int, dict[int, int]] = {}
+        for b_, r0 in enumerate(bnd.tolist()):
+            g = int(gr_inv[r0])
+            c, rc = [], {}
+            for j, (kind, k) in enumerate(groups[g].slots):
+                if kind == "attr" and not leaf_vary[b_, k]:
+                    rc[j] = int(lv[r0, k])
+                else:
+                    c.append(j)
+            cand[g], rec_const[g] = c, rc
+        S = max([len(c) for c in cand.values()] + [1])
         values = np.zeros((n, S), dtype=np.int64)
         var_w = np.zeros((n, S), dtype=np.int64)
         lengths = np.zeros(n, dtype=np.int64)
-        trows = np.flatnonzero(templ)
-        if len(trows):
-            # every slot of every templated row at once: kind (0 name, 1 dependency, 2 offset) and index
+        if len(order):
+            # every candidate slot of every templated row at once: kind (0 name, 1 dependency, 2 offset,
+            # 3 attribute integer) and index
             gpos = np.full(len(uniq), -1, dtype=np.int64)
             gpos[gids] = np.arange(len(gids))
             kinds = np.full((len(gids), S), -1, dtype=np.int64)
             ks = np.zeros((len(gids), S), dtype=np.int64)
             for a_, g in enumerate(gids):
-                for j, (kind, k) in enumerate(groups[g].slots):
-                    kinds[a_, j] = ("name", "dep", "off").index(kind)
-                    ks[a_, j] = k
-            order = trows[np.argsort(inv[trows], kind="stable")]
-            gr = gpos[inv[order]]
+                for jj, j in enumerate(cand.get(g, [])):
+                    kind, k = groups[g].slots[j]
+                    kinds[a_, jj] = ("name", "dep", "off", "attr").index(kind)
+                    ks[a_, jj] = k
+            gr = gpos[gr_inv]
             K, KK = kinds[gr], ks[gr]
             it_o = it[order].astype(np.int64)[:, None]
             dsrc = self.iter_col[self.dep_src[np.minimum(dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
                 if len(self.dep_src) else np.zeros_like(KK)
             offs = op["offset"][np.minimum(start[order][:, None] + KK, len(op["offset"]) - 1)]
             RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
+            if (K == 3).any():
+                RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
             RV[K < 0] = 0
-            bnd = np.flatnonzero(np.diff(gr, prepend=-1))
             gmin = np.minimum.reduceat(RV, bnd, axis=0)
             gmax = np.maximum.reduceat(RV, bnd, axis=0)
             ND = np.searchsorted(_POW10[1:], np.abs(RV), side="right") + 1 + (RV < 0)
             wmax = np.maximum.reduceat(ND, bnd, axis=0)
             const = gmin == gmax
             keep = np.full((len(bnd), S), -1, dtype=np.int64)   # kept slot -> its column in RV
-            for b_, start_row in enumerate(bnd.tolist()):
-                g = int(inv[order[start_row]])
+            for b_, r0 in enumerate(bnd.tolist()):
+                g = int(gr_inv[r0])
                 t = groups[g]
-                consts, modes, cols = {}, [], []
-                for j, (kind, _) in enumerate(t.slots):
-                    if const[b_, j]:
-                        consts[j] = int(gmin[b_, j])
+                consts, modes, cols = dict(rec_const[g]), [], []
+                for jj, j in enumerate(cand[g]):
+                    kind = t.slots[j][0]
+                    if const[b_, jj]:
+                        consts[j] = int(gmin[b_, jj])
                     else:
-                        modes.append(("pad", int(wmax[b_, j])) if kind == "off" else ("var", 0))
-                        cols.append(j)
+                        modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
+                        cols.append(jj)
                 keep[b_, :len(cols)] = cols
                 layouts[g] = _Layout(t, consts, modes)
             rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
@@ -369,10 +437,10 @@ class _Templates:
             values[order] = np.where(valid, V, 0)
             Kk = np.take_along_axis(K, src, axis=1)
             NDk = np.take_along_axis(ND, src, axis=1)
-            var = valid & (Kk != 2)
+            var = valid & (Kk < 2)
             vw = np.where(var, NDk * 2 + (V < 0), 0)
             var_w[order] = vw
-            const_len = np.array([layouts[int(inv[order[r0]])].const_len for r0 in bnd.tolist()], dtype=np.int64)
+            const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
             lengths[order] = const_len[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1] + (vw >> 1).sum(axis=1)
         generic_rows = np.flatnonzero(~templ)
         texts = [_dump(self.render.inst(int(R[i]))) for i in generic_rows.tolist()]
@@ -381,15 +449,13 @@ class _Templates:
         # layout class of each row (-1: rendered one by one)
         cls = np.full(n, -1, dtype=np.int64)
         if templ.any():
-            if var_w.shape[1] * 6 + int(inv.max()).bit_length() <= 62:  # one integer per row
-                key = inv.astype(np.int64)
-                for j in range(var_w.shape[1]):
-                    key = (key << 6) | var_w[:, j]
-                _, cinv = np.unique(key[templ], return_inverse=True)
-            else:
-                key2 = np.concatenate([inv[:, None], var_w], axis=1)[templ]
-                _, cinv = np.unique(key2, axis=0, return_inverse=True)
-            cls[templ] = cinv.reshape(-1)
+            key = inv[templ].astype(np.int64)
+            for j in range(var_w.shape[1]):  # group, then the width of each variable slot: dense ids
+                col = var_w[templ, j]
+                if col.any():
+                    _, key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)
+                    key = key.reshape(-1)
+            cls[templ] = key
         return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts)
 
     # ------------------------------------------------------------------ templates
@@ -399,8 +465,10 @@ class _Templates:
 
         fn, render = self.fn, self.render
         op = self.op
-        key = (int(self.cols["opcode"][i]), int(self.cols["engine"][i]), int(self.cols["name"][i]),
-               int(self.cols["iter"][i]) >= 0, int(self.cols["attrs"][i]), int(self.cols["pred"][i]),
+        rid, opc = int(self.cols["attrs"][i]), int(self.cols["opcode"][i])
+        shape_id = self.shape(rid, opc)[0]
+        key = (opc, int(self.cols["engine"][i]), int(self.cols["name"][i]),
+               int(self.cols["iter"][i]) >= 0, shape_id, int(self.cols["pred"][i]),
                tuple((int(op["role"][j]), int(op["kind"][j]), int(op["dtype"][j]), int(op["memloc"][j]),
                       int(op["pattern"][j]), int(op["aux"][j]), int(op["dyn"][j]), int(op["extra"][j]),
                       None if slot_off[j - start] else int(op["offset"][j])) for j in range(start, start + nops)),
@@ -433,7 +501,13 @@ class _Templates:
             else:
                 deps.append([render.name(int(self.dep_src[d])), EDGE_NAMES[int(self.dep_kind[d])]])
         offsets = {k: mark("off", k) for k in range(nops) if slot_off[k]}
-        d = render.inst(i, name=name, deps=deps if ndeps else [], offsets=offsets)
+        attrs = None
+        if self.shape(rid, opc)[1]:
+            from tusk.ir.bir_json import jsonable
+
+            plain, _ = wire.split(fn.record(rid))
+            attrs = _mask_ints(jsonable(plain), [], lambda k: mark("attr", k))
+        d = render.inst(i, name=name, deps=deps if ndeps else [], offsets=offsets, attrs=attrs)
         text = _dump(d)
         parts: list[bytes] = []
         pos = 0
@@ -445,7 +519,7 @@ class _Templates:
                 self.templates[key] = None
                 return None
             kind = marks[m][0]
-            if kind == "off":  # a string in the template, an integer in the output: drop the quotes
+            if kind in ("off", "attr"):  # a string in the template, an integer in the output: drop the quotes
                 found.append((at - 1, at + len(e) + 1, marks[m]))
             else:
                 found.append((at, at + len(e), marks[m]))
@@ -461,10 +535,12 @@ class _Templates:
 
 _POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
 _SEP_ARR = np.frombuffer(_SEP, dtype=np.uint8)
-MIN_PERIODS = 48  # a periodic stretch shorter than this is laid out class by class, then joined
+MIN_PERIODS = 8  # a periodic stretch shorter than this is laid out class by class, then joined
 PERIOD_CANDIDATES = 8
 MAX_PERIOD = 4096
 STRETCH_BYTES = 1 << 23  # a stretch is filled this much at a time
+# estimated costs (microseconds) that choose the period of the stretches
+COST_CALL, COST_POSITION, COST_ROW_IN, COST_ROW_OUTSIDE = 300.0, 20.0, 0.1, 1.0
 
 
 def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray, widths: np.ndarray,
@@ -573,29 +649,46 @@ def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict,
 def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
     """Non-overlapping (start, period, repetitions) stretches where the layout classes repeat.
 
-    Candidate periods are where a few probe rows' classes recur; the one covering most rows is used."""
+    Candidate periods are where a few probe rows' classes recur, and where the rows that break a
+    candidate recur (an unrolled body whose first iteration differs repeats as a whole); the candidate
+    with the lowest estimated cost wins (a fill call per stretch, a little per row in stretches, more
+    per row outside them)."""
     n = len(cls)
-    cands: set[int] = set()
-    for r in (0, n // 3, (2 * n) // 3):
-        if cls[r] >= 0:
-            hits = np.flatnonzero(cls[r + 1:r + 1 + 4096] == cls[r])[:PERIOD_CANDIDATES] + 1
-            cands.update(hits.tolist())
-    best: list[tuple[int, int, int]] = []
-    best_rows = 0
-    for p in sorted(cands):
-        if n < p * MIN_PERIODS or p > MAX_PERIOD:
-            continue
+
+    def recurrences(r: int) -> list[int]:
+        if r >= n or cls[r] < 0:
+            return []
+        return (np.flatnonzero(cls[r + 1:r + 1 + MAX_PERIOD] == cls[r])[:PERIOD_CANDIDATES] + 1).tolist()
+
+    def stretches(p: int) -> tuple[list[tuple[int, int, int]], np.ndarray]:
         eq = (cls[p:] == cls[:-p]) & (cls[:-p] >= 0)
         edges = np.flatnonzero(np.diff(np.concatenate(([False], eq, [False])).astype(np.int8)))
         runs = []
-        covered = 0
         for i, j in zip(edges[0::2].tolist(), edges[1::2].tolist()):
             m = (j - i + p) // p
             if m >= MIN_PERIODS:
                 runs.append((i, p, m))
-                covered += p * m
-        if covered > best_rows:
-            best, best_rows = runs, covered
+        return runs, eq
+
+    cands: set[int] = set()
+    for r in (0, n // 3, (2 * n) // 3):
+        cands.update(recurrences(r))
+    best: list[tuple[int, int, int]] = []
+    best_cost = n * COST_ROW_OUTSIDE
+    seen: set[int] = set()
+    while cands:
+        p = cands.pop()
+        if p in seen or n < p * MIN_PERIODS:
+            continue
+        seen.add(p)
+        runs, eq = stretches(p)
+        covered = sum(q * m for _, q, m in runs)
+        cost = len(runs) * (COST_CALL + p * COST_POSITION) + covered * COST_ROW_IN + (n - covered) * COST_ROW_OUTSIDE
+        if cost < best_cost:
+            best, best_cost = runs, cost
+        breaks = np.flatnonzero(~eq[:n - p])
+        if len(breaks) and len(seen) < 4 * PERIOD_CANDIDATES:
+            cands.update(q for q in recurrences(int(breaks[0]) + p) if q not in seen)
     return best
 
 

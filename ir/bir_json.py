@@ -1276,13 +1276,14 @@ class _Render:
         return out
 
     def inst(self, i: int, *, name: str | None = None, deps: list | None = None,
-             offsets: dict[int, Any] | None = None) -> dict:
-        """The policy dict of instruction ``i``; ``name``/``deps``/``offsets`` override (template slots)."""
+             offsets: dict[int, Any] | None = None, attrs: dict | None = None) -> dict:
+        """The policy dict of instruction ``i``; ``name``/``deps``/``offsets``/``attrs`` (the record's keys)
+        override (template slots)."""
         fn = self.fn
         opcode = int(self.opcode[i])
-        attrs, patch = self.record(int(self.attrs[i]))
-        d = dict(attrs)
-        d.update(derived_keys(opcode, attrs))
+        real, patch = self.record(int(self.attrs[i]))
+        d = dict(real if attrs is None else attrs)
+        d.update(derived_keys(opcode, real))
         nm = name if name is not None else self.name(i)
         if nm is not None:
             d["name"] = nm
