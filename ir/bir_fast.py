@@ -135,6 +135,17 @@ def _mix(h: np.ndarray, v: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+_MULT = np.random.default_rng(20260511).integers(1, 2**63, size=40, dtype=np.uint64) | np.uint64(1)
+
+
+def _lin(cols: list[np.ndarray], first: int = 0) -> np.ndarray:
+    """A cheap 64-bit signature of rows of several columns (collisions are caught by the caller's check)."""
+    h = cols[0].astype(np.uint64) * _MULT[first]
+    for k, c in enumerate(cols[1:], first + 1):
+        h += c.astype(np.uint64) * _MULT[k]
+    return _mix(h, h >> np.uint64(29))
+
+
 def _segment_sums(values: np.ndarray, owner_starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Wrapping uint64 sums of consecutive segments (lengths ``counts``) of ``values``."""
     cs = np.zeros(len(values) + 1, dtype=np.uint64)
@@ -297,10 +308,8 @@ class _Templates:
         fixed = np.array([self.offset_fixed(int(e)) for e in ue.tolist()], dtype=bool)[einv]
         slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
         sig_off = np.where(slot_off, 0, oj["offset"])
-        h = np.full(len(J), 0x12345, dtype=np.uint64)
-        for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra"):
-            h = _mix(h, oj[col])
-        h = _mix(_mix(_mix(h, sig_off), slot_off), k_in)
+        h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                 + [sig_off, slot_off, k_in])
         op_starts = np.zeros(n, dtype=np.int64)
         if n:
             np.cumsum(nops[:-1], out=op_starts[1:])
@@ -315,16 +324,13 @@ class _Templates:
         dsrc_rows = self.dep_src[D]
         d_iter = self.iter_col[dsrc_rows]
         dj = {"name": self.name_col[dsrc_rows], "clone": d_iter >= 0, "kind": self.dep_kind[D]}
-        dh = np.full(len(D), 0x54321, dtype=np.uint64)
-        for v in (dj["name"], dj["clone"], dj["kind"], dk_in):
-            dh = _mix(dh, v)
+        dh = _lin([dj["name"], dj["clone"], dj["kind"], dk_in], 11)
         dep_starts = np.zeros(n, dtype=np.int64)
         if n:
             np.cumsum(ndeps[:-1], out=dep_starts[1:])
         deps_h = _segment_sums(dh, dep_starts, ndeps)
-        hh = np.full(n, 0x777, dtype=np.uint64)
-        for v in (opcode, engine, name, iterflag, shape, pred, nops, ndeps, ops_h, deps_h):
-            hh = _mix(hh, v)
+        hh = _mix(_lin([opcode, engine, name, iterflag, shape, pred, nops, ndeps], 20), ops_h)
+        hh = _mix(hh, deps_h)
         hh[generic] = np.arange(int(generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
         uniq, first, inv, counts = np.unique(hh, return_index=True, return_inverse=True, return_counts=True)
         rep = first[inv]
