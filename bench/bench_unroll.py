@@ -138,16 +138,26 @@ def floor_seconds(shape) -> float:
 # ---------------------------------------------------------------- 4. bytes per instruction
 
 
+def _hwm() -> int:
+    """This process's peak RSS in bytes (VmHWM: per address space, so not inherited from a parent the
+    way getrusage's ru_maxrss is across fork and exec)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _child_rss(shape) -> None:
-    """(child) RSS before and after unrolling, printed as JSON."""
+    """(child) peak RSS before and after unrolling, printed as JSON."""
     from tusk.stages.unroll import unroll_function
 
     m = tusk_nest(*shape)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _hwm()
     fn, _ = unroll_function(m.functions[0])
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = _hwm()
     cols = sum(getattr(fn, t).nbytes() for t in SCHEMAS)
-    print(json.dumps({"delta": (after - before) * 1024, "columns": cols, "insts": len(fn.insts)}))
+    print(json.dumps({"delta": after - before, "columns": cols, "insts": len(fn.insts)}))
 
 
 def rss_per_inst(shape) -> dict:
@@ -168,8 +178,7 @@ def _prefault_and_run(args: list[str]) -> None:
 
     t0 = time.perf_counter()
     rc = main(args)
-    print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t0,
-                      "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t0, "rss": _hwm()}))
 
 
 def big(tmp: Path, prefaulted: bool) -> None:
