@@ -208,6 +208,10 @@ def big(tmp: Path, prefaulted: bool) -> None:
 # ---------------------------------------------------------------- main
 
 
+def _ratio(theirs: float, ours: float) -> str:
+    return f"{theirs / ours:.2f}x faster" if ours <= theirs else f"{ours / theirs:.2f}x slower"
+
+
 def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
     from tusk.ir import bir_json
 
@@ -225,7 +229,7 @@ def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
     src_m.write_text(mlir_nest(*shape))
     if exe:
         mp = mlir_pass_seconds(exe, str(src_m))
-        print(f"; MLIR AffineLoopUnroll {mp:.3f} s (its own --mlir-timing): Tusk {mp / unroll_s:.1f}x faster")
+        print(f"; MLIR AffineLoopUnroll {mp:.3f} s (its own --mlir-timing): Tusk {_ratio(mp, unroll_s)}")
     else:
         print("; mlir-opt-19 not installed")
     print(f"numpy floor building every column: {floor:.3f} s CPU; Tusk's unroll step is {unroll_s / floor:.1f}x the "
@@ -246,7 +250,7 @@ def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
         a = statistics.median(r[key] for r in a_runs)
         b = statistics.median(r[key] for r in b_runs)
         print(f"file to file, {label} s (median of {reps}, interleaved): full_unroll {a:.2f}, mlir-opt {b:.2f}: "
-              f"Tusk {b / a:.2f}x faster  [target >= 2x]")
+              f"Tusk {_ratio(b, a)}  [target >= 2x faster]")
     print(f"peak RSS: full_unroll {statistics.median(r['rss'] for r in a_runs) / 2**20:.0f} MiB, mlir-opt "
           f"{statistics.median(r['rss'] for r in b_runs) / 2**20:.0f} MiB; output {sj / count:.0f} B/inst "
           f"(BIR-JSON) vs {sm / mops:.0f} B/op (MLIR, {mops:,} ops with its affine.apply)")

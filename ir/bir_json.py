@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import math
 import os
 from typing import IO, Any, Callable, Mapping
@@ -43,7 +42,7 @@ import orjson
 
 from tusk.ir import enums, wire
 from tusk.ir.arch import PSUM_BANK_BYTES, get_arch
-from tusk.ir.columns import EMPTY, Record, freeze, thaw
+from tusk.ir.columns import Record, freeze, thaw
 from tusk.ir.enums import (
     DTYPE_BY_NAME,
     DTYPE_NAMES,
@@ -350,7 +349,7 @@ class _Reader:
         extras = _frozen_record({k: v for k, v in root.items() if k not in ROOT_KEYS}, "$")
         module = Module(functions, arch=arch, version=version, attributes=attributes, artifact_dir=artifact,
                         queues=freeze(queues), extras=extras)
-        patch = wire.diff(root, render_module_head(module, with_functions=False),
+        patch = wire.diff(root, render_module_head(module),
                           ROOT_KEYS - {"functions", "nki_functions"})
         if patch:
             module.extras = _with_patch(module.extras, patch)
@@ -368,11 +367,10 @@ class _Reader:
         self.sets: dict[str, int] = {}
         self.first_memloc: dict[int, int] = {}  # set -> its first memloc (block 0 of a block tensor)
         allocs = _list(fobj.get("allocations", []), where + ".allocations")
-        pending_sets = []
+        # names a nameless allocation must not take (it is named after its first memory location)
+        self.taken = {a["name"] for a in allocs if type(a) is dict and type(a.get("name")) is str}
         for i, a in enumerate(allocs):
-            self._allocation(fn, a, f"{where}.allocations[{i}]", pending_sets)
-        for i, a in pending_sets:  # nameless allocations: named after their first memory location
-            self._allocation(fn, a, f"{where}.allocations[{i}]", None)
+            self._allocation(fn, a, f"{where}.allocations[{i}]")
         self.refs = _Refs()
         self.block_names: set[str] = set()
         self.deps_to_check: list[tuple[int, list, str]] = []
@@ -422,7 +420,7 @@ class _Reader:
             (fn.attrs.add if value else fn.attrs.discard)(f)
 
     # ------------------------------------------------------------------ storages
-    def _allocation(self, fn: Function, obj: Any, where: str, pending: list | None) -> None:
+    def _allocation(self, fn: Function, obj: Any, where: str) -> None:
         a = _obj(obj, where)
         skind = a.get("Skind", "memory_location_set")
         if skind == "register":
@@ -440,14 +438,11 @@ class _Reader:
         locs = _list(a.get("memorylocations", []), where + ".memorylocations")
         if "name" in a:
             name = _str(a["name"], where + ".name")
-        elif pending is not None:
-            pending.append((int(where.rsplit("[", 1)[1][:-1]), a))
-            return
         else:  # the DS fixtures' shape: a set named after its memory location, as K names them
             first = _obj(locs[0], where + ".memorylocations[0]") if locs else {}
             base = first.get("name") if type(first.get("name")) is str else "tensor"
             name = f"{base}_set"
-            while name in self.sets:
+            while name in self.sets or name in self.taken:
                 name += "_"
         if name in self.sets:
             raise _err(f"duplicate memory location set name {name!r}", where + ".name")
@@ -1137,7 +1132,8 @@ def _flags_of(name: Any) -> set[int] | None:
     return None
 
 
-def render_module_head(module: Module, with_functions: bool = True) -> dict:
+def render_module_head(module: Module) -> dict:
+    """The module's root keys in the policy spelling (``functions`` left to the caller)."""
     root, _ = wire.split(module.extras)
     root.update({"version": module.version, "arch": module.arch, "attributes": thaw(module.attributes),
                  "queues": thaw(module.queues)})
@@ -1527,5 +1523,4 @@ def flatten_kernel(module: Module) -> Module:
 
 
 __all__ = ["load", "loads", "from_obj", "load_function_obj", "save", "dumps", "write", "write_function",
-           "flatten_kernel", "parse_json", "FLAG_KEYS", "EMPTY"]
-_ = json  # the standard library parser stays importable for callers that hand us parsed objects
+           "flatten_kernel", "parse_json", "FLAG_KEYS"]

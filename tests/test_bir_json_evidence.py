@@ -9,6 +9,7 @@ written in the policy spelling.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -210,3 +211,13 @@ def _walk(insts):
         yield i
         for b in i.get("blocks", []):
             yield from _walk(b["instructions"])
+
+
+def test_nameless_allocations_keep_their_place_and_avoid_taken_names():
+    doc = json.loads((EVIDENCE / "ds_lower_sync_dynamic_loop.json").read_text())
+    allocs = doc["functions"][0]["allocations"]
+    allocs[2]["name"] = "staged_gate_up_set"  # the name the first nameless allocation would be given
+    module = bir_json.from_obj(copy.deepcopy(doc))
+    sets = [module.functions[0].strings[n] for n in module.functions[0].sets["name"].tolist()]
+    assert sets[0] == "staged_gate_up_set_" and sets[2] == "staged_gate_up_set"
+    assert json.loads(bir_json.dumps(module))["functions"][0]["allocations"] == allocs
