@@ -715,6 +715,17 @@ class _Fallback(Exception):
     """The columnar path does not apply; the ordinary reader takes the file."""
 
 
+def try_loads(data: bytes, file: str | None) -> Module | None:
+    """:func:`try_load` for text in memory."""
+    if len(data) < MIN_FAST_BYTES:
+        return None
+    try:
+        return _ColumnLoad(file, data).load()
+    except (_Fallback, TuskError, ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
+            orjson.JSONDecodeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
 def try_load(path: str) -> Module | None:
     """The module in ``path`` read column-wise, or None: the ordinary reader then reads the file (and
     reports any error in it).  Both build the same module."""
@@ -884,8 +895,8 @@ class _Run:
 class _ColumnLoad:
     """Scan a file line by line (column-wise for runs of one-line instructions), then read the rest."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str | None, data: bytes | None = None):
+        self.path, self.data = path, data
         self.nonce = os.urandom(6).hex()
         self.marker = f"\x00tusk-run:{self.nonce}:"  # as read back; the text spells \x00 as \\u0000
         self.skeleton: list[bytes] = []
@@ -903,19 +914,30 @@ class _ColumnLoad:
     def load(self) -> Module:
         from tusk.ir.bir_json import _guarded, _open_read, _Reader
 
-        with _open_read(self.path) as fh:
-            rest = b""
-            while True:
-                data = fh.read(READ_BYTES)
-                if not data:
-                    break
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
-                if cut:
-                    self.scan(data[:cut])
-                rest = data[cut:]
-            if rest:
-                self.scan(rest + b"\n")
+        if self.data is not None:
+            buf = memoryview(self.data)
+            at = 0
+            while at < len(buf):
+                end = self.data.rfind(b"\n", at, at + READ_BYTES) + 1 if at + READ_BYTES < len(buf) else len(buf)
+                if end <= at:  # a line longer than the window: take it whole
+                    end = self.data.find(b"\n", at + READ_BYTES) + 1 or len(buf)
+                piece = bytes(buf[at:end])
+                self.scan(piece if piece.endswith(b"\n") else piece + b"\n")
+                at = end
+        else:
+            with _open_read(self.path) as fh:
+                rest = b""
+                while True:
+                    data = fh.read(READ_BYTES)
+                    if not data:
+                        break
+                    data = rest + data
+                    cut = data.rfind(b"\n") + 1
+                    if cut:
+                        self.scan(data[:cut])
+                    rest = data[cut:]
+                if rest:
+                    self.scan(rest + b"\n")
         self.close_run()
         if not self.runs:
             raise _Fallback("no run of one-line instructions")

@@ -145,7 +145,15 @@ def parse_json(text: str | bytes, file: str | None = None) -> Any:
         raise FormatError(f"malformed JSON: {type(e).__name__}: {e}", file=file) from None
 
 
-def loads(text: str | bytes, file: str | None = None) -> Module:
+def loads(text: str | bytes, file: str | None = None, *, fast: bool = True) -> Module:
+    """Read BIR-JSON text (large texts column-wise, as :func:`load` does)."""
+    if fast:
+        from tusk.ir import bir_fast
+
+        data = text.encode() if isinstance(text, str) else text
+        module = bir_fast.try_loads(data, file)
+        if module is not None:
+            return module
     return from_obj(parse_json(text, file), file=file)
 
 

@@ -109,6 +109,9 @@ def test_large_file_takes_the_columnar_path_and_gzip(tmp_path, monkeypatch):
         monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
         assert bir_json.load(path) == m
         assert calls, "the columnar path was not taken"
+    calls.clear()
+    assert bir_json.loads(bir_json.dumps(m)) == m  # text in memory takes it too
+    assert calls
 
 
 def test_a_bad_line_among_good_ones_is_reported_by_the_ordinary_reader(tmp_path, monkeypatch):
