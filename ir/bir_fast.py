@@ -215,7 +215,7 @@ class _Templates:
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, _Template | None] = {}
         self._attrs_ok: dict[int, bool] = {}
-        self._shapes: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self._shape_ids: dict[Any, int] = {}
         self._offset_fixed: dict[int, bool] = {}
         self.sentinel = f"\u0001{os.getpid()}:{id(self)}:"
@@ -224,22 +224,23 @@ class _Templates:
     def shape(self, rid: int, opcode: int) -> tuple[int, tuple[int, ...]]:
         """(shape id, integer leaves) of an attribute record: records that differ only in their integers
         (a MaybeAffine value folded per clone, say) share a shape, and their integers become slots."""
-        hit = self._shapes.get(rid)
+        hit = self._shapes.get((rid, opcode))
         if hit is None:
             from tusk.ir.bir_json import derived_keys, jsonable
 
             d, patch = wire.split(self.fn.record(rid))
-            if patch:
-                key: Any = ("record", rid)
-                leaves: list[int] = []
-            else:
+            key: Any = ("record", rid, opcode)
+            leaves: list[int] = []
+            if not patch:
                 plain = jsonable(d)
-                leaves = []
                 masked = _mask_ints(plain, leaves)
-                key = (orjson.dumps(masked, option=orjson.OPT_SORT_KEYS),
-                       orjson.dumps(derived_keys(opcode, plain), option=orjson.OPT_SORT_KEYS))
+                if all(-(1 << 62) < v < (1 << 62) for v in leaves):
+                    key = (orjson.dumps(masked, option=orjson.OPT_SORT_KEYS),
+                           orjson.dumps(derived_keys(opcode, plain), option=orjson.OPT_SORT_KEYS))
+                else:  # an integer beyond the columns' range: this record is its own shape
+                    leaves = []
             sid = self._shape_ids.setdefault(key, len(self._shape_ids))
-            hit = self._shapes[rid] = (sid, tuple(leaves))
+            hit = self._shapes[(rid, opcode)] = (sid, tuple(leaves))
         return hit
 
     def attrs_ok(self, rid: int) -> bool:

@@ -161,3 +161,22 @@ def test_writer_memory_does_not_follow_the_instruction_count(monkeypatch):
 class _Null:
     def write(self, b) -> int:
         return len(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_templates_follow_any_attribute_values(seed, monkeypatch):
+    """Attribute records that differ in integers share templates; anything else keeps them apart."""
+    from tusk.ir.columns import Record
+
+    rng = np.random.default_rng(seed)
+    m = _unrolled(tusk_nest(3, 3, 12))
+    fn = m.functions[0]
+    junk = [0, 7, -5, 2**62 + 1, 2**63, 2**64 - 1, 1.5, float("inf"), "x", True, [1, 2], {"a": 3}, {"a": [4, 5]}]
+    rows = rng.choice(len(fn.insts), size=len(fn.insts) // 3, replace=False)
+    for r in rows.tolist():
+        rec = dict(fn.record(int(fn.insts["attrs"][r])))
+        rec[str(rng.choice(["accumulation_flag", "k", "tile_size"]))] = junk[int(rng.integers(len(junk)))]
+        fn.insts["attrs"][r] = fn.intern_record(Record.of(rec))
+    fast = bir_json.dumps(m)
+    monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
+    assert json.loads(fast) == json.loads(bir_json.dumps(m))
