@@ -271,7 +271,7 @@ class _Templates:
         if last is not None:
             out.write(memoryview(last)[:-2])
 
-    def chunk(self, R: np.ndarray) -> list[bytes]:
+    def chunk(self, R: np.ndarray) -> list[bytes | memoryview]:
         """Instructions ``R``, each followed by ",\\n", in pieces."""
         from tusk.ir.bir_json import _dump
 
@@ -575,7 +575,7 @@ def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np
         for k in np.unique(c[c >= 0]).tolist():
             local = np.flatnonzero(c == k)
             L = int(lengths[lrows[local[0]]]) + 2
-            pool.append(_fill_rows(lrows[local][:, None], cls, inv, groups, values, widths))
+            pool.append(_fill_rows(lrows[local][:, None], cls, inv, groups, values, widths).tobytes())
             starts[local] = offset + np.arange(len(local)) * L
             ends[local] = starts[local] + L
             offset += len(local) * L
@@ -599,7 +599,7 @@ def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np
         for k0 in range(0, m, step):
             mm = min(step, m - k0)
             rows = np.arange(s0 + k0 * p, s0 + (k0 + mm) * p).reshape(mm, p)
-            pieces.append(_fill_rows(rows, cls, inv, groups, values, widths))
+            pieces.append(memoryview(_fill_rows(rows, cls, inv, groups, values, widths)))  # written as is
         r = s0 + p * m
     if r < n:
         a = int(np.searchsorted(lrows, r))
@@ -608,7 +608,7 @@ def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np
 
 
 def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray,
-               widths: np.ndarray) -> bytes:
+               widths: np.ndarray) -> np.ndarray:
     """The lines of ``rows`` (m, p): row i of the result is lines rows[i, 0], ..., rows[i, p - 1], and
     every column q holds one layout class.  The constant bytes of one result row are written to all rows
     at once; then every slot of every column at once, digit position by digit position."""
@@ -650,7 +650,7 @@ def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict,
             live = np.flatnonzero(fw > d)
             ch = np.where(d < nd[:, live], digit[:, live], np.where(neg[:, live] & (d == nd[:, live]), 45, 32))
             block[:, fc[live] + fw[live] - 1 - d] = ch
-    return block.tobytes()
+    return block.reshape(-1)
 
 
 def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
