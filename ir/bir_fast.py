@@ -156,8 +156,17 @@ def _segment_sums(values: np.ndarray, owner_starts: np.ndarray, counts: np.ndarr
 
 def _ndigits(v: np.ndarray) -> np.ndarray:
     """Characters of each integer's decimal spelling (with the minus sign)."""
-    n = np.searchsorted(_POW10[1:], np.abs(v), side="right") + 1
-    return n + (v < 0)
+    return _digit_count(np.abs(v)) + (v < 0)
+
+
+def _digit_count(a: np.ndarray) -> np.ndarray:
+    """Decimal digits of non-negative integers: floor(log10(a + 0.5)) + 1, exact below 2**40 (the
+    half keeps powers of ten on the right side); a binary search in the table above that."""
+    n = np.maximum(np.floor(np.log10(a + 0.5)).astype(np.int64) + 1, 1)
+    big = a >= (1 << 40)
+    if big.any():
+        n[big] = np.searchsorted(_POW10[1:], a[big], side="right") + 1
+    return n
 
 
 def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
@@ -420,7 +429,7 @@ class _Templates:
             RV[K < 0] = 0
             gmin = np.minimum.reduceat(RV, bnd, axis=0)
             gmax = np.maximum.reduceat(RV, bnd, axis=0)
-            ND = np.searchsorted(_POW10[1:], np.abs(RV), side="right") + 1 + (RV < 0)
+            ND = _digit_count(np.abs(RV)) + (RV < 0)
             wmax = np.maximum.reduceat(ND, bnd, axis=0)
             const = gmin == gmax
             keep = np.full((len(bnd), S), -1, dtype=np.int64)   # kept slot -> its column in RV
@@ -640,7 +649,7 @@ def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict,
         fc, fw = np.asarray(f_col, dtype=np.int64), np.asarray(f_width, dtype=np.int64)
         v = values[rows[:, np.asarray(f_pos)], np.asarray(f_slot)]          # (m, fields)
         a = np.abs(v)
-        nd = np.searchsorted(_POW10[1:], a, side="right") + 1
+        nd = _digit_count(a)
         neg = v < 0
         q = a.astype(np.float64)   # exact: |v| < 2**53; floor((x + 0.5) / 10) is exact for it
         for d in range(int(fw.max())):

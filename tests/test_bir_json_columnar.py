@@ -180,3 +180,9 @@ def test_templates_follow_any_attribute_values(seed, monkeypatch):
     fast = bir_json.dumps(m)
     monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
     assert json.loads(fast) == json.loads(bir_json.dumps(m))
+
+
+def test_digit_counts_at_every_power_of_ten():
+    v = np.array([0] + [s * (10**k + d) for k in range(19) for d in (-1, 0, 1) for s in (1, -1)
+                        if 0 < 10**k + d < 2**63], dtype=np.int64)
+    assert bir_fast._ndigits(v).tolist() == [len(str(x)) for x in v.tolist()]
