@@ -711,8 +711,8 @@ def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
 # ====================================================================== loading
 
 
-BUILD_LINES = 1 << 16     # lines built column-wise at once
-READ_BYTES = 1 << 22       # the file is read this much at a time (temporaries stay below malloc's mmap threshold)
+BUILD_LINES = 1 << 14     # lines built column-wise at once
+READ_BYTES = 1 << 21       # the file is read this much at a time (temporaries stay below malloc's mmap threshold)
 MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
 LEAF_MAX = 1 << 16         # longer lines are never one instruction
 MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
