@@ -7,7 +7,7 @@ innermost iteration with nine operands and results each side.  Printed:
 
 1. **The unroll step alone.**  Tusk's ``unroll_function`` on the nest (in this
    process, CPU seconds) against MLIR's own pass time, the
-   ``AffineLoopUnroll`` line of ``mlir-opt --mlir-timing``.
+   ``AffineLoopUnroll`` line of ``mlir-opt --mlir-timing`` (medians of ``--reps``).
 2. **File to file.**  ``full_unroll IN.json -o OUT.json -unrollLevel 2``
    (load, FullUnroll with DCE and the 25M ceiling, write BIR-JSON) against
    ``mlir-opt-19 IN.mlir --affine-loop-unroll="unroll-full unroll-num-reps=3"
@@ -216,7 +216,11 @@ def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
     from tusk.ir import bir_json
 
     shape = shape_for(n)
-    unroll_s, out = tusk_unroll_step(shape)
+    steps = []
+    for _ in range(reps):
+        dt, out = tusk_unroll_step(shape)
+        steps.append(dt)
+    unroll_s = statistics.median(steps)
     count = out.n_insts()
     floor = floor_seconds(shape)
     cols = sum(getattr(f, t).nbytes() for f in out.functions for t in SCHEMAS) / count
@@ -228,8 +232,9 @@ def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
     bir_json.save(tusk_nest(*shape), src_j)
     src_m.write_text(mlir_nest(*shape))
     if exe:
-        mp = mlir_pass_seconds(exe, str(src_m))
-        print(f"; MLIR AffineLoopUnroll {mp:.3f} s (its own --mlir-timing): Tusk {_ratio(mp, unroll_s)}")
+        mp = statistics.median(mlir_pass_seconds(exe, str(src_m)) for _ in range(reps))
+        print(f"; MLIR AffineLoopUnroll {mp:.3f} s (its own --mlir-timing; medians of {reps}): Tusk "
+              f"{_ratio(mp, unroll_s)}")
     else:
         print("; mlir-opt-19 not installed")
     print(f"numpy floor building every column: {floor:.3f} s CPU; Tusk's unroll step is {unroll_s / floor:.1f}x the "

@@ -919,6 +919,7 @@ class _ColumnLoad:
         self.comma = False
         self.protos: dict[int, Any] = {}
         self.used = 0
+        self.lines = 0
 
     # ------------------------------------------------------------------ scanning
     def load(self) -> Module:
@@ -1004,6 +1005,7 @@ class _ColumnLoad:
     def batch(self, chunk: bytes, buf: np.ndarray, tchunk: bytes, keys: list[bytes], ls: np.ndarray,
               le: np.ndarray) -> None:
         run = self.cur
+        self.lines += len(ls)
         core = le - (buf[le - 1] == 44)
         fid = np.fromiter(map(self.families.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
         for i in np.flatnonzero(fid < 0).tolist():
@@ -1066,6 +1068,8 @@ class _ColumnLoad:
                 k = ukeys[u].tobytes()
                 sub = fam.subs.get(k)
                 if sub is None:
+                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                        raise _Fallback("not clone-shaped: most lines would be read one by one anyway")
                     i = int(members[np.flatnonzero(inv == u)[0]])
                     sub = fam.subs[k] = len(self.sub_lines)
                     self.sub_lines.append(chunk[ls[i]:core[i]])
