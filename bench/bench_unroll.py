@@ -1,20 +1,35 @@
-"""Unroll throughput and memory, measured in one run and printed as ratios.
+"""Unrolling, Tusk against MLIR, like for like.
 
-    python bench/bench_unroll.py [--sizes 1e4,1e5,1e6,1e7] [--big]
+    python bench/bench_unroll.py [--sizes 1e5,1e6] [--reps 3] [--big] [--prefaulted]
 
-For each size it fully unrolls an affine matmul nest (3 instructions per
-innermost iteration) and reports unrolled instructions per second and bytes
-per instruction of the result (column tables + pools).  Two references run
-on the same nest in the same process:
+Both sides unroll the same nest (bench/nests.py): four operations per
+innermost iteration with nine operands and results each side.  Printed:
 
-* the floor: a bare numpy generation of the same offsets (what any
-  vectorised unroller must at least do);
-* mlir-opt --affine-loop-unroll="unroll-full unroll-num-reps=3" on the same
-  affine nest, where the `mlir-opt-19` binary exists (Debian mlir-19-tools).
+1. **The unroll step alone.**  Tusk's ``unroll_function`` on the nest (in this
+   process, CPU seconds) against MLIR's own pass time, the
+   ``AffineLoopUnroll`` line of ``mlir-opt --mlir-timing`` (medians of ``--reps``).
+2. **File to file.**  ``full_unroll IN.json -o OUT.json -unrollLevel 2``
+   (load, FullUnroll with DCE and the 25M ceiling, write BIR-JSON) against
+   ``mlir-opt-19 IN.mlir --affine-loop-unroll="unroll-full unroll-num-reps=3"
+   -o OUT.mlir``, whole processes, run in turn A B A B ... (``--reps`` pairs);
+   medians of wall and CPU seconds and peak RSS (``/usr/bin/time``), and the
+   ratio of the medians.  Output sizes per instruction/op.
+3. **A numpy floor**: building every column Tusk builds for the unrolled
+   module (instructions: 9 columns; operands: 9 columns, 2.25 per
+   instruction) with numpy alone, against Tusk's unroll step.
+4. **Bytes per instruction** of Tusk's result: column bytes, and the peak RSS
+   of a child process that builds the nest and unrolls it, minus the same
+   child's RSS before unrolling.
+5. With ``--big``: the real command at 24,990,000 instructions (just under
+   the 25M ceiling): ``full_unroll IN.json -o OUT.json -unrollLevel 2`` with
+   DCE and the ceiling, wall seconds and peak RSS, nothing prefaulted.
+   ``--prefaulted`` adds the same run in a child that first touches 6 GiB
+   (on this VM the first touch of fresh memory costs about 1 ms per MB), as a
+   separate figure.
 
-``--big`` also runs the 25,000,000-instruction end-to-end case (load
-BIR-JSON, unroll, verify the count, save to the store format) in a child
-process and reports its seconds and peak RSS.
+Install MLIR with ``apt-get install -y mlir-19-tools``.  Targets (printed,
+not asserted): ``full_unroll`` file to file at least 2x faster than mlir-opt
+at 1e5 and 1e6; the 25M command under 120 s and 8 GiB peak RSS.
 """
 
 from __future__ import annotations
@@ -22,8 +37,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,227 +49,243 @@ from pathlib import Path
 
 import numpy as np
 
-from tusk.ir.builder import Builder
-from tusk.ir.module import Module
+sys.path.insert(0, str(Path(__file__).parent))
+
+from nests import OPS_PER_ITERATION, mlir_nest, shape_for, tusk_nest  # noqa: E402
+
+from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, SCHEMAS, Module  # noqa: E402
+
+BIG_SHAPE = (50, 50, 2499)  # 24,990,000 instructions: under FullUnroll's 24,999,999 ceiling
+FULL_UNROLL = [sys.executable, "-m", "tusk.workflows.full_unroll_cli"]
 
 
-def matmul_nest(mt: int, nt: int, kt: int) -> Module:
-    b = Builder("nest")
-    at = b.dram("at", (kt * 128, mt * 128), kind="ExternalInput")
-    bb = b.dram("b", (kt * 128, nt * 128), kind="ExternalInput")
-    ta = b.sbuf("ta", (128, 128), addr=0)
-    tb = b.sbuf("tb", (128, 128), addr=512)
-    ps = b.psum("ps", (128, 128), addr=0)
-    with b.loop("mi", 0, mt) as mi:
-        with b.loop("ni", 0, nt) as ni:
-            with b.loop("ki", 0, kt) as ki:
-                b.dma(ta.ap(), at.tile(ki * 128, 128, mi * 128, 128), name="load_a")
-                b.dma(tb.ap(), bb.tile(ki * 128, 128, ni * 128, 128), name="load_b")
-                b.matmul(ps.ap(), ta.ap(), tb.ap(), accumulate=ki, name="mm")
-    return b.module()
+def mlir_exe() -> str | None:
+    return shutil.which("mlir-opt-19") or ("/usr/lib/llvm-19/bin/mlir-opt"
+                                           if os.path.exists("/usr/lib/llvm-19/bin/mlir-opt") else None)
 
 
-def shape_for(n: int) -> tuple[int, int, int]:
-    iters = max(n // 3, 1)
-    side = max(int(round(iters ** (1 / 3))), 1)
-    return side, side, max(iters // (side * side), 1)
-
-
-def function_bytes(m: Module) -> int:
-    total = 0
-    for fn in m.functions:
-        for t in ("insts", "operands", "memlocs", "sets", "regs", "blocks", "deps", "carried"):
-            total += getattr(fn, t).nbytes()
-        total += sum(len(s) + 49 for s in fn.strings.items) + 64 * (len(fn.patterns) + len(fn.values))
-    return total
-
-
-def floor_seconds(mt: int, nt: int, kt: int) -> float:
-    """Offsets of the three operands per iteration, generated with numpy only."""
-    t0 = time.perf_counter()
-    mi, ni, ki = np.meshgrid(np.arange(mt), np.arange(nt), np.arange(kt), indexing="ij")
-    a = (ki * 128 * (mt * 128) + mi * 128).ravel()
-    b = (ki * 128 * (nt * 128) + ni * 128).ravel()
-    flag = ki.ravel()
-    out = np.empty(3 * a.size, np.int64)
-    out[0::3], out[1::3], out[2::3] = a, b, flag
-    return time.perf_counter() - t0
-
-
-MLIR_TEMPLATE = """func.func @nest(%A: memref<{K}x{M}xf32>, %B: memref<{K}x{N}xf32>, %C: memref<{M}x{N}xf32>) {{
-  affine.for %mi = 0 to {mt} {{
-    affine.for %ni = 0 to {nt} {{
-      affine.for %ki = 0 to {kt} {{
-        %a = affine.load %A[%ki * 128, %mi * 128] : memref<{K}x{M}xf32>
-        %b = affine.load %B[%ki * 128, %ni * 128] : memref<{K}x{N}xf32>
-        %c = arith.mulf %a, %b : f32
-        affine.store %c, %C[%mi * 128, %ni * 128] : memref<{M}x{N}xf32>
-      }}
-    }}
-  }}
-  return
-}}
-"""
-
-
-def mlir_seconds(mt: int, nt: int, kt: int) -> tuple[float, int] | None:
-    exe = shutil.which("mlir-opt-19") or shutil.which("mlir-opt") or (
-        "/usr/lib/llvm-19/bin/mlir-opt" if os.path.exists("/usr/lib/llvm-19/bin/mlir-opt") else None)
-    if exe is None:
-        return None
-    src = MLIR_TEMPLATE.format(mt=mt, nt=nt, kt=kt, M=mt * 128, N=nt * 128, K=kt * 128)
-    with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as fh:
-        fh.write(src)
-    t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", exe, fh.name,
-                           "--affine-loop-unroll=unroll-full unroll-num-reps=3", "-o", os.devnull],
-                          capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    os.unlink(fh.name)
+def timed_process(cmd: list[str]) -> dict:
+    """Run ``cmd`` under /usr/bin/time: wall, user+sys CPU seconds, peak RSS bytes."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "TIME %e %U %S %M", *cmd], capture_output=True, text=True)
     if proc.returncode != 0:
-        return None
-    try:
-        kib = int(proc.stderr.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        kib = 0
-    return dt, kib * 1024
+        raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr[-2000:]}")
+    line = [x for x in proc.stderr.splitlines() if x.startswith("TIME ")][-1].split()
+    wall, user, sys_, kib = float(line[1]), float(line[2]), float(line[3]), int(line[4])
+    return {"wall": wall, "cpu": user + sys_, "rss": kib * 1024, "stderr": proc.stderr}
 
 
-def unroll_seconds(m: Module) -> tuple[float, Module]:
+# ---------------------------------------------------------------- 1. the unroll step alone
+
+
+def tusk_unroll_step(shape) -> tuple[float, Module]:
     from tusk.stages.unroll import unroll_function
 
-    t0 = time.perf_counter()
+    m = tusk_nest(*shape)
+    t0 = time.process_time()
     fn, _ = unroll_function(m.functions[0])
-    dt = time.perf_counter() - t0
-    return dt, Module([fn], m.arch, m.version, m.attributes)
+    return time.process_time() - t0, Module([fn], m.arch, m.version, m.attributes)
 
 
-def one_size(n: int) -> dict:
-    mt, nt, kt = shape_for(n)
-    m = matmul_nest(mt, nt, kt)
-    dt, out = unroll_seconds(m)
-    count = out.n_insts()
-    row = {"target": n, "insts": count, "unroll_s": dt, "insts_per_s": count / dt,
-           "bytes_per_inst": function_bytes(out) / count, "floor_s": floor_seconds(mt, nt, kt)}
-    row["vs_floor"] = dt / row["floor_s"]
-    if count <= 2_000_000:
-        mlir = mlir_seconds(mt, nt, kt)
-        if mlir:
-            row["mlir_s"], row["mlir_rss"] = mlir
-            row["speedup_vs_mlir"] = mlir[0] / dt
-    return row
+def mlir_pass_seconds(exe: str, src: str) -> float:
+    proc = subprocess.run([exe, src, "--affine-loop-unroll=unroll-full unroll-num-reps=3", "-o", os.devnull,
+                           "--mlir-timing"], capture_output=True, text=True)
+    m = re.search(r"([0-9.]+) \(\s*[0-9.]+%\)\s+AffineLoopUnroll", proc.stderr)
+    if proc.returncode != 0 or not m:
+        raise RuntimeError(f"mlir-opt --mlir-timing gave no AffineLoopUnroll line:\n{proc.stderr[-1500:]}")
+    return float(m.group(1))
 
 
-def big_end_to_end(n: int = 25_000_000) -> dict:
-    """Load BIR-JSON, unroll, verify the count, save in the store format; in this (child) process."""
+# ---------------------------------------------------------------- 3. the numpy floor
+
+
+def floor_seconds(shape) -> float:
+    """Every column of the unrolled nest (instructions and operands, Tusk's dtypes), numpy only."""
+    mt, nt, kt = shape
+    t0 = time.process_time()
+    it = mt * nt * kt
+    n = OPS_PER_ITERATION * it
+    mi, ni, ki = (a.ravel() for a in np.meshgrid(np.arange(mt), np.arange(nt), np.arange(kt), indexing="ij"))
+    ins = {c: np.empty(n, dt) for c, dt in INST_SCHEMA}
+    ins["opcode"][:] = np.tile(np.array([32, 32, 8, 32], np.uint8), it)
+    ins["engine"][:] = np.tile(np.array([4, 4, 3, 4], np.uint8), it)
+    ins["block"][:] = 0
+    ins["name"][:] = np.tile(np.arange(4, dtype=np.int32), it)
+    ins["iter"][:] = np.repeat(np.arange(it, dtype=np.int32), 4)
+    ins["attrs"][:] = np.tile(np.array([0, 0, 1, 0], np.int32), it)
+    ins["attrs"][2::4] += ki.astype(np.int32)          # one folded accumulation_flag record per ki
+    nops = np.tile(np.array([2, 2, 3, 2], np.uint16), it)
+    ins["nops"][:] = nops
+    ins["ops"][:] = np.cumsum(nops, dtype=np.int64) - nops
+    ins["pred"][:] = -1
+    m_ops = int(nops.sum(dtype=np.int64))
+    ops = {c: np.empty(m_ops, dt) for c, dt in OPERAND_SCHEMA}
+    per = np.array([0, 2, 0, 2, 0, 0, 2, 0, 2], np.uint8)      # roles of the 9 operands of one iteration
+    ops["role"][:] = np.tile(per, it)
+    ops["kind"][:] = 1
+    ops["dtype"][:] = 16
+    ops["memloc"][:] = np.tile(np.array([0, 3, 1, 4, 3, 4, 5, 5, 2], np.int32), it)
+    off = np.zeros((it, 9), np.int64)
+    off[:, 0] = ki * 128 * (mt * 128) + mi * 128
+    off[:, 2] = ki * 128 * (nt * 128) + ni * 128
+    off[:, 8] = mi * 128 * (nt * 128) + ni * 128
+    ops["offset"][:] = off.ravel()
+    ops["pattern"][:] = np.tile(np.array([0, 1, 2, 1, 1, 1, 1, 1, 3], np.int32), it)
+    for c in ("aux", "dyn", "extra"):
+        ops[c][:] = -1
+    return time.process_time() - t0
+
+
+# ---------------------------------------------------------------- 4. bytes per instruction
+
+
+def _hwm() -> int:
+    """This process's peak RSS in bytes (VmHWM: per address space, so not inherited from a parent the
+    way getrusage's ru_maxrss is across fork and exec)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _child_rss(shape) -> None:
+    """(child) peak RSS before and after unrolling, printed as JSON."""
+    from tusk.stages.unroll import unroll_function
+
+    m = tusk_nest(*shape)
+    before = _hwm()
+    fn, _ = unroll_function(m.functions[0])
+    after = _hwm()
+    cols = sum(getattr(fn, t).nbytes() for t in SCHEMAS)
+    print(json.dumps({"delta": after - before, "columns": cols, "insts": len(fn.insts)}))
+
+
+def rss_per_inst(shape) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child-rss", ",".join(map(str, shape))],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"peak_delta": r["delta"] / r["insts"], "columns": r["columns"] / r["insts"]}
+
+
+# ---------------------------------------------------------------- 5. 25M through the real command
+
+
+def _prefault_and_run(args: list[str]) -> None:
+    """(child) touch 6 GiB, then run the full_unroll command in this process."""
+    block = np.ones(6 * 2**30 // 8)
+    del block
+    from tusk.workflows.full_unroll_cli import main
+
+    t0 = time.perf_counter()
+    rc = main(args)
+    print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t0, "rss": _hwm()}))
+
+
+def big(tmp: Path, prefaulted: bool) -> None:
     from tusk.ir import bir_json
 
-    mt, nt, kt = 100, 100, n // (3 * 100 * 100)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "nest.json"
-        bir_json.save(matmul_nest(mt, nt, kt), src)
-        t0 = time.perf_counter()
-        m = bir_json.load(src)
-        t_load = time.perf_counter()
-        dt, out = unroll_seconds(m)
-        count = out.n_insts()
-        assert count == 3 * mt * nt * kt, count
-        t_unroll = time.perf_counter()
-        saved = _save_store(out, Path(tmp) / "store")
-        t_save = time.perf_counter()
-    return {"insts": count, "load_s": t_load - t0, "unroll_s": dt, "save_s": t_save - t_unroll,
-            "total_s": t_save - t0, "store_bytes": saved,
-            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    src, out = tmp / "big.json", tmp / "big.out.json"
+    bir_json.save(tusk_nest(*BIG_SHAPE), src)
+    n = OPS_PER_ITERATION * BIG_SHAPE[0] * BIG_SHAPE[1] * BIG_SHAPE[2]
+    r = timed_process([*FULL_UNROLL, str(src), "-o", str(out), "-unrollLevel", "2", "-verbose", "20"])
+    size = out.stat().st_size
+    got = re.search(r"wrote .* \((\d+) instructions\)", r["stderr"])
+    print(f"25M: full_unroll -o OUT.json -unrollLevel 2 (DCE and the 24,999,999 ceiling) on {n:,} instructions "
+          f"({got.group(1) if got else '?'} written): {r['wall']:.1f} s wall, {r['cpu']:.1f} s CPU, peak RSS "
+          f"{r['rss'] / 2**30:.2f} GiB, {size / n:.0f} B/inst ({size / 2**30:.2f} GiB)  "
+          f"[targets: < 120 s, < 8 GiB]")
+    out.unlink()
+    if prefaulted:
+        proc = subprocess.run([sys.executable, __file__, "--child-prefaulted", str(src), str(out)],
+                              capture_output=True, text=True)
+        p = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"25M, prefaulted 6 GiB first (separate figure): {p['seconds']:.1f} s in the command, peak RSS "
+              f"{p['rss'] / 2**30:.2f} GiB (the prefault included)")
+        if out.exists():
+            out.unlink()
 
 
-def ceiling_case(total: int, predicated: bool) -> dict:
-    """FullUnroll level 2 of a loop producing exactly ``total`` instructions, for real.
-
-    With ``predicated`` every clone carries an always-true predicate, so the
-    count is only known after the clones' predicates are evaluated (no
-    shortcut from trip counts).
-    """
-    from tusk.ir.errors import PassError
-    from tusk.ir.expr import AffinePredicate
-    from tusk.stages.full_unroll import FullUnroll
-
-    b = Builder("ceiling")
-    t = b.sbuf("t", (128, 4), addr=0)
-    y = b.dram("y", (128, 4), kind="ExternalOutput")  # every clone writes an output: DCE keeps them all
-    with b.loop("i", 0, total) as i:
-        b.dma(y.ap(), t.ap(), pred=[AffinePredicate(i, "ge")] if predicated else ())
-    t0 = time.perf_counter()
-    try:
-        out, _ = FullUnroll(level=2).run(b.module())
-        result = f"passed with {out.n_insts()} instructions"
-    except PassError as e:
-        result = f"failed: {e}"
-    return {"total": total, "predicated": predicated, "result": result, "seconds": time.perf_counter() - t0,
-            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+# ---------------------------------------------------------------- main
 
 
-def _save_store(m: Module, root: Path) -> int:
-    """Put the module in the project's content-addressed store; the bytes it takes."""
-    from tusk.cache.store import Store
-
-    Store(str(root)).put(m)
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+def _ratio(theirs: float, ours: float) -> str:
+    return f"{theirs / ours:.2f}x faster" if ours <= theirs else f"{ours / theirs:.2f}x slower"
 
 
-def prefault(gib: float) -> None:
-    """Touch ``gib`` GiB once.  On this VM the first touch of never-used guest memory costs
-    ~1 ms per MB (the hypervisor maps pages lazily); without this, whichever size runs first
-    pays it.  Later allocations in the process reuse the mapped pages."""
-    block = np.ones(int(gib * 2**30) // 8)
-    del block
+def one_size(n: int, reps: int, exe: str | None, tmp: Path) -> None:
+    from tusk.ir import bir_json
+
+    shape = shape_for(n)
+    steps = []
+    for _ in range(reps):
+        dt, out = tusk_unroll_step(shape)
+        steps.append(dt)
+    unroll_s = statistics.median(steps)
+    count = out.n_insts()
+    floor = floor_seconds(shape)
+    cols = sum(getattr(f, t).nbytes() for f in out.functions for t in SCHEMAS) / count
+    del out
+    rss = rss_per_inst(shape)
+    print(f"\n== {count:,} instructions (nest {shape[0]}x{shape[1]}x{shape[2]}, {OPS_PER_ITERATION} ops per iteration)")
+    print(f"unroll step: Tusk {unroll_s:.3f} s CPU", end="")
+    src_j, src_m = tmp / f"n{n}.json", tmp / f"n{n}.mlir"
+    bir_json.save(tusk_nest(*shape), src_j)
+    src_m.write_text(mlir_nest(*shape))
+    if exe:
+        mp = statistics.median(mlir_pass_seconds(exe, str(src_m)) for _ in range(reps))
+        print(f"; MLIR AffineLoopUnroll {mp:.3f} s (its own --mlir-timing; medians of {reps}): Tusk "
+              f"{_ratio(mp, unroll_s)}")
+    else:
+        print("; mlir-opt-19 not installed")
+    print(f"numpy floor building every column: {floor:.3f} s CPU; Tusk's unroll step is {unroll_s / floor:.1f}x the "
+          f"floor")
+    print(f"bytes per instruction: {cols:.0f} in the result's columns, {rss['peak_delta']:.0f} as peak RSS delta "
+          f"of the unroll")
+    if not exe:
+        return
+    a_runs, b_runs = [], []
+    out_j, out_m = tmp / "out.json", tmp / "out.mlir"
+    for _ in range(reps):
+        a_runs.append(timed_process([*FULL_UNROLL, str(src_j), "-o", str(out_j), "-unrollLevel", "2"]))
+        b_runs.append(timed_process([exe, str(src_m), "--affine-loop-unroll=unroll-full unroll-num-reps=3", "-o",
+                                     str(out_m)]))
+    sj, sm = out_j.stat().st_size, out_m.stat().st_size
+    mops = count + count // OPS_PER_ITERATION  # MLIR's unroller adds one affine.apply per iteration
+    for label, key in (("wall", "wall"), ("CPU", "cpu")):
+        a = statistics.median(r[key] for r in a_runs)
+        b = statistics.median(r[key] for r in b_runs)
+        print(f"file to file, {label} s (median of {reps}, interleaved): full_unroll {a:.2f}, mlir-opt {b:.2f}: "
+              f"Tusk {_ratio(b, a)}  [target >= 2x faster]")
+    print(f"peak RSS: full_unroll {statistics.median(r['rss'] for r in a_runs) / 2**20:.0f} MiB, mlir-opt "
+          f"{statistics.median(r['rss'] for r in b_runs) / 2**20:.0f} MiB; output {sj / count:.0f} B/inst "
+          f"(BIR-JSON) vs {sm / mops:.0f} B/op (MLIR, {mops:,} ops with its affine.apply)")
+    out_j.unlink()
+    out_m.unlink()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--no-prefault", action="store_true", help="do not pre-touch memory before timing")
-    ap.add_argument("--sizes", default="1e4,1e5,1e6,1e7")
-    ap.add_argument("--big", action="store_true", help="also run the 25M end-to-end case in a child process")
-    ap.add_argument("--ceiling", action="store_true",
-                    help="run FullUnroll for real at 24,999,999 (passes) and 25,000,000 (fails) instructions")
-    ap.add_argument("--child-big", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--child-ceiling", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", default="1e5,1e6")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved file-to-file pairs per size")
+    ap.add_argument("--big", action="store_true", help="also the 24,990,000-instruction full_unroll command")
+    ap.add_argument("--prefaulted", action="store_true", help="with --big: also a prefaulted figure")
+    ap.add_argument("--child-rss", help=argparse.SUPPRESS)
+    ap.add_argument("--child-prefaulted", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child_big:
-        prefault(6)
-        print(json.dumps(big_end_to_end()))
+    if args.child_rss:
+        _child_rss(tuple(int(x) for x in args.child_rss.split(",")))
         return
-    if args.child_ceiling:
-        total, predicated = args.child_ceiling.split(",")
-        prefault(4)
-        print(json.dumps(ceiling_case(int(total), predicated == "1")))
+    if args.child_prefaulted:
+        src, out = args.child_prefaulted
+        _prefault_and_run([src, "-o", out, "-unrollLevel", "2"])
         return
-    if not args.no_prefault:
-        prefault(4)
-    print(f"{'target':>10} {'insts':>10} {'unroll s':>9} {'insts/s':>11} {'B/inst':>7} {'floor s':>8} "
-          f"{'x floor':>8} {'mlir s':>8} {'x faster than mlir':>19}")
-    for text in args.sizes.split(","):
-        r = one_size(int(float(text)))
-        mlir = f"{r['mlir_s']:8.2f} {r['speedup_vs_mlir']:19.1f}" if "mlir_s" in r else f"{'-':>8} {'-':>19}"
-        print(f"{r['target']:>10} {r['insts']:>10} {r['unroll_s']:9.3f} {r['insts_per_s']:11.0f} "
-              f"{r['bytes_per_inst']:7.1f} {r['floor_s']:8.4f} {r['vs_floor']:8.1f} {mlir}")
-    if args.big:
-        proc = subprocess.run([sys.executable, __file__, "--child-big"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            print("25M end-to-end failed:\n" + proc.stderr[-3000:])
-            return
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"25M end to end: {r['insts']} instructions, load {r['load_s']:.2f} s, unroll {r['unroll_s']:.2f} s, "
-              f"save {r['save_s']:.2f} s, total {r['total_s']:.2f} s (target < 20 s), peak RSS "
-              f"{r['peak_rss_gib']:.2f} GiB (target < 8), store {r['store_bytes'] / 2**20:.1f} MiB")
-    if args.ceiling:
-        for case in ("24999999,0", "25000000,1"):
-            proc = subprocess.run([sys.executable, __file__, "--child-ceiling", case], capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"ceiling case {case} crashed:\n" + proc.stderr[-2000:])
-                continue
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"FullUnroll level 2 at {r['total']:,} instructions ({'predicated' if r['predicated'] else 'plain'}): "
-                  f"{r['result'][:90]} in {r['seconds']:.1f} s, peak RSS {r['peak_rss_gib']:.2f} GiB")
+    exe = mlir_exe()
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for text in args.sizes.split(","):
+            one_size(int(float(text)), args.reps, exe, tmp)
+        if args.big:
+            big(tmp, args.prefaulted)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,23 @@ class Table:
         pending.clear()
         self._npend = 0
 
+    def reserve(self, total: int) -> None:
+        """Make room for ``total`` rows exactly (bulk producers that know their size: no doubling)."""
+        self.flush()
+        cap = len(self._cols[self.names[0]])
+        if total > cap:
+            for name, arr in self._cols.items():
+                grown = np.empty(total, dtype=arr.dtype)
+                grown[: self._n] = arr[: self._n]
+                self._cols[name] = grown
+
+    def truncate(self, n: int) -> None:
+        """Drop every row from ``n`` on."""
+        self.flush()
+        if not 0 <= n <= self._n:
+            raise ValueError(f"cannot truncate a table of {self._n} rows to {n}")
+        self._n = n
+
     def extend(self, count: int, **columns: Any) -> int:
         """Append ``count`` rows at once; each column is an array or a scalar.
 

@@ -24,8 +24,9 @@ from tusk.ir.enums import (
     Role,
 )
 from tusk.ir.module import Function, Module
+from tusk.ir.wire import WIRE
 
-SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis"}
+SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis", WIRE}  # WIRE: how the file spelled it, not what it means
 
 
 def dump(module: Module) -> str:
@@ -130,6 +131,9 @@ def _operand(fn: Function, j: int) -> str:
         return f"{o.memloc_name}[%{o.reg_name} {_pattern(o.pattern)}]"
     if kind == Kind.REGISTER:
         return f"%{o.reg_name}"
+    if kind == Kind.SYMBOLIC_DIMS:
+        exprs = fn.value(fn.operands.get("aux", j))
+        return f"{o.memloc.set_name}[addrs {list(exprs)!r} {_pattern(o.pattern)}]"
     if kind in (Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM):
         return f"{o.value!r}:{DTYPE_NAMES[o.dtype]}"
     return "?"

@@ -34,6 +34,15 @@ OPCODE_NAMES: tuple[str, ...] = (
     "Loop", "DynamicForLoop", "DMABlock", "DoWhile", "TongaReduceMacroSymbolic",
 )
 assert len(OPCODE_NAMES) == 110
+# Opcodes of the KLR producer (K, ../shared/specs/bir-json-evidence.md) that 2.24 does not list: read and
+# written as opaque instructions (the verifier accepts them, the interpreter refuses them).  Tusk-only
+# ordinals 110.. (no backend ordinal is known).
+KLR_OPCODE_NAMES: tuple[str, ...] = (
+    "Shuffle", "CalcVarAddr", "CalcVarAddrSymbolic", "IotaSymbolic", "MatmultSymbolic", "RangeSelectSymbolic",
+    "ShuffleSymbolic", "StreamShuffleSymbolic", "TensorScalarAffineSelectSymbolic", "TensorScalarSymbolic",
+)
+OPCODE_NAMES = OPCODE_NAMES + KLR_OPCODE_NAMES
+OPAQUE_OPCODES = frozenset(range(110, len(OPCODE_NAMES)))
 OPCODE_BY_NAME: dict[str, int] = {n: i for i, n in enumerate(OPCODE_NAMES)}
 
 
@@ -138,8 +147,9 @@ DTYPE_NAMES: tuple[str, ...] = (
     "uint8", "int8", "float4_e2m1fn_x4", "float8e3", "float8e4", "float8_e4m3fn", "float8_e8m0fnu",
     "float8e5", "float8_e4m3fn_x4", "float8_e5m2_x4", "uint16", "int16", "bfloat16", "float16",
     "uint32", "int32", "float32", "float32r", "uint64", "int64",
+    "bool",  # Tusk-only ordinal 20: real 2.27 dumps name it (evidence D, DSA), 1 byte
 )
-DTYPE_SIZES: tuple[int, ...] = (1, 1, 2, 1, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8)
+DTYPE_SIZES: tuple[int, ...] = (1, 1, 2, 1, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 1)
 DTYPE_BY_NAME = {n: i for i, n in enumerate(DTYPE_NAMES)}
 DTYPE_SIZE_ARRAY = np.array(DTYPE_SIZES, dtype=np.int64)
 
@@ -149,6 +159,7 @@ class Dt:
     uint16, int16, bfloat16, float16 = 10, 11, 12, 13
     uint32, int32, float32, float32r = 14, 15, 16, 17
     uint64, int64 = 18, 19
+    bool_ = 20
 
 
 # Operand kinds (in-memory ArgumentKind) and their wire spellings (spec §3).
@@ -160,13 +171,16 @@ class Kind:
     SYMBOLIC_IMM = 7
     IMM_ARRAY = 8
     REGISTER = 11
+    # Tusk-only: a symbolic_ap with one address expression per access-pattern dimension (K's form),
+    # kept as read; passes that need its element offset refuse it.
+    SYMBOLIC_DIMS = 13
 
 
 OPERAND_KIND_NAMES = {1: "physical_ap", 2: "symbolic_ap", 3: "register_ap", 6: "imm_value",
-                      7: "symbolic_imm_value", 8: "imm_array", 11: "register_access"}
-OPERAND_KIND_BY_NAME = {n: k for k, n in OPERAND_KIND_NAMES.items()}
+                      7: "symbolic_imm_value", 8: "imm_array", 11: "register_access", 13: "symbolic_ap"}
+OPERAND_KIND_BY_NAME = {n: k for k, n in OPERAND_KIND_NAMES.items() if k != Kind.SYMBOLIC_DIMS}
 OPERAND_KIND_BY_NAME["symbolic_pwap"] = Kind.SYMBOLIC
-AP_KINDS = frozenset({Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP})
+AP_KINDS = frozenset({Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS})
 
 
 class Role:

@@ -589,8 +589,15 @@ def _int(obj: Any, key: str, where: str) -> int:
         raise FormatError(f"expression node is missing '{key}'", where=where)
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise FormatError(f"'{key}' must be an integer, got {v!r}", where=f"{where}.{key}")
+        raise FormatError(f"'{key}' must be an integer, got {_short(v)}", where=f"{where}.{key}")
+    if not -(1 << 63) <= v < (1 << 63):
+        raise FormatError(f"'{key}' {_short(v)} is out of range (int64)", where=f"{where}.{key}")
     return v
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def expr_from_json(obj: Any, where: str = "expr") -> QuasiAffine:
@@ -598,6 +605,8 @@ def expr_from_json(obj: Any, where: str = "expr") -> QuasiAffine:
     if isinstance(obj, bool):
         raise FormatError(f"expected an expression, got {obj!r}", where=where)
     if isinstance(obj, int):
+        if not -(1 << 63) <= obj < (1 << 63):
+            raise FormatError(f"integer {_short(obj)} is out of range (int64)", where=where)
         return const(obj)
     if not isinstance(obj, dict):
         raise FormatError(f"expected an expression object, got {type(obj).__name__}", where=where)

@@ -29,6 +29,7 @@ their input module, they work on :meth:`Module.copy`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +72,7 @@ VALUE_REFS = (("insts", "attrs"), ("insts", "pred"), ("operands", "dyn"), ("oper
               ("memlocs", "extra"), ("sets", "shape"), ("sets", "extra"), ("regs", "extra"), ("blocks", "extra"),
               ("carried", "payload"))
 PATTERN_REFS = (("operands", "pattern"),)
-AUX_VALUE_KINDS = (Kind.SYMBOLIC, Kind.IMM, Kind.SYMBOLIC_IMM, Kind.IMM_ARRAY)
+AUX_VALUE_KINDS = (Kind.SYMBOLIC, Kind.IMM, Kind.SYMBOLIC_IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_DIMS)
 
 CARRIED_LOOP, CARRIED_UNROLL = 1, 2
 MAX_OPERANDS = np.iinfo(np.uint16).max  # the nops column
@@ -80,6 +81,15 @@ MAX_OPERANDS = np.iinfo(np.uint16).max  # the nops column
 def clone_name(base: str, iteration: int) -> str:
     """The wire name of clone ``iteration`` of instruction ``base``."""
     return f"{base}-it{iteration}"
+
+
+CLONE_NAME = re.compile(r"(.+)-it(0|[1-9][0-9]{0,8})")
+
+
+def split_clone_name(name: str) -> tuple[str, int] | None:
+    """``(base, k)`` for a clone's wire name ``<base>-it<k>``, else None (the inverse of :func:`clone_name`)."""
+    m = CLONE_NAME.fullmatch(name)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 class Function:
@@ -183,8 +193,13 @@ class Function:
         self.deps.append((src, dst, kind))
 
     # ------------------------------------------------------------ names
+    # Instruction names are labels: they may repeat (real dumps repeat a loop body's names in every
+    # block that holds it) and may be absent (name id -1: KLR's loop record has none; inst_name gives "").
     def inst_name(self, i: int) -> str:
-        base = self.strings[self.insts.get("name", i)]
+        n = self.insts.get("name", i)
+        if n < 0:
+            return ""
+        base = self.strings[n]
         it = self.insts.get("iter", i)
         return base if it < 0 else clone_name(base, it)
 
@@ -192,15 +207,22 @@ class Function:
         names = self.insts["name"]
         iters = self.insts["iter"]
         strings = self.strings.items
-        return [strings[n] if it < 0 else clone_name(strings[n], it) for n, it in zip(names.tolist(), iters.tolist())]
+        return ["" if n < 0 else strings[n] if it < 0 else clone_name(strings[n], it)
+                for n, it in zip(names.tolist(), iters.tolist())]
 
     def inst_by_name(self, name: str) -> int:
+        """The row of the one instruction called ``name`` (an error when none or several are)."""
         if self._name_index is None:
-            self._name_index = {n: i for i, n in enumerate(self.inst_names())}
-        try:
-            return self._name_index[name]
-        except KeyError:
-            raise TuskError(f"function {self.name}: no instruction named {name!r}") from None
+            index: dict[str, int] = {}
+            for i, n in enumerate(self.inst_names()):
+                index[n] = -2 if n in index else i
+            self._name_index = index
+        row = self._name_index.get(name, -1) if name else -1
+        if row == -2:
+            raise TuskError(f"function {self.name}: several instructions are named {name!r}")
+        if row < 0:
+            raise TuskError(f"function {self.name}: no instruction named {name!r}")
+        return row
 
     def memloc_by_name(self, name: str) -> int:
         sid = self.strings.find(name)

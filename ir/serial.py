@@ -14,7 +14,6 @@ the store both use it), stable across processes and machines (no
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from tusk.ir.canonical import canonical_json
 from tusk.ir.columns import Pool, Record, Table, freeze, thaw
 from tusk.ir.errors import FormatError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json, expr_to_json
-from tusk.ir.module import AUX_VALUE_KINDS, PATTERN_REFS, SCHEMAS, STRING_REFS, VALUE_REFS, Function, Module
+from tusk.ir.module import AUX_VALUE_KINDS, CLONE_NAME, PATTERN_REFS, SCHEMAS, STRING_REFS, VALUE_REFS, Function, Module
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
 
 FORMAT_VERSION = 2  # 2: pools in canonical form
@@ -172,7 +171,7 @@ def _sort_rows(arrays: dict[str, np.ndarray], table: str, keys: tuple[str, ...])
         arrays[f"{table}.{name}"] = arrays[f"{table}.{name}"][order]
 
 
-_CLONE_NAME = re.compile(r"(.+)-it(0|[1-9][0-9]{0,8})")
+_CLONE_NAME = CLONE_NAME
 
 
 def _split_clone_names(arrays: dict[str, np.ndarray], strings: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from tusk.ir.columns import thaw
-from tusk.ir.enums import LOOP_OPCODES, OPCODE_NAMES, Mem, Op
+from tusk.ir.enums import LOOP_OPCODES, OPAQUE_OPCODES, OPCODE_NAMES, Mem, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import expr_from_json
 from tusk.sim.machine import Frame, InterpError
@@ -111,7 +111,8 @@ def _run_rows(fr: Frame, rows) -> str | None:
         for i in rows:
             h = table[opc[i]]
             if h is None:
-                raise TuskError(f"opcode {OPCODE_NAMES[opc[i]]} is not supported by the interpreter")
+                opaque = " (an opcode of KLR's producer, kept opaque)" if opc[i] in OPAQUE_OPCODES else ""
+                raise TuskError(f"opcode {OPCODE_NAMES[opc[i]]}{opaque} is not supported by the interpreter")
             p = pred[i]
             if p >= 0 and not fr.preds_hold(p):
                 continue

@@ -247,6 +247,9 @@ class Frame:
                 acc = self._remember(key, make_access(self.loc(m), key[1], off, self.patterns[key[3]]))
             return acc
         if k == Kind.REGISTER_AP:
+            if self.aux[j] < 0:
+                raise TuskError("a register_ap without regref (its address register is not named) is not "
+                                "supported by the interpreter")
             # Tusk's reading: the register holds a runtime element offset added to the static one.
             off = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]]
             key = (self.memloc[j], self.dtype[j], off, self.pattern[j])
@@ -254,6 +257,9 @@ class Frame:
             if acc is None:
                 acc = self._remember(key, make_access(self.loc(key[0]), key[1], off, self.patterns[key[3]]))
             return acc
+        if k == Kind.SYMBOLIC_DIMS:
+            raise TuskError("a symbolic_ap with one address per dimension (KLR's form) is not supported by the "
+                            "interpreter")
         raise TuskError(f"operand {j} is not an access pattern")
 
     def _remember(self, key, acc: Access) -> Access:

@@ -45,11 +45,13 @@ _f2, _f4 = np.dtype("f2"), np.dtype("f4")
 NP_DTYPES: tuple[np.dtype, ...] = (
     _u1, _i1, _u2, _u1, _u1, _u1, _u1, _u1, _u4, _u4,   # uint8 int8 fp4x4 fp8e3 fp8e4 e4m3fn e8m0 fp8e5 fp8x4 x4
     _u2, _i2, _u2, _f2, _u4, _i4, _f4, _f4, _u8, _i8,   # uint16 int16 bf16 fp16 uint32 int32 fp32 fp32r uint64 int64
+    _u1,                                                 # bool (0/1 in one byte)
 )
 #: value class per dtype ordinal
 DT_CLASS: tuple[int, ...] = (
     INT, INT, RAW, RAW, RAW, RAW, RAW, RAW, RAW, RAW,
     INT, INT, BF16, FLOAT, INT, INT, FLOAT, FLOAT, INT, INT,
+    INT,
 )
 assert len(NP_DTYPES) == len(DT_CLASS) == len(DTYPE_NAMES)
 

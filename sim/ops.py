@@ -371,7 +371,11 @@ def h_matmul(fr: Frame, i: int) -> None:
     # Products summed in float64 and rounded once to float32: deterministic and order-independent
     # to well below float32 precision.
     prod = (st2.T.astype(np.float64) @ mv2.astype(np.float64)).astype(F32)
-    if fr.maybe_affine(attrs.get("accumulation_flag", 0)):
+    if "accumulation_flag" in attrs:
+        accumulate = fr.maybe_affine(attrs["accumulation_flag"])
+    else:  # KLR's spelling: start_tensor_calc starts a new sum (no accumulation)
+        accumulate = not attrs.get("start_tensor_calc", True)
+    if accumulate:
         old = fr.value(outs[0]).astype(F32, copy=False).reshape(-1)
         if old.size != prod.size:
             raise TuskError(f"matmul result has {prod.size} elements but the PSUM tile has {old.size}")

@@ -139,7 +139,7 @@ def operand_shapes(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
                        dtype=np.float64)
     p_outer = np.array([max(p[0][1], 1) if p else 1 for p in pats] or [1], dtype=np.float64)
     kind = ops["kind"][rows]
-    ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP))
+    ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
     pat = np.where(ap, ops["pattern"][rows], 0)
     elems = np.where(ap, p_elems[pat], 0.0)
     free = np.where(ap, elems / p_outer[pat], 0.0)

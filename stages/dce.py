@@ -39,7 +39,7 @@ def removable(fn: Function, *, symbolic_writes: bool = False) -> np.ndarray:
     bad_out = out_mask & (~is_ap | ~internal_set[fn.memlocs["set"][np.maximum(memloc, 0)]])
     if not symbolic_writes:
         # a symbolic access may reach any block of its set: its writer stays
-        bad_out |= out_mask & (ops["kind"] == Kind.SYMBOLIC)
+        bad_out |= out_mask & np.isin(ops["kind"], (Kind.SYMBOLIC, Kind.SYMBOLIC_DIMS))
     np.logical_and.at(out_internal, owner[bad_out], False)
     has_out = np.zeros(n, dtype=bool)
     has_out[owner[out_mask]] = True
@@ -57,7 +57,8 @@ def dce(fn: Function) -> tuple[Function, int]:
     memloc = ops["memloc"]
     internal_set = fn.sets["kind"] == TensorKind.Internal
     out_mask = ops["role"] == Role.OUT
-    symbolic = ops["kind"] == Kind.SYMBOLIC  # symbolic reads count for every memloc of their set
+    # symbolic reads count for every memloc of their set
+    symbolic = np.isin(ops["kind"], (Kind.SYMBOLIC, Kind.SYMBOLIC_DIMS))
     candidate = removable(fn)
     overlap = _overlap_matrix(fn)
     mset = fn.memlocs["set"]

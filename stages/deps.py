@@ -209,7 +209,7 @@ def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:
                         np.where(ml["addr"][m] >= 0, SPACE_DRAM, 3 + m))).astype(np.int64)
 
     # ---- access patterns
-    is_ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP))
+    is_ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
     rw_all = (role == Role.OUT).astype(np.int8)
     memloc = ops["memloc"][rows].astype(np.int64)
     offset = ops["offset"][rows].astype(np.int64)
@@ -218,7 +218,9 @@ def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:
 
     # Symbolic operands with a constant address become exact; the rest are whole-space.
     sym = np.flatnonzero(is_ap & (kind == Kind.SYMBOLIC))
-    vague = list(np.flatnonzero(is_ap & ((kind == Kind.REGISTER_AP) | ((kind == Kind.PHYSICAL) & (dyn >= 0)))))
+    # register APs, dynamic physical APs and per-dimension symbolic APs touch their whole location
+    vague = list(np.flatnonzero(is_ap & ((kind == Kind.REGISTER_AP) | (kind == Kind.SYMBOLIC_DIMS)
+                                         | ((kind == Kind.PHYSICAL) & (dyn >= 0)))))
     reg_reads: list[tuple[int, int]] = []  # (inst, register row)
     if len(sym):
         set_of = ml["set"]
@@ -241,7 +243,8 @@ def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:
         d = fn.values[int(dyn[k])]
         reg_reads += [(int(owner[k]), r) for e, _ in d.aff_expr for r in _regs_in(fn, e)]
     for k in np.flatnonzero(is_ap & (kind == Kind.REGISTER_AP)).tolist():
-        reg_reads.append((int(owner[k]), int(ops["aux"][rows[k]])))
+        if ops["aux"][rows[k]] >= 0:  # a register_ap may name no register (real dumps)
+            reg_reads.append((int(owner[k]), int(ops["aux"][rows[k]])))
     reg_reads += _control_register_reads(fn, lo, hi)
 
     ex = np.flatnonzero(exact)

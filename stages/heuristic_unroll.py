@@ -112,7 +112,7 @@ def _contains_symbolic(fn: Function, loop: int) -> bool:
         start, n = fn.insts.get("ops", r), fn.insts.get("nops", r)
         for j in range(start, start + n):
             kind = ops.get("kind", j)
-            if kind == Kind.REGISTER_AP or ops.get("dyn", j) >= 0:
+            if kind in (Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS) or ops.get("dyn", j) >= 0:
                 return True
             if kind == Kind.SYMBOLIC:
                 sa = fn.values[ops.get("aux", j)]

@@ -48,7 +48,7 @@ from tusk.ir.values import DynamicAPInfo, Pattern
 
 #: The seed's per-dtype byte table (``qword_1DE98C0``), indexed by BIR dtype ordinal.
 DTYPE_BYTES: tuple[int, ...] = (1, 1, 2, 1, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8)
-assert DTYPE_BYTES == DTYPE_SIZES
+assert DTYPE_BYTES == DTYPE_SIZES[:len(DTYPE_BYTES)]  # Tusk-only dtypes (bool) follow
 
 #: The gather index / scalar-acc tensor is always the instruction's first indirection operand.
 INDIRECT_ARG_ID = 1

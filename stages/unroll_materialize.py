@@ -224,6 +224,11 @@ class OperandFolder:
     def fold(self, cols: dict[str, np.ndarray], src_ops: np.ndarray, pos: np.ndarray) -> None:
         """Rewrite ``cols`` (operand columns of the output) in place."""
         kind = cols["kind"]
+        for j in np.unique(src_ops[kind == Kind.SYMBOLIC_DIMS]).tolist():
+            exprs = self.fn.values[int(self.fn.operands["aux"][j])]
+            if any(a.axis in self.plan.axis_names for e in exprs for a in e.walk() if isinstance(a, AffineIdx)):
+                raise PassError("a symbolic_ap with one address per access-pattern dimension (KLR's form) "
+                                "depends on an unrolled loop index; Tusk cannot fold that form yet")
         sym = np.nonzero(kind == Kind.SYMBOLIC)[0]
         if len(sym):
             self._fold_symbolic(cols, sym, src_ops[sym], pos[sym])

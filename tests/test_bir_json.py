@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from tests.programs import every_family_module, tiled_exp_module
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
-from tusk.ir.errors import FormatError
+from tusk.ir.errors import FormatError, VerifyError
 from tusk.ir.module import Module
 from tusk.ir.verify import verify
 
@@ -92,12 +93,13 @@ def _first_inst(doc):
 BAD_INPUTS = [
     ("malformed JSON", lambda d: "{not json", "malformed JSON"),
     ("unknown opcode", lambda d: _set(_first_inst(d), "opcode", "Frobnicate"), "unknown opcode 'Frobnicate'"),
-    ("missing name", lambda d: _del(_first_inst(d), "name"), "missing required key 'name'"),
+    ("missing opcode", lambda d: _del(_first_inst(d), "opcode"), "missing required key 'opcode'"),
+    ("missing allocation dtype", lambda d: _del(d["functions"][0]["allocations"][1], "dtype"),
+     "missing required key 'dtype'"),
     ("dangling memref", lambda d: _set(_first_inst(d)["outs"][0], "memref", "nope"), "'nope' does not exist"),
     ("dangling dependency", lambda d: _set(_first_inst(d), "dependencies", [["ghost", "Flow"]]),
      "Unknown dependency 'ghost'"),
-    ("duplicate instruction", lambda d: d["functions"][0]["blocks"][0]["instructions"].append(
-        copy.deepcopy(_first_inst(d))), "duplicate instruction name"),
+    ("ambiguous dependency", lambda d: _ambiguous(d), "ambiguous dependency"),
     ("negative size", lambda d: _set(d["functions"][0]["allocations"][1]["memorylocations"][0], "dims", [-4]),
      "expected an integer >= 0"),
     ("unknown operand kind", lambda d: _set(_first_inst(d)["outs"][0], "kind", "weird_ap"),
@@ -106,6 +108,13 @@ BAD_INPUTS = [
     ("no functions", lambda d: _del(d, "functions"), "missing required key 'functions'"),
     ("too many AP dims", lambda d: _set(_first_inst(d)["outs"][0], "ap", [[1, 1]] * 5), "at most 4"),
 ]
+
+
+def _ambiguous(d):
+    insts = d["functions"][0]["blocks"][0]["instructions"]
+    first = _first_inst(d)
+    insts.insert(1, copy.deepcopy(first))
+    insts.insert(2, {**copy.deepcopy(first), "dependencies": [[first["name"], "Flow"]]})
 
 
 def _set(obj, key, value):
@@ -157,15 +166,29 @@ def _mutations(doc):
     return out
 
 
-JUNK = [None, -1, 10**12, 1.5, "", "zz", [], {}, [[1]], True, {"kind": "AffIVKind"}]
+JUNK = [None, -1, 10**12, 1.5, "", "zz", [], {}, [[1]], True, {"kind": "AffIVKind"}, 2**63, -2**63 - 1, 1e308,
+        "inf", "-it3", [[[[[[[[[[]]]]]]]]]], {"kind": "AffExprKind", "c": 2**62, "terms": []}]
+EVIDENCE = sorted((Path(__file__).parent / "data" / "bir_json_evidence").glob("*.json"))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_documents_raise_only_format_errors(data):
-    doc = _doc()
+    _mutate_and_read(data, _doc())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_evidence_documents_raise_only_format_errors(data):
+    path = EVIDENCE[data.draw(st.integers(0, len(EVIDENCE) - 1))]
+    _mutate_and_read(data, json.loads(path.read_text()))
+
+
+def _mutate_and_read(data, doc):
     spots = _mutations(doc)
     for _ in range(data.draw(st.integers(1, 3))):
+        if not spots:
+            break
         container, key = spots[data.draw(st.integers(0, len(spots) - 1))]
         action = data.draw(st.sampled_from(["replace", "delete"]))
         try:
@@ -182,6 +205,12 @@ def test_mutated_documents_raise_only_format_errors(data):
         assert str(e).startswith("mutant.json")
     else:
         assert isinstance(m, Module)
+        text = bir_json.dumps(m)  # whatever loads can be written, and reads back the same
+        assert bir_json.dumps(bir_json.loads(text)) == text
+        try:
+            verify(m)
+        except VerifyError:
+            pass
 
 
 def test_negative_zero_and_int_float_immediates_stay_distinct():
@@ -195,3 +224,75 @@ def test_negative_zero_and_int_float_immediates_stay_distinct():
     fn = bir_json.loads(bir_json.dumps(m)).functions[0]
     values = [fn.inst(i).ins[1].value for i in range(4)]
     assert [repr(v) for v in values] == ["0.0", "-0.0", "1", "1.0"]
+
+
+# ---------------------------------------------------------------- hostile input (regressions): nothing but a
+# FormatError naming file, JSON path and problem may come out of the reader
+
+
+def _memloc(d):
+    return d["functions"][0]["allocations"][1]["memorylocations"][0]
+
+
+def _sb_memloc(d):
+    for a in d["functions"][0]["allocations"]:
+        for m in a.get("memorylocations", []):
+            if m.get("type") == "SB":
+                return m
+    raise AssertionError("no SB memory location")
+
+
+def _symbolic(d):
+    op = copy.deepcopy(_first_inst(d)["outs"][0])
+    op.update(kind="symbolic_ap", addrs=[{"kind": "AffExprKind", "c": 0, "terms": []}])
+    op.pop("offset", None)
+    _first_inst(d)["outs"][0] = op
+    return op
+
+
+def _loop(d):
+    for b in d["functions"][0]["blocks"]:
+        for i in b["instructions"]:
+            if i.get("opcode") == "Loop":
+                return i
+    raise AssertionError("no loop")
+
+
+def _nest(depth):
+    return "[" * depth + "]" * depth
+
+
+HOSTILE = [
+    ("int64 overflow in dims", lambda d: _set(_memloc(d), "dims", [2**63]), "out of range", "dims[0]"),
+    ("int64 overflow in base", lambda d: _set(_sb_memloc(d), "base", 2**63), "out of range", ".base"),
+    ("int64 overflow in tensor_id", lambda d: _set(_memloc(d), "tensor_id", 2**63), "out of range", ".tensor_id"),
+    ("int64 overflow in tensor_shape", lambda d: _set(d["functions"][0]["allocations"][1], "tensor_shape", [2**63]),
+     "out of range", "tensor_shape[0]"),
+    ("int64 overflow in ap", lambda d: _set(_first_inst(d)["outs"][0], "ap", [[2**63, 1]]), "out of range", ".ap[0][0]"),
+    ("int64 overflow in block_index", lambda d: _set(_symbolic(d), "block_index",
+                                                      {"kind": "AffExprKind", "c": 2**63, "terms": []}),
+     "out of range", "block_index"),
+    ("1e308 for an offset", lambda d: _set(_first_inst(d)["outs"][0], "offset", 1e308), "expected an integer",
+     ".offset"),
+    ("1e308 for dims", lambda d: _set(_memloc(d), "dims", [1e308]), "expected an integer", "dims[0]"),
+    ("deep nesting", lambda d: _set(_first_inst(d), "debug", "@NEST@"), "nested", "instructions[0]"),
+    ("deep nesting in an expression", lambda d: _set(_symbolic(d), "addrs", "@NEST@"), "nested", "addrs"),
+    ("5000-digit integer", lambda d: _set(_first_inst(d)["outs"][0], "offset", "@DIGITS@"), "malformed JSON", None),
+    ("LoopAxis stride zz", lambda d: _set(_loop(d)["LoopAxis"], "stride", "zz"), "must be an integer",
+     "LoopAxis.stride"),
+    ("reserved key", lambda d: _set(_first_inst(d), "\u0000wire", 1), "reserved", "instructions[0]"),
+]
+
+
+@pytest.mark.parametrize("label,mutate,message,where", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_input_is_a_format_error(tmp_path, label, mutate, message, where):
+    doc = _doc()
+    mutate(doc)
+    text = json.dumps(doc).replace('"@NEST@"', _nest(100_000)).replace('"@DIGITS@"', "7" * 5000)
+    path = tmp_path / "hostile.json"
+    path.write_text(text)
+    with pytest.raises(FormatError) as err:
+        bir_json.load(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+    if where:
+        assert where in (err.value.where or ""), err.value.where

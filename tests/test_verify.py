@@ -62,17 +62,20 @@ def test_dangling_dependency():
     assert "do not exist" in _broken(change)
 
 
-def test_duplicate_instruction_names():
-    def change(fn):
-        fn.insts["name"][1] = fn.insts["name"][0]
-    assert "is not unique" in _broken(change)
+def test_repeated_instruction_names_are_labels_and_verify():
+    """Real dumps repeat a name in every block that holds the instruction: not an error."""
+    m = every_family_module()
+    fn = m.functions[0]
+    fn.insts["name"][1] = fn.insts["name"][0]
+    fn.add_inst(12, 0, 0, fn.insts.get("name", 0), [], iteration=3)
+    fn.add_inst(12, 0, 0, fn.inst_name(0) + "-it3", [])
+    verify(m)
 
 
-def test_clone_name_colliding_with_an_original():
+def test_duplicate_block_names():
     def change(fn):
-        fn.add_inst(12, 0, 0, fn.insts.get("name", 0), [], iteration=3)
-        fn.add_inst(12, 0, 0, fn.inst_name(0) + "-it3", [])
-    assert "is not unique" in _broken(change)
+        fn.blocks["name"][1] = fn.blocks["name"][0]
+    assert "block names are not unique" in _broken(change)
 
 
 def test_rotation_scope_must_be_0_1_2():

@@ -1,0 +1,1226 @@
+"""Columnar BIR-JSON: the writer's and the loader's bulk paths.
+
+Writer.  An unrolled function is mostly clones: instructions that differ from
+one another only in their clone iteration (the ``-it<k>`` of their name), the
+element offsets of their physical access patterns and the iterations of the
+instructions they depend on.  The writer groups the instructions of a block,
+chunk by chunk, by everything else (a 64-bit signature over their columns,
+then checked column by column against the group's first member), renders
+each group once with placeholders, and fills the placeholders of all members
+from the numpy columns at once: digits are computed arithmetically and the
+lines are assembled in one byte array.  No Python runs per cloned
+instruction; instructions in small groups (originals, loops) are rendered
+one by one.  Memory is bounded by the chunk, not by the function.
+
+Loader.  See :func:`try_load`: lines that are whole instructions are grouped
+by their text with every digit masked, each group's first line is read by
+the ordinary reader, and the digit runs that differ between members (clone
+iteration, offsets, dependency iterations) are parsed with numpy into the
+columns.  Anything else (other layouts, other spellings) goes through the
+ordinary reader, so both paths build the same module.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tusk.ir import wire
+from tusk.ir.enums import Kind
+from tusk.ir.errors import TuskError
+from tusk.ir.module import Function, Module, _ranges, split_clone_name
+
+CHUNK = 16384          # instructions rendered at once
+MIN_GROUP = 6          # smaller groups are rendered one by one
+_SEP = b",\n"
+
+
+# ====================================================================== writing
+
+
+def write_blocks(fn: Function, render: Any, out: Any) -> None:
+    """Write ``fn``'s blocks (the value of its ``blocks`` key) to ``out``.
+
+    Rows are in program preorder, so a block's rows lie in a range of rows, with the rows of its
+    loops' bodies between them; each range is scanned a window at a time (no per-row index of the
+    whole function is built)."""
+    from tusk.ir.bir_json import _SPLICE, _SPLICE_JSON, _dump
+
+    children: dict[int, list[int]] = {}
+    for b, parent in enumerate(fn.blocks["parent"].tolist()):
+        if parent >= 0:
+            children.setdefault(parent, []).append(b)
+    loops = np.asarray(sorted(children), dtype=np.int64)
+    bcol = fn.insts["block"]
+    writer = _Templates(fn, render)
+
+    def next_row(b: int, lo: int, hi: int) -> int:
+        """The first row of block ``b`` in [lo, hi), else hi."""
+        for w in range(lo, hi, CHUNK):
+            hit = np.flatnonzero(bcol[w:min(w + CHUNK, hi)] == b)
+            if len(hit):
+                return w + int(hit[0])
+        return hi
+
+    def block(b: int, lo: int, hi: int) -> None:
+        before, after = _dump(_block_head(fn, b)).split(_SPLICE_JSON)
+        out.write(before)
+        out.write(b"[")
+        first = True
+        w = lo
+        while w < hi:
+            e = min(w + CHUNK, hi)
+            rows = np.flatnonzero(bcol[w:e] == b) + w
+            a, z = np.searchsorted(loops, [w, e]) if len(loops) else (0, 0)
+            lp = loops[a:z]
+            lp = lp[bcol[lp] == b] if len(lp) else lp
+            if len(lp):
+                i = int(lp[0])
+                rows = rows[rows < i]
+            if len(rows):
+                out.write(b"\n" if first else b",\n")
+                writer.write_run(rows, out)
+                first = False
+            if not len(lp):
+                w = e
+                continue
+            out.write(b"\n" if first else b",\n")
+            first = False
+            d = render.inst(i)
+            d["blocks"] = _SPLICE
+            before_i, after_i = _dump(d).split(_SPLICE_JSON)
+            out.write(before_i)
+            end = next_row(b, i + 1, hi)
+            out.write(b"[")
+            for k, c in enumerate(children[i]):
+                out.write(b",\n" if k else b"\n")
+                block(c, i + 1, end)
+            out.write(b"\n]")
+            out.write(after_i)
+            w = end
+        out.write(b"\n]")
+        out.write(after)
+
+    out.write(b"[")
+    n = len(bcol)
+    for k, b in enumerate(fn.top_blocks()):
+        out.write(b",\n" if k else b"\n")
+        block(b, 0, n)
+    out.write(b"\n]")
+
+
+def _block_head(fn: Function, b: int) -> dict:
+    from tusk.ir.bir_json import _SPLICE, jsonable
+
+    d, patch = wire.split(fn.record(fn.blocks.get("extra", b)))
+    d = jsonable(d)
+    d["name"] = fn.strings[fn.blocks.get("name", b)]
+    d["instructions"] = _SPLICE
+    if patch:
+        wire.apply(d, {k: v for k, v in patch.items() if k != "instructions"})
+    return d
+
+
+_M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
+
+
+def _mix(h: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """One step of a 64-bit hash (wrapping arithmetic)."""
+    x = (h ^ v.astype(np.uint64)) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+_MULT = np.random.default_rng(20260511).integers(1, 2**63, size=40, dtype=np.uint64) | np.uint64(1)
+
+
+def _lin(cols: list[np.ndarray], first: int = 0) -> np.ndarray:
+    """A cheap 64-bit signature of rows of several columns (collisions are caught by the caller's check)."""
+    h = cols[0].astype(np.uint64) * _MULT[first]
+    for k, c in enumerate(cols[1:], first + 1):
+        h += c.astype(np.uint64) * _MULT[k]
+    return _mix(h, h >> np.uint64(29))
+
+
+def _segment_sums(values: np.ndarray, owner_starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Wrapping uint64 sums of consecutive segments (lengths ``counts``) of ``values``."""
+    cs = np.zeros(len(values) + 1, dtype=np.uint64)
+    np.cumsum(values, out=cs[1:])
+    ends = owner_starts + counts
+    return cs[ends] - cs[owner_starts]
+
+
+def _ndigits(v: np.ndarray) -> np.ndarray:
+    """Characters of each integer's decimal spelling (with the minus sign)."""
+    return _digit_count(np.abs(v)) + (v < 0)
+
+
+def _digit_count(a: np.ndarray) -> np.ndarray:
+    """Decimal digits of non-negative integers: floor(log10(a + 0.5)) + 1, exact below 2**40 (the
+    half keeps powers of ten on the right side); a binary search in the table above that."""
+    n = np.maximum(np.floor(np.log10(a + 0.5)).astype(np.int64) + 1, 1)
+    big = a >= (1 << 40)
+    if big.any():
+        n[big] = np.searchsorted(_POW10[1:], a[big], side="right") + 1
+    return n
+
+
+def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
+    """``value`` with every integer (not bool) replaced, in sorted-key order; the integers go to
+    ``leaves``.  ``repl(k)`` gives the replacement of the k-th (default: one fixed marker)."""
+    t = type(value)
+    if t is int:
+        leaves.append(value)
+        return repl(len(leaves) - 1) if repl else "\u0000int"
+    if t is dict:
+        return {k: _mask_ints(value[k], leaves, repl) for k in sorted(value)}
+    if t is list:
+        return [_mask_ints(v, leaves, repl) for v in value]
+    return value
+
+
+class _Template:
+    __slots__ = ("parts", "slots", "const_len")
+
+    def __init__(self, parts: list[bytes], slots: list[tuple[str, int]]):
+        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+        self.slots = slots
+        self.const_len = sum(len(p) for p in parts)
+
+
+class _Layout:
+    """A template as one chunk spells it: constant slots spelled in, the others ("pad": right-aligned in a
+    field of fixed width; "var": as many characters as the row's value has, per layout class)."""
+
+    __slots__ = ("parts", "raw", "modes", "const_len")
+
+    def __init__(self, t: _Template, consts: dict[int, int], modes: list[tuple[str, int]]):
+        parts = [t.parts[0].tobytes()]
+        for j in range(len(t.slots)):
+            if j in consts:
+                parts[-1] += str(consts[j]).encode() + t.parts[j + 1].tobytes()
+            else:
+                parts.append(t.parts[j + 1].tobytes())
+        self.raw = parts
+        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+        self.modes = modes
+        self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
+
+
+class _Templates:
+    """Groups a function's instructions by everything but their slots and fills templates."""
+
+    def __init__(self, fn: Function, render: Any):
+        self.fn, self.render = fn, render
+        ins, ops = fn.insts, fn.operands
+        self.cols = {c: ins[c] for c in ("opcode", "engine", "name", "iter", "attrs", "pred", "nops", "ops")}
+        self.op = {c: ops[c] for c in ops.names}
+        self.dep_dst, self.dep_src, self.dep_kind = render.dep_dst, render.dep_src, render.dep_kind
+        self.name_col, self.iter_col = ins["name"], ins["iter"]
+        self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
+        self.templates: dict[tuple, _Template | None] = {}
+        self._attrs_ok: dict[int, bool] = {}
+        self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
+        self._shape_ids: dict[Any, int] = {}
+        self._offset_fixed: dict[int, bool] = {}
+        self.sentinel = f"\u0001{os.getpid()}:{id(self)}:"
+
+    # ------------------------------------------------------------------ per-record facts (cached)
+    def shape(self, rid: int, opcode: int) -> tuple[int, tuple[int, ...]]:
+        """(shape id, integer leaves) of an attribute record: records that differ only in their integers
+        (a MaybeAffine value folded per clone, say) share a shape, and their integers become slots."""
+        hit = self._shapes.get((rid, opcode))
+        if hit is None:
+            from tusk.ir.bir_json import derived_keys, jsonable
+
+            d, patch = wire.split(self.fn.record(rid))
+            key: Any = ("record", rid, opcode)
+            leaves: list[int] = []
+            if not patch:
+                plain = jsonable(d)
+                masked = _mask_ints(plain, leaves)
+                if all(-(1 << 62) < v < (1 << 62) for v in leaves):
+                    key = (orjson.dumps(masked, option=orjson.OPT_SORT_KEYS),
+                           orjson.dumps(derived_keys(opcode, plain), option=orjson.OPT_SORT_KEYS))
+                else:  # an integer beyond the columns' range: this record is its own shape
+                    leaves = []
+            sid = self._shape_ids.setdefault(key, len(self._shape_ids))
+            hit = self._shapes[(rid, opcode)] = (sid, tuple(leaves))
+        return hit
+
+    def attrs_ok(self, rid: int) -> bool:
+        """Instructions with this record can be templated (no patch of their dependency spelling)."""
+        hit = self._attrs_ok.get(rid)
+        if hit is None:
+            keys = wire.patched_keys(self.fn.record(rid))
+            hit = self._attrs_ok[rid] = not (keys & {"dependencies", "loop_carried_dependencies",
+                                                      "unroll_dependencies"})
+        return hit
+
+    def offset_fixed(self, rid: int) -> bool:
+        """Operands with this extra record spell their offset as the document did (not a slot)."""
+        hit = self._offset_fixed.get(rid)
+        if hit is None:
+            hit = self._offset_fixed[rid] = "offset" in wire.patched_keys(self.fn.record(rid))
+        return hit
+
+    # ------------------------------------------------------------------ a run of leaf instructions
+    def write_run(self, rows: np.ndarray, out: Any) -> None:
+        """Write instructions ``rows`` separated by ",\\n" (no separator after the last)."""
+        last = None
+        for s in range(0, len(rows), CHUNK):
+            for piece in self.chunk(rows[s:s + CHUNK]):
+                if last is not None:
+                    out.write(last)
+                last = piece
+        if last is not None:
+            out.write(memoryview(last)[:-2])
+
+    def chunk(self, R: np.ndarray) -> list[bytes | memoryview]:
+        """Instructions ``R``, each followed by ",\\n", in pieces."""
+        from tusk.ir.bir_json import _dump
+
+        n = len(R)
+        if n < MIN_GROUP:
+            return [b"".join(_dump(self.render.inst(int(i))) + _SEP for i in R.tolist())]
+        c = self.cols
+        R = R.astype(np.int64)
+        opcode, engine, name, it = c["opcode"][R], c["engine"][R], c["name"][R], c["iter"][R]
+        attrs, pred, nops, start = c["attrs"][R], c["pred"][R], c["nops"][R].astype(np.int64), c["ops"][R]
+        iterflag = it >= 0
+        # rows the templates do not cover
+        generic = np.isin(R, self.carried_dst) if len(self.carried_dst) else np.zeros(n, dtype=bool)
+        ua, ainv = np.unique(attrs, return_inverse=True)
+        ok = np.array([self.attrs_ok(int(a)) for a in ua.tolist()], dtype=bool)
+        generic |= ~ok[ainv]
+        # attribute records by shape: their integers are slots
+        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
+        uro, roinv = np.unique(ro, return_inverse=True)
+        shapes = [self.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
+        nleaf = max((len(sh[1]) for sh in shapes), default=0)
+        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
+        for u, (_, lv) in enumerate(shapes):
+            leaf_u[u, :len(lv)] = lv
+        shape = np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv]
+        self.leafvals = leaf_u[roinv]
+        # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
+        J = _ranges(start, nops)
+        owner = np.repeat(np.arange(n), nops)
+        k_in = J - np.repeat(start, nops)
+        op = self.op
+        oj = {col: op[col][J] for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra",
+                                          "offset")}
+        ue, einv = np.unique(oj["extra"], return_inverse=True)
+        fixed = np.array([self.offset_fixed(int(e)) for e in ue.tolist()], dtype=bool)[einv]
+        slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
+        sig_off = np.where(slot_off, 0, oj["offset"])
+        h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                 + [sig_off, slot_off, k_in])
+        op_starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(nops[:-1], out=op_starts[1:])
+        ops_h = _segment_sums(h, op_starts, nops)
+        # dependencies: (source name, whether it is a clone, kind); the source's iteration is a slot
+        Rd = R.astype(self.dep_dst.dtype)  # keys of the column's type: no copy of the column per search
+        dlo = np.searchsorted(self.dep_dst, Rd, "left")
+        dhi = np.searchsorted(self.dep_dst, Rd, "right")
+        ndeps = (dhi - dlo).astype(np.int64)
+        D = _ranges(dlo, ndeps)
+        dk_in = D - np.repeat(dlo, ndeps)
+        dsrc_rows = self.dep_src[D]
+        d_iter = self.iter_col[dsrc_rows]
+        dj = {"name": self.name_col[dsrc_rows], "clone": d_iter >= 0, "kind": self.dep_kind[D]}
+        dh = _lin([dj["name"], dj["clone"], dj["kind"], dk_in], 11)
+        dep_starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(ndeps[:-1], out=dep_starts[1:])
+        deps_h = _segment_sums(dh, dep_starts, ndeps)
+        hh = _mix(_lin([opcode, engine, name, iterflag, shape, pred, nops, ndeps], 20), ops_h)
+        hh = _mix(hh, deps_h)
+        hh[generic] = np.arange(int(generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
+        uniq, first, inv, counts = np.unique(hh, return_index=True, return_inverse=True, return_counts=True)
+        rep = first[inv]
+        # check every member against its group's first member, column by column
+        bad = generic.copy()
+        for arr in (opcode, engine, name, iterflag, shape, pred, nops, ndeps):
+            bad |= arr != arr[rep]
+        if len(J):
+            rep_pos = op_starts[rep][owner] + np.minimum(k_in, nops[rep][owner] - 1)
+            ob = (sig_off != sig_off[rep_pos]) | (slot_off != slot_off[rep_pos])
+            for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra"):
+                ob |= oj[col] != oj[col][rep_pos]
+            bad[owner[ob]] = True
+        if len(D):
+            downer = np.repeat(np.arange(n), ndeps)
+            rep_dpos = dep_starts[rep][downer] + np.minimum(dk_in, ndeps[rep][downer] - 1)
+            db = np.zeros(len(D), dtype=bool)
+            for col in ("name", "clone", "kind"):
+                db |= dj[col] != dj[col][rep_dpos]
+            bad[downer[db]] = True
+        big = counts[inv] >= MIN_GROUP
+        templ = big & ~bad
+        # per group: the template (rendered once per distinct signature, cached across chunks)
+        groups: dict[int, _Template] = {}
+        for g in np.unique(inv[templ]).tolist():
+            r = int(first[g])
+            t = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]), int(ndeps[r]),
+                              slot_off[op_starts[r]:op_starts[r] + nops[r]])
+            if t is not None:
+                groups[g] = t
+        if groups:
+            has_t = np.zeros(len(uniq), dtype=bool)
+            has_t[list(groups)] = True
+            templ &= has_t[inv]
+        # slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
+        # same in every member is spelled into the template; an offset is right-aligned in a field as
+        # wide as its widest value (JSON allows the spaces); an iteration inside a name is spelled as it is,
+        # and its width joins the group to make the row's layout class
+        layouts: dict[int, _Layout] = {}
+        gids = list(groups)
+        trows = np.flatnonzero(templ)
+        order = trows[np.argsort(inv[trows], kind="stable")]
+        gr_inv = inv[order]
+        bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
+        # integers of attribute records that are the same in every member are spelled in (decided on the
+        # records: one row per group suffices); the other slots are candidates
+        lv = self.leafvals[order]
+        leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
+            if len(order) else np.zeros((0, lv.shape[1]), bool)
+        cand: dict[int, list[int]] = {}
+        rec_const: dict[int, dict[int, int]] = {}
+        for b_, r0 in enumerate(bnd.tolist()):
+            g = int(gr_inv[r0])
+            c, rc = [], {}
+            for j, (kind, k) in enumerate(groups[g].slots):
+                if kind == "attr" and not leaf_vary[b_, k]:
+                    rc[j] = int(lv[r0, k])
+                else:
+                    c.append(j)
+            cand[g], rec_const[g] = c, rc
+        S = max([len(c) for c in cand.values()] + [1])
+        values = np.zeros((n, S), dtype=np.int64)
+        var_w = np.zeros((n, S), dtype=np.int64)
+        lengths = np.zeros(n, dtype=np.int64)
+        if len(order):
+            # every candidate slot of every templated row at once: kind (0 name, 1 dependency, 2 offset,
+            # 3 attribute integer) and index
+            gpos = np.full(len(uniq), -1, dtype=np.int64)
+            gpos[gids] = np.arange(len(gids))
+            kinds = np.full((len(gids), S), -1, dtype=np.int64)
+            ks = np.zeros((len(gids), S), dtype=np.int64)
+            for a_, g in enumerate(gids):
+                for jj, j in enumerate(cand.get(g, [])):
+                    kind, k = groups[g].slots[j]
+                    kinds[a_, jj] = ("name", "dep", "off", "attr").index(kind)
+                    ks[a_, jj] = k
+            gr = gpos[gr_inv]
+            K, KK = kinds[gr], ks[gr]
+            it_o = it[order].astype(np.int64)[:, None]
+            dsrc = self.iter_col[self.dep_src[np.minimum(dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
+                if len(self.dep_src) else np.zeros_like(KK)
+            offs = op["offset"][np.minimum(start[order][:, None] + KK, len(op["offset"]) - 1)]
+            RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
+            if (K == 3).any():
+                RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
+            RV[K < 0] = 0
+            gmin = np.minimum.reduceat(RV, bnd, axis=0)
+            gmax = np.maximum.reduceat(RV, bnd, axis=0)
+            ND = _digit_count(np.abs(RV)) + (RV < 0)
+            wmax = np.maximum.reduceat(ND, bnd, axis=0)
+            const = gmin == gmax
+            keep = np.full((len(bnd), S), -1, dtype=np.int64)   # kept slot -> its column in RV
+            for b_, r0 in enumerate(bnd.tolist()):
+                g = int(gr_inv[r0])
+                t = groups[g]
+                consts, modes, cols = dict(rec_const[g]), [], []
+                for jj, j in enumerate(cand[g]):
+                    kind = t.slots[j][0]
+                    if const[b_, jj]:
+                        consts[j] = int(gmin[b_, jj])
+                    else:
+                        modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
+                        cols.append(jj)
+                keep[b_, :len(cols)] = cols
+                layouts[g] = _Layout(t, consts, modes)
+            rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
+            valid = rows_keep >= 0
+            src = np.where(valid, rows_keep, 0)
+            V = np.take_along_axis(RV, src, axis=1)
+            values[order] = np.where(valid, V, 0)
+            Kk = np.take_along_axis(K, src, axis=1)
+            NDk = np.take_along_axis(ND, src, axis=1)
+            var = valid & (Kk < 2)
+            vw = np.where(var, NDk * 2 + (V < 0), 0)
+            var_w[order] = vw
+            const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
+            lengths[order] = const_len[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1] + (vw >> 1).sum(axis=1)
+        generic_rows = np.flatnonzero(~templ)
+        texts = [_dump(self.render.inst(int(R[i]))) for i in generic_rows.tolist()]
+        if texts:
+            lengths[generic_rows] = [len(t) for t in texts]
+        # layout class of each row (-1: rendered one by one)
+        cls = np.full(n, -1, dtype=np.int64)
+        if templ.any():
+            key = inv[templ].astype(np.int64)
+            for j in range(var_w.shape[1]):  # group, then the width of each variable slot: dense ids
+                col = var_w[templ, j]
+                if col.any():
+                    _, key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)
+                    key = key.reshape(-1)
+            cls[templ] = key
+        return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts)
+
+    # ------------------------------------------------------------------ templates
+    def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> _Template | None:
+        """The template of instruction ``i`` (its slots: clone iteration, dependency iterations, offsets)."""
+        from tusk.ir.bir_json import _dump
+
+        fn, render = self.fn, self.render
+        op = self.op
+        rid, opc = int(self.cols["attrs"][i]), int(self.cols["opcode"][i])
+        shape_id = self.shape(rid, opc)[0]
+        key = (opc, int(self.cols["engine"][i]), int(self.cols["name"][i]),
+               int(self.cols["iter"][i]) >= 0, shape_id, int(self.cols["pred"][i]),
+               tuple((int(op["role"][j]), int(op["kind"][j]), int(op["dtype"][j]), int(op["memloc"][j]),
+                      int(op["pattern"][j]), int(op["aux"][j]), int(op["dyn"][j]), int(op["extra"][j]),
+                      None if slot_off[j - start] else int(op["offset"][j])) for j in range(start, start + nops)),
+               tuple((int(self.name_col[self.dep_src[d]]), int(self.iter_col[self.dep_src[d]]) >= 0,
+                      int(self.dep_kind[d]), None if self.iter_col[self.dep_src[d]] >= 0
+                      else int(self.iter_col[self.dep_src[d]])) for d in range(dlo, dlo + ndeps)))
+        if key in self.templates:
+            return self.templates[key]
+        s = self.sentinel
+        slots: list[tuple[str, int]] = []
+        marks: dict[str, tuple[str, int]] = {}
+
+        def mark(kind: str, k: int) -> str:
+            text = f"{s}{kind}{k}\u0001"
+            marks[text] = (kind, k)
+            return text
+
+        name = None
+        n = int(self.cols["name"][i])
+        if n >= 0 and self.cols["iter"][i] >= 0:
+            name = f"{fn.strings[n]}-it{mark('name', 0)}"
+        deps = []
+        from tusk.ir.enums import EDGE_NAMES
+
+        for k, d in enumerate(range(dlo, dlo + ndeps)):
+            sn, si = int(self.name_col[self.dep_src[d]]), int(self.iter_col[self.dep_src[d]])
+            base = None if sn < 0 else fn.strings[sn]
+            if si >= 0 and base is not None:
+                deps.append([f"{base}-it{mark('dep', k)}", EDGE_NAMES[int(self.dep_kind[d])]])
+            else:
+                deps.append([render.name(int(self.dep_src[d])), EDGE_NAMES[int(self.dep_kind[d])]])
+        offsets = {k: mark("off", k) for k in range(nops) if slot_off[k]}
+        attrs = None
+        if self.shape(rid, opc)[1]:
+            from tusk.ir.bir_json import jsonable
+
+            plain, _ = wire.split(fn.record(rid))
+            attrs = _mask_ints(jsonable(plain), [], lambda k: mark("attr", k))
+        d = render.inst(i, name=name, deps=deps if ndeps else [], offsets=offsets, attrs=attrs)
+        text = _dump(d)
+        parts: list[bytes] = []
+        pos = 0
+        enc = {m: _dump(m)[1:-1] for m in marks}  # the JSON-escaped spelling of each mark
+        found = []
+        for m, e in enc.items():
+            at = text.find(e)
+            if at < 0 or text.find(e, at + 1) >= 0:
+                self.templates[key] = None
+                return None
+            kind = marks[m][0]
+            if kind in ("off", "attr"):  # a string in the template, an integer in the output: drop the quotes
+                found.append((at - 1, at + len(e) + 1, marks[m]))
+            else:
+                found.append((at, at + len(e), marks[m]))
+        for a, b, slot in sorted(found):
+            parts.append(text[pos:a])
+            slots.append(slot)
+            pos = b
+        parts.append(text[pos:])
+        t = _Template(parts, slots)
+        self.templates[key] = t
+        return t
+
+
+_POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
+_SEP_ARR = np.frombuffer(_SEP, dtype=np.uint8)
+MIN_PERIODS = 8  # a periodic stretch shorter than this is laid out class by class, then joined
+PERIOD_CANDIDATES = 8
+MAX_PERIOD = 4096
+STRETCH_BYTES = 1 << 23  # a stretch is filled this much at a time
+# estimated costs (microseconds) that choose the period of the stretches
+COST_CALL, COST_POSITION, COST_ROW_IN, COST_ROW_OUTSIDE = 300.0, 20.0, 0.1, 1.0
+
+
+def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray, widths: np.ndarray,
+              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes]) -> bytes:
+    """The chunk's lines joined by ",\n".
+
+    Where the layout classes repeat with a period (an unrolled loop body), a stretch of m periods is one
+    (m, period bytes) array filled column block by column block: its bytes are the output as they are.
+    The other lines are rendered class by class into (members, line bytes) arrays and joined in order.
+    """
+    stretches = _find_stretches(cls)
+    left = np.ones(n, dtype=bool)
+    for s0, p, m in stretches:
+        left[s0:s0 + p * m] = False
+    # lines outside the stretches: one array per layout class, then joined by row
+    lines: list[bytes] = []
+    lrows = np.zeros(0, dtype=np.int64)
+    if left.any():
+        lrows = np.flatnonzero(left)
+        pool: list[bytes] = []
+        starts = np.zeros(len(lrows), dtype=np.int64)
+        ends = np.zeros(len(lrows), dtype=np.int64)
+        offset = 0
+        c = cls[lrows]
+        for k in np.unique(c[c >= 0]).tolist():
+            local = np.flatnonzero(c == k)
+            L = int(lengths[lrows[local[0]]]) + 2
+            pool.append(_fill_rows(lrows[local][:, None], cls, inv, groups, values, widths).tobytes())
+            starts[local] = offset + np.arange(len(local)) * L
+            ends[local] = starts[local] + L
+            offset += len(local) * L
+        if len(generic_rows):
+            where = np.searchsorted(lrows, generic_rows)
+            for w, text in zip(where.tolist(), texts):
+                pool.append(text)
+                pool.append(_SEP)
+                starts[w] = offset
+                ends[w] = offset + len(text) + 2
+                offset += len(text) + 2
+        flat = b"".join(pool)
+        lines = list(map(flat.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    pieces: list[bytes] = []
+    r = 0
+    for (s0, p, m) in stretches:
+        if r < s0:
+            a, b = np.searchsorted(lrows, [r, s0])
+            pieces.append(b"".join(lines[a:b]))
+        step = max(1, min(m, STRETCH_BYTES // max(int((lengths[s0:s0 + p] + 2).sum()), 1)))
+        for k0 in range(0, m, step):
+            mm = min(step, m - k0)
+            rows = np.arange(s0 + k0 * p, s0 + (k0 + mm) * p).reshape(mm, p)
+            pieces.append(memoryview(_fill_rows(rows, cls, inv, groups, values, widths)))  # written as is
+        r = s0 + p * m
+    if r < n:
+        a = int(np.searchsorted(lrows, r))
+        pieces.append(b"".join(lines[a:]))
+    return pieces
+
+
+def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray,
+               widths: np.ndarray) -> np.ndarray:
+    """The lines of ``rows`` (m, p): row i of the result is lines rows[i, 0], ..., rows[i, p - 1], and
+    every column q holds one layout class.  The constant bytes of one result row are written to all rows
+    at once; then every slot of every column at once, digit position by digit position."""
+    m, p = rows.shape
+    head: list[bytes] = []
+    col = 0
+    f_col, f_width, f_pos, f_slot = [], [], [], []   # the numeric fields of one result row
+    for q in range(p):
+        r0 = int(rows[0, q])
+        t = groups[int(inv[r0])]
+        w = widths[r0]
+        for j, part in enumerate(t.raw):
+            head.append(part)
+            col += len(part)
+            if j < len(t.modes):
+                mode, fixed = t.modes[j]
+                n = fixed if mode == "pad" else int(w[j]) >> 1
+                f_col.append(col)
+                f_width.append(n)
+                f_pos.append(q)
+                f_slot.append(j)
+                head.append(b" " * n)
+                col += n
+        head.append(_SEP)
+        col += 2
+    block = np.empty((m, col), dtype=np.uint8)
+    block[:] = np.frombuffer(b"".join(head), dtype=np.uint8)
+    if f_col:
+        fc, fw = np.asarray(f_col, dtype=np.int64), np.asarray(f_width, dtype=np.int64)
+        v = values[rows[:, np.asarray(f_pos)], np.asarray(f_slot)]          # (m, fields)
+        a = np.abs(v)
+        nd = _digit_count(a)
+        neg = v < 0
+        q = a.astype(np.float64)   # exact: |v| < 2**53; floor((x + 0.5) / 10) is exact for it
+        for d in range(int(fw.max())):
+            nq = np.floor(q * 0.1 + 0.05)
+            digit = (q - 10 * nq).astype(np.uint8) + 48
+            q = nq
+            live = np.flatnonzero(fw > d)
+            ch = np.where(d < nd[:, live], digit[:, live], np.where(neg[:, live] & (d == nd[:, live]), 45, 32))
+            block[:, fc[live] + fw[live] - 1 - d] = ch
+    return block.reshape(-1)
+
+
+def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
+    """Non-overlapping (start, period, repetitions) stretches where the layout classes repeat.
+
+    Candidate periods are where a few probe rows' classes recur, and where the rows that break a
+    candidate recur (an unrolled body whose first iteration differs repeats as a whole); the candidate
+    with the lowest estimated cost wins (a fill call per stretch, a little per row in stretches, more
+    per row outside them)."""
+    n = len(cls)
+
+    def recurrences(r: int) -> list[int]:
+        if r >= n or cls[r] < 0:
+            return []
+        return (np.flatnonzero(cls[r + 1:r + 1 + MAX_PERIOD] == cls[r])[:PERIOD_CANDIDATES] + 1).tolist()
+
+    def stretches(p: int) -> tuple[list[tuple[int, int, int]], np.ndarray]:
+        eq = (cls[p:] == cls[:-p]) & (cls[:-p] >= 0)
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], eq, [False])).astype(np.int8)))
+        runs = []
+        for i, j in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+            m = (j - i + p) // p
+            if m >= MIN_PERIODS:
+                runs.append((i, p, m))
+        return runs, eq
+
+    cands: set[int] = set()
+    for r in (0, n // 3, (2 * n) // 3):
+        cands.update(recurrences(r))
+    best: list[tuple[int, int, int]] = []
+    best_cost = n * COST_ROW_OUTSIDE
+    seen: set[int] = set()
+    while cands:
+        p = cands.pop()
+        if p in seen or n < p * MIN_PERIODS:
+            continue
+        seen.add(p)
+        runs, eq = stretches(p)
+        covered = sum(q * m for _, q, m in runs)
+        cost = len(runs) * (COST_CALL + p * COST_POSITION) + covered * COST_ROW_IN + (n - covered) * COST_ROW_OUTSIDE
+        if cost < best_cost:
+            best, best_cost = runs, cost
+        breaks = np.flatnonzero(~eq[:n - p])
+        if len(breaks) and len(seen) < 4 * PERIOD_CANDIDATES:
+            cands.update(q for q in recurrences(int(breaks[0]) + p) if q not in seen)
+    return best
+
+
+# ====================================================================== loading
+
+
+BUILD_LINES = 1 << 14     # lines built column-wise at once
+READ_BYTES = 1 << 21       # the file is read this much at a time (temporaries stay below malloc's mmap threshold)
+MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
+LEAF_MAX = 1 << 16         # longer lines are never one instruction
+MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
+_DIGITS = bytes.maketrans(b"0123456789", b"##########")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null|[{}\[\]:,]')
+_RUN = re.compile(rb"[0-9]+")
+
+
+class _Fallback(Exception):
+    """The columnar path does not apply; the ordinary reader takes the file."""
+
+
+def try_loads(data: bytes, file: str | None) -> Module | None:
+    """:func:`try_load` for text in memory."""
+    if len(data) < MIN_FAST_BYTES:
+        return None
+    try:
+        return _ColumnLoad(file, data).load()
+    except (_Fallback, TuskError, ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
+            orjson.JSONDecodeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
+def try_load(path: str) -> Module | None:
+    """The module in ``path`` read column-wise, or None: the ordinary reader then reads the file (and
+    reports any error in it).  Both build the same module."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size < (MIN_FAST_BYTES >> 3 if path.endswith(".gz") else MIN_FAST_BYTES):
+        return None
+    try:
+        return _ColumnLoad(path).load()
+    except (_Fallback, TuskError, ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
+            orjson.JSONDecodeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
+class _Family:
+    """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
+
+    __slots__ = ("nruns", "slots", "slot_cols", "const_cols", "sign", "generic", "subs")
+
+    def __init__(self, line: bytes):
+        self.subs: dict[bytes, int] = {}
+        self.generic = False
+        obj = orjson.loads(line)
+        if type(obj) is not dict:
+            raise _Fallback("not an instruction")
+        runs = _runs_with_paths(line)
+        self.nruns = len(runs)
+        if self.nruns != len(_RUN.findall(line)):
+            raise _Fallback("digit runs not accounted for")
+        deps = obj.get("dependencies", [])
+        if ("loop_carried_dependencies" in obj or "unroll_dependencies" in obj or "blocks" in obj
+                or not _canonical_deps(deps)):
+            self.generic = True
+        order = _operand_order(obj)
+        slots: list[tuple[str, int]] = []
+        cols: list[int] = []
+        sign: list[int] = []
+        for r, (path, tok, last, neg) in enumerate(runs):
+            kind = None
+            if path == ("name",) and tok == "str" and last and type(obj.get("name")) is str \
+                    and split_clone_name(obj["name"]):
+                kind = ("name", 0)
+            elif (len(path) == 3 and path[0] == "dependencies" and path[2] == 0 and tok == "str" and last
+                  and type(deps) is list and split_clone_name(deps[path[1]][0])):
+                kind = ("dep", path[1])
+            elif len(path) == 3 and path[2] == "offset" and tok == "int" and (path[0], path[1]) in order:
+                kind = ("off", order[(path[0], path[1])])
+            if kind is not None:
+                slots.append(kind)
+                cols.append(r)
+                sign.append(-1 if neg else 1)
+        self.slots = slots
+        self.slot_cols = np.asarray(cols, dtype=np.int64)
+        self.const_cols = np.setdiff1d(np.arange(self.nruns), self.slot_cols)
+        self.sign = np.asarray(sign, dtype=np.int64)
+
+
+def _canonical_deps(deps: Any) -> bool:
+    if type(deps) is not list:
+        return False
+    names = set()
+    for d in deps:
+        if type(d) is not list or len(d) != 2 or type(d[0]) is not str or type(d[1]) is not str or d[0] in names:
+            return False
+        names.add(d[0])
+    return True
+
+
+def _operand_order(obj: dict) -> dict[tuple[str, int], int]:
+    """(role key, index) of each physical_ap operand -> its position among the instruction's operand rows
+    (the reader appends ins, then indirection_ins, then outs)."""
+    out = {}
+    k = 0
+    for key in ("ins", "indirection_ins", "outs"):
+        ops = obj.get(key, [])
+        if type(ops) is not list:
+            raise _Fallback("operands are not a list")
+        for i, o in enumerate(ops):
+            if type(o) is dict and o.get("kind") == "physical_ap" and type(o.get("offset")) is int:
+                out[(key, i)] = k
+            k += 1
+    return out
+
+
+def _runs_with_paths(line: bytes) -> list[tuple[tuple, str, bool, bool]]:
+    """Every run of digits in a one-line JSON object, in order: (path of the value it is in, "key" | "str" |
+    "int" | "num", whether it is the token's last run, whether the token is a negative number)."""
+    out: list[tuple[tuple, str, bool, bool]] = []
+    stack: list[list] = []   # frames: [is_object, key or index, expecting a key]
+    pos = 0
+    for m in _TOKEN.finditer(line):
+        if line[pos:m.start()].strip():
+            raise _Fallback("unexpected text")
+        pos = m.end()
+        tok = m.group()
+        c = tok[:1]
+        if c in (b"{", b"["):
+            stack.append([c == b"{", None if c == b"{" else 0, c == b"{"])
+            continue
+        if c in (b"}", b"]"):
+            stack.pop()
+            continue
+        if c == b":":
+            stack[-1][2] = False
+            continue
+        if c == b",":
+            top = stack[-1]
+            if top[0]:
+                top[2] = True
+            else:
+                top[1] += 1
+            continue
+        if c == b'"':
+            runs = _RUN.findall(tok)
+            if stack and stack[-1][0] and stack[-1][2]:  # an object key
+                stack[-1][1] = orjson.loads(tok)
+                kind = "key"
+            else:
+                kind = "str"
+            path = _path(stack)
+            for k in range(len(runs)):
+                out.append((path, kind, k == len(runs) - 1, False))
+            continue
+        runs = _RUN.findall(tok)
+        kind = "int" if _RUN.fullmatch(tok.lstrip(b"-")) else "num"
+        for k in range(len(runs)):
+            out.append((_path(stack), kind, k == len(runs) - 1, tok[:1] == b"-"))
+    if stack or line[pos:].strip():
+        raise _Fallback("not one whole object")
+    return out
+
+
+def _path(stack: list[list]) -> tuple:
+    return tuple(f[1] for f in stack)
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows, row -> its distinct row) of a 2-D array of non-negative integers."""
+    if not a.shape[1]:
+        return a[:1], np.zeros(len(a), dtype=np.int64)
+    vary = np.flatnonzero((a != a[0]).any(axis=0))
+    if not len(vary):
+        return a[:1], np.zeros(len(a), dtype=np.int64)
+    sub = a[:, vary]
+    bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
+    if sum(bits) <= 62:  # one exact integer per row
+        key = np.zeros(len(a), dtype=np.int64)
+        for j, b in enumerate(bits):
+            key = (key << b) | sub[:, j]
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return a[first], inv.reshape(-1)
+    _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
+    return a[first], inv.reshape(-1)
+
+
+class _Run:
+    __slots__ = ("tids", "slots", "generic")
+
+    def __init__(self) -> None:
+        self.tids: list[np.ndarray] = []     # per batch: sub-template id per line (-1 - k: generic line k)
+        self.slots: list[np.ndarray] = []    # per batch: (lines, slots) values
+        self.generic: list[bytes] = []       # texts of lines read one by one
+
+
+class _ColumnLoad:
+    """Scan a file line by line (column-wise for runs of one-line instructions), then read the rest."""
+
+    def __init__(self, path: str | None, data: bytes | None = None):
+        self.path, self.data = path, data
+        self.nonce = os.urandom(6).hex()
+        self.marker = f"\x00tusk-run:{self.nonce}:"  # as read back; the text spells \x00 as \\u0000
+        self.skeleton: list[bytes] = []
+        self.families: dict[bytes, int] = {}
+        self.fams: list[_Family] = []
+        self.sub_lines: list[bytes] = []        # sub-template id -> its first line
+        self.sub_family: list[int] = []
+        self.runs: list[_Run] = []
+        self.cur: _Run | None = None
+        self.comma = False
+        self.protos: dict[int, Any] = {}
+        self.used = 0
+        self.lines = 0
+
+    # ------------------------------------------------------------------ scanning
+    def load(self) -> Module:
+        from tusk.ir.bir_json import _guarded, _open_read, _Reader
+
+        if self.data is not None:
+            buf = memoryview(self.data)
+            at = 0
+            while at < len(buf):
+                end = self.data.rfind(b"\n", at, at + READ_BYTES) + 1 if at + READ_BYTES < len(buf) else len(buf)
+                if end <= at:  # a line longer than the window: take it whole
+                    end = self.data.find(b"\n", at + READ_BYTES) + 1 or len(buf)
+                piece = bytes(buf[at:end])
+                self.scan(piece if piece.endswith(b"\n") else piece + b"\n")
+                at = end
+        else:
+            with _open_read(self.path) as fh:
+                rest = b""
+                while True:
+                    data = fh.read(READ_BYTES)
+                    if not data:
+                        break
+                    data = rest + data
+                    cut = data.rfind(b"\n") + 1
+                    if cut:
+                        self.scan(data[:cut])
+                    rest = data[cut:]
+                if rest:
+                    self.scan(rest + b"\n")
+        self.close_run()
+        if not self.runs:
+            raise _Fallback("no run of one-line instructions")
+        text = b"".join(self.skeleton)
+        self.skeleton = []
+        root = orjson.loads(text)
+        reader = _Reader(self.path)
+        reader.expand = self
+        module = _guarded(reader, lambda: reader.module(root))
+        if self.used != len(self.runs):
+            raise _Fallback("a run was not where instructions are")
+        return module
+
+    def close_run(self) -> None:
+        if self.cur is not None:
+            self.skeleton.append(b",\n" if self.comma else b"\n")
+            self.cur = None
+
+    def scan(self, chunk: bytes) -> None:
+        tchunk = chunk.translate(_DIGITS)
+        tlines = tchunk.split(b"\n")[:-1]  # the chunk ends with a newline
+        length = np.fromiter(map(len, tlines), dtype=np.int64, count=len(tlines))
+        starts = np.zeros(len(length), dtype=np.int64)
+        np.cumsum(length[:-1] + 1, out=starts[1:])
+        ends = starts + length
+        buf = np.frombuffer(chunk, dtype=np.uint8)
+        safe_s = np.minimum(starts + 1, len(buf) - 1)
+        last, before = buf[np.maximum(ends - 1, 0)], buf[np.maximum(ends - 2, 0)]
+        leaf = ((length >= 2) & (length < LEAF_MAX) & (buf[starts] == 123) & (buf[safe_s] == 34)
+                & ((last == 125) | ((last == 44) & (before == 125))))
+        if chunk.find(b"\\") >= 0:  # lines with an escape are read by the ordinary reader
+            esc = np.flatnonzero(buf == 92)
+            leaf[np.searchsorted(starts, esc, "right") - 1] = False
+        if not leaf.any():
+            self.close_run()
+            self.skeleton.append(chunk)
+            return
+        self.hash_free = chunk.find(b"#") < 0
+        cuts = np.flatnonzero(np.diff(leaf.astype(np.int8))) + 1
+        bounds = [0, *cuts.tolist(), len(leaf)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if not leaf[a]:
+                self.close_run()
+                self.skeleton.append(chunk[starts[a]:ends[b - 1] + 1])
+                continue
+            if self.cur is None:
+                self.cur = _Run()
+                self.skeleton.append(b'"\\u0000tusk-run:' + self.nonce.encode() + b":" + str(len(self.runs)).encode()
+                                     + b'"')
+                self.runs.append(self.cur)
+            self.batch(chunk, buf, tchunk, tlines[a:b], starts[a:b], ends[a:b])
+            self.comma = bool(buf[ends[b - 1] - 1] == 44)
+
+    def batch(self, chunk: bytes, buf: np.ndarray, tchunk: bytes, keys: list[bytes], ls: np.ndarray,
+              le: np.ndarray) -> None:
+        run = self.cur
+        self.lines += len(ls)
+        core = le - (buf[le - 1] == 44)
+        fid = np.fromiter(map(self.families.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+        for i in np.flatnonzero(fid < 0).tolist():
+            f = self.families.get(keys[i])
+            if f is None:
+                if len(self.fams) >= MAX_FAMILIES:
+                    raise _Fallback("too many line shapes")
+                f = len(self.fams)
+                self.fams.append(_Family(chunk[ls[i]:core[i]]))
+                self.families[keys[i]] = f
+            fid[i] = f
+        # every digit run of these lines, with its value (digit by digit from the run's end)
+        lo, hi = int(ls[0]), int(le[-1])
+        seg = buf[lo:hi]
+        if self.hash_free:
+            isd = np.frombuffer(tchunk, dtype=np.uint8)[lo:hi] == 35
+        else:
+            isd = (seg >= 48) & (seg <= 57)
+        x = isd.view(np.int8)  # the region starts with "{" and ends with "}" or ",": runs alternate start, end
+        edges = np.flatnonzero(x[1:] != x[:-1]) + 1
+        rs, re_ = edges[0::2], edges[1::2]
+        rl = re_ - rs
+        if len(rl) and rl.max() > 18:
+            raise _Fallback("a number too long for the columnar path")
+        vals = seg[re_ - 1].astype(np.int64) - 48
+        live = np.flatnonzero(rl > 1)
+        for k in range(1, int(rl.max()) if len(rl) else 0):
+            vals[live] += (seg[re_[live] - 1 - k].astype(np.int64) - 48) * _POW10[k]
+            live = live[rl[live] > k + 1]
+        lead0 = (seg[rs] == 48) & (rl > 1)
+        first_run = np.searchsorted(rs, ls - lo)
+        tids = np.empty(len(ls), dtype=np.int32)
+        width = max((len(self.fams[f].slots) for f in np.unique(fid).tolist()), default=0)
+        slots = np.zeros((len(ls), max(width, 1)), dtype=np.int64)
+        for f in np.unique(fid).tolist():
+            fam = self.fams[f]
+            members = np.flatnonzero(fid == f)
+            if fam.generic:
+                self._generic(run, chunk, ls, core, members, tids)
+                continue
+            idx = first_run[members][:, None] + np.arange(fam.nruns)
+            if fam.nruns and idx.max() >= len(vals):
+                raise _Fallback("digit runs do not line up")
+            V = vals[idx] if fam.nruns else np.zeros((len(members), 0), np.int64)
+            bad = np.zeros(len(members), dtype=bool)
+            if len(fam.slot_cols):
+                sc = idx[:, fam.slot_cols]
+                bad |= lead0[sc].any(axis=1)
+                for j, (kind, _) in enumerate(fam.slots):
+                    if kind != "off":
+                        bad |= rl[sc[:, j]] > 9  # a clone iteration has at most 9 digits
+                slots[members, :len(fam.slot_cols)] = V[:, fam.slot_cols] * fam.sign
+            if bad.any():
+                self._generic(run, chunk, ls, core, members[bad], tids)
+                members, V = members[~bad], V[~bad]
+            if not len(members):
+                continue
+            ukeys, inv = _distinct_rows(V[:, fam.const_cols])
+            for u in range(len(ukeys)):
+                k = ukeys[u].tobytes()
+                sub = fam.subs.get(k)
+                if sub is None:
+                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                        raise _Fallback("not clone-shaped: most lines would be read one by one anyway")
+                    i = int(members[np.flatnonzero(inv == u)[0]])
+                    sub = fam.subs[k] = len(self.sub_lines)
+                    self.sub_lines.append(chunk[ls[i]:core[i]])
+                    self.sub_family.append(f)
+                tids[members[inv == u]] = sub
+        run.tids.append(tids)
+        if len(slots) and np.abs(slots).max() < (1 << 31):
+            slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
+        run.slots.append(slots)
+
+    @staticmethod
+    def _generic(run: _Run, chunk: bytes, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
+                 tids: np.ndarray) -> None:
+        for i in members.tolist():
+            tids[i] = -1 - len(run.generic)
+            run.generic.append(chunk[ls[i]:core[i]])
+
+    # ------------------------------------------------------------------ expanding a run while reading
+    def run(self, reader: Any, fn: Function, text: str, where: str, block: int) -> None:
+        k = int(text.rsplit(":", 1)[1])
+        if not 0 <= k < len(self.runs) or self.runs[k] is None:
+            raise _Fallback("run marker out of place")
+        run = self.runs[k]
+        self.runs[k] = None  # type: ignore[call-overload]
+        self.used += 1
+        tids = np.concatenate(run.tids)
+        run.tids = []
+        width = max(s.shape[1] for s in run.slots)
+        dtype = np.result_type(*[s.dtype for s in run.slots])
+        slots = np.zeros((len(tids), width), dtype=dtype)
+        at = 0
+        for s in run.slots:
+            slots[at:at + len(s), :s.shape[1]] = s
+            at += len(s)
+        run.slots = []
+        # stretches of lines built column-wise, and the lines read one by one, in order
+        gen = tids < 0
+        cuts = np.flatnonzero(np.diff(gen.astype(np.int8))) + 1
+        bounds = [0, *cuts.tolist(), len(tids)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if gen[a]:
+                for t in tids[a:b].tolist():
+                    reader.inst(fn, orjson.loads(run.generic[-1 - t]), where, block)
+            else:
+                self.build(reader, fn, tids[a:b], slots[a:b], where, block)
+
+    def proto(self, reader: Any, fn: Function, sub: int, where: str, block: int) -> dict:
+        """Read a sub-template's first line with the ordinary reader; keep its rows as a prototype."""
+        p = self.protos.get(sub)
+        if p is not None:
+            return p
+        fam = self.fams[self.sub_family[sub]]
+        n_ins, n_ops, mark = len(fn.insts), len(fn.operands), reader.refs.mark()
+        checks = (len(reader.deps_to_check), len(reader.carried_to_check))
+        reader.inst(fn, orjson.loads(self.sub_lines[sub]), where, block)
+        if len(fn.insts) != n_ins + 1 or (len(reader.deps_to_check), len(reader.carried_to_check)) != checks:
+            raise _Fallback("a template is not one plain instruction")
+        row = {c: fn.insts[c][n_ins] for c in fn.insts.names}
+        ops = {c: fn.operands[c][n_ops:].copy() for c in fn.operands.names}
+        refs = reader.refs.rollback(mark)
+        fn.insts.truncate(n_ins)
+        fn.operands.truncate(n_ops)
+        if any(refs["flavour"]):
+            raise _Fallback("carried references in a template")
+        p = {"row": row, "ops": ops, "refs": refs, "fam": fam}
+        self.protos[sub] = p
+        return p
+
+    def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
+        """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
+        of lines at a time, so the temporaries stay small)."""
+        from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA
+
+        subs = np.unique(tids)
+        index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
+        index[subs] = np.arange(len(subs))
+        protos = [self.proto(reader, fn, int(s), where, block) for s in subs.tolist()]
+        nsub = len(protos)
+        # per sub-template: instruction columns, and where its slots go
+        P = {c: np.array([int(p["row"][c]) for p in protos], dtype=np.int64) for c, _ in INST_SCHEMA}
+        name_slot = np.full(nsub, -1, dtype=np.int64)
+        op_tables: dict[str, list] = {c: [] for c, _ in OPERAND_SCHEMA}
+        op_slot: list[np.ndarray] = []
+        op_start = np.zeros(nsub, dtype=np.int64)
+        ref_cols: dict[str, list] = {f: [] for f in ("name", "iter", "kind")}
+        ref_slot: list[np.ndarray] = []
+        ref_start = np.zeros(nsub, dtype=np.int64)
+        nrefs = np.zeros(nsub, dtype=np.int64)
+        o = r = 0
+        for k, p in enumerate(protos):
+            fam = p["fam"]
+            nops = len(p["ops"]["role"])
+            osl = np.full(nops, -1, dtype=np.int64)
+            nr = len(p["refs"]["dst"])
+            rsl = np.full(nr, -1, dtype=np.int64)
+            for j, (kind, q) in enumerate(fam.slots):
+                if kind == "name":
+                    name_slot[k] = j
+                elif kind == "off":
+                    osl[q] = j
+                else:
+                    rsl[q] = j
+            for c in op_tables:
+                op_tables[c].append(p["ops"][c])
+            op_slot.append(osl)
+            op_start[k] = o
+            o += nops
+            for f in ref_cols:
+                ref_cols[f].append(np.asarray(p["refs"][f], dtype=np.int64))
+            ref_slot.append(rsl)
+            ref_start[k] = r
+            nrefs[k] = nr
+            r += nr
+        OPT = {c: np.concatenate(v) for c, v in op_tables.items()}
+        OSL = np.concatenate(op_slot)
+        RN, RI, RK = (np.concatenate(ref_cols[f]) for f in ("name", "iter", "kind"))
+        RSL = np.concatenate(ref_slot)
+        nops_all = P["nops"][index[tids]]
+        fn.insts.reserve(len(fn.insts) + len(tids))
+        fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
+        for s0 in range(0, len(tids), BUILD_LINES):
+            local = index[tids[s0:s0 + BUILD_LINES]]
+            sl = slots[s0:s0 + BUILD_LINES]
+            n = len(local)
+            rows0 = len(fn.insts)
+            lines = np.arange(n)
+            ns = name_slot[local]
+            it = np.where(ns >= 0, sl[lines, np.maximum(ns, 0)], P["iter"][local])
+            nops = P["nops"][local]
+            J = _ranges(op_start[local], nops)
+            owner = np.repeat(lines, nops)
+            OP = {c: v[J] for c, v in OPT.items()}
+            osl = OSL[J]
+            OP["offset"] = np.where(osl >= 0, sl[owner, np.maximum(osl, 0)], OP["offset"])
+            starts = np.zeros(n, dtype=np.int64)
+            if n:
+                np.cumsum(nops[:-1], out=starts[1:])
+            starts += len(fn.operands)
+            fn.operands.extend(len(J), **OP)
+            cols = {c: P[c][local] for c, _ in INST_SCHEMA}
+            cols.update(block=block, iter=it, ops=starts)
+            fn.insts.extend(n, **cols)
+            nr = nrefs[local]
+            if nr.any():
+                K = _ranges(ref_start[local], nr)
+                rowner = np.repeat(lines, nr)
+                rsl = RSL[K]
+                riter = np.where(rsl >= 0, sl[rowner, np.maximum(rsl, 0)], RI[K])
+                reader.refs.add_arrays(dst=(rows0 + rowner).astype(np.int32),
+                                       block=np.full(len(K), block, dtype=np.int32), name=RN[K].astype(np.int32),
+                                       iter=riter.astype(np.int32), kind=RK[K].astype(np.int8),
+                                       flavour=np.zeros(len(K), dtype=np.int8),
+                                       payload=np.full(len(K), -1, dtype=np.int32))
+        fn.invalidate()

@@ -1,0 +1,188 @@
+"""The columnar BIR-JSON paths build exactly what the ordinary ones do.
+
+The writer's templates must write the same JSON values as rendering every
+instruction one by one; the loader's column-wise reading must build the same
+module as the ordinary reader, and hand anything it does not cover back to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.programs import every_family_module, tiled_exp_module
+from tusk.examples.generate import KERNELS
+from tusk.ir import bir_fast, bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.errors import FormatError
+from tusk.ir.module import Module
+from tusk.stages.deps import BuildFDeps
+from tusk.stages.full_unroll import FullUnroll
+from tusk.stages.unroll import unroll_function
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from nests import tusk_nest  # noqa: E402
+
+EVIDENCE = Path(__file__).parent / "data" / "bir_json_evidence"
+
+
+def _unrolled(m: Module, deps: bool = True) -> Module:
+    out = Module([unroll_function(f)[0] for f in m.functions], m.arch, m.version, m.attributes, m.artifact_dir,
+                 m.queues, m.extras)
+    return BuildFDeps().run(out)[0] if deps else out
+
+
+def _modules():
+    yield "nest", _unrolled(tusk_nest(3, 4, 5))
+    yield "nest-no-deps", _unrolled(tusk_nest(4, 3, 9), deps=False)
+    yield "family", _unrolled(every_family_module())
+    yield "tiled", _unrolled(tiled_exp_module(tiles=40))
+    for name in ("tiled_matmul", "block_tensor", "predicated_accumulate", "tiled_softmax"):
+        yield name, FullUnroll(level=1).run(bir_json.load(KERNELS / f"{name}.json"))[0]
+    m = bir_json.load(EVIDENCE / "k_loop_record.json")
+    yield "k-loop", FullUnroll(level=1).run(m)[0]
+    yield "negative", _negative_offsets()
+    yield "names", _awkward_names()
+
+
+def _negative_offsets() -> Module:
+    m = _unrolled(tusk_nest(2, 2, 12))
+    fn = m.functions[0]
+    off = fn.operands["offset"]
+    off[::3] = -off[::3] - 7  # not a program any more, but every spelling of a number
+    off[1::5] = 10**15 + np.arange(len(off[1::5]))
+    return m
+
+
+def _awkward_names() -> Module:
+    b = Builder("k")
+    t = b.sbuf("t", (128, 4), addr=0)
+    y = b.dram("y", (128, 64), kind="ExternalOutput")
+    with b.loop("i", 0, 14) as i:
+        b.dma(y.tile(0, 128, i * 4, 4), t.ap(), name="x1-it07")     # not a clone name: leading zero
+        b.dma(y.tile(0, 128, i * 4, 4), t.ap(), name="v2.3")
+        b.dma(y.tile(0, 128, i * 4, 4), t.ap(), name="é-it")
+    m = _unrolled(b.module())
+    fn = m.functions[0]
+    fn.insts["iter"][::7] += 1_000_000_000 - 1  # a ten-digit clone iteration
+    return m
+
+
+MODULES = dict(_modules())
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_templates_write_what_one_by_one_rendering_writes(name, monkeypatch):
+    m = MODULES[name]
+    fast = bir_json.dumps(m)
+    monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
+    slow = bir_json.dumps(m)
+    assert json.loads(fast) == json.loads(slow)
+    assert fast.count("\n") == slow.count("\n")
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_columnar_loading_builds_what_the_reader_builds(tmp_path, name):
+    path = tmp_path / "m.json"
+    bir_json.save(MODULES[name], path)
+    ordinary = bir_json.load(path, fast=False)
+    try:
+        columnar = bir_fast._ColumnLoad(str(path)).load()
+    except bir_fast._Fallback:
+        pytest.skip("no run of one-line instructions to read column-wise")
+    assert columnar == ordinary
+    assert bir_json.dumps(columnar) == bir_json.dumps(ordinary)
+
+
+def test_large_file_takes_the_columnar_path_and_gzip(tmp_path, monkeypatch):
+    m = _unrolled(tusk_nest(6, 6, 40))
+    for suffix in (".json", ".json.gz"):
+        path = tmp_path / f"big{suffix}"
+        bir_json.save(m, path)
+        calls = []
+        real = bir_fast._ColumnLoad.load
+        monkeypatch.setattr(bir_fast._ColumnLoad, "load", lambda self: calls.append(1) or real(self))
+        monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+        assert bir_json.load(path) == m
+        assert calls, "the columnar path was not taken"
+    calls.clear()
+    assert bir_json.loads(bir_json.dumps(m)) == m  # text in memory takes it too
+    assert calls
+
+
+def test_a_bad_line_among_good_ones_is_reported_by_the_ordinary_reader(tmp_path, monkeypatch):
+    m = _unrolled(tusk_nest(3, 3, 20), deps=False)
+    path = tmp_path / "bad.json"
+    bir_json.save(m, path)
+    lines = path.read_text().split("\n")
+    k = len(lines) // 2
+    assert lines[k].startswith('{"engine"')
+    lines[k] = lines[k].replace('"name":"', '"name":"zz', 1).replace('"offset":', '"offset":0', 1)
+    path.write_text("\n".join(lines))
+    monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+    with pytest.raises(FormatError) as err:
+        bir_json.load(path)
+    assert str(path) in str(err.value) and "malformed JSON" in str(err.value)
+
+
+def test_unknown_dependency_in_a_run_is_an_error_with_its_path(tmp_path, monkeypatch):
+    m = _unrolled(tusk_nest(3, 3, 20))
+    path = tmp_path / "dangling.json"
+    bir_json.save(m, path)
+    text = path.read_text().replace('["load_a-it17","Flow"]', '["load_a-it99999","Flow"]', 1)
+    path.write_text(text)
+    monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+    with pytest.raises(FormatError) as err:
+        bir_json.load(path)
+    assert "Unknown dependency 'load_a-it99999'" in str(err.value)
+    assert ".instructions[" in (err.value.where or "")
+
+
+def test_writer_memory_does_not_follow_the_instruction_count(monkeypatch):
+    """The writer works chunk by chunk: its temporaries are bounded by the chunk, not the function."""
+    import tracemalloc
+
+    monkeypatch.setattr(bir_fast, "CHUNK", 512)
+    monkeypatch.setattr(bir_json, "SINK_BYTES", 1 << 16)
+    peaks = []
+    for kt in (40, 160):
+        m = _unrolled(tusk_nest(4, 4, kt), deps=False)
+        tracemalloc.start()
+        bir_json.write(m, _Null())
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < 1.3 * peaks[0], peaks
+
+
+class _Null:
+    def write(self, b) -> int:
+        return len(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_templates_follow_any_attribute_values(seed, monkeypatch):
+    """Attribute records that differ in integers share templates; anything else keeps them apart."""
+    from tusk.ir.columns import Record
+
+    rng = np.random.default_rng(seed)
+    m = _unrolled(tusk_nest(3, 3, 12))
+    fn = m.functions[0]
+    junk = [0, 7, -5, 2**62 + 1, 2**63, 2**64 - 1, 1.5, float("inf"), "x", True, [1, 2], {"a": 3}, {"a": [4, 5]}]
+    rows = rng.choice(len(fn.insts), size=len(fn.insts) // 3, replace=False)
+    for r in rows.tolist():
+        rec = dict(fn.record(int(fn.insts["attrs"][r])))
+        rec[str(rng.choice(["accumulation_flag", "k", "tile_size"]))] = junk[int(rng.integers(len(junk)))]
+        fn.insts["attrs"][r] = fn.intern_record(Record.of(rec))
+    fast = bir_json.dumps(m)
+    monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
+    assert json.loads(fast) == json.loads(bir_json.dumps(m))
+
+
+def test_digit_counts_at_every_power_of_ten():
+    v = np.array([0] + [s * (10**k + d) for k in range(19) for d in (-1, 0, 1) for s in (1, -1)
+                        if 0 < 10**k + d < 2**63], dtype=np.int64)
+    assert bir_fast._ndigits(v).tolist() == [len(str(x)) for x in v.tolist()]
