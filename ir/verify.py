@@ -25,7 +25,6 @@ function verifies in seconds:
 from __future__ import annotations
 
 import math
-import re
 from typing import Iterable
 
 import numpy as np

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tusk.cache import Store
 from tusk.workflows.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
