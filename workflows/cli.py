@@ -160,6 +160,9 @@ def compile(
     verify: Optional[bool] = typer.Option(None, "--verify/--no-verify", help=_setting_help(
         "verify", "Run the IR verifier after every pass / not at all (default: on the kernel as translated and "
                   "on the final output)")),
+    flatten: bool = typer.Option(False, "--flatten", help="Write each core's kernel as functions[0] named sg0000 "
+                                 "(the per-core form real-dump checkers read) instead of the host module calling "
+                                 "it; see docs/bir-json.md"),
     report: bool = typer.Option(True, "--report/--no-report", show_default=False,
                                 help="Write OUT/report.html, OUT/build-trace.json and OUT/<kernel>/timeline.json "
                                      "(default: on)"),
@@ -183,7 +186,7 @@ def compile(
             workers=workers, scheduler=scheduler, cache_dir=cache_dir,
             verify=None if verify is None else ("all" if verify else "none"), arch=arch,
             instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
-            core_id=core_id)
+            core_id=core_id, flatten=flatten)
     except NoKernels as e:
         raise _fail(e, 1)
     except TuskError as e:

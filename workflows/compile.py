@@ -78,6 +78,7 @@ class CompileRequest:
     pipeline: Path | None = None
     stages: bool | list[str] = False  # True: every step's output; a list: the steps (labels or pass names) named
     verify: str | None = None    # "none" | "ends" | "all"; None: the setting (default "ends")
+    flatten: bool = False        # write each core's kernel as functions[0] "sg0000" (what real-dump checkers read)
     settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
 
 
@@ -230,7 +231,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             if connected is not None:
                 check_workers_reach_store(connected, store)
         kernels, skipped = discover(directory, store)
-        writer = OutputWriter(out, store, resolved.steps, req.stages)
+        writer = OutputWriter(out, store, resolved.steps, req.stages, req.flatten)
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:

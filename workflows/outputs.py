@@ -102,11 +102,12 @@ def previous_parts(out: Path, unit: BuildUnit) -> dict[str, dict]:
 class OutputWriter:
     """Has each unit's final module written aside as it completes; moves whole kernel directories in place."""
 
-    def __init__(self, out: Path, store, steps, stages: bool | list[str]):
+    def __init__(self, out: Path, store, steps, stages: bool | list[str], flatten: bool = False):
         self.out = out
         self.store = store
         self.steps = steps
         self.stages = sorted(set(stages)) if isinstance(stages, (list, tuple, set)) else bool(stages)  # names: those
+        self.flatten = flatten
         self.started = time.time()
         self.staging: dict[str, Path] = {}
         self.up_to_date: dict[str, bool] = {}
@@ -135,7 +136,8 @@ class OutputWriter:
         unit = ur.unit
         dest = self.out / unit.kernel
         data = _read_stats(dest / STATS_FILE)
-        if not data or data.get("files") != unit.files or data.get("stages") != self.stages:
+        if not data or data.get("files") != unit.files or data.get("stages") != self.stages \
+                or bool(data.get("flatten")) != self.flatten:
             return None
         for rel, size in (data.get("artifacts") or {}).items():  # a deleted or truncated artifact: rewrite
             try:
@@ -163,7 +165,8 @@ class OutputWriter:
             return None
         staging = self.staging_for(unit.kernel)
         art = str(self.out / unit.kernel)  # where the outputs end up (staging is renamed to it)
-        items: list[tuple[str, Path, str]] = [(final, staging / unit.data["output"], art)]
+        # the final output, flattened on request (--flatten: the kernel as functions[0] "sg0000"); stages never
+        items: list[tuple] = [(final, staging / unit.data["output"], art, *(["flatten"] if self.flatten else []))]
         if self.stages:
             d = staging / "stages" / (unit.name.replace("[", "_").replace("]", ""))
             d.mkdir(parents=True, exist_ok=True)
@@ -179,6 +182,7 @@ class OutputWriter:
         failed = [u for u in kr.units if not u.ok]
         staging = self.staging.pop(k.name, None)
         kr.stats = _kernel_stats(kr, resolved, self.stages)
+        kr.stats["flatten"] = self.flatten
         try:
             if failed or not kr.units:
                 kr.error = "; ".join(dict.fromkeys(_message(u) for u in failed)) or "nothing was built"
@@ -217,7 +221,7 @@ class OutputWriter:
                 except OSError:  # moved away meanwhile (a concurrent build): write it again
                     from tusk.ir import bir_json
 
-                    bir_json.save(self.store.load(u.final), staging / u.unit.data["output"])
+                    bir_json.save(self.store.load(u.final), staging / u.unit.data["output"], flatten=self.flatten)
         kr.stats["artifacts"] = self._stage_artifacts(artifacts, staging, dest)
         (staging / STATS_FILE).write_bytes(_json(kr.stats))
         _swap_dir(staging, dest)  # dest was checked before the build: absent, or a Tusk output

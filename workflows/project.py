@@ -173,7 +173,7 @@ SETTING_ARGS = ("workers", "scheduler", "cache_dir", "verify", "arch", "instruct
 
 def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipeline: Path | None = None,
                     stages: bool = False, stage: list[str] = (), dashboard: bool = False, no_cache: bool = False,
-                    core_id: int | None = None, **settings: Any):
+                    core_id: int | None = None, flatten: bool = False, **settings: Any):
     """Everything a build can be refused for, checked before it starts; ``(CompileRequest, config, file)``.
 
     ``settings`` are the command-line values of :data:`SETTING_ARGS` (None:
@@ -217,6 +217,6 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
                          scheduler=overrides.get("scheduler"), dashboard=dashboard,
                          cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,
                          pipeline=pipe, stages=True if stages else (list(stage) if stage else False),
-                         verify=overrides.get("verify"),
+                         verify=overrides.get("verify"), flatten=flatten,
                          settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides})
     return req, cfg, pf

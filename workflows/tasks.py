@@ -425,8 +425,9 @@ def probe_store(store_url: str, token: str) -> dict:
 
 
 def write_outputs(store_url: str, items: list) -> dict:
-    """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path, artifact directory]``
-    (the module is written with that artifact directory: objects hold none).
+    """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path, artifact directory]`` (the
+    module is written with that artifact directory: objects hold none), ``"flatten"`` appended for the
+    per-core form (``bir_json.save(..., flatten=True)``).
 
     Also reports the const files the modules name (the client stages them
     next to the outputs).
@@ -440,16 +441,16 @@ def write_outputs(store_url: str, items: list) -> dict:
     try:
         store = _store(store_url)
         written, consts = [], set()
-        for h, path, *art in items:
+        for h, path, *rest in items:
             module, missing = _load_input(store, h)
             if missing:
                 return missing
-            if art:  # a new Module object: the stored one may be shared with the next task
+            if rest:  # a new Module object: the stored one may be shared with the next task
                 from tusk.ir.module import Module
 
-                module = Module(module.functions, module.arch, module.version, module.attributes, art[0],
+                module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
                                 module.queues, module.extras)
-            bir_json.save(module, path)
+            bir_json.save(module, path, flatten="flatten" in rest[1:])
             written.append([path, os.path.getsize(path), _where()])
             for fn in module.functions:
                 consts.update(fn.strings[c] for c in set(fn.memlocs["const_path"].tolist()) if c >= 0)
