@@ -23,7 +23,6 @@ A BIR-JSON file that already holds placeholders is a host module itself
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -78,10 +77,7 @@ def _klr_tensor(t: Any, path: Path) -> list:
 def _bir_json_interface(path: Path) -> dict[str, Any]:
     from tusk.ir import bir_json
 
-    try:
-        obj = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"malformed JSON: {e}", file=str(path)) from None
+    obj = bir_json.parse_json(path.read_bytes(), file=str(path))  # FormatError for anything it cannot read
     if not isinstance(obj, dict) or "functions" not in obj:
         raise NotAKernel("JSON without top-level \"functions\" (not a BIR-JSON kernel)")
     module = bir_json.from_obj(obj, file=str(path))

@@ -43,7 +43,6 @@ and one placeholder) is built by :mod:`tusk.stages.host`.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -209,7 +208,7 @@ def _lower(module: Module, fn: Function, row: int, staging: _Staging, taken: set
 
 
 def _from_bir_json(path: str, core: int | None, taken: set[str]) -> _Lowered | None:
-    from tusk.ir.bir_json import load_function_obj
+    from tusk.ir.bir_json import load_function_obj, parse_json
 
     t0 = time.perf_counter()
     try:
@@ -217,10 +216,7 @@ def _from_bir_json(path: str, core: int | None, taken: set[str]) -> _Lowered | N
             data = fh.read()
     except OSError as e:
         raise TuskError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
-    try:
-        obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"malformed JSON: {e}", file=path) from None
+    obj = parse_json(data, file=path)  # a FormatError for anything it cannot read (deep nesting included)
     read = time.perf_counter() - t0
     if not isinstance(obj, dict):
         raise FormatError("a BIR-JSON kernel must be a JSON object", file=path)
