@@ -41,7 +41,7 @@ def _build(root: Path, pipeline: str | None = None):
 
 
 def _check_others_written(res, root: Path, bad: str = "k1") -> None:
-    assert {k.kernel.name for k in res.failed} == {bad}
+    assert {k.kernel.name for k in res.failed} == {bad}, [(k.kernel.name, k.fault, k.error) for k in res.failed]
     for name in ("k0", "k2"):
         assert (root / "out" / name / f"{name}.bir.json").is_file(), name
     assert not (root / "out" / bad).exists() or res.failed[0].keep
