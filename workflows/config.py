@@ -84,6 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
             help="target architecture of host modules"),
     Setting("instruction_limit", "TUSK_INSTRUCTION_LIMIT", lambda: None, True, _int_or_none,
             help="post-unroll instruction budget (module attribute max_instruction_limit)"),
+    Setting("timeline_limit", "TUSK_TIMELINE_LIMIT", lambda: 400_000, False, _int,
+            help="kernels with more instructions get no engine timeline in the build report (the timing model "
+                 "takes ~10 s per million instructions)"),
     Setting("maxhu", "MAXHU", lambda: None, False, _int_or_none, option="heuristic_unroll.maxhu",
             help="cap on the loops heuristic_unroll marks (the backend's variable)"),
 )

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from tusk.ir.errors import INPUT, INTERNAL, EnvError, InternalError, TuskError, fault_of
-from tusk.ir.klr import is_klr_bytes
+from tusk.ir.klr.magic import is_klr_bytes
 from tusk.stages import host as stages_host
 from tusk.stages.host import NotAKernel
 

@@ -153,7 +153,7 @@ class NoKernels(TuskError):
 
 def has_kernel_files(directory: Path) -> bool:
     """Does ``directory`` hold a file that may be a kernel (.klr, .json, or KLR content)?"""
-    from tusk.ir.klr.wire import is_klr_bytes
+    from tusk.ir.klr.magic import is_klr_bytes
 
     for p in Path(directory).iterdir():
         if p.suffix in (".klr", ".json"):

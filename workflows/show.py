@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tusk.ir.errors import FormatError, TuskError
-from tusk.ir.klr.wire import is_klr_bytes
+from tusk.ir.klr.magic import is_klr_bytes
 
 KLR_HINT = "a KLR file starts with the bytes 'KLR' followed by a version (the NKI front end writes them)"
 _REL = {"ge": ">=", "gt": ">", "eq": "==", "ne": "!=", "le": "<=", "lt": "<"}

@@ -20,15 +20,29 @@ Value classes: see :mod:`ir.klr.types` (``TensorName``, ``Access.birPattern``
 a.k.a. ``Access_birPattern``, ``Dtype.float32``...).
 """
 
-from tusk.ir.klr import types
-from tusk.ir.klr.jsonform import from_json, to_json
-from tusk.ir.klr.kernel import iter_operators, load_lnc_kernel, payload_fields, tensor_of, tensor_operands
-from tusk.ir.klr.listing import listing
-from tusk.ir.klr.pretty import pretty
-from tusk.ir.klr.reader import read_header, read_klr, read_value
-from tusk.ir.klr.types import KLRFileContents
-from tusk.ir.klr.wire import MAGIC, is_klr_bytes
-from tusk.ir.klr.writer import default_file, write_klr, write_value
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562): the value classes are generated when tusk.ir.klr.types loads (~0.2 s),
+# which a no-op rebuild, `tusk --help` or a BIR-JSON-only build never needs.
+_WHERE = {
+    "types": None, "from_json": "jsonform", "to_json": "jsonform", "iter_operators": "kernel",
+    "load_lnc_kernel": "kernel", "payload_fields": "kernel", "tensor_of": "kernel", "tensor_operands": "kernel",
+    "listing": "listing", "pretty": "pretty", "read_header": "reader", "read_klr": "reader",
+    "read_value": "reader", "KLRFileContents": "types", "MAGIC": "magic", "is_klr_bytes": "magic",
+    "default_file": "writer", "write_klr": "writer", "write_value": "writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name, "")
+    if where == "" and name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{where or name}")
+    value = module if where is None else getattr(module, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "KLRFileContents",

@@ -18,15 +18,13 @@ from __future__ import annotations
 import struct
 
 from tusk.ir.errors import FormatError
+from tusk.ir.klr.magic import MAGIC, is_klr_bytes  # noqa: F401 (re-exported)
 from tusk.ir.klr.schema import SCHEMA, Inductive, Struct
 
 #: Appended after the data; see the module docstring.  Longer than any
 #: fixed-size read (a 9-byte integer head) so slices never come up short.
 PAD = b"\xff" * 16
 _PADLEN = len(PAD)
-
-#: The first bytes of every KLR file: KLRFile's head ``d9 d9 f7``, also CBOR's self-described tag.
-MAGIC = b"\xd9\xd9\xf7"
 
 OPTION_NONE = b"\xd9\xff\x00\x80"
 OPTION_SOME = b"\xd9\xff\x01\x81"
@@ -299,8 +297,3 @@ def write_float(out: bytearray, v: object, where: str) -> None:
 def round_to_float32(x: float) -> float:
     """The nearest binary32 value, as a Python float (used by from_json)."""
     return _F32.unpack(_F32.pack(x))[0]
-
-
-def is_klr_bytes(head: bytes) -> bool:
-    """Whether a file starting with ``head`` is a KLR file (by its magic bytes)."""
-    return head.startswith(MAGIC)
