@@ -33,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.programs import eight_tiles  # noqa: E402
 from tusk import stages
 from tusk.examples import bir_kernels
 from tusk.ir.builder import Builder
@@ -71,20 +74,6 @@ def makespans(name: str, module: Module, *, klr: bool = False) -> tuple[str, flo
     parts = {**kernel_tl.busy, **kernel_tl.bounds}
     binding = max(parts, key=parts.get)
     return name, t0, t1, tl.makespan, kernel_tl.lower_bound, binding
-
-
-def eight_tiles(slots: int):
-    """The 8-tile load -> exp -> store kernel after full unroll, its tiles rotating over ``slots`` SB slots."""
-    b = Builder()
-    x = b.dram("x", (128 * 8, 512), kind="ExternalInput")
-    y = b.dram("y", (128 * 8, 512), kind="ExternalOutput")
-    ts = [b.sbuf(f"t{k}", (128, 512), addr=2048 * k) for k in range(slots)]
-    for i in range(8):
-        t = ts[i % slots]
-        b.dma(t.ap(), x.tile(i * 128, 128, 0, 512))
-        b.activation(t.ap(), t.ap(), "Exp")
-        b.dma(y.tile(i * 128, 128, 0, 512), t.ap())
-    return build_fdeps(b.function())
 
 
 def section_eight_tiles() -> None:

@@ -22,6 +22,23 @@ def tiled_exp_module(tiles: int = 4, width: int = 64) -> Module:
     return b.module()
 
 
+def eight_tiles(slots: int):
+    """The 8-tile load -> exp -> store kernel after full unroll, its tiles rotating over ``slots`` SB slots,
+    with its dependence edges (the timing model's yardstick)."""
+    from tusk.stages.deps import build_fdeps
+
+    b = Builder()
+    x = b.dram("x", (128 * 8, 512), kind="ExternalInput")
+    y = b.dram("y", (128 * 8, 512), kind="ExternalOutput")
+    ts = [b.sbuf(f"t{k}", (128, 512), addr=2048 * k) for k in range(slots)]
+    for i in range(8):
+        t = ts[i % slots]
+        b.dma(t.ap(), x.tile(i * 128, 128, 0, 512))
+        b.activation(t.ap(), t.ap(), "Exp")
+        b.dma(y.tile(i * 128, 128, 0, 512), t.ap())
+    return build_fdeps(b.function())
+
+
 def every_family_module() -> Module:
     """One instruction of every family the builder emits."""
     b = Builder("main")

@@ -78,21 +78,11 @@ def test_dmas_are_triggered_by_an_engine_and_use_its_queues():
 
 
 def test_double_buffering_helps_with_one_queue():
-    def kernel(slots: int):
-        b = Builder()
-        x = b.dram("x", (128 * 8, 512), kind="ExternalInput")
-        y = b.dram("y", (128 * 8, 512), kind="ExternalOutput")
-        ts = [b.sbuf(f"t{k}", (128, 512), addr=2048 * k) for k in range(slots)]
-        for i in range(8):
-            t = ts[i % slots]
-            b.dma(t.ap(), x.tile(i * 128, 128, 0, 512))
-            b.activation(t.ap(), t.ap(), "Exp")
-            b.dma(y.tile(i * 128, 128, 0, 512), t.ap())
-        return build_fdeps(b.function())
+    from tests.programs import eight_tiles
 
     one_queue = dataclasses.replace(DEFAULT_COSTS, dma_queues_per_engine=1)
-    single = simulate(kernel(1), one_queue).makespan
-    double = simulate(kernel(2), one_queue).makespan
+    single = simulate(eight_tiles(1), one_queue).makespan
+    double = simulate(eight_tiles(2), one_queue).makespan
     assert double < 0.8 * single
 
 
