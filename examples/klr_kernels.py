@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from tusk.examples.klr_authoring import KernelWriter
+from tusk.frontend.klr_writer import KernelWriter
 
 Reference = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 F32 = np.float32

@@ -140,7 +140,10 @@ def parse_json(text: str | bytes, file: str | None = None) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as e:
-        raise FormatError(f"malformed JSON: {e}", file=file) from None
+        msg = str(e)
+        if "recursion" in msg.lower() or "depth" in msg.lower():  # the wording differs by orjson version
+            msg = f"nested too deeply ({msg})"
+        raise FormatError(f"malformed JSON: {msg}", file=file) from None
     except (ValueError, TypeError, RecursionError, MemoryError) as e:
         raise FormatError(f"malformed JSON: {type(e).__name__}: {e}", file=file) from None
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.passes_for_tests import flip_a_byte, pipeline_toml, write_kernels
 from tusk.cache import Store
-from tusk.examples.klr_authoring import KernelWriter
+from tusk.frontend.klr_writer import KernelWriter
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import DTYPE_NAMES
@@ -294,7 +294,7 @@ def test_a_const_file_the_output_names_but_nobody_has_is_an_error(tmp_path):
 
 
 def test_a_float8_e4m3_klr_kernel_compiles(tmp_path, monkeypatch, translate_only):
-    from tusk.examples import klr_authoring
+    from tusk.frontend import klr_writer as klr_authoring
 
     monkeypatch.setitem(klr_authoring.DTYPE_BYTES, "float8_e4m3", 1)  # the writer's table lacks it
     kw = KernelWriter("f8")

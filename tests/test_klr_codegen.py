@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tusk.examples.klr_authoring import KernelWriter
+from tusk.frontend.klr_writer import KernelWriter
 from tusk.ir import bir_json
 from tusk.ir.columns import Record
 from tusk.ir.enums import DTYPE_BY_NAME, Dt, FnKind, Kind, Mem, TensorKind

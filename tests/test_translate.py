@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tusk.examples.klr_authoring import KernelWriter
+from tusk.frontend.klr_writer import KernelWriter
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnKind, Op, TensorKind

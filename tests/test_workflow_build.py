@@ -284,7 +284,7 @@ def test_put_replaces_an_object_this_process_found_damaged(store, monkeypatch):
 
 
 def _scale_kernel(path, factor: float) -> None:
-    from tusk.examples.klr_authoring import KernelWriter
+    from tusk.frontend.klr_writer import KernelWriter
 
     k = KernelWriter("scale")
     x, y = k.input("x", (128, 16)), k.output("y", (128, 16))

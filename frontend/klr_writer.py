@@ -165,6 +165,7 @@ class KernelWriter:
         self._core = 0
         self._counters: dict[tuple[int, str], int] = {}  # per core: bodies name their statements alike
         self._lines = [1] * cores
+        self.pos_line: int | None = None  # when set, the source line every new statement records
         for c in range(cores):
             self.bodies[c].append(["main.1", False, []])
 
@@ -247,7 +248,8 @@ class KernelWriter:
     def stmt(self, op: Any, prefix: str = "inst", name: str | None = None) -> str:
         """Append ``Operator`` value ``op`` as a statement of the current block; returns its name."""
         name = name or self._name(prefix)
-        pos = T.Pos(line=self._lines[self._core], column=0, lineEnd=None, columnEnd=None, filename=self.filename)
+        line = self.pos_line if self.pos_line is not None else self._lines[self._core]
+        pos = T.Pos(line=line, column=0, lineEnd=None, columnEnd=None, filename=self.filename)
         self._lines[self._core] += 1
         self.bodies[self._core][-1][2].append(T.Stmt.oper(op=op, name=name, pos=pos))
         return name

@@ -1,0 +1,346 @@
+"""Index arithmetic while tracing: loop indices, affine offsets, ``nl.arange`` vectors and masks.
+
+An ``nl.affine_range`` / ``nl.sequential_range`` loop is traced once; its
+index is a :class:`LoopVar` and every offset computed from it is an
+:class:`Affine` (``const + sum(coeff * var)``).  Static loops
+(``nl.static_range``, ``range``) give plain ints.  ``nl.arange(n)`` and
+``nl.mgrid`` give :class:`IndexVector`\\ s (a run of ``n`` indices placed on
+one axis of a broadcast shape), which subscripts turn into access patterns.
+Anything outside that algebra (a loop index divided, compared or used as a
+Python int) is a :class:`~tusk.frontend.errors.TraceError` naming the
+kernel's line.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from tusk.frontend.errors import unsupported
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class LoopVar:
+    """The index of a loop that stays a loop in KLR (a register counts it)."""
+
+    kind: str          # "affine_range" | "sequential_range"
+    start: int
+    step: int
+    trip: int
+    depth: int
+    uid: int = 0
+
+    def __post_init__(self) -> None:
+        self.uid = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"i{self.uid}"
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class Affine:
+    """``const + sum(coeff * var)`` over the indices of enclosing dynamic loops."""
+
+    __slots__ = ("const", "terms")
+
+    def __init__(self, const: int = 0, terms: tuple[tuple[LoopVar, int], ...] = ()):
+        self.const = int(const)
+        self.terms = tuple((v, c) for v, c in sorted(terms, key=lambda t: t[0].uid) if c)
+
+    @staticmethod
+    def of(x: Any) -> "Affine":
+        if isinstance(x, Affine):
+            return x
+        if _is_int(x):
+            return Affine(x)
+        if hasattr(x, "__index__") and not isinstance(x, bool) and not hasattr(x, "shape"):
+            return Affine(int(x.__index__()))  # numpy integers
+        raise unsupported(f"an index of type {type(x).__name__} ({x!r})")
+
+    @property
+    def is_static(self) -> bool:
+        return not self.terms
+
+    def _combine(self, other: Any, sign: int) -> "Affine":
+        o = Affine.of(other)
+        coeffs: dict[LoopVar, int] = dict(self.terms)
+        for v, c in o.terms:
+            coeffs[v] = coeffs.get(v, 0) + sign * c
+        return Affine(self.const + sign * o.const, tuple(coeffs.items()))
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return other + self
+        if not (_is_int(other) or isinstance(other, Affine)):
+            return NotImplemented
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return (other * -1) + self
+        if not (_is_int(other) or isinstance(other, Affine)):
+            return NotImplemented
+        return self._combine(other, -1)
+
+    def __rsub__(self, other: Any) -> Any:
+        return (self * -1) + other
+
+    def __neg__(self) -> "Affine":
+        return self * -1
+
+    def __mul__(self, other: Any) -> Any:
+        if isinstance(other, Affine):
+            if other.is_static:
+                other = other.const
+            elif self.is_static:
+                return other * self.const
+            else:
+                raise unsupported("multiplying two loop indices (the offset would not be affine)")
+        if isinstance(other, (IndexVector, IndexGrid)):
+            if not self.is_static:
+                raise unsupported("multiplying nl.arange indices by a loop index")
+            return other * self.const
+        if not _is_int(other):
+            return NotImplemented
+        return Affine(self.const * other, tuple((v, c * other) for v, c in self.terms))
+
+    __rmul__ = __mul__
+
+    def _static_only(self, what: str) -> int:
+        if not self.is_static:
+            raise unsupported(f"{what} of the index of an nl.affine_range/nl.sequential_range loop "
+                              "(use nl.static_range to unroll the loop while tracing)")
+        return self.const
+
+    def __floordiv__(self, other: Any) -> Any:
+        return Affine(self._static_only("floor division") // int(other))
+
+    def __mod__(self, other: Any) -> Any:
+        return Affine(self._static_only("modulo") % int(other))
+
+    def __index__(self) -> int:
+        return self._static_only("using as a Python int")
+
+    __int__ = __index__
+
+    def __bool__(self) -> bool:
+        return bool(self._static_only("truth value"))
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        if _is_int(other) or isinstance(other, Affine):
+            o = Affine.of(other)
+            if self.is_static and o.is_static:
+                return self.const == o.const
+            if self.terms == o.terms:
+                return self.const == o.const
+        raise unsupported("comparing the index of an nl.affine_range loop (there is no runtime if)")
+
+    def __lt__(self, other: Any) -> Any:
+        return self._static_only("comparing") < int(Affine.of(other))
+
+    def __le__(self, other: Any) -> Any:
+        return self._static_only("comparing") <= int(Affine.of(other))
+
+    def __gt__(self, other: Any) -> Any:
+        return self._static_only("comparing") > int(Affine.of(other))
+
+    def __ge__(self, other: Any) -> Any:
+        return self._static_only("comparing") >= int(Affine.of(other))
+
+    def __hash__(self) -> int:
+        return hash((self.const, self.terms))
+
+    def __repr__(self) -> str:
+        parts = [f"{c}*{v}" for v, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+def loop_index(var: LoopVar) -> Affine:
+    return Affine(0, ((var, 1),))
+
+
+class IndexVector:
+    """``offset + step * k`` for ``k < n``, placed on axis ``dim`` of an ``ndim``-axis broadcast shape."""
+
+    __slots__ = ("offset", "n", "step", "ndim", "dim", "limit")
+
+    def __init__(self, n: int, *, offset: Any = 0, step: int = 1, ndim: int = 1, dim: int = 0,
+                 limit: int | None = None):
+        self.offset = Affine.of(offset)
+        self.n, self.step, self.ndim, self.dim = int(n), int(step), int(ndim), int(dim)
+        self.limit = limit  # a mask keeps only k < limit
+
+    def _with(self, **kw: Any) -> "IndexVector":
+        args = dict(n=self.n, offset=self.offset, step=self.step, ndim=self.ndim, dim=self.dim, limit=self.limit)
+        args.update(kw)
+        return IndexVector(args.pop("n"), **args)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.n if k == self.dim else 1 for k in range(self.ndim))
+
+    def __getitem__(self, key: Any) -> "IndexVector":
+        """``[:, None]`` / ``[None, :]``: place the vector on one axis of a broadcast shape."""
+        key = key if isinstance(key, tuple) else (key,)
+        slots = [k for k, x in enumerate(key) if isinstance(x, slice)]
+        if len(slots) != 1 or any(x is not None and not isinstance(x, slice) for x in key) \
+                or key[slots[0]] != slice(None):
+            raise unsupported(f"subscript {key!r} of an nl.arange index (use [:, None] or [None, :])")
+        return self._with(ndim=len(key), dim=slots[0])
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, IndexVector):
+            return IndexGrid.of(self) + IndexGrid.of(other)
+        if isinstance(other, IndexGrid):
+            return other + self
+        if not (_is_int(other) or isinstance(other, Affine)):
+            return NotImplemented
+        return self._with(offset=self.offset + other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return self + other * -1
+        if not (_is_int(other) or isinstance(other, Affine)):
+            return NotImplemented
+        return self._with(offset=self.offset - other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return self * -1 + other
+
+    def __mul__(self, other: Any) -> Any:
+        if isinstance(other, Affine):
+            if not other.is_static:
+                raise unsupported("multiplying nl.arange indices by a loop index")
+            other = other.const
+        if not _is_int(other):
+            return NotImplemented
+        return self._with(offset=self.offset * other, step=self.step * other)
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> "IndexVector":
+        return self * -1
+
+    def _mask(self, bound: Any, strict: bool) -> "Mask":
+        if not self.offset.is_static or not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
+            raise unsupported("a mask that depends on a loop index of nl.affine_range (masks are resolved "
+                              "while tracing; use nl.static_range)")
+        if self.step <= 0:
+            raise unsupported("a mask on a decreasing index")
+        bound = int(bound) - self.offset.const
+        keep = max(0, min(self.n, -(-bound // self.step) if strict else bound // self.step + 1))
+        return Mask({(self.ndim, self.dim): keep})
+
+    def __lt__(self, other: Any) -> "Mask":
+        return self._mask(other, True)
+
+    def __le__(self, other: Any) -> "Mask":
+        return self._mask(other, False)
+
+    def __repr__(self) -> str:
+        return f"arange({self.n}) * {self.step} + {self.offset} @ {self.dim}/{self.ndim}"
+
+
+class IndexGrid:
+    """A sum of index vectors on different axes (``nisa.iota``'s expression): ``const + sum(step_d * k_d)``."""
+
+    def __init__(self, const: Affine, axes: dict[int, tuple[int, int]], ndim: int):
+        self.const, self.axes, self.ndim = const, dict(axes), ndim
+
+    @staticmethod
+    def of(v: IndexVector) -> "IndexGrid":
+        return IndexGrid(v.offset, {v.dim: (v.n, v.step)}, v.ndim)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
+
+    def __add__(self, other: Any) -> "IndexGrid":
+        if isinstance(other, IndexVector):
+            other = IndexGrid.of(other)
+        if isinstance(other, IndexGrid):
+            if set(self.axes) & set(other.axes):
+                raise unsupported("adding two nl.arange indices on the same axis")
+            return IndexGrid(self.const + other.const, {**self.axes, **other.axes}, max(self.ndim, other.ndim))
+        if _is_int(other) or isinstance(other, Affine):
+            return IndexGrid(self.const + other, self.axes, self.ndim)
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> "IndexGrid":
+        if not _is_int(other):
+            return NotImplemented
+        return IndexGrid(self.const * other, {d: (n, s * other) for d, (n, s) in self.axes.items()}, self.ndim)
+
+    __rmul__ = __mul__
+
+
+class Mask:
+    """``mask=`` as a prefix kept on some axes: {(ndim, axis): count}; ``&`` intersects."""
+
+    def __init__(self, keep: dict[tuple[int, int], int]):
+        self.keep = dict(keep)
+
+    def __and__(self, other: "Mask") -> "Mask":
+        if not isinstance(other, Mask):
+            return NotImplemented
+        out = dict(self.keep)
+        for k, v in other.keep.items():
+            out[k] = min(out.get(k, v), v)
+        return Mask(out)
+
+    def counts(self, ndim: int) -> dict[int, int]:
+        """Kept counts per output axis of an ``ndim``-axis tile."""
+        out: dict[int, int] = {}
+        for (nd, axis), keep in self.keep.items():
+            a = axis if nd == ndim else (axis if nd <= ndim else None)
+            if a is None or a >= ndim:
+                raise unsupported(f"a mask on axis {axis} of a {nd}-axis index applied to a {ndim}-axis tile")
+            out[a] = min(out.get(a, keep), keep)
+        return out
+
+
+class MGrid:
+    """``nl.mgrid[0:128, 0:512]``: ``.p``, ``.x``, ``.y``, ``.z``, or unpack it."""
+
+    def __getitem__(self, key: Any) -> "Grid":
+        key = key if isinstance(key, tuple) else (key,)
+        vecs = []
+        for d, s in enumerate(key):
+            if not isinstance(s, slice) or s.stop is None:
+                raise unsupported(f"nl.mgrid subscript {s!r} (use start:stop[:step])")
+            start, stop, step = int(s.start or 0), int(s.stop), int(s.step or 1)
+            n = len(range(start, stop, step))
+            vecs.append(IndexVector(n, offset=start, step=step, ndim=len(key), dim=d))
+        return Grid(vecs)
+
+
+class Grid(tuple):
+    @property
+    def p(self) -> IndexVector:
+        return self[0]
+
+    @property
+    def x(self) -> IndexVector:
+        return self[1]
+
+    @property
+    def y(self) -> IndexVector:
+        return self[2]
+
+    @property
+    def z(self) -> IndexVector:
+        return self[3]

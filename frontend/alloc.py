@@ -1,0 +1,101 @@
+"""Place the traced SBUF and PSUM tiles: live ranges over the flat program, then first fit.
+
+A tile is live from its first to its last reference.  A tile created outside
+a dynamic loop and referenced inside it is live for the whole loop (every
+iteration uses it); a tile created inside the body is a fresh tile per
+iteration, so it may share bytes with tiles of other iterations.  PSUM tiles
+take whole 2 KiB banks, as matmul accumulation groups need.  Tiles that
+nothing references (an op retargeted by an assignment) are not placed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tusk.frontend.errors import TraceError
+from tusk.frontend.tensors import Tensor
+from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
+from tusk.ir.arch import PSUM_BANK_BYTES, get_arch
+
+ALIGN = 64  # bytes: DMA-friendly tile starts
+
+
+@dataclass
+class Live:
+    tensor: Tensor
+    start: int
+    end: int
+    site: int
+
+
+def live_ranges(tr: Tracer) -> list[Live]:
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    by_id: dict[int, Tensor] = {}
+    loops: list[tuple[int, int]] = []
+    open_: list[int] = []
+    for pos, entry in enumerate(tr.prog):
+        if isinstance(entry, LoopBegin):
+            open_.append(pos)
+        elif isinstance(entry, LoopEnd):
+            loops.append((open_.pop(), pos))
+        elif isinstance(entry, Op):
+            for v in (*entry.reads, *entry.writes):
+                t = v.tensor
+                if t.on_chip:
+                    key = id(t)
+                    by_id[key] = t
+                    first.setdefault(key, pos)
+                    last[key] = pos
+    out = []
+    for key, t in by_id.items():
+        s, e = first[key], last[key]
+        if t is tr.identity:
+            s = -1
+        for b, le in loops:
+            refs_inside = s < le and e > b
+            if refs_inside and t.site < b:
+                s, e = min(s, b), max(e, le)
+        out.append(Live(t, s, e, t.site))
+    if tr.identity is not None and id(tr.identity) in by_id:
+        out.append(Live(tr.identity_iota, -1, -1, -1))  # the identity is built from it before anything else
+    out.sort(key=lambda x: (x.start, x.site))
+    return out
+
+
+def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
+    """Set ``addr`` on every referenced on-chip tensor; returns peak bytes per partition by memory."""
+    a = get_arch(arch)
+    capacity = {"sbuf": a.sb_bytes_per_partition - a.sb_reserved, "psum": a.psum_bytes_per_partition}
+    active: dict[str, list[tuple[int, int, int]]] = {"sbuf": [], "psum": []}  # (addr, size, end)
+    peak = {"sbuf": 0, "psum": 0}
+    for live in live_ranges(tr):
+        t = live.tensor
+        mem = t.memory
+        size = t.partition_bytes
+        if mem == "psum":
+            size = -(-size // PSUM_BANK_BYTES) * PSUM_BANK_BYTES
+        else:
+            size = -(-size // ALIGN) * ALIGN
+        active[mem] = [x for x in active[mem] if x[2] >= live.start]
+        addr = 0
+        for start, sz, _ in sorted(active[mem]):
+            if addr + size <= start:
+                break
+            addr = max(addr, start + sz)
+        if addr + size > capacity[mem]:
+            used = sum(sz for _, sz, _ in active[mem])
+            raise TraceError(f"{tr.filename}:{_line(tr, live.site)}: {mem.upper()} is full: tile {t.name} "
+                             f"{t.dtype}{list(t.shape)} needs {size} bytes per partition, {used} of "
+                             f"{capacity[mem]} are held by {len(active[mem])} live tiles")
+        t.addr = addr
+        active[mem].append((addr, size, live.end))
+        peak[mem] = max(peak[mem], addr + size)
+    return peak
+
+
+def _line(tr: Tracer, site: int) -> int:
+    for entry in tr.prog[max(site, 0):]:
+        if getattr(entry, "line", 0):
+            return entry.line
+    return 0

@@ -1,0 +1,181 @@
+"""Write a placed trace as a KLR ``LncKernel`` (the shape KLR's own front end emits, klr-format.md §4).
+
+Dynamic loops become the block shape of §3.10: a counter register, a bound
+register, ``lt_reg`` branches.  An access whose offset depends on loop
+indices gets a *form register* holding ``sum(coeff * index)`` in elements
+(``scalarOffset.reg``, ``indirectDim`` = the last axis, so the coefficient is
+one element).  KLR registers only take ``dst = src op imm``, so a form is
+kept incrementally: set to its value at the loop starts in the preheader of
+its outermost loop, advanced by ``coeff * step`` at the end of every body of
+a loop it depends on, and moved back by ``coeff * step * trip`` when an inner
+loop exits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tusk.frontend.affine import LoopVar
+from tusk.frontend.klr_writer import AP, KernelWriter
+from tusk.frontend.tensors import PARTITIONS, Tensor, View
+from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
+
+Form = tuple[tuple[LoopVar, int], ...]
+
+
+class Emitter:
+    def __init__(self, tr: Tracer, filename: str):
+        self.tr = tr
+        self.k = KernelWriter(tr.name, filename=filename)
+        self.forms: dict[Form, str] = {}
+        self.loop_regs: dict[LoopVar, tuple[str, str]] = {}
+        self._labels = 0
+        self._regs = 0
+        # which forms each loop advances, and which it initialises (its outermost variable)
+        self.advance: dict[LoopVar, list[Form]] = {}
+        self.init_at: dict[LoopVar, list[Form]] = {}
+        self._collect_forms()
+
+    # ------------------------------------------------------------------ registers
+    def _reg(self) -> str:
+        self._regs += 1
+        return f"reg.{self._regs}"
+
+    def _collect_forms(self) -> None:
+        for entry in self.tr.prog:
+            if isinstance(entry, Op):
+                for v in self._views(entry):
+                    if not v.offset.is_static:
+                        form = v.offset.terms
+                        if form not in self.forms:
+                            self.forms[form] = self._reg()
+                            outer = min((var for var, _ in form), key=lambda x: x.depth)
+                            self.init_at.setdefault(outer, []).append(form)
+                            for var, _ in form:
+                                self.advance.setdefault(var, []).append(form)
+
+    @staticmethod
+    def _views(op: Op) -> list[View]:
+        return [x for x in op.params.values() if isinstance(x, View)]
+
+    # ------------------------------------------------------------------ tensors and accesses
+    def klr_tensor(self, t: Tensor) -> Any:
+        if t.klr is None:
+            k = self.k
+            shape = t.physical_shape
+            if t.memory == "sbuf":
+                t.klr = k.sbuf(t.name, shape, t.dtype, addr=t.addr or 0)
+            elif t.memory == "psum":
+                t.klr = k.psum(t.name, shape, t.dtype, addr=t.addr or 0)
+            elif t.role == "input":
+                t.klr = k.input(t.name, shape, t.dtype)
+            elif t.role == "output":
+                t.klr = k.output(t.name, shape, t.dtype)
+            else:
+                t.klr = k.tensor(t.name, shape, t.dtype, "hbm")
+        return t.klr
+
+    def ap(self, v: View) -> AP:
+        t = self.klr_tensor(v.tensor)
+        dims = v.dims
+        if v.tensor.on_chip and len(dims) == 1:
+            dims = dims + ((1, 1),)  # a column: partitions, one element each
+        scalar, indirect = None, 0
+        if not v.offset.is_static:
+            scalar = self.forms[v.offset.terms]
+            indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
+        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, indirect_dim=indirect)
+
+    # ------------------------------------------------------------------ program
+    def run(self) -> KernelWriter:
+        k = self.k
+        for t in self.tr.tensors:  # the interface, in argument order, whether or not it is touched
+            if t.role in ("input", "output") and not t.on_chip:
+                self.klr_tensor(t)
+        if self.tr.identity is not None and self.tr.identity.addr is not None:
+            self._identity()
+        for entry in self.tr.prog:
+            if isinstance(entry, LoopBegin):
+                k.pos_line = entry.line
+                self._loop_begin(entry.var)
+            elif isinstance(entry, LoopEnd):
+                k.pos_line = entry.line
+                self._loop_end(entry.var)
+            else:
+                k.pos_line = entry.line
+                getattr(self, "op_" + entry.kind)(**entry.params)
+        return k
+
+    def _identity(self) -> None:
+        k, ident = self.k, self.tr.identity
+        ident_t = self.klr_tensor(ident)
+        iot = self.klr_tensor(self.tr.identity_iota)
+        k.pos_line = 0
+        k.iota(iot, 0, [[-1, PARTITIONS]], channel_multiplier=1)  # p - j
+        k.tensor_scalar(ident_t, iot, "is_equal", 0)
+
+    def _loop_begin(self, var: LoopVar) -> None:
+        k = self.k
+        counter, bound = self._reg(), self._reg()
+        self._labels += 1
+        label = f"loop.{self._labels}"
+        self.loop_regs[var] = (counter, bound)
+        for form in self.init_at.get(var, ()):
+            k.reg_move(self.forms[form], sum(c * v.start for v, c in form))
+        k.reg_move(bound, var.start + var.step * var.trip)
+        loop = k.dynamic_loop(counter, var.start, bound, var.step, label)
+        loop.__enter__()
+        var._emit_loop = loop  # type: ignore[attr-defined]
+
+    def _loop_end(self, var: LoopVar) -> None:
+        k = self.k
+        for form in self.advance.get(var, ()):
+            c = dict(form)[var]
+            k.reg_alu(self.forms[form], self.forms[form], "add", c * var.step)
+        var._emit_loop.__exit__(None, None, None)  # type: ignore[attr-defined]
+        for form in self.advance.get(var, ()):
+            if form not in self.init_at.get(var, ()):
+                c = dict(form)[var]
+                k.reg_alu(self.forms[form], self.forms[form], "add", -c * var.step * var.trip)
+
+    # ------------------------------------------------------------------ operations
+    def op_dma(self, dst: View, src: View) -> None:
+        self.k.dma(self.ap(dst), self.ap(src))
+
+    def op_copy(self, dst: View, src: View) -> None:
+        self.k.tensor_copy(self.ap(dst), self.ap(src))
+
+    def op_memset(self, dst: View, value: Any) -> None:
+        self.k.memset(self.ap(dst), value)
+
+    def op_tensor_tensor(self, dst: View, a: View, b: View, op: str) -> None:
+        self.k.tensor_tensor(self.ap(dst), self.ap(a), self.ap(b), op)
+
+    def _imm(self, x: Any) -> Any:
+        return self.ap(x) if isinstance(x, View) else x
+
+    def op_tensor_scalar(self, dst: View, src: View, op0: str, imm0: Any, reverse0: bool = False,
+                         op1: str | None = None, imm1: Any = None, reverse1: bool = False) -> None:
+        self.k.tensor_scalar(self.ap(dst), self.ap(src), op0, self._imm(imm0), op1,
+                             None if op1 is None else self._imm(imm1), reverse0=reverse0, reverse1=reverse1)
+
+    def op_activation(self, dst: View, src: View, func: str, bias: View | None, scale: float) -> None:
+        self.k.activation(self.ap(dst), self.ap(src), func, scale=scale,
+                          bias=None if bias is None else self.ap(bias))
+
+    def op_reciprocal(self, dst: View, src: View) -> None:
+        self.k.reciprocal(self.ap(dst), self.ap(src))
+
+    def op_tensor_reduce(self, dst: View, src: View, op: str, axis: str, negate: bool) -> None:
+        self.k.tensor_reduce(self.ap(dst), self.ap(src), op, axis=axis, negate=negate)
+
+    def op_matmul(self, dst: View, stationary: View, moving: View) -> None:
+        self.k.matmul(self.ap(dst), self.ap(stationary), self.ap(moving))
+
+    def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
+        self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)
+
+
+def emit(tr: Tracer, filename: str) -> bytes:
+    return Emitter(tr, filename).run().to_bytes()
+

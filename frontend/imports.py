@@ -1,0 +1,46 @@
+"""While a kernel file is traced, ``nki`` and ``neuronxcc.nki`` resolve to Tusk's front end.
+
+The names are bound in ``sys.modules`` for the duration of the trace only and
+the previous bindings (a real ``nki`` package, or nothing) are restored after,
+so nothing is installed under those names and other code in the process is
+unaffected once tracing ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from typing import Iterator
+
+from tusk.frontend import nki as _nki
+from tusk.frontend.nki import isa as _isa
+from tusk.frontend.nki import language as _language
+
+_PACKAGE = types.ModuleType("neuronxcc")
+_PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
+_PACKAGE.nki = _nki
+
+ALIASES: dict[str, types.ModuleType] = {
+    "nki": _nki,
+    "nki.language": _language,
+    "nki.isa": _isa,
+    "neuronxcc": _PACKAGE,
+    "neuronxcc.nki": _nki,
+    "neuronxcc.nki.language": _language,
+    "neuronxcc.nki.isa": _isa,
+}
+
+
+@contextlib.contextmanager
+def nki_modules() -> Iterator[None]:
+    saved = {name: sys.modules.get(name) for name in ALIASES}
+    sys.modules.update(ALIASES)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module

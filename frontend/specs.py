@@ -1,0 +1,60 @@
+"""Input tensor specifications as users type them: ``f32[128,512]``, ``bfloat16[4, 128, 64]``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tusk.ir.errors import UsageError
+
+# NKI dtype name -> KLR Dtype name; the short spellings are what `--input` takes most often
+DTYPES: dict[str, str] = {
+    "float32": "float32", "f32": "float32", "fp32": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "f16": "float16", "fp16": "float16",
+    "int32": "int32", "i32": "int32",
+    "int16": "int16", "i16": "int16",
+    "int8": "int8", "i8": "int8",
+    "uint32": "uint32", "u32": "uint32",
+    "uint16": "uint16", "u16": "uint16",
+    "uint8": "uint8", "u8": "uint8",
+}
+
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9][0-9\s,]*)\]\s*$")
+MAX_ELEMENTS = 1 << 34  # 16 Gi elements: far beyond any HBM tensor, and it keeps sizes in int64
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A kernel argument's dtype (KLR name) and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def parse_tensor_spec(text: str) -> TensorSpec:
+    """``f32[128,512]`` -> TensorSpec('float32', (128, 512)); a UsageError says what is wrong."""
+    if isinstance(text, TensorSpec):
+        return text
+    m = _SPEC.match(str(text))
+    if not m:
+        raise UsageError(f"input spec {text!r}: expected DTYPE[D0,D1,...], e.g. f32[128,512]")
+    name, dims = m.group(1).lower(), m.group(2)
+    if name not in DTYPES:
+        raise UsageError(f"input spec {text!r}: unknown dtype {m.group(1)!r} "
+                         f"(one of {', '.join(sorted(set(DTYPES.values())))})")
+    parts = [p.strip() for p in dims.split(",")]
+    if any(not p for p in parts):
+        raise UsageError(f"input spec {text!r}: an empty dimension")
+    shape = tuple(int(p) for p in parts)
+    if any(d <= 0 for d in shape):
+        raise UsageError(f"input spec {text!r}: every dimension must be at least 1")
+    total = 1
+    for d in shape:
+        total *= d
+    if total > MAX_ELEMENTS:
+        raise UsageError(f"input spec {text!r}: {total} elements is more than Tusk traces ({MAX_ELEMENTS})")
+    return TensorSpec(DTYPES[name], shape)

@@ -1,0 +1,323 @@
+"""Symbolic tensors and their views while tracing.
+
+A :class:`Tensor` is a buffer: a kernel argument or ``nl.ndarray`` in HBM, or
+a tile in SBUF/PSUM (one axis, ``nl.par_dim`` or the first, is the partition
+axis; the others are laid out row-major along each partition).  Subscripts
+give a :class:`View`: an element offset (possibly depending on dynamic loop
+indices) plus ``[stride, count]`` pairs, in the buffer's physical layout —
+exactly what a KLR ``BirAccessPattern`` holds.  Arithmetic operators on views
+call the ``nl`` functions, as NKI's tile operators do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tusk.frontend.affine import Affine, IndexVector
+from tusk.frontend.errors import unsupported
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int16": 2, "int32": 4, "uint8": 1,
+               "uint16": 2, "uint32": 4, "float8_e4m3": 1, "float8_e5m2": 1}
+PARTITIONS = 128
+
+
+class Dtype(str):
+    """An NKI dtype (``nl.float32`` ...): a str subclass, so ``dtype == "float32"`` and hashing work."""
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self]
+
+    def __repr__(self) -> str:
+        return f"nl.{str(self)}"
+
+
+def as_dtype(x: Any) -> Dtype:
+    """An NKI, numpy or string dtype as a :class:`Dtype`."""
+    from tusk.frontend.specs import DTYPES
+    if isinstance(x, Dtype):
+        return x
+    name = getattr(x, "__name__", None) or getattr(x, "name", None) or str(x)
+    name = {"float": "float32", "int": "int32"}.get(name, name)
+    key = DTYPES.get(str(name).lower())
+    if key is None or key not in DTYPE_BYTES:
+        raise unsupported(f"dtype {x!r}")
+    return Dtype(key)
+
+
+class ParDim(int):
+    """``nl.par_dim(n)``: marks the partition axis of an on-chip buffer's shape."""
+
+
+@dataclass(eq=False)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: Dtype
+    memory: str                    # "hbm" | "shared_hbm" | "sbuf" | "psum"
+    par_axis: int = 0
+    role: str = "internal"         # "input" | "output" | "internal"
+    site: int = 0                  # the program position that created it (liveness)
+    arg_index: int = -1
+    klr: Any = field(default=None, repr=False)  # set by the emitter
+    addr: int | None = None        # byte offset in the partition (SBUF/PSUM), set by the placer
+
+    @property
+    def on_chip(self) -> bool:
+        return self.memory in ("sbuf", "psum")
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """Axes in physical order: the partition axis first on chip, user order in HBM."""
+        if not self.on_chip:
+            return tuple(range(len(self.shape)))
+        return (self.par_axis, *[k for k in range(len(self.shape)) if k != self.par_axis])
+
+    @property
+    def physical_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[k] for k in self.layout)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element stride of each *user* axis in the physical row-major layout."""
+        phys = self.physical_shape
+        pstride = [math.prod(phys[k + 1:]) for k in range(len(phys))]
+        out = [0] * len(self.shape)
+        for pos, axis in enumerate(self.layout):
+            out[axis] = pstride[pos]
+        return tuple(out)
+
+    @property
+    def partition_bytes(self) -> int:
+        """Bytes each partition holds (on chip)."""
+        return math.prod(self.physical_shape[1:]) * self.dtype.itemsize
+
+    def view(self) -> "View":
+        dims = [(s, n) for s, n in zip(self.strides, self.shape)]
+        order = list(self.layout)
+        return View(self, Affine(0), tuple(dims[k] for k in order), tuple(order))
+
+    # the tile protocol: subscripts, shape, operators
+    def __getitem__(self, key: Any) -> "View":
+        return self._user_view()[key]
+
+    def _user_view(self) -> "View":
+        """The axes in the user's order (subscripts index these)."""
+        return View(self, Affine(0), tuple(zip(self.strides, self.shape)), tuple(range(len(self.shape))))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self[key].assign(value)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<{self.memory} tensor {self.name} {self.dtype}{list(self.shape)}>"
+
+    def __iter__(self):
+        raise unsupported("iterating over a tensor (index it with nl.arange or slices)")
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+@dataclass(frozen=True, eq=False)
+class View:
+    """``tensor`` at element ``offset`` with ``dims`` = ((stride, count), ...) in output order.
+
+    ``axes`` names the user axis each output dim walks (-1: a broadcast axis
+    made by a mask or an integer index kept as a unit dim).
+    """
+
+    tensor: Tensor
+    offset: Affine
+    dims: tuple[tuple[int, int], ...]
+    axes: tuple[int, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(n for _, n in self.dims)
+
+    @property
+    def dtype(self) -> Dtype:
+        return self.tensor.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def memory(self) -> str:
+        return self.tensor.memory
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self):
+        raise unsupported("iterating over a tile (index it with nl.arange or slices)")
+
+    def __getitem__(self, key: Any) -> "View":
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            at = key.index(Ellipsis)
+            key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
+        if len(key) > self.ndim:
+            raise unsupported(f"{len(key)} subscripts for a {self.ndim}-axis {self._what()}")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        vectors = [k for k in key if isinstance(k, IndexVector)]
+        if any(k is None for k in key):
+            raise unsupported("None (newaxis) in a tensor subscript")
+        offset = self.offset
+        placed: list[tuple[int, tuple[int, int], int]] = []  # (order, (stride, n), axis)
+        for pos, (k, (stride, n), axis) in enumerate(zip(key, self.dims, self.axes or range(self.ndim))):
+            if isinstance(k, slice):
+                start, stop, step = _slice_bounds(k, n)
+                offset = offset + start * stride
+                placed.append((pos, (stride * step, _count(start, stop, step)), axis))
+            elif isinstance(k, IndexVector):
+                if k.offset.const < 0 or (k.offset.is_static and k.offset.const + k.step * (k.n - 1) >= n):
+                    raise unsupported(f"index {k.offset.const}..{k.offset.const + k.step * (k.n - 1)} "
+                                      f"is outside axis {pos} of size {n}")
+                offset = offset + k.offset * stride
+                # several arange vectors: their broadcast axes order the result ([:, None] first)
+                order = k.dim if len(vectors) > 1 and not any(isinstance(x, slice) for x in key) else pos
+                placed.append((order, (stride * k.step, k.n), axis))
+            else:
+                try:
+                    a = Affine.of(k)
+                except Exception:
+                    raise unsupported(f"a subscript of type {type(k).__name__}") from None
+                if a.is_static and not 0 <= a.const < n:
+                    raise unsupported(f"index {a.const} is outside axis {pos} of size {n}")
+                offset = offset + a * stride
+                if self.tensor.on_chip and axis == self.tensor.par_axis:
+                    placed.append((pos, (stride, 1), axis))  # a single partition: keep the partition dim
+        placed.sort(key=lambda t: t[0])
+        dims = tuple(d for _, d, _ in placed)
+        axes = tuple(a for _, _, a in placed)
+        if not dims:
+            dims, axes = ((1, 1),), (-1,)
+        v = View(self.tensor, offset, dims, axes)
+        v.check_partition_first()
+        return v
+
+    def check_partition_first(self) -> None:
+        t = self.tensor
+        if t.on_chip and self.axes and self.axes[0] != t.par_axis and t.par_axis in self.axes:
+            raise unsupported(f"a view of {t.name} whose first axis is not the partition axis")
+
+    def _what(self) -> str:
+        return "tile" if self.tensor.on_chip else "tensor"
+
+    def narrowed(self, counts: dict[int, int]) -> "View":
+        """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""
+        dims = tuple((s, min(n, counts.get(d, n))) for d, (s, n) in enumerate(self.dims))
+        return View(self.tensor, self.offset, dims, self.axes)
+
+    def with_dims(self, dims: tuple[tuple[int, int], ...]) -> "View":
+        return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else ())
+
+    # ------------------------------------------------------------------ operators as nl calls
+    def assign(self, value: Any) -> None:
+        from tusk.frontend.nki import language as nl
+        nl._assign(self, value)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self[key].assign(value)
+
+    def _bin(self, name: str, other: Any, reverse: bool = False) -> Any:
+        from tusk.frontend.nki import language as nl
+        fn = getattr(nl, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("subtract", o)
+
+    def __rsub__(self, o):
+        return self._bin("subtract", o, True)
+
+    def __mul__(self, o):
+        return self._bin("multiply", o)
+
+    def __rmul__(self, o):
+        return self._bin("multiply", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("divide", o)
+
+    def __rtruediv__(self, o):
+        return self._bin("divide", o, True)
+
+    def __neg__(self):
+        from tusk.frontend.nki import language as nl
+        return nl.negative(self)
+
+    def __iadd__(self, o):
+        from tusk.frontend.nki import language as nl
+        nl._accumulate(self, o)
+        return self
+
+    def __isub__(self, o):
+        from tusk.frontend.nki import language as nl
+        nl._assign(self, nl.subtract(self, o))
+        return self
+
+    def __imul__(self, o):
+        from tusk.frontend.nki import language as nl
+        nl._assign(self, nl.multiply(self, o))
+        return self
+
+    def __bool__(self) -> bool:
+        raise unsupported("the truth value of a tile (there is no runtime if)")
+
+    def __repr__(self) -> str:
+        return f"<view of {self.tensor.name} {list(self.shape)} @ {self.offset}>"
+
+
+def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:
+    step = 1 if k.step is None else int(k.step)
+    if step <= 0:
+        raise unsupported("a slice with a step that is not positive")
+    start = Affine.of(0 if k.start is None else k.start)
+    stop = n if k.stop is None else k.stop
+    stop = Affine.of(stop)
+    if start.is_static and stop.is_static:
+        s, e = start.const, stop.const
+        if s < 0:
+            s += n
+        if e < 0:
+            e += n
+        if not 0 <= s <= n or not 0 <= e <= n:
+            raise unsupported(f"slice {s}:{e} is outside an axis of size {n}")
+        return Affine(s), Affine(e), step
+    return start, stop, step
+
+
+def _count(start: Affine, stop: Affine, step: int) -> int:
+    span = stop - start
+    if not span.is_static:
+        raise unsupported(f"a slice whose length depends on a loop index ({start}:{stop})")
+    return max(0, len(range(0, span.const, step)))
+
+
+# the operators make Tensor behave as its whole view
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__neg__", "__iadd__", "__isub__", "__imul__"):
+    def _fwd(self, *a, _n=_name):
+        v = self.view()
+        r = getattr(v, _n)(*a)
+        return self if r is v else r
+    setattr(Tensor, _name, _fwd)

@@ -1,0 +1,173 @@
+"""Trace an NKI kernel: run it once on symbolic tensors, place its tiles, write KLR.
+
+Tracing executes the kernel file's Python (its top level, then the kernel
+function), as NKI itself does; only files a user names are traced.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tusk.frontend import alloc
+from tusk.frontend.emit import emit
+from tusk.frontend.errors import TraceError, Unsupported, user_frame
+from tusk.frontend.imports import nki_modules
+from tusk.frontend.nki import Kernel
+from tusk.frontend.specs import TensorSpec, parse_tensor_spec
+from tusk.frontend.tensors import Dtype, Tensor, View
+from tusk.frontend.tracer import Op, Tracer, tracing
+from tusk.ir.errors import TuskError
+
+RECURSION_LIMIT = 5000  # deep kernels (many helper calls) still trace; runaway recursion still stops
+
+
+def load_kernel(path: str | Path, function: str | None) -> tuple[Callable[..., Any], list[int]]:
+    """Run ``path`` and return the kernel function (``function``, or the file's only @nki.jit one)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such kernel file")
+    try:
+        with nki_modules():
+            namespace = runpy.run_path(str(path), run_name=f"__nki_kernel_{path.stem}__")
+    except TraceError:
+        raise
+    except SyntaxError as e:
+        raise TraceError(f"{e.filename or path}:{e.lineno}: syntax error: {e.msg}") from None
+    except BaseException as e:  # the file's top level failed: report it at its line
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise _located(e, path, "importing the kernel file") from None
+    if function:
+        obj = namespace.get(function)
+        if obj is None:
+            kernels = sorted(n for n, v in namespace.items() if isinstance(v, Kernel))
+            raise TraceError(f"{path}: no function {function!r}"
+                             + (f" (its @nki.jit kernels: {', '.join(kernels)})" if kernels else ""))
+    else:
+        kernels = [(n, v) for n, v in namespace.items() if isinstance(v, Kernel)]
+        if len(kernels) != 1:
+            found = ", ".join(n for n, _ in kernels) or "none"
+            raise TraceError(f"{path}: name the kernel as FILE.py::FUNCTION (@nki.jit functions: {found})")
+        obj = kernels[0][1]
+    grid = list(obj.grid) if isinstance(obj, Kernel) else []
+    fn = obj.fn if isinstance(obj, Kernel) else obj
+    if not callable(fn) or not inspect.isfunction(fn):
+        raise TraceError(f"{path}: {function!r} is not a function")
+    return fn, grid
+
+
+def trace_file(path: str | Path, function: str | None, inputs: Sequence[str | TensorSpec],
+               grid: Sequence[int] = (), *, name: str | None = None, arch: str | None = None) -> bytes:
+    """Execute ``path``, trace ``function`` (default: the only @nki.jit function) -> KLR file bytes."""
+    fn, file_grid = load_kernel(path, function)
+    return trace_function(fn, inputs, tuple(grid) or tuple(file_grid), name=name, arch=arch,
+                          filename=Path(path).name)
+
+
+def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], grid: Sequence[int] = (), *,
+                   name: str | None = None, arch: str | None = None, filename: str | None = None) -> bytes:
+    """Trace an already loaded kernel function -> KLR file bytes."""
+    if isinstance(fn, Kernel):
+        grid = tuple(grid) or fn.grid
+        fn = fn.fn
+    specs = [parse_tensor_spec(s) for s in inputs]
+    src = inspect.getsourcefile(fn) or "<kernel>"
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty]
+    if not len(required) <= len(specs) <= len(params):
+        raise TraceError(f"{src}: kernel {fn.__name__} takes {len(required)}"
+                         + (f"-{len(params)}" if len(params) != len(required) else "")
+                         + f" tensor arguments ({', '.join(p.name for p in params)}); {len(specs)} --input given")
+    grid = tuple(int(g) for g in grid)
+    if any(g <= 0 for g in grid):
+        raise TraceError(f"{src}: launch grid {list(grid)}: every extent must be at least 1")
+    tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=grid)
+    args = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p.name, role="input")
+            for p, s in zip(params, specs)]
+    for k, a in enumerate(args):
+        a.arg_index = k
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, RECURSION_LIMIT))
+    returned: list[Any] = []
+    try:
+        with nki_modules(), tracing(tr):
+            points = _grid_points(grid) if grid else [()]
+            for ids in points:
+                tr.program_ids = ids
+                tr._hbm_ordinal = 0
+                result = fn(*args)
+                if ids == points[0]:
+                    returned = _flatten(result)
+        if tr.broken_loop:
+            raise TraceError(f"{src}: a `break` or `return` inside an nl.affine_range/nl.sequential_range loop "
+                             "(a loop that stays a loop runs every iteration)")
+        _mark_outputs(tr, args, returned, src)
+        alloc.place(tr, arch)
+        return emit(tr, tr.filename)
+    except TraceError as e:
+        if isinstance(e, Unsupported):
+            raise _located(e, Path(src), "") from None
+        raise
+    except TuskError:
+        raise
+    except RecursionError:
+        raise TraceError(f"{src}: kernel {fn.__name__} recursed too deeply while tracing") from None
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise _located(e, Path(src), f"tracing {fn.__name__}") from None
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+def _grid_points(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
+    points: list[tuple[int, ...]] = [()]
+    for extent in grid:
+        points = [p + (i,) for p in points for i in range(extent)]
+    return points
+
+
+def _flatten(result: Any) -> list[Any]:
+    if result is None:
+        return []
+    if isinstance(result, (tuple, list)):
+        return [x for r in result for x in _flatten(r)]
+    return [result]
+
+
+def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str) -> None:
+    """Returned HBM tensors and written arguments are the kernel's outputs."""
+    written = {id(v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
+    for a in args:
+        if id(a) in written:
+            a.role = "output"
+    for r in returned:
+        t = r.tensor if isinstance(r, View) else r
+        if not isinstance(t, Tensor) or t.on_chip:
+            raise TraceError(f"{src}: the kernel returns {r!r}; a kernel returns HBM tensors "
+                             "(nl.ndarray(..., buffer=nl.shared_hbm)) that it stored into")
+        if t.role == "input":
+            raise TraceError(f"{src}: the kernel returns its input {t.name} unchanged")
+        t.role = "output"
+    if not any(t.role == "output" for t in tr.tensors):
+        raise TraceError(f"{src}: the kernel writes no output (store into an argument or return an "
+                         "nl.ndarray in nl.shared_hbm)")
+    # outputs in the order they were created; inputs in argument order (klr-format.md §4)
+    inputs = [a for a in args if a.role == "input"]
+    outputs = [t for t in tr.tensors if t.role == "output"]
+    tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "output")]
+
+
+def _located(e: BaseException, fallback: Path, doing: str) -> TraceError:
+    where = user_frame(e.__traceback__)
+    loc = f"{where[0]}:{where[1]}" if where else str(fallback)
+    if isinstance(e, TraceError):
+        return TraceError(f"{loc}: {e}")
+    what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return TraceError(f"{loc}: {what}" + (f" (while {doing})" if doing else ""))
