@@ -31,6 +31,7 @@ class LoopVar:
     step: int
     trip: int
     depth: int
+    ordinal: int = -1  # the n-th dynamic loop the trace started (stable across re-traces)
     uid: int = 0
 
     def __post_init__(self) -> None:
@@ -66,6 +67,14 @@ class Affine:
     @property
     def is_static(self) -> bool:
         return not self.terms
+
+    def bounds(self) -> tuple[int, int]:
+        """Smallest and largest value over every iteration of the loops it depends on."""
+        lo = hi = self.const
+        for v, c in self.terms:
+            a, b = c * v.start, c * (v.start + v.step * (v.trip - 1))
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        return lo, hi
 
     def _combine(self, other: Any, sign: int) -> "Affine":
         o = Affine.of(other)
@@ -165,6 +174,32 @@ class Affine:
         return " + ".join(parts)
 
 
+class PeelLoop(Exception):
+    """A mask= cuts the last iterations of a dynamic loop short: re-trace with those iterations static.
+
+    KLR has no predicated instructions, so the front end keeps the first
+    ``keep`` iterations a loop (where the mask keeps everything) and unrolls
+    the rest while tracing, where the mask is a constant.
+    """
+
+    def __init__(self, ordinal: int, keep: int):
+        super().__init__(f"peel loop {ordinal} after {keep} iterations")
+        self.ordinal, self.keep = ordinal, keep
+
+    @staticmethod
+    def for_mask(first: "Affine", span: int, limit: int) -> "PeelLoop":
+        # the innermost loop the mask depends on is split; outer ones are taken at their largest value
+        var, coeff = max(first.terms, key=lambda t: t[0].depth)
+        if coeff <= 0:
+            raise unsupported("a mask= on an index that decreases with the loop index")
+        rest = Affine(first.const, tuple(t for t in first.terms if t[0] is not var))
+        hi_rest = rest.bounds()[1] + span
+        keep = 0
+        while keep < var.trip and hi_rest + coeff * (var.start + var.step * keep) < limit:
+            keep += 1
+        return PeelLoop(var.ordinal, keep)
+
+
 def loop_index(var: LoopVar) -> Affine:
     return Affine(0, ((var, 1),))
 
@@ -234,11 +269,17 @@ class IndexVector:
         return self * -1
 
     def _mask(self, bound: Any, strict: bool) -> "Mask":
-        if not self.offset.is_static or not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
-            raise unsupported("a mask that depends on a loop index of nl.affine_range (masks are resolved "
-                              "while tracing; use nl.static_range)")
+        if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
+            raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
         if self.step <= 0:
             raise unsupported("a mask on a decreasing index")
+        if not self.offset.is_static:
+            # a loop-dependent mask is resolved here when it keeps every index of every iteration
+            limit = int(bound) if strict else int(bound) + 1
+            hi = self.offset.bounds()[1] + self.step * (self.n - 1)
+            if hi < limit:
+                return Mask({})
+            raise PeelLoop.for_mask(self.offset, self.step * (self.n - 1), limit)
         bound = int(bound) - self.offset.const
         keep = max(0, min(self.n, -(-bound // self.step) if strict else bound // self.step + 1))
         return Mask({(self.ndim, self.dim): keep})
@@ -267,6 +308,18 @@ class IndexGrid:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
+    def _mask(self, bound: Any, strict: bool) -> "Mask":
+        if len(self.axes) != 1:
+            raise unsupported("a mask on a sum of nl.arange indices")
+        (dim, (n, step)), = self.axes.items()
+        return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
+
+    def __lt__(self, other: Any) -> "Mask":
+        return self._mask(other, True)
+
+    def __le__(self, other: Any) -> "Mask":
+        return self._mask(other, False)
+
     def __add__(self, other: Any) -> "IndexGrid":
         if isinstance(other, IndexVector):
             other = IndexGrid.of(other)
@@ -280,7 +333,12 @@ class IndexGrid:
 
     __radd__ = __add__
 
+    def __sub__(self, other: Any) -> "IndexGrid":
+        return self + other * -1
+
     def __mul__(self, other: Any) -> "IndexGrid":
+        if isinstance(other, Affine) and other.is_static:
+            other = other.const
         if not _is_int(other):
             return NotImplemented
         return IndexGrid(self.const * other, {d: (n, s * other) for d, (n, s) in self.axes.items()}, self.ndim)

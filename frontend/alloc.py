@@ -54,7 +54,7 @@ def live_ranges(tr: Tracer) -> list[Live]:
             s = -1
         for b, le in loops:
             refs_inside = s < le and e > b
-            if refs_inside and t.site < b:
+            if refs_inside and t.site <= b:  # site: the position of the next entry when it was made
                 s, e = min(s, b), max(e, le)
         out.append(Live(t, s, e, t.site))
     if tr.identity is not None and id(tr.identity) in by_id:

@@ -103,7 +103,9 @@ class Emitter:
                 self._loop_end(entry.var)
             else:
                 k.pos_line = entry.line
-                getattr(self, "op_" + entry.kind)(**entry.params)
+                handler = getattr(self, "op_" + entry.kind)
+                for params in _fit(entry.kind, entry.params):
+                    handler(**params)
         return k
 
     def _identity(self) -> None:
@@ -174,6 +176,48 @@ class Emitter:
 
     def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
         self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)
+
+
+MAX_DIMS = 4  # BIR access patterns: the partition dim plus three free dims
+
+
+def merged(v: View) -> View:
+    """Unit dims dropped (the partition dim stays) and contiguous neighbours joined: the same elements."""
+    dims = [d for k, d in enumerate(v.dims) if d[1] != 1 or (k == 0 and v.tensor.on_chip)]
+    out: list[tuple[int, int]] = []
+    for stride, n in dims:
+        if out and len(out) > (1 if v.tensor.on_chip else 0) and out[-1][0] == stride * n:
+            out[-1] = (stride, out[-1][1] * n)
+        else:
+            out.append((stride, n))
+    return View(v.tensor, v.offset, tuple(out) or ((1, 1),), ())
+
+
+def _fit(kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """One operation's views within MAX_DIMS; an operation over more dims is split along its outer free dims.
+
+    Elementwise operations see their views merged (same elements, same order);
+    a reduction keeps its source's dims, whose innermost ones it reduces.
+    """
+    views = {k: v for k, v in params.items() if isinstance(v, View)}
+    keep = {"src"} if kind == "tensor_reduce" else set()
+    shaped = {k: (v if k in keep else merged(v)) for k, v in views.items()}
+    if all(v.ndim <= MAX_DIMS for v in shaped.values()):
+        return [{**params, **shaped}]
+    dst = views.get("dst")
+    if dst is None or dst.ndim < 3:
+        return [{**params, **shaped}]  # the codegen names the view that does not fit
+    # split every view that walks the destination's outer free dim
+    n = dst.dims[1][1]
+    same = {k for k, v in views.items() if v.ndim == dst.ndim and v.dims[1][1] == n}
+    out = []
+    for j in range(n):
+        sub = dict(params)
+        for k in same:
+            v = views[k]
+            sub[k] = View(v.tensor, v.offset + j * v.dims[1][0], v.dims[:1] + v.dims[2:], ())
+        out.extend(_fit(kind, sub))
+    return out
 
 
 def emit(tr: Tracer, filename: str) -> bytes:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tusk.frontend.affine import Affine, IndexVector
+from tusk.frontend.affine import Affine, IndexGrid, IndexVector
 from tusk.frontend.errors import unsupported
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int16": 2, "int32": 4, "uint8": 1,
@@ -110,6 +110,13 @@ class Tensor:
     def __setitem__(self, key: Any, value: Any) -> None:
         self[key].assign(value)
 
+    def reshape(self, shape: Any) -> "View":
+        """An HBM tensor seen with another shape (same elements, row-major): ``a.reshape((1, n))``."""
+        return self._user_view().reshape(shape)
+
+    def broadcast_to(self, shape: Any) -> "View":
+        return self.view().broadcast_to(shape)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -136,6 +143,18 @@ class View:
     offset: Affine
     dims: tuple[tuple[int, int], ...]
     axes: tuple[int, ...] = ()
+    checks: tuple = ()  # (output dim, first index, step, axis size, axis): arange runs to bound-check
+
+    def check_bounds(self) -> None:
+        """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
+        for runs, first, size, axis in self.checks:
+            lo, hi = first.bounds()
+            for dim, step in runs:
+                n = self.dims[dim][1] if dim < len(self.dims) else 1
+                lo, hi = lo + min(0, step * (n - 1)), hi + max(0, step * (n - 1))
+            if lo < 0 or hi >= size:
+                raise unsupported(f"index {lo}..{hi} is outside axis {axis} (size {size}) of "
+                                  f"{self.tensor.name} (a mask= can cut the run short)")
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -171,24 +190,30 @@ class View:
         if len(key) > self.ndim:
             raise unsupported(f"{len(key)} subscripts for a {self.ndim}-axis {self._what()}")
         key = key + (slice(None),) * (self.ndim - len(key))
-        vectors = [k for k in key if isinstance(k, IndexVector)]
+        key = tuple(IndexGrid.of(k) if isinstance(k, IndexVector) else k for k in key)
+        grids = [k for k in key if isinstance(k, IndexGrid)]
         if any(k is None for k in key):
             raise unsupported("None (newaxis) in a tensor subscript")
+        # arange indices place their runs by broadcast axis ([:, None] before [None, :]); slices by position
+        by_axis = len(grids) > 1 or any(len(g.axes) > 1 for g in grids)
+        if by_axis and any(isinstance(k, slice) for k in key):
+            raise unsupported("mixing slices with several nl.arange indices in one subscript")
         offset = self.offset
+        checks: list[tuple[tuple[tuple[int, int], ...], Affine, int, int]] = []
         placed: list[tuple[int, tuple[int, int], int]] = []  # (order, (stride, n), axis)
         for pos, (k, (stride, n), axis) in enumerate(zip(key, self.dims, self.axes or range(self.ndim))):
             if isinstance(k, slice):
                 start, stop, step = _slice_bounds(k, n)
                 offset = offset + start * stride
                 placed.append((pos, (stride * step, _count(start, stop, step)), axis))
-            elif isinstance(k, IndexVector):
-                if k.offset.const < 0 or (k.offset.is_static and k.offset.const + k.step * (k.n - 1) >= n):
-                    raise unsupported(f"index {k.offset.const}..{k.offset.const + k.step * (k.n - 1)} "
-                                      f"is outside axis {pos} of size {n}")
-                offset = offset + k.offset * stride
-                # several arange vectors: their broadcast axes order the result ([:, None] first)
-                order = k.dim if len(vectors) > 1 and not any(isinstance(x, slice) for x in key) else pos
-                placed.append((order, (stride * k.step, k.n), axis))
+            elif isinstance(k, IndexGrid):
+                # checked when an operation uses the view: a mask= may cut the runs short
+                runs = []
+                for d, (cnt, step) in sorted(k.axes.items()):
+                    runs.append((len(placed), step))
+                    placed.append((d if by_axis else pos, (stride * step, cnt), axis))
+                checks.append((tuple(runs), k.const, n, pos))
+                offset = offset + k.const * stride
             else:
                 try:
                     a = Affine.of(k)
@@ -199,12 +224,14 @@ class View:
                 offset = offset + a * stride
                 if self.tensor.on_chip and axis == self.tensor.par_axis:
                     placed.append((pos, (stride, 1), axis))  # a single partition: keep the partition dim
-        placed.sort(key=lambda t: t[0])
-        dims = tuple(d for _, d, _ in placed)
-        axes = tuple(a for _, _, a in placed)
+        order = sorted(range(len(placed)), key=lambda j: placed[j][0])
+        where = {j: rank for rank, j in enumerate(order)}
+        dims = tuple(placed[j][1] for j in order)
+        axes = tuple(placed[j][2] for j in order)
         if not dims:
             dims, axes = ((1, 1),), (-1,)
-        v = View(self.tensor, offset, dims, axes)
+        checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
+        v = View(self.tensor, offset, dims, axes, self.checks + tuple(checks))
         v.check_partition_first()
         return v
 
@@ -216,13 +243,29 @@ class View:
     def _what(self) -> str:
         return "tile" if self.tensor.on_chip else "tensor"
 
+    def reshape(self, shape: Any) -> "View":
+        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if self.tensor.on_chip:
+            raise unsupported("reshaping a tile (reshape the HBM tensor before nl.load)")
+        contiguous = all(s == math.prod(n for _, n in self.dims[k + 1:]) for k, (s, _) in enumerate(self.dims))
+        if not contiguous or math.prod(shape) != self.elements:
+            raise unsupported(f"reshaping a {list(self.shape)} view to {list(shape)} (a contiguous view, "
+                              "same element count)")
+        strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+        return View(self.tensor, self.offset, tuple(zip(strides, shape)), tuple(range(len(shape))))
+
+    def broadcast_to(self, shape: Any) -> "View":
+        from tusk.frontend.nki import language as nl
+        return nl._broadcast_to(self, tuple(int(d) for d in shape))
+
     def narrowed(self, counts: dict[int, int]) -> "View":
         """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""
         dims = tuple((s, min(n, counts.get(d, n))) for d, (s, n) in enumerate(self.dims))
-        return View(self.tensor, self.offset, dims, self.axes)
+        return View(self.tensor, self.offset, dims, self.axes, self.checks)
 
     def with_dims(self, dims: tuple[tuple[int, int], ...]) -> "View":
-        return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else ())
+        return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
+                    tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])))
 
     # ------------------------------------------------------------------ operators as nl calls
     def assign(self, value: Any) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tusk.frontend import alloc
+from tusk.frontend.affine import PeelLoop
 from tusk.frontend.emit import emit
 from tusk.frontend.errors import TraceError, Unsupported, user_frame
 from tusk.frontend.imports import nki_modules
@@ -23,6 +24,7 @@ from tusk.frontend.tensors import Dtype, Tensor, View
 from tusk.frontend.tracer import Op, Tracer, tracing
 from tusk.ir.errors import TuskError
 
+MAX_PEELS = 64  # loops split for masks in one kernel (each split is one re-trace)
 RECURSION_LIMIT = 5000  # deep kernels (many helper calls) still trace; runaway recursion still stops
 
 
@@ -87,27 +89,29 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
     grid = tuple(int(g) for g in grid)
     if any(g <= 0 for g in grid):
         raise TraceError(f"{src}: launch grid {list(grid)}: every extent must be at least 1")
-    tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=grid)
-    args = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p.name, role="input")
-            for p, s in zip(params, specs)]
-    for k, a in enumerate(args):
-        a.arg_index = k
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, RECURSION_LIMIT))
-    returned: list[Any] = []
+    peel: dict[int, int] = {}
     try:
-        with nki_modules(), tracing(tr):
-            points = _grid_points(grid) if grid else [()]
-            for ids in points:
-                tr.program_ids = ids
-                tr._hbm_ordinal = 0
-                result = fn(*args)
-                if ids == points[0]:
-                    returned = _flatten(result)
+        while True:
+            tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=grid, peel=dict(peel))
+            args = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p.name, role="input")
+                    for p, s in zip(params, specs)]
+            for k, a in enumerate(args):
+                a.arg_index = k
+            try:
+                returned = _run(tr, fn, args, grid)
+                break
+            except PeelLoop as p:
+                if p.ordinal in peel or len(peel) >= MAX_PEELS:
+                    raise TraceError(f"{src}: a mask= cuts iterations of a loop short in a way the front end "
+                                     "cannot split (use nl.static_range for that loop)") from None
+                peel[p.ordinal] = p.keep
+        where = f"{src}:{fn.__code__.co_firstlineno}"
         if tr.broken_loop:
-            raise TraceError(f"{src}: a `break` or `return` inside an nl.affine_range/nl.sequential_range loop "
+            raise TraceError(f"{where}: a `break` or `return` inside an nl.affine_range/nl.sequential_range loop "
                              "(a loop that stays a loop runs every iteration)")
-        _mark_outputs(tr, args, returned, src)
+        _mark_outputs(tr, args, returned, where)
         alloc.place(tr, arch)
         return emit(tr, tr.filename)
     except TraceError as e:
@@ -124,6 +128,19 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
         raise _located(e, Path(src), f"tracing {fn.__name__}") from None
     finally:
         sys.setrecursionlimit(old_limit)
+
+
+def _run(tr: Tracer, fn: Callable[..., Any], args: list[Tensor], grid: tuple[int, ...]) -> list[Any]:
+    returned: list[Any] = []
+    with nki_modules(), tracing(tr):
+        points = _grid_points(grid) if grid else [()]
+        for ids in points:
+            tr.program_ids = ids
+            tr._hbm_ordinal = 0
+            result = fn(*args)
+            if ids == points[0]:
+                returned = _flatten(result)
+    return returned
 
 
 def _grid_points(grid: tuple[int, ...]) -> list[tuple[int, ...]]:

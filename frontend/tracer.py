@@ -50,17 +50,21 @@ class Tracer:
     identity: Tensor | None = None
     identity_iota: Tensor | None = None
     broken_loop: bool = False
+    peel: dict[int, int] = field(default_factory=dict)  # dynamic loop ordinal -> iterations kept a loop
+    loop_ordinal: int = 0
     _names: set[str] = field(default_factory=set)
+    _next: dict[str, int] = field(default_factory=dict)  # per name base: the last suffix handed out
     _hbm_by_ordinal: dict[int, Tensor] = field(default_factory=dict)   # SPMD: one shared_hbm per call site
     _hbm_ordinal: int = 0
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
         base = hint or "t"
-        name, k = base, 1
+        name, k = base, self._next.get(base, 1)
         while name in self._names:
             k += 1
             name = f"{base}.{k}"
+        self._next[base] = k
         self._names.add(name)
         return name
 
@@ -106,6 +110,8 @@ class Tracer:
         return where[1] if where else 0
 
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
+        for v in (*reads, *writes):
+            v.check_bounds()
         o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
         self.prog.append(o)
         return o

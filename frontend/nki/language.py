@@ -8,6 +8,7 @@ after tracing.  Calls outside this module's API are refused by name (see
 
 from __future__ import annotations
 
+import builtins  # sum, max, min and abs are NKI names in this module
 import linecache
 import math
 import re
@@ -75,15 +76,21 @@ class _Range:
             yield from r
             return
         tr = current()
-        var = LoopVar(self.kind, r.start, r.step, len(r), len(tr.loops))
-        done = False
-        with tr.loop(var):
-            try:
-                yield loop_index(var)
-                done = True
-            finally:
-                if not done:
-                    tr.broken_loop = True
+        ordinal = tr.loop_ordinal
+        tr.loop_ordinal += 1
+        keep = tr.peel.get(ordinal, len(r))
+        if keep > 1:
+            var = LoopVar(self.kind, r.start, r.step, keep, len(tr.loops), ordinal)
+            done = False
+            with tr.loop(var):
+                try:
+                    yield loop_index(var)
+                    done = True
+                finally:
+                    if not done:
+                        tr.broken_loop = True
+        # iterations a mask cuts short: traced one by one (see PeelLoop)
+        yield from r[keep if keep > 1 else 0:]
 
 
 def affine_range(*args: Any, **_: Any) -> _Range:
@@ -312,7 +319,7 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     alu = _ALU[name]
     if _is_number(x) and _is_number(y):
         return {"add": x + y, "subtract": x - y, "multiply": x * y, "divide": x / y,
-                "maximum": max(x, y), "minimum": min(x, y)}.get(name) if name in (
+                "maximum": builtins.max(x, y), "minimum": builtins.min(x, y)}.get(name) if name in (
             "add", "subtract", "multiply", "divide", "maximum", "minimum") else _refuse_numbers(name)
     tr = current()
     if _is_number(x) or _is_number(y):
@@ -528,6 +535,35 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     src = _tile(x, "nl.transpose")
     out = _transpose(src, "nl.transpose")
     return copy(out, dtype=dtype or src.dtype) if dtype is not None else out
+
+
+def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
+    """A [1, F] row to [P, F] (ones[1, P]^T @ row on the PE, as NKI does), or a [P, 1] column to [P, F]."""
+    src = _tile(x, "broadcast_to")
+    tr = current()
+    if src.shape == shape:
+        return src
+    if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape)):
+        raise unsupported(f"broadcasting a {list(src.shape)} tile to {list(shape)}")
+    p, free = shape[0], math.prod(shape[1:])
+    if src.shape[0] == 1:
+        if math.prod(src.shape[1:]) != free:
+            raise unsupported(f"broadcasting a {list(src.shape)} tile along partitions and free axes at once")
+        ones_ = tr.tile((1, p), float32)
+        _memset(ones_, 1.0)
+        out = tr.tile((p, free), src.dtype)
+        step = tile_size.gemm_moving_fmax
+        for c in range(0, free, step):
+            n = builtins.min(step, free - c)
+            part = _matmul(ones_, src.with_dims((src.dims[0], (1, n))) if c == 0 else
+                           View(src.tensor, src.offset + c, (src.dims[0], (1, n)), src.axes), "broadcast_to")
+            dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)), out.axes)
+            tr.op("copy", (part,), (dst,), dst=dst, src=part)
+        return out if src.ndim == 2 else out.with_dims(out.dims)
+    out = tr.tile(shape, src.dtype)
+    _memset(out, 0)
+    tr.op("tensor_scalar", (out, src), (out,), dst=out, src=out, op0="add", imm0=_as_column(src), reverse0=False)
+    return out
 
 
 # ---------------------------------------------------------------------------- everything else
