@@ -1,4 +1,4 @@
-"""The `tusk` command line (typer): compile, show, diff, passes, cache.
+"""The `tusk` command line (typer): compile, trace, show, diff, passes, cache.
 
 Every error goes to stderr as ``error: ...``; exit codes: 0 success, 1 a
 kernel (or the file shown) is at fault, 2 the command or the machine is.
@@ -249,6 +249,55 @@ def _drop_if_empty(out: Path, existed: bool) -> None:
         out.rmdir()  # only if empty
     except OSError:
         pass
+
+
+# ====================================================================== trace
+
+
+TRACE_EPILOG = """\b
+Examples:
+  tusk trace kernels/add.py::nki_add --input f32[128,512] --input f32[128,512] -o add.klr
+  tusk trace kernels/add.py --input f32[128,512] --input f32[128,512]   # the file's only @nki.jit function
+  tusk trace kernels/mm.py::matmul --input bf16[128,512] --input bf16[512,256] --grid 2,2 --name mm
+  tusk show add.klr                         # the traced kernel as BIR
+
+\b
+Tracing executes the kernel file's Python (as NKI itself does): trace only
+files you trust. To build Python kernels with 'tusk compile DIR', name them
+in DIR/tusk.toml ([kernels.NAME] file, function, inputs, grid; see README).
+"""
+
+
+@app.command(epilog=TRACE_EPILOG)
+def trace(
+    target: str = typer.Argument(..., metavar="FILE.py[::FUNCTION]",
+                                 help="The kernel's Python file and its @nki.jit function (optional when the file "
+                                      "has exactly one)"),
+    inputs: List[str] = typer.Option([], "--input", "-i", metavar="DTYPE[D0,D1,...]",
+                                     help="One kernel argument's dtype and shape, e.g. f32[128,512] or "
+                                          "bf16[4,128,64] (repeat, in argument order)"),
+    grid: Optional[str] = typer.Option(None, "--grid", metavar="N[,N...]", help="SPMD launch grid, e.g. 2 or 2,2"),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME",
+                                       help="Name of the traced kernel (default: the function's name)"),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE.klr",
+                                       help="Where to write the KLR file (default: NAME.klr in the current "
+                                            "directory, NAME being --name or the function's name)"),
+    arch: Optional[str] = typer.Option(None, "--arch", metavar="NAME", help=_setting_help(
+        "arch", "Target architecture: on-chip tensors are placed for its memories")),
+) -> None:
+    """Trace an NKI kernel written in Python into a KLR file (KLR 0.0.12, what 'tusk compile' reads)."""
+    from tusk.ir.errors import InternalError
+    from tusk.workflows.trace_cmd import trace as run_trace
+
+    try:
+        res = run_trace(target, inputs, grid, name, out, arch)
+    except InternalError as e:
+        raise _fail(f"{e} [internal error of the NKI front end: please report it]", 1)
+    except TuskError as e:
+        raise _fail(e)
+    except Exception as e:  # noqa: BLE001 - never a traceback for the user
+        raise _fail(f"internal error while tracing {target}: {type(e).__name__}: {e} [please report it]", 1)
+    typer.echo(f"wrote {res.path} (kernel {res.kernel}, {res.size:,} bytes of KLR)")
 
 
 # ====================================================================== passes

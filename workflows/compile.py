@@ -80,6 +80,8 @@ class CompileRequest:
     verify: str | None = None    # "none" | "ends" | "all"; None: the setting (default "ends")
     flatten: bool = False        # write each core's kernel as functions[0] "sg0000" (what real-dump checkers read)
     settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
+    # kernels written in Python (tusk.toml [kernels.NAME]: project.PythonKernel); None: read DIR's tusk.toml
+    traced: list | None = None
 
 
 LOG_FILE = "tusk.log"
@@ -147,6 +149,11 @@ class CompileResult:
     def failed(self) -> list[KernelResult]:
         return [k for k in self.kernels if not k.ok]
 
+    def traces(self, *status: str) -> int:
+        """How many Python kernels were traced in this build (``executed``; ``failed``: the trace raised), or
+        taken from the cache (``cached``)."""
+        return sum(1 for k in self.kernels if k.kernel.trace.get("status") in status)
+
     @property
     def exit_code(self) -> int:
         """0: every kernel built; 2: the environment failed some kernel; 1: some kernel failed otherwise."""
@@ -161,9 +168,11 @@ class CompileResult:
             "executor": self.report.executor if self.report else "none",
             "executed": self.report.n_executed if self.report else 0,
             "cached": self.report.n_cached if self.report else 0,
+            "traced": self.traces("executed", "failed"), "trace_cached": self.traces("cached"),
             "pipeline": self.pipeline,
             "not_available": [{"step": label, "reason": why} for label, why in self.unavailable],
-            "kernels": [k.stats or {"kernel": k.kernel.name, "source": str(k.kernel.path), "error": k.error}
+            "kernels": [k.stats or {"kernel": k.kernel.name, "source": str(k.kernel.source), "error": k.error,
+                                    **({"trace": k.kernel.trace} if k.kernel.trace else {})}
                         for k in self.kernels],
             "failed": [{"kernel": k.kernel.name, "error": k.error, "fault": k.fault} for k in self.failed],
             "skipped": [{"path": str(s.path), "reason": s.reason} for s in self.skipped],
@@ -232,11 +241,12 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                 check_workers_reach_store(connected, store)
         kernels, skipped = discover(directory, store)
         writer = OutputWriter(out, store, resolved.steps, req.stages, req.flatten)
+        kernels, skipped = _with_traced(kernels, skipped, req, directory, store, writer, cfg.arch)
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:
             if req.core_id is not None and k.error is None and k.fmt != "host" and req.core_id >= k.ncores:
-                skipped.append(Skipped(k.path, f"a kernel of {k.ncores} logical core(s): --core-id {req.core_id} "
+                skipped.append(Skipped(k.source, f"a kernel of {k.ncores} logical core(s): --core-id {req.core_id} "
                                                f"is past them"))
                 continue
             kr = results[k.name] = KernelResult(k)
@@ -245,7 +255,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                 continue
             problem = output_problem(out / k.name, src, k)
             if problem:  # OUT/<kernel> is not ours to write: the kernel fails, the directory stays as it is
-                kr.error, kr.keep, kr.fault = f"{k.path}: {problem}", True, INPUT
+                kr.error, kr.keep, kr.fault = f"{k.source}: {problem}", True, INPUT
                 continue
             if k.error:
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
@@ -350,13 +360,46 @@ def _log_internal_errors(out: Path, results) -> None:
     log = out / LOG_FILE
     lines = [f"tusk {__version__}: internal errors of the build at {time.strftime('%Y-%m-%d %H:%M:%S')}\n"]
     for kr, tb in tracebacks:
-        lines.append(f"\n== {kr.kernel.name} ({kr.kernel.path})\n{kr.error}\n{tb or '(no traceback)'}\n")
+        lines.append(f"\n== {kr.kernel.name} ({kr.kernel.source})\n{kr.error}\n{tb or '(no traceback)'}\n")
         kr.error += f" [internal error: please report it; traceback in {log}]"
         kr.stats["error"] = kr.error
     try:
         write_atomic(log, "".join(lines).encode())
     except OSError:
         pass  # the one-line messages still say what failed
+
+
+def _with_traced(kernels: list[Kernel], skipped: list[Skipped], req: CompileRequest, directory: Path, store,
+                 writer: OutputWriter, arch: str | None = None) -> tuple[list[Kernel], list[Skipped]]:
+    """The kernels of ``directory`` plus those tusk.toml writes in Python, each traced (or taken from the
+    cache) into its staging directory (see :mod:`tusk.workflows.traced`).
+
+    Only the .py files the file names are executed; they are not listed as skipped.
+    """
+    specs = req.traced
+    if specs is None:
+        from tusk.workflows.project import load
+
+        specs = load(directory).kernels
+    if not specs:
+        return kernels, skipped
+    from tusk.workflows.traced import trace_kernel
+
+    taken = {k.name: k for k in kernels}
+    for spec in specs:
+        if spec.name in taken:  # tusk.toml was checked; a kernel file named like the unit appeared since
+            raise UsageError(f"tusk.toml names kernel {spec.name!r}, and so does the kernel file "
+                             f"{taken[spec.name].path}; rename one of them")
+    named = {os.path.realpath(spec.file) for spec in specs}
+    skipped = [s for s in skipped if os.path.realpath(s.path) not in named]
+    for spec in specs:
+        problem = output_problem(writer.out / spec.name, Path(os.path.realpath(directory)),
+                                 Kernel(path=Path(spec.file), name=spec.name, origin=Path(spec.file)))
+        if problem:  # checked again by the caller; no staging directory for a kernel that cannot be written
+            kernels.append(Kernel(path=Path(spec.file), name=spec.name, origin=Path(spec.file)))
+            continue
+        kernels.append(trace_kernel(spec, store, writer.staging_for(spec.name), arch))
+    return kernels, skipped
 
 
 def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str | None = None) -> list[BuildUnit]:
@@ -375,7 +418,7 @@ def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str 
         if store is not None and not (isinstance(h, str) and store.has(h)):
             h = store.put(given_host_module(k))
             store.put_note("host-module", memo, {"hash": h})
-        return [BuildUnit(k.name, None, host_hash=h, files=files, kernel=k.name, core=None, source=str(k.path),
+        return [BuildUnit(k.name, None, host_hash=h, files=files, kernel=k.name, core=None, source=str(k.source),
                           data={"output": output_name(k, None)}, reload=lambda: given_host_module(k), where=where,
                           size=k.size)]
     cores = [core_id] if core_id is not None else list(range(k.ncores))
@@ -383,7 +426,7 @@ def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str 
     for c in cores:
         module = host_module(k, c, arch=cfg.arch, instruction_limit=cfg.instruction_limit)
         name = k.name if k.ncores == 1 and core_id is None else f"{k.name}[{c}]"
-        units.append(BuildUnit(name, module, files=files, kernel=k.name, core=c, source=str(k.path),
+        units.append(BuildUnit(name, module, files=files, kernel=k.name, core=c, source=str(k.source),
                                data={"output": output_name(k, c)}, where=where, size=k.size))
     return units
 

@@ -8,7 +8,10 @@ A directory's files are classified (sorted by name):
   locations of the first function whose set is an input or output kind), or
   -- if it already holds
   ``InstNKIKLIRKernel`` placeholders -- a host module, taken as it is;
-* anything else is listed as skipped, with the reason.
+* anything else is listed as skipped, with the reason -- ``.py`` files too:
+  nothing here runs Python.  Kernels written in Python are those the
+  directory's ``tusk.toml`` names (``[kernels.NAME]``); the build traces
+  them into KLR (:mod:`tusk.workflows.traced`) and adds them after discovery.
 
 A kernel that cannot be read is a failed kernel (its TuskError names the
 file), not a skipped one -- also a ``.klr``/``.json`` entry that is not a
@@ -81,6 +84,15 @@ class Kernel:
     fault: str = ""                  # with error: whose fault (tusk.ir.errors)
     bad_name: bool = False           # its name cannot be a directory: nothing under OUT is touched for it
     traceback: str = ""              # of an internal error
+    # a kernel written in Python (tusk.toml [kernels.NAME]): ``origin`` is its .py file, ``path`` the KLR file it
+    # was traced into (in its staging directory), ``trace`` how (key, cached or executed: workflows/traced.py)
+    origin: Path | None = None
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> Path:
+        """The file the user wrote: the .py of a traced kernel, else the kernel file."""
+        return self.origin or self.path
 
     def fail(self, e: BaseException) -> None:
         """Record that reading this kernel raised ``e`` (a TuskError names the file; anything else is a bug,
@@ -127,24 +139,32 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
             kernels.append(k)
             continue
         k.digest = file_digest(k.path)
-        try:
-            info = _interface(k.path, kind, k.digest, store)
-        except Exception as e:  # noqa: BLE001 - whatever one kernel's file does, the others are built
-            k.fail(e)
-            kernels.append(k)
+        reason = read_kernel(k, kind, store)
+        if reason is not None:
+            skipped.append(Skipped(p, reason))
             continue
-        if info["fmt"] == "skip":
-            skipped.append(Skipped(p, info["reason"]))
-            continue
-        k.fmt, k.ncores, k.ins, k.outs = info["fmt"], info["ncores"], info["ins"], info["outs"]
-        k.size = int(info.get("size") or 0)
-        try:
-            k.refs = _refs(k, info, store)
-        except Exception as e:  # noqa: BLE001
-            k.fail(e)
         kernels.append(k)
     _name(kernels)
     return kernels, skipped
+
+
+def read_kernel(k: Kernel, kind: str, store) -> str | None:
+    """Fill in kernel ``k``'s interface and references from its file (``k.path``, ``k.digest`` set); a failure
+    is recorded on ``k``.  Returns why the file is no kernel after all (to be skipped), else None."""
+    try:
+        info = _interface(k.path, kind, k.digest, store)
+    except Exception as e:  # noqa: BLE001 - whatever one kernel's file does, the others are built
+        k.fail(e)
+        return None
+    if info["fmt"] == "skip":
+        return info["reason"]
+    k.fmt, k.ncores, k.ins, k.outs = info["fmt"], info["ncores"], info["ins"], info["outs"]
+    k.size = int(info.get("size") or 0)
+    try:
+        k.refs = _refs(k, info, store)
+    except Exception as e:  # noqa: BLE001
+        k.fail(e)
+    return None
 
 
 def _name(kernels: list[Kernel]) -> None:

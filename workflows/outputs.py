@@ -63,7 +63,7 @@ def output_problem(dest: Path, src: Path, k: Kernel) -> str | None:
         return f"the kernel name {dest.name!r} is reserved for Tusk's temporary directories; rename the file"
     if dest.is_symlink():
         return f"the output directory {dest} is a symbolic link; not writing through it"
-    for p in (src, k.path, *k.refs):
+    for p in (src, *([k.origin] if k.origin else []), k.path, *k.refs):
         real = Path(os.path.realpath(p))
         inside_input_ok = p == src  # e.g. ./tusk-out/<kernel> when compiling "."
         if real == dest or real.is_relative_to(dest) or (not inside_input_ok and dest.is_relative_to(real)):
@@ -196,7 +196,7 @@ class OutputWriter:
                 self._write(kr, staging)
                 staging = None
         except (OSError, TuskError) as e:  # nothing was moved: the earlier output stays
-            kr.error, kr.keep = f"{k.path}: writing the outputs failed: {e}", True
+            kr.error, kr.keep = f"{k.source}: writing the outputs failed: {e}", True
             kr.fault = ENVIRONMENT if isinstance(e, (OSError, EnvError)) else INPUT
         finally:
             if staging is not None:
@@ -277,7 +277,8 @@ class OutputWriter:
         for rel, src in wanted.items():
             target = _target(staging, rel)
             try:
-                shutil.copy2(src, target)
+                if not (target.exists() and os.path.samefile(src, target)):  # a traced kernel is written there
+                    shutil.copy2(src, target)
             except OSError as e:
                 raise TuskError(f"cannot stage {src} as {rel}: {e.strerror or e}") from None
             sizes[rel] = target.stat().st_size
@@ -318,10 +319,14 @@ def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[
             "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
             "steps": [s.to_json() for s in u.steps],
         })
-    return {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.path), "source_sha256": k.digest,
-            "format": k.fmt, "cores": k.ncores, "files": file_digests(k), "stages": stages,
-            "pipeline": [s.spec for s in resolved.steps],
-            "not_available": [label for label, _ in resolved.unavailable], "units": units}
+    stats = {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.source),
+             "source_sha256": k.trace.get("py_sha256", k.digest) if k.origin else k.digest,
+             "format": k.fmt, "cores": k.ncores, "files": file_digests(k), "stages": stages,
+             "pipeline": [s.spec for s in resolved.steps],
+             "not_available": [label for label, _ in resolved.unavailable], "units": units}
+    if k.origin:  # traced from Python (tusk.toml [kernels.NAME]): how, and whether it ran in this build
+        stats["trace"] = dict(k.trace)
+    return stats
 
 
 def summarize(u: UnitReport) -> dict[str, Any]:

@@ -13,9 +13,19 @@ A kernel directory may hold a ``tusk.toml`` (or a ``pyproject.toml`` with a
     [passes.unroll]               # pass options, as --set unroll.loops=marked would set them
     loops = "marked"
 
+    [kernels.tensor_add]          # an NKI kernel in Python, traced into KLR by the build (tusk.frontend)
+    file = "tensor_add.py"        # inside the directory
+    function = "nki_tensor_add"   # optional when the file has exactly one @nki.jit function
+    inputs = ["f32[256,512]", "f32[256,512]"]
+    grid = [2]                    # optional SPMD launch grid
+
 Precedence, highest first: the command line, this file, the environment
 (``TUSK_ARCH`` ...), the defaults.  Everything is checked when the file is
-read: an unknown key, a value of the wrong type, a pass that does not exist.
+read: an unknown key, a value of the wrong type, a pass that does not exist,
+a ``[kernels.X]`` entry whose file is missing or outside the directory, whose
+input specs do not parse, or whose name is taken by a kernel file of the
+directory.  Only the ``.py`` files named here are ever executed (tracing runs
+the kernel's Python, as NKI itself does); other ``.py`` files are skipped.
 """
 
 from __future__ import annotations
@@ -39,6 +49,18 @@ class ProjectFileError(UsageError):
     """tusk.toml (or [tool.tusk]) cannot be used: a usage error, reported before anything is built."""
 
 
+@dataclass(frozen=True)
+class PythonKernel:
+    """A ``[kernels.NAME]`` entry: an NKI kernel written in Python, traced into KLR by the build."""
+
+    name: str                       # the unit's name (its output directory), like a kernel file's stem
+    file: Path                      # absolute, symbolic links resolved; inside the kernel directory
+    entry: str                      # the file as tusk.toml writes it (for messages)
+    function: str | None = None     # None: the file's only @nki.jit function
+    inputs: tuple = ()              # tusk.frontend.TensorSpec, one per kernel argument
+    grid: tuple[int, ...] = ()      # SPMD launch grid; () for none
+
+
 @dataclass
 class ProjectFile:
     """What a kernel directory's settings file asks for (empty when there is none)."""
@@ -47,6 +69,7 @@ class ProjectFile:
     settings: dict[str, Any] = field(default_factory=dict)   # config setting name -> typed value
     sets: list[str] = field(default_factory=list)            # "pass.option=value", as --set takes them
     pipeline: Path | None = None
+    kernels: list[PythonKernel] = field(default_factory=list)  # [kernels.NAME] tables, in file order
 
     def describe(self) -> str:
         return str(self.path) if self.path else "none"
@@ -97,10 +120,12 @@ def parse(data: dict[str, Any], base: Path, where: str, path: Path | None = None
             if not isinstance(value, str) or not value:
                 raise ProjectFileError(f"{where}: pipeline must be a file name")
             pf.pipeline = base / value
+        elif key == "kernels":
+            pf.kernels = _kernels(value, base, where)
         elif key in config.BY_NAME:
             pf.settings[key] = _setting(key, value, base, where)
         else:
-            known = sorted([*config.BY_NAME, "passes", "pipeline"])
+            known = sorted([*config.BY_NAME, "kernels", "passes", "pipeline"])
             raise ProjectFileError(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
     return pf
 
@@ -142,6 +167,130 @@ def _pass_options(value: Any, where: str) -> list[str]:
                                        f"or true/false, got {v!r}")
             sets.append(f"{pass_name}.{option}={text}")
     return sets
+
+
+KERNEL_KEYS = ("file", "function", "inputs", "grid")
+
+
+def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
+    """The ``[kernels.NAME]`` tables, each checked (see the module docstring); ProjectFileError naming the key."""
+    from tusk.workflows.kernels import name_problem
+
+    if not isinstance(value, dict):
+        raise ProjectFileError(f"{where}: kernels must be a table of tables ([kernels.NAME] file = \"k.py\", "
+                               f"inputs = [...])")
+    taken = _kernel_file_names(base)
+    out = []
+    for name, table in value.items():
+        key = f"kernels.{name}"
+        if not isinstance(table, dict):
+            raise ProjectFileError(f"{where}: {key} must be a table (file = \"k.py\", inputs = [...])")
+        problem = name_problem(name)
+        if problem:
+            raise ProjectFileError(f"{where}: {key}: {problem.replace('(from the file name)', '(the table name)')}")
+        if name in taken:
+            raise ProjectFileError(f"{where}: {key}: the name is taken by the kernel file {taken[name]} of the "
+                                   f"directory (its output directory would be {name} too); rename one of them")
+        unknown = [k for k in table if k not in KERNEL_KEYS]
+        if unknown:
+            raise ProjectFileError(f"{where}: {key}: unknown key {unknown[0]!r} (known: {', '.join(KERNEL_KEYS)})")
+        out.append(PythonKernel(name=name, file=_kernel_file(table, base, where, key), entry=table["file"],
+                                function=_kernel_function(table, where, key), inputs=_kernel_inputs(table, where, key),
+                                grid=_kernel_grid(table, where, key)))
+    return out
+
+
+def _kernel_file_names(base: Path) -> dict[str, str]:
+    """Name -> file of every kernel file of ``base`` (.klr, .json, KLR content): both its stem and its whole
+    name, since kernel files that share a stem are named by their whole names."""
+    from tusk.ir.klr.magic import is_klr_bytes
+
+    names: dict[str, str] = {}
+    try:
+        entries = sorted(Path(base).iterdir())
+    except OSError:
+        return names
+    for p in entries:
+        kernel = p.suffix in (".klr", ".json")
+        if not kernel and p.suffix != ".py":
+            try:
+                if p.is_file():
+                    with open(p, "rb") as fh:
+                        kernel = is_klr_bytes(fh.read(4))
+            except OSError:
+                continue
+        if kernel:
+            names.setdefault(p.stem, p.name)
+            names.setdefault(p.name, p.name)
+    return names
+
+
+def _kernel_file(table: dict, base: Path, where: str, key: str) -> Path:
+    import os
+
+    if "file" not in table:
+        raise ProjectFileError(f"{where}: {key}.file is missing (the kernel's .py file, relative to {base})")
+    value = table["file"]
+    if not isinstance(value, str) or not value.strip():
+        raise ProjectFileError(f"{where}: {key}.file must be a file name (a string), got {value!r}")
+    if "\0" in value:
+        raise ProjectFileError(f"{where}: {key}.file {value!r} contains a NUL character")
+    if not value.endswith(".py"):
+        raise ProjectFileError(f"{where}: {key}.file must name a Python file (.py), got {value!r}")
+    root = Path(os.path.realpath(base))
+    path = Path(os.path.realpath(base / value))
+    if path == root or not path.is_relative_to(root):
+        raise ProjectFileError(f"{where}: {key}.file {value!r} is outside the kernel directory {root}; "
+                               f"only files inside it are traced")
+    if not path.exists():
+        raise ProjectFileError(f"{where}: {key}.file {value!r}: no such file (looked for {path})")
+    if not path.is_file():
+        raise ProjectFileError(f"{where}: {key}.file {value!r} is not a regular file")
+    return path
+
+
+def _kernel_function(table: dict, where: str, key: str) -> str | None:
+    value = table.get("function")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise ProjectFileError(f"{where}: {key}.function must be the name of a Python function, got {value!r}")
+    return value
+
+
+def _kernel_inputs(table: dict, where: str, key: str) -> tuple:
+    from tusk.frontend.specs import parse_tensor_spec
+
+    if "inputs" not in table:
+        raise ProjectFileError(f"{where}: {key}.inputs is missing (one spec per kernel argument, e.g. "
+                               f"[\"f32[128,512]\", \"bf16[128,512]\"])")
+    value = table["inputs"]
+    if not isinstance(value, list):
+        raise ProjectFileError(f"{where}: {key}.inputs must be a list of specs such as \"f32[128,512]\", "
+                               f"got {value!r}")
+    specs = []
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise ProjectFileError(f"{where}: {key}.inputs[{i}] must be a string such as \"f32[128,512]\", "
+                                   f"got {text!r}")
+        try:
+            specs.append(parse_tensor_spec(text))
+        except TuskError as e:
+            raise ProjectFileError(f"{where}: {key}.inputs[{i}]: {e}") from None
+    return tuple(specs)
+
+
+MAX_GRID = 1 << 16  # launch grids are a handful of programs per dimension; this only stops nonsense early
+
+
+def _kernel_grid(table: dict, where: str, key: str) -> tuple[int, ...]:
+    value = table.get("grid", [])
+    if not isinstance(value, list) or any(isinstance(d, bool) or not isinstance(d, int) for d in value):
+        raise ProjectFileError(f"{where}: {key}.grid must be a list of integers such as [2] or [2, 2], "
+                               f"got {value!r}")
+    if any(d < 1 or d > MAX_GRID for d in value):
+        raise ProjectFileError(f"{where}: {key}.grid: every dimension must be 1 to {MAX_GRID}, got {value!r}")
+    return tuple(value)
 
 
 # ====================================================================== a request, checked before it runs
@@ -211,12 +360,14 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
     if bad:
         raise UsageError(f"--stage {bad[0]}: the pipeline runs no such step (steps: "
                          f"{', '.join(s.label for s in resolved.steps)})")
-    if not has_kernel_files(directory):
-        raise NoKernels(f"{directory} has no kernel files (.klr or BIR-JSON .json); nothing to compile")
+    if not has_kernel_files(directory) and not pf.kernels:
+        raise NoKernels(f"{directory} has no kernel files (.klr or BIR-JSON .json, or [kernels.NAME] tables in "
+                        f"tusk.toml); nothing to compile")
     req = CompileRequest(directory=directory, out=Path(out), workers=overrides.get("workers"),
                          scheduler=overrides.get("scheduler"), dashboard=dashboard,
                          cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,
                          pipeline=pipe, stages=True if stages else (list(stage) if stage else False),
                          verify=overrides.get("verify"), flatten=flatten,
-                         settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides})
+                         settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides},
+                         traced=list(pf.kernels))
     return req, cfg, pf

@@ -181,7 +181,9 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False,
     rep = result.report
     if rep is not None:
         where = rep.executor if rep.cluster_started or rep.n_executed else "no cluster started (all cached)"
-        console.print(f"{rep.n_executed} pass execution(s), {rep.n_cached} cached; {escape(where)}; "
+        traced = result.traces("executed", "failed"), result.traces("cached")
+        traces = f"{traced[0]} trace(s) of Python kernels, {traced[1]} cached; " if any(traced) else ""
+        console.print(f"{traces}{rep.n_executed} pass execution(s), {rep.n_cached} cached; {escape(where)}; "
                       f"{result.seconds:.2f}s; cache {escape(result.store)}", soft_wrap=True)
         if verbose and rep.n_executed:
             t = overhead_totals(rep)

@@ -1,0 +1,323 @@
+"""NKI kernels in Python from the command line: `tusk trace`, and `tusk compile` of tusk.toml [kernels.X].
+
+Tracing runs the kernel's Python in this process (CliRunner, --workers 0).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tusk.ir.klr.magic import is_klr_bytes
+from tusk.workflows.cli import app
+
+KLR = Path(__file__).parent / "data" / "klr"
+INPUTS = ["f32[128,512]", "f32[128,512]"]
+
+ADD = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ta = nl.load(a)
+    tb = nl.load(b)
+    nl.store(out, value=nl.add(ta, tb))
+    return out
+'''
+
+RAISES = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def broken(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    raise ValueError("the kernel gave up")
+'''
+RAISES_LINE = 8
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    assert "Traceback" not in res.output
+    return res
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(d))
+    return d
+
+
+def trace_args(target, *extra, inputs=INPUTS):
+    return ["trace", str(target), *[a for i in inputs for a in ("--input", i)], *extra]
+
+
+# ====================================================================== tusk trace
+
+
+def test_trace_writes_a_klr_file_that_show_lists(tmp_path, cache):
+    (tmp_path / "add.py").write_text(ADD)
+    out = tmp_path / "kernel.klr"
+    res = invoke(*trace_args(f"{tmp_path / 'add.py'}::add", "-o", out))
+    assert res.exit_code == 0, res.output
+    assert is_klr_bytes(out.read_bytes()[:4])
+    assert str(out) in res.stdout
+    shown = invoke("show", out)
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.strip()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_trace_without_a_function_and_without_o_writes_function_klr_here(tmp_path, cache, monkeypatch):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "add.py").write_text(ADD)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("src/add.py"))
+    assert res.exit_code == 0, res.output
+    assert is_klr_bytes((tmp_path / "add.klr").read_bytes()[:4])
+    res = invoke(*trace_args("src/add.py::add", "--name", "tensor_add"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "tensor_add.klr").is_file()
+
+
+@pytest.mark.parametrize("extra, inputs, needle", [
+    ((), ["f33[128,512]", "f32[128,512]"], "f33"),
+    ((), ["f32[128,0]", "f32[128,512]"], "f32[128,0]"),
+    ((), ["f32(128)", "f32[128,512]"], "f32(128)"),
+    (("--grid", "2,x"), INPUTS, "--grid"),
+    (("--grid", "0"), INPUTS, "--grid"),
+])
+def test_trace_usage_errors_exit_2_and_write_nothing(tmp_path, cache, extra, inputs, needle, monkeypatch):
+    (tmp_path / "add.py").write_text(ADD)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("add.py::add", *extra, inputs=inputs))
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error:") and needle in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["add.py"]
+
+
+def test_trace_missing_file_is_refused(tmp_path, cache, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("nosuch.py::add"))
+    assert res.exit_code == 2 and "nosuch.py" in res.stderr and "no such file" in res.stderr
+    assert not list(tmp_path.glob("*.klr"))
+
+
+def test_trace_unknown_function_exits_1_and_writes_nothing(tmp_path, cache, monkeypatch):
+    (tmp_path / "add.py").write_text(ADD)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("add.py::nosuch", "-o", "k.klr"))
+    assert res.exit_code == 1, res.output
+    assert "nosuch" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["add.py"]
+
+
+def test_trace_kernel_raising_exits_1_with_file_and_line_and_writes_nothing(tmp_path, cache, monkeypatch):
+    (tmp_path / "broken.py").write_text(RAISES)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("broken.py::broken", "-o", "k.klr"))
+    assert res.exit_code == 1, res.output
+    assert f"broken.py:{RAISES_LINE}" in res.stderr and "the kernel gave up" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["broken.py"]
+
+
+# ====================================================================== tusk.toml [kernels.X]
+
+
+def toml_kernel(name="tadd", file="add.py", inputs=INPUTS, **more) -> str:
+    lines = [f"[kernels.{name}]", f"file = {json.dumps(file)}", f"inputs = {json.dumps(inputs)}"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in more.items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("toml, key", [
+    (toml_kernel(colour="red"), "colour"),
+    (toml_kernel(file=3), "kernels.tadd.file"),
+    (toml_kernel(file="../outside.py"), "kernels.tadd.file"),
+    (toml_kernel(file="/etc/passwd.py"), "kernels.tadd.file"),
+    (toml_kernel(file="missing.py"), "kernels.tadd.file"),
+    (toml_kernel(file="notes.txt"), "kernels.tadd.file"),
+    (toml_kernel(inputs="f32[128,512]"), "kernels.tadd.inputs"),
+    (toml_kernel(inputs=[128]), "kernels.tadd.inputs[0]"),
+    (toml_kernel(inputs=["f32[128,512]", "f99[1]"]), "kernels.tadd.inputs[1]"),
+    ('[kernels.tadd]\nfile = "add.py"\n', "kernels.tadd.inputs"),
+    (toml_kernel(grid="2"), "kernels.tadd.grid"),
+    (toml_kernel(grid=[2, 0]), "kernels.tadd.grid"),
+    (toml_kernel(grid=[True]), "kernels.tadd.grid"),
+    (toml_kernel(function=3), "kernels.tadd.function"),
+    (toml_kernel(function="not a name"), "kernels.tadd.function"),
+    (toml_kernel(name="other"), "kernels.other"),  # other.klr is a kernel file of the directory
+    ('kernels = 3\n', "kernels"),
+    ('[kernels]\ntadd = 3\n', "kernels.tadd"),
+])
+def test_bad_kernels_tables_are_refused_before_anything_runs(tmp_path, cache, toml, key):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "add.py").write_text(ADD + '\nopen(__file__ + ".ran", "w").close()\n')
+    (k / "notes.txt").write_text("x")
+    (tmp_path / "outside.py").write_text(ADD)
+    shutil.copy(KLR / "01_dma_copy.klr", k / "other.klr")
+    (k / "tusk.toml").write_text(toml)
+    out = tmp_path / "out"
+    res = invoke("compile", k, "-o", out, "--workers", "0")
+    assert res.exit_code == 2, res.output
+    assert "tusk.toml" in res.stderr and key in res.stderr, res.stderr
+    assert not out.exists()
+    assert not (k / "add.py.ran").exists()
+
+
+def compile_json(k: Path, out: Path):
+    res = invoke("compile", k, "-o", out, "--workers", "0", "--json")
+    return res.exit_code, json.loads(res.stdout)
+
+
+def kernel(report: dict, name: str) -> dict:
+    return next(k for k in report["kernels"] if k["kernel"] == name)
+
+
+def executed(report: dict, name: str) -> int:
+    return sum(u["executed"] for u in kernel(report, name).get("units", []))
+
+
+@pytest.fixture
+def project(tmp_path, cache):
+    """A kernel directory: a .klr kernel, a Python kernel tusk.toml names, a stray .py it does not."""
+    k = tmp_path / "k"
+    k.mkdir()
+    shutil.copy(KLR / "01_dma_copy.klr", k / "other.klr")
+    (k / "add.py").write_text(ADD)
+    (k / "stray.py").write_text(f"open({str(tmp_path / 'STRAY_RAN')!r}, 'w').close()\n")
+    (k / "tusk.toml").write_text(toml_kernel())
+    return {"k": k, "out": tmp_path / "out", "marker": tmp_path / "STRAY_RAN"}
+
+
+def test_compile_traces_the_named_kernel_and_never_runs_a_stray_py(project):
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0, rep
+    assert rep["traced"] == 1 and rep["trace_cached"] == 0
+    assert kernel(rep, "tadd")["status"] == "written" and kernel(rep, "other")["status"] == "written"
+    assert not project["marker"].exists()
+    skipped = {Path(s["path"]).name for s in rep["skipped"]}
+    assert "stray.py" in skipped and "add.py" not in skipped
+    d = project["out"] / "tadd"
+    assert is_klr_bytes((d / "tadd.klr").read_bytes()[:4]) and (d / "tadd.bir.json").is_file()
+    stats = json.loads((d / "stats.json").read_text())
+    assert stats["source"] == str((project["k"] / "add.py").resolve())
+    assert stats["trace"]["status"] == "executed" and stats["trace"]["inputs"] == ["float32[128,512]"] * 2
+    assert invoke("show", d / "tadd.klr").exit_code == 0
+    assert not [p for p in project["out"].iterdir() if p.name.startswith(".")]
+
+
+def test_a_directory_with_only_a_stray_py_has_no_kernels_and_runs_nothing(tmp_path, cache):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "stray.py").write_text(f"open({str(tmp_path / 'STRAY_RAN')!r}, 'w').close()\n")
+    res = invoke("compile", k, "-o", tmp_path / "out", "--workers", "0")
+    assert res.exit_code == 1 and "no kernel files" in res.stderr
+    assert not (tmp_path / "STRAY_RAN").exists()
+
+
+def test_rebuild_runs_no_pass_and_no_trace(project):
+    compile_json(project["k"], project["out"])
+    before = {p: p.stat().st_mtime_ns for p in project["out"].glob("*/*") if p.name != "stats.json"}
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0
+    assert rep["executed"] == 0 and rep["traced"] == 0 and rep["trace_cached"] == 1
+    assert kernel(rep, "tadd")["status"] == "up to date" and kernel(rep, "tadd")["trace"]["status"] == "cached"
+    after = {p: p.stat().st_mtime_ns for p in project["out"].glob("*/*") if p.name != "stats.json"}
+    assert after == before
+    res = invoke("compile", project["k"], "-o", project["out"], "--workers", "0")
+    assert "0 trace(s) of Python kernels, 1 cached; 0 pass execution(s)" in res.stdout
+
+
+def test_editing_the_py_retraces_it(project):
+    compile_json(project["k"], project["out"])
+    add = project["k"] / "add.py"
+    add.write_text(ADD + "# a comment: traces to the same KLR\n")
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0 and rep["traced"] == 1
+    assert executed(rep, "tadd") == 0 and executed(rep, "other") == 0  # same KLR bytes: every record hits
+    add.write_text(ADD.replace("nl.add(", "nl.multiply("))
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0 and rep["traced"] == 1
+    assert executed(rep, "tadd") > 0 and executed(rep, "other") == 0
+
+
+def test_changing_the_inputs_in_tusk_toml_retraces(project):
+    compile_json(project["k"], project["out"])
+    (project["k"] / "tusk.toml").write_text(toml_kernel(inputs=["f32[128,256]", "f32[128,256]"]))
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0 and rep["traced"] == 1 and executed(rep, "tadd") > 0
+
+
+def test_a_kernel_that_fails_to_trace_fails_alone(project):
+    k = project["k"]
+    (k / "broken.py").write_text(RAISES)
+    (k / "tusk.toml").write_text(toml_kernel() + toml_kernel(name="bad", file="broken.py", function="broken"))
+    code, rep = compile_json(k, project["out"])
+    assert code == 1
+    assert kernel(rep, "tadd")["status"] == "written" and kernel(rep, "other")["status"] == "written"
+    bad = kernel(rep, "bad")
+    assert bad["status"] == "failed" and bad["fault"] == "input"
+    assert f"broken.py:{RAISES_LINE}" in bad["error"] and "the kernel gave up" in bad["error"]
+    assert not (project["out"] / "bad").exists()
+    res = invoke("compile", k, "-o", project["out"], "--workers", "0")
+    assert res.exit_code == 1 and f"broken.py:{RAISES_LINE}" in res.stderr and "Traceback" not in res.output
+    (k / "broken.py").write_text(RAISES.replace('    raise ValueError("the kernel gave up")\n',
+                                                "    nl.store(out, value=nl.load(a))\n    return out\n"))
+    code, rep = compile_json(k, project["out"])  # a failed trace is not remembered: fixed, it builds
+    assert code == 0 and kernel(rep, "bad")["status"] == "written" and rep["traced"] == 1
+
+
+def test_the_same_project_elsewhere_hits_every_record(project, tmp_path):
+    compile_json(project["k"], project["out"])
+    moved = tmp_path / "elsewhere" / "k"
+    shutil.copytree(project["k"], moved)
+    code, rep = compile_json(moved, tmp_path / "elsewhere" / "out")
+    assert code == 0 and rep["traced"] == 0 and rep["trace_cached"] == 1 and rep["executed"] == 0
+    assert (tmp_path / "elsewhere" / "out" / "tadd" / "tadd.klr").read_bytes() == \
+        (project["out"] / "tadd" / "tadd.klr").read_bytes()
+
+
+def test_a_grid_is_part_of_the_trace(project):
+    compile_json(project["k"], project["out"])
+    (project["k"] / "tusk.toml").write_text(toml_kernel(function="add", grid=[2]))
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0 and rep["traced"] == 1 and executed(rep, "tadd") > 0
+    assert kernel(rep, "tadd")["trace"]["grid"] == [2]
+
+
+def test_a_new_front_end_retraces(project, monkeypatch):
+    from tusk.workflows import traced
+
+    compile_json(project["k"], project["out"])
+    monkeypatch.setattr(traced, "frontend_digest", lambda: "0" * 64)
+    code, rep = compile_json(project["k"], project["out"])
+    assert code == 0 and rep["traced"] == 1 and rep["executed"] == 0  # same KLR: no pass reruns
+
+
+def test_what_a_kernel_prints_does_not_spoil_json_output(project):
+    (project["k"] / "add.py").write_text('print("hello from the kernel")\n' + ADD)
+    code, rep = compile_json(project["k"], project["out"])  # parses stdout as JSON
+    assert code == 0 and rep["traced"] == 1
+
+
+def test_trace_to_a_missing_directory_is_refused_before_tracing(tmp_path, cache, monkeypatch):
+    (tmp_path / "add.py").write_text(ADD + '\nopen(__file__ + ".ran", "w").close()\n')
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("add.py::add", "-o", "nosuch/k.klr"))
+    assert res.exit_code == 2 and "nosuch" in res.stderr
+    assert not (tmp_path / "add.py.ran").exists()

@@ -1,0 +1,227 @@
+"""Kernels written in Python: traced into KLR by ``tusk.frontend``, a cached step before the pipeline.
+
+A kernel directory's ``tusk.toml`` may name NKI kernels written in Python
+(``[kernels.NAME]``: file, function, inputs, grid; checked by
+:mod:`tusk.workflows.project`).  Each becomes a KLR kernel of the build:
+
+1. **Key.**  The trace key is the digest of the .py file's bytes, the
+   function name as given (None: the file's only ``@nki.jit`` function),
+   the input specs (canonical spelling: ``float32[128,512]``), the grid,
+   the build's ``arch`` (the front end places on-chip tensors for its
+   memories), the trace format and the front end's code -- every source file of
+   ``tusk.frontend`` and of ``tusk.ir`` (whose KLR writer encodes the
+   result), as :func:`tusk.cache.keys.package_digest` hashes them.
+   Locations are not content: the key holds no path.
+2. **Cached.**  The KLR bytes are kept as a store note (``notes/nki-trace/``,
+   base64 with their SHA-256, checksummed like every note) under that key.
+   A hit is used without running any Python; a miss executes the file (the
+   front end runs its top level, then the kernel once with symbolic tensors)
+   and stores the result.  Failures are not cached: a kernel that failed to
+   trace is traced again by the next build.
+3. **A KLR kernel.**  The bytes are written as ``<NAME>.klr`` into the
+   kernel's staging directory (its artifact directory during the build,
+   which becomes ``OUT/<NAME>/``), and from there the unit is an ordinary
+   KLR kernel: its interface is read (memoised by the KLR's digest), its
+   host module names ``<NAME>.klr`` relative to that directory, and the
+   ``files`` key part of the first step and of translate is
+   ``{"<NAME>.klr": sha256 of the traced bytes}``.  So an edit of the .py
+   that traces to the same KLR (a comment) re-traces and then hits every
+   pass record (early cutoff), and an unchanged file runs nothing at all.
+   The traced ``.klr`` stays in ``OUT/<NAME>/`` next to the outputs.
+
+Known limit: the key covers the one .py file.  Python modules it imports
+from its directory are not part of it; after editing one, change the kernel
+file or build with ``--no-cache``.
+
+Tracing runs in the build's own process, before the build graph starts.  A
+kernel that cannot be traced fails alone (its message starts with the
+kernel's ``file:line``); the other kernels are built.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, InputError, InternalError, TuskError, fault_of
+from tusk.workflows.kernels import Kernel, read_kernel
+
+TRACE_FORMAT = 1                 # bump when what a trace key stands for changes
+NOTE_KIND = "nki-trace"
+FRONTEND_PACKAGES = ("tusk.frontend", "tusk.ir")  # the code a trace runs (ir: the KLR writer)
+
+
+def frontend_digest() -> str:
+    """SHA-256 over every source file of the front end and of tusk.ir (computed once per process)."""
+    from tusk.cache.keys import package_digest
+
+    return package_digest(FRONTEND_PACKAGES)
+
+
+def trace_parts(py_digest: str, function: str | None, inputs: Sequence[Any], grid: Sequence[int],
+                arch: str | None = None) -> dict[str, Any]:
+    """The named parts of a trace key (see the module docstring)."""
+    return {"tusk-trace": TRACE_FORMAT, "file": py_digest, "function": function,
+            "inputs": [str(t) for t in inputs], "grid": [int(d) for d in grid], "arch": arch,
+            "frontend": frontend_digest()}
+
+
+def trace_key(parts: dict[str, Any]) -> str:
+    from tusk.cache.keys import digest
+
+    return digest(parts)
+
+
+# ====================================================================== running the front end
+
+
+def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence[Any], grid: Sequence[int] = (),
+                 name: str | None = None, arch: str | None = None) -> bytes:
+    """``tusk.frontend.trace_file``, with whatever escapes it sorted by fault.
+
+    A TuskError is passed on (a TraceError is the kernel's and names its
+    ``file:line``).  Anything else raised while the kernel's own code runs
+    -- an exception the front end did not wrap, ``sys.exit()`` -- is the
+    kernel's too, named by the kernel file's innermost line in the
+    traceback; an exception with no frame in the kernel file is an internal
+    error of the front end.
+    """
+    import inspect
+
+    from tusk.frontend import trace_file
+
+    more = {"arch": arch} if arch is not None and "arch" in inspect.signature(trace_file).parameters else {}
+    try:
+        data = trace_file(path, function, list(inputs), tuple(grid), name=name, **more)
+    except TuskError:
+        raise
+    except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything
+        line = _kernel_line(e, path)
+        what = f"the kernel called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+            f"{type(e).__name__}: {e}"
+        if line is not None:
+            raise InputError(f"{path}:{line}: {what}") from None
+        raise InternalError(f"the NKI front end failed on {path}: {what}") from e
+    if not isinstance(data, (bytes, bytearray)) or not data:
+        raise InternalError(f"the NKI front end returned no KLR bytes for {path}")
+    return bytes(data)
+
+
+def _kernel_line(e: BaseException, path: str | os.PathLike) -> int | None:
+    """The innermost line of the kernel file ``path`` in ``e``'s traceback, or None."""
+    target = os.path.realpath(os.fspath(path))
+    line = None
+    for frame in traceback.extract_tb(e.__traceback__):
+        try:
+            if os.path.realpath(frame.filename) == target:
+                line = frame.lineno
+        except (OSError, ValueError):
+            continue
+    return line
+
+
+def kernel_name(data: bytes) -> str | None:
+    """The LncKernel name of KLR file bytes, or None when they do not hold one."""
+    from tusk.ir.klr.reader import read_klr
+
+    try:
+        contents = read_klr(data).contents
+    except (TuskError, ValueError, TypeError):
+        return None
+    name = getattr(contents, "name", None)
+    return name if isinstance(name, str) else None
+
+
+# ====================================================================== the build step
+
+
+def _cached(store, key: str) -> tuple[bytes, float] | None:
+    """The traced bytes stored under ``key`` (and the seconds the trace took), or None."""
+    if store is None:
+        return None
+    note = store.get_note(NOTE_KIND, key)
+    if not isinstance(note, dict) or note.get("v") != TRACE_FORMAT or not isinstance(note.get("klr"), str):
+        return None
+    try:
+        data = base64.b64decode(note["klr"].encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
+    if hashlib.sha256(data).hexdigest() != note.get("sha256"):
+        return None
+    seconds = note.get("seconds")
+    return data, float(seconds) if isinstance(seconds, (int, float)) else 0.0
+
+
+def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kernel:
+    """Kernel ``spec`` (a :class:`tusk.workflows.project.PythonKernel`) traced for ``arch`` (the build's
+    setting: on-chip tensors are placed for its memories) -- or taken from the store -- and written as
+    ``directory/<name>.klr``; a failure is recorded on the returned kernel."""
+    from tusk.cache.keys import file_digest
+
+    k = Kernel(path=Path(directory) / f"{spec.name}.klr", name=spec.name, entry=f"{spec.name}.klr",
+               origin=Path(spec.file))
+    py_digest = file_digest(spec.file)
+    parts = trace_parts(py_digest, spec.function, spec.inputs, spec.grid, arch)
+    key = trace_key(parts)
+    k.trace = {"status": "not run", "key": key, "file": str(spec.file), "py_sha256": py_digest,
+               "function": spec.function, "inputs": parts["inputs"], "grid": parts["grid"], "arch": arch,
+               "seconds": 0.0}
+    if py_digest == "missing":
+        k.error, k.fault = f"{spec.file}: cannot be read (named by kernels.{spec.name}.file in tusk.toml)", INPUT
+        return k
+    hit = _cached(store, key)
+    if hit is not None:
+        data, seconds = hit
+        k.trace.update(status="cached", seconds=seconds)
+    else:
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output (--json)
+                data = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch)
+        except TuskError as e:
+            k.trace.update(status="failed", seconds=round(time.perf_counter() - t0, 6))
+            _fail(k, e, spec)
+            return k
+        seconds = time.perf_counter() - t0
+        k.trace.update(status="executed", seconds=round(seconds, 6))
+        if store is not None:
+            try:
+                store.put_note(NOTE_KIND, key, {"v": TRACE_FORMAT, "klr": base64.b64encode(data).decode("ascii"),
+                                                "sha256": hashlib.sha256(data).hexdigest(),
+                                                "seconds": round(seconds, 6)})
+            except OSError:
+                pass  # not cached: the next build traces again
+    k.digest = hashlib.sha256(data).hexdigest()
+    k.trace["klr_sha256"] = k.digest
+    k.trace["kernel"] = kernel_name(data)
+    try:
+        k.path.write_bytes(data)
+    except OSError as e:
+        k.error, k.fault = f"{spec.file}: cannot write the traced kernel {k.path}: {e.strerror or e}", ENVIRONMENT
+        return k
+    reason = read_kernel(k, "klr", store)
+    if reason is not None:
+        k.error, k.fault = f"{spec.file}: the front end's output is not a kernel ({reason})", INTERNAL
+    elif k.error and k.fault == INTERNAL:
+        k.error = f"{spec.file}: reading the traced kernel failed: {k.error}"
+    return k
+
+
+def _fail(k: Kernel, e: TuskError, spec) -> None:
+    """A trace failed: the message keeps the front end's ``file:line`` start (else names the file)."""
+    fault = fault_of(e)
+    text = str(e)
+    if str(spec.file) not in text and os.path.basename(str(spec.file)) not in text:
+        text = f"{spec.file}: {text}"
+    k.error = text
+    k.fault = INPUT if fault in (INPUT, "usage") else fault
+    if fault == INTERNAL:
+        k.traceback = "".join(traceback.format_exception(e))
