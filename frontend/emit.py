@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tusk.frontend.affine import LoopVar
+from tusk.frontend.errors import TraceError
 from tusk.frontend.klr_writer import AP, KernelWriter
 from tusk.frontend.tensors import PARTITIONS, Tensor, View
 from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
@@ -148,13 +151,13 @@ class Emitter:
         self.k.tensor_copy(self.ap(dst), self.ap(src))
 
     def op_memset(self, dst: View, value: Any) -> None:
-        self.k.memset(self.ap(dst), value)
+        self.k.memset(self.ap(dst), as_immediate(value))
 
     def op_tensor_tensor(self, dst: View, a: View, b: View, op: str) -> None:
         self.k.tensor_tensor(self.ap(dst), self.ap(a), self.ap(b), op)
 
     def _imm(self, x: Any) -> Any:
-        return self.ap(x) if isinstance(x, View) else x
+        return self.ap(x) if isinstance(x, View) else as_immediate(x)
 
     def op_tensor_scalar(self, dst: View, src: View, op0: str, imm0: Any, reverse0: bool = False,
                          op1: str | None = None, imm1: Any = None, reverse1: bool = False) -> None:
@@ -162,7 +165,7 @@ class Emitter:
                              None if op1 is None else self._imm(imm1), reverse0=reverse0, reverse1=reverse1)
 
     def op_activation(self, dst: View, src: View, func: str, bias: View | None, scale: float) -> None:
-        self.k.activation(self.ap(dst), self.ap(src), func, scale=scale,
+        self.k.activation(self.ap(dst), self.ap(src), func, scale=as_immediate(float(scale)),
                           bias=None if bias is None else self.ap(bias))
 
     def op_reciprocal(self, dst: View, src: View) -> None:
@@ -176,6 +179,20 @@ class Emitter:
 
     def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
         self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)
+
+
+def as_immediate(x: Any) -> Any:
+    """A kernel's Python number as KLR stores it: ints within int32, floats rounded to float32 (a
+    float beyond float32's range becomes an infinity, as the hardware's conversion does)."""
+    if isinstance(x, (bool, np.bool_)):
+        return int(x)
+    if isinstance(x, (int, np.integer)):
+        x = int(x)
+        if not -(1 << 31) <= x < (1 << 31):
+            raise TraceError(f"the integer immediate {x} does not fit in int32")
+        return x
+    with np.errstate(over="ignore"):
+        return float(np.float32(x))
 
 
 MAX_DIMS = 4  # BIR access patterns: the partition dim plus three free dims

@@ -244,7 +244,8 @@ class View:
         return "tile" if self.tensor.on_chip else "tensor"
 
     def reshape(self, shape: Any) -> "View":
-        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        from tusk.frontend.tracer import as_shape
+        shape = as_shape(shape if isinstance(shape, (tuple, list)) else (shape,))
         if self.tensor.on_chip:
             raise unsupported("reshaping a tile (reshape the HBM tensor before nl.load)")
         contiguous = all(s == math.prod(n for _, n in self.dims[k + 1:]) for k, (s, _) in enumerate(self.dims))
@@ -256,7 +257,8 @@ class View:
 
     def broadcast_to(self, shape: Any) -> "View":
         from tusk.frontend.nki import language as nl
-        return nl._broadcast_to(self, tuple(int(d) for d in shape))
+        from tusk.frontend.tracer import as_shape
+        return nl._broadcast_to(self, as_shape(shape))
 
     def narrowed(self, counts: dict[int, int]) -> "View":
         """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""

@@ -10,6 +10,7 @@ import inspect
 import os
 import runpy
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,7 +23,7 @@ from tusk.frontend.nki import Kernel
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
 from tusk.frontend.tracer import Op, Tracer, tracing
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InternalError, TuskError
 
 MAX_PEELS = 64  # loops split for masks in one kernel (each split is one re-trace)
 RECURSION_LIMIT = 5000  # deep kernels (many helper calls) still trace; runaway recursion still stops
@@ -43,7 +44,8 @@ def load_kernel(path: str | Path, function: str | None) -> tuple[Callable[..., A
     except BaseException as e:  # the file's top level failed: report it at its line
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise _located(e, path, "importing the kernel file") from None
+        err = _located(e, path, "importing the kernel file")
+        raise err from (e if isinstance(err, InternalError) else None)
     if function:
         obj = namespace.get(function)
         if obj is None:
@@ -125,7 +127,8 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise _located(e, Path(src), f"tracing {fn.__name__}") from None
+        err = _located(e, Path(src), f"tracing {fn.__name__}")
+        raise err from (e if isinstance(err, InternalError) else None)
     finally:
         sys.setrecursionlimit(old_limit)
 
@@ -181,10 +184,28 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str)
     tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "output")]
 
 
-def _located(e: BaseException, fallback: Path, doing: str) -> TraceError:
+def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:
+    """The error at the kernel line that caused it; an unexpected exception raised by the front
+    end's own code (not the kernel's) is Tusk's fault, an InternalError."""
     where = user_frame(e.__traceback__)
     loc = f"{where[0]}:{where[1]}" if where else str(fallback)
     if isinstance(e, TraceError):
         return TraceError(f"{loc}: {e}")
     what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if _raised_by_front_end(e):
+        return InternalError(f"{loc}: internal error in Tusk's NKI front end: {what}")
     return TraceError(f"{loc}: {what}" + (f" (while {doing})" if doing else ""))
+
+
+def _tusk_dirs() -> tuple[str, ...]:
+    import tusk.ir
+    import tusk.frontend
+    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (tusk.ir, tusk.frontend))
+
+
+def _raised_by_front_end(e: BaseException) -> bool:
+    """The innermost frame is Tusk's code (the front end, or the KLR writer it calls)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return False
+    return os.path.abspath(frames[-1].filename).startswith(_tusk_dirs())

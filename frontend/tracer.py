@@ -70,9 +70,7 @@ class Tracer:
 
     def new_tensor(self, shape: tuple[int, ...], dtype: Dtype, memory: str, hint: str = "", *,
                    par_axis: int = 0, role: str = "internal") -> Tensor:
-        shape = tuple(int(d) for d in shape)
-        if not shape or any(d <= 0 for d in shape):
-            raise unsupported(f"a tensor of shape {shape}")
+        shape = as_shape(shape)
         if memory in ("sbuf", "psum") and shape[par_axis] > PARTITIONS:
             raise unsupported(f"a {memory} tile with {shape[par_axis]} partitions (at most {PARTITIONS}; "
                               "tile the partition dimension)")
@@ -141,6 +139,28 @@ class Tracer:
         last.params["dst"] = dst
         last.writes = (dst,)
         return True
+
+
+MAX_ELEMENTS = 1 << 34
+
+
+def as_shape(shape: Any) -> tuple[int, ...]:
+    """A tensor shape from the kernel: a tuple/list of positive ints (nl.par_dim, numpy ints allowed)."""
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise unsupported(f"a tensor shape {shape!r} (a non-empty tuple of ints)")
+    dims = []
+    for d in shape:
+        if isinstance(d, bool) or not hasattr(d, "__index__"):
+            raise unsupported(f"a tensor shape {tuple(shape)!r} (dimension {d!r} is not an int)")
+        dims.append(int(d.__index__()))
+    total = 1
+    for d in dims:
+        if d <= 0:
+            raise unsupported(f"a tensor shape {tuple(dims)} (every dimension must be at least 1)")
+        total *= d
+    if total > MAX_ELEMENTS:
+        raise unsupported(f"a tensor shape {tuple(dims)} of {total} elements")
+    return tuple(dims)
 
 
 _CURRENT: list[Tracer] = []

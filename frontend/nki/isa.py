@@ -10,7 +10,7 @@ from tusk.frontend.affine import IndexGrid, IndexVector
 from tusk.frontend.errors import unsupported
 from tusk.frontend.nki import language as nl
 from tusk.frontend.tensors import View, as_dtype
-from tusk.frontend.tracer import current
+from tusk.frontend.tracer import as_shape, current
 
 # nl functions and numpy ufuncs as ALU operators (nisa.tensor_scalar(op0=np.add) and op0=nl.add both appear)
 _ALU_BY_NAME = {"add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
@@ -123,7 +123,7 @@ def iota(expr: Any, dtype: Any, mask: Any = None, **_: Any) -> View:
 
 def memset(shape: Any, value: Any, dtype: Any, mask: Any = None, **_: Any) -> View:
     tr = current()
-    dst = tr.tile(tuple(shape), as_dtype(dtype))
+    dst = tr.tile(as_shape(shape), as_dtype(dtype))
     d, = nl._masked([dst], mask)
     nl._memset(d, value)
     return dst

@@ -19,7 +19,7 @@ import numpy as np
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
-from tusk.frontend.tracer import current
+from tusk.frontend.tracer import as_shape, current
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -180,6 +180,7 @@ def _as_column(v: View) -> View:
 
 # ---------------------------------------------------------------------------- memory
 def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **_: Any) -> Tensor:
+    as_shape(shape)
     shape = tuple(shape)
     mem = _BUFFERS.get(str(buffer) if buffer is not None else "sbuf")
     if mem is None:
@@ -228,6 +229,8 @@ def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "", **
 def _memset(dst: View, value: Any) -> None:
     if not _is_number(value):
         raise unsupported(f"filling a tile with {value!r}")
+    if "float" not in dst.dtype and not math.isfinite(float(value)):
+        raise unsupported(f"filling an {dst.dtype} tile with {value!r}")
     current().op("memset", (), (dst,), dst=dst, value=float(value) if "float" in dst.dtype else int(value))
 
 
@@ -318,9 +321,7 @@ _ALU = {"add": "add", "subtract": "subtract", "multiply": "mult", "divide": "div
 def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Any:
     alu = _ALU[name]
     if _is_number(x) and _is_number(y):
-        return {"add": x + y, "subtract": x - y, "multiply": x * y, "divide": x / y,
-                "maximum": builtins.max(x, y), "minimum": builtins.min(x, y)}.get(name) if name in (
-            "add", "subtract", "multiply", "divide", "maximum", "minimum") else _refuse_numbers(name)
+        return _numbers(name, x, y)
     tr = current()
     if _is_number(x) or _is_number(y):
         reverse = _is_number(x)
@@ -352,8 +353,16 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     return dst
 
 
-def _refuse_numbers(name: str) -> Any:
-    raise unsupported(f"nl.{name} of two Python numbers")
+def _numbers(name: str, x: Any, y: Any) -> Any:
+    """``nl.add(2, 3)``: plain Python arithmetic, as NKI does for two scalars."""
+    ops = {"add": lambda: x + y, "subtract": lambda: x - y, "multiply": lambda: x * y,
+           "divide": lambda: x / y, "maximum": lambda: builtins.max(x, y), "minimum": lambda: builtins.min(x, y)}
+    if name not in ops:
+        raise unsupported(f"nl.{name} of two Python numbers")
+    try:
+        return ops[name]()
+    except ArithmeticError as e:
+        raise unsupported(f"nl.{name}({x!r}, {y!r}): {e}") from None
 
 
 def _make_binary(name: str):
@@ -455,7 +464,7 @@ _REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")
 def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *, negate: bool = False,
             what: str = "") -> View:
     src = _tile(x, what)
-    axes = tuple(sorted({int(a) % src.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}))
+    axes = _axes(axis, src.ndim, what)
     k = len(axes)
     if 0 in axes or axes != tuple(range(src.ndim - k, src.ndim)):
         raise unsupported(f"{what} along axis {axis} of a {src.ndim}-axis tile (only the trailing free "
@@ -468,6 +477,15 @@ def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *
     if keepdims:
         return dst.with_dims(dst.dims[:1] + ((1, 1),) * (src.ndim - 1)) if dst.ndim != src.ndim else dst
     return dst.with_dims(dst.dims[:len(kept)])
+
+
+def _axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    if not items or any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in items):
+        raise unsupported(f"{what} along axis={axis!r} (ints naming free axes)")
+    if any(not -ndim <= int(a) < ndim for a in items):
+        raise unsupported(f"{what} along axis={axis!r} of a {ndim}-axis tile")
+    return tuple(sorted({int(a) % ndim for a in items}))
 
 
 def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:  # noqa: A001
@@ -489,8 +507,7 @@ def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any
 def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
     src = _tile(x, "nl.mean")
     total = _reduce("add", src, axis, float32 if dtype is None else dtype, keepdims, mask, what="nl.mean")
-    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    count = math.prod(src.shape[int(a) % src.ndim] for a in axes)
+    count = math.prod(src.shape[a] for a in _axes(axis, src.ndim, "nl.mean"))
     current().op("tensor_scalar", (total,), (total,), dst=total, src=total, op0="mult", imm0=1.0 / count,
                  reverse0=False)
     return total
