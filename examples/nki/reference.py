@@ -1,0 +1,183 @@
+"""numpy references for the kernels of examples/nki (keyed by the unit names of tusk.toml).
+
+``REFERENCES[unit](*inputs)`` takes the input arrays in the kernel's
+argument order and returns its output (a tuple when the kernel returns
+several), in float32; a bfloat16 output is returned as float32 holding the
+bfloat16 value.  References compute in float64 and round once at the end
+unless the kernel's own rounding is part of what it computes.
+
+``TOLERANCE[unit] = (rtol, atol)`` for ``numpy.testing.assert_allclose``;
+``RANGES[unit]`` gives the (low, high) of the uniform random values each
+input should hold (positive where the kernel takes a log or a square root).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+F32 = np.float32
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), still as float32."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _f64(*arrays: np.ndarray) -> list[np.ndarray]:
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
+
+
+def tensor_add(a, b):
+    return (np.asarray(a, F32) + np.asarray(b, F32)).astype(F32)
+
+
+def tensor_exp(x):
+    return np.exp(np.asarray(x, np.float64)).astype(F32)
+
+
+def transpose2d(x, shape2d=(32, 16)):
+    p = x.shape[0]
+    return np.asarray(x, F32).reshape(p, *shape2d).transpose(0, 2, 1).reshape(p, -1)
+
+
+def matmul(lhsT, rhs):
+    a, b = _f64(lhsT, rhs)
+    return (a.T @ b).astype(F32)
+
+
+def matmul_bf16(lhsT, rhs):
+    """The bfloat16 kernel: float32 PSUM result, rounded to bfloat16 by the copy out of PSUM."""
+    return round_bf16(matmul(round_bf16(lhsT), round_bf16(rhs)))
+
+
+def rmsnorm(a, g):
+    a, g = _f64(a, g)
+    return (a / np.sqrt(np.mean(a * a, axis=1, keepdims=True)) * g[None, :]).astype(F32)
+
+
+def layernorm(x, gamma, beta, epsilon=1e-5):
+    x, gamma, beta = _f64(x, gamma, beta)
+    mean = x.mean(axis=1, keepdims=True)
+    var = (x * x).mean(axis=1, keepdims=True) - mean * mean  # the kernel's formula
+    return ((x - mean) / np.sqrt(var + epsilon) * gamma[None, :] + beta[None, :]).astype(F32)
+
+
+def avgpool(x, pool=2):
+    (x,) = _f64(x)
+    c, h, w = x.shape
+    return x.reshape(c, h // pool, pool, w // pool, pool).mean(axis=(2, 4)).astype(F32)
+
+
+def softmax(x):
+    (x,) = _f64(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def attention(q, k, v, scale=0.125):
+    q, k, v = _f64(q, k, v)
+    s = (q * scale) @ k.T
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p @ v / p.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def mamba(delta, u, a, b, c):
+    """y[b, c, t] = sum_n C[b, n, t] h[b, c, n, t], h[t] = exp(delta[t] A[c, n]) h[t-1] + delta[t] u[t] B[b, n, t]."""
+    delta, u, a, b, c = _f64(delta, u, a, b, c)
+    d_a = np.exp(delta[:, :, None, :] * a[None, :, :, None])          # [batch, channels, state, time]
+    d_bu = (delta * u)[:, :, None, :] * b[:, None, :, :]
+    h = np.zeros(d_a.shape[:3])
+    y = np.zeros(delta.shape)
+    for t in range(delta.shape[2]):
+        h = d_a[..., t] * h + d_bu[..., t]
+        y[:, :, t] = np.einsum("bcn,bn->bc", h, c[:, :, t])
+    return y.astype(F32)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def activations(x, y):
+    x, y = _f64(x, y)
+    gelu = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    sigmoid = 1.0 / (1.0 + np.exp(-x))
+    out_a = gelu + sigmoid * np.tanh(x) - np.maximum(x, 0.0) + np.clip(x, -1.0, 1.0) - x * x
+    out_b = np.log(y) + np.sqrt(y) / y - (1.0 - y) + np.exp(-y)
+    return out_a.astype(F32), out_b.astype(F32)
+
+
+def iota_fill(x):
+    """In float32, in the kernel's order: each step rounds as the kernel's does."""
+    ramp = np.arange(x.size, dtype=F32).reshape(x.shape)
+    acc = np.asarray(x, F32) * F32(2.0) + ramp * F32(1.0 / 1024)
+    for _ in range(3):
+        acc = acc + F32(0.5)
+    return acc
+
+
+REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
+    "tensor_add": tensor_add,
+    "tensor_add_spmd": tensor_add,
+    "tensor_exp": tensor_exp,
+    "transpose2d": transpose2d,
+    "matmul_basic": matmul_bf16,
+    "matmul_tiled": matmul,
+    "matmul_hoisted": matmul,
+    "matmul_blocked": matmul,
+    "matmul_optimized": matmul,
+    "rmsnorm": rmsnorm,
+    "layernorm": layernorm,
+    "avgpool": avgpool,
+    "softmax": softmax,
+    "attention": attention,
+    "mamba": mamba,
+    "activations": activations,
+    "iota_fill": iota_fill,
+}
+
+# (rtol, atol) per unit, by the class of what it computes
+_EXACT = (0.0, 0.0)       # one float32 add, or data movement only: bit-identical
+_ELEMENTWISE = (2e-6, 0.0)  # one transcendental / division per element: the result may differ by an ulp
+_REDUCE = (1e-5, 1e-6)    # float32 sums over a row: summation order differs from numpy's (~N eps)
+_MATMUL = (1e-5, 1e-4)    # the interpreter sums a matmul in float64 and rounds once, PSUM adds round per
+#                           K tile; outputs reach ~100, so atol is ~1e-6 of the largest
+_BF16 = (1e-2, 1e-2)      # one rounding to bfloat16 (8 bits of mantissa): one ulp is 2^-8 relative
+
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "tensor_add": _EXACT,
+    "tensor_add_spmd": _EXACT,
+    "transpose2d": _EXACT,
+    "tensor_exp": _ELEMENTWISE,
+    "iota_fill": _EXACT,  # the reference repeats the kernel's float32 steps in order
+    "matmul_basic": _BF16,
+    "matmul_tiled": _MATMUL,
+    "matmul_hoisted": _MATMUL,
+    "matmul_blocked": _MATMUL,
+    "matmul_optimized": _MATMUL,
+    "rmsnorm": _REDUCE,
+    "layernorm": (1e-5, 1e-5),  # var = E[x^2] - E[x]^2 loses a few bits to cancellation
+    "avgpool": _REDUCE,
+    "softmax": _REDUCE,
+    "attention": (2e-5, 2e-6),  # exp, a row sum and two float32 matmuls
+    "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
+    "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
+}
+
+_DEFAULT = (-2.0, 2.0)
+RANGES: dict[str, tuple[tuple[float, float], ...]] = {
+    "tensor_exp": ((-4.0, 4.0),),
+    "softmax": ((-8.0, 8.0),),
+    # delta > 0 (a softplus output), A < 0 (a decay), so exp(delta A) < 1
+    "mamba": ((0.01, 0.2), (-1.0, 1.0), (-2.0, -0.1), (-1.0, 1.0), (-1.0, 1.0)),
+    "activations": ((-3.0, 3.0), (0.25, 4.0)),
+}
+
+
+def input_ranges(unit: str, count: int) -> tuple[tuple[float, float], ...]:
+    """The value range of each of ``unit``'s ``count`` inputs."""
+    return RANGES.get(unit, (_DEFAULT,) * count)

@@ -1,0 +1,153 @@
+"""The NKI kernels of examples/nki: traced by tusk.frontend, read back as KLR, translated, verified, run by
+the interpreter on random inputs, and compared with their numpy references."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tusk.examples.nki import DIRECTORY as EXAMPLES
+from tusk.examples.nki import reference
+from tusk.ir import klr
+from tusk.ir.verify import verify
+from tusk.sim.interp import run
+from tusk.stages.host import host_module_for
+from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
+
+UNITS: dict[str, dict] = tomllib.loads((EXAMPLES / "tusk.toml").read_text(encoding="utf-8"))["kernels"]
+NAMES = sorted(UNITS)
+REQUIRED = {"tensor_add", "tensor_exp", "transpose2d", "matmul_basic", "matmul_tiled", "matmul_hoisted",
+            "matmul_blocked", "matmul_optimized", "rmsnorm", "layernorm", "avgpool", "softmax", "attention",
+            "mamba", "tensor_add_spmd"}
+
+
+def _trace(name: str) -> bytes:
+    """The KLR bytes of unit ``name``, traced as the build traces it."""
+    from tusk.frontend import trace_file
+
+    unit = UNITS[name]
+    return trace_file(EXAMPLES / unit["file"], unit.get("function"), unit["inputs"], unit.get("grid", ()))
+
+
+def _inputs(name: str, seed: int) -> list[np.ndarray]:
+    """Seeded uniform inputs in the unit's ranges; bfloat16 inputs hold bfloat16-exact values."""
+    from tusk.frontend import parse_tensor_spec
+
+    specs = [parse_tensor_spec(s) for s in UNITS[name]["inputs"]]
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec, (lo, hi) in zip(specs, reference.input_ranges(name, len(specs)), strict=True):
+        x = rng.uniform(lo, hi, size=spec.shape).astype(np.float32)
+        out.append(reference.round_bf16(x) if spec.dtype == "bfloat16" else x)
+    return out
+
+
+def _run_cores(path: Path, inputs: dict[str, np.ndarray], outputs: list[str], ncores: int,
+               art: Path) -> dict[str, np.ndarray]:
+    """Every core's outputs, merged: an element belongs to the core that wrote it (outputs start as NaN).
+    Strict: a kernel that reads a byte nothing wrote fails."""
+    got: dict[str, np.ndarray] = {}
+    for core in range(ncores):
+        module = host_module_for(str(path), core, str(art / str(core)))
+        out, stats = TranslateNKIASTToBIR().run(module)
+        verify(out)
+        assert stats["expanded"] == 1
+        if ncores == 1:
+            return run(out, inputs, strict=True)
+        shapes = {t.name: (int(t.shape.parDim), *map(int, t.shape.freeDims))
+                  for t in klr.read_klr(path.read_bytes()).contents.kernel.outputs}
+        sentinel = {n: np.full(shapes[n], np.nan, dtype=np.float32) for n in outputs}
+        res = run(out, {**inputs, **sentinel}, strict=True)
+        for n in outputs:
+            written = ~np.isnan(res[n])
+            got.setdefault(n, np.full_like(res[n], np.nan))[written] = res[n][written]
+    return got
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("nki_corpus")
+
+
+def test_corpus_has_the_required_kernels_each_with_a_reference_and_a_tolerance():
+    assert REQUIRED <= set(UNITS)
+    assert set(UNITS) == set(reference.REFERENCES) == set(reference.TOLERANCE)
+    for name, unit in UNITS.items():
+        assert (EXAMPLES / unit["file"]).is_file(), name
+        assert f"def {unit['function']}(" in (EXAMPLES / unit["file"]).read_text(encoding="utf-8"), name
+    assert UNITS["tensor_add_spmd"].get("grid") and "nl.program_id" in (EXAMPLES / "tensor_add_spmd.py").read_text()
+
+
+def test_references_agree_with_plain_numpy_on_small_cases():
+    """The references themselves, on cases small enough to check by hand."""
+    x = np.arange(12, dtype=np.float32).reshape(1, 12)
+    np.testing.assert_array_equal(reference.transpose2d(x, (3, 4)), [[0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]])
+    pool = reference.avgpool(np.arange(16, dtype=np.float32).reshape(1, 4, 4))
+    np.testing.assert_array_equal(pool, [[[2.5, 4.5], [10.5, 12.5]]])
+    np.testing.assert_allclose(reference.softmax(np.log(np.array([[1.0, 3.0]], np.float32))), [[0.25, 0.75]])
+    assert reference.round_bf16(np.float32(1 + 2 ** -9)) == 1.0 and reference.round_bf16(np.float32(1 + 3 * 2 ** -9)) \
+        == np.float32(1 + 2 ** -7)
+    # one channel, one state, A = 0 (no decay): h is the running sum of delta u B, y = C h
+    d, u = np.full((1, 1, 3), 0.5, np.float32), np.array([[[1.0, 2.0, 3.0]]], np.float32)
+    y = reference.mamba(d, u, np.zeros((1, 1), np.float32), np.ones((1, 1, 3), np.float32),
+                        np.full((1, 1, 3), 2.0, np.float32))
+    np.testing.assert_allclose(y, [[[1.0, 3.0, 6.0]]])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kernel_traces_translates_and_matches_numpy(name, workdir):
+    data = _trace(name)
+    kernel = klr.read_klr(data).contents.kernel  # the bytes are a KLR file Tusk reads
+    path = workdir / f"{name}.klr"
+    path.write_bytes(data)
+
+    arrays = _inputs(name, seed=sum(map(ord, name)))
+    in_names = [t.name for t in kernel.inputs]
+    out_names = [t.name for t in kernel.outputs]
+    assert len(in_names) == len(arrays), f"{name}: the kernel has inputs {in_names}"
+    got = _run_cores(path, dict(zip(in_names, arrays, strict=True)), out_names, max(1, len(kernel.bodies)),
+                     art=workdir / "out" / name)
+
+    want = reference.REFERENCES[name](*arrays)
+    want = list(want) if isinstance(want, tuple) else [want]
+    assert len(out_names) == len(want), f"{name}: the kernel has outputs {out_names}"
+    rtol, atol = reference.TOLERANCE[name]
+    for out_name, expected in zip(out_names, want, strict=True):
+        value = got[out_name]
+        assert value.shape == expected.shape, f"{name}.{out_name}: shape {value.shape}, expected {expected.shape}"
+        assert not np.isnan(value).any(), f"{name}.{out_name}: some elements were never written"
+        np.testing.assert_allclose(value, expected, rtol=rtol, atol=atol, err_msg=f"{name}.{out_name}")
+
+
+def test_compile_directory_builds_every_unit(tmp_path):
+    """`tusk compile examples/nki`: every [kernels.X] unit is traced and built; the other files are skipped."""
+    import tusk
+
+    result = tusk.compile_directory(EXAMPLES, out=tmp_path / "out", workers=0, report=False,
+                                    cache_dir=str(tmp_path / "cache"))
+    assert {k.kernel.name for k in result.kernels} == set(UNITS)
+    assert {"reference.py", "__init__.py", "README.md", "tusk.toml"} <= {s.path.name for s in result.skipped}
+    assert not result.failed, {k.kernel.name: k.error for k in result.failed}
+    assert result.exit_code == 0
+    for name in UNITS:  # the traced KLR, the one trace_file gives, is kept next to the BIR it became
+        assert {f"{name}.klr", f"{name}.bir.json"} <= {p.name for p in (tmp_path / "out" / name).iterdir()}, name
+        assert (tmp_path / "out" / name / f"{name}.klr").read_bytes() == _trace(name), name
+
+
+def test_tracing_is_deterministic():
+    """The same unit traced twice gives the same bytes (the build's cache keys on them)."""
+    for name in NAMES:
+        assert _trace(name) == _trace(name), name
+
+
+def test_units_stay_small_enough_for_the_interpreter():
+    """Every input of every unit is at most 64 tiles of 128 x 512 float32."""
+    from tusk.frontend import parse_tensor_spec
+
+    for name, unit in UNITS.items():
+        for spec in map(parse_tensor_spec, unit["inputs"]):
+            assert math.prod(spec.shape) <= 64 * 128 * 512, (name, spec)
