@@ -97,9 +97,6 @@ def function_to_parts(fn: Function) -> tuple[dict[str, np.ndarray], dict[str, An
                                _canon_text)
     values = _canonical_pool(arrays, VALUE_REFS, [encode_value(v) for v in fn.values.items], _canon_text,
                              aux_values)
-    # dependence edges are a set: their row order is not part of the program
-    _sort_rows(arrays, "deps", ("dst", "src", "kind"))
-    _sort_rows(arrays, "carried", ("dst", "src", "kind", "flavour", "payload"))
     meta = {
         "name": fn.name,
         "kind": fn.kind,
@@ -158,6 +155,17 @@ def _group_memlocs_by_set(arrays: dict[str, np.ndarray]) -> None:
     where[-1] = -1
     refs = arrays["operands.memloc"]
     arrays["operands.memloc"] = where[refs].astype(refs.dtype)
+
+
+def _edges_sorted(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Dependence edges are a set: their row order is not part of the program, so the digest sees
+    them sorted.  The stored arrays keep the order a pass made them in (it is the order the
+    BIR-JSON writer lists an instruction's dependencies in, kept for round trips), so a module
+    read back from the store writes the same bytes as the module that was stored."""
+    out = dict(arrays)
+    _sort_rows(out, "deps", ("dst", "src", "kind"))
+    _sort_rows(out, "carried", ("dst", "src", "kind", "flavour", "payload"))
+    return out
 
 
 def _sort_rows(arrays: dict[str, np.ndarray], table: str, keys: tuple[str, ...]) -> None:
@@ -270,6 +278,7 @@ def parts_hash(meta: dict[str, Any], fns: list[tuple[dict[str, np.ndarray], dict
     h.update(_canon(meta))
     for arrays, fmeta in fns:
         h.update(_canon(fmeta))
+        arrays = _edges_sorted(arrays)
         for key in sorted(arrays):
             arr = arrays[key]
             h.update(f"{key}:{arr.dtype.str}:{arr.shape}".encode())

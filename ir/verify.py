@@ -405,6 +405,13 @@ def _check_live_overlap(fn: Function) -> list[str]:
     instance that reads bytes before writing them reads them through an alias
     (a view of another tensor) and is not checked: aliasing on purpose is
     allowed, clobbering a live value is not.
+
+    An instance covers its whole memory location, but a buffer filled and
+    read slice by slice (a loop that loads ``t[k]`` and reads it, unrolled)
+    holds values in only part of it at a time.  So a pair found live together
+    is reported only when a byte of their overlap is really clobbered: one of
+    them reads a byte it wrote earlier after the other wrote it in between
+    (:func:`_clobber`, exact per byte, in program order).
     """
     from tusk.ir.liveness import instances, overlapping_pairs
 
@@ -430,13 +437,53 @@ def _check_live_overlap(fn: Function) -> list[str]:
         sb, eb = sb[order], np.maximum.accumulate(eb[order])
         k = np.searchsorted(sb, ea, side="left") - 1   # instances of b that start before a's instance ends
         hit = (k >= 0) & (eb[np.maximum(k, 0)] > sa)
-        if hit.any():
+        if hit.any() and _clobber(fn, inst, a, b):
             x = int(np.flatnonzero(hit)[0])
             out.append(f"memory locations {name(a)} and {name(b)} overlap while both are live "
                        f"({name(a)} from {fn.inst_name(int(sa[x]))} to {fn.inst_name(int(ea[x]))})")
         if len(out) >= MAX_REPORTED:
             break
     return out
+
+
+def _clobber(fn: Function, inst, a: int, b: int) -> bool:
+    """Does ``a`` or ``b`` read a byte of their overlap that it wrote, after the other one wrote it?"""
+    from tusk.ir.liveness import _rmw, boxes
+
+    p0, p1, b0, b1 = boxes(fn, np.array([a, b], dtype=np.int64))
+    lo_p, hi_p, lo_b, hi_b = int(p0.max()), int(p1.min()), int(b0.max()), int(b1.min())
+    width = hi_b - lo_b
+    if hi_p <= lo_p or width <= 0:
+        return False
+    n_cells = (hi_p - lo_p) * width
+    last = np.full(n_cells, -1, dtype=np.int8)        # 0: a wrote it last, 1: b did
+    wrote = np.zeros((2, n_cells), dtype=bool)        # ever written by a / by b
+    sel = np.flatnonzero((inst.a_memloc == a) | (inst.a_memloc == b))
+    sel = sel[np.argsort(inst.a_row[sel] * 2 + inst.a_write[sel], kind="stable")]  # program order, reads first
+    ops, ml = fn.operands, fn.memlocs
+    for k in sel.tolist():
+        j, m = int(inst.a_op[k]), int(inst.a_memloc[k])
+        who = 0 if m == a else 1
+        size = int(DTYPE_SIZE_ARRAY[ops.get("dtype", j)])
+        pitch = max(1, ml.get("pbytes", m) // size)
+        e = np.array([ops.get("offset", j)], dtype=np.int64)
+        for step, num in fn.patterns[ops.get("pattern", j)]:
+            e = (e[:, None] + np.arange(max(int(num), 0), dtype=np.int64) * int(step)).reshape(-1)
+        part = ml.get("base", m) + e // pitch
+        byte = (ml.get("addr", m) + (e % pitch) * size)[:, None] + np.arange(size, dtype=np.int64)
+        part = np.broadcast_to(part[:, None], byte.shape)
+        inside = (part >= lo_p) & (part < hi_p) & (byte >= lo_b) & (byte < hi_b)
+        cells = ((part - lo_p) * width + (byte - lo_b))[inside]
+        if not len(cells):
+            continue
+        row = int(inst.a_row[k])
+        reads = not inst.a_write[k] or fn.insts.get("pred", row) >= 0 or _rmw(fn, row)
+        if reads and (wrote[who, cells] & (last[cells] == 1 - who)).any():
+            return True
+        if inst.a_write[k]:
+            last[cells] = who
+            wrote[who, cells] = True
+    return False
 
 
 def _check_deps(fn: Function) -> list[str]:

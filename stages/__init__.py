@@ -24,6 +24,7 @@ from tusk.stages.base import OptionError, Pass, parse_spec
 # name -> "module:Class", imported on first use
 REGISTRY: dict[str, str] = {
     "translate_nki_ast_to_bir": "tusk.stages.translate_nki_ast_to_bir:TranslateNKIASTToBIR",
+    "raise_loops": "tusk.stages.raise_loops:RaiseLoops",
     "heuristic_unroll": "tusk.stages.heuristic_unroll:HeuristicUnroll",
     "unroll": "tusk.stages.unroll:Unroll",
     "full_unroll": "tusk.stages.full_unroll:FullUnroll",

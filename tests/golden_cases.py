@@ -144,11 +144,40 @@ def _host(kernel: str) -> Callable[[], Module]:
     return build
 
 
+def _klr_loops(build: Callable[[], object]) -> Callable[[], Module]:
+    """The module TranslateNKIASTToBIR makes of a hand-built KLR kernel with register loops (tests/klr_loops.py)."""
+    def make() -> Module:
+        import tempfile
+
+        from tests import klr_loops
+
+        with tempfile.TemporaryDirectory() as d:
+            module = klr_loops.translated(build(), Path(d))
+        module.artifact_dir = ""
+        return module
+
+    return make
+
+
+def _loops_kernel(name: str, **options) -> Callable[[], object]:
+    def build():
+        from tests import klr_loops
+
+        return getattr(klr_loops, name)(**options)
+
+    return build
+
+
 CASES: dict[str, list[tuple[str, str, Callable[[], Module]]]] = {
     "translate_nki_ast_to_bir": [
         ("klr_dma_copy", "translate_nki_ast_to_bir{stage_files=false}", _host("01_dma_copy.klr")),
         ("klr_add_activation", "translate_nki_ast_to_bir{stage_files=false}", _host("02_add_activation.klr")),
         ("bir_tiled_exp", "translate_nki_ast_to_bir{stage_files=false}", _host("tiled_exp.json")),
+    ],
+    "raise_loops": [
+        ("nested_grid", "raise_loops", _klr_loops(_loops_kernel("grid"))),
+        ("bound_from_memory", "raise_loops", _klr_loops(_loops_kernel("tiles", bound="memory"))),
+        ("counter_read_after", "raise_loops", _klr_loops(_loops_kernel("tiles", save_counter=True))),
     ],
     "heuristic_unroll": [
         ("nest", "heuristic_unroll", _nest),

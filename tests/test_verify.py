@@ -194,6 +194,32 @@ def test_overlapping_memory_locations_must_not_be_live_together():
         verify(_two_buffers(128, interleaved=True))
 
 
+def _slices(second_addr: int, *, clobber: bool):
+    """Tile ``a`` filled and read one 32-column slice at a time (an unrolled loop); ``c`` overlaps its first slice."""
+    b = Builder()
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    y = b.dram("y", (128, 96), kind="ExternalOutput")
+    a = b.sbuf("a", (128, 64), addr=0)
+    c = b.sbuf("c", (128, 32), addr=second_addr)
+    for k in range(2):
+        b.dma(a.tile(0, 128, 32 * k, 32), x.tile(0, 128, 32 * k, 32))
+        b.dma(y.tile(0, 128, 32 * k, 32), a.tile(0, 128, 32 * k, 32))
+        if k == 0:  # the first slice is dead (clobber: still to be read) when c takes its bytes
+            b.dma(c.ap(), x.tile(0, 128, 0, 32))
+            b.dma(y.tile(0, 128, 64, 32), c.ap())
+    if clobber:
+        b.dma(y.tile(0, 128, 0, 32), a.tile(0, 128, 0, 32))
+    return b.module()
+
+
+def test_a_buffer_live_in_part_of_its_bytes_only_clashes_where_it_is_clobbered():
+    # a is one instance (no write covers it whole) live across c's; c only touches a's first slice after its read
+    verify(_slices(0, clobber=False))
+    with pytest.raises(VerifyError, match="memory locations a and c overlap while both are live"):
+        verify(_slices(0, clobber=True))      # the first slice is read again after c overwrote it
+    verify(_slices(128, clobber=True))        # c sits on the second slice, written after c's last read
+
+
 def test_reading_through_an_overlapping_view_is_not_a_clobber():
     b = Builder()
     x = b.dram("x", (128, 64), kind="ExternalInput")

@@ -3,7 +3,9 @@
 The default follows the backend's pre-codegen order (seed pages on
 TranslateNKIASTToBIR and AddressRotation)::
 
-    translate_nki_ast_to_bir, heuristic_unroll, unroll,
+    translate_nki_ast_to_bir, raise_loops,         (raise_loops: Tusk's; KLR's counted register loops
+                                                    become static loops the unroller can flatten)
+    heuristic_unroll, unroll,
     address_rotation_psum, address_rotation_sb, address_rotation_dram,   (after each coloring allocator)
     clear_inst_deps, build_fdeps,                                         (edges for the rotated addresses)
     schedule,                                      (Tusk's list scheduler in place of the seed's
@@ -47,6 +49,7 @@ from tusk.ir.errors import FormatError, TuskError
 
 DEFAULT_ORDER: tuple[str, ...] = (
     "translate_nki_ast_to_bir",
+    "raise_loops",
     "heuristic_unroll",
     "unroll",
     "address_rotation_psum",
