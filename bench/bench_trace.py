@@ -85,7 +85,7 @@ def scaling(sizes: list[int], reps: int) -> None:
         prev = None
         for n in sizes:
             spec = f"f32[{128 * n},64]"
-            t, data = timed(lambda: trace_file(path, "chain", [spec, spec]), reps)
+            t, data = timed(lambda spec=spec: trace_file(path, "chain", [spec, spec]), reps)
             stmts = statements(data)
             ratio = "" if prev is None else f"{t / prev[0]:11.2f} {stmts / prev[1]:11.2f}"
             print(f"{n:7d} {stmts:11d} {t * 1e3:9.1f} {t * 1e6 / stmts:13.1f} {ratio}")

@@ -55,7 +55,7 @@ class Affine:
         self.terms = tuple((v, c) for v, c in sorted(terms, key=lambda t: t[0].uid) if c)
 
     @staticmethod
-    def of(x: Any) -> "Affine":
+    def of(x: Any) -> Affine:
         if isinstance(x, Affine):
             return x
         if _is_int(x):
@@ -76,7 +76,7 @@ class Affine:
             lo, hi = lo + min(a, b), hi + max(a, b)
         return lo, hi
 
-    def _combine(self, other: Any, sign: int) -> "Affine":
+    def _combine(self, other: Any, sign: int) -> Affine:
         o = Affine.of(other)
         coeffs: dict[LoopVar, int] = dict(self.terms)
         for v, c in o.terms:
@@ -102,7 +102,7 @@ class Affine:
     def __rsub__(self, other: Any) -> Any:
         return (self * -1) + other
 
-    def __neg__(self) -> "Affine":
+    def __neg__(self) -> Affine:
         return self * -1
 
     def __mul__(self, other: Any) -> Any:
@@ -143,7 +143,7 @@ class Affine:
     def __bool__(self) -> bool:
         return bool(self._static_only("truth value"))
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
         if _is_int(other) or isinstance(other, Affine):
             o = Affine.of(other)
             if self.is_static and o.is_static:
@@ -187,7 +187,7 @@ class PeelLoop(Exception):
         self.ordinal, self.keep = ordinal, keep
 
     @staticmethod
-    def for_mask(first: "Affine", span: int, limit: int) -> "PeelLoop":
+    def for_mask(first: Affine, span: int, limit: int) -> PeelLoop:
         # the innermost loop the mask depends on is split; outer ones are taken at their largest value
         var, coeff = max(first.terms, key=lambda t: t[0].depth)
         if coeff <= 0:
@@ -207,16 +207,14 @@ def loop_index(var: LoopVar) -> Affine:
 class IndexVector:
     """``offset + step * k`` for ``k < n``, placed on axis ``dim`` of an ``ndim``-axis broadcast shape."""
 
-    __slots__ = ("offset", "n", "step", "ndim", "dim", "limit")
+    __slots__ = ("dim", "n", "ndim", "offset", "step")
 
-    def __init__(self, n: int, *, offset: Any = 0, step: int = 1, ndim: int = 1, dim: int = 0,
-                 limit: int | None = None):
+    def __init__(self, n: int, *, offset: Any = 0, step: int = 1, ndim: int = 1, dim: int = 0):
         self.offset = Affine.of(offset)
         self.n, self.step, self.ndim, self.dim = int(n), int(step), int(ndim), int(dim)
-        self.limit = limit  # a mask keeps only k < limit
 
-    def _with(self, **kw: Any) -> "IndexVector":
-        args = dict(n=self.n, offset=self.offset, step=self.step, ndim=self.ndim, dim=self.dim, limit=self.limit)
+    def _with(self, **kw: Any) -> IndexVector:
+        args = {"n": self.n, "offset": self.offset, "step": self.step, "ndim": self.ndim, "dim": self.dim}
         args.update(kw)
         return IndexVector(args.pop("n"), **args)
 
@@ -224,7 +222,7 @@ class IndexVector:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.n if k == self.dim else 1 for k in range(self.ndim))
 
-    def __getitem__(self, key: Any) -> "IndexVector":
+    def __getitem__(self, key: Any) -> IndexVector:
         """``[:, None]`` / ``[None, :]``: place the vector on one axis of a broadcast shape."""
         key = key if isinstance(key, tuple) else (key,)
         slots = [k for k, x in enumerate(key) if isinstance(x, slice)]
@@ -265,10 +263,10 @@ class IndexVector:
 
     __rmul__ = __mul__
 
-    def __neg__(self) -> "IndexVector":
+    def __neg__(self) -> IndexVector:
         return self * -1
 
-    def _mask(self, bound: Any, strict: bool) -> "Mask":
+    def _mask(self, bound: Any, strict: bool) -> Mask:
         if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
             raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
         if self.step <= 0:
@@ -284,10 +282,10 @@ class IndexVector:
         keep = max(0, min(self.n, -(-bound // self.step) if strict else bound // self.step + 1))
         return Mask({(self.ndim, self.dim): keep})
 
-    def __lt__(self, other: Any) -> "Mask":
+    def __lt__(self, other: Any) -> Mask:
         return self._mask(other, True)
 
-    def __le__(self, other: Any) -> "Mask":
+    def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
     def __repr__(self) -> str:
@@ -301,26 +299,26 @@ class IndexGrid:
         self.const, self.axes, self.ndim = const, dict(axes), ndim
 
     @staticmethod
-    def of(v: IndexVector) -> "IndexGrid":
+    def of(v: IndexVector) -> IndexGrid:
         return IndexGrid(v.offset, {v.dim: (v.n, v.step)}, v.ndim)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
-    def _mask(self, bound: Any, strict: bool) -> "Mask":
+    def _mask(self, bound: Any, strict: bool) -> Mask:
         if len(self.axes) != 1:
             raise unsupported("a mask on a sum of nl.arange indices")
         (dim, (n, step)), = self.axes.items()
         return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
 
-    def __lt__(self, other: Any) -> "Mask":
+    def __lt__(self, other: Any) -> Mask:
         return self._mask(other, True)
 
-    def __le__(self, other: Any) -> "Mask":
+    def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
-    def __add__(self, other: Any) -> "IndexGrid":
+    def __add__(self, other: Any) -> IndexGrid:
         if isinstance(other, IndexVector):
             other = IndexGrid.of(other)
         if isinstance(other, IndexGrid):
@@ -333,10 +331,10 @@ class IndexGrid:
 
     __radd__ = __add__
 
-    def __sub__(self, other: Any) -> "IndexGrid":
+    def __sub__(self, other: Any) -> IndexGrid:
         return self + other * -1
 
-    def __mul__(self, other: Any) -> "IndexGrid":
+    def __mul__(self, other: Any) -> IndexGrid:
         if isinstance(other, Affine) and other.is_static:
             other = other.const
         if not _is_int(other):
@@ -352,7 +350,7 @@ class Mask:
     def __init__(self, keep: dict[tuple[int, int], int]):
         self.keep = dict(keep)
 
-    def __and__(self, other: "Mask") -> "Mask":
+    def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
             return NotImplemented
         out = dict(self.keep)
@@ -374,7 +372,7 @@ class Mask:
 class MGrid:
     """``nl.mgrid[0:128, 0:512]``: ``.p``, ``.x``, ``.y``, ``.z``, or unpack it."""
 
-    def __getitem__(self, key: Any) -> "Grid":
+    def __getitem__(self, key: Any) -> Grid:
         key = key if isinstance(key, tuple) else (key,)
         vecs = []
         for d, s in enumerate(key):

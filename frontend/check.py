@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from typing import Iterator
+from collections.abc import Iterator
 
 from tusk.frontend import nki as _nki
 from tusk.frontend.nki import isa as _isa

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from tusk.ir.klr import types as T
 from tusk.ir.klr import write_klr
@@ -52,7 +53,7 @@ def _pairs(pattern: Pairs) -> tuple:
 class Tensor:
     """A KLR TensorName with the writer that owns it."""
 
-    writer: "KernelWriter"
+    writer: KernelWriter
     tn: Any  # TensorName
 
     @property
@@ -68,14 +69,14 @@ class Tensor:
         dims = self.shape
         return tuple(math.prod(dims[k + 1:]) for k in range(len(dims)))
 
-    def ap(self, pattern: Pairs | None = None, offset: int = 0, *, scalar: "str | AP | None" = None,
-           vector: "AP | None" = None, indirect_dim: int = 0, dtype: str | None = None) -> "AP":
+    def ap(self, pattern: Pairs | None = None, offset: int = 0, *, scalar: str | AP | None = None,
+           vector: AP | None = None, indirect_dim: int = 0, dtype: str | None = None) -> AP:
         """An access pattern over this tensor (default: the whole tensor)."""
         if pattern is None:
             pattern = tuple(zip(self.strides, self.shape))
         return AP(self, tuple((int(s), int(n)) for s, n in pattern), int(offset), scalar, vector, indirect_dim, dtype)
 
-    def __getitem__(self, index: Any) -> "AP":
+    def __getitem__(self, index: Any) -> AP:
         """``t[r0:r1, c0:c1]`` (slices with steps, or integers that drop a dimension)."""
         if not isinstance(index, tuple):
             index = (index,)
@@ -98,8 +99,8 @@ class AP:
     tensor: Tensor
     pattern: tuple[tuple[int, int], ...]
     offset: int = 0
-    scalar: "str | AP | None" = None
-    vector: "AP | None" = None
+    scalar: str | AP | None = None
+    vector: AP | None = None
     indirect_dim: int = 0
     dtype: str | None = None
 
@@ -121,16 +122,16 @@ class AP:
         return T.TensorRef.abstract(access=self.access())
 
 
-def _as_ap(x: "Tensor | AP") -> AP:
+def _as_ap(x: Tensor | AP) -> AP:
     return x.ap() if isinstance(x, Tensor) else x
 
 
-def ref(x: "Tensor | AP") -> Any:
+def ref(x: Tensor | AP) -> Any:
     """TensorRef.abstract(Access.birPattern(...)) of a tensor (whole) or an access."""
     return _as_ap(x).ref()
 
 
-def imm(value: int | float) -> Any:
+def imm(value: float) -> Any:
     """An Immediate: int32 for ints, float32 (rounded to binary32) otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"not an immediate: {value!r}")
@@ -139,7 +140,7 @@ def imm(value: int | float) -> Any:
     return T.Immediate.float32(f=round_to_float32(float(value)))
 
 
-def operand(x: "int | float | Tensor | AP") -> Any:
+def operand(x: float | Tensor | AP) -> Any:
     """Operand.imm for numbers, Operand.tile for tensors and accesses."""
     if isinstance(x, (Tensor, AP)):
         return T.Operand.tile(t=ref(x))
@@ -335,7 +336,7 @@ class KernelWriter:
         return self.stmt(T.Operator.ncCopy(op=T.NcCopy(dst=ref(dst), src=ref(src), dtype=dtype,
                                                       engine=_ENGINE[engine])))
 
-    def memset(self, dst: Tensor | AP, value: int | float, *, engine: str = "pool") -> str:
+    def memset(self, dst: Tensor | AP, value: float, *, engine: str = "pool") -> str:
         dtype = _as_ap(dst).tensor.tn.dtype
         return self.stmt(T.Operator.memSet(op=T.MemSet(dst=ref(dst), value=imm(value), dtype=dtype,
                                                       engine=_ENGINE[engine])))
@@ -375,7 +376,7 @@ class KernelWriter:
         return self.stmt(T.Operator.cmpBranch(op=T.CmpBranch(reg1=reg1, reg2=reg2, imm=value, op=T.BrCmpOp[op],
                                                              trueLabel=on_true, falseLabel=on_false)), "br")
 
-    def dynamic_loop(self, reg: str, start: int, stop_reg: str, step: int, label: str) -> "_Loop":
+    def dynamic_loop(self, reg: str, start: int, stop_reg: str, step: int, label: str) -> _Loop:
         """``for reg in range(start, stop_reg, step)`` as blocks (klr-format.md §3.10).
 
         Use as ``with k.dynamic_loop("reg.i", 0, "reg.n", 1, "loop.1"):``; the
@@ -397,7 +398,7 @@ class _Loop:
         k.block(f"{lab}.body")
         return self.reg
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
             return
         k, lab = self.k, self.label

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector
-from tusk.frontend.errors import unsupported
+from tusk.frontend.errors import TraceError, unsupported
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int16": 2, "int32": 4, "uint8": 1,
                "uint16": 2, "uint32": 4, "float8_e4m3": 1, "float8_e5m2": 1}
@@ -31,7 +31,7 @@ class Dtype(str):
         return DTYPE_BYTES[self]
 
     def __repr__(self) -> str:
-        return f"nl.{str(self)}"
+        return f"nl.{self!s}"
 
 
 def as_dtype(x: Any) -> Dtype:
@@ -94,27 +94,27 @@ class Tensor:
         """Bytes each partition holds (on chip)."""
         return math.prod(self.physical_shape[1:]) * self.dtype.itemsize
 
-    def view(self) -> "View":
+    def view(self) -> View:
         dims = [(s, n) for s, n in zip(self.strides, self.shape)]
         order = list(self.layout)
         return View(self, Affine(0), tuple(dims[k] for k in order), tuple(order))
 
     # the tile protocol: subscripts, shape, operators
-    def __getitem__(self, key: Any) -> "View":
+    def __getitem__(self, key: Any) -> View:
         return self._user_view()[key]
 
-    def _user_view(self) -> "View":
+    def _user_view(self) -> View:
         """The axes in the user's order (subscripts index these)."""
         return View(self, Affine(0), tuple(zip(self.strides, self.shape)), tuple(range(len(self.shape))))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self[key].assign(value)
 
-    def reshape(self, shape: Any) -> "View":
+    def reshape(self, shape: Any) -> View:
         """An HBM tensor seen with another shape (same elements, row-major): ``a.reshape((1, n))``."""
         return self._user_view().reshape(shape)
 
-    def broadcast_to(self, shape: Any) -> "View":
+    def broadcast_to(self, shape: Any) -> View:
         return self.view().broadcast_to(shape)
 
     @property
@@ -182,7 +182,7 @@ class View:
     def __iter__(self):
         raise unsupported("iterating over a tile (index it with nl.arange or slices)")
 
-    def __getitem__(self, key: Any) -> "View":
+    def __getitem__(self, key: Any) -> View:
         key = key if isinstance(key, tuple) else (key,)
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
@@ -217,7 +217,7 @@ class View:
             else:
                 try:
                     a = Affine.of(k)
-                except Exception:
+                except TraceError:
                     raise unsupported(f"a subscript of type {type(k).__name__}") from None
                 if a.is_static and not 0 <= a.const < n:
                     raise unsupported(f"index {a.const} is outside axis {pos} of size {n}")
@@ -243,7 +243,7 @@ class View:
     def _what(self) -> str:
         return "tile" if self.tensor.on_chip else "tensor"
 
-    def reshape(self, shape: Any) -> "View":
+    def reshape(self, shape: Any) -> View:
         from tusk.frontend.tracer import as_shape
         shape = as_shape(shape if isinstance(shape, (tuple, list)) else (shape,))
         if self.tensor.on_chip:
@@ -255,17 +255,17 @@ class View:
         strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
         return View(self.tensor, self.offset, tuple(zip(strides, shape)), tuple(range(len(shape))))
 
-    def broadcast_to(self, shape: Any) -> "View":
+    def broadcast_to(self, shape: Any) -> View:
         from tusk.frontend.nki import language as nl
         from tusk.frontend.tracer import as_shape
         return nl._broadcast_to(self, as_shape(shape))
 
-    def narrowed(self, counts: dict[int, int]) -> "View":
+    def narrowed(self, counts: dict[int, int]) -> View:
         """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""
         dims = tuple((s, min(n, counts.get(d, n))) for d, (s, n) in enumerate(self.dims))
         return View(self.tensor, self.offset, dims, self.axes, self.checks)
 
-    def with_dims(self, dims: tuple[tuple[int, int], ...]) -> "View":
+    def with_dims(self, dims: tuple[tuple[int, int], ...]) -> View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
                     tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])))
 

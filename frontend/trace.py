@@ -11,8 +11,9 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tusk.frontend import alloc
 from tusk.frontend.affine import PeelLoop
@@ -198,8 +199,8 @@ def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:
 
 
 def _tusk_dirs() -> tuple[str, ...]:
-    import tusk.ir
     import tusk.frontend
+    import tusk.ir
     return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (tusk.ir, tusk.frontend))
 
 

@@ -9,8 +9,9 @@ the kernel returns, :mod:`tusk.frontend.alloc` places the on-chip tensors and
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from tusk.frontend.affine import LoopVar
 from tusk.frontend.errors import TraceError, current_user_line, unsupported

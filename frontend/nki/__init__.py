@@ -9,7 +9,8 @@ compile``: there is no device here.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tusk.frontend.nki import isa, language  # noqa: F401 - ``nki.language`` / ``nki.isa`` attribute access
 
@@ -23,7 +24,7 @@ class Kernel:
         self.grid: tuple[int, ...] = ()
         functools.update_wrapper(self, fn)
 
-    def __getitem__(self, grid: Any) -> "Kernel":
+    def __getitem__(self, grid: Any) -> Kernel:
         """``kernel[2, 2](...)``: the same kernel launched on an SPMD grid."""
         g = grid if isinstance(grid, tuple) else (grid,)
         k = Kernel(self.fn, self.options)

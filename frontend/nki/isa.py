@@ -114,7 +114,7 @@ def iota(expr: Any, dtype: Any, mask: Any = None, **_: Any) -> View:
         shape = (shape[0], 1)
     tr = current()
     dst = tr.tile(shape, as_dtype(dtype))
-    par_n, par_step = expr.axes.get(0, (1, 0))
+    _, par_step = expr.axes.get(0, (1, 0))
     pattern = [(expr.axes.get(d, (1, 0))[1], n) for d, n in enumerate(shape) if d > 0]
     d, = nl._masked([dst], mask)
     tr.op("iota", (), (d,), dst=d, offset=expr.const.const, pattern=pattern, channel_multiplier=par_step)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
-from tusk.frontend.errors import current_user_line, unsupported
+from tusk.frontend.errors import TraceError, current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
 from tusk.frontend.tracer import as_shape, current
 
@@ -33,7 +33,7 @@ sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", 
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
 
 
-class tile_size:  # noqa: N801 - NKI's name
+class tile_size:
     pmax = 128
     psum_pmax = 128
     gemm_stationary_fmax = 128
@@ -63,7 +63,7 @@ class _Range:
             raise unsupported(f"nl.{kind} with {len(args)} arguments")
         try:
             r = range(*[int(Affine.of(a)) for a in args])
-        except Exception:
+        except (TraceError, TypeError, ValueError):
             raise unsupported(f"nl.{kind} bounds that are not Python ints ({args!r})") from None
         self.kind, self.r = kind, r
 
@@ -437,7 +437,7 @@ arctan = _make_activation("arctan", "arctan")
 copy_act = _make_activation("copy", "copy")
 
 
-def abs(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:  # noqa: A001 - NKI's name
+def abs(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     return _activation("abs", x, dtype, mask)
 
 
@@ -488,15 +488,15 @@ def _axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
     return tuple(sorted({int(a) % ndim for a in items}))
 
 
-def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:  # noqa: A001
+def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
     return _reduce("add", x, axis, dtype, keepdims, mask, what="nl.sum")
 
 
-def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:  # noqa: A001
+def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
     return _reduce("max", x, axis, dtype, keepdims, mask, what="nl.max")
 
 
-def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:  # noqa: A001
+def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
     return _reduce("min", x, axis, dtype, keepdims, mask, what="nl.min")
 
 
