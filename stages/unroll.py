@@ -13,19 +13,21 @@ stages/unroll_materialize.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from tusk.ir.enums import FnAttr, Kind, Mem, Op, TensorKind
-from tusk.ir.errors import PassError
+from tusk.ir.errors import InternalError, PassError
 from tusk.ir.module import Function, Module
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.limits import check_instruction_limit, instruction_limit_check, memory_check
 from tusk.stages.lower_dynamic import INDUCTION_KEY, lower_dynamic_exprs
 from tusk.stages.unroll_expand import IDX, Expander, concat
 from tusk.stages.unroll_materialize import Plan, evaluate_predicates, materialize
+from tusk.stages.unroll_split import PART_KEY, Piece, merge_function, part_function, plan_split
 
 
 def loop_selector(fn: Function, loops: str) -> Callable[[int], bool]:
@@ -81,7 +83,8 @@ def plan_function(fn: Function, loops: str = "all") -> Plan:
 
 
 def unroll_function(fn: Function, *, loops: str = "all", check_in_place: bool = False,
-                    limit_check: Callable[[int], None] | None = None) -> tuple[Function, Stats]:
+                    limit_check: Callable[[int], None] | None = None,
+                    split_sets: bool = True) -> tuple[Function, Stats]:
     """The unrolled copy of ``fn`` and its statistics.
 
     ``limit_check(count)`` is called with the number of instructions the
@@ -103,7 +106,7 @@ def unroll_function(fn: Function, *, loops: str = "all", check_in_place: bool = 
     if limit_check is not None:
         limit_check(total)
     out = materialize(plan, pred_ids)
-    split = split_block_sets(out)
+    split = split_block_sets(out) if split_sets else 0  # a part of a cut function: the merge splits them
     out.attrs.add(FnAttr.UNROLLED)
     validate_topological_order(out)
     return out, {"insts_before": before, "insts_after": len(out.insts), "clones_dropped_by_predicate":
@@ -214,7 +217,8 @@ class Unroll(Pass):
             done = totals["insts_after"]  # functions still to come can only add: fail fast on what is known
             out.functions[k], _ = unroll_function(
                 fn, loops=self.loops, check_in_place=module.check_in_place,
-                limit_check=lambda n: check_budgets(done + n, limit))
+                limit_check=lambda n: check_budgets(done + n, limit),
+                split_sets=not module.attributes.get(PART_KEY, False))
             totals["insts_after"] += len(out.functions[k].insts)
             totals["functions"] += 1
         self.log.info("INFO (Unroll) DONE unrolling %s", time.ctime())
@@ -222,19 +226,52 @@ class Unroll(Pass):
         check_budgets(out.n_insts(), limit)
         return out, totals
 
+    # one function is cut into parts (stages/unroll_split.py) only from this many unrolled instructions,
+    # into parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so the
+    # output never depends on them (tests lower them)
+    split_min: ClassVar[int] = 200_000
+    split_part_size: ClassVar[int] = 300_000
+    split_max_parts: ClassVar[int] = 16
+
+    def _pieces(self, module: Module) -> list[list[Piece] | None]:
+        """Per function: its pieces when it is cut, else None (a part of its own, or the whole run)."""
+        out = []
+        for f in module.functions:
+            counts = clone_counts(f, self.loops)
+            out.append(plan_split(f, self.loops, counts, self.split_min, self.split_part_size,
+                                  self.split_max_parts))
+        return out
+
     def split(self, module: Module) -> list[Module] | None:
-        if len(module.functions) < 2:
+        pieces = self._pieces(module)
+        if len(module.functions) < 2 and all(p is None for p in pieces):
             return None
         # the parts run apart: refuse an explosion of the whole now (what predicates cannot shrink is exact)
         check_budgets(sum(clone_count_bound(f, self.loops) for f in module.functions
                           if not (f.insts["pred"] >= 0).any()), module.instruction_limit)
-        return [Module([f], module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
-                       module.extras) for f in module.functions]
+        parts = []
+        for f, ps in zip(module.functions, pieces):
+            fns = [f] if ps is None else [part_function(f, pc, self.loops) for pc in ps]
+            attributes = module.attributes if ps is None else module.with_attributes(**{PART_KEY: True}).attributes
+            parts += [Module([g], module.arch, module.version, attributes, module.artifact_dir,
+                             module.queues, module.extras) for g in fns]
+        return parts
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
-        out = Module([p.functions[0] for p in parts], module.arch, module.version, module.attributes,
+        pieces = self._pieces(module)
+        if len(parts) != sum(1 if ps is None else len(ps) for ps in pieces):
+            raise InternalError(f"unroll: {len(parts)} parts do not match the split of this module")
+        fns, at = [], 0
+        for f, ps in zip(module.functions, pieces):
+            if ps is None:
+                fns.append(parts[at].functions[0])
+                at += 1
+            else:
+                fns.append(merge_function(f, [p.functions[0] for p in parts[at:at + len(ps)]]))
+                at += len(ps)
+        out = Module(fns, module.arch, module.version, module.attributes,
                      module.artifact_dir, module.queues, module.extras)
         renumber_core_barriers(out)
         check_budgets(out.n_insts(), module.instruction_limit)
-        return out, {"insts_before": sum(s["insts_before"] for s in part_stats),
-                     "insts_after": sum(s["insts_after"] for s in part_stats), "functions": len(parts)}
+        return out, {"insts_before": module.n_insts(), "insts_after": out.n_insts(),
+                     "functions": len(module.functions), "parts": len(parts)}

@@ -19,6 +19,7 @@ from tusk.ir.errors import PassError
 from tusk.ir.module import Module
 from tusk.ir.values import ImmValue
 from tusk.stages.base import Pass, option
+from tusk.stages.unroll import Unroll
 
 HERE = "tests.passes_for_tests"
 
@@ -229,6 +230,16 @@ class ExpandBirKernel(Pass):
         return out, {"expanded": 1}
 
 
+@dataclass(frozen=True)
+class EagerSplitUnroll(Unroll):
+    """Unroll that cuts even a small function into parts (the thresholds of a 1M-instruction kernel, scaled)."""
+
+    name = "test_unroll_eager_split"
+    split_min = 2
+    split_part_size = 40
+    split_max_parts = 6
+
+
 TEST_REGISTRY = {
     "test_scale": f"{HERE}:Scale",
     "test_count": f"{HERE}:Count",
@@ -240,6 +251,7 @@ TEST_REGISTRY = {
     "test_fail_kernel": f"{HERE}:FailOnKernel",
     "test_expand": f"{HERE}:ExpandBirKernel",
     "test_raise": f"{HERE}:Raise",
+    "test_unroll_eager_split": f"{HERE}:EagerSplitUnroll",
 }
 
 
