@@ -31,7 +31,7 @@ class Emitter:
         self.tr = tr
         self.k = KernelWriter(tr.name, filename=filename)
         self.forms: dict[Form, str] = {}
-        self.loop_regs: dict[LoopVar, tuple[str, str]] = {}
+        self.open_loops: dict[LoopVar, Any] = {}  # the KernelWriter loop each open dynamic loop is writing
         self._labels = 0
         self._regs = 0
         # which forms each loop advances, and which it initialises (its outermost variable)
@@ -124,20 +124,19 @@ class Emitter:
         counter, bound = self._reg(), self._reg()
         self._labels += 1
         label = f"loop.{self._labels}"
-        self.loop_regs[var] = (counter, bound)
         for form in self.init_at.get(var, ()):
             k.reg_move(self.forms[form], sum(c * v.start for v, c in form))
         k.reg_move(bound, var.start + var.step * var.trip)
         loop = k.dynamic_loop(counter, var.start, bound, var.step, label)
         loop.__enter__()
-        var._emit_loop = loop  # type: ignore[attr-defined]
+        self.open_loops[var] = loop
 
     def _loop_end(self, var: LoopVar) -> None:
         k = self.k
         for form in self.advance.get(var, ()):
             c = dict(form)[var]
             k.reg_alu(self.forms[form], self.forms[form], "add", c * var.step)
-        var._emit_loop.__exit__(None, None, None)  # type: ignore[attr-defined]
+        self.open_loops.pop(var).__exit__(None, None, None)
         for form in self.advance.get(var, ()):
             if form not in self.init_at.get(var, ()):
                 c = dict(form)[var]

@@ -6,9 +6,17 @@ import os
 import traceback
 from types import TracebackType
 
+from tusk.ir import errors as _ir_errors
 from tusk.ir.errors import InputError
 
-FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
+# Tusk's code a trace runs: the front end, and tusk.ir (the KLR writer).  A frame anywhere else is the
+# kernel's (its file, a module it imports, numpy ...).
+TUSK_CODE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+             os.path.dirname(os.path.abspath(_ir_errors.__file__)) + os.sep)
+
+
+def in_tusk(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(TUSK_CODE)
 
 
 class TraceError(InputError):
@@ -16,7 +24,7 @@ class TraceError(InputError):
 
 
 class Unsupported(TraceError):
-    """Raised inside the front end; :func:`locate` adds the kernel's ``file:line``."""
+    """Raised inside the front end; the trace entry adds the kernel's ``file:line`` (``trace._located``)."""
 
 
 def unsupported(what: str) -> Unsupported:
@@ -24,11 +32,10 @@ def unsupported(what: str) -> Unsupported:
 
 
 def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:
-    """The innermost traceback frame outside Tusk's front end: the kernel line that made the call."""
+    """The innermost traceback frame outside Tusk's code: the kernel line that made the call."""
     best = None
     for frame in traceback.extract_tb(tb):
-        path = os.path.abspath(frame.filename)
-        if not path.startswith(FRONTEND_DIR + os.sep) and frame.lineno is not None:
+        if not in_tusk(frame.filename) and frame.lineno is not None:
             best = (frame.filename, frame.lineno)
     return best
 
@@ -36,7 +43,6 @@ def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:
 def current_user_line() -> tuple[str, int] | None:
     """The kernel line being executed now (for statement positions)."""
     for frame, lineno in traceback.walk_stack(None):
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(FRONTEND_DIR + os.sep):
+        if not in_tusk(frame.f_code.co_filename):
             return frame.f_code.co_filename, lineno
     return None

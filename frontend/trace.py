@@ -18,7 +18,7 @@ from typing import Any
 from tusk.frontend import alloc
 from tusk.frontend.affine import PeelLoop
 from tusk.frontend.emit import emit
-from tusk.frontend.errors import TraceError, Unsupported, user_frame
+from tusk.frontend.errors import TraceError, Unsupported, in_tusk, user_frame
 from tusk.frontend.imports import nki_modules
 from tusk.frontend.nki import Kernel
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
@@ -198,15 +198,7 @@ def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:
     return TraceError(f"{loc}: {what}" + (f" (while {doing})" if doing else ""))
 
 
-def _tusk_dirs() -> tuple[str, ...]:
-    import tusk.frontend
-    import tusk.ir
-    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (tusk.ir, tusk.frontend))
-
-
 def _raised_by_front_end(e: BaseException) -> bool:
     """The innermost frame is Tusk's code (the front end, or the KLR writer it calls)."""
     frames = traceback.extract_tb(e.__traceback__)
-    if not frames:
-        return False
-    return os.path.abspath(frames[-1].filename).startswith(_tusk_dirs())
+    return bool(frames) and in_tusk(frames[-1].filename)

@@ -15,6 +15,7 @@ from typing import Any
 
 from tusk.frontend.affine import LoopVar
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
+from tusk.frontend.specs import MAX_ELEMENTS
 from tusk.frontend.tensors import PARTITIONS, Dtype, Tensor, View
 
 
@@ -140,9 +141,6 @@ class Tracer:
         last.params["dst"] = dst
         last.writes = (dst,)
         return True
-
-
-MAX_ELEMENTS = 1 << 34
 
 
 def as_shape(shape: Any) -> tuple[int, ...]:

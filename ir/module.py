@@ -298,19 +298,23 @@ class Function:
         insts = self.insts.take(rows)
         insts["ops"][:] = new_starts
         out.insts = insts
-        for tname in ("deps", "carried"):
-            t = getattr(self, tname)
-            src, dst = remap[t["src"]], remap[t["dst"]]
-            keep = np.nonzero((src >= 0) & (dst >= 0))[0]
-            nt = t.take(keep)
-            nt["src"][:] = src[keep]
-            nt["dst"][:] = dst[keep]
-            setattr(out, tname, nt)
+        out.deps, out.carried = remap_edges(self.deps, remap), remap_edges(self.carried, remap)
         parents = out.blocks["parent"]
         has_parent = parents >= 0
         parents[has_parent] = remap[parents[has_parent]]
         out._name_index = None
         return out
+
+
+def remap_edges(edges: Table, remap: np.ndarray) -> Table:
+    """``deps`` or ``carried`` with rows renumbered by ``remap`` (old row -> new row, -1: dropped);
+    edges that lose an end are dropped."""
+    src, dst = remap[edges["src"]], remap[edges["dst"]]
+    keep = np.nonzero((src >= 0) & (dst >= 0))[0]
+    out = edges.take(keep)
+    out["src"][:] = src[keep]
+    out["dst"][:] = dst[keep]
+    return out
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -64,7 +64,7 @@ import numpy as np
 from tusk.ir.columns import Record, Table
 from tusk.ir.enums import DTYPE_SIZES, LOOP_OPCODES, Engine, Kind, Mem, Op, Role
 from tusk.ir.expr import AffineIdx, IntRuntimeValue, QuasiAffine, const, idx, runtime
-from tusk.ir.module import Function, Module, _ranges
+from tusk.ir.module import Function, Module, _ranges, remap_edges
 from tusk.ir.values import ImmValue, SymAddr
 from tusk.stages.base import Pass, Stats
 
@@ -752,13 +752,6 @@ def _build(f: _Fn, top: list[_Out], dropped: set[int], values: dict) -> Function
         "extra": np.array([b[2] for b in blocks], dtype=np.int64)})
     new_row = np.full(len(old_ins) + 1, -1, dtype=np.int64)
     new_row[old_rows[keep]] = np.nonzero(keep)[0]
-    for tname in ("deps", "carried"):
-        t = getattr(fn, tname)
-        src, dst = new_row[t["src"]], new_row[t["dst"]]
-        sel = np.nonzero((src >= 0) & (dst >= 0))[0]
-        nt = t.take(sel)
-        nt["src"][:] = src[sel]
-        nt["dst"][:] = dst[sel]
-        setattr(out, tname, nt)
+    out.deps, out.carried = remap_edges(fn.deps, new_row), remap_edges(fn.carried, new_row)
     out.invalidate()
     return out

@@ -133,16 +133,16 @@ def test_compile_directory_builds_every_unit(tmp_path):
     assert {"reference.py", "__init__.py", "README.md", "tusk.toml"} <= {s.path.name for s in result.skipped}
     assert not result.failed, {k.kernel.name: k.error for k in result.failed}
     assert result.exit_code == 0
-    for name in UNITS:  # the traced KLR, the one trace_file gives, is kept next to the BIR it became
-        assert {f"{name}.klr", f"{name}.bir.json"} <= {p.name for p in (tmp_path / "out" / name).iterdir()}, name
-        assert (tmp_path / "out" / name / f"{name}.klr").read_bytes() == _trace(name), name
-    # and what the whole pipeline wrote (raised, unrolled, rotated, scheduled) still computes the reference
     from tusk.ir import bir_json
 
-    for name in NAMES:
+    for name in NAMES:  # the traced KLR, the one trace_file gives, is kept next to the BIR it became
+        traced = _trace(name)
+        assert {f"{name}.klr", f"{name}.bir.json"} <= {p.name for p in (tmp_path / "out" / name).iterdir()}, name
+        assert (tmp_path / "out" / name / f"{name}.klr").read_bytes() == traced, name
+        # and what the whole pipeline wrote (raised, unrolled, rotated, scheduled) still computes the reference
         final = bir_json.load(tmp_path / "out" / name / f"{name}.bir.json")
         verify(final)
-        kernel = klr.read_klr(_trace(name)).contents.kernel
+        kernel = klr.read_klr(traced).contents.kernel
         arrays = _inputs(name, seed=sum(map(ord, name)))
         got = run(final, dict(zip([t.name for t in kernel.inputs], arrays, strict=True)), strict=True)
         want = reference.REFERENCES[name](*arrays)

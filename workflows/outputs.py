@@ -351,10 +351,16 @@ def summarize(u: UnitReport) -> dict[str, Any]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """Write aside, then rename into place: readers see the old file or the new one; a failure
+    (a full disk) leaves neither a half file nor the temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _remove_dir(p: Path) -> None:

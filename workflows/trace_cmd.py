@@ -10,7 +10,6 @@ file is written aside and renamed into place: a failed trace leaves nothing.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +86,7 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
     tensors are placed for ``arch`` (None: the ``arch`` setting, TUSK_ARCH or gen3, as a build does)."""
     from tusk.frontend.specs import parse_tensor_spec
     from tusk.workflows.kernels import name_problem
+    from tusk.workflows.outputs import write_atomic
     from tusk.workflows.traced import kernel_name, run_frontend
 
     path, function = parse_target(target)
@@ -111,11 +111,8 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
         raise UsageError(f"cannot name the output after the kernel: {problem}; give -o FILE")
     if dest.exists() and os.path.samefile(dest, path):
         raise UsageError(f"the output {dest} is the kernel's own source file; give -o FILE")
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        write_atomic(dest, data)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
     return TraceResult(dest, kernel, len(data))

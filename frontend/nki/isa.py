@@ -13,12 +13,7 @@ from tusk.frontend.tensors import View, as_dtype
 from tusk.frontend.tracer import as_shape, current
 
 # nl functions and numpy ufuncs as ALU operators (nisa.tensor_scalar(op0=np.add) and op0=nl.add both appear)
-_ALU_BY_NAME = {"add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
-                "minimum": "min", "max": "max", "min": "min", "equal": "is_equal", "not_equal": "not_equal",
-                "greater": "is_gt", "greater_equal": "is_ge", "less": "is_lt", "less_equal": "is_le",
-                "power": "pow", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
-                "bitwise_xor": "bitwise_xor", "logical_and": "logical_and", "logical_or": "logical_or",
-                "logical_xor": "logical_xor", "rsqrt": "rsqrt", "sum": "add", "prod": "mult",
+_ALU_BY_NAME = {**nl._ALU, "max": "max", "min": "min", "rsqrt": "rsqrt", "sum": "add", "prod": "mult",
                 "true_divide": "divide", "mult": "mult", "bypass": "bypass"}
 
 

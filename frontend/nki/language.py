@@ -257,7 +257,7 @@ def store(dst: Any, value: Any, mask: Any = None, **_: Any) -> None:
         _memset(t, value)
         value = t
     src = _tile(value, "nl.store value")
-    if src.elements != dst.elements and not (mask is not None):
+    if src.elements != dst.elements and mask is None:
         raise unsupported(f"nl.store of a {list(src.shape)} tile into a {list(dst.shape)} tensor view")
     if src.dtype != dst.dtype:
         src = copy(src, dtype=dst.dtype)
@@ -434,7 +434,6 @@ softplus = _make_activation("softplus", "softplus")
 mish = _make_activation("mish", "mish")
 sign = _make_activation("sign", "sign")
 arctan = _make_activation("arctan", "arctan")
-copy_act = _make_activation("copy", "copy")
 
 
 def abs(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
@@ -572,11 +571,11 @@ def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
         step = tile_size.gemm_moving_fmax
         for c in range(0, free, step):
             n = builtins.min(step, free - c)
-            part = _matmul(ones_, src.with_dims((src.dims[0], (1, n))) if c == 0 else
-                           View(src.tensor, src.offset + c, (src.dims[0], (1, n)), src.axes), "broadcast_to")
+            row = View(src.tensor, src.offset + c, (src.dims[0], (1, n)), src.axes)
+            part = _matmul(ones_, row, "broadcast_to")
             dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)), out.axes)
             tr.op("copy", (part,), (dst,), dst=dst, src=part)
-        return out if src.ndim == 2 else out.with_dims(out.dims)
+        return out
     out = tr.tile(shape, src.dtype)
     _memset(out, 0)
     tr.op("tensor_scalar", (out, src), (out,), dst=out, src=out, op0="add", imm0=_as_column(src), reverse0=False)
