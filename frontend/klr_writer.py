@@ -40,7 +40,8 @@ from tusk.ir.klr import write_klr
 from tusk.ir.klr.wire import round_to_float32
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float32r": 4, "int8": 1, "int16": 2, "int32": 4,
-               "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}
+               "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+               "float8e3": 1, "float8e4": 1, "float8e5": 1, "float8_e4m3": 1, "float8_e4m3fn": 1}
 
 Pairs = Sequence[Sequence[int]]
 

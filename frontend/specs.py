@@ -18,6 +18,8 @@ DTYPES: dict[str, str] = {
     "uint32": "uint32", "u32": "uint32",
     "uint16": "uint16", "u16": "uint16",
     "uint8": "uint8", "u8": "uint8",
+    "float8_e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3",
+    "float8_e5m2": "float8e5", "fp8_e5m2": "float8e5", "float8e5": "float8e5",
 }
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9][0-9\s,]*)\]\s*$")

@@ -17,9 +17,8 @@ from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector
 from tusk.frontend.errors import TraceError, unsupported
+from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1, "int16": 2, "int32": 4, "uint8": 1,
-               "uint16": 2, "uint32": 4, "float8_e4m3": 1, "float8_e5m2": 1}
 PARTITIONS = 128
 
 

@@ -269,3 +269,37 @@ class _no_warnings:
 
     def __exit__(self, *exc):
         return self._ctx.__exit__(*exc)
+
+
+def test_float8_tiles_trace_to_klr_dtypes_and_translate(tmp_path):
+    """nl.float8_e4m3 / nl.float8_e5m2 are KLR's float8_e4m3 / float8e5 (the writer once had no size for them)."""
+    for dtype, klr_name in (("nl.float8_e4m3", "float8_e4m3"), ("nl.float8_e5m2", "float8e5")):
+        path = kernel(tmp_path, f"""
+            @nki.jit
+            def k(a):
+                out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+                u = nl.copy(nl.load(a), dtype={dtype})
+                nl.store(out, value=nl.copy(u, dtype=nl.float32))
+                return out
+        """, name=f"{klr_name}.py")
+        data = trace_file(path, "k", ["f32[128,8]"])
+        dtypes = {s.op.op.dst.access.access.tensor.dtype.name for s in statements(data)
+                  if type(s.op.op).__name__ == "NcCopy"}
+        assert klr_name in dtypes
+        with pytest.raises(TuskError, match="not supported by the interpreter"):  # translated and verified first
+            run_klr(data, {"a": np.ones((128, 8), np.float32)})
+
+
+def test_assigning_a_tile_of_another_size_is_refused(tmp_path):
+    path = kernel(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.load(a)
+            col = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+            col[:, 0] = t[:, 0:8]
+            nl.store(out, value=t)
+            return out
+    """)
+    with pytest.raises(TraceError, match="assigning a"):
+        trace_file(path, "k", ["f32[128,8]"])
