@@ -172,7 +172,8 @@ def compile(
                                                        "to stderr)"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show the pipeline and why each pass ran"),
 ) -> None:
-    """Compile every kernel of DIR (.klr or BIR-JSON) through the pass pipeline into OUT."""
+    """Compile every kernel of DIR (.klr, BIR-JSON, and the NKI .py kernels DIR's tusk.toml names as
+    [kernels.NAME]) through the pass pipeline into OUT."""
     from tusk.workflows.compile import compile_directory
     from tusk.workflows.observe import Reporter, Tee
     from tusk.workflows.progress import History, Terminal, make_display, route_dask_logs
@@ -285,7 +286,10 @@ def trace(
     arch: Optional[str] = typer.Option(None, "--arch", metavar="NAME", help=_setting_help(
         "arch", "Target architecture: on-chip tensors are placed for its memories")),
 ) -> None:
-    """Trace an NKI kernel written in Python into a KLR file (KLR 0.0.12, what 'tusk compile' reads)."""
+    """Trace an NKI kernel written in Python into a KLR file (KLR 0.0.12, what 'tusk compile' reads).
+
+    Tracing runs the file's Python (its top level, then the kernel once), as NKI itself does.
+    """
     from tusk.ir.errors import InternalError
     from tusk.workflows.trace_cmd import trace as run_trace
 
