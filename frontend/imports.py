@@ -14,21 +14,27 @@ import types
 from collections.abc import Iterator
 
 from tusk.frontend import nki as _nki
-from tusk.frontend.nki import isa as _isa
+from tusk.frontend.nki import isa_v1 as _isa_v1
+from tusk.frontend.nki import isa_v2 as _isa_v2
 from tusk.frontend.nki import language as _language
+
+# The API generation is the import name (docs/frontend.md): `nki.*` is NKI 2.x, `neuronxcc.nki.*` is 1.x.
+_NKI_V1 = types.ModuleType("neuronxcc.nki", _nki.__doc__)
+_NKI_V1.__dict__.update({k: v for k, v in vars(_nki).items() if not k.startswith("__")})
+_NKI_V1.isa = _isa_v1
 
 _PACKAGE = types.ModuleType("neuronxcc")
 _PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
-_PACKAGE.nki = _nki
+_PACKAGE.nki = _NKI_V1
 
 ALIASES: dict[str, types.ModuleType] = {
     "nki": _nki,
     "nki.language": _language,
-    "nki.isa": _isa,
+    "nki.isa": _isa_v2,
     "neuronxcc": _PACKAGE,
-    "neuronxcc.nki": _nki,
+    "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
-    "neuronxcc.nki.isa": _isa,
+    "neuronxcc.nki.isa": _isa_v1,
 }
 
 

@@ -12,7 +12,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from tusk.frontend.nki import isa, language  # noqa: F401 - ``nki.language`` / ``nki.isa`` attribute access
+from tusk.frontend.nki import isa_v2 as isa  # noqa: F401 - ``nki.isa``: NKI 2.x (neuronxcc.nki: see imports.py)
+from tusk.frontend.nki import language  # noqa: F401 - ``nki.language`` attribute access
 
 
 class Kernel:

@@ -1,0 +1,429 @@
+"""The ``nki.isa`` operations, once for both API generations: each writes a destination view it is given.
+
+NKI 2.x calls pass that destination (``dst``); NKI 1.x calls return a new tile, which
+:mod:`tusk.frontend.nki.isa_v1` makes first and then hands here.  Every function records operations on
+the current trace: existing KLR operators where one instruction says it, a short sequence of them where
+that gives the same numbers (noted per function), or a KLR operator of its own (:func:`native`) whose
+writer lives in ``frontend/emit.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tusk.frontend.errors import Unsupported, unsupported
+from tusk.frontend.nki import language as nl
+from tusk.frontend.nki.isa_signature import reduce_cmd
+from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
+from tusk.frontend.tracer import LoopBegin, Op, current
+
+# nl functions and numpy ufuncs as ALU operators (op0=np.add and op0=nl.add both appear)
+_ALU_BY_NAME = {**nl._ALU, "max": "max", "min": "min", "rsqrt": "rsqrt", "sum": "add", "prod": "mult",
+                "true_divide": "divide", "mult": "mult", "bypass": "bypass", "amax": "max", "amin": "min",
+                "abs": "abs", "mod": "mod", "remainder": "mod", "invert": "bitwise_not",
+                "bitwise_not": "bitwise_not", "left_shift": "logical_shift_left",
+                "right_shift": "arith_shift_right", "logical_shift_left": "logical_shift_left",
+                "logical_shift_right": "logical_shift_right"}
+_ACTIVATION_BY_NAME = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "abs", "sin": "sin",
+                       "arctan": "arctan", "sign": "sign", "square": "square", "copy": "copy",
+                       "reciprocal": "reciprocal"}
+
+
+def alu(op: Any, what: str) -> str:
+    name = getattr(op, "__name__", None) or str(op)
+    out = _ALU_BY_NAME.get(name)
+    if out is None:
+        raise unsupported(f"{what} op {op!r}")
+    return out
+
+
+def activation_func(op: Any, what: str) -> str:
+    func = getattr(op, "_activation", None) or _ACTIVATION_BY_NAME.get(getattr(op, "__name__", str(op)))
+    if func is None:
+        raise unsupported(f"{what} op {op!r} (an nl activation function)")
+    return func
+
+
+def tile(x: Any, what: str) -> View:
+    return nl._tile(x, what)
+
+
+def any_view(x: Any, what: str) -> View:
+    """A tensor reference anywhere (HBM or on chip): what DMA calls take."""
+    if isinstance(x, Tensor):
+        x = x._user_view()
+    if not isinstance(x, View):
+        raise unsupported(f"{what}: expected a tensor, got {type(x).__name__}")
+    return x
+
+
+def number(x: Any) -> bool:
+    return nl._is_number(x)
+
+
+def operand(x: Any, rows: int, what: str) -> Any:
+    """A number or a [P, 1] column (tensor_scalar's operands, activation's bias ...)."""
+    if number(x):
+        return float(x) if isinstance(x, (float, np.floating)) else int(x)
+    v = tile(x, what)
+    if not nl._column(v, rows):
+        raise unsupported(f"{what} of shape {list(v.shape)} (a number or a [{rows}, 1] column)")
+    return nl._as_column(v)
+
+
+def free(v: View) -> int:
+    return math.prod(v.shape[1:])
+
+
+def same_size(call: str, dst: View, src: View, what: str = "data") -> None:
+    """An elementwise instruction: same partitions, same elements per partition."""
+    if dst.shape[0] != src.shape[0] or free(dst) != free(src):
+        raise unsupported(f"{call}: dst {list(dst.shape)} and {what} {list(src.shape)} differ in partitions "
+                          "or elements per partition")
+
+
+def fresh(shape: tuple[int, ...], dtype: Any = "float32", memory: str = "sbuf") -> View:
+    return current().tile(shape, as_dtype(dtype), memory)
+
+
+def like(v: View, dtype: Any = "float32") -> View:
+    """A scratch tile of ``v``'s shape (the intermediate of a lowered sequence: float32, as the engines
+    compute)."""
+    return fresh(v.shape if v.ndim > 1 else (v.shape[0], 1), dtype)
+
+
+def _reads(*xs: Any) -> tuple[View, ...]:
+    return tuple(x for x in xs if isinstance(x, View))
+
+
+# ---------------------------------------------------------------------------- data movement
+def dma_copy(call: str, dst: View, src: View) -> None:
+    """``dst = src`` by DMA; dtypes convert through float32 (an ncCopy on chip beside the DMA)."""
+    if dst.shape != src.shape and (dst.elements != src.elements or _squeezed(dst) != _squeezed(src)):
+        raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
+    if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
+        src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
+            (src, dst.with_dims(dst.dims + ((1, 1),)))
+    tr = current()
+    if src.dtype != dst.dtype:
+        if dst.tensor.on_chip:
+            stage = fresh(src.shape, src.dtype)
+            tr.op("dma", (src,), (stage,), dst=stage, src=src)
+            tr.op("copy", (stage,), (dst,), dst=dst, src=stage)
+            return
+        if src.tensor.on_chip:
+            stage = fresh(src.shape, dst.dtype)
+            tr.op("copy", (src,), (stage,), dst=stage, src=src)
+            src = stage
+        else:
+            raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
+    tr.op("dma", (src,), (dst,), dst=dst, src=src)
+
+
+def _squeezed(v: View) -> tuple[int, ...]:
+    return tuple(n for n in v.shape if n != 1)
+
+
+def tensor_copy(call: str, dst: View, src: View) -> None:
+    same_size(call, dst, src, "src")
+    current().op("copy", (src,), (dst,), dst=dst, src=src)
+
+
+def memset(call: str, dst: View, value: Any) -> None:
+    if not dst.tensor.on_chip:
+        raise unsupported(f"{call} of HBM tensor {dst.tensor.name} (memset an SBUF tile and copy it)")
+    nl._memset(dst, value)
+
+
+def iota(call: str, dst: View, pattern: Any, offset: Any, channel_multiplier: Any) -> None:
+    try:
+        pairs = [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} pattern={pattern!r} (a list of [step, num] pairs)") from None
+    if not pairs or len(pairs) > 4 or any(n <= 0 for _, n in pairs):
+        raise unsupported(f"{call} pattern={pattern!r} (one to four [step, num] pairs, num >= 1)")
+    if math.prod(n for _, n in pairs) != free(dst):
+        raise unsupported(f"{call}: pattern {pattern!r} makes {math.prod(n for _, n in pairs)} values per "
+                          f"partition; dst {list(dst.shape)} holds {free(dst)}")
+    if not number(offset) or not number(channel_multiplier):
+        raise unsupported(f"{call} offset={offset!r} channel_multiplier={channel_multiplier!r} (ints)")
+    current().op("iota", (), (dst,), dst=dst, offset=int(offset), pattern=pairs,
+                 channel_multiplier=int(channel_multiplier))
+
+
+# ---------------------------------------------------------------------------- elementwise
+def tensor_tensor(call: str, dst: View, a: View, b: View, op: Any) -> None:
+    if a.shape[0] != b.shape[0] or free(a) != free(b):
+        raise unsupported(f"{call} of {list(a.shape)} and {list(b.shape)} tiles")
+    same_size(call, dst, a, "data1")
+    current().op("tensor_tensor", (a, b), (dst,), dst=dst, a=a, b=b, op=alu(op, call))
+
+
+def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reverse0: bool, op1: Any,
+                  operand1: Any, reverse1: bool) -> None:
+    same_size(call, dst, src)
+    o0 = operand(operand0, src.shape[0], f"{call} operand0")
+    o1 = None if op1 is None else operand(operand1, src.shape[0], f"{call} operand1")
+    current().op("tensor_scalar", _reads(src, o0, o1), (dst,), dst=dst, src=src, op0=alu(op0, call), imm0=o0,
+                 reverse0=bool(reverse0), op1=None if op1 is None else alu(op1, call), imm1=o1,
+                 reverse1=bool(reverse1))
+
+
+def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: Any, op1: Any, operand1: View,
+                         reverse0: bool, reverse1: bool) -> None:
+    """``(data op0 operand0) op1 operand1``: a tensorScalar then a tensorTensor through a float32 tile
+    (the engine computes in float32, so the numbers are the one instruction's)."""
+    other = tile(operand1, f"{call} operand1")
+    same_size(call, dst, data)
+    same_size(call, dst, other, "operand1")
+    mid = like(data)
+    tensor_scalar(call, mid, data, op0, operand0, reverse0, None, None, False)
+    a, b = (other, mid) if reverse1 else (mid, other)
+    current().op("tensor_tensor", (a, b), (dst,), dst=dst, a=a, b=b, op=alu(op1, call))
+
+
+def tensor_tensor_scan(call: str, dst: View, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
+                       reverse0: bool, reverse1: bool) -> None:
+    """``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])``, ``r[:, -1] = initial``: one column
+    at a time (two instructions a column, in float32 as the engine computes)."""
+    if data0.shape[0] != data1.shape[0] or free(data0) != free(data1):
+        raise unsupported(f"{call} of {list(data0.shape)} and {list(data1.shape)} tiles")
+    same_size(call, dst, data0, "data0")
+    if data0.ndim != 2 or data1.ndim != 2 or dst.ndim != 2:
+        raise unsupported(f"{call} of {data0.ndim}-axis tiles (a [P, F] scan)")
+    rows, n = data0.shape
+    init = operand(initial, rows, f"{call} initial")
+    a0, a1 = alu(op0, call), alu(op1, call)
+    tr = current()
+    acc = fresh((rows, n))  # the running state in float32; dst gets it converted at the end
+
+    def col(v: View, j: int) -> View:
+        return v[:, j:j + 1]
+
+    for j in range(n):
+        out, x0, x1 = col(acc, j), col(data0, j), col(data1, j)
+        if j == 0:
+            tr.op("tensor_scalar", _reads(x0, init), (out,), dst=out, src=x0, op0=a0, imm0=init,
+                  reverse0=bool(reverse0))
+        else:
+            prev = col(acc, j - 1)
+            a, b = (prev, x0) if reverse0 else (x0, prev)
+            tr.op("tensor_tensor", (a, b), (out,), dst=out, a=a, b=b, op=a0)
+        a, b = (x1, out) if reverse1 else (out, x1)
+        tr.op("tensor_tensor", (a, b), (out,), dst=out, a=a, b=b, op=a1)
+    tr.op("copy", (acc,), (dst,), dst=dst, src=acc)
+
+
+def reciprocal(call: str, dst: View, src: View) -> None:
+    same_size(call, dst, src)
+    current().op("reciprocal", (src,), (dst,), dst=dst, src=src)
+
+
+# ---------------------------------------------------------------------------- activation
+def _bias(bias: Any, rows: int, call: str) -> View | None:
+    """A bias column; a number becomes a memset column (exact)."""
+    if bias is None:
+        return None
+    if number(bias):
+        if float(bias) == 0.0:
+            return None
+        col = fresh((rows, 1))
+        nl._memset(col, float(bias))
+        return col
+    return operand(bias, rows, f"{call} bias")
+
+
+def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any) -> None:
+    """``dst = op(data * scale + bias)``.  A [P, 1] ``scale`` tile: a tensorScalar mult first into a
+    float32 tile, then the activation with scale 1 (the engine multiplies in float32 too)."""
+    func = activation_func(op, call)
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    b = _bias(bias, rows, call)
+    if not number(scale):
+        col = operand(scale, rows, f"{call} scale")
+        scaled = like(data)
+        current().op("tensor_scalar", (data, col), (scaled,), dst=scaled, src=data, op0="mult", imm0=col,
+                     reverse0=False)
+        data, scale = scaled, 1.0
+    current().op("activation", _reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
+                 scale=float(scale))
+
+
+def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
+    """An instruction's built-in reduction: the accumulator registers hold nothing across calls here, so
+    only a reduction that starts from zero and is read out (``reduce_res``) is taken."""
+    if reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle:
+        return
+    if reduce_res is None:
+        raise refuse(call, "reduce_res", None, "the accumulator registers are not kept across calls; give "
+                     "reduce_res")
+    if cmd != reduce_cmd.reset_reduce:
+        raise refuse(call, "reduce_cmd", cmd, "only reduce_cmd.reset_reduce: the accumulator registers are "
+                     "not kept across calls")
+
+
+def reduce_into(call: str, res: Any, src: View, reduce_op: Any, *, negate: bool = False, init: Any = None,
+                allowed: tuple[str, ...] = ()) -> None:
+    """The free-axis reduction of an instruction's own output ``src`` into ``res`` ([P, 1]): a
+    tensorReduce after it (check_reduce has taken the command)."""
+    if res is None:
+        return
+    op = alu(reduce_op, f"{call} reduce_op")
+    if allowed and op not in allowed:
+        raise refuse(call, "reduce_op", reduce_op, f"the engine reduces with {' or '.join(allowed)}")
+    out = tile(res, f"{call} reduce_res")
+    if not nl._column(out, src.shape[0]):
+        raise unsupported(f"{call} reduce_res of shape {list(out.shape)} (a [{src.shape[0]}, 1] column)")
+    out = nl._as_column(out)
+    flat = src.with_dims((src.dims[0], (1, free(src)))) if _contiguous_free(src) else src
+    k = flat.ndim - 1
+    tr = current()
+    tr.op("tensor_reduce", (flat,), (out,), dst=out, src=flat, op=op, axis=nl._REDUCE_AXES[k - 1],
+          negate=bool(negate))
+    if init is not None and not (number(init) and float(init) == 0.0 and op == "add"):
+        v = operand(init, src.shape[0], f"{call} reduce_init")
+        tr.op("tensor_scalar", _reads(out, v), (out,), dst=out, src=out, op0=op, imm0=v, reverse0=False)
+
+
+def refuse(call: str, param: str, value: Any, why: str = "") -> Unsupported:
+    return unsupported(f"{call} {param}={value!r}" + (f" ({why})" if why else ""))
+
+
+def _contiguous_free(v: View) -> bool:
+    dims = v.dims[1:]
+    return all(s == math.prod(n for _, n in dims[k + 1:]) for k, (s, _) in enumerate(dims))
+
+
+def exponential(call: str, dst: View, src: View, max_value: Any) -> None:
+    """``dst = exp(src - max_value)``: a tensorScalar subtract into float32, then exp."""
+    same_size(call, dst, src, "src")
+    if number(max_value) and float(max_value) == 0.0:
+        activation(call, dst, nl.exp, src, None, 1.0)
+        return
+    m = operand(max_value, src.shape[0], f"{call} max_value")
+    shifted = like(src)
+    current().op("tensor_scalar", _reads(src, m), (shifted,), dst=shifted, src=src, op0="subtract", imm0=m,
+                 reverse0=False)
+    activation(call, dst, nl.exp, shifted, None, 1.0)
+
+
+# ---------------------------------------------------------------------------- reductions
+def tensor_reduce(call: str, dst: View, op: Any, data: View, axis: Any, negate: bool) -> None:
+    """Reduce free axes of ``data``.  Axes that are not the trailing ones are moved last in the access
+    pattern (a view, no data moves); the partition axis is tensor_partition_reduce's."""
+    a = alu(op, call)
+    axes = nl._axes(axis, data.ndim, call)
+    if 0 in axes:
+        raise unsupported(f"{call} along the partition axis (nisa.tensor_partition_reduce reduces it)")
+    if len(axes) > 4:
+        raise unsupported(f"{call} along {len(axes)} axes (at most 4)")
+    kept = [d for d in range(data.ndim) if d not in axes]
+    data.check_bounds()  # the reordered view below drops the per-axis run checks
+    src = View(data.tensor, data.offset, tuple(data.dims[d] for d in kept + list(axes)))
+    if dst.shape[0] != data.shape[0] or free(dst) != math.prod(data.shape[d] for d in kept[1:]):
+        raise unsupported(f"{call}: dst {list(dst.shape)} does not hold the reduction of {list(data.shape)} "
+                          f"along axis {axis}")
+    current().op("tensor_reduce", (src,), (dst,), dst=dst, src=src, op=a, axis=nl._REDUCE_AXES[len(axes) - 1],
+                 negate=bool(negate))
+
+
+def reduce_shape(data: View, axis: Any, keepdims: bool, call: str) -> tuple[int, ...]:
+    """The 1.x result shape of tensor_reduce (a [P, 1] column when nothing else is kept)."""
+    axes = nl._axes(axis, data.ndim, call)
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(data.shape))
+    kept = tuple(n for d, n in enumerate(data.shape) if d not in axes)
+    return kept if len(kept) > 1 else (data.shape[0], 1)
+
+
+# ---------------------------------------------------------------------------- matmul and transpose
+def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any) -> None:
+    """``dst = stationary.T @ moving`` (``accumulate=False``), ``dst += ...`` (True), or as NKI infers
+    it (None): the first matmul into a PSUM tile overwrites it, later ones accumulate, and one inside a
+    loop that started after the tile was made accumulates over that loop's iterations (the tile is
+    zeroed before the loop, so iteration 0 adds to zero: the same sums).  Accumulation is an ncMatMul
+    into a fresh PSUM bank plus a DVE add (docs/frontend.md, PSUM accumulation)."""
+    if dst.memory != "psum":
+        raise unsupported(f"{call} into {dst.memory} tensor {dst.tensor.name} (dst is a PSUM tile)")
+    k, m = stationary.shape[0], free(stationary)
+    n = free(moving)
+    if dst.shape[0] != m or free(dst) != n:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for a [{k}, {m}] stationary and a "
+                          f"[{moving.shape[0]}, {n}] moving tile (dst is [{m}, {n}])")
+    tr = current()
+    if accumulate is None:
+        written = any(isinstance(e, Op) and any(w.tensor is dst.tensor for w in e.writes) for e in tr.prog)
+        start = _accumulation_loop(tr, dst)
+        if not written and start is not None:
+            _insert_before(tr, start, Op("memset", {"dst": dst, "value": 0.0}, tr.prog[start].line, (), (dst,)))
+            written = True
+        accumulate = written
+    if not isinstance(accumulate, (bool, np.bool_)):
+        raise refuse(call, "accumulate", accumulate, "True, False or None; a loop index comparison is a "
+                     "runtime predicate")
+    if not accumulate:
+        nl_matmul_into(dst, stationary, moving, call)
+        return
+    part = tr.tile(dst.shape, dst.dtype, "psum")
+    nl_matmul_into(part, stationary, moving, call)
+    tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
+
+
+def nl_matmul_into(dst: View, stationary: View, moving: View, call: str) -> None:
+    k, m = stationary.shape[0], free(stationary)
+    if k != moving.shape[0]:
+        raise unsupported(f"{call}: contraction over {k} and {moving.shape[0]} partitions")
+    if m > nl.tile_size.gemm_stationary_fmax or free(moving) > nl.tile_size.gemm_moving_fmax:
+        raise unsupported(f"{call} of a [{k}, {m}] stationary and a [{k}, {free(moving)}] moving tile (at most "
+                          f"{nl.tile_size.gemm_stationary_fmax} and {nl.tile_size.gemm_moving_fmax} columns)")
+    current().op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving)
+
+
+def _accumulation_loop(tr: Any, dst: View) -> int | None:
+    """The program position of the outermost open dynamic loop that began after ``dst``'s tensor was made
+    and that ``dst``'s place does not move with (nor with any loop inside it): its iterations sum into one
+    PSUM location."""
+    depth_used = max((v.depth for v, _ in dst.offset.terms), default=-1)
+    open_vars = {id(v): v for v in tr.loops}
+    for pos in range(max(dst.tensor.site, 0), len(tr.prog)):
+        e = tr.prog[pos]
+        if isinstance(e, LoopBegin) and id(e.var) in open_vars and e.var.depth > depth_used:
+            return pos
+    return None
+
+
+def _insert_before(tr: Any, pos: int, op: Op) -> None:
+    """Put ``op`` at program position ``pos``; tensors made at or after it keep their place (sites)."""
+    tr.prog.insert(pos, op)
+    for t in tr.tensors:
+        if t.site >= pos:
+            t.site += 1
+
+
+def nc_transpose(call: str, dst: View, data: View) -> None:
+    """``dst = data.T`` through the PE array (``data.T @ I``), into PSUM; an SBUF dst gets a copy."""
+    p, f = data.shape[0], free(data)
+    if f > PARTITIONS:
+        raise unsupported(f"{call} of a tile with {f} columns (at most {PARTITIONS})")
+    if dst.shape[0] != f or free(dst) != p:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the transpose of a [{p}, {f}] tile")
+    ident = current().identity_tile()[0:p, 0:p]
+    if dst.memory == "psum" and dst.dtype == "float32":
+        nl_matmul_into(dst, data, ident, call)
+        return
+    part = current().tile((f, p), as_dtype("float32"), "psum")
+    nl_matmul_into(part, data, ident, call)
+    current().op("copy", (part,), (dst,), dst=dst, src=part)
+
+
+# ---------------------------------------------------------------------------- KLR operators of their own
+def native(call: str, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> None:
+    """Record KLR operator ``kind`` (snake_case of its KLR name; params named after its KLR fields)."""
+    from tusk.frontend.emit import Emitter
+    if not hasattr(Emitter, "op_" + kind):
+        raise unsupported(f"{call} (the KLR {kind} operator has no writer in Tusk yet)")
+    current().op(kind, reads, writes, **params)

@@ -1,0 +1,133 @@
+"""What ``nki.isa`` calls share across both API generations: binding by the documented signature, the
+configuration enums, and the refusal of names the front end does not have.
+
+Each public ``nisa`` function is written with its documented signature (the NKI API reference of its
+generation) and wrapped by :func:`documented`, which binds the kernel's positional and keyword
+arguments to it before the body runs.  An unknown keyword, a missing argument or one positional too many
+is refused naming the call and the argument, at the kernel's line: nothing is swallowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from tusk.frontend.errors import TraceError, Unsupported, current_user_line
+
+# the keywords of a call that only choose an engine, a DMA queue or a debug name: same numbers either way
+HINTS = ("engine", "name", "priority", "dge_mode", "oob_mode")
+
+
+def documented(call: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Bind a call's arguments by the wrapped function's own signature (the documented one)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        names = tuple(sig.parameters)
+
+        @functools.wraps(fn)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            unknown = [k for k in kwargs if k not in names]
+            if unknown:
+                raise Unsupported(f"{call}: unknown keyword argument {unknown[0]!r} (its parameters: "
+                                  f"{', '.join(names)})")
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise Unsupported(f"{call}{sig}: {e}") from None
+            bound.apply_defaults()
+            return fn(*bound.args, **bound.kwargs)
+
+        entry.nisa_call = call
+        return entry
+    return wrap
+
+
+def unknown_name(module: str, name: str) -> TraceError:
+    """``nisa.NAME`` / ``from nki.isa import NAME`` for a NAME the front end lacks, at the kernel's line
+    (located here: an import-time error would otherwise carry no line)."""
+    where = current_user_line()
+    loc = f"{where[0]}:{where[1]}: " if where else ""
+    return TraceError(f"{loc}not supported: {module}.{name} (not in Tusk's NKI front end; "
+                      "docs/frontend.md lists what is)")
+
+
+def public_calls(namespace: dict[str, Any]) -> list[Callable[..., Any]]:
+    """The documented calls of an isa module, in name order (docs/frontend.md's table is made from them)."""
+    return sorted((v for v in namespace.values() if callable(v) and hasattr(v, "nisa_call")),
+                  key=lambda f: f.__name__)
+
+
+# ---------------------------------------------------------------------------- configuration enums
+class _Named:
+    """Enum members print as kernels spell them (``nisa.engine.vector``)."""
+
+    def __repr__(self) -> str:
+        return f"nisa.{type(self).__name__}.{self.name}"
+
+    __str__ = __repr__
+
+
+class engine(_Named, enum.IntEnum):
+    """NeuronCore engines (``nisa.engine.vector`` ...): an engine choice never changes the numbers."""
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    vector = 5
+    sync = 6
+
+
+class reduce_cmd(_Named, enum.IntEnum):
+    """Engine accumulator commands (activation, tensor_scalar_reduce ... ``reduce_cmd=``)."""
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(_Named, enum.IntEnum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(_Named, enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class dma_engine(_Named, enum.IntEnum):
+    dma = 1
+    gpsimd_dma = 2
+
+
+class matmul_perf_mode(_Named, str, enum.Enum):
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version(_Named, enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+# the 1.x module-level engine names (2.x keeps them, deprecated)
+tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
+gpsimd_engine, sync_engine, unknown_engine = engine.gpsimd, engine.sync, engine.unknown
+
+ENUMS = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode": dge_mode, "oob_mode": oob_mode,
+         "dma_engine": dma_engine, "matmul_perf_mode": matmul_perf_mode, "nc_version": nc_version,
+         "tensor_engine": tensor_engine, "vector_engine": vector_engine, "scalar_engine": scalar_engine,
+         "gpsimd_engine": gpsimd_engine, "sync_engine": sync_engine, "unknown_engine": unknown_engine}
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore the trace targets: Tusk's arch models trn2 (gen3)."""
+    return nc_version.gen3

@@ -1,0 +1,231 @@
+"""``neuronxcc.nki.isa`` of NKI 1.x (``import neuronxcc.nki.isa as nisa``): calls that return new tiles.
+
+Signatures are the NKI 1.x API reference's (aws-neuron-sdk before the 2.x docs, general/nki/api/nki/isa);
+arguments bind by them (:func:`~tusk.frontend.nki.isa_signature.documented`; the reference's catch-all
+``**kwargs`` is not taken: an unknown keyword is refused).  Each call makes its result tile (SBUF, the
+input's dtype unless ``dtype=``; PSUM for the PE array's results) and lets :mod:`isa_ops` write it; a
+``mask=`` narrows every view of the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tusk.frontend.affine import IndexGrid, IndexVector
+from tusk.frontend.nki import isa_ops as ops
+from tusk.frontend.nki import language as nl
+from tusk.frontend.nki.isa_ops import any_view, refuse, tile
+from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
+    dge_mode,
+    dma_engine,
+    documented,
+    engine,
+    get_nc_version,
+    gpsimd_engine,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+    scalar_engine,
+    sync_engine,
+    tensor_engine,
+    unknown_engine,
+    unknown_name,
+    vector_engine,
+)
+from tusk.frontend.tensors import View, as_dtype
+from tusk.frontend.tracer import as_shape, current
+
+get_nc_version = documented("nisa.get_nc_version")(get_nc_version)
+
+
+def _result(like: View, dtype: Any, shape: tuple[int, ...] | None = None, memory: str = "sbuf") -> View:
+    shape = shape or (like.shape if like.ndim > 1 else (like.shape[0], 1))
+    return current().tile(shape, nl._out_dtype(dtype, like), memory)
+
+
+def _masked(mask: Any, *views: View) -> list[View]:
+    return nl._masked(list(views), mask)
+
+
+@documented("nisa.dma_copy")
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
+    call = "nisa.dma_copy"
+    if dst_rmw_op is not None:
+        raise refuse(call, "dst_rmw_op", dst_rmw_op, "a read-modify-write DMA")
+    d, s = _masked(mask, any_view(dst, f"{call} dst"), any_view(src, f"{call} src"))
+    ops.dma_copy(call, d, s)
+
+
+@documented("nisa.tensor_copy")
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown):
+    s = tile(src, "nisa.tensor_copy")
+    out = _result(s, dtype)
+    d, s = _masked(mask, out, s)
+    ops.tensor_copy("nisa.tensor_copy", d, s)
+    return out
+
+
+@documented("nisa.memset")
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown):
+    out = current().tile(as_shape(shape), as_dtype(dtype))
+    d, = _masked(mask, out)
+    ops.memset("nisa.memset", d, value)
+    return out
+
+
+@documented("nisa.iota")
+def iota(expr, dtype, *, mask=None):
+    """``dst[p, f...] = expr`` for an nl.arange / nl.mgrid expression."""
+    if isinstance(expr, IndexVector):
+        expr = IndexGrid.of(expr)
+    if not isinstance(expr, IndexGrid) or not expr.const.is_static:
+        raise ops.unsupported(f"nisa.iota of {expr!r} (an expression of nl.arange / nl.mgrid indices)")
+    shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
+    out = current().tile(shape, as_dtype(dtype))
+    _, par_step = expr.axes.get(0, (1, 0))
+    pattern = [(expr.axes.get(d, (1, 0))[1], n) for d, n in enumerate(shape) if d > 0]
+    d, = _masked(mask, out)
+    current().op("iota", (), (d,), dst=d, offset=expr.const.const, pattern=pattern, channel_multiplier=par_step)
+    return out
+
+
+@documented("nisa.nc_matmul")
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              tile_position=(), tile_size=(), mask=None):
+    """``stationary[K, M]^T @ moving[K, N]`` -> a new PSUM [M, N] tile (``psum[...] += nc_matmul(...)``
+    accumulates)."""
+    call = "nisa.nc_matmul"
+    if is_transpose:
+        raise refuse(call, "is_transpose", is_transpose, "use nisa.nc_transpose")
+    if mask is not None:
+        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
+    st, mv = tile(stationary, call), tile(moving, call)
+    out = current().tile((ops.free(st), ops.free(mv)), as_dtype("float32"), "psum")
+    ops.nc_matmul(call, out, st, mv, False)
+    return out
+
+
+@documented("nisa.nc_transpose")
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
+    call = "nisa.nc_transpose"
+    if mask is not None:
+        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
+    src = tile(data, call)
+    memory = "sbuf" if engine == vector_engine else "psum"  # the PE array writes PSUM, the DVE SBUF
+    out = current().tile((ops.free(src), src.shape[0]),
+                         as_dtype(dtype or (src.dtype if memory == "sbuf" else "float32")), memory)
+    ops.nc_transpose(call, out, src)
+    return out
+
+
+@documented("nisa.tensor_tensor")
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown):
+    call = "nisa.tensor_tensor"
+    a, b = tile(data1, call), tile(data2, call)
+    out = _result(a, dtype if dtype is not None else nl._out_dtype(None, a, b))
+    d, a, b = _masked(mask, out, a, b)
+    ops.tensor_tensor(call, d, a, b, op)
+    return out
+
+
+@documented("nisa.tensor_scalar")
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
+                  mask=None, engine=engine.unknown):
+    call = "nisa.tensor_scalar"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.tensor_scalar(call, d, s, op0, operand0, reverse0, op1, operand1, reverse1)
+    return out
+
+
+@documented("nisa.scalar_tensor_tensor")
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
+                         mask=None):
+    call = "nisa.scalar_tensor_tensor"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    other = tile(operand1, f"{call} operand1")
+    d, s, o = _masked(mask, out, src, other)
+    ops.scalar_tensor_tensor(call, d, s, op0, operand0, op1, o, reverse0, reverse1)
+    return out
+
+
+@documented("nisa.tensor_tensor_scan")
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
+                       mask=None):
+    call = "nisa.tensor_tensor_scan"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    a, b = tile(data0, call), tile(data1, call)
+    out = _result(a, dtype)
+    ops.tensor_tensor_scan(call, out, a, b, initial, op0, op1, reverse0, reverse1)
+    return out
+
+
+@documented("nisa.tensor_reduce")
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False):
+    call = "nisa.tensor_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype, ops.reduce_shape(src, axis, keepdims, call))
+    d, s = _masked(mask, out, src)
+    ops.tensor_reduce(call, d, op, s, axis, negate)
+    return out
+
+
+@documented("nisa.activation")
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               mask=None, dtype=None):
+    call = "nisa.activation"
+    ops.check_reduce(call, reduce_op, reduce_res, _v1_reduce_cmd(reduce_op, reduce_res, reduce_cmd))
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.activation(call, d, op, s, bias, scale)
+    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    return out
+
+
+def _v1_reduce_cmd(reduce_op: Any, reduce_res: Any, cmd: Any) -> Any:
+    """1.x activation with ``reduce_res`` and the default command reduces into it from zero (what the
+    1.x examples rely on)."""
+    if reduce_res is not None and reduce_op is not None and cmd == reduce_cmd.idle:
+        return reduce_cmd.reset_reduce
+    return cmd
+
+
+@documented("nisa.activation_reduce")
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None):
+    call = "nisa.activation_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.activation(call, d, op, s, bias, scale)
+    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    return out
+
+
+@documented("nisa.tensor_scalar_reduce")
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None):
+    call = "nisa.tensor_scalar_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.tensor_scalar(call, d, s, op0, operand0, reverse0, None, None, False)
+    ops.reduce_into(call, reduce_res, d, reduce_op)
+    return out
+
+
+@documented("nisa.reciprocal")
+def reciprocal(data, *, dtype=None, mask=None):
+    src = tile(data, "nisa.reciprocal")
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.reciprocal("nisa.reciprocal", d, s)
+    return out
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise unknown_name("nisa", name)
