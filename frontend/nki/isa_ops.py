@@ -427,3 +427,186 @@ def native(call: str, kind: str, reads: tuple[View, ...], writes: tuple[View, ..
     if not hasattr(Emitter, "op_" + kind):
         raise unsupported(f"{call} (the KLR {kind} operator has no writer in Tusk yet)")
     current().op(kind, reads, writes, **params)
+
+
+ACCUM_CMD = {reduce_cmd.idle: "Idle", reduce_cmd.reset: "Zero", reduce_cmd.reduce: "Accumulate",
+             reduce_cmd.reset_reduce: "ZeroAccumulate", reduce_cmd.load_reduce: "LoadAccumulate"}
+
+
+def accum_cmd(call: str, cmd: Any) -> str:
+    if cmd not in ACCUM_CMD:
+        raise refuse(call, "reduce_cmd", cmd, "a nisa.reduce_cmd")
+    return ACCUM_CMD[cmd]
+
+
+def imm_or_column(x: Any, rows: int, what: str) -> Any:
+    """A KLR Operand: an immediate (a number) or a [P, 1] tile."""
+    v = operand(x, rows, what)
+    return v if isinstance(v, View) else float(v)
+
+
+def tensor_partition_reduce(call: str, dst: View, op: Any, data: View) -> None:
+    if dst.shape[0] != 1 or free(dst) != free(data):
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the partition reduction of {list(data.shape)} "
+                          f"(dst is [1, {free(data)}])")
+    native(call, "tensor_partition_reduce", (data,), (dst,), dst=dst, op=alu(op, call), data=data,
+           dtype=dst.dtype)
+
+
+def bn_stats(call: str, dst: View, data: View) -> None:
+    if data.shape[0] != dst.shape[0] or free(dst) != 6 or free(data) > nl.tile_size.bn_stats_fmax:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the statistics of {list(data.shape)} (dst holds 6 "
+                          f"values a partition; data at most {nl.tile_size.bn_stats_fmax})")
+    native(call, "batch_norm_stats", (data,), (dst,), dst=dst, src=data, dtype=dst.dtype)
+
+
+def bn_aggr(call: str, dst: View, data: View) -> None:
+    if data.shape[0] != dst.shape[0] or free(dst) != 2 or free(data) % 6:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the aggregate of {list(data.shape)} (dst holds a "
+                          "mean and a variance a partition; data holds bn_stats results, 6 values each)")
+    native(call, "batch_norm_aggregate", (data,), (dst,), dst=dst, src=data, dtype=dst.dtype)
+
+
+def dropout(call: str, dst: View, data: View, prob: Any) -> None:
+    same_size(call, dst, data)
+    p = imm_or_column(prob, data.shape[0], f"{call} prob")
+    native(call, "dropout", _reads(data, p), (dst,), dst=dst, src=data, thresholdType="DropRate", threshold=p,
+           dtype=dst.dtype)
+
+
+def _pattern(call: str, pattern: Any) -> list[tuple[int, int]]:
+    try:
+        return [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} pattern={pattern!r} (a list of [step, num] pairs)") from None
+
+
+def affine_select(call: str, dst: View, pattern: Any, channel_multiplier: Any, on_true: View, on_false: Any,
+                  cmp_op: Any, offset: Any) -> None:
+    """``dst = on_true if (offset + p * channel_multiplier + pattern . f) cmp_op 0 else on_false``."""
+    same_size(call, dst, on_true, "on_true_tile")
+    pairs = _pattern(call, pattern)
+    if math.prod(n for _, n in pairs) != free(dst):
+        raise unsupported(f"{call}: pattern {pattern!r} does not cover dst {list(dst.shape)}")
+    if not number(on_false) or not number(offset) or not number(channel_multiplier):
+        raise unsupported(f"{call}: on_false_value, offset and channel_multiplier are numbers")
+    native(call, "affine_select", (on_true,), (dst,), dst=dst,
+           pred={"offset": int(offset), "pattern": pairs, "channelMultiplier": int(channel_multiplier)},
+           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype, cmpOp=alu(cmp_op, call))
+
+
+def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false: Any, reduce_res: Any,
+                  cmd: Any, reduce_op: Any, reverse_pred: bool) -> None:
+    same_size(call, dst, on_true, "on_true")
+    same_size(call, dst, predicate, "predicate")
+    f = on_false if number(on_false) else tile(on_false, f"{call} on_false")
+    if isinstance(f, View):
+        same_size(call, dst, f, "on_false")
+    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    native(call, "select_reduce", _reads(predicate, on_true, f), (dst,) + _reads(res), dst=dst,
+           predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,
+           reduceCmd=accum_cmd(call, cmd), reduceOp=alu(reduce_op, call), reversePred=bool(reverse_pred),
+           dtype=dst.dtype)
+
+
+def range_select(call: str, dst: View, on_true: View, comp_op0: Any, comp_op1: Any, bound0: View, bound1: View,
+                 cmd: Any, reduce_res: Any, reduce_op: Any, range_start: Any, on_false: Any) -> None:
+    same_size(call, dst, on_true, "on_true_tile")
+    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    if not number(range_start) or not number(on_false):
+        raise unsupported(f"{call}: range_start and on_false_value are numbers")
+    native(call, "range_select", (on_true, bound0, bound1), (dst,) + _reads(res), dst=dst,
+           reduceCommand=accum_cmd(call, cmd), reduceRes=res,
+           reduceOp=None if reduce_op is None else alu(reduce_op, call), compOp0=alu(comp_op0, call),
+           compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
+           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+
+
+def max8(call: str, dst: View, src: View) -> None:
+    if dst.shape[0] != src.shape[0] or free(dst) != 8:
+        raise unsupported(f"{call}: dst {list(dst.shape)} (it is [{src.shape[0]}, 8])")
+    native(call, "max8", (src,), (dst,), dst=dst, src=src, dtype=dst.dtype)
+
+
+def find_index8(call: str, dst: View, data: View, vals: View) -> None:
+    if dst.shape[0] != data.shape[0] or free(dst) != 8 or free(vals) != 8:
+        raise unsupported(f"{call}: dst {list(dst.shape)} and vals {list(vals.shape)} (both [P, 8])")
+    native(call, "find_index8", (data, vals), (dst,), dst=dst, src=data, vals=vals, dtype=dst.dtype)
+
+
+def match_replace8(call: str, dst: View, data: View, vals: View, imm: Any, dst_idx: Any) -> None:
+    same_size(call, dst, data)
+    idx = None if dst_idx is None else tile(dst_idx, f"{call} dst_idx")
+    if not number(imm):
+        raise unsupported(f"{call} imm={imm!r} (a number)")
+    native(call, "match_replace8", (data, vals), (dst,) + _reads(idx), dst=dst, src=data, vals=vals,
+           replaceValue=float(imm), dstIdx=idx, dtype=dst.dtype)
+
+
+def local_gather(call: str, dst: View, src: View, index: View, num_elem_per_idx: Any,
+                 num_valid_indices: Any) -> None:
+    if src.shape[0] != index.shape[0] or src.shape[0] % 16:
+        raise unsupported(f"{call}: src_buffer {list(src.shape)} and index {list(index.shape)} (the same "
+                          "partitions, a multiple of 16)")
+    native(call, "local_gather", (src, index), (dst,), dst=dst, src=src, index=index,
+           numElemPerIdx=int(num_elem_per_idx),
+           numValidIndicies=None if num_valid_indices is None else int(num_valid_indices))
+
+
+def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
+    """``dst[i] = src[quadrant + shuffle_mask[i]]`` in each 32-partition quadrant (255 keeps dst[i]): one
+    SBUF-to-SBUF DMA per moved partition, the same bytes as the DVE shuffle."""
+    try:
+        masks = [int(m) for m in shuffle_mask]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 ints)") from None
+    if len(masks) != 32 or any(not (0 <= m < 32 or m == 255) for m in masks):
+        raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 partition numbers below 32, or 255)")
+    same_size(call, dst, src, "src")
+    rows = src.shape[0]
+    for q in range(0, rows, 32):
+        for i, m in enumerate(masks):
+            if m == 255 or q + i >= rows:
+                continue
+            if q + m >= rows:
+                raise unsupported(f"{call}: shuffle_mask[{i}]={m} reads past the {rows} partitions of src")
+            d, s = dst[q + i:q + i + 1], src[q + m:q + m + 1]
+            current().op("dma", (s,), (d,), dst=d, src=s)
+
+
+def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
+    order = tuple(range(src.ndim))[::-1] if axes is None else tuple(int(a) for a in axes)
+    if sorted(order) != list(range(src.ndim)):
+        raise unsupported(f"{call} axes={axes!r} (a permutation of the {src.ndim} axes)")
+    want = tuple(src.shape[a] for a in order)
+    if dst.shape != want and _squeezed(dst) != tuple(n for n in want if n != 1):
+        raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
+    native(call, "dma_transpose", (src,), (dst,), dst=dst, src=src, axes=order, dtype=dst.dtype)
+
+
+def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:
+    native(call, "sequence_bounds", (segment_ids,), (dst,), dst=dst, segmentIds=segment_ids, dtype=dst.dtype)
+
+
+def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any, imm0: Any, imm1: Any,
+                             cmd: Any) -> None:
+    same_size(call, dst, src, "src")
+    rows = src.shape[0]
+    i0 = imm_or_column(imm0, rows, f"{call} imm0")
+    i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    native(call, "tensor_scalar_cumulative", _reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
+           op1=alu(op1, call), imm0=i0, imm1=i1, reduceCmd=accum_cmd(call, cmd), reverse="none",
+           dtype=dst.dtype)
+
+
+def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pred: bool) -> None:
+    """``dst = src where predicate`` (else dst keeps its values: it is read too)."""
+    same_size(call, dst, predicate, "predicate")
+    s = src if number(src) else tile(src, f"{call} src")
+    if isinstance(s, View):
+        same_size(call, dst, s, "src")
+    else:
+        s = fresh(dst.shape, dst.dtype)  # a number: a tile of it, as the instruction broadcasts it
+        nl._memset(s, src)
+    native(call, "copy_predicated", (dst, s, predicate), (dst,), dst=dst, src=s, predicate=predicate,
+           dtype=dst.dtype, reversePred=bool(reverse_pred))

@@ -225,6 +225,127 @@ def reciprocal(data, *, dtype=None, mask=None):
     return out
 
 
+class fp32:
+    """``nisa.fp32.min``: the float32 extremes 1.x defaults use."""
+    min = -3.4028234663852886e38
+    max = 3.4028234663852886e38
+
+
+# ---------------------------------------------------------------------------- KLR operators of their own
+@documented("nisa.tensor_partition_reduce")
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None):
+    call = "nisa.tensor_partition_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype, (1, *src.shape[1:]) if src.ndim > 1 else (1, 1))
+    d, s = _masked(mask, out, src)
+    ops.tensor_partition_reduce(call, d, op, s)
+    return out
+
+
+@documented("nisa.bn_stats")
+def bn_stats(data, *, mask=None, dtype=None):
+    src = tile(data, "nisa.bn_stats")
+    out = _result(src, dtype, (src.shape[0], 6))
+    s, = _masked(mask, src)
+    ops.bn_stats("nisa.bn_stats", out, s)
+    return out
+
+
+@documented("nisa.bn_aggr")
+def bn_aggr(data, *, mask=None, dtype=None):
+    src = tile(data, "nisa.bn_aggr")
+    out = _result(src, dtype, (src.shape[0], 2))
+    ops.bn_aggr("nisa.bn_aggr", out, src)
+    return out
+
+
+@documented("nisa.dropout")
+def dropout(data, prob, *, mask=None, dtype=None):
+    src = tile(data, "nisa.dropout")
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.dropout("nisa.dropout", d, s, prob)
+    return out
+
+
+@documented("nisa.select_reduce")
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=nl.maximum, reverse_pred=False, mask=None, dtype=None):
+    call = "nisa.select_reduce"
+    d, p, t = _masked(mask, tile(dst, f"{call} dst"), tile(predicate, call), tile(on_true, call))
+    ops.select_reduce(call, d, p, t, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred)
+
+
+@documented("nisa.range_select")
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=nl.maximum, range_start=0, on_false_value=fp32.min, mask=None, dtype=None):
+    call = "nisa.range_select"
+    src = tile(on_true_tile, call)
+    out = _result(src, dtype)
+    ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
+                     reduce_res, reduce_op, range_start, on_false_value)
+    return out
+
+
+@documented("nisa.max8")
+def max8(*, src, mask=None, dtype=None):
+    s = tile(src, "nisa.max8")
+    out = _result(s, dtype, (s.shape[0], 8))
+    ops.max8("nisa.max8", out, s)
+    return out
+
+
+@documented("nisa.nc_find_index8")
+def nc_find_index8(*, data, vals, mask=None, dtype=None):
+    call = "nisa.nc_find_index8"
+    src = tile(data, call)
+    out = _result(src, dtype or "uint32", (src.shape[0], 8))
+    ops.find_index8(call, out, src, tile(vals, call))
+    return out
+
+
+@documented("nisa.nc_match_replace8")
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None):
+    call = "nisa.nc_match_replace8"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    ops.match_replace8(call, out, src, tile(vals, call), imm, dst_idx)
+    return out
+
+
+@documented("nisa.nc_stream_shuffle")
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
+    call = "nisa.nc_stream_shuffle"
+    d, s = _masked(mask, tile(dst, f"{call} dst"), tile(src, call))
+    ops.stream_shuffle(call, d, s, shuffle_mask)
+
+
+@documented("nisa.dma_transpose")
+def dma_transpose(src, *, axes=None, mask=None, dtype=None):
+    call = "nisa.dma_transpose"
+    s = tile(src, call) if not isinstance(src, View) or src.tensor.on_chip else any_view(src, call)
+    order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
+    out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
+    ops.dma_transpose(call, out, s, axes)
+    return out
+
+
+@documented("nisa.sequence_bounds")
+def sequence_bounds(*, segment_ids, dtype=None):
+    call = "nisa.sequence_bounds"
+    s = tile(segment_ids, call)
+    out = _result(s, dtype, (s.shape[0], 2, ops.free(s)))
+    ops.sequence_bounds(call, out, s)
+    return out
+
+
+@documented("nisa.tensor_copy_predicated")
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None):
+    call = "nisa.tensor_copy_predicated"
+    d, p = _masked(mask, tile(dst, f"{call} dst"), tile(predicate, call))
+    ops.copy_predicated(call, d, src, p, reverse_pred)
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)

@@ -153,6 +153,110 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     ops.iota("nisa.iota", tile(dst, "nisa.iota dst"), pattern, offset, channel_multiplier)
 
 
+# ---------------------------------------------------------------------------- KLR operators of their own
+@documented("nisa.tensor_partition_reduce")
+def tensor_partition_reduce(dst, op, data, name=None):
+    call = "nisa.tensor_partition_reduce"
+    ops.tensor_partition_reduce(call, tile(dst, f"{call} dst"), op, tile(data, call))
+
+
+@documented("nisa.bn_stats")
+def bn_stats(dst, data, name=None):
+    ops.bn_stats("nisa.bn_stats", tile(dst, "nisa.bn_stats dst"), tile(data, "nisa.bn_stats"))
+
+
+@documented("nisa.bn_aggr")
+def bn_aggr(dst, data, name=None):
+    ops.bn_aggr("nisa.bn_aggr", tile(dst, "nisa.bn_aggr dst"), tile(data, "nisa.bn_aggr"))
+
+
+@documented("nisa.dropout")
+def dropout(dst, data, prob, name=None):
+    ops.dropout("nisa.dropout", tile(dst, "nisa.dropout dst"), tile(data, "nisa.dropout"), prob)
+
+
+@documented("nisa.affine_select")
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=nl.equal, offset=0,
+                  name=None):
+    call = "nisa.affine_select"
+    ops.affine_select(call, tile(dst, f"{call} dst"), pattern, channel_multiplier, tile(on_true_tile, call),
+                      on_false_value, cmp_op, offset)
+
+
+@documented("nisa.select_reduce")
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=nl.maximum, reverse_pred=False, name=None):
+    call = "nisa.select_reduce"
+    ops.select_reduce(call, tile(dst, f"{call} dst"), tile(predicate, call), tile(on_true, call), on_false,
+                      reduce_res, reduce_cmd, reduce_op, reverse_pred)
+
+
+@documented("nisa.range_select")
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.reset_reduce,
+                 reduce_res=None, reduce_op=nl.maximum, range_start=0, on_false_value=-3.4028234663852886e38,
+                 name=None):
+    call = "nisa.range_select"
+    ops.range_select(call, tile(dst, f"{call} dst"), tile(on_true_tile, call), comp_op0, comp_op1,
+                     tile(bound0, call), tile(bound1, call), reduce_cmd, reduce_res, reduce_op, range_start,
+                     on_false_value)
+
+
+@documented("nisa.max8")
+def max8(dst, src, name=None):
+    ops.max8("nisa.max8", tile(dst, "nisa.max8 dst"), tile(src, "nisa.max8"))
+
+
+@documented("nisa.nc_find_index8")
+def nc_find_index8(dst, data, vals, name=None):
+    call = "nisa.nc_find_index8"
+    ops.find_index8(call, tile(dst, f"{call} dst"), tile(data, call), tile(vals, call))
+
+
+@documented("nisa.nc_match_replace8")
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    call = "nisa.nc_match_replace8"
+    ops.match_replace8(call, tile(dst, f"{call} dst"), tile(data, call), tile(vals, call), imm, dst_idx)
+
+
+@documented("nisa.local_gather")
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    call = "nisa.local_gather"
+    ops.local_gather(call, tile(dst, f"{call} dst"), tile(src_buffer, call), tile(index, call), num_elem_per_idx,
+                     num_valid_indices)
+
+
+@documented("nisa.nc_stream_shuffle")
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    call = "nisa.nc_stream_shuffle"
+    ops.stream_shuffle(call, tile(dst, f"{call} dst"), tile(src, call), shuffle_mask)
+
+
+@documented("nisa.dma_transpose")
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error,
+                  name=None):
+    call = "nisa.dma_transpose"
+    ops.dma_transpose(call, any_view(dst, f"{call} dst"), any_view(src, call), axes)
+
+
+@documented("nisa.sequence_bounds")
+def sequence_bounds(dst, segment_ids, name=None):
+    call = "nisa.sequence_bounds"
+    ops.sequence_bounds(call, tile(dst, f"{call} dst"), tile(segment_ids, call))
+
+
+@documented("nisa.tensor_scalar_cumulative")
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None):
+    call = "nisa.tensor_scalar_cumulative"
+    ops.tensor_scalar_cumulative(call, tile(dst, f"{call} dst"), tile(src, call), op0, op1, imm0, imm1,
+                                 reduce_cmd)
+
+
+@documented("nisa.tensor_copy_predicated")
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    call = "nisa.tensor_copy_predicated"
+    ops.copy_predicated(call, tile(dst, f"{call} dst"), src, tile(predicate, call), reverse_pred)
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
