@@ -179,6 +179,102 @@ class Emitter:
     def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
         self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)
 
+    # ================================================================== ISA operators (back half of issue 20)
+    # Contract with the front end: a traced op is recorded as ``tr.op(KIND, reads, writes, **params)`` where
+    # KIND is the KLR operator name in snake_case (below, beside the KLR constructor it writes) and
+    # ``params`` are named exactly as the KLR operator's fields (ir/klr/schema.py, camelCase as spelled
+    # there).  A TensorRef field takes a View; an Operand field a View or a Python number; an Immediate a
+    # number; an enumeration field its KLR name ("add", "ZeroAccumulate", "is_ge"); a DataPattern
+    # ``(offset, [[step, num], ...], channel_multiplier)``.  Fields left out take KLR's defaults
+    # (frontend/klr_operators.py); ``dtype`` defaults to the destination's.  docs/frontend.md lists them.
+
+    def _klr_operator(self, ctor: str, **params: Any) -> None:
+        fields = {}
+        for name, v in params.items():
+            if isinstance(v, View):
+                v = self.ap(v)
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, View) for x in v):
+                v = [self.ap(x) for x in v]
+            elif isinstance(v, (int, float, np.integer, np.floating, bool)) and not isinstance(v, str):
+                v = as_immediate(v)
+            fields[name] = v
+        try:
+            self.k.operator(ctor, **fields)
+        except TypeError as e:
+            raise TraceError(str(e)) from None
+
+    def op_activation_reduce(self, **p: Any) -> None:
+        self._klr_operator("activationReduce", **p)
+
+    def op_tensor_scalar_reduce(self, **p: Any) -> None:
+        self._klr_operator("tensorScalarReduce", **p)
+
+    def op_affine_select(self, **p: Any) -> None:
+        self._klr_operator("ncAffineSelect", **p)
+
+    def op_tensor_tensor_scan(self, **p: Any) -> None:
+        self._klr_operator("tensorTensorScan", **p)
+
+    def op_scalar_tensor_tensor(self, **p: Any) -> None:
+        self._klr_operator("ncScalarTensorTensor", **p)
+
+    def op_transpose(self, **p: Any) -> None:
+        self._klr_operator("transpose", **p)
+
+    def op_batch_norm_stats(self, **p: Any) -> None:
+        self._klr_operator("batchNormStats", **p)
+
+    def op_batch_norm_aggregate(self, **p: Any) -> None:
+        self._klr_operator("batchNormAggregate", **p)
+
+    def op_tensor_partition_reduce(self, **p: Any) -> None:
+        self._klr_operator("tensorPartitionReduce", **p)
+
+    def op_select_reduce(self, **p: Any) -> None:
+        self._klr_operator("selectReduce", **p)
+
+    def op_range_select(self, **p: Any) -> None:
+        self._klr_operator("ncRangeSelect", **p)
+
+    def op_copy_predicated(self, **p: Any) -> None:
+        self._klr_operator("copyPredicated", **p)
+
+    def op_dropout(self, **p: Any) -> None:
+        self._klr_operator("dropout", **p)
+
+    def op_rng(self, **p: Any) -> None:
+        self._klr_operator("rng", **p)
+
+    def op_rand2(self, **p: Any) -> None:
+        self._klr_operator("rand2", **p)
+
+    def op_set_rng_seed(self, **p: Any) -> None:
+        self._klr_operator("setRngSeed", **p)
+
+    def op_max8(self, **p: Any) -> None:
+        self._klr_operator("max8", **p)
+
+    def op_find_index8(self, **p: Any) -> None:
+        self._klr_operator("findIndex8", **p)
+
+    def op_match_replace8(self, **p: Any) -> None:
+        self._klr_operator("matchReplace8", **p)
+
+    def op_local_gather(self, **p: Any) -> None:
+        self._klr_operator("ncLocalGather", **p)
+
+    def op_dma_transpose(self, **p: Any) -> None:
+        self._klr_operator("dmaTranspose", **p)
+
+    def op_tensor_scalar_cumulative(self, **p: Any) -> None:
+        self._klr_operator("tensorScalarCumulative", **p)
+
+    def op_shuffle(self, **p: Any) -> None:
+        self._klr_operator("shuffle", **p)
+
+    def op_sequence_bounds(self, **p: Any) -> None:
+        self._klr_operator("sequenceBounds", **p)
+
 
 def as_immediate(x: Any) -> Any:
     """A kernel's Python number as KLR stores it: ints within int32, floats rounded to float32 (a
