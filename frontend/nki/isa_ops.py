@@ -172,49 +172,34 @@ def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reve
                  reverse1=bool(reverse1))
 
 
-def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: Any, op1: Any, operand1: View,
+REVERSE = {(False, False): "none", (True, False): "first", (False, True): "second", (True, True): "both"}
+
+
+def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: Any, op1: Any, operand1: Any,
                          reverse0: bool, reverse1: bool) -> None:
-    """``(data op0 operand0) op1 operand1``: a tensorScalar then a tensorTensor through a float32 tile
-    (the engine computes in float32, so the numbers are the one instruction's)."""
-    other = tile(operand1, f"{call} operand1")
+    """``(data op0 operand0) op1 operand1`` (KLR ncScalarTensorTensor)."""
     same_size(call, dst, data)
-    same_size(call, dst, other, "operand1")
-    mid = like(data)
-    tensor_scalar(call, mid, data, op0, operand0, reverse0, None, None, False)
-    a, b = (other, mid) if reverse1 else (mid, other)
-    current().op("tensor_tensor", (a, b), (dst,), dst=dst, a=a, b=b, op=alu(op1, call))
+    rows = data.shape[0]
+    o0 = imm_or_column(operand0, rows, f"{call} operand0")
+    o1 = operand1 if number(operand1) else tile(operand1, f"{call} operand1")
+    if isinstance(o1, View):
+        same_size(call, dst, o1, "operand1")
+    native(call, "scalar_tensor_tensor", _reads(data, o0, o1), (dst,), dst=dst, data=data, src0=o0,
+           src1=float(o1) if number(o1) else o1, op0=alu(op0, call), op1=alu(op1, call),
+           reverseOperands=REVERSE[bool(reverse0), bool(reverse1)])
 
 
 def tensor_tensor_scan(call: str, dst: View, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
                        reverse0: bool, reverse1: bool) -> None:
-    """``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])``, ``r[:, -1] = initial``: one column
-    at a time (two instructions a column, in float32 as the engine computes)."""
+    """``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` from ``r[:, -1] = initial`` (KLR
+    tensorTensorScan)."""
     if data0.shape[0] != data1.shape[0] or free(data0) != free(data1):
         raise unsupported(f"{call} of {list(data0.shape)} and {list(data1.shape)} tiles")
     same_size(call, dst, data0, "data0")
-    if data0.ndim != 2 or data1.ndim != 2 or dst.ndim != 2:
-        raise unsupported(f"{call} of {data0.ndim}-axis tiles (a [P, F] scan)")
-    rows, n = data0.shape
-    init = operand(initial, rows, f"{call} initial")
-    a0, a1 = alu(op0, call), alu(op1, call)
-    tr = current()
-    acc = fresh((rows, n))  # the running state in float32; dst gets it converted at the end
-
-    def col(v: View, j: int) -> View:
-        return v[:, j:j + 1]
-
-    for j in range(n):
-        out, x0, x1 = col(acc, j), col(data0, j), col(data1, j)
-        if j == 0:
-            tr.op("tensor_scalar", _reads(x0, init), (out,), dst=out, src=x0, op0=a0, imm0=init,
-                  reverse0=bool(reverse0))
-        else:
-            prev = col(acc, j - 1)
-            a, b = (prev, x0) if reverse0 else (x0, prev)
-            tr.op("tensor_tensor", (a, b), (out,), dst=out, a=a, b=b, op=a0)
-        a, b = (x1, out) if reverse1 else (out, x1)
-        tr.op("tensor_tensor", (a, b), (out,), dst=out, a=a, b=b, op=a1)
-    tr.op("copy", (acc,), (dst,), dst=dst, src=acc)
+    init = imm_or_column(initial, data0.shape[0], f"{call} initial")
+    native(call, "tensor_tensor_scan", _reads(data0, data1, init), (dst,), dst=dst, src0=data0, src1=data1,
+           op0=alu(op0, call), op1=alu(op1, call), reverseOperands=REVERSE[bool(reverse0), bool(reverse1)],
+           imm0=init)
 
 
 def reciprocal(call: str, dst: View, src: View) -> None:
@@ -236,9 +221,12 @@ def _bias(bias: Any, rows: int, call: str) -> View | None:
     return operand(bias, rows, f"{call} bias")
 
 
-def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any) -> None:
-    """``dst = op(data * scale + bias)``.  A [P, 1] ``scale`` tile: a tensorScalar mult first into a
-    float32 tile, then the activation with scale 1 (the engine multiplies in float32 too)."""
+def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any = None,
+               reduce_res: Any = None) -> None:
+    """``dst = op(data * scale + bias)``, and with ``reduce_res`` its sum along the free axes (KLR
+    activationReduce, from zero: check_reduce took the command).  A [P, 1] ``scale`` tile: a
+    tensorScalar mult first into a float32 tile, then the activation with scale 1 (the engine multiplies
+    in float32 too)."""
     func = activation_func(op, call)
     same_size(call, dst, data)
     rows = data.shape[0]
@@ -249,8 +237,39 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any)
         current().op("tensor_scalar", (data, col), (scaled,), dst=scaled, src=data, op0="mult", imm0=col,
                      reverse0=False)
         data, scale = scaled, 1.0
-    current().op("activation", _reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
-                 scale=float(scale))
+    if reduce_res is None:
+        current().op("activation", _reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
+                     scale=float(scale))
+        return
+    if alu(reduce_op, f"{call} reduce_op") != "add":
+        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "activation_reduce", _reads(data, b), (dst, res), dst=dst, src=data, activationFunc=func,
+           scale=float(scale), bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
+
+
+def column_of(x: Any, rows: int, what: str) -> View:
+    out = tile(x, what)
+    if not nl._column(out, rows):
+        raise unsupported(f"{what} of shape {list(out.shape)} (a [{rows}, 1] column)")
+    return nl._as_column(out)
+
+
+def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: Any, reverse0: bool,
+                         reduce_op: Any, reduce_res: Any, negate: bool = False, init: Any = None) -> None:
+    """``dst = data op0 operand0`` and its ``reduce_op`` along the free axes into ``reduce_res`` (KLR
+    tensorScalarReduce; negated or from a tile ``reduce_init``: a tensorScalar and a tensorReduce)."""
+    if negate or not (init is None or number(init)):
+        tensor_scalar(call, dst, data, op0, operand0, reverse0, None, None, False)
+        reduce_into(call, reduce_res, dst, reduce_op, negate=negate, init=init)
+        return
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    o0 = imm_or_column(operand0, rows, f"{call} operand0")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "tensor_scalar_reduce", _reads(data, o0), (dst, res), dst=dst, src=data, operand0=o0,
+           op0=alu(op0, call), reverse0=bool(reverse0), reduceOp=alu(reduce_op, call), reduceRes=res,
+           reduceCmd="ZeroAccumulate", reduceInit=None if init is None else float(init))
 
 
 def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
@@ -275,10 +294,7 @@ def reduce_into(call: str, res: Any, src: View, reduce_op: Any, *, negate: bool 
     op = alu(reduce_op, f"{call} reduce_op")
     if allowed and op not in allowed:
         raise refuse(call, "reduce_op", reduce_op, f"the engine reduces with {' or '.join(allowed)}")
-    out = tile(res, f"{call} reduce_res")
-    if not nl._column(out, src.shape[0]):
-        raise unsupported(f"{call} reduce_res of shape {list(out.shape)} (a [{src.shape[0]}, 1] column)")
-    out = nl._as_column(out)
+    out = column_of(res, src.shape[0], f"{call} reduce_res")
     flat = src.with_dims((src.dims[0], (1, free(src)))) if _contiguous_free(src) else src
     k = flat.ndim - 1
     tr = current()
@@ -491,7 +507,7 @@ def affine_select(call: str, dst: View, pattern: Any, channel_multiplier: Any, o
     if not number(on_false) or not number(offset) or not number(channel_multiplier):
         raise unsupported(f"{call}: on_false_value, offset and channel_multiplier are numbers")
     native(call, "affine_select", (on_true,), (dst,), dst=dst,
-           pred={"offset": int(offset), "pattern": pairs, "channelMultiplier": int(channel_multiplier)},
+           pred=(int(offset), pairs, int(channel_multiplier)),
            onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype, cmpOp=alu(cmp_op, call))
 
 
@@ -554,8 +570,8 @@ def local_gather(call: str, dst: View, src: View, index: View, num_elem_per_idx:
 
 
 def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
-    """``dst[i] = src[quadrant + shuffle_mask[i]]`` in each 32-partition quadrant (255 keeps dst[i]): one
-    SBUF-to-SBUF DMA per moved partition, the same bytes as the DVE shuffle."""
+    """``dst[i] = src[quadrant + shuffle_mask[i]]`` in each 32-partition quadrant (255 keeps dst[i]; KLR
+    shuffle)."""
     try:
         masks = [int(m) for m in shuffle_mask]
     except (TypeError, ValueError):
@@ -563,15 +579,9 @@ def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
     if len(masks) != 32 or any(not (0 <= m < 32 or m == 255) for m in masks):
         raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 partition numbers below 32, or 255)")
     same_size(call, dst, src, "src")
-    rows = src.shape[0]
-    for q in range(0, rows, 32):
-        for i, m in enumerate(masks):
-            if m == 255 or q + i >= rows:
-                continue
-            if q + m >= rows:
-                raise unsupported(f"{call}: shuffle_mask[{i}]={m} reads past the {rows} partitions of src")
-            d, s = dst[q + i:q + i + 1], src[q + m:q + m + 1]
-            current().op("dma", (s,), (d,), dst=d, src=s)
+    if any(m != 255 and m >= src.shape[0] for m in masks):
+        raise unsupported(f"{call}: shuffle_mask reads past the {src.shape[0]} partitions of src")
+    native(call, "shuffle", (src, dst), (dst,), dst=dst, src=src, shuffleMask=masks)
 
 
 def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:

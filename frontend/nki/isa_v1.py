@@ -181,8 +181,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     src = tile(data, call)
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
-    ops.activation(call, d, op, s, bias, scale)
-    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
     return out
 
 
@@ -200,8 +199,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
     src = tile(data, call)
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
-    ops.activation(call, d, op, s, bias, scale)
-    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
     return out
 
 
@@ -211,8 +209,7 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     src = tile(data, call)
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
-    ops.tensor_scalar(call, d, s, op0, operand0, reverse0, None, None, False)
-    ops.reduce_into(call, reduce_res, d, reduce_op)
+    ops.tensor_scalar_reduce(call, d, s, op0, operand0, reverse0, reduce_op, reduce_res)
     return out
 
 

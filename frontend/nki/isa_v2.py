@@ -110,16 +110,14 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     call = "nisa.activation"
     d = tile(dst, f"{call} dst")
     ops.check_reduce(call, reduce_op, reduce_res, reduce_cmd)
-    ops.activation(call, d, op, tile(data, call), bias, scale)
-    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    ops.activation(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res)
 
 
 @documented("nisa.activation_reduce")
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     call = "nisa.activation_reduce"
     d = tile(dst, f"{call} dst")
-    ops.activation(call, d, op, tile(data, call), bias, scale)
-    ops.reduce_into(call, reduce_res, d, reduce_op, allowed=("add",))
+    ops.activation(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res)
 
 
 @documented("nisa.exponential")
@@ -139,8 +137,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     call = "nisa.tensor_scalar_reduce"
     d = tile(dst, f"{call} dst")
     ops.check_reduce(call, reduce_op, reduce_res, reduce_cmd)
-    ops.tensor_scalar(call, d, tile(data, call), op0, operand0, reverse0, None, None, False)
-    ops.reduce_into(call, reduce_res, d, reduce_op, negate=reduce_res_negate, init=reduce_init)
+    ops.tensor_scalar_reduce(call, d, tile(data, call), op0, operand0, reverse0, reduce_op, reduce_res,
+                             reduce_res_negate, reduce_init)
 
 
 @documented("nisa.reciprocal")
