@@ -16,7 +16,7 @@ import numpy as np
 
 from tusk.frontend.errors import Unsupported, unsupported
 from tusk.frontend.nki import language as nl
-from tusk.frontend.nki.isa_signature import reduce_cmd
+from tusk.frontend.nki.isa_signature import engine, reduce_cmd
 from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
 from tusk.frontend.tracer import LoopBegin, Op, current
 
@@ -95,7 +95,7 @@ def like(v: View, dtype: Any = "float32") -> View:
     return fresh(v.shape if v.ndim > 1 else (v.shape[0], 1), dtype)
 
 
-def _reads(*xs: Any) -> tuple[View, ...]:
+def reads(*xs: Any) -> tuple[View, ...]:
     return tuple(x for x in xs if isinstance(x, View))
 
 
@@ -167,7 +167,7 @@ def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reve
     same_size(call, dst, src)
     o0 = operand(operand0, src.shape[0], f"{call} operand0")
     o1 = None if op1 is None else operand(operand1, src.shape[0], f"{call} operand1")
-    current().op("tensor_scalar", _reads(src, o0, o1), (dst,), dst=dst, src=src, op0=alu(op0, call), imm0=o0,
+    current().op("tensor_scalar", reads(src, o0, o1), (dst,), dst=dst, src=src, op0=alu(op0, call), imm0=o0,
                  reverse0=bool(reverse0), op1=None if op1 is None else alu(op1, call), imm1=o1,
                  reverse1=bool(reverse1))
 
@@ -184,7 +184,7 @@ def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: A
     o1 = operand1 if number(operand1) else tile(operand1, f"{call} operand1")
     if isinstance(o1, View):
         same_size(call, dst, o1, "operand1")
-    native(call, "scalar_tensor_tensor", _reads(data, o0, o1), (dst,), dst=dst, data=data, src0=o0,
+    native(call, "scalar_tensor_tensor", reads(data, o0, o1), (dst,), dst=dst, data=data, src0=o0,
            src1=float(o1) if number(o1) else o1, op0=alu(op0, call), op1=alu(op1, call),
            reverseOperands=REVERSE[bool(reverse0), bool(reverse1)])
 
@@ -197,7 +197,7 @@ def tensor_tensor_scan(call: str, dst: View, data0: View, data1: View, initial: 
         raise unsupported(f"{call} of {list(data0.shape)} and {list(data1.shape)} tiles")
     same_size(call, dst, data0, "data0")
     init = imm_or_column(initial, data0.shape[0], f"{call} initial")
-    native(call, "tensor_tensor_scan", _reads(data0, data1, init), (dst,), dst=dst, src0=data0, src1=data1,
+    native(call, "tensor_tensor_scan", reads(data0, data1, init), (dst,), dst=dst, src0=data0, src1=data1,
            op0=alu(op0, call), op1=alu(op1, call), reverseOperands=REVERSE[bool(reverse0), bool(reverse1)],
            imm0=init)
 
@@ -238,13 +238,13 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
                      reverse0=False)
         data, scale = scaled, 1.0
     if reduce_res is None:
-        current().op("activation", _reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
+        current().op("activation", reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
                      scale=float(scale))
         return
     if alu(reduce_op, f"{call} reduce_op") != "add":
         raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
-    native(call, "activation_reduce", _reads(data, b), (dst, res), dst=dst, src=data, activationFunc=func,
+    native(call, "activation_reduce", reads(data, b), (dst, res), dst=dst, src=data, activationFunc=func,
            scale=float(scale), bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
 
 
@@ -267,7 +267,7 @@ def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: A
     rows = data.shape[0]
     o0 = imm_or_column(operand0, rows, f"{call} operand0")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
-    native(call, "tensor_scalar_reduce", _reads(data, o0), (dst, res), dst=dst, src=data, operand0=o0,
+    native(call, "tensor_scalar_reduce", reads(data, o0), (dst, res), dst=dst, src=data, operand0=o0,
            op0=alu(op0, call), reverse0=bool(reverse0), reduceOp=alu(reduce_op, call), reduceRes=res,
            reduceCmd="ZeroAccumulate", reduceInit=None if init is None else float(init))
 
@@ -302,7 +302,7 @@ def reduce_into(call: str, res: Any, src: View, reduce_op: Any, *, negate: bool 
           negate=bool(negate))
     if init is not None and not (number(init) and float(init) == 0.0 and op == "add"):
         v = operand(init, src.shape[0], f"{call} reduce_init")
-        tr.op("tensor_scalar", _reads(out, v), (out,), dst=out, src=out, op0=op, imm0=v, reverse0=False)
+        tr.op("tensor_scalar", reads(out, v), (out,), dst=out, src=out, op0=op, imm0=v, reverse0=False)
 
 
 def refuse(call: str, param: str, value: Any, why: str = "") -> Unsupported:
@@ -322,7 +322,7 @@ def exponential(call: str, dst: View, src: View, max_value: Any) -> None:
         return
     m = operand(max_value, src.shape[0], f"{call} max_value")
     shifted = like(src)
-    current().op("tensor_scalar", _reads(src, m), (shifted,), dst=shifted, src=src, op0="subtract", imm0=m,
+    current().op("tensor_scalar", reads(src, m), (shifted,), dst=shifted, src=src, op0="subtract", imm0=m,
                  reverse0=False)
     activation(call, dst, nl.exp, shifted, None, 1.0)
 
@@ -455,6 +455,16 @@ def accum_cmd(call: str, cmd: Any) -> str:
     return ACCUM_CMD[cmd]
 
 
+KLR_ENGINE = {engine.unknown: "unassigned", engine.vector: "dve", engine.scalar: "act", engine.gpsimd: "pool",
+              engine.tensor: "pe", engine.sync: "sp", engine.dma: "dma"}
+
+
+def klr_engine(call: str, e: Any) -> str:
+    if e not in KLR_ENGINE:
+        raise refuse(call, "engine", e, "a nisa.engine")
+    return KLR_ENGINE[e]
+
+
 def imm_or_column(x: Any, rows: int, what: str) -> Any:
     """A KLR Operand: an immediate (a number) or a [P, 1] tile."""
     v = operand(x, rows, what)
@@ -486,7 +496,7 @@ def bn_aggr(call: str, dst: View, data: View) -> None:
 def dropout(call: str, dst: View, data: View, prob: Any) -> None:
     same_size(call, dst, data)
     p = imm_or_column(prob, data.shape[0], f"{call} prob")
-    native(call, "dropout", _reads(data, p), (dst,), dst=dst, src=data, thresholdType="DropRate", threshold=p,
+    native(call, "dropout", reads(data, p), (dst,), dst=dst, src=data, thresholdType="DropRate", threshold=p,
            dtype=dst.dtype)
 
 
@@ -519,7 +529,7 @@ def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false
     if isinstance(f, View):
         same_size(call, dst, f, "on_false")
     res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
-    native(call, "select_reduce", _reads(predicate, on_true, f), (dst,) + _reads(res), dst=dst,
+    native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(res), dst=dst,
            predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,
            reduceCmd=accum_cmd(call, cmd), reduceOp=alu(reduce_op, call), reversePred=bool(reverse_pred),
            dtype=dst.dtype)
@@ -531,7 +541,7 @@ def range_select(call: str, dst: View, on_true: View, comp_op0: Any, comp_op1: A
     res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
     if not number(range_start) or not number(on_false):
         raise unsupported(f"{call}: range_start and on_false_value are numbers")
-    native(call, "range_select", (on_true, bound0, bound1), (dst,) + _reads(res), dst=dst,
+    native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(res), dst=dst,
            reduceCommand=accum_cmd(call, cmd), reduceRes=res,
            reduceOp=None if reduce_op is None else alu(reduce_op, call), compOp0=alu(comp_op0, call),
            compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
@@ -555,7 +565,7 @@ def match_replace8(call: str, dst: View, data: View, vals: View, imm: Any, dst_i
     idx = None if dst_idx is None else tile(dst_idx, f"{call} dst_idx")
     if not number(imm):
         raise unsupported(f"{call} imm={imm!r} (a number)")
-    native(call, "match_replace8", (data, vals), (dst,) + _reads(idx), dst=dst, src=data, vals=vals,
+    native(call, "match_replace8", (data, vals), (dst,) + reads(idx), dst=dst, src=data, vals=vals,
            replaceValue=float(imm), dstIdx=idx, dtype=dst.dtype)
 
 
@@ -591,7 +601,16 @@ def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
     want = tuple(src.shape[a] for a in order)
     if dst.shape != want and _squeezed(dst) != tuple(n for n in want if n != 1):
         raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
-    native(call, "dma_transpose", (src,), (dst,), dst=dst, src=src, axes=order, dtype=dst.dtype)
+    if src.tensor.on_chip:
+        raise unsupported(f"{call} of an SBUF source (Tusk moves HBM sources: the DMA reads them in the "
+                          "permuted order)")
+    if src.dtype != dst.dtype:
+        raise unsupported(f"{call} from {src.dtype} to {dst.dtype}")
+    # KLR's dmaTranspose has no BIR lowering here; a DMA whose source access walks the axes in the
+    # permuted order moves the same elements to the same places
+    src.check_bounds()
+    permuted = View(src.tensor, src.offset, tuple(src.dims[a] for a in order))
+    current().op("dma", (permuted,), (dst,), dst=dst, src=permuted)
 
 
 def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:
@@ -604,7 +623,7 @@ def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any
     rows = src.shape[0]
     i0 = imm_or_column(imm0, rows, f"{call} imm0")
     i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
-    native(call, "tensor_scalar_cumulative", _reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
+    native(call, "tensor_scalar_cumulative", reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
            op1=alu(op1, call), imm0=i0, imm1=i1, reduceCmd=accum_cmd(call, cmd), reverse="none",
            dtype=dst.dtype)
 

@@ -320,7 +320,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
 @documented("nisa.dma_transpose")
 def dma_transpose(src, *, axes=None, mask=None, dtype=None):
     call = "nisa.dma_transpose"
-    s = tile(src, call) if not isinstance(src, View) or src.tensor.on_chip else any_view(src, call)
+    s = any_view(src, call)
     order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
     out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
     ops.dma_transpose(call, out, s, axes)

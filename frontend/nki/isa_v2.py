@@ -255,6 +255,26 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     ops.copy_predicated(call, tile(dst, f"{call} dst"), src, tile(predicate, call), reverse_pred)
 
 
+@documented("nisa.rng")
+def rng(dst, engine=engine.vector, name=None):
+    d = tile(dst, "nisa.rng dst")
+    ops.native("nisa.rng", "rng", (), (d,), dst=d, engine=ops.klr_engine("nisa.rng", engine))
+
+
+@documented("nisa.rand2")
+def rand2(dst, min, max, name=None):  # the documented parameter names shadow min and max
+    d = tile(dst, "nisa.rand2 dst")
+    lo = ops.imm_or_column(min, d.shape[0], "nisa.rand2 min")
+    hi = ops.imm_or_column(max, d.shape[0], "nisa.rand2 max")
+    ops.native("nisa.rand2", "rand2", ops.reads(lo, hi), (d,), dst=d, min=lo, max=hi)
+
+
+@documented("nisa.set_rng_seed")
+def set_rng_seed(src_seeds, name=None):
+    s = tile(src_seeds, "nisa.set_rng_seed")
+    ops.native("nisa.set_rng_seed", "set_rng_seed", (s,), (), src=s)
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)

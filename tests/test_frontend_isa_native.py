@@ -1,0 +1,250 @@
+"""nisa calls that record a KLR operator of their own (frontend/emit.py writes it, the codegen lowers it):
+small kernels of both API generations, traced, translated and run in the interpreter against numpy."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import trace_file
+from tusk.frontend.check import run_klr
+from tusk.ir.errors import TuskError
+
+V2 = "import numpy as np\nimport nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
+V1 = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.isa as nisa\n"
+      "import neuronxcc.nki.language as nl\n")
+RNG = np.random.default_rng(22)
+
+
+def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray], name: str = "k.py"
+        ) -> dict[str, np.ndarray]:
+    path = tmp_path / name
+    path.write_text(header + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs), inputs)
+
+
+def rand(*shape: int, lo: float = -2.0, hi: float = 2.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def test_v2_bn_stats_and_bn_aggr_give_mean_and_variance_over_two_chunks(tmp_path):
+    a = rand(64, 1024)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 1024), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            stats = nl.ndarray((64, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.bn_stats(stats[:, 0:6], t[:, 0:512])
+            nisa.bn_stats(dst=stats[:, 6:12], data=t[:, 512:1024])
+            mv = nl.ndarray((64, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.bn_aggr(mv, stats)
+            nisa.dma_copy(dst=out, src=mv)
+            return out
+    """, {"a": a})["out"]
+    np.testing.assert_allclose(got[:, 0], a.mean(axis=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[:, 1], a.var(axis=1), rtol=1e-4)
+
+
+def test_v1_bn_stats_bn_aggr_and_tensor_partition_reduce(tmp_path):
+    a = rand(32, 100)
+    res = run(tmp_path, V1, """
+        @nki.jit
+        def k(a):
+            mv = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            cs = nl.ndarray((1, 100), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(mv, value=nisa.bn_aggr(nisa.bn_stats(x)))
+            nl.store(cs, value=nisa.tensor_partition_reduce(np.add, x))
+            return mv, cs
+    """, {"a": a})
+    np.testing.assert_allclose(res["mv"][:, 0], a.mean(axis=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(res["mv"][:, 1], a.var(axis=1), rtol=1e-4)
+    np.testing.assert_allclose(res["cs"][0], a.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_v2_affine_select_makes_a_causal_mask(tmp_path):
+    a = rand(64, 64)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            y = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.affine_select(y, [[-1, 64]], 1, t, -9984.0, cmp_op=nl.greater_equal)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a})["out"]
+    p, f = np.meshgrid(np.arange(64), np.arange(64), indexing="ij")
+    assert np.array_equal(got, np.where(p - f >= 0, a, np.float32(-9984.0)))
+
+
+def test_v2_select_reduce_copy_predicated_and_range_select(tmp_path):
+    a, m = rand(32, 16), (rand(32, 16) > 0).astype(np.float32)
+    lo, hi = np.full((32, 1), 3.0, np.float32), np.full((32, 1), 11.0, np.float32)
+    res = run(tmp_path, V2, """
+        @nki.jit
+        def k(a, m, lo, hi):
+            sel = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            mx = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            cp = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            rs = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            p = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            b0 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            b1 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for d, s in ((x, a), (p, m), (b0, lo), (b1, hi)):
+                nisa.dma_copy(dst=d, src=s)
+            y = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.select_reduce(y, p, x, -5.0, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.dma_copy(dst=sel, src=y)
+            nisa.dma_copy(dst=mx, src=r)
+            z = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(z, 7.0)
+            nisa.tensor_copy_predicated(z, x, p, reverse_pred=True)
+            nisa.dma_copy(dst=cp, src=z)
+            w = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.range_select(w, x, nl.greater_equal, nl.less, b0, b1, on_false_value=-1.0)
+            nisa.dma_copy(dst=rs, src=w)
+            return sel, mx, cp, rs
+    """, {"a": a, "m": m, "lo": lo, "hi": hi})
+    sel = np.where(m != 0, a, np.float32(-5.0))
+    assert np.array_equal(res["sel"], sel)
+    assert np.array_equal(res["mx"][:, 0], sel.max(axis=1))
+    assert np.array_equal(res["cp"], np.where(m == 0, a, np.float32(7.0)))
+    f = np.arange(16)[None, :]
+    assert np.array_equal(res["rs"], np.where((f >= 3) & (f < 11), a, np.float32(-1.0)))
+
+
+def test_max8_find_index8_and_match_replace8_both_generations(tmp_path):
+    a = rand(16, 40)
+    v2 = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            top = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            idx = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            rep = nl.ndarray((16, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((16, 40), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            t = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.max8(dst=t, src=x)
+            i = nl.ndarray((16, 8), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.nc_find_index8(i, x, t)
+            fi = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(fi, i)
+            r = nl.ndarray((16, 40), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.nc_match_replace8(r, x, t, 0.0)
+            for d, s in ((top, t), (idx, fi), (rep, r)):
+                nisa.dma_copy(dst=d, src=s)
+            return top, idx, rep
+    """, {"a": a})
+    order = np.argsort(-a, axis=1, kind="stable")[:, :8]
+    assert np.array_equal(v2["top"], np.take_along_axis(a, order, axis=1))
+    assert np.array_equal(v2["idx"], order.astype(np.float32))
+    rep = a.copy()
+    np.put_along_axis(rep, order, 0.0, axis=1)
+    assert np.array_equal(v2["rep"], rep)
+    v1 = run(tmp_path, V1, """
+        @nki.jit
+        def k(a):
+            top = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            rep = nl.ndarray((16, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            t = nisa.max8(src=x)
+            nl.store(top, value=t)
+            nl.store(rep, value=nisa.nc_match_replace8(data=x, vals=t, imm=0.0))
+            return top, rep
+    """, {"a": a}, name="k1.py")
+    assert np.array_equal(v1["top"], v2["top"]) and np.array_equal(v1["rep"], rep)
+
+
+def test_tensor_scalar_cumulative_sums_a_scaled_row(tmp_path):
+    a = rand(8, 12)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((8, 12), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((8, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            y = nl.ndarray((8, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(y, x, nl.multiply, nl.add, 2.0)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a})["out"]
+    np.testing.assert_allclose(got, np.cumsum(2 * a, axis=1, dtype=np.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_and_rand2_are_deterministic_and_in_range(tmp_path):
+    a = rand(64, 64, lo=1.0, hi=2.0)
+    body = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            u = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            y = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dropout(y, x, 0.25)
+            r = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.rand2(r, -1.0, 3.0)
+            nisa.dma_copy(dst=out, src=y)
+            nisa.dma_copy(dst=u, src=r)
+            return out, u
+    """
+    one, two = run(tmp_path, V2, body, {"a": a}), run(tmp_path, V2, body, {"a": a})
+    y, u = one["out"], one["u"]
+    assert np.array_equal(y, two["out"]) and np.array_equal(u, two["u"])
+    dropped = y == 0
+    assert np.all(dropped | np.isclose(y, a) | np.isclose(y, a / 0.75))  # kept values (scaled or not)
+    assert 0.15 < dropped.mean() < 0.35
+    assert u.min() >= -1.0 and u.max() <= 3.0 and u.std() > 0.5
+
+
+def test_dma_transpose_of_an_hbm_source_both_generations(tmp_path):
+    a = rand(32, 64)
+    v2 = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_transpose(t, a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"a": a})["out"]
+    v1 = run(tmp_path, V1, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nisa.dma_transpose(a, axes=(1, 0)))
+            return out
+    """, {"a": a}, name="k1.py")["out"]
+    assert np.array_equal(v2, a.T) and np.array_equal(v1, a.T)
+
+
+@pytest.mark.parametrize("call", ["nisa.local_gather(y, x, i)", "nisa.sequence_bounds(w, x)"])
+def test_operators_the_codegen_cannot_lower_fail_at_the_kernel_line(tmp_path, call):
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
+            i = nl.ndarray((16, 4), dtype=nl.uint16, buffer=nl.sbuf)
+            y = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.sbuf)
+            z = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
+            w = nl.ndarray((16, 2, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.memset(i, 0)
+            {call}
+            nisa.dma_copy(dst=out, src=x)
+            return out
+    """))
+    with pytest.raises(TuskError) as err:
+        run_klr(trace_file(path, "k", ["f32[16,16]"]), {"a": rand(16, 16)})
+    assert "k.py:16" in str(err.value)
