@@ -267,6 +267,8 @@ class IndexVector:
         return self * -1
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
+        if isinstance(bound, (IndexVector, IndexGrid)):
+            return AffinePredicate.of(self, bound, strict)
         if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
             raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
         if self.step <= 0:
@@ -307,6 +309,8 @@ class IndexGrid:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
+        if isinstance(bound, (IndexVector, IndexGrid)):
+            return AffinePredicate.of(self, bound, strict)
         if len(self.axes) != 1:
             raise unsupported("a mask on a sum of nl.arange indices")
         (dim, (n, step)), = self.axes.items()
@@ -342,6 +346,20 @@ class IndexGrid:
         return IndexGrid(self.const * other, {d: (n, s * other) for d, (n, s) in self.axes.items()}, self.ndim)
 
     __rmul__ = __mul__
+
+
+class AffinePredicate:
+    """``lhs < rhs`` of two index expressions (1.x ``nisa.affine_select(pred=(iy < ix), ...)``): the
+    predicate ``expr cmp 0`` with ``expr = lhs - rhs``, evaluated per element; not a mask= prefix."""
+
+    def __init__(self, expr: IndexGrid, cmp: str):
+        self.expr, self.cmp = expr, cmp
+
+    @staticmethod
+    def of(lhs: Any, rhs: Any, strict: bool) -> AffinePredicate:
+        def grid(v: Any) -> IndexGrid:
+            return IndexGrid.of(v) if isinstance(v, IndexVector) else v
+        return AffinePredicate(grid(lhs) - grid(rhs), "is_lt" if strict else "is_le")
 
 
 class Mask:

@@ -84,6 +84,26 @@ def test_v2_affine_select_makes_a_causal_mask(tmp_path):
     assert np.array_equal(got, np.where(p - f >= 0, a, np.float32(-9984.0)))
 
 
+def test_v1_affine_select_of_an_index_comparison_and_select_reduce_with_a_column(tmp_path):
+    a, m, f = rand(128, 96), (rand(128, 96) > 0).astype(np.float32), rand(128, 1)
+    res = run(tmp_path, V1, """
+        @nki.jit
+        def k(a, m, f):
+            tri = nl.ndarray((128, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+            sel = nl.ndarray((128, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+            ix, iy = nl.mgrid[0:128, 0:96]
+            x = nl.load(a[ix, iy])
+            nl.store(tri[ix, iy], nisa.affine_select(pred=(iy < ix), on_true_tile=x[ix, iy], on_false_value=-1e30))
+            y = nl.ndarray((128, 96), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.select_reduce(dst=y, predicate=nl.load(m), on_true=x, on_false=nl.load(f))
+            nl.store(sel, value=y)
+            return tri, sel
+    """, {"a": a, "m": m, "f": f})
+    p, q = np.meshgrid(np.arange(128), np.arange(96), indexing="ij")
+    assert np.array_equal(res["tri"], np.where(q < p, a, np.float32(-1e30)))
+    assert np.array_equal(res["sel"], np.where(m != 0, a, f))
+
+
 def test_v2_select_reduce_copy_predicated_and_range_select(tmp_path):
     a, m = rand(32, 16), (rand(32, 16) > 0).astype(np.float32)
     lo, hi = np.full((32, 1), 3.0, np.float32), np.full((32, 1), 11.0, np.float32)

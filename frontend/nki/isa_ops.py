@@ -526,8 +526,10 @@ def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false
     same_size(call, dst, on_true, "on_true")
     same_size(call, dst, predicate, "predicate")
     f = on_false if number(on_false) else tile(on_false, f"{call} on_false")
-    if isinstance(f, View):
-        same_size(call, dst, f, "on_false")
+    if isinstance(f, View) and not nl._column(f, dst.shape[0]):
+        same_size(call, dst, f, "on_false")  # a full tile, or a [P, 1] column broadcast along the row
+    elif isinstance(f, View):
+        f = nl._as_column(f)
     res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
     native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(res), dst=dst,
            predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,

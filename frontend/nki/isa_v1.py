@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tusk.frontend.affine import IndexGrid, IndexVector
+from tusk.frontend.affine import AffinePredicate, IndexGrid, IndexVector
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, refuse, tile
@@ -262,6 +262,27 @@ def dropout(data, prob, *, mask=None, dtype=None):
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
     ops.dropout("nisa.dropout", d, s, prob)
+    return out
+
+
+@documented("nisa.affine_select")
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
+    """``on_true_tile`` where ``pred`` (a comparison of nl.arange / nl.mgrid index expressions, such as
+    ``iy < ix``) holds, else ``on_false_value``."""
+    call = "nisa.affine_select"
+    if not isinstance(pred, AffinePredicate):
+        raise ops.unsupported(f"{call} pred={pred!r} (a comparison of two nl.arange / nl.mgrid expressions)")
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    src = tile(on_true_tile, call)
+    e = pred.expr
+    if not e.const.is_static or any(d >= src.ndim or n != src.shape[d] for d, (n, _) in e.axes.items()):
+        raise ops.unsupported(f"{call}: pred's index expression does not run over on_true_tile "
+                              f"{list(src.shape)}")
+    out = _result(src, dtype)
+    pattern = [(e.axes.get(d, (1, 0))[1], n) for d, n in enumerate(src.shape) if d > 0]
+    ops.affine_select(call, out, pattern, e.axes.get(0, (1, 0))[1], src, on_false_value,
+                      nl.less if pred.cmp == "is_lt" else nl.less_equal, e.const.const)
     return out
 
 
