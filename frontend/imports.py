@@ -23,6 +23,9 @@ _NKI_V1 = types.ModuleType("neuronxcc.nki", _nki.__doc__)
 _NKI_V1.__dict__.update({k: v for k, v in vars(_nki).items() if not k.startswith("__")})
 _NKI_V1.isa = _isa_v1
 
+_ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
+_ISA_CONSTANTS.__dict__.update(_isa_v1.ENUMS)
+
 _PACKAGE = types.ModuleType("neuronxcc")
 _PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
 _PACKAGE.nki = _NKI_V1
@@ -35,6 +38,7 @@ ALIASES: dict[str, types.ModuleType] = {
     "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
     "neuronxcc.nki.isa": _isa_v1,
+    "neuronxcc.nki.isa.constants": _ISA_CONSTANTS,
 }
 
 

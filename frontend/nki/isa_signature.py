@@ -36,7 +36,7 @@ def documented(call: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             try:
                 bound = sig.bind(*args, **kwargs)
             except TypeError as e:
-                raise Unsupported(f"{call}{sig}: {e}") from None
+                raise Unsupported(f"{call}{signature_text(sig)}: {e}") from None
             bound.apply_defaults()
             return fn(*bound.args, **bound.kwargs)
 
@@ -54,10 +54,39 @@ def unknown_name(module: str, name: str) -> TraceError:
                       "docs/frontend.md lists what is)")
 
 
-def public_calls(namespace: dict[str, Any]) -> list[Callable[..., Any]]:
-    """The documented calls of an isa module, in name order (docs/frontend.md's table is made from them)."""
-    return sorted((v for v in namespace.values() if callable(v) and hasattr(v, "nisa_call")),
-                  key=lambda f: f.__name__)
+def signature_text(sig: inspect.Signature) -> str:
+    """A signature as the kernel author reads it: defaults that are nl functions print as ``nl.NAME``."""
+    params = []
+    for p in sig.parameters.values():
+        d = p.default
+        if d is not p.empty and callable(d) and hasattr(d, "__name__"):
+            p = p.replace(default=_Spelled(f"nl.{d.__name__}"))
+        params.append(p)
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+
+
+class _Spelled(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def public_calls(module: Any) -> dict[str, Callable[..., Any]]:
+    """The documented calls of an isa module by name (docs/frontend.md's table is made from them)."""
+    return {k: v for k, v in sorted(vars(module).items()) if callable(v) and hasattr(v, "nisa_call")}
+
+
+def api_table() -> str:
+    """The supported ``nisa`` calls of both generations with their signatures, as docs/frontend.md shows
+    them (tests/test_frontend_isa_docs.py checks the page against it)."""
+    from tusk.frontend.nki import isa_v1, isa_v2
+    v1, v2 = public_calls(isa_v1), public_calls(isa_v2)
+
+    def sig(fn: Any) -> str:
+        return f"`{signature_text(inspect.signature(fn))}`".replace("|", "\\|") if fn else "—"
+
+    rows = ["| call | NKI 1.x (`neuronxcc.nki.isa`) | NKI 2.x (`nki.isa`) |", "|---|---|---|"]
+    rows += [f"| `nisa.{n}` | {sig(v1.get(n))} | {sig(v2.get(n))} |" for n in sorted({*v1, *v2})]
+    return "\n".join(rows) + "\n"
 
 
 # ---------------------------------------------------------------------------- configuration enums
@@ -122,7 +151,7 @@ class nc_version(_Named, enum.IntEnum):
 tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
 gpsimd_engine, sync_engine, unknown_engine = engine.gpsimd, engine.sync, engine.unknown
 
-ENUMS = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode": dge_mode, "oob_mode": oob_mode,
+ENUMS: dict[str, Any] = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode": dge_mode, "oob_mode": oob_mode,
          "dma_engine": dma_engine, "matmul_perf_mode": matmul_perf_mode, "nc_version": nc_version,
          "tensor_engine": tensor_engine, "vector_engine": vector_engine, "scalar_engine": scalar_engine,
          "gpsimd_engine": gpsimd_engine, "sync_engine": sync_engine, "unknown_engine": unknown_engine}
