@@ -6,7 +6,7 @@ Each field is given under its KLR name and converted by its schema type:
 TensorRef from a Tensor or AP, Operand from a number or a Tensor/AP,
 Immediate from a number, enumerations by their KLR name, DataPattern from
 ``(offset, [[step, num], ...], channel_multiplier)``, IndexMissBehavior from a
-number (``imm``) or None (``skip``).  A field left out takes a default: None
+number (``imm``) or None (``skip``), DmaBounds from "error" or "skip".  A field left out takes a default: None
 for an Option (except ``dtype``: the destination's dtype, as KLR's tracer
 writes it), False, 0, 0.0, the empty list, or the enumeration's neutral value
 (``Idle``, ``none``, ``unassigned``).  An unknown field is a TypeError naming it.
@@ -60,6 +60,8 @@ def _default(t: Any, where: str) -> Any:
         return getattr(T, t.name)[_ENUM_DEFAULTS[t.name]]
     if isinstance(t, Ref) and t.name == "IndexMissBehavior":
         return T.IndexMissBehavior.skip()
+    if isinstance(t, Ref) and t.name == "DmaBounds":
+        return T.DmaBounds.error()
     raise TypeError(f"{where} is required")
 
 
@@ -83,6 +85,10 @@ def _convert(t: Any, v: Any, convert: dict[str, Any], where: str) -> Any:
                                                                for s, n in pattern), channelMultiplier=int(cm))
     if name == "IndexMissBehavior":
         return T.IndexMissBehavior.imm(value=convert["imm"](v))
+    if name == "DmaBounds":
+        if v not in ("error", "skip"):
+            raise TypeError(f"{where}: {v!r} is not a DmaBounds (error, skip)")
+        return getattr(T.DmaBounds, v)()
     cls = getattr(T, name, None)
     if cls is not None and hasattr(cls, "__members__"):
         if isinstance(v, cls):

@@ -241,6 +241,28 @@ def shuffle(cg: Any, p: Any) -> None:
     cg._emit("StreamShuffle", "DVE", [src], [dst], {"mask": mask})
 
 
+def nc_local_gather(cg: Any, p: Any) -> None:
+    src, index = cg.operand(p.src, Role.IN), cg.operand(p.index, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    attrs = {"num_elem_per_idx": int(cg._value(p.numElemPerIdx, "localGather numElemPerIdx"))}
+    if p.numValidIndicies is not None:
+        attrs["num_valid_indices"] = int(cg._value(p.numValidIndicies, "localGather numValidIndicies"))
+    cg._emit("Gather", "Pool", [src, index], [dst], attrs)
+
+
+def sequence_bounds(cg: Any, p: Any) -> None:
+    ids = cg.operand(p.segmentIds, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("GetSequenceBounds", "Pool", [ids], [dst])
+
+
+def dma_transpose(cg: Any, p: Any) -> None:
+    oob = cg._bounds(p.oobMode, "oobMode")
+    src = cg.operand(p.src, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("DMACopy", "DMA", [src], [dst], {"oob_is_err": oob, "mode": "Transpose", "transpose_op": p.axes.name})
+
+
 # ---------------------------------------------------------------------------- random numbers
 
 
@@ -293,6 +315,9 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "findIndex8": find_index8,
     "matchReplace8": match_replace8,
     "shuffle": shuffle,
+    "ncLocalGather": nc_local_gather,
+    "sequenceBounds": sequence_bounds,
+    "dmaTranspose": dma_transpose,
     "dropout": dropout,
     "rng": rng,
     "rand2": rand2,

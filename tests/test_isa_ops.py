@@ -458,3 +458,107 @@ def test_operator_writer_names_unknown_fields():
         g.op("tensorScalarReduce", dst=t, src=t, operand0=1.0, op0="add", reduceOp="add", reduceResult=t)
     with pytest.raises(TypeError, match="is not a AluOp"):
         g.op("tensorPartitionReduce", dst=t, op="plus", data=t)
+
+
+# --------------------------------------------------------------------------- gathers, bounds, DMA transposes
+
+
+def test_local_gather_follows_the_documented_numpy():
+    src = f32(32, 64, 4, lo=0, hi=100)
+    per_core = RNG.integers(0, 64, size=(16, 3))
+    index = np.tile(per_core, (2, 1)) * 4      # indices count elements: index * num_elem_per_idx
+    g = Kernel()
+    ts, ti = g.load("src", src.reshape(32, 256)), g.load("idx", index.astype(np.uint16), "uint16")
+    y = g.tile("y", (32, 40 * 4))
+    g.op("ncLocalGather", dst=y, src=ts, index=ti, numElemPerIdx=4, numValidIndicies=40)
+    g.store("y", y)
+    want = np.empty((32, 40, 4), np.float32)
+    for c in range(2):
+        flat = index[16 * c:16 * c + 16].flatten(order="F")[:40] // 4
+        want[16 * c:16 * c + 16] = np.take(src[16 * c:16 * c + 16], flat, axis=1)
+    np.testing.assert_array_equal(g.run()["y"], want.reshape(32, 160))
+
+
+def test_sequence_bounds_of_the_documented_example():
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], np.int32)
+    g = Kernel()
+    t = g.load("ids", ids, "int32")
+    y = g.tile("y", (1, 2, 9), "int32")
+    g.op("sequenceBounds", dst=y, segmentIds=t)
+    g.store("y", y)
+    assert g.run()["y"][0].tolist() == [[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]]
+
+
+@pytest.mark.parametrize("axes", ["XYZW", "WZXY", "ZYXW"])
+def test_dma_transpose_permutes_four_dimensions(axes):
+    from tusk.ir.verify_isa import TRANSPOSE_AXES
+
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    perm = TRANSPOSE_AXES[axes]
+    g = Kernel()
+    src = g.k.input("x", x.shape)
+    g.inputs["x"] = x
+    shape = tuple(x.shape[a] for a in perm)
+    dst = g.tile("y", shape)
+    g.op("dmaTranspose", dst=dst, src=src, axes=axes)
+    g.store("y", dst)
+    np.testing.assert_array_equal(g.run()["y"], x.transpose(perm))
+
+
+def test_traced_ops_reach_the_interpreter_through_the_emitter(tmp_path):
+    """The front end's contract: tr.op(KIND, reads, writes, **KLR fields) with Views."""
+    from tusk.frontend import trace_file
+    from tusk.frontend.check import run_klr
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x):
+    r_out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    y_out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    tr = current()
+    d = tr.tile(t.shape, t.tensor.dtype)
+    r = tr.tile((t.shape[0], 1), t.tensor.dtype)
+    tr.op("tensor_scalar_reduce", (t,), (d, r), dst=d, src=t, operand0=2.0, op0="mult", reduceOp="add",
+          reduceRes=r)
+    m = tr.tile(t.shape, t.tensor.dtype)
+    tr.op("affine_select", (d,), (m,), dst=m, pred=(0, [[-1, t.shape[1]]], 1), onTrueTile=d,
+          onFalseValue=-1.0, cmpOp="is_ge")
+    nl.store(r_out, value=r)
+    nl.store(y_out, value=m)
+    return r_out, y_out
+''')
+    x = f32(64, 32)
+    out = run_klr(trace_file(path, "k", ["f32[64,32]"]), {"x": x})
+    np.testing.assert_allclose(out["r_out"][:, 0], (2 * x).sum(axis=1), rtol=1e-5, atol=1e-5)
+    p, j = np.meshgrid(np.arange(64), np.arange(32), indexing="ij")
+    np.testing.assert_array_equal(out["y_out"], np.where(p - j >= 0, 2 * x, np.float32(-1)))
+
+
+def test_a_traced_op_with_an_unknown_field_is_a_trace_error_naming_it(tmp_path):
+    from tusk.frontend import TraceError, trace_file
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    tr = current()
+    tr.op("max8", (t,), (t,), dst=t, src=t, count=8)
+    nl.store(out, value=t)
+    return out
+''')
+    with pytest.raises(TraceError, match="max8 has no field.*count"):
+        trace_file(path, "k", ["f32[8,16]"])
