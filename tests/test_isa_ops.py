@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tusk.frontend.klr_writer import DTYPE_BYTES, KernelWriter
-from tusk.ir import bir_json
+from tusk.ir import bir_json, klr
 from tusk.ir.columns import Record
 from tusk.ir.enums import FnKind
 from tusk.ir.errors import PassError
@@ -47,11 +47,15 @@ class Kernel:
         return self.k.operator(ctor, **fields)
 
     def lower(self) -> Module:
+        """Through the KLR file format, to BIR, verified, and through BIR-JSON (which must round-trip)."""
+        kernel = klr.read_klr(self.k.to_bytes()).contents.kernel
         fn = Function(self.k.name, FnKind.NKI)
-        KlirToBirCodegen(fn, self.k.kernel()).codegen_lnc_kernel()
+        KlirToBirCodegen(fn, kernel).codegen_lnc_kernel()
         m = Module([fn], attributes=Record.of({"neuron_core_id": 0}))
         verify(m)
-        return m
+        back = bir_json.loads(bir_json.dumps(m))
+        assert back == m
+        return back
 
     def run(self) -> dict[str, np.ndarray]:
         return run(self.lower(), self.inputs)
@@ -560,5 +564,5 @@ def k(x):
     nl.store(out, value=t)
     return out
 ''')
-    with pytest.raises(TraceError, match="max8 has no field.*count"):
+    with pytest.raises(TraceError, match=r"k\.py:12: KLR operator max8 has no field.*count"):
         trace_file(path, "k", ["f32[8,16]"])
