@@ -566,3 +566,25 @@ def k(x):
 ''')
     with pytest.raises(TraceError, match=r"k\.py:12: KLR operator max8 has no field.*count"):
         trace_file(path, "k", ["f32[8,16]"])
+
+
+def test_every_new_instruction_has_a_cost_on_its_engine():
+    from tusk.sim.timing import DEFAULT_COSTS, instruction_costs
+
+    for g in (_mixed_kernel(), _random_kernel(1)):
+        fn = g.lower().functions[0]
+        cost, lane, lanes = instruction_costs(fn)
+        for i in range(len(fn.insts)):
+            v = fn.inst(i)
+            assert cost[i] > 0 and lane[i] >= 0, v
+    # a DMA transpose moving the innermost axis pays a descriptor per element; a plain copy one per row
+    costs = {}
+    for axes in ("None", "XYZW"):
+        g = Kernel()
+        src = g.k.input("x", (4, 4, 4, 32))
+        g.op("dmaTranspose", dst=g.tile("y", (4, 4, 4, 32) if axes == "None" else (32, 4, 4, 4)), src=src, axes=axes)
+        fn = g.lower().functions[0]
+        cost, _, _ = instruction_costs(fn)
+        costs[axes] = cost[0]
+    per_descriptor = DEFAULT_COSTS.dma_descriptor_cycles / 16
+    assert costs["XYZW"] - costs["None"] >= (512 - 16) * per_descriptor * 0.9
