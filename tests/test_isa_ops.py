@@ -573,7 +573,7 @@ def test_every_new_instruction_has_a_cost_on_its_engine():
 
     for g in (_mixed_kernel(), _random_kernel(1)):
         fn = g.lower().functions[0]
-        cost, lane, lanes = instruction_costs(fn)
+        cost, lane, _ = instruction_costs(fn)
         for i in range(len(fn.insts)):
             v = fn.inst(i)
             assert cost[i] > 0 and lane[i] >= 0, v
@@ -588,3 +588,19 @@ def test_every_new_instruction_has_a_cost_on_its_engine():
         costs[axes] = cost[0]
     per_descriptor = DEFAULT_COSTS.dma_descriptor_cycles / 16
     assert costs["XYZW"] - costs["None"] >= (512 - 16) * per_descriptor * 0.9
+
+
+def test_the_emission_contract_table_lists_every_isa_kind():
+    import inspect
+    import re
+    from pathlib import Path
+
+    from tusk.frontend.emit import Emitter
+
+    kinds = {name[3:] for name, f in inspect.getmembers(Emitter, inspect.isfunction)
+             if name.startswith("op_") and "_klr_operator" in inspect.getsource(f)}
+    doc = Path(__file__).parent.parent / "docs" / "frontend.md"
+    text = doc.read_text().split("### ISA operators: the emission contract")[1].split("\n## ")[0]
+    listed = set(re.findall(r"`([a-z0-9_]+)`", "\n".join(ln.split("|")[1] for ln in text.splitlines()
+                                                         if ln.startswith("| `"))))
+    assert kinds == listed
