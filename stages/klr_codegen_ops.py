@@ -20,8 +20,11 @@ from tusk.ir.enums import Role
 from tusk.ir.klr.schema import OPERATORS
 
 TRANSPOSE_ENGINES = ("DVE",)
-# AccumCmd values whose reduction starts afresh in this instruction (the ones Tusk lowers)
-FRESH_REDUCE = ("Idle", "Zero", "ZeroAccumulate", "LoadAccumulate")
+# AccumCmd values whose reduction starts afresh in this instruction (the ones Tusk lowers): Idle (the
+# documented numpy: the reduction of this instruction's result), ZeroAccumulate (NKI reset_reduce) and
+# LoadAccumulate (load_reduce).  Zero (reset without accumulating) and Accumulate (reduce: continue the
+# accumulator of earlier instructions) depend on engine state Tusk does not model: refused.
+FRESH_REDUCE = ("Idle", "ZeroAccumulate", "LoadAccumulate")
 
 
 def _alu(op: Any) -> str:
@@ -40,7 +43,8 @@ def _scalar_in(cg: Any, x: Any, what: str) -> tuple:
 
 def _fresh(cg: Any, cmd: Any, what: str) -> str:
     if cmd.name not in FRESH_REDUCE:
-        raise cg._unsupported(f"{what} reduceCmd {cmd.name} (an accumulator carried across instructions)")
+        raise cg._unsupported(f"{what} reduceCmd {cmd.name} (the Vector engine's accumulator state across "
+                              "instructions)")
     return cmd.name
 
 
@@ -129,9 +133,7 @@ def _stt(cg: Any, ins: list, dst: tuple, p: Any) -> None:
 
 
 def tensor_scalar_cumulative(cg: Any, p: Any) -> None:
-    cmd = p.reduceCmd.name
-    if cmd not in ("Idle", "Zero", "ZeroAccumulate", "LoadAccumulate"):
-        raise cg._unsupported(f"tensorScalarCumulative reduceCmd {cmd} (an accumulator carried across instructions)")
+    cmd = _fresh(cg, p.reduceCmd, "tensorScalarCumulative")
     src = cg.operand(p.src, Role.IN)
     ins = [src, _scalar_in(cg, p.imm0, "tensorScalarCumulative imm0")]
     if cmd == "LoadAccumulate":
