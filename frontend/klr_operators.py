@@ -25,6 +25,9 @@ PAYLOADS = dict(OPERATORS)
 _ENUM_DEFAULTS = {"AccumCmd": "Idle", "TensorScalarReverseOps": "none", "Engine": "unassigned",
                   "TransposeOps": "None", "DropoutThresholdType": "DropRate", "DgeComputeOp": "none",
                   "MatmulPerfMode": "None"}
+# fields whose NKI call has a default (nki.isa signatures): written when the caller leaves them out
+_FIELD_DEFAULTS = {("ncLocalGather", "numElemPerIdx"): 1, ("ncRangeSelect", "rangeStart"): 0.0,
+                   ("ncRangeSelect", "onFalseValue"): -3.4028235e38}
 _PRIM_DEFAULTS = {"Bool": False, "Nat": 0, "Int": 0, "Float": 0.0, "String": ""}
 
 
@@ -42,6 +45,8 @@ def build_operator(ctor: str, fields: dict[str, Any], convert: dict[str, Any]) -
     for f in struct.data_fields:
         if f.name in fields and fields[f.name] is not None:
             values[f.name] = _convert(f.type, fields[f.name], convert, f"{ctor}.{f.name}")
+        elif (ctor, f.name) in _FIELD_DEFAULTS:
+            values[f.name] = _convert(f.type, _FIELD_DEFAULTS[ctor, f.name], convert, f"{ctor}.{f.name}")
         elif f.name == "dtype" and "dst" in fields:
             values[f.name] = convert["dtype_of"](fields["dst"])
         else:

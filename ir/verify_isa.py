@@ -119,9 +119,13 @@ def _predicated(v: InstView) -> list[str]:
     pred_pos = 1 if v.opcode == OPCODE_BY_NAME["CopyPredicated"] else 0
     pred = v.ins[pred_pos]
     data = v.ins[1 - pred_pos]
-    out = _same("predicate", pred, v.outs[0]) + _same("data", data, v.outs[0])
+    out = _same("predicate", pred, v.outs[0])
+    if shape(data) is not None and shape(data) != (shape(v.outs[0]) or (0, 0))[:1] + (1,):
+        out += _same("data", data, v.outs[0])
     if _dt(pred) not in INT_DTYPES:
         out.append(f"the predicate is {_dt(pred)}; an integer dtype is needed")
+    if v.opcode == OPCODE_BY_NAME["CopyPredicated"] and shape(data) is not None and data.dtype != v.outs[0].dtype:
+        out.append(f"copy_predicated copies {_dt(data)} into {_dt(v.outs[0])}; the dtypes must match")
     return out
 
 
@@ -154,7 +158,10 @@ def _rng(v: InstView) -> list[str]:
 
 
 def _dropout(v: InstView) -> list[str]:
-    return _same("dropout", v.ins[0], v.outs[0]) + _per_partition("the dropout threshold", v.ins[1], v.ins[0])
+    out = _same("dropout", v.ins[0], v.outs[0]) + _per_partition("the dropout threshold", v.ins[1], v.ins[0])
+    if v.ins[0].dtype != v.outs[0].dtype:
+        out.append(f"dropout writes {_dt(v.outs[0])} from {_dt(v.ins[0])}; the dtypes must match")
+    return out
 
 
 def _shuffle(v: InstView) -> list[str]:

@@ -3,6 +3,8 @@ interpreted, each against a numpy reference written from the NKI ISA documentati
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -655,3 +657,38 @@ def loop(x):
             got = run(cur, {"x": x})
             np.testing.assert_allclose(got["out"], want, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(got["sums"].reshape(512, 1), r)
+
+
+def _bad(build) -> str:
+    g = Kernel()
+    build(g)
+    with pytest.raises(Exception) as e:
+        g.lower()
+    return str(e.value)
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda g: g.op("batchNormStats", dst=g.tile("s", (8, 6)), src=g.tile("x", (8, 600))), "600 elements.*at most 512"),
+    (lambda g: g.op("batchNormAggregate", dst=g.tile("m", (8, 2)), src=g.tile("s", (8, 7))), "multiple of 3"),
+    (lambda g: g.op("max8", dst=g.tile("m", (8, 4)), src=g.tile("x", (8, 64))), "4 elements.*8 are needed"),
+    (lambda g: g.op("ncAffineSelect", dst=g.tile("y", (8, 16)), pred=(0, [[1, 8]], 1), onTrueTile=g.tile("x", (8, 16)),
+                    onFalseValue=0.0, cmpOp="is_ge"), "16 elements.*pattern has 8"),
+    (lambda g: g.op("rng", dst=g.tile("y", (8, 16))), "float32, not an integer"),
+    (lambda g: g.op("copyPredicated", dst=g.tile("y", (8, 16)), src=g.tile("x", (8, 16)),
+                    predicate=g.tile("p", (8, 16))), "predicate is float32"),
+    (lambda g: g.op("findIndex8", dst=g.tile("i", (8, 8)), src=g.tile("x", (8, 32)), vals=g.tile("v", (8, 8))),
+     "indices; its output is float32"),
+    (lambda g: g.op("tensorTensorScan", dst=g.tile("y", (8, 16)), src0=g.tile("a", (8, 16)), src1=g.tile("b", (8, 12)),
+                    op0="add", op1="add", imm0=0.0), "differ"),
+    (lambda g: g.op("tensorPartitionReduce", dst=g.tile("y", (2, 16)), op="add", data=g.tile("x", (8, 16))),
+     "writes shape \\(1, 16\\)"),
+    (lambda g: g.op("shuffle", dst=g.tile("y", (32, 4)), src=g.tile("x", (32, 4)), shuffleMask=[40] * 32),
+     "each a partition 0..31 or 255"),
+    (lambda g: g.op("sequenceBounds", dst=g.tile("y", (1, 9)), segmentIds=g.tile("x", (1, 9))), "2 x 9"),
+    (lambda g: g.op("ncLocalGather", dst=g.tile("y", (8, 4)), src=g.tile("x", (8, 16)),
+                    index=g.tile("i", (8, 4), "uint16")), "multiples of 16"),
+    (lambda g: g.op("dropout", dst=g.tile("y", (8, 16), "bfloat16"), src=g.tile("x", (8, 16)), threshold=0.5),
+     "dtypes must match"),
+])
+def test_the_verifier_checks_isa_shapes_and_dtypes(build, message):
+    assert re.search(message, _bad(build)), _bad(build)
