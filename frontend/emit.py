@@ -107,7 +107,7 @@ class Emitter:
             else:
                 k.pos_line = entry.line
                 handler = getattr(self, "op_" + entry.kind)
-                for params in _fit(entry.kind, entry.params):
+                for params in _fit(entry.kind, entry.params, where=f"{self.k.filename}:{entry.line}"):
                     handler(**params)
         return k
 
@@ -201,7 +201,7 @@ class Emitter:
         try:
             self.k.operator(ctor, **fields)
         except TypeError as e:
-            raise TraceError(str(e)) from None
+            raise TraceError(f"{self.k.filename}:{self.k.pos_line}: {e}") from None
 
     def op_activation_reduce(self, **p: Any) -> None:
         self._klr_operator("activationReduce", **p)
@@ -291,6 +291,14 @@ def as_immediate(x: Any) -> Any:
 
 
 MAX_DIMS = 4  # BIR access patterns: the partition dim plus three free dims
+# operations whose views keep their dims as written (a DMA transpose permutes exactly four of them)
+KEEP_DIMS: dict[str, set[str]] = {"dma_transpose": {"src", "dst"}}
+# ISA operations that cannot be split into per-slice operations (reductions, scans, selections by position)
+WHOLE_TILE = frozenset({
+    "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
+    "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
+    "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
+    "shuffle", "sequence_bounds"})
 
 
 def merged(v: View) -> View:
@@ -305,20 +313,23 @@ def merged(v: View) -> View:
     return View(v.tensor, v.offset, tuple(out) or ((1, 1),), ())
 
 
-def _fit(kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, Any]]:
     """One operation's views within MAX_DIMS; an operation over more dims is split along its outer free dims.
 
     Elementwise operations see their views merged (same elements, same order);
     a reduction keeps its source's dims, whose innermost ones it reduces.
     """
     views = {k: v for k, v in params.items() if isinstance(v, View)}
-    keep = {"src"} if kind == "tensor_reduce" else set()
+    keep = {"src"} if kind == "tensor_reduce" else KEEP_DIMS.get(kind, set())
     shaped = {k: (v if k in keep else merged(v)) for k, v in views.items()}
     if all(v.ndim <= MAX_DIMS for v in shaped.values()):
         return [{**params, **shaped}]
     dst = views.get("dst")
     if dst is None or dst.ndim < 3:
         return [{**params, **shaped}]  # the codegen names the view that does not fit
+    if kind in WHOLE_TILE:
+        raise TraceError(f"{where}: not supported: {kind} over a view of more than {MAX_DIMS} dimensions (it "
+                         "reads the tile as a whole; splitting it would change the result)")
     # split every view that walks the destination's outer free dim
     n = dst.dims[1][1]
     same = {k for k, v in views.items() if v.ndim == dst.ndim and v.dims[1][1] == n}

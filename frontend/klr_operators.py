@@ -6,7 +6,7 @@ Each field is given under its KLR name and converted by its schema type:
 TensorRef from a Tensor or AP, Operand from a number or a Tensor/AP,
 Immediate from a number, enumerations by their KLR name, DataPattern from
 ``(offset, [[step, num], ...], channel_multiplier)``, IndexMissBehavior from a
-number (``imm``) or None (``skip``).  A field left out takes a default: None
+number (``imm``) or None (``skip``), DmaBounds from "error" or "skip".  A field left out takes a default: None
 for an Option (except ``dtype``: the destination's dtype, as KLR's tracer
 writes it), False, 0, 0.0, the empty list, or the enumeration's neutral value
 (``Idle``, ``none``, ``unassigned``).  An unknown field is a TypeError naming it.
@@ -25,6 +25,9 @@ PAYLOADS = dict(OPERATORS)
 _ENUM_DEFAULTS = {"AccumCmd": "Idle", "TensorScalarReverseOps": "none", "Engine": "unassigned",
                   "TransposeOps": "None", "DropoutThresholdType": "DropRate", "DgeComputeOp": "none",
                   "MatmulPerfMode": "None"}
+# fields whose NKI call has a default (nki.isa signatures): written when the caller leaves them out
+_FIELD_DEFAULTS = {("ncLocalGather", "numElemPerIdx"): 1, ("ncRangeSelect", "rangeStart"): 0.0,
+                   ("ncRangeSelect", "onFalseValue"): -3.4028235e38}
 _PRIM_DEFAULTS = {"Bool": False, "Nat": 0, "Int": 0, "Float": 0.0, "String": ""}
 
 
@@ -42,6 +45,8 @@ def build_operator(ctor: str, fields: dict[str, Any], convert: dict[str, Any]) -
     for f in struct.data_fields:
         if f.name in fields and fields[f.name] is not None:
             values[f.name] = _convert(f.type, fields[f.name], convert, f"{ctor}.{f.name}")
+        elif (ctor, f.name) in _FIELD_DEFAULTS:
+            values[f.name] = _convert(f.type, _FIELD_DEFAULTS[ctor, f.name], convert, f"{ctor}.{f.name}")
         elif f.name == "dtype" and "dst" in fields:
             values[f.name] = convert["dtype_of"](fields["dst"])
         else:
@@ -60,6 +65,8 @@ def _default(t: Any, where: str) -> Any:
         return getattr(T, t.name)[_ENUM_DEFAULTS[t.name]]
     if isinstance(t, Ref) and t.name == "IndexMissBehavior":
         return T.IndexMissBehavior.skip()
+    if isinstance(t, Ref) and t.name == "DmaBounds":
+        return T.DmaBounds.error()
     raise TypeError(f"{where} is required")
 
 
@@ -83,6 +90,10 @@ def _convert(t: Any, v: Any, convert: dict[str, Any], where: str) -> Any:
                                                                for s, n in pattern), channelMultiplier=int(cm))
     if name == "IndexMissBehavior":
         return T.IndexMissBehavior.imm(value=convert["imm"](v))
+    if name == "DmaBounds":
+        if v not in ("error", "skip"):
+            raise TypeError(f"{where}: {v!r} is not a DmaBounds (error, skip)")
+        return getattr(T.DmaBounds, v)()
     cls = getattr(T, name, None)
     if cls is not None and hasattr(cls, "__members__"):
         if isinstance(v, cls):

@@ -16,6 +16,12 @@ import numpy as np
 from tusk.ir.enums import AP_KINDS, DTYPE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.module import Function, InstView, OperandView
 
+# DMACopy transpose_op (KLR TransposeOps) -> the numpy axes of the 4-D transpose (KLR's getTransposeOps)
+TRANSPOSE_AXES = {"None": (0, 1, 2, 3), "WZXY": (0, 1, 3, 2), "WXZY": (0, 3, 1, 2), "WYXZ": (0, 2, 3, 1),
+                  "ZWYX": (1, 0, 2, 3), "ZYWX": (1, 2, 0, 3), "ZYXW": (1, 2, 3, 0), "YXWZ": (2, 3, 0, 1),
+                  "YXZW": (2, 3, 1, 0), "YWZX": (2, 0, 1, 3), "XWZY": (3, 0, 1, 2), "XZYW": (3, 1, 2, 0),
+                  "XYZW": (3, 2, 1, 0), "XYWZ": (3, 2, 0, 1)}
+
 INT_DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "bool"})
 UINT_INDEX_DTYPES = frozenset({"uint16", "uint32", "int32", "uint64", "int64"})
 
@@ -113,9 +119,13 @@ def _predicated(v: InstView) -> list[str]:
     pred_pos = 1 if v.opcode == OPCODE_BY_NAME["CopyPredicated"] else 0
     pred = v.ins[pred_pos]
     data = v.ins[1 - pred_pos]
-    out = _same("predicate", pred, v.outs[0]) + _same("data", data, v.outs[0])
+    out = _same("predicate", pred, v.outs[0])
+    if shape(data) is not None and shape(data) != (shape(v.outs[0]) or (0, 0))[:1] + (1,):
+        out += _same("data", data, v.outs[0])
     if _dt(pred) not in INT_DTYPES:
         out.append(f"the predicate is {_dt(pred)}; an integer dtype is needed")
+    if v.opcode == OPCODE_BY_NAME["CopyPredicated"] and shape(data) is not None and data.dtype != v.outs[0].dtype:
+        out.append(f"copy_predicated copies {_dt(data)} into {_dt(v.outs[0])}; the dtypes must match")
     return out
 
 
@@ -148,7 +158,10 @@ def _rng(v: InstView) -> list[str]:
 
 
 def _dropout(v: InstView) -> list[str]:
-    return _same("dropout", v.ins[0], v.outs[0]) + _per_partition("the dropout threshold", v.ins[1], v.ins[0])
+    out = _same("dropout", v.ins[0], v.outs[0]) + _per_partition("the dropout threshold", v.ins[1], v.ins[0])
+    if v.ins[0].dtype != v.outs[0].dtype:
+        out.append(f"dropout writes {_dt(v.outs[0])} from {_dt(v.ins[0])}; the dtypes must match")
+    return out
 
 
 def _shuffle(v: InstView) -> list[str]:
@@ -165,6 +178,44 @@ def _shuffle(v: InstView) -> list[str]:
 def _seed(v: InstView) -> list[str]:
     s = shape(v.ins[0])
     return [] if s is None or s[1] == 1 else [f"a seed tile of shape {s}; one value per partition is needed"]
+
+
+def _gather(v: InstView) -> list[str]:
+    src, index = shape(v.ins[0]), shape(v.ins[1])
+    out = []
+    if src is not None and index is not None and (src[0] != index[0] or src[0] % 16):
+        out.append(f"local_gather of {src[0]} source and {index[0]} index partitions; equal multiples of 16")
+    if _dt(v.ins[1]) not in INT_DTYPES:
+        out.append(f"local_gather indices are {_dt(v.ins[1])}; an integer dtype is needed")
+    if v.ins[0].dtype != v.outs[0].dtype:
+        out.append("local_gather cannot change the dtype")
+    n = int(v.attrs.get("num_elem_per_idx", 1))
+    if n not in (1, 2, 4, 8, 16, 32):
+        out.append(f"num_elem_per_idx {n}: one of 1, 2, 4, 8, 16, 32")
+    return out
+
+
+def _sequence_bounds(v: InstView) -> list[str]:
+    s, d = shape(v.ins[0]), shape(v.outs[0])
+    if s is None or d is None or d == (s[0], 2 * s[1]):
+        return []
+    return [f"sequence bounds of {s} segment ids write shape ({s[0]}, 2 x {s[1]}), not {d}"]
+
+
+def _dma(v: InstView) -> list[str]:
+    if v.attrs.get("mode") != "Transpose":
+        return []
+    src, dst = v.ins[0].pattern, v.outs[0].pattern
+    axes = TRANSPOSE_AXES.get(v.attrs.get("transpose_op", "None"))
+    if axes is None:
+        return [f"transpose_op {v.attrs.get('transpose_op')!r} is not a TransposeOps value"]
+    if len(src) != 4:
+        return [f"a DMA transpose reads a {len(src)}-dimensional pattern; four dimensions are needed"]
+    want = tuple(src[a][1] for a in axes)
+    got = tuple(n for _, n in dst)
+    if int(prod(got)) != int(prod(want)) or (len(got) == 4 and got != want):
+        return [f"a DMA transpose of {tuple(n for _, n in src)} by {axes} writes {want}, not {got}"]
+    return []
 
 
 RULES: dict[int, Callable[[InstView], list[str]]] = {
@@ -185,6 +236,9 @@ RULES: dict[int, Callable[[InstView], list[str]]] = {
     OPCODE_BY_NAME["Dropout"]: _dropout,
     OPCODE_BY_NAME["StreamShuffle"]: _shuffle,
     OPCODE_BY_NAME["SetRandState"]: _seed,
+    Op.Gather: _gather,
+    OPCODE_BY_NAME["GetSequenceBounds"]: _sequence_bounds,
+    Op.DMACopy: _dma,
 }
 # operand counts each rule reads (fewer is reported, never indexed past)
 _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: (1, 1),
@@ -193,7 +247,8 @@ _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: 
           Op.TensorScalarAffineSelect: (1, 1), OPCODE_BY_NAME["CopyPredicated"]: (2, 1), Op.Select: (3, 1),
           OPCODE_BY_NAME["RangeSelect"]: (3, 1), Op.TensorScalarPtr: (2, 1), Op.TensorReduce: (1, 1),
           OPCODE_BY_NAME["Rng"]: (0, 1), OPCODE_BY_NAME["Dropout"]: (2, 1), OPCODE_BY_NAME["StreamShuffle"]: (1, 1),
-          OPCODE_BY_NAME["SetRandState"]: (1, 0)}
+          OPCODE_BY_NAME["SetRandState"]: (1, 0), Op.Gather: (2, 1), OPCODE_BY_NAME["GetSequenceBounds"]: (1, 1),
+          Op.DMACopy: (0, 0)}
 
 
 def check_isa_shapes(fn: Function, limit: int) -> list[str]:

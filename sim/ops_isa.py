@@ -22,8 +22,9 @@ import numpy as np
 
 from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.errors import TuskError
+from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
-from tusk.sim.ops import F32, _broadcast, _one, alu, h_tensor_reduce, h_tensor_scalar_ptr, op_name
+from tusk.sim.ops import F32, _broadcast, _one, alu, h_copy, h_tensor_reduce, h_tensor_scalar_ptr, op_name
 
 _IDENTITY = {"add": 0.0, "subtract": 0.0, "mult": 1.0, "max": -np.inf, "min": np.inf}
 
@@ -308,6 +309,62 @@ def h_stream_shuffle(fr: Frame, i: int) -> None:
     fr.store(outs[0], out)
 
 
+def h_gather(fr: Frame, i: int) -> None:
+    """local_gather: per group of 16 partitions, indices (in elements, flattened partitions first) each
+    take ``num_elem_per_idx`` contiguous elements of the same partition."""
+    ins, outs = _io(fr, i, 2)
+    attrs = fr.attrs(i)
+    src, index = rows(fr.value(ins[0])), rows(fr.value(ins[1])).astype(np.int64)
+    nepi = int(attrs.get("num_elem_per_idx", 1))
+    parts = src.shape[0]
+    if parts % 16 or index.shape[0] != parts:
+        raise TuskError(f"local_gather of {parts} source and {index.shape[0]} index partitions; equal multiples "
+                        "of 16 are needed")
+    valid = int(attrs.get("num_valid_indices", index.size // (parts // 16)))
+    out = np.empty((parts, valid * nepi), dtype=src.dtype)
+    for c in range(0, parts, 16):
+        flat = index[c:c + 16].flatten(order="F")[:valid]
+        cols = (flat[:, None] + np.arange(nepi)[None, :]).reshape(-1)
+        if cols.size and (cols.min() < 0 or cols.max() >= src.shape[1]):
+            raise TuskError(f"local_gather reads element {int(cols.max())} of partitions with {src.shape[1]}")
+        out[c:c + 16] = src[c:c + 16][:, cols]
+    fr.store(outs[0], out)
+
+
+def h_sequence_bounds(fr: Frame, i: int) -> None:
+    """Per element, the [start, end) of its run of equal segment ids; id 0 (padding) gets [n, -1]."""
+    ins, outs = _io(fr, i, 1)
+    ids = rows(fr.value(ins[0]))
+    parts, n = ids.shape
+    start, end = np.zeros((parts, n), np.int64), np.zeros((parts, n), np.int64)
+    for p in range(parts):
+        s = ids[p]
+        for k in range(n):
+            start[p, k] = n if s[k] == 0 else (start[p, k - 1] if k and s[k] == s[k - 1] else k)
+        for k in range(n - 1, -1, -1):
+            end[p, k] = -1 if s[k] == 0 else (end[p, k + 1] if k < n - 1 and s[k] == s[k + 1] else k + 1)
+    fr.store(outs[0], np.stack([start, end], axis=1).astype(ids.dtype))
+
+
+def h_dma_family(fr: Frame, i: int) -> None:
+    """DMACopy; ``mode`` Transpose permutes the source's four dimensions by ``transpose_op``."""
+    attrs = fr.attrs(i)
+    if attrs.get("mode") != "Transpose":
+        h_copy(fr, i)
+        return
+    ins, outs = _io(fr, i, 1)
+    op = attrs.get("transpose_op", "None")
+    axes = TRANSPOSE_AXES.get(op)
+    if axes is None:
+        raise TuskError(f"DMA transpose_op {op!r} is not supported by the interpreter")
+    src = fr.read_raw(ins[0])
+    if src.ndim != 4:
+        raise TuskError(f"a DMA transpose reads a {src.ndim}-dimensional pattern; four dimensions are needed")
+    if not fr.same_storage_dtype(ins[0], outs[0]):
+        raise TuskError("a DMA transpose cannot change the dtype")
+    fr.store_raw(outs[0], np.ascontiguousarray(src.transpose(axes)))
+
+
 # --------------------------------------------------------------------------- random numbers
 
 
@@ -404,6 +461,9 @@ ISA_HANDLERS: dict[int, Callable[[Frame, int], None]] = {
     OPCODE_BY_NAME["MatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["MaxIndexAndMatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["StreamShuffle"]: h_stream_shuffle,
+    Op.Gather: h_gather,
+    OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
+    Op.DMACopy: h_dma_family,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
     OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
     OPCODE_BY_NAME["Rng"]: h_rng,

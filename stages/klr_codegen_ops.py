@@ -20,8 +20,11 @@ from tusk.ir.enums import Role
 from tusk.ir.klr.schema import OPERATORS
 
 TRANSPOSE_ENGINES = ("DVE",)
-# AccumCmd values whose reduction starts afresh in this instruction (the ones Tusk lowers)
-FRESH_REDUCE = ("Idle", "Zero", "ZeroAccumulate", "LoadAccumulate")
+# AccumCmd values whose reduction starts afresh in this instruction (the ones Tusk lowers): Idle (the
+# documented numpy: the reduction of this instruction's result), ZeroAccumulate (NKI reset_reduce) and
+# LoadAccumulate (load_reduce).  Zero (reset without accumulating) and Accumulate (reduce: continue the
+# accumulator of earlier instructions) depend on engine state Tusk does not model: refused.
+FRESH_REDUCE = ("Idle", "ZeroAccumulate", "LoadAccumulate")
 
 
 def _alu(op: Any) -> str:
@@ -40,7 +43,8 @@ def _scalar_in(cg: Any, x: Any, what: str) -> tuple:
 
 def _fresh(cg: Any, cmd: Any, what: str) -> str:
     if cmd.name not in FRESH_REDUCE:
-        raise cg._unsupported(f"{what} reduceCmd {cmd.name} (an accumulator carried across instructions)")
+        raise cg._unsupported(f"{what} reduceCmd {cmd.name} (the Vector engine's accumulator state across "
+                              "instructions)")
     return cmd.name
 
 
@@ -129,9 +133,7 @@ def _stt(cg: Any, ins: list, dst: tuple, p: Any) -> None:
 
 
 def tensor_scalar_cumulative(cg: Any, p: Any) -> None:
-    cmd = p.reduceCmd.name
-    if cmd not in ("Idle", "Zero", "ZeroAccumulate", "LoadAccumulate"):
-        raise cg._unsupported(f"tensorScalarCumulative reduceCmd {cmd} (an accumulator carried across instructions)")
+    cmd = _fresh(cg, p.reduceCmd, "tensorScalarCumulative")
     src = cg.operand(p.src, Role.IN)
     ins = [src, _scalar_in(cg, p.imm0, "tensorScalarCumulative imm0")]
     if cmd == "LoadAccumulate":
@@ -241,6 +243,28 @@ def shuffle(cg: Any, p: Any) -> None:
     cg._emit("StreamShuffle", "DVE", [src], [dst], {"mask": mask})
 
 
+def nc_local_gather(cg: Any, p: Any) -> None:
+    src, index = cg.operand(p.src, Role.IN), cg.operand(p.index, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    attrs = {"num_elem_per_idx": int(cg._value(p.numElemPerIdx, "localGather numElemPerIdx"))}
+    if p.numValidIndicies is not None:
+        attrs["num_valid_indices"] = int(cg._value(p.numValidIndicies, "localGather numValidIndicies"))
+    cg._emit("Gather", "Pool", [src, index], [dst], attrs)
+
+
+def sequence_bounds(cg: Any, p: Any) -> None:
+    ids = cg.operand(p.segmentIds, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("GetSequenceBounds", "Pool", [ids], [dst])
+
+
+def dma_transpose(cg: Any, p: Any) -> None:
+    oob = cg._bounds(p.oobMode, "oobMode")
+    src = cg.operand(p.src, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("DMACopy", "DMA", [src], [dst], {"oob_is_err": oob, "mode": "Transpose", "transpose_op": p.axes.name})
+
+
 # ---------------------------------------------------------------------------- random numbers
 
 
@@ -293,6 +317,9 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "findIndex8": find_index8,
     "matchReplace8": match_replace8,
     "shuffle": shuffle,
+    "ncLocalGather": nc_local_gather,
+    "sequenceBounds": sequence_bounds,
+    "dmaTranspose": dma_transpose,
     "dropout": dropout,
     "rng": rng,
     "rand2": rand2,
