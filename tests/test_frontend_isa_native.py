@@ -6,11 +6,9 @@ from __future__ import annotations
 import textwrap
 
 import numpy as np
-import pytest
 
 from tusk.frontend import trace_file
 from tusk.frontend.check import run_klr
-from tusk.ir.errors import TuskError
 
 V2 = "import numpy as np\nimport nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
 V1 = ("import numpy as np\nimport neuronxcc.nki as nki\nimport neuronxcc.nki.isa as nisa\n"
@@ -247,24 +245,77 @@ def test_dma_transpose_of_an_hbm_source_both_generations(tmp_path):
     assert np.array_equal(v2, a.T) and np.array_equal(v1, a.T)
 
 
-@pytest.mark.parametrize("call", ["nisa.local_gather(y, x, i)", "nisa.sequence_bounds(w, x)"])
-def test_operators_the_codegen_cannot_lower_fail_at_the_kernel_line(tmp_path, call):
-    path = tmp_path / "k.py"
-    path.write_text(V2 + textwrap.dedent(f"""
+def test_dma_transpose_of_an_sbuf_source(tmp_path):
+    a = rand(16, 96)
+    got = run(tmp_path, V2, """
         @nki.jit
         def k(a):
-            out = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
-            x = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
-            i = nl.ndarray((16, 4), dtype=nl.uint16, buffer=nl.sbuf)
-            y = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.sbuf)
-            z = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
-            w = nl.ndarray((16, 2, 16), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x, src=a)
-            nisa.memset(i, 0)
-            {call}
-            nisa.dma_copy(dst=out, src=x)
+            out = nl.ndarray((96, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((16, 96), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            u = nl.ndarray((96, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_transpose(dst=u, src=t, axes=(1, 0))
+            nisa.dma_copy(dst=out, src=u)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, a.T)
+
+
+def test_local_gather_per_16_partition_group_v1_and_v2(tmp_path):
+    """Each group of 16 partitions gathers num_elem_per_idx contiguous elements at each of its indices,
+    the indices read partition-major (the NKI docs' numpy semantics)."""
+    src = rand(32, 64)
+    per_group = RNG.integers(0, 16, size=(16, 2))
+    index = np.tile(per_group, (2, 1)) * 4
+    inputs = {"src": src, "index": index.astype(np.uint16)}
+    specs = ["f32[32,64]", "u16[32,2]"]
+    body = """
+        @nki.jit
+        def k(src, index):
+            out = nl.ndarray((32, 32, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+            i = nl.ndarray((32, 2), dtype=nl.uint16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=src)
+            nisa.dma_copy(dst=i, src=index)
+            g = nl.ndarray((32, 32, 4), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.local_gather(g, s, i, num_elem_per_idx=4)
+            nisa.dma_copy(dst=out, src=g)
+            return out
+    """
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(body))
+    got = run_klr(trace_file(path, "k", specs), inputs)["out"]
+    want = np.empty((32, 32, 4), np.float32)
+    for g in range(2):
+        rows = slice(16 * g, 16 * g + 16)
+        flat = index[rows].flatten(order="F")
+        for j, ix in enumerate(flat):
+            want[rows, j, :] = src[rows, ix:ix + 4]
+    assert np.array_equal(got, want)
+    path1 = tmp_path / "k1.py"
+    path1.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(src, index):
+            out = nl.ndarray((32, 32, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nisa.local_gather(nl.load(src), nl.load(index), 4))
             return out
     """))
-    with pytest.raises(TuskError) as err:
-        run_klr(trace_file(path, "k", ["f32[16,16]"]), {"a": rand(16, 16)})
-    assert "k.py:16" in str(err.value)
+    assert np.array_equal(run_klr(trace_file(path1, "k", specs), inputs)["out"], want)
+
+
+def test_sequence_bounds_of_padded_segments(tmp_path):
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3, 3, 3, 0]], np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(ids):
+            out = nl.ndarray((1, 2, 12), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.ndarray((1, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=ids)
+            b = nl.ndarray((1, 2, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.sequence_bounds(b, s)
+            nisa.dma_copy(dst=out, src=b)
+            return out
+    """, {"ids": ids})["out"]
+    starts = [12, 1, 1, 3, 3, 3, 12, 7, 7, 7, 7, 12]
+    ends = [-1, 3, 3, 6, 6, 6, -1, 11, 11, 11, 11, -1]
+    assert np.array_equal(got, np.array([[starts, ends]], np.float32))

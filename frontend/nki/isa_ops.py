@@ -603,16 +603,36 @@ def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
     want = tuple(src.shape[a] for a in order)
     if dst.shape != want and _squeezed(dst) != tuple(n for n in want if n != 1):
         raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
-    if src.tensor.on_chip:
-        raise unsupported(f"{call} of an SBUF source (Tusk moves HBM sources: the DMA reads them in the "
-                          "permuted order)")
     if src.dtype != dst.dtype:
         raise unsupported(f"{call} from {src.dtype} to {dst.dtype}")
-    # KLR's dmaTranspose has no BIR lowering here; a DMA whose source access walks the axes in the
-    # permuted order moves the same elements to the same places
+    if src.tensor.on_chip:
+        # KLR dmaTranspose permutes four access dims: unit dims go after the partition dim of both views
+        pad = 4 - src.ndim
+        if pad < 0 or dst.ndim != src.ndim:
+            raise unsupported(f"{call} of a {src.ndim}-axis tile into a {dst.ndim}-axis one (up to 4, the same)")
+        place = [0] + [k + pad for k in range(1, src.ndim)]
+        perm = (place[order[0]], *range(1, pad + 1), *(place[a] for a in order[1:]))
+        name = TRANSPOSE_OPS.get(perm)
+        if name is None:
+            raise unsupported(f"{call} axes={axes!r} (not one of KLR's dmaTranspose permutations)")
+        unit = ((1, 1),) * pad
+        src.check_bounds()
+        dst.check_bounds()
+        s4 = View(src.tensor, src.offset, src.dims[:1] + unit + src.dims[1:])
+        d4 = View(dst.tensor, dst.offset, dst.dims[:1] + unit + dst.dims[1:])
+        native(call, "dma_transpose", (s4,), (d4,), dst=d4, src=s4, axes=name)
+        return
+    # from HBM: a DMA whose source access walks the axes in the permuted order, the same elements in the
+    # same places
     src.check_bounds()
     permuted = View(src.tensor, src.offset, tuple(src.dims[a] for a in order))
     current().op("dma", (permuted,), (dst,), dst=dst, src=permuted)
+
+
+TRANSPOSE_OPS = {(0, 1, 2, 3): "None", (0, 1, 3, 2): "WZXY", (0, 3, 1, 2): "WXZY", (0, 2, 3, 1): "WYXZ",
+                 (1, 0, 2, 3): "ZWYX", (1, 2, 0, 3): "ZYWX", (1, 2, 3, 0): "ZYXW", (2, 3, 0, 1): "YXWZ",
+                 (2, 3, 1, 0): "YXZW", (2, 0, 1, 3): "YWZX", (3, 0, 1, 2): "XWZY", (3, 1, 2, 0): "XZYW",
+                 (3, 2, 1, 0): "XYZW", (3, 2, 0, 1): "XYWZ"}
 
 
 def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:

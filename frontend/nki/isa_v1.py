@@ -349,6 +349,19 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None):
     return out
 
 
+@documented("nisa.local_gather")
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None):
+    """A [P, num_valid_indices, num_elem_per_idx] tile (each 16-partition group gathers by its indices)."""
+    call = "nisa.local_gather"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    src, idx = tile(src_buffer, call), tile(index, call)
+    valid = num_valid_indices if num_valid_indices is not None else ops.free(idx) * 16
+    out = current().tile((src.shape[0], int(valid), int(num_elem_per_idx)), src.dtype)
+    ops.local_gather(call, out, src, idx, num_elem_per_idx, num_valid_indices)
+    return out
+
+
 @documented("nisa.sequence_bounds")
 def sequence_bounds(*, segment_ids, dtype=None):
     call = "nisa.sequence_bounds"
