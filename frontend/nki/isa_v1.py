@@ -79,8 +79,12 @@ def iota(expr, dtype, *, mask=None):
     """``dst[p, f...] = expr`` for an nl.arange / nl.mgrid expression."""
     if isinstance(expr, IndexVector):
         expr = IndexGrid.of(expr)
-    if not isinstance(expr, IndexGrid) or not expr.const.is_static:
-        raise ops.unsupported(f"nisa.iota of {expr!r} (an expression of nl.arange / nl.mgrid indices)")
+    if not isinstance(expr, IndexGrid):
+        raise ops.unsupported(f"nisa.iota of a {type(expr).__name__} (an expression of nl.arange / nl.mgrid "
+                              "indices)")
+    if not expr.const.is_static:
+        raise ops.unsupported(f"nisa.iota of an index expression offset by a loop index ({expr.const}); "
+                              "iota's offset is a constant")
     shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
     out = current().tile(shape, as_dtype(dtype))
     _, par_step = expr.axes.get(0, (1, 0))
