@@ -275,6 +275,19 @@ class Emitter:
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
+    # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
+    def op_register_move(self, **p: Any) -> None:
+        self._klr_operator("registerMove", **p)
+
+    def op_register_alu_op(self, **p: Any) -> None:
+        self._klr_operator("registerAluOp", **p)
+
+    def op_tensor_load(self, **p: Any) -> None:
+        self._klr_operator("tensorLoad", **p)
+
+    def op_tensor_store(self, **p: Any) -> None:
+        self._klr_operator("tensorStore", **p)
+
 
 def as_immediate(x: Any) -> Any:
     """A kernel's Python number as KLR stores it: ints within int32, floats rounded to float32 (a

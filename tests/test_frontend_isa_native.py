@@ -319,3 +319,29 @@ def test_sequence_bounds_of_padded_segments(tmp_path):
     starts = [12, 1, 1, 3, 3, 3, 12, 7, 7, 7, 7, 12]
     ends = [-1, 3, 3, 6, 6, 6, -1, 11, 11, 11, 11, -1]
     assert np.array_equal(got, np.array([[starts, ends]], np.float32))
+
+
+def test_registers_move_load_and_store_values(tmp_path):
+    a = np.array([[42.0]], np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((1, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            r = nisa.register_alloc(7)
+            s = nisa.register_alloc()
+            nisa.register_load(s, t)
+            q = nisa.register_alloc(None)
+            nisa.register_move(q, s)
+            res = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.register_store(res[:, 0:1], r)
+            nisa.register_store(res[:, 1:2], q)
+            nisa.register_move(r, -3)
+            nisa.register_store(res[:, 2:3], r)
+            f = nl.ndarray((1, 3), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(f, res)
+            nisa.dma_copy(dst=out, src=f)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, np.array([[7.0, 42.0, -3.0]], np.float32))

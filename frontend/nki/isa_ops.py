@@ -661,3 +661,62 @@ def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pre
         nl._memset(s, src)
     native(call, "copy_predicated", (dst, s, predicate), (dst,), dst=dst, src=s, predicate=predicate,
            dtype=dst.dtype, reversePred=bool(reverse_pred))
+
+
+# ---------------------------------------------------------------------------- registers
+class VirtualRegister:
+    """``nisa.register_alloc()``: a KLR register (``vreg.N``) holding a 32-bit integer at run time."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<nisa register {self.name}>"
+
+    def __bool__(self) -> bool:
+        raise unsupported("the truth value of a register (its value is known only at run time)")
+
+    def __index__(self) -> int:
+        raise unsupported("a register used as a Python int (its value is known only at run time)")
+
+
+def register_alloc(call: str, x: Any) -> VirtualRegister:
+    tr = current()
+    n = getattr(tr, "vregs", 0) + 1
+    tr.vregs = n
+    reg = VirtualRegister(f"vreg.{n}")
+    if x is not None:
+        register_move(call, reg, x)
+    return reg
+
+
+def register(x: Any, what: str) -> VirtualRegister:
+    if not isinstance(x, VirtualRegister):
+        raise unsupported(f"{what}: expected a register from nisa.register_alloc, got {type(x).__name__}")
+    return x
+
+
+def register_move(call: str, dst: Any, src: Any) -> None:
+    d = register(dst, f"{call} dst")
+    if isinstance(src, VirtualRegister):
+        native(call, "register_alu_op", (), (), dst=d.name, src=src.name, imm=0, op="add")
+        return
+    if isinstance(src, bool) or not isinstance(src, (int, np.integer)):
+        raise unsupported(f"{call} src={src!r} (an int or a register)")
+    native(call, "register_move", (), (), dst=d.name, imm=int(src))
+
+
+def single(v: View, what: str) -> View:
+    if v.elements != 1:
+        raise unsupported(f"{what} of shape {list(v.shape)} (one element)")
+    return v
+
+
+def register_load(call: str, dst: Any, src: View) -> None:
+    d, s = register(dst, f"{call} dst"), single(src, f"{call} src")
+    native(call, "tensor_load", (s,), (), dst=d.name, src=s)
+
+
+def register_store(call: str, dst: View, src: Any) -> None:
+    d, s = single(dst, f"{call} dst"), register(src, f"{call} src")
+    native(call, "tensor_store", (), (d,), dst=d, src=s.name)

@@ -275,6 +275,30 @@ def set_rng_seed(src_seeds, name=None):
     ops.native("nisa.set_rng_seed", "set_rng_seed", (s,), (), src=s)
 
 
+# ---------------------------------------------------------------------------- registers
+VirtualRegister = ops.VirtualRegister
+
+
+@documented("nisa.register_alloc")
+def register_alloc(x=None):
+    return ops.register_alloc("nisa.register_alloc", x)
+
+
+@documented("nisa.register_move")
+def register_move(dst, src):
+    ops.register_move("nisa.register_move", dst, src)
+
+
+@documented("nisa.register_load")
+def register_load(dst, src):
+    ops.register_load("nisa.register_load", dst, any_view(src, "nisa.register_load src"))
+
+
+@documented("nisa.register_store")
+def register_store(dst, src):
+    ops.register_store("nisa.register_store", any_view(dst, "nisa.register_store dst"), src)
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
