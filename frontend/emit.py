@@ -173,8 +173,8 @@ class Emitter:
     def op_tensor_reduce(self, dst: View, src: View, op: str, axis: str, negate: bool) -> None:
         self.k.tensor_reduce(self.ap(dst), self.ap(src), op, axis=axis, negate=negate)
 
-    def op_matmul(self, dst: View, stationary: View, moving: View) -> None:
-        self.k.matmul(self.ap(dst), self.ap(stationary), self.ap(moving))
+    def op_matmul(self, dst: View, stationary: View, moving: View, transpose: bool = False) -> None:
+        self.k.matmul(self.ap(dst), self.ap(stationary), self.ap(moving), transpose=transpose)
 
     def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
         self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)

@@ -345,3 +345,31 @@ def test_importing_an_unknown_isa_name_fails_at_the_import_line(tmp_path):
             return a
     """, ["f32[8,8]"])
     assert "bad.py:6:" in err and "nisa.no_such_instruction" in err
+
+
+def test_nc_matmul_transpose_mode_marks_the_klr_matmul(tmp_path):
+    a = rand(32, 48)
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 48), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            d = nl.ndarray((32, 32), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.iota(d, [[-1, 32]], channel_multiplier=1)
+            eye = nl.ndarray((32, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(eye, d, nl.equal, 0)
+            p = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(p, t, eye, is_transpose=True)
+            s = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(s, p)
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """))
+    data = trace_file(path, "k", ["f32[32,48]"])
+    from tusk.ir import klr
+    kern = klr.read_klr(data).contents.kernel
+    mms = [s.op.op for b in kern.bodies for blk in b for s in blk.body if type(s.op.op).__name__ == "NcMatMul"]
+    assert [m.isTranspose for m in mms] == [True]
+    assert np.array_equal(run_klr(data, {"a": a})["out"], a.T)

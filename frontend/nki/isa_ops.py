@@ -357,7 +357,8 @@ def reduce_shape(data: View, axis: Any, keepdims: bool, call: str) -> tuple[int,
 
 
 # ---------------------------------------------------------------------------- matmul and transpose
-def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any) -> None:
+def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any,
+              transpose: bool = False) -> None:
     """``dst = stationary.T @ moving`` (``accumulate=False``), ``dst += ...`` (True), or as NKI infers
     it (None): the first matmul into a PSUM tile overwrites it, later ones accumulate, and one inside a
     loop that started after the tile was made accumulates over that loop's iterations (the tile is
@@ -382,21 +383,22 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
         raise refuse(call, "accumulate", accumulate, "True, False or None; a loop index comparison is a "
                      "runtime predicate")
     if not accumulate:
-        nl_matmul_into(dst, stationary, moving, call)
+        nl_matmul_into(dst, stationary, moving, call, transpose)
         return
     part = tr.tile(dst.shape, dst.dtype, "psum")
-    nl_matmul_into(part, stationary, moving, call)
+    nl_matmul_into(part, stationary, moving, call, transpose)
     tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
 
 
-def nl_matmul_into(dst: View, stationary: View, moving: View, call: str) -> None:
+def nl_matmul_into(dst: View, stationary: View, moving: View, call: str, transpose: bool = False) -> None:
     k, m = stationary.shape[0], free(stationary)
     if k != moving.shape[0]:
         raise unsupported(f"{call}: contraction over {k} and {moving.shape[0]} partitions")
     if m > nl.tile_size.gemm_stationary_fmax or free(moving) > nl.tile_size.gemm_moving_fmax:
         raise unsupported(f"{call} of a [{k}, {m}] stationary and a [{k}, {free(moving)}] moving tile (at most "
                           f"{nl.tile_size.gemm_stationary_fmax} and {nl.tile_size.gemm_moving_fmax} columns)")
-    current().op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving)
+    extra = {"transpose": True} if transpose else {}  # the PE's bit-exact transpose mode (KLR isTranspose)
+    current().op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving, **extra)
 
 
 def _accumulation_loop(tr: Any, dst: View) -> int | None:

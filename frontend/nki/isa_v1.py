@@ -100,13 +100,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """``stationary[K, M]^T @ moving[K, N]`` -> a new PSUM [M, N] tile (``psum[...] += nc_matmul(...)``
     accumulates)."""
     call = "nisa.nc_matmul"
-    if is_transpose:
-        raise refuse(call, "is_transpose", is_transpose, "use nisa.nc_transpose")
     if mask is not None:
         raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     st, mv = tile(stationary, call), tile(moving, call)
     out = current().tile((ops.free(st), ops.free(mv)), as_dtype("float32"), "psum")
-    ops.nc_matmul(call, out, st, mv, False)
+    ops.nc_matmul(call, out, st, mv, False, bool(is_transpose))
     return out
 
 

@@ -56,13 +56,11 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=matmul_perf_mode.none, name=None):
     call = "nisa.nc_matmul"
-    if is_transpose:
-        raise refuse(call, "is_transpose", is_transpose, "use nisa.nc_transpose")
     if perf_mode not in (matmul_perf_mode.none, "none", None):
         raise refuse(call, "perf_mode", perf_mode, "FP8 double-row packing")
     # tile_position / tile_size place the matmul on part of the PE array: the same products
     ops.nc_matmul(call, tile(dst, f"{call} dst"), tile(stationary, f"{call} stationary"),
-                  tile(moving, f"{call} moving"), accumulate)
+                  tile(moving, f"{call} moving"), accumulate, bool(is_transpose))
 
 
 @documented("nisa.nc_transpose")
