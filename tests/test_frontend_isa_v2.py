@@ -63,6 +63,20 @@ def test_dma_copy_tensor_copy_and_memset_by_keyword_and_dst_first(tmp_path):
     assert np.array_equal(got, want)
 
 
+def test_dma_copy_between_a_3_axis_tile_and_tensor_rows(tmp_path):
+    a = rand(128, 512)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 4, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, a)
+
+
 def test_dma_copy_converts_dtypes_through_float32(tmp_path):
     a = rand(64, 32)
     got = run(tmp_path, """

@@ -102,7 +102,7 @@ def reads(*xs: Any) -> tuple[View, ...]:
 # ---------------------------------------------------------------------------- data movement
 def dma_copy(call: str, dst: View, src: View) -> None:
     """``dst = src`` by DMA; dtypes convert through float32 (an ncCopy on chip beside the DMA)."""
-    if dst.shape != src.shape and (dst.elements != src.elements or _squeezed(dst) != _squeezed(src)):
+    if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
         raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
     if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
         src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
@@ -125,6 +125,25 @@ def dma_copy(call: str, dst: View, src: View) -> None:
 
 def _squeezed(v: View) -> tuple[int, ...]:
     return tuple(n for n in v.shape if n != 1)
+
+
+def _same_stream(a: View, b: View) -> bool:
+    """Two accesses that walk the same shape once unit dims go and contiguous dims join: a DMA moves
+    element k of one to element k of the other ([P, 4, 128] tile <-> [P, 512] tensor rows)."""
+    return _squeezed(a) == _squeezed(b) or _rows(a) == _rows(b)
+
+
+def _rows(v: View) -> tuple[int, ...]:
+    """The shape of ``v`` with its first dim kept and the rest joined where contiguous, unit dims dropped."""
+    out = [v.dims[0]]
+    for stride, n in v.dims[1:]:
+        if n == 1:
+            continue
+        if len(out) > 1 and out[-1][0] == stride * n:
+            out[-1] = (stride, out[-1][1] * n)
+        else:
+            out.append((stride, n))
+    return tuple(n for _, n in out)
 
 
 def tensor_copy(call: str, dst: View, src: View) -> None:
