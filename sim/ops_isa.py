@@ -115,6 +115,13 @@ def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
     fr.store(outs[0], out)
 
 
+def h_exponential(fr: Frame, i: int) -> None:
+    """``out = exp(in - max_value)`` (max_value a per-partition scalar)."""
+    ins, outs = _io(fr, i, 2)
+    x = _f32(fr, ins[0])
+    fr.store(outs[0], np.exp(x - _per_partition(fr, ins[1], x, "max_value")))
+
+
 # --------------------------------------------------------------------------- selection
 
 
@@ -462,6 +469,7 @@ ISA_HANDLERS: dict[int, Callable[[Frame, int], None]] = {
     OPCODE_BY_NAME["MaxIndexAndMatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["StreamShuffle"]: h_stream_shuffle,
     Op.Gather: h_gather,
+    Op.Exponential: h_exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
     Op.DMACopy: h_dma_family,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,

@@ -692,3 +692,24 @@ def _bad(build) -> str:
 ])
 def test_the_verifier_checks_isa_shapes_and_dtypes(build, message):
     assert re.search(message, _bad(build)), _bad(build)
+
+
+def test_exponential_subtracts_the_max_and_sums():
+    x, top, init = f32(16, 40), f32(16, 1), f32(16, 1)
+    g = Kernel()
+    t, tm, ti = g.load("x", x), g.load("m", top), g.load("i", init)
+    y, r, r2 = g.tile("y", (16, 40)), g.tile("r", (16, 1)), g.tile("r2", (16, 1))
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r, reducecmd="ZeroAccumulate")
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r2, reducecmd="LoadAccumulate", reduceInit=ti)
+    for name, tile in (("y", y), ("r", r), ("r2", r2)):
+        g.store(name, tile)
+    out = g.run()
+    want = np.exp(x - top)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out["r2"][:, 0], want.sum(axis=1) + init[:, 0], rtol=1e-5)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("exponential", dst=t, src=t, maxValue=0.0, reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="exponential with a reduceRes and reduceCmd Idle"):
+        g2.lower()
