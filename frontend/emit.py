@@ -203,6 +203,9 @@ class Emitter:
         except TypeError as e:
             raise TraceError(f"{self.k.filename}:{self.k.pos_line}: {e}") from None
 
+    def op_nc_activate(self, **p: Any) -> None:
+        self._klr_operator("ncActivate", **p)  # the KLR-field form of activation (a tile scale, no reduce)
+
     def op_activation_reduce(self, **p: Any) -> None:
         self._klr_operator("activationReduce", **p)
 

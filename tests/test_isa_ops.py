@@ -713,3 +713,45 @@ def test_exponential_subtracts_the_max_and_sums():
     g2.op("exponential", dst=t, src=t, maxValue=0.0, reduceRes=g2.tile("r", (16, 1)))
     with pytest.raises(PassError, match="exponential with a reduceRes and reduceCmd Idle"):
         g2.lower()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_activation_with_a_per_partition_scale_tile(with_bias):
+    x, sc, b = f32(32, 24), f32(32, 1), f32(32, 1)
+    g = Kernel()
+    t, ts, tb = g.load("x", x), g.load("s", sc), g.load("b", b)
+    y, r = g.tile("y", (32, 24)), g.tile("r", (32, 1))
+    g.op("activationReduce", dst=y, src=t, activationFunc="tanh", scale=ts, bias=tb if with_bias else None,
+         reduceOp="max", reduceRes=r)
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(x * sc + (b if with_bias else 0))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.max(axis=1), rtol=1e-6)
+
+
+def test_nc_activate_kind_takes_a_scale_tile(tmp_path):
+    from tusk.frontend import trace_file
+    from tusk.frontend.check import run_klr
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x, s):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t, sc = nl.load(x), nl.load(s)
+    tr = current()
+    d = tr.tile(t.shape, t.tensor.dtype)
+    tr.op("nc_activate", (t, sc), (d,), dst=d, src=t, activationFunc="exp", scale=sc)
+    nl.store(out, value=d)
+    return out
+''')
+    x, s = f32(16, 8), f32(16, 1)
+    out = run_klr(trace_file(path, "k", ["f32[16,8]", "f32[16,1]"]), {"x": x, "s": s})
+    np.testing.assert_allclose(out["out"], np.exp(x * s), rtol=1e-6)
