@@ -281,6 +281,9 @@ class Emitter:
     def op_exponential(self, **p: Any) -> None:
         self._klr_operator("exponential", **p)
 
+    def op_activate2(self, **p: Any) -> None:
+        self._klr_operator("activate2", **p)
+
 
 def as_immediate(x: Any) -> Any:
     """A kernel's Python number as KLR stores it: ints within int32, floats rounded to float32 (a
@@ -304,7 +307,7 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds", "exponential"})
+    "shuffle", "sequence_bounds", "exponential", "activate2"})
 
 
 def merged(v: View) -> View:

@@ -102,6 +102,39 @@ def _load_init(cg: Any, cmd: str, init: Any, res: tuple, op: str) -> None:
              suffix=".init")
 
 
+def activate2(cg: Any, p: Any) -> None:
+    """``func((src op0 imm0) op1 imm1)`` on the Activation engine (``is_activate2``), + an optional reduce."""
+    cmd = p.reduceCmd.name
+    if p.reduceRes is not None and cmd not in ("ZeroAccumulate", "LoadAccumulate"):
+        raise cg._unsupported(f"activate2 with a reduceRes and reduceCmd {cmd} (the accumulator it reads is only "
+                              "defined after reset_reduce)")
+    if cmd == "LoadAccumulate":
+        raise cg._unsupported("activate2 reduceCmd LoadAccumulate")
+    func = _activation_func(cg, p.activationFunc)
+    src = cg.operand(p.src, Role.IN)
+    ins = [src, _scalar_in(cg, p.imm0, "activate2 imm0"), _scalar_in(cg, p.imm1, "activate2 imm1")]
+    relu_row, relu = cg._scalar_operand(p.reluParam, "activate2 reluParam")
+    if relu_row is not None:
+        raise cg._unsupported("an activate2 reluParam given as a tile")
+    dst = cg.operand(p.dst, Role.OUT)
+    hoisted = list(cg._indirect)
+    cg._emit("Activation", "Activation", ins, [dst],
+             {"func": func, "scale": 1.0, "alpha": float(relu), "acc": "Idle", "is_activate2": True,
+              "op0": _alu(p.op0), "reverse0": bool(p.reverse0), "op1": _alu(p.op1), "reverse1": bool(p.reverse1),
+              "reduce_op": "bypass"})
+    if p.reduceRes is not None:
+        _reduce_of(cg, dst, p.reduceRes, _alu(p.reduceOp), hoisted, engine="Activation")
+
+
+def _activation_func(cg: Any, f: Any) -> str:
+    from tusk.stages.klr_codegen import ACTIVATION_FUNCS  # the one table of BIR function names
+
+    name = ACTIVATION_FUNCS[f.name]
+    if name is None:
+        raise cg._unsupported(f"activation function {f.name}")
+    return name
+
+
 def exponential(cg: Any, p: Any) -> None:
     cmd = p.reducecmd.name
     if p.reduceRes is not None and cmd not in ("ZeroAccumulate", "LoadAccumulate"):
@@ -344,6 +377,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "matchReplace8": match_replace8,
     "shuffle": shuffle,
     "exponential": exponential,
+    "activate2": activate2,
     "ncLocalGather": nc_local_gather,
     "sequenceBounds": sequence_bounds,
     "dmaTranspose": dma_transpose,

@@ -755,3 +755,24 @@ def k(x, s):
     x, s = f32(16, 8), f32(16, 1)
     out = run_klr(trace_file(path, "k", ["f32[16,8]", "f32[16,1]"]), {"x": x, "s": s})
     np.testing.assert_allclose(out["out"], np.exp(x * s), rtol=1e-6)
+
+
+def test_activate2_scale_bias_then_function_then_reduce():
+    x, s0 = f32(16, 20), f32(16, 1)
+    g = Kernel()
+    t, ts = g.load("x", x), g.load("s", s0)
+    y, r = g.tile("y", (16, 20)), g.tile("r", (16, 1))
+    g.op("activate2", dst=y, src=t, op0="mult", imm0=ts, op1="subtract", imm1=0.25, reverse1=True,
+         activationFunc="tanh", reduceOp="add", reduceRes=r, reduceCmd="ZeroAccumulate")
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(np.float32(0.25) - x * s0)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-6)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("activate2", dst=t, src=t, op0="add", imm0=1.0, op1="bypass", imm1=0.0, activationFunc="exp",
+          reduceOp="add", reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="activate2 with a reduceRes and reduceCmd Idle"):
+        g2.lower()
