@@ -776,3 +776,21 @@ def test_activate2_scale_bias_then_function_then_reduce():
           reduceOp="add", reduceRes=g2.tile("r", (16, 1)))
     with pytest.raises(PassError, match="activate2 with a reduceRes and reduceCmd Idle"):
         g2.lower()
+
+
+def test_dce_keeps_seeding_and_draws_whose_results_are_unused():
+    from tusk.stages.dce import dce
+
+    g = Kernel()
+    s = g.load("seed", np.array([[3]], np.int32), "int32")
+    g.op("setRngSeed", src=s)
+    g.op("rng", dst=g.tile("unused", (4, 8), "uint32"))          # advances the generator; result never read
+    bits = g.tile("bits", (4, 8), "uint32")
+    g.op("rng", dst=bits)
+    g.store("bits", bits)
+    m = g.lower()
+    want = run(m, g.inputs)
+    fn, removed = dce(m.functions[0])
+    assert removed == 0
+    got = run(Module([fn], attributes=m.attributes), g.inputs)
+    np.testing.assert_array_equal(got["bits"], want["bits"])
