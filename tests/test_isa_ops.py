@@ -692,3 +692,105 @@ def _bad(build) -> str:
 ])
 def test_the_verifier_checks_isa_shapes_and_dtypes(build, message):
     assert re.search(message, _bad(build)), _bad(build)
+
+
+def test_exponential_subtracts_the_max_and_sums():
+    x, top, init = f32(16, 40), f32(16, 1), f32(16, 1)
+    g = Kernel()
+    t, tm, ti = g.load("x", x), g.load("m", top), g.load("i", init)
+    y, r, r2 = g.tile("y", (16, 40)), g.tile("r", (16, 1)), g.tile("r2", (16, 1))
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r, reducecmd="ZeroAccumulate")
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r2, reducecmd="LoadAccumulate", reduceInit=ti)
+    for name, tile in (("y", y), ("r", r), ("r2", r2)):
+        g.store(name, tile)
+    out = g.run()
+    want = np.exp(x - top)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out["r2"][:, 0], want.sum(axis=1) + init[:, 0], rtol=1e-5)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("exponential", dst=t, src=t, maxValue=0.0, reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="exponential with a reduceRes and reduceCmd Idle"):
+        g2.lower()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_activation_with_a_per_partition_scale_tile(with_bias):
+    x, sc, b = f32(32, 24), f32(32, 1), f32(32, 1)
+    g = Kernel()
+    t, ts, tb = g.load("x", x), g.load("s", sc), g.load("b", b)
+    y, r = g.tile("y", (32, 24)), g.tile("r", (32, 1))
+    g.op("activationReduce", dst=y, src=t, activationFunc="tanh", scale=ts, bias=tb if with_bias else None,
+         reduceOp="max", reduceRes=r)
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(x * sc + (b if with_bias else 0))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.max(axis=1), rtol=1e-6)
+
+
+def test_nc_activate_kind_takes_a_scale_tile(tmp_path):
+    from tusk.frontend import trace_file
+    from tusk.frontend.check import run_klr
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x, s):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t, sc = nl.load(x), nl.load(s)
+    tr = current()
+    d = tr.tile(t.shape, t.tensor.dtype)
+    tr.op("nc_activate", (t, sc), (d,), dst=d, src=t, activationFunc="exp", scale=sc)
+    nl.store(out, value=d)
+    return out
+''')
+    x, s = f32(16, 8), f32(16, 1)
+    out = run_klr(trace_file(path, "k", ["f32[16,8]", "f32[16,1]"]), {"x": x, "s": s})
+    np.testing.assert_allclose(out["out"], np.exp(x * s), rtol=1e-6)
+
+
+def test_activate2_scale_bias_then_function_then_reduce():
+    x, s0 = f32(16, 20), f32(16, 1)
+    g = Kernel()
+    t, ts = g.load("x", x), g.load("s", s0)
+    y, r = g.tile("y", (16, 20)), g.tile("r", (16, 1))
+    g.op("activate2", dst=y, src=t, op0="mult", imm0=ts, op1="subtract", imm1=0.25, reverse1=True,
+         activationFunc="tanh", reduceOp="add", reduceRes=r, reduceCmd="ZeroAccumulate")
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(np.float32(0.25) - x * s0)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-6)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("activate2", dst=t, src=t, op0="add", imm0=1.0, op1="bypass", imm1=0.0, activationFunc="exp",
+          reduceOp="add", reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="activate2 with a reduceRes and reduceCmd Idle"):
+        g2.lower()
+
+
+def test_dce_keeps_seeding_and_draws_whose_results_are_unused():
+    from tusk.stages.dce import dce
+
+    g = Kernel()
+    s = g.load("seed", np.array([[3]], np.int32), "int32")
+    g.op("setRngSeed", src=s)
+    g.op("rng", dst=g.tile("unused", (4, 8), "uint32"))          # advances the generator; result never read
+    bits = g.tile("bits", (4, 8), "uint32")
+    g.op("rng", dst=bits)
+    g.store("bits", bits)
+    m = g.lower()
+    want = run(m, g.inputs)
+    fn, removed = dce(m.functions[0])
+    assert removed == 0
+    got = run(Module([fn], attributes=m.attributes), g.inputs)
+    np.testing.assert_array_equal(got["bits"], want["bits"])
