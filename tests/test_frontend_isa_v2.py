@@ -387,3 +387,31 @@ def test_nc_matmul_transpose_mode_marks_the_klr_matmul(tmp_path):
     mms = [s.op.op for b in kern.bodies for blk in b for s in blk.body if type(s.op.op).__name__ == "NcMatMul"]
     assert [m.isTranspose for m in mms] == [True]
     assert np.array_equal(run_klr(data, {"a": a})["out"], a.T)
+
+
+def test_activate2_and_exponential_from_a_loaded_sum(tmp_path):
+    a, s, z = rand(32, 24), rand(32, 1, lo=0.5, hi=1.5), rand(32, 1)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, s, z):
+            act = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            sc = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            z0 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for d, src in ((x, a), (sc, s), (z0, z)):
+                nisa.dma_copy(dst=d, src=src)
+            y = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activate2(y, nl.tanh, x, sc, 0.25, nl.multiply, nl.subtract, reduce_op=nl.add, reduce_res=r[:, 0:1],
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            e = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.exponential(e, x, reduce_res=r[:, 1:2], reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=z0)
+            nisa.dma_copy(dst=act, src=y)
+            nisa.dma_copy(dst=sums, src=r)
+            return act, sums
+    """, {"a": a, "s": s, "z": z})
+    want = np.tanh(a * s - 0.25)
+    np.testing.assert_allclose(res["act"], want, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(res["sums"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["sums"][:, 1], np.exp(a).sum(axis=1) + z[:, 0], rtol=1e-5)

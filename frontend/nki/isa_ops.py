@@ -89,12 +89,6 @@ def fresh(shape: tuple[int, ...], dtype: Any = "float32", memory: str = "sbuf") 
     return current().tile(shape, as_dtype(dtype), memory)
 
 
-def like(v: View, dtype: Any = "float32") -> View:
-    """A scratch tile of ``v``'s shape (the intermediate of a lowered sequence: float32, as the engines
-    compute)."""
-    return fresh(v.shape if v.ndim > 1 else (v.shape[0], 1), dtype)
-
-
 def reads(*xs: Any) -> tuple[View, ...]:
     return tuple(x for x in xs if isinstance(x, View))
 
@@ -243,28 +237,25 @@ def _bias(bias: Any, rows: int, call: str) -> View | None:
 def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any = None,
                reduce_res: Any = None) -> None:
     """``dst = op(data * scale + bias)``, and with ``reduce_res`` its sum along the free axes (KLR
-    activationReduce, from zero: check_reduce took the command).  A [P, 1] ``scale`` tile: a
-    tensorScalar mult first into a float32 tile, then the activation with scale 1 (the engine multiplies
-    in float32 too)."""
+    activationReduce, from zero: check_reduce took the command).  ``scale`` is a number or a [P, 1]
+    column (KLR ncActivate's Operand)."""
     func = activation_func(op, call)
     same_size(call, dst, data)
     rows = data.shape[0]
     b = _bias(bias, rows, call)
-    if not number(scale):
-        col = operand(scale, rows, f"{call} scale")
-        scaled = like(data)
-        current().op("tensor_scalar", (data, col), (scaled,), dst=scaled, src=data, op0="mult", imm0=col,
-                     reverse0=False)
-        data, scale = scaled, 1.0
+    scale = float(scale) if number(scale) else column_of(scale, rows, f"{call} scale")
     if reduce_res is None:
-        current().op("activation", reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b,
-                     scale=float(scale))
+        if isinstance(scale, View):  # KLR ncActivate with an Operand scale: one instruction
+            native(call, "nc_activate", reads(data, b, scale), (dst,), dst=dst, src=data, activationFunc=func,
+                   scale=scale, bias=b)
+            return
+        current().op("activation", reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b, scale=scale)
         return
     if alu(reduce_op, f"{call} reduce_op") != "add":
         raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
-    native(call, "activation_reduce", reads(data, b), (dst, res), dst=dst, src=data, activationFunc=func,
-           scale=float(scale), bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
+    native(call, "activation_reduce", reads(data, b, scale), (dst, res), dst=dst, src=data, activationFunc=func,
+           scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
 
 
 def column_of(x: Any, rows: int, what: str) -> View:
@@ -333,17 +324,44 @@ def _contiguous_free(v: View) -> bool:
     return all(s == math.prod(n for _, n in dims[k + 1:]) for k, (s, _) in enumerate(dims))
 
 
-def exponential(call: str, dst: View, src: View, max_value: Any) -> None:
-    """``dst = exp(src - max_value)``: a tensorScalar subtract into float32, then exp."""
+def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any, cmd: Any,
+                reduce_init: Any) -> None:
+    """``dst = exp(src - max_value)``; with ``reduce_res`` its row sums from zero (reset_reduce) or from
+    ``reduce_init`` (load_reduce) (KLR exponential)."""
     same_size(call, dst, src, "src")
-    if number(max_value) and float(max_value) == 0.0:
-        activation(call, dst, nl.exp, src, None, 1.0)
+    rows = src.shape[0]
+    top = imm_or_column(max_value, rows, f"{call} max_value")
+    if reduce_res is None:
+        if cmd != reduce_cmd.idle:
+            raise refuse(call, "reduce_cmd", cmd, "the accumulator registers are not kept across calls; give "
+                         "reduce_res")
+        native(call, "exponential", reads(src, top), (dst,), dst=dst, src=src, maxValue=top)
         return
-    m = operand(max_value, src.shape[0], f"{call} max_value")
-    shifted = like(src)
-    current().op("tensor_scalar", reads(src, m), (shifted,), dst=shifted, src=src, op0="subtract", imm0=m,
-                 reverse0=False)
-    activation(call, dst, nl.exp, shifted, None, 1.0)
+    if cmd not in (reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+        raise refuse(call, "reduce_cmd", cmd, "reset_reduce or load_reduce: the accumulator registers are not "
+                     "kept across calls")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
+    native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
+           reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
+
+
+def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, op0: Any, op1: Any,
+              relu_param: Any, reverse0: bool, reverse1: bool, reduce_op: Any, reduce_res: Any,
+              cmd: Any) -> None:
+    """``op((data op0 imm0) op1 imm1)`` on the Scalar Engine, + an optional row reduction (KLR activate2)."""
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    if not number(relu_param):
+        raise unsupported(f"{call} relu_param given as a tile (a number)")
+    check_reduce(call, reduce_op, reduce_res, cmd)
+    i0, i1 = imm_or_column(imm0, rows, f"{call} imm0"), imm_or_column(imm1, rows, f"{call} imm1")
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "activate2", reads(data, i0, i1), (dst,) + reads(res), dst=dst, src=data,
+           op0=alu(op0, call), op1=alu(op1, call), imm0=i0, imm1=i1, activationFunc=activation_func(op, call),
+           reluParam=float(relu_param), reduceOp="bypass" if reduce_op is None else alu(reduce_op, call),
+           reduceRes=res, reduceCmd="ZeroAccumulate" if res is not None else "Idle", reverse0=bool(reverse0),
+           reverse1=bool(reverse1))
 
 
 # ---------------------------------------------------------------------------- reductions

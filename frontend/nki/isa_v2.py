@@ -123,9 +123,15 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
                 name=None):
     call = "nisa.exponential"
     d = tile(dst, f"{call} dst")
-    ops.check_reduce(call, None if reduce_res is None else nl.add, reduce_res, reduce_cmd)
-    ops.exponential(call, d, tile(src, call), max_value)
-    ops.reduce_into(call, reduce_res, d, nl.add, init=reduce_init)
+    ops.exponential(call, d, tile(src, call), max_value, reduce_res, reduce_cmd, reduce_init)
+
+
+@documented("nisa.activate2")
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+    call = "nisa.activate2"
+    ops.activate2(call, tile(dst, f"{call} dst"), op, tile(data, call), imm0, imm1, op0, op1, relu_param,
+                  reverse0, reverse1, reduce_op, reduce_res, reduce_cmd)
 
 
 @documented("nisa.tensor_scalar_reduce")
