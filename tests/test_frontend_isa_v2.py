@@ -314,7 +314,7 @@ def test_enums_and_nc_version_are_there(tmp_path):
             out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
             t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
             nisa.dma_copy(dst=t, src=a, dge_mode=nisa.dge_mode.hwdge, oob_mode=nisa.oob_mode.skip)
-            nisa.tensor_copy(dst=t, src=t, engine=nisa.engine.gpsimd)
+            nisa.tensor_copy(dst=t, src=t, engine=nisa.engine.gpsimd, dtype=nl.float32)  # restates dst's
             nisa.dma_copy(dst=out, src=t)
             return out
     """, {"a": a})["out"]
@@ -322,8 +322,10 @@ def test_enums_and_nc_version_are_there(tmp_path):
 
 
 @pytest.mark.parametrize("call, message", [
-    ("nisa.tensor_copy(dst=y, src=t, dtype=nl.float32)",
-     "nisa.tensor_copy: unknown keyword argument 'dtype'"),
+    ("nisa.tensor_copy(dst=y, src=t, dtype=nl.bfloat16)",
+     "not supported: nisa.tensor_copy dtype=nl.bfloat16 (a 2.x call writes dst's dtype"),
+    ("nisa.tensor_copy(dst=y, src=t, dtpye=nl.float32)",
+     "nisa.tensor_copy: unknown keyword argument 'dtpye'"),
     ("nisa.tensor_copy(y, t, nisa.engine.vector, 'n', 5)", "nisa.tensor_copy(dst, src, engine="),
     ("nisa.nc_matmul(p, t)", "missing a required argument: 'moving'"),
     ("nisa.nc_matmul(p, t, t, perf_mode=nisa.matmul_perf_mode.double_row)",

@@ -29,6 +29,8 @@ def documented(call: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
         @functools.wraps(fn)
         def entry(*args: Any, **kwargs: Any) -> Any:
+            # NKI 2.x tutorials still pass 1.x's dtype= beside dst; it can only restate dst's dtype
+            restated = kwargs.pop("dtype", None) if "dst" in names and "dtype" not in names else None
             unknown = [k for k in kwargs if k not in names]
             if unknown:
                 raise Unsupported(f"{call}: unknown keyword argument {unknown[0]!r} (its parameters: "
@@ -38,11 +40,21 @@ def documented(call: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             except TypeError as e:
                 raise Unsupported(f"{call}{signature_text(sig)}: {e}") from None
             bound.apply_defaults()
+            if restated is not None:
+                _same_dtype(call, restated, bound.arguments["dst"])
             return fn(*bound.args, **bound.kwargs)
 
         entry.nisa_call = call
         return entry
     return wrap
+
+
+def _same_dtype(call: str, dtype: Any, dst: Any) -> None:
+    from tusk.frontend.tensors import as_dtype
+    have = getattr(dst, "dtype", None)
+    if have is None or as_dtype(dtype) != have:
+        raise Unsupported(f"not supported: {call} dtype={dtype!r} (a 2.x call writes dst's dtype, {have!r}; "
+                          "dtype= is not in its signature)")
 
 
 def unknown_name(module: str, name: str) -> TraceError:
