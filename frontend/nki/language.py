@@ -27,7 +27,12 @@ int32, int16, int8 = Dtype("int32"), Dtype("int16"), Dtype("int8")
 uint32, uint16, uint8 = Dtype("uint32"), Dtype("uint16"), Dtype("uint8")
 tfloat32 = float32
 float8_e4m3, float8_e5m2 = Dtype("float8_e4m3"), Dtype("float8e5")  # KLR's names (float8e5: E5M2)
+float8_e4m3fn = Dtype("float8_e4m3fn")
+# packed MX types and the E8M0 scale type: named so kernels import, refused where a tensor uses them
+float8_e5m2_x4, float8_e4m3fn_x4 = Dtype("float8_e5m2_x4"), Dtype("float8_e4m3fn_x4")
+float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), Dtype("float8_e8m0fnu")
 bool_ = uint8
+tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
 
 sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", "hbm"
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
@@ -39,7 +44,13 @@ class tile_size:
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
     psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
     bn_stats_fmax = 512
+    # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
+    total_available_sbuf_size = sbuf_fmax_bytes = 229376 - 16392
+    sbuf_fmax = sbuf_fmax_bytes // 4
 
 
 def par_dim(n: int) -> ParDim:
@@ -129,6 +140,34 @@ def program_ndim() -> int:
 
 
 # ---------------------------------------------------------------------------- helpers
+# keywords NKI 1.x takes on every call and Tusk has no use for (a debug name)
+_IGNORED_KEYWORDS = frozenset({"name"})
+
+
+def _no_keywords(what: str, kw: dict[str, Any]) -> None:
+    """An unknown keyword argument is the kernel's mistake: name it, never swallow it."""
+    unknown = sorted(set(kw) - _IGNORED_KEYWORDS)
+    if unknown:
+        raise unsupported(f"{what}(..., {', '.join(k + '=' for k in unknown)}) (no such keyword argument)")
+
+
+def _needs_back_half(kind: str, what: str) -> None:
+    """Refuse a call whose KLR operator the emitter cannot write yet (rather than emit something else)."""
+    from tusk.frontend.emit import Emitter
+    if not hasattr(Emitter, "op_" + kind):
+        raise unsupported(f"{what} (its KLR operator, {kind}, has no writer in this build)")
+
+
+def _broadcast_operand(x: Any, shape: tuple[int, ...], what: str) -> View:
+    """A number or a tile as a tile of ``shape`` (numbers are memset, tiles broadcast as nl.broadcast_to)."""
+    if _is_number(x):
+        t = current().tile(shape, float32)
+        _memset(t, x)
+        return t
+    v = _tile(x, what)
+    return v if v.shape == shape else _broadcast_to(v, shape)
+
+
 def _tile(x: Any, what: str) -> View:
     if isinstance(x, Tensor):
         x = x.view()
@@ -170,7 +209,7 @@ def _out_dtype(dtype: Any, *xs: Any) -> Dtype:
 
 def _column(v: View, rows: int) -> bool:
     """One value per partition: shape (P,), (P, 1), (P, 1, 1) ..."""
-    return v.shape[0] == rows and all(n == 1 for n in v.shape[1:])
+    return v.shape[0] == rows and builtins.all(n == 1 for n in v.shape[1:])
 
 
 def _as_column(v: View) -> View:
@@ -179,7 +218,10 @@ def _as_column(v: View) -> View:
 
 
 # ---------------------------------------------------------------------------- memory
-def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **_: Any) -> Tensor:
+def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", address: Any = None,
+            **kw: Any) -> Tensor:
+    """``address=`` (NKI 2.x placement) is ignored: Tusk places every tile itself."""
+    _no_keywords("nl.ndarray", kw)
     as_shape(shape)
     shape = tuple(shape)
     mem = _BUFFERS.get(str(buffer) if buffer is not None else "sbuf")
@@ -207,6 +249,7 @@ def _assigned_name() -> str:
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.full", kw)
     t = ndarray(shape, dtype, buffer, name)
     if not t.on_chip:
         raise unsupported("nl.zeros/nl.full/nl.ones in HBM (fill an SBUF tile and nl.store it)")
@@ -215,14 +258,17 @@ def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, 
 
 
 def zeros(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.zeros", kw)
     return full(shape, 0, dtype, buffer, name)
 
 
 def ones(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.ones", kw)
     return full(shape, 1, dtype, buffer, name)
 
 
 def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.zeros_like", kw)
     return full(a.shape, 0, dtype or a.dtype, buffer, name)
 
 
@@ -234,7 +280,8 @@ def _memset(dst: View, value: Any) -> None:
     current().op("memset", (), (dst,), dst=dst, value=float(value) if "float" in dst.dtype else int(value))
 
 
-def load(src: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.load", kw)
     src = _hbm(src, "nl.load")
     tr = current()
     if src.shape[0] > PARTITIONS:
@@ -249,7 +296,8 @@ def load(src: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     return dst
 
 
-def store(dst: Any, value: Any, mask: Any = None, **_: Any) -> None:
+def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
+    _no_keywords("nl.store", kw)
     dst = _hbm(dst, "nl.store")
     tr = current()
     if _is_number(value):
@@ -267,7 +315,8 @@ def store(dst: Any, value: Any, mask: Any = None, **_: Any) -> None:
     tr.op("dma", (s,), (d,), dst=d, src=s)
 
 
-def copy(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def copy(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.copy", kw)
     src = _tile(x, "nl.copy")
     dt = as_dtype(dtype) if dtype is not None else src.dtype
     dst = current().tile(src.shape, dt)
@@ -279,6 +328,10 @@ def copy(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
 def _assign(dst: View, value: Any) -> None:
     """``dst[...] = value``."""
     tr = current()
+    into = getattr(value, "_assign_into", None)
+    if into is not None:  # nl.loop_reduce: the destination is the accumulator
+        into(dst)
+        return
     if _is_number(value):
         _memset(dst, value)
         return
@@ -310,7 +363,7 @@ def _accumulate(dst: View, value: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- elementwise
-_ALU = {"add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
+_ALU = {"mod": "mod", "add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
         "minimum": "min", "equal": "is_equal", "not_equal": "not_equal", "greater": "is_gt",
         "greater_equal": "is_ge", "less": "is_lt", "less_equal": "is_le", "power": "pow",
         "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
@@ -365,7 +418,8 @@ def _numbers(name: str, x: Any, y: Any) -> Any:
 
 
 def _make_binary(name: str):
-    def fn(x: Any, y: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    def fn(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Any:
+        _no_keywords(f"nl.{name}", kw)
         return _binary(name, x, y, dtype, mask)
     fn.__name__ = name
     fn.__qualname__ = name
@@ -407,7 +461,8 @@ def _activation(func: str, x: Any, dtype: Any = None, mask: Any = None, *, bias:
 
 
 def _make_activation(name: str, func: str):
-    def fn(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+    def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+        _no_keywords(f"nl.{name}", kw)
         return _activation(func, x, dtype, mask)
     fn.__name__ = name
     fn.__qualname__ = name
@@ -435,11 +490,13 @@ sign = _make_activation("sign", "sign")
 arctan = _make_activation("arctan", "arctan")
 
 
-def abs(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def abs(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.abs", kw)
     return _activation("abs", x, dtype, mask)
 
 
-def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.reciprocal", kw)
     src = _tile(x, "nl.reciprocal")
     dst = current().tile(src.shape, _out_dtype(dtype, src))
     d, s = _masked([dst, src], mask)
@@ -447,7 +504,8 @@ def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     return dst
 
 
-def negative(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def negative(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.negative", kw)
     return _binary("multiply", x, -1.0, dtype, mask)
 
 
@@ -461,19 +519,30 @@ _REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")
 
 def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *, negate: bool = False,
             what: str = "") -> View:
+    """``tensorReduce`` over free axes: the source's access pattern walks the kept axes first and the
+    reduced ones innermost (any free axes can be reduced that way; the partition axis cannot)."""
     src = _tile(x, what)
     axes = _axes(axis, src.ndim, what)
     k = len(axes)
-    if 0 in axes or axes != tuple(range(src.ndim - k, src.ndim)):
-        raise unsupported(f"{what} along axis {axis} of a {src.ndim}-axis tile (only the trailing free "
-                          "axes; the partition axis cannot be reduced)")
+    if 0 in axes:
+        raise unsupported(f"{what} along axis {axis} of a {src.ndim}-axis tile (the partition axis cannot be "
+                          "reduced; transpose it into a free axis first)")
+    if k > len(_REDUCE_AXES):
+        raise unsupported(f"{what} along {k} axes (at most {len(_REDUCE_AXES)})")
     tr = current()
-    kept = src.shape[:src.ndim - k]
+    kept_axes = [a for a in range(src.ndim) if a not in axes]
+    kept = tuple(src.shape[a] for a in kept_axes)
     dst = tr.tile(kept + (1,) * k if len(kept) > 1 else (src.shape[0], 1), _out_dtype(dtype, src))
-    d, s = _masked([dst, src], mask)
-    tr.op("tensor_reduce", (s,), (d,), dst=d, src=s, op=op, axis=_REDUCE_AXES[k - 1], negate=negate)
+    cut, = _masked([src], mask)
+    cut.check_bounds()
+    walk = View(cut.tensor, cut.offset, tuple(cut.dims[a] for a in kept_axes) + tuple(cut.dims[a] for a in axes))
+    out = dst.narrowed({d: cut.shape[a] for d, a in enumerate(kept_axes)})
+    tr.op("tensor_reduce", (walk,), (out,), dst=out, src=walk, op=op, axis=_REDUCE_AXES[k - 1], negate=negate)
     if keepdims:
-        return dst.with_dims(dst.dims[:1] + ((1, 1),) * (src.ndim - 1)) if dst.ndim != src.ndim else dst
+        # the reduced axes as unit dims in their places
+        it = iter(dst.dims[:len(kept)])
+        return View(dst.tensor, dst.offset, tuple((1, 1) if a in axes else next(it) for a in range(src.ndim)),
+                    tuple(-1 if a in axes else a for a in range(src.ndim)))
     return dst.with_dims(dst.dims[:len(kept)])
 
 
@@ -486,23 +555,28 @@ def _axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
     return tuple(sorted({int(a) % ndim for a in items}))
 
 
-def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.sum", kw)
     return _reduce("add", x, axis, dtype, keepdims, mask, what="nl.sum")
 
 
-def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.max", kw)
     return _reduce("max", x, axis, dtype, keepdims, mask, what="nl.max")
 
 
-def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.min", kw)
     return _reduce("min", x, axis, dtype, keepdims, mask, what="nl.min")
 
 
-def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.prod", kw)
     return _reduce("mult", x, axis, dtype, keepdims, mask, what="nl.prod")
 
 
-def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.mean", kw)
     src = _tile(x, "nl.mean")
     total = _reduce("add", src, axis, float32 if dtype is None else dtype, keepdims, mask, what="nl.mean")
     count = math.prod(src.shape[a] for a in _axes(axis, src.ndim, "nl.mean"))
@@ -535,7 +609,8 @@ def _transpose(x: View, what: str) -> View:
     return _matmul(x, ident[0:p, 0:p], what)
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **_: Any) -> View:
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.matmul", kw)
     """``x @ y`` into PSUM; ``transpose_x``: x is given as [K, M]."""
     a, b = _tile(x, "nl.matmul"), _tile(y, "nl.matmul")
     if mask is not None:
@@ -546,7 +621,8 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **_: Any
     return _matmul(a, b, "nl.matmul")
 
 
-def transpose(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.transpose", kw)
     src = _tile(x, "nl.transpose")
     out = _transpose(src, "nl.transpose")
     return copy(out, dtype=dtype or src.dtype) if dtype is not None else out
@@ -583,7 +659,12 @@ def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
 
 # ---------------------------------------------------------------------------- everything else
 def device_print(*_: Any, **__: Any) -> None:
-    return None
+    """Printing happens on the device in NKI; a traced kernel has nothing to print (a no-op)."""
+    return
+
+
+from tusk.frontend.nki.nl_math import *
+from tusk.frontend.nki.nl_memory import *
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,339 @@
+"""nl entries of both NKI generations: each traced from a small kernel written here, translated, run in the
+interpreter and compared with numpy (exactly where the lowering is exact)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+"""
+
+
+def run(tmp_path, body: str, specs: list[str], inputs: dict[str, np.ndarray], fn: str = "k") -> dict:
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    return run_klr(trace_file(path, fn, specs), inputs)
+
+
+def refused(tmp_path, body: str, specs: list[str], fn: str = "k") -> str:
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, fn, specs)
+    return str(e.value)
+
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, lo=-4.0, hi=4.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def test_ds_slices_with_loop_index_starts(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(a.shape[0] // 128):
+                for j in nl.affine_range(a.shape[1] // 32):
+                    t = nl.load(a[nl.ds(i * 128, 128), nl.ds(j * 32, 32)])
+                    nl.store(out[nl.ds(i * 128, 128), nl.ds(j * 32, 32)], value=nl.multiply(t, 2.0))
+            return out
+    """, ["f32[256,96]"], {"a": (a := rand(256, 96))})
+    assert np.array_equal(out["out"], a * 2)
+
+
+def test_ds_outside_the_tensor_is_refused_at_its_line(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(3):
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                nl.store(out[nl.ds(0, 128), :], value=t)
+            return out
+    """, ["f32[256,8]"])
+    assert "k.py:10" in msg and "outside axis 0" in msg
+
+
+def test_rounding_and_remainders_match_numpy_exactly(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            fl = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ce = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            tr = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            md = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            fm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(fl, nl.floor(x))
+            nl.store(ce, nl.ceil(x))
+            nl.store(tr, nl.trunc(x))
+            nl.store(md, nl.mod(x, 1.5))
+            nl.store(fm, nl.fmod(x, 1.5))
+            return fl, ce, tr, md, fm
+    """, ["f32[128,64]"], {"a": (a := np.concatenate([rand(128, 60), np.full((128, 4), -1e-10, np.float32)], 1))})
+    assert np.array_equal(out["fl"], np.floor(a)) and np.array_equal(out["ce"], np.ceil(a))
+    assert np.array_equal(out["tr"], np.trunc(a))
+    assert np.array_equal(out["md"], np.mod(a, np.float32(1.5)))
+    assert np.array_equal(out["fm"], np.fmod(a, np.float32(1.5)))
+
+
+def test_bitwise_and_shift_ops_on_integer_tiles(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o4 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o5 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o6 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            nl.store(o1, nl.bitwise_and(x, y))
+            nl.store(o2, nl.bitwise_or(x, 6))
+            nl.store(o3, nl.bitwise_xor(x, y))
+            nl.store(o4, nl.left_shift(x, 3))
+            nl.store(o5, nl.right_shift(x, 2))
+            nl.store(o6, nl.invert(x))
+            return o1, o2, o3, o4, o5, o6
+    """, ["i32[128,16]", "i32[128,16]"], {"a": (a := RNG.integers(-1000, 1000, (128, 16)).astype(np.int32)),
+                                         "b": (b := RNG.integers(-1000, 1000, (128, 16)).astype(np.int32))})
+    assert np.array_equal(out["o1"], a & b) and np.array_equal(out["o2"], a | 6)
+    assert np.array_equal(out["o3"], a ^ b) and np.array_equal(out["o4"], a << 3)
+    assert np.array_equal(out["o5"], a >> 2) and np.array_equal(out["o6"], ~a)
+
+
+def test_bitwise_ops_of_float_tiles_are_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = nl.bitwise_and(x, 3)
+            nl.store(a, y)
+    """, ["f32[128,16]"])
+    assert "k.py:9" in msg and "nl.bitwise_and of a float32 tile" in msg
+
+
+def test_logical_ops_and_abs_max(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            nl.store(o1, nl.logical_and(nl.greater(x, 0.0), nl.less(y, 0.0)))
+            nl.store(o2, nl.logical_not(nl.greater(x, 0.0)))
+            nl.store(o3, nl.abs_max(x, y))
+            return o1, o2, o3
+    """, ["f32[128,32]", "f32[128,32]"], {"a": (a := rand(128, 32)), "b": (b := rand(128, 32))})
+    assert np.array_equal(out["o1"], ((a > 0) & (b < 0)).astype(np.float32))
+    assert np.array_equal(out["o2"], (a <= 0).astype(np.float32))
+    assert np.array_equal(out["o3"], np.maximum(np.abs(a), np.abs(b)))
+
+
+@pytest.mark.parametrize("axis", [1, 2, (1, 2), (1, 3), 3])
+def test_reductions_over_any_free_axes(tmp_path, axis):
+    a = rand(64, 3, 5, 4)
+    out = run(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            m = nl.max(x, axis={axis!r}, keepdims=True)
+            s = nl.sum(x, axis={axis!r})
+            om = nl.ndarray(m.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            os_ = nl.ndarray(s.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(om, m)
+            nl.store(os_, s)
+            return om, os_
+    """, ["f32[64,3,5,4]"], {"a": a})
+    assert np.array_equal(out["om"], a.max(axis=axis, keepdims=True))
+    np.testing.assert_allclose(out["os_"], a.sum(axis=axis), rtol=1e-6, atol=1e-5)
+
+
+def test_var_softmax_rms_norm_all(tmp_path):
+    a, w = rand(128, 48), rand(128, 48)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, w):
+            ov = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+            osm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            orn = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            oa = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(ov, nl.var(x, axis=1))
+            nl.store(osm, nl.softmax(x, axis=1))
+            nl.store(orn, nl.rms_norm(x, nl.load(w), axis=1, n=48, epsilon=1e-5))
+            nl.store(oa, nl.all(nl.greater(x, -3.9), axis=1))
+            return ov, osm, orn, oa
+    """, ["f32[128,48]", "f32[128,48]"], {"a": a, "w": w})
+    d = a.astype(np.float64)
+    np.testing.assert_allclose(out["ov"][:, 0], d.var(axis=1), rtol=1e-5)
+    e = np.exp(d - d.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["osm"], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    rn = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(out["orn"], rn, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(out["oa"][:, 0], (a > -3.9).all(axis=1).astype(np.float32))
+
+
+def test_broadcast_to_function_and_expand_dims(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(row, col):
+            o1 = nl.ndarray((128, 64), dtype=row.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 64), dtype=row.dtype, buffer=nl.shared_hbm)
+            r = nl.load(row)
+            c = nl.load(col)
+            nl.store(o1, nl.broadcast_to(r, shape=(128, 64)))
+            nl.store(o2, nl.broadcast_to(c, (128, 64), dtype=nl.float32))
+            return o1, o2
+    """, ["f32[1,64]", "f32[128,1]"], {"row": (r := rand(1, 64)), "col": (c := rand(128, 1))})
+    assert np.array_equal(out["o1"], np.broadcast_to(r, (128, 64)))
+    assert np.array_equal(out["o2"], np.broadcast_to(c, (128, 64)))
+
+
+def test_shared_constant_and_identity(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+            oc = nl.ndarray((4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=a.dtype)
+            eye = nl.load(ident)
+            x = nl.load(a)
+            nl.store(out, nl.add(eye, nl.multiply(nl.shared_identity_matrix(128, dtype=nl.float32), x)))
+            tri = nl.shared_constant(np.triu(np.arange(24, dtype=np.float32).reshape(4, 6)))
+            nl.store(oc, nl.load(tri))
+            return out, oc
+    """, ["f32[128,128]"], {"a": (a := rand(128, 128))})
+    assert np.array_equal(out["out"], np.identity(128, dtype=np.float32) * (1 + a))
+    assert np.array_equal(out["oc"], np.triu(np.arange(24, dtype=np.float32).reshape(4, 6)))
+
+
+def test_load_transpose2d(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.load_transpose2d(a))
+            return out
+    """, ["f32[200,96]"], {"a": (a := rand(200, 96))})
+    assert np.array_equal(out["out"], a.T)
+
+
+def test_loop_reduce_accumulates_into_its_destination(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+            acc = nl.zeros((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            for i in nl.affine_range(a.shape[0] // 128):
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                acc[...] = nl.loop_reduce(t, op=np.max, loop_indices=[i], name="m")
+            nl.store(out, acc)
+            return out
+    """, ["f32[512,32]"], {"a": (a := rand(512, 32, lo=0.0))})
+    assert np.array_equal(out["out"], a.reshape(4, 128, 32).max(axis=0))
+
+
+def test_loop_reduce_used_as_a_tile_is_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.load(a)
+            r = nl.loop_reduce(t, op=np.add, loop_indices=[])
+            nl.store(a, nl.exp(r))
+    """, ["f32[128,32]"])
+    assert "k.py:10" in msg and "LoopReduce" in msg
+
+
+def test_nki2_ndarray_views_ap_and_fori_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+            # rows 0..127 of a, every other column, through an explicit access pattern
+            nl.store(out[:, 0:32], nl.load(a.ap([[128, 128], [2, 32]], offset=1)))
+            def body(j):
+                col = nl.load(a.ap([[128, 128], [1, 1]], scalar_offset=j, indirect_dim=1))
+                nl.store(out.ap([[64, 128], [1, 1]], offset=32, scalar_offset=j, indirect_dim=1), col)
+            nl.fori_loop(0, 32, body)
+            return out
+    """, ["f32[128,128]"], {"a": (a := rand(128, 128))})
+    assert np.array_equal(out["out"][:, :32], a[:, 1:64:2])
+    assert np.array_equal(out["out"][:, 32:], a[:, :32])
+
+
+def test_nki2_view_methods(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)                          # [128, 24]
+            y = x.reshape_dim(1, (6, 4)).permute((0, 2, 1))
+            nl.store(out, nl.copy(y))
+            z = x.reshape((128, 4, 6)).select(1, 2)
+            nl.store(o2, nl.exp(z))
+            return out, o2
+    """, ["f32[128,24]"], {"a": (a := rand(128, 24))})
+    assert np.array_equal(out["out"], a.reshape(128, 6, 4).transpose(0, 2, 1))
+    assert np.allclose(out["o2"], np.exp(a.reshape(128, 4, 6)[:, 2]), rtol=1e-6)
+
+
+def test_spmd_dim_nc_and_no_reorder(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            i = nl.program_id(0)
+            with nl.no_reorder():
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                nl.store(out[nl.ds(i * 128, 128), :], nl.add(t, 1.0))
+            return out
+    """))
+    from tusk.frontend.nki import language as nl
+    data = trace_file(path, "k", ["f32[512,8]"], (nl.spmd_dim(nl.nc(2), 2),))
+    a = rand(512, 8)
+    assert np.array_equal(run_klr(data, {"a": a})["out"], a + 1)
+
+
+def test_unknown_keywords_are_named(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.load(a)
+            nl.store(a, nl.exp(t, dtyp=nl.float32))
+    """, ["f32[128,8]"])
+    assert "k.py:9" in msg and "dtyp=" in msg
+
+
+def test_while_loop_and_packed_dtypes_are_refused_by_name(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            nl.while_loop(None, lambda r: r)
+    """, ["f32[128,8]"])
+    assert "k.py:8" in msg and "nl.while_loop" in msg
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.ndarray((128, 8), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+    """, ["f32[128,8]"])
+    assert "k.py:8" in msg and "float4_e2m1fn_x4" in msg
