@@ -164,6 +164,7 @@ class View:
     dims: tuple[tuple[int, int], ...]
     axes: tuple[int, ...] = ()
     checks: tuple = ()  # (output dim, first index, step, axis size, axis): arange runs to bound-check
+    vector: View | None = None  # an indirect (gather/scatter) view: these rows of axis 0, one per partition
 
     def check_bounds(self) -> None:
         """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
@@ -205,6 +206,8 @@ class View:
     def __getitem__(self, key: Any) -> View:
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
+        if key and isinstance(key[0], (View, Tensor)):
+            return self._gather(key)
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
             key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
@@ -258,6 +261,25 @@ class View:
         v.check_partition_first()
         return v
 
+    def _gather(self, key: tuple) -> View:
+        """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset)."""
+        index = key[0].view() if isinstance(key[0], Tensor) else key[0]
+        if self.tensor.on_chip or not index.tensor.on_chip:
+            raise unsupported("indexing with a tile (only an HBM tensor's first axis, by an SBUF index tile)")
+        if self.vector is not None or not self.offset.is_static or self.dims != self.tensor._user_view().dims:
+            raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
+        if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
+                or not index.offset.is_static:
+            raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
+        if any(isinstance(k, (View, Tensor)) for k in key[1:]):
+            raise unsupported("more than one index tile in a subscript (only the first axis)")
+        rest = self[(slice(0, 1),) + tuple(key[1:])]
+        if not rest.offset.is_static:
+            raise unsupported("an index tile together with a loop-index offset in one subscript")
+        rows = index.shape[0]
+        col = index.with_dims((index.dims[0], (1, 1))) if index.ndim == 1 else index
+        return View(self.tensor, rest.offset, ((rest.dims[0][0], rows),) + rest.dims[1:], rest.axes, rest.checks, col)
+
     def check_partition_first(self) -> None:
         t = self.tensor
         if t.on_chip and self.axes and self.axes[0] != t.par_axis and t.par_axis in self.axes:
@@ -276,7 +298,7 @@ class View:
         if keep and shape[0] != self.shape[0]:
             raise unsupported(f"reshaping a {list(self.shape)} tile to {list(shape)} (the partition axis, "
                               f"{self.shape[0]}, stays first)")
-        inner = _merge_contiguous(self.dims[keep:])
+        inner = merge_contiguous(self.dims[keep:])
         if inner is None:
             raise unsupported(f"reshaping a {list(self.shape)} view whose elements are not contiguous")
         step = inner[0] if inner else 1
@@ -304,7 +326,7 @@ class View:
         return [[st, n] for st, n in self.dims]
 
     def is_contiguous(self) -> bool:
-        return _merge_contiguous(self.dims[1 if self.tensor.on_chip else 0:]) is not None
+        return merge_contiguous(self.dims[1 if self.tensor.on_chip else 0:]) is not None
 
     def is_indirect(self) -> bool:
         return False
@@ -397,7 +419,7 @@ class View:
     def flatten_dims(self, start_dim: int, end_dim: int) -> View:
         a = self._dim(start_dim, "flatten_dims")
         b = int(end_dim) % self.ndim
-        merged = _merge_contiguous(self.dims[a:b + 1]) if a <= b else None
+        merged = merge_contiguous(self.dims[a:b + 1]) if a <= b else None
         if merged is None:
             raise unsupported(f"flatten_dims({start_dim}, {end_dim}) of dims that are not contiguous")
         axes = self._axes()
@@ -431,11 +453,14 @@ class View:
     def narrowed(self, counts: dict[int, int]) -> View:
         """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""
         dims = tuple((s, min(n, counts.get(d, n))) for d, (s, n) in enumerate(self.dims))
-        return View(self.tensor, self.offset, dims, self.axes, self.checks)
+        vector = self.vector
+        if vector is not None and dims[0][1] != vector.shape[0]:
+            vector = vector.narrowed({0: dims[0][1]})
+        return View(self.tensor, self.offset, dims, self.axes, self.checks, vector)
 
     def with_dims(self, dims: tuple[tuple[int, int], ...]) -> View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
-                    tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])))
+                    tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])), self.vector)
 
     # ------------------------------------------------------------------ operators as nl calls
     def assign(self, value: Any) -> None:
@@ -519,7 +544,7 @@ def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:
     return start, stop, step
 
 
-def _merge_contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+def merge_contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
     """Row-major dims as one (stride, count) pair, or None when they are not contiguous."""
     if not dims:
         return None

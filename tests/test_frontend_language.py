@@ -337,3 +337,47 @@ def test_while_loop_and_packed_dtypes_are_refused_by_name(tmp_path):
             t = nl.ndarray((128, 8), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
     """, ["f32[128,8]"])
     assert "k.py:8" in msg and "float4_e2m1fn_x4" in msg
+
+
+def test_partition_and_free_broadcasts_in_binary_ops(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, row, one, col):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o4 = nl.ndarray((128, 3, 40), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            r = nl.load(row)
+            nl.store(o1, nl.add(x, r))
+            nl.store(o2, nl.multiply(x, nl.load(one)))
+            nl.store(o3, nl.subtract(nl.load(col), r))
+            strided = nl.load(a[0:1, 0:80])[:, 0:80:2]
+            nl.store(o4, nl.broadcast_to(nl.expand_dims(strided, 1), (128, 3, 40)))
+            return o1, o2, o3, o4
+    """, ["f32[128,600]", "f32[1,600]", "f32[1,1]", "f32[128,1]"],
+        {"a": (a := rand(128, 600)), "row": (r := rand(1, 600)), "one": (o := rand(1, 1)), "col": (c := rand(128, 1))})
+    assert np.array_equal(out["o1"], a + r) and np.array_equal(out["o2"], a * o)
+    assert np.array_equal(out["o3"], c - r)
+    assert np.array_equal(out["o4"], np.broadcast_to(a[0:1, 0:80:2][:, None, :], (128, 3, 40)))
+
+
+def test_indirect_load_and_store_through_an_index_tile(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(data, idx):
+            out = nl.ndarray((64, 512), dtype=data.dtype, buffer=nl.shared_hbm)
+            scattered = nl.ndarray((128, 512), dtype=data.dtype, buffer=nl.shared_hbm)
+            i_p = nl.arange(64)[:, None]
+            i_f = nl.arange(512)[None, :]
+            ix = nl.load(idx[i_p])
+            rows = nl.load(data[ix[i_p, 0], i_f])
+            nl.store(out, rows)
+            nl.store(scattered, nl.zeros((128, 512), dtype=data.dtype))
+            nl.store(scattered[ix, i_f], nl.exp(rows))
+            return out, scattered
+    """, ["f32[128,512]", "i32[64]"], {"data": (d := rand(128, 512)), "idx": (ix := RNG.permutation(128)[:64].astype(np.int32))})
+    assert np.array_equal(out["out"], d[ix])
+    want = np.zeros((128, 512), np.float32)
+    want[ix] = np.exp(d[ix])
+    np.testing.assert_allclose(out["scattered"], want, rtol=1e-6)

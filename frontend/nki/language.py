@@ -18,7 +18,7 @@ import numpy as np
 
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
-from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
+from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype, merge_contiguous
 from tusk.frontend.tracer import as_shape, current
 
 # ---------------------------------------------------------------------------- dtypes and buffers
@@ -384,6 +384,12 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
         tr.op("tensor_scalar", (s,), (d,), dst=d, src=s, op0=alu, imm0=imm, reverse0=reverse)
         return dst
     a, b = _tile(x, f"nl.{name}"), _tile(y, f"nl.{name}")
+    if a.shape[0] != b.shape[0] and 1 in (a.shape[0], b.shape[0]) and a.ndim == b.ndim:
+        # a one-partition operand broadcasts along the partitions first (on the PE, as nl.broadcast_to)
+        if a.shape[0] == 1:
+            a = _broadcast_to(a, (b.shape[0],) + a.shape[1:])
+        else:
+            b = _broadcast_to(b, (a.shape[0],) + b.shape[1:])
     if a.shape[0] != b.shape[0]:
         raise unsupported(f"nl.{name} of tiles with {a.shape[0]} and {b.shape[0]} partitions "
                           "(broadcasting along the partition dimension)")
@@ -629,31 +635,40 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
 
 
 def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
-    """A [1, F] row to [P, F] (ones[1, P]^T @ row on the PE, as NKI does), or a [P, 1] column to [P, F]."""
+    """numpy broadcasting of a tile: a one-partition tile along the partitions (ones[1, P]^T @ row on the PE,
+    as NKI does), then size-1 free axes by a copy that reads them with stride 0."""
     src = _tile(x, "broadcast_to")
     tr = current()
     if src.shape == shape:
         return src
     if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape)):
         raise unsupported(f"broadcasting a {list(src.shape)} tile to {list(shape)}")
-    p, free = shape[0], math.prod(shape[1:])
-    if src.shape[0] == 1:
-        if math.prod(src.shape[1:]) != free:
-            raise unsupported(f"broadcasting a {list(src.shape)} tile along partitions and free axes at once")
-        ones_ = tr.tile((1, p), float32)
-        _memset(ones_, 1.0)
-        out = tr.tile((p, free), src.dtype)
-        step = tile_size.gemm_moving_fmax
-        for c in range(0, free, step):
-            n = builtins.min(step, free - c)
-            row = View(src.tensor, src.offset + c, (src.dims[0], (1, n)), src.axes)
-            part = _matmul(ones_, row, "broadcast_to")
-            dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)), out.axes)
-            tr.op("copy", (part,), (dst,), dst=dst, src=part)
-        return out
+    if src.shape[0] == 1 and shape[0] > 1:
+        src = _partition_broadcast(src, shape[0])
+        if src.shape == shape:
+            return src
+    walk = View(src.tensor, src.offset, tuple((0, n) if m == 1 else d for d, m, n in zip(src.dims, src.shape, shape)))
     out = tr.tile(shape, src.dtype)
-    _memset(out, 0)
-    tr.op("tensor_scalar", (out, src), (out,), dst=out, src=out, op0="add", imm0=_as_column(src), reverse0=False)
+    tr.op("copy", (walk,), (out,), dst=out, src=walk)
+    return out
+
+
+def _partition_broadcast(src: View, p: int) -> View:
+    """A [1, ...] tile copied to ``p`` partitions: ones[1, p]^T @ row, 512 columns per matmul."""
+    tr = current()
+    free = math.prod(src.shape[1:])
+    if merge_contiguous(src.dims[1:]) is None or merge_contiguous(src.dims[1:])[0] != 1:
+        src = copy(src)  # the matmul walks the row contiguously
+    ones_ = tr.tile((1, p), float32)
+    _memset(ones_, 1.0)
+    out = tr.tile((p,) + src.shape[1:], src.dtype)
+    step = tile_size.gemm_moving_fmax
+    for c in range(0, free, step):
+        n = builtins.min(step, free - c)
+        row = View(src.tensor, src.offset + c, (src.dims[0], (1, n)))
+        part = _matmul(ones_, row, "broadcast_to")
+        dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)))
+        tr.op("copy", (part,), (dst,), dst=dst, src=part)
     return out
 
 
