@@ -129,14 +129,26 @@ class Affine:
                               "(use nl.static_range to unroll the loop while tracing)")
         return self.const
 
+    def _unrolled(self) -> int:
+        """The value where the trace needs a Python int: a loop index makes its loop unroll (a re-trace).
+
+        Iterations of an nl.affine_range loop are independent (NKI 2.x runs it
+        as Python's range), so tracing them one by one gives the same kernel.
+        """
+        if self.terms:
+            var = max((v for v, _ in self.terms), key=lambda v: v.depth)
+            if var.ordinal >= 0:
+                raise PeelLoop(var.ordinal, 0)
+        return self._static_only("using as a Python int")
+
     def __floordiv__(self, other: Any) -> Any:
-        return Affine(self._static_only("floor division") // int(other))
+        return Affine(self._unrolled() // int(other))
 
     def __mod__(self, other: Any) -> Any:
-        return Affine(self._static_only("modulo") % int(other))
+        return Affine(self._unrolled() % int(other))
 
     def __index__(self) -> int:
-        return self._static_only("using as a Python int")
+        return self._unrolled()
 
     __int__ = __index__
 

@@ -381,3 +381,17 @@ def test_indirect_load_and_store_through_an_index_tile(tmp_path):
     want = np.zeros((128, 512), np.float32)
     want[ix] = np.exp(d[ix])
     np.testing.assert_allclose(out["scattered"], want, rtol=1e-6)
+
+
+def test_modulo_of_a_loop_index_unrolls_that_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(4):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                nl.store(out[nl.ds(i * 32, 32), :], nl.multiply(t, float(i % 2 + 1)))
+            return out
+    """, ["f32[128,16]"], {"a": (a := rand(128, 16))})
+    scale = np.repeat(np.array([1, 2, 1, 2], np.float32), 32)[:, None]
+    assert np.array_equal(out["out"], a * scale)

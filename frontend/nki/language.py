@@ -231,8 +231,8 @@ def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = ""
     if len(par) > 1:
         raise unsupported("more than one nl.par_dim in a shape")
     par_axis = par[0] if par else 0
-    if mem not in ("sbuf", "psum") and par:
-        raise unsupported("nl.par_dim in an HBM tensor's shape")
+    if mem not in ("sbuf", "psum"):
+        par_axis = 0  # HBM has no partitions: nl.par_dim there is just its size, as in NKI
     return current().new_tensor(shape, as_dtype(dtype), mem, name or _assigned_name(), par_axis=par_axis)
 
 
