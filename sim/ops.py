@@ -498,3 +498,8 @@ HANDLERS: dict[int, Callable[[Frame, int], None]] = {
     80: h_nothing,  # BranchHint
     77: h_nothing,  # Terminator (the end of a block: fall through)
 }
+
+# The NKI ISA instructions beyond the core set (sim/ops_isa.py; it builds on the helpers above).
+from tusk.sim.ops_isa import ISA_HANDLERS  # noqa: E402
+
+HANDLERS.update(ISA_HANDLERS)

@@ -57,6 +57,7 @@ from tusk.ir.errors import PassError
 from tusk.ir.klr import types as T
 from tusk.ir.module import Function
 from tusk.ir.values import ImmValue, Pattern
+from tusk.stages.klr_codegen_ops import LOWERING as ISA_LOWERING
 from tusk.stages.klr_dynamic import (
     StaticArg,
     assemble_dynamic_info,
@@ -676,6 +677,8 @@ _LOWERING: dict[str, Callable[[KlirToBirCodegen, Any], None]] = {
     "cmpBranch": KlirToBirCodegen.cmp_branch,
     "coreBarrier": KlirToBirCodegen.core_barrier,
 }
+
+_LOWERING.update(ISA_LOWERING)  # the ISA operators beyond the core set
 
 #: KLIR operators the codegen lowers (everything else raises a PassError naming it).
 SUPPORTED_OPERATORS = frozenset(_LOWERING)
