@@ -395,3 +395,42 @@ def test_modulo_of_a_loop_index_unrolls_that_loop(tmp_path):
     """, ["f32[128,16]"], {"a": (a := rand(128, 16))})
     scale = np.repeat(np.array([1, 2, 1, 2], np.float32), 32)[:, None]
     assert np.array_equal(out["out"], a * scale)
+
+
+def test_where_selects_exactly_even_with_infinities(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            c = nl.greater(x, 0.0)
+            nl.store(o1, nl.where(c, x, y))
+            nl.store(o2, nl.where(c, -np.inf, x))
+            return o1, o2
+    """, ["f32[128,32]", "f32[128,32]"],
+        {"a": (a := rand(128, 32)), "b": (b := np.where(rand(128, 32) > 0, np.inf, 1.0).astype(np.float32))})
+    assert np.array_equal(out["o1"], np.where(a > 0, a, b))
+    assert np.array_equal(out["o2"], np.where(a > 0, -np.inf, a))
+
+
+def test_rand_is_uniform_and_repeats_after_the_same_seed(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            o1 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            o3 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            seed = nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf)
+            nl.random_seed(seed)
+            nl.store(o1, nl.rand((128, 256), dtype=nl.float32))
+            nl.random_seed(seed)
+            nl.store(o2, nl.rand((128, 256), dtype=nl.float32))
+            nl.store(o3, nl.dropout(nl.load(a), rate=0.25))
+            return o1, o2, o3
+    """, ["f32[128,256]"], {"a": (a := rand(128, 256, lo=1.0, hi=2.0))})
+    r1, r2, d = out["o1"], out["o2"], out["o3"]
+    assert np.array_equal(r1, r2) and r1.min() >= 0 and r1.max() < 1 and abs(r1.mean() - 0.5) < 0.01
+    kept = d != 0
+    assert np.array_equal(d[kept], a[kept]) and abs(1 - kept.mean() - 0.25) < 0.01
