@@ -52,7 +52,10 @@ def as_dtype(x: Any) -> Dtype:
             raise unsupported(f"dtype {x!r} (no KLR tensor of it here)")
         return x
     name = getattr(x, "__name__", None) or getattr(x, "name", None) or str(x)
-    name = {"float": "float32", "int": "int32"}.get(name, name)
+    name = str(name)
+    for prefix in ("np.", "numpy.", "nl.", "nki.language."):  # a dtype spelt as its Python name
+        name = name[len(prefix):] if name.startswith(prefix) else name
+    name = {"float": "float32", "int": "int32", "bool": "uint8", "bool_": "uint8"}.get(name, name)
     key = DTYPES.get(str(name).lower())
     if key is None or key not in DTYPE_BYTES:
         raise unsupported(f"dtype {x!r}")
@@ -323,9 +326,11 @@ class View:
         return self.elements
 
     def get_pattern(self) -> list[list[int]]:
+        """The view's ``[[stride, count], ...]``."""
         return [[st, n] for st, n in self.dims]
 
     def is_contiguous(self) -> bool:
+        """Whether the free axes (all axes in HBM) are row-major contiguous."""
         return merge_contiguous(self.dims[1 if self.tensor.on_chip else 0:]) is not None
 
     def is_indirect(self) -> bool:
@@ -376,6 +381,7 @@ class View:
         return self.axes if len(self.axes) == self.ndim else tuple(range(self.ndim))
 
     def permute(self, dims: Any) -> View:
+        """The axes reordered (on chip the partition axis stays first): no data moves."""
         order = tuple(int(d) for d in dims)
         if sorted(order) != list(range(self.ndim)):
             raise unsupported(f"permute({dims!r}) of a {self.ndim}-axis view")
@@ -385,6 +391,7 @@ class View:
         return View(self.tensor, self.offset, tuple(self.dims[d] for d in order), tuple(axes[d] for d in order))
 
     def broadcast(self, dim: int, size: int) -> View:
+        """A size-1 free axis read ``size`` times (stride 0)."""
         dim = self._dim(dim, "broadcast")
         if self.shape[dim] != 1:
             raise unsupported(f"broadcast({dim}, {size}) of an axis of size {self.shape[dim]} (size 1 only)")
@@ -393,12 +400,14 @@ class View:
         return View(self.tensor, self.offset, tuple(dims), self._axes())
 
     def expand_dim(self, dim: int) -> View:
+        """A unit axis inserted at ``dim``."""
         dim = self._dim(dim, "expand_dim", extra=1)
         axes = self._axes()
         return View(self.tensor, self.offset, self.dims[:dim] + ((1, 1),) + self.dims[dim:],
                     axes[:dim] + (-1,) + axes[dim:])
 
     def squeeze_dim(self, dim: int) -> View:
+        """A unit axis removed."""
         dim = self._dim(dim, "squeeze_dim")
         if self.shape[dim] != 1:
             raise unsupported(f"squeeze_dim({dim}) of an axis of size {self.shape[dim]}")
@@ -406,6 +415,7 @@ class View:
         return View(self.tensor, self.offset, self.dims[:dim] + self.dims[dim + 1:], axes[:dim] + axes[dim + 1:])
 
     def reshape_dim(self, dim: int, shape: Any) -> View:
+        """One axis split into ``shape`` (one -1 inferred)."""
         dim = self._dim(dim, "reshape_dim")
         st, n = self.dims[dim]
         shape = _with_inferred(tuple(shape), n)
@@ -417,6 +427,7 @@ class View:
                     axes[:dim] + (axes[dim],) * len(new) + axes[dim + 1:])
 
     def flatten_dims(self, start_dim: int, end_dim: int) -> View:
+        """Contiguous axes ``start_dim..end_dim`` merged into one."""
         a = self._dim(start_dim, "flatten_dims")
         b = int(end_dim) % self.ndim
         merged = merge_contiguous(self.dims[a:b + 1]) if a <= b else None
@@ -427,11 +438,13 @@ class View:
                     axes[:a] + (axes[a],) + axes[b + 1:])
 
     def slice(self, dim: int, start: Any, end: Any, step: int = 1) -> View:
+        """``t[..., start:end:step, ...]`` on axis ``dim``."""
         if not 0 <= int(dim) < self.ndim:
             raise unsupported(f"slice({dim}, ...) of a {self.ndim}-axis view")
         return self[(slice(None),) * int(dim) + (slice(start, end, step),)]
 
     def select(self, dim: int, index: Any) -> View:
+        """``t[..., index, ...]`` on axis ``dim`` (an int or loop index)."""
         if isinstance(index, (View, Tensor)):
             raise unsupported("select(dim, <a tile>) (an index read at run time)")
         if not 0 <= int(dim) < self.ndim:
@@ -439,6 +452,7 @@ class View:
         return self[(slice(None),) * int(dim) + (index,)]
 
     def view(self, dtype: Any) -> View:
+        """The same view when ``dtype`` is its own; a reinterpretation is refused."""
         if as_dtype(dtype) != self.dtype:
             raise unsupported(f"view({dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
         return self
@@ -446,6 +460,7 @@ class View:
     reinterpret_cast = view
 
     def broadcast_to(self, shape: Any) -> View:
+        """Numpy broadcasting: a one-partition tile on the PE (a ones matmul), size-1 free axes by a stride-0 copy."""
         from tusk.frontend.nki import language as nl
         from tusk.frontend.tracer import as_shape
         return nl._broadcast_to(self, as_shape(shape))
