@@ -54,7 +54,7 @@ def as_dtype(x: Any) -> Dtype:
     name = getattr(x, "__name__", None) or getattr(x, "name", None) or str(x)
     name = str(name)
     for prefix in ("np.", "numpy.", "nl.", "nki.language."):  # a dtype spelt as its Python name
-        name = name[len(prefix):] if name.startswith(prefix) else name
+        name = name.removeprefix(prefix)
     name = {"float": "float32", "int": "int32", "bool": "uint8", "bool_": "uint8"}.get(name, name)
     key = DTYPES.get(str(name).lower())
     if key is None or key not in DTYPE_BYTES:
