@@ -307,6 +307,10 @@ class IndexVector:
 class IndexGrid:
     """A sum of index vectors on different axes (``nisa.iota``'s expression): ``const + sum(step_d * k_d)``."""
 
+    def __repr__(self) -> str:
+        axes = " + ".join(f"{step}*arange({n})@{d}" for d, (n, step) in sorted(self.axes.items()))
+        return f"<index grid {self.const} + {axes} over {self.ndim} axes>"
+
     def __init__(self, const: Affine, axes: dict[int, tuple[int, int]], ndim: int):
         self.const, self.axes, self.ndim = const, dict(axes), ndim
 
@@ -319,10 +323,42 @@ class IndexGrid:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
-        if len(self.axes) != 1:
-            raise unsupported("a mask on a sum of nl.arange indices")
-        (dim, (n, step)), = self.axes.items()
-        return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
+        if len(self.axes) == 1:
+            (dim, (n, step)), = self.axes.items()
+            return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
+        return self._flat_mask(bound, strict)
+
+    def _flat_mask(self, bound: Any, strict: bool) -> Mask:
+        """``base + 512 * ix + iy < n`` (a flattened index): a prefix of whole rows of the outermost axis.
+
+        Kept whole for every loop value: no mask.  Cut in some iterations of a
+        dynamic loop: that loop is peeled (as for one axis).  Otherwise the
+        rows are kept or dropped whole, or the mask is refused (KLR has no
+        predicates for a partial row).
+        """
+        if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
+            raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
+        if any(step <= 0 for _, step in self.axes.values()):
+            raise unsupported("a mask on a sum of nl.arange indices that decreases along an axis")
+        limit = int(bound) if strict else int(bound) + 1
+        span = sum(step * (n - 1) for n, step in self.axes.values())
+        if self.const.bounds()[1] + span < limit:
+            return Mask({})
+        if not self.const.is_static:
+            raise PeelLoop.for_mask(self.const, span, limit)
+        outer, (rows, row_step) = max(self.axes.items(), key=lambda kv: kv[1][1])
+        inner = span - row_step * (rows - 1)
+        keep = 0
+        for r in range(rows):
+            first = self.const.const + row_step * r
+            if first + inner < limit:
+                keep = r + 1
+            elif first >= limit:
+                break
+            else:
+                raise unsupported(f"a mask on a sum of nl.arange indices that cuts row {r} of axis {outer} "
+                                  "part way (only whole rows can be masked)")
+        return Mask({(self.ndim, outer): keep})
 
     def __lt__(self, other: Any) -> Mask:
         return self._mask(other, True)

@@ -434,3 +434,39 @@ def test_rand_is_uniform_and_repeats_after_the_same_seed(tmp_path):
     assert np.array_equal(r1, r2) and r1.min() >= 0 and r1.max() < 1 and abs(r1.mean() - 0.5) < 0.01
     kept = d != 0
     assert np.array_equal(d[kept], a[kept]) and abs(1 - kept.mean() - 0.25) < 0.01
+
+
+def test_masks_on_a_flattened_index_keep_whole_rows(tmp_path):
+    body = """
+        @nki.jit
+        def k(a, n):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ix = nl.arange(128)[:, None]
+            iy = nl.arange(64)[None, :]
+            for i in nl.affine_range(4):
+                flat = i * 128 * 64 + 64 * ix + iy
+                t = nl.load(a[i, ix, iy], mask=flat < n.shape[0])
+                nl.store(out[i, ix, iy], value=nl.add(t, 1.0), mask=flat < n.shape[0])
+            return out
+    """
+    a = rand(4, 128, 64)
+    got = run(tmp_path, body, ["f32[4,128,64]", f"u8[{4 * 128 * 64}]"], {"a": a, "n": np.zeros(4 * 128 * 64, np.uint8)})
+    assert np.array_equal(got["out"], a + 1)
+    path = tmp_path / "k.py"
+    data = trace_file(path, "k", ["f32[4,128,64]", f"u8[{2 * 128 * 64 + 64 * 10}]"])  # 2 tiles and 10 rows
+    got = run_klr(data, {"a": a, "n": np.zeros(2 * 128 * 64 + 640, np.uint8)}, strict=False)["out"]
+    assert np.array_equal(got[:2], a[:2] + 1) and np.array_equal(got[2, :10], a[2, :10] + 1)
+    msg = refused(tmp_path, body, ["f32[4,128,64]", "u8[100]"])
+    assert "k.py:13" in msg and "cuts row 1 of axis 0 part way" in msg
+
+
+def test_a_one_axis_column_broadcasts_along_the_free_axis(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            s = nisa.tensor_reduce(np.add, data=nl.load(a), axis=(1,))
+            nl.store(out, (1.0 / s).broadcast_to(a.shape))
+            return out
+    """, ["f32[128,40]"], {"a": (a := rand(128, 40, lo=0.5, hi=1.0))})
+    assert np.allclose(out["out"], np.broadcast_to(1.0 / a.sum(axis=1, keepdims=True), a.shape), rtol=1e-6)

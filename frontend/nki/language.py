@@ -641,6 +641,8 @@ def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
     tr = current()
     if src.shape == shape:
         return src
+    if src.ndim == 1 and len(shape) > 1 and src.shape[0] == shape[0]:
+        src = src.with_dims((src.dims[0],) + ((1, 1),) * (len(shape) - 1))  # (P,) is a column, one per partition
     if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape)):
         raise unsupported(f"broadcasting a {list(src.shape)} tile to {list(shape)}")
     if src.shape[0] == 1 and shape[0] > 1:
