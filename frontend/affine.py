@@ -60,8 +60,8 @@ class Affine:
             return x
         if _is_int(x):
             return Affine(x)
-        if hasattr(x, "__index__") and not isinstance(x, bool) and not hasattr(x, "shape"):
-            return Affine(int(x.__index__()))  # numpy integers
+        if hasattr(x, "__index__") and not isinstance(x, bool) and getattr(x, "ndim", 0) == 0:
+            return Affine(int(x.__index__()))  # numpy integer scalars (their shape is ())
         raise unsupported(f"an index of type {type(x).__name__} ({x!r})")
 
     @property

@@ -470,3 +470,19 @@ def test_a_one_axis_column_broadcasts_along_the_free_axis(tmp_path):
             return out
     """, ["f32[128,40]"], {"a": (a := rand(128, 40, lo=0.5, hi=1.0))})
     assert np.allclose(out["out"], np.broadcast_to(1.0 / a.sum(axis=1, keepdims=True), a.shape), rtol=1e-6)
+
+
+def test_finfo_iinfo_and_numpy_int_loop_bounds(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            n = np.int64(a.shape[0]) // 32
+            for i in nl.sequential_range(n):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                lo = nl.full((32, 8), nl.finfo(nl.float32).min, dtype=nl.float32, buffer=nl.sbuf)
+                hi = nl.full((32, 8), nl.iinfo(nl.int16).max, dtype=nl.float32, buffer=nl.sbuf)
+                nl.store(out[nl.ds(i * 32, 32), :], nl.minimum(nl.maximum(t, lo), hi))
+            return out
+    """, ["f32[128,8]"], {"a": (a := rand(128, 8) * np.float32(1e5))})
+    assert np.array_equal(out["out"], np.minimum(a, np.float32(32767)))

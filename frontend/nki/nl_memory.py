@@ -27,10 +27,12 @@ __all__ = [
     "dynamic_range",
     "empty_like",
     "expand_dims",
+    "finfo",
     "fori_loop",
     "fp16",
     "fp32",
     "full_like",
+    "iinfo",
     "is_hbm",
     "is_on_chip",
     "is_psum",
@@ -315,3 +317,33 @@ class fp16:
 class bf16:
     min = -3.3895313892515355e38
     max = 3.3895313892515355e38
+
+
+class _FloatInfo:
+    def __init__(self, bits: int, eps: float, max_: float, tiny: float):
+        self.bits, self.eps, self.max, self.min, self.tiny = bits, eps, max_, -max_, tiny
+        self.smallest_normal = tiny
+
+    def __repr__(self) -> str:
+        return f"finfo(bits={self.bits}, min={self.min}, max={self.max}, eps={self.eps})"
+
+
+def finfo(dtype: Any) -> Any:
+    """``nl.finfo(nl.bfloat16).min`` ...: numpy's finfo, with bfloat16 and the float8 types added."""
+    dt = as_dtype(dtype)
+    special = {"bfloat16": _FloatInfo(16, 2.0 ** -7, 3.3895313892515355e38, 2.0 ** -126),
+               "float8_e4m3": _FloatInfo(8, 2.0 ** -3, 240.0, 2.0 ** -6),
+               "float8_e4m3fn": _FloatInfo(8, 2.0 ** -3, 448.0, 2.0 ** -6),
+               "float8e5": _FloatInfo(8, 2.0 ** -2, 57344.0, 2.0 ** -14)}
+    if dt in special:
+        return special[dt]
+    if "float" not in dt:
+        raise unsupported(f"nl.finfo({dtype!r}) of an integer dtype (nl.iinfo)")
+    return np.finfo(np.dtype(str(dt)))
+
+
+def iinfo(dtype: Any) -> Any:
+    dt = as_dtype(dtype)
+    if "int" not in dt:
+        raise unsupported(f"nl.iinfo({dtype!r}) of a float dtype (nl.finfo)")
+    return np.iinfo(np.dtype(str(dt)))
