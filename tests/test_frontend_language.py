@@ -486,3 +486,16 @@ def test_finfo_iinfo_and_numpy_int_loop_bounds(tmp_path):
             return out
     """, ["f32[128,8]"], {"a": (a := rand(128, 8) * np.float32(1e5))})
     assert np.array_equal(out["out"], np.minimum(a, np.float32(32767)))
+
+
+def test_size_one_free_axes_broadcast_numpy_style(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((128, 8, 3, 3), dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.equal(nl.load(a), nl.load(b)))
+            return out
+    """, ["f32[128,8,1,1]", "f32[128,8,3,3]"],
+        {"a": (a := RNG.integers(0, 3, (128, 8, 1, 1)).astype(np.float32)),
+         "b": (b := RNG.integers(0, 3, (128, 8, 3, 3)).astype(np.float32))})
+    assert np.array_equal(out["out"], (a == b).astype(np.float32))

@@ -403,12 +403,31 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     elif _column(a, a.shape[0]):
         full_, col, reverse = b, a, True
     else:
-        raise unsupported(f"nl.{name} of {list(a.shape)} and {list(b.shape)} tiles (only equal shapes, or a "
-                          "[P, 1] column broadcast along the free dimensions)")
+        # numpy broadcasting of size-1 free axes: read them with stride 0
+        shape = _broadcast_shape(a.shape, b.shape, f"nl.{name}")
+        a, b = _stretched(a, shape), _stretched(b, shape)
+        dst = tr.tile(shape, _out_dtype(dtype, a, b))
+        d, sa, sb = _masked([dst, a, b], mask)
+        tr.op("tensor_tensor", (sa, sb), (d,), dst=d, a=sa, b=sb, op=alu)
+        return dst
     dst = tr.tile(full_.shape, _out_dtype(dtype, a, b))
     d, s = _masked([dst, full_], mask)
     tr.op("tensor_scalar", (s, col), (d,), dst=d, src=s, op0=alu, imm0=_as_column(col), reverse0=reverse)
     return dst
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if len(a) != len(b) or any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise unsupported(f"{what} of {list(a)} and {list(b)} tiles (equal shapes, a [P, 1] column, or size-1 "
+                          "axes broadcast numpy's way)")
+    return tuple(builtins.max(x, y) for x, y in zip(a, b))
+
+
+def _stretched(v: View, shape: tuple[int, ...]) -> View:
+    """``v`` seen with ``shape``: its size-1 axes read repeatedly (stride 0)."""
+    if v.shape == shape:
+        return v
+    return View(v.tensor, v.offset, tuple((0, n) if m == 1 else d for d, m, n in zip(v.dims, v.shape, shape)))
 
 
 def _numbers(name: str, x: Any, y: Any) -> Any:
