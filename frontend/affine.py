@@ -152,29 +152,33 @@ class Affine:
 
     __int__ = __index__
 
+    # a comparison or an `if` on a loop index unrolls its loop (see _unrolled): NKI 2.x loops are Python's
     def __bool__(self) -> bool:
-        return bool(self._static_only("truth value"))
+        return bool(self._unrolled())
 
     def __eq__(self, other: object) -> Any:  # type: ignore[override]
         if _is_int(other) or isinstance(other, Affine):
             o = Affine.of(other)
-            if self.is_static and o.is_static:
-                return self.const == o.const
             if self.terms == o.terms:
                 return self.const == o.const
-        raise unsupported("comparing the index of an nl.affine_range loop (there is no runtime if)")
+            return (self - o)._unrolled() == 0
+        return NotImplemented
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __lt__(self, other: Any) -> Any:
-        return self._static_only("comparing") < int(Affine.of(other))
+        return self._unrolled() < int(Affine.of(other))
 
     def __le__(self, other: Any) -> Any:
-        return self._static_only("comparing") <= int(Affine.of(other))
+        return self._unrolled() <= int(Affine.of(other))
 
     def __gt__(self, other: Any) -> Any:
-        return self._static_only("comparing") > int(Affine.of(other))
+        return self._unrolled() > int(Affine.of(other))
 
     def __ge__(self, other: Any) -> Any:
-        return self._static_only("comparing") >= int(Affine.of(other))
+        return self._unrolled() >= int(Affine.of(other))
 
     def __hash__(self) -> int:
         return hash((self.const, self.terms))

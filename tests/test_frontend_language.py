@@ -499,3 +499,35 @@ def test_size_one_free_axes_broadcast_numpy_style(tmp_path):
         {"a": (a := RNG.integers(0, 3, (128, 8, 1, 1)).astype(np.float32)),
          "b": (b := RNG.integers(0, 3, (128, 8, 3, 3)).astype(np.float32))})
     assert np.array_equal(out["out"], (a == b).astype(np.float32))
+
+
+def test_an_if_on_a_loop_index_unrolls_that_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(4):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                if i == 0 or i >= 3:
+                    t = nl.exp(t)
+                nl.store(out[nl.ds(i * 32, 32), :], t)
+            return out
+    """, ["f32[128,16]"], {"a": (a := rand(128, 16))})
+    want = a.copy()
+    want[:32], want[96:] = np.exp(a[:32]), np.exp(a[96:])
+    np.testing.assert_allclose(out["out"], want, rtol=1e-6)
+
+
+def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path):
+    msg = refused(tmp_path, """
+        ACTS = {"gelu_s": nl.gelu_apprx_sigmoid, "silu_dx": nl.silu_dx}
+
+        class Cfg(nl.NKIObject):
+            pass
+
+        @nki.jit
+        def k(a):
+            assert Cfg(x=3).x == 3 and nl.bool == nl.uint8
+            nl.store(a, ACTS["silu_dx"](nl.load(a)))
+    """, ["f32[128,8]"])
+    assert "k.py:14" in msg and "nl.silu_dx" in msg

@@ -32,7 +32,17 @@ float8_e4m3fn = Dtype("float8_e4m3fn")
 float8_e5m2_x4, float8_e4m3fn_x4 = Dtype("float8_e5m2_x4"), Dtype("float8_e4m3fn_x4")
 float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), Dtype("float8_e8m0fnu")
 bool_ = uint8
+bool = bool_  # noqa: A001 - NKI 2.x's name (nl.bool)
 tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
+dtype = Dtype
+
+
+class NKIObject:
+    """The base of NKI 2.x kernel configuration classes (usually dataclasses)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
 
 sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", "hbm"
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
@@ -187,7 +197,7 @@ def _hbm(x: Any, what: str) -> View:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, builtins.bool)
 
 
 def _masked(views: list[View], mask: Any) -> list[View]:
@@ -538,6 +548,25 @@ reciprocal._activation = "reciprocal"
 abs._activation = "abs"
 
 
+def _make_refused_activation(name: str):
+    """KLR names these, but its BIR lowering has no such function: the name exists (kernels put it in tables
+    at import), a call is refused at its line."""
+    def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+        raise unsupported(f"nl.{name} (no BIR activation function for it)")
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"refused: nl.{name} has no BIR activation function."
+    return fn
+
+
+gelu_dx = _make_refused_activation("gelu_dx")
+gelu_apprx_sigmoid = _make_refused_activation("gelu_apprx_sigmoid")
+gelu_apprx_sigmoid_dx = _make_refused_activation("gelu_apprx_sigmoid_dx")
+silu_dx = _make_refused_activation("silu_dx")
+erf_dx = _make_refused_activation("erf_dx")
+cos = _make_refused_activation("cos")
+tan = _make_refused_activation("tan")
+
+
 # ---------------------------------------------------------------------------- reductions
 _REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")
 
@@ -573,7 +602,7 @@ def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *
 
 def _axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
-    if not items or any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in items):
+    if not items or any(isinstance(a, builtins.bool) or not isinstance(a, (int, np.integer)) for a in items):
         raise unsupported(f"{what} along axis={axis!r} (ints naming free axes)")
     if any(not -ndim <= int(a) < ndim for a in items):
         raise unsupported(f"{what} along axis={axis!r} of a {ndim}-axis tile")
