@@ -32,7 +32,7 @@ float8_e4m3fn = Dtype("float8_e4m3fn")
 float8_e5m2_x4, float8_e4m3fn_x4 = Dtype("float8_e5m2_x4"), Dtype("float8_e4m3fn_x4")
 float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), Dtype("float8_e8m0fnu")
 bool_ = uint8
-bool = bool_  # noqa: A001 - NKI 2.x's name (nl.bool)
+bool = bool_
 tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
 dtype = Dtype
 
