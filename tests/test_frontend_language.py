@@ -531,3 +531,28 @@ def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path)
             nl.store(a, ACTS["silu_dx"](nl.load(a)))
     """, ["f32[128,8]"])
     assert "k.py:14" in msg and "nl.silu_dx" in msg
+
+
+def test_like_constructors_and_more_view_methods(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            o1 = nl.ndarray((128, 24), dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray((128, 5, 24), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)                                      # [128, 4, 6]
+            assert nl.is_hbm(a.buffer) and nl.is_sbuf(x.buffer) and x.get_pattern() == [[24, 128], [6, 4], [1, 6]]
+            flat = x.flatten_dims(1, 2)                         # [128, 24]
+            e = nl.empty_like(flat)
+            e[...] = nl.add(flat, nl.ones_like(flat))
+            nl.store(o1, e)
+            part = nl.full_like(x, 2.0)
+            nl.store(o2, nl.multiply(part, x.slice(2, 0, 6)))
+            rep = flat.expand_dim(1).broadcast(1, 5)            # [128, 5, 24], stride 0
+            nl.store(o3, nl.copy(rep))
+            assert flat.expand_dim(1).squeeze_dim(1).shape == (128, 24)
+            return o1, o2, o3
+    """, ["f32[128,4,6]"], {"a": (a := rand(128, 4, 6))})
+    assert np.array_equal(out["o1"], a.reshape(128, 24) + 1)
+    assert np.array_equal(out["o2"], a * 2)
+    assert np.array_equal(out["o3"], np.broadcast_to(a.reshape(128, 1, 24), (128, 5, 24)))

@@ -48,3 +48,5 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 
 baremetal = benchmark = profile = jit
+
+dtype = language.Dtype  # ``def f(dt: nki.dtype)``: the annotation NKI 2.x library code evaluates at import
