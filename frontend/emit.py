@@ -204,6 +204,9 @@ class Emitter:
         except TypeError as e:
             raise TraceError(f"{self.k.filename}:{self.k.pos_line}: {e}") from None
 
+    def op_nc_activate(self, **p: Any) -> None:
+        self._klr_operator("ncActivate", **p)  # the KLR-field form of activation (a tile scale, no reduce)
+
     def op_activation_reduce(self, **p: Any) -> None:
         self._klr_operator("activationReduce", **p)
 
@@ -276,6 +279,12 @@ class Emitter:
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
+    def op_exponential(self, **p: Any) -> None:
+        self._klr_operator("exponential", **p)
+
+    def op_activate2(self, **p: Any) -> None:
+        self._klr_operator("activate2", **p)
+
 
 def as_immediate(x: Any) -> Any:
     """A kernel's Python number as KLR stores it: ints within int32, floats rounded to float32 (a
@@ -299,7 +308,7 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds"})
+    "shuffle", "sequence_bounds", "exponential", "activate2"})
 
 
 def merged(v: View) -> View:

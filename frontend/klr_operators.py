@@ -27,7 +27,8 @@ _ENUM_DEFAULTS = {"AccumCmd": "Idle", "TensorScalarReverseOps": "none", "Engine"
                   "MatmulPerfMode": "None"}
 # fields whose NKI call has a default (nki.isa signatures): written when the caller leaves them out
 _FIELD_DEFAULTS = {("ncLocalGather", "numElemPerIdx"): 1, ("ncRangeSelect", "rangeStart"): 0.0,
-                   ("ncRangeSelect", "onFalseValue"): -3.4028235e38}
+                   ("ncRangeSelect", "onFalseValue"): -3.4028235e38, ("exponential", "maxValue"): 0.0,
+                   ("exponential", "reduceInit"): 0.0, ("activate2", "reluParam"): 0.0, ("activate2", "imm1"): 0.0}
 _PRIM_DEFAULTS = {"Bool": False, "Nat": 0, "Int": 0, "Float": 0.0, "String": ""}
 
 

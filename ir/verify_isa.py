@@ -152,6 +152,10 @@ def _reduce(v: InstView) -> list[str]:
     return [f"a partition reduce of {s} writes shape (1, {s[1]}), not {d}"]
 
 
+def _exponential(v: InstView) -> list[str]:
+    return _same("exponential", v.ins[0], v.outs[0]) + _per_partition("max_value", v.ins[1], v.ins[0])
+
+
 def _rng(v: InstView) -> list[str]:
     d = _dt(v.outs[0])
     return [] if d in INT_DTYPES else [f"rng writes random bits; its output is {d}, not an integer dtype"]
@@ -237,6 +241,7 @@ RULES: dict[int, Callable[[InstView], list[str]]] = {
     OPCODE_BY_NAME["StreamShuffle"]: _shuffle,
     OPCODE_BY_NAME["SetRandState"]: _seed,
     Op.Gather: _gather,
+    Op.Exponential: _exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: _sequence_bounds,
     Op.DMACopy: _dma,
 }
@@ -248,7 +253,7 @@ _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: 
           OPCODE_BY_NAME["RangeSelect"]: (3, 1), Op.TensorScalarPtr: (2, 1), Op.TensorReduce: (1, 1),
           OPCODE_BY_NAME["Rng"]: (0, 1), OPCODE_BY_NAME["Dropout"]: (2, 1), OPCODE_BY_NAME["StreamShuffle"]: (1, 1),
           OPCODE_BY_NAME["SetRandState"]: (1, 0), Op.Gather: (2, 1), OPCODE_BY_NAME["GetSequenceBounds"]: (1, 1),
-          Op.DMACopy: (0, 0)}
+          Op.DMACopy: (0, 0), Op.Exponential: (2, 1)}
 
 
 def check_isa_shapes(fn: Function, limit: int) -> list[str]:

@@ -321,6 +321,8 @@ def h_activation(fr: Frame, i: int) -> None:
     # An identity scale and an absent bias are not applied: -0.0 and NaN payloads pass through.
     if scale != 1.0:
         x = x * F32(scale)
+    if len(ins) > 2:  # a per-partition scale tile (ins[1] is then the bias, an immediate 0 when none)
+        x = x * _broadcast(x, fr.value(ins[2]).astype(F32, copy=False), "scale")
     if len(ins) > 1 and fr.kind[ins[1]] != Kind.IMM:
         x = x + _broadcast(x, fr.value(ins[1]).astype(F32, copy=False), "bias")
     elif len(ins) > 1:

@@ -24,8 +24,20 @@ from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
-from tusk.sim.ops import F32, _broadcast, _one, alu, h_copy, h_tensor_reduce, h_tensor_scalar_ptr, op_name
+from tusk.sim.ops import (
+    ACTIVATIONS,
+    F32,
+    _broadcast,
+    _one,
+    alu,
+    h_activation,
+    h_copy,
+    h_tensor_reduce,
+    h_tensor_scalar_ptr,
+    op_name,
+)
 
+Handler = Callable[[Frame, int], None]
 _IDENTITY = {"add": 0.0, "subtract": 0.0, "mult": 1.0, "max": -np.inf, "min": np.inf}
 
 
@@ -41,6 +53,13 @@ def _io(fr: Frame, i: int, n_in: int, n_out: int = 1) -> tuple[list[int], list[i
     _one(ins, "input", n_in)
     _one(outs, "output", n_out)
     return ins, outs
+
+
+def _lookup(table: dict, name: object, what: str):
+    got = table.get(name)
+    if got is None:
+        raise TuskError(f"{what} {name!r} is not supported by the interpreter")
+    return got
 
 
 def _f32(fr: Frame, j: int) -> np.ndarray:
@@ -65,12 +84,16 @@ def _ordered(op: str, x, y, reverse: bool):
 # --------------------------------------------------------------------------- scans
 
 
-def h_tensor_scalar_ptr_family(fr: Frame, i: int) -> None:
-    """TensorScalarPtr: the tensor-scalar chain, or (``is_tensor_tensor_scan``) the scan."""
-    if fr.maybe_affine(fr.attrs(i).get("is_tensor_tensor_scan", False)):
-        h_tensor_tensor_scan(fr, i)
-    else:
-        h_tensor_scalar_ptr(fr, i)  # also scalar_tensor_tensor: its third operand is a whole tile
+def variant(special: Handler, general: Handler, key: str, value: object = True) -> Handler:
+    """The handler of an opcode some of whose instructions mean something else: ``special`` where
+    attribute ``key`` is ``value``, else the opcode's ``general`` handler."""
+    def handler(fr: Frame, i: int) -> None:
+        v = fr.attrs(i).get(key)
+        if v is not None and not isinstance(v, str):
+            v = fr.maybe_affine(v)  # a flag may be a loop-index expression
+        (special if v == value else general)(fr, i)
+    handler.__doc__ = f"{general.__name__}, or {special.__name__} where {key} is {value!r}"
+    return handler
 
 
 def h_tensor_tensor_scan(fr: Frame, i: int) -> None:
@@ -113,6 +136,25 @@ def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
         reg = _ordered(op1, t[:, k], reg, r1)
         out[:, k] = reg
     fr.store(outs[0], out)
+
+
+def h_activate2(fr: Frame, i: int) -> None:
+    """Activation ``is_activate2``: ``func((in op0 ins[1]) op1 ins[2])`` with per-partition scalars."""
+    attrs = fr.attrs(i)
+    ins, outs = _io(fr, i, 3)
+    f = _lookup(ACTIVATIONS, attrs.get("func", "Identity"), "activation function")
+    x = _f32(fr, ins[0])
+    s0, s1 = _per_partition(fr, ins[1], x, "imm0"), _per_partition(fr, ins[2], x, "imm1")
+    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    y = _ordered(op_name(attrs.get("op1", "bypass")), _ordered(op_name(attrs.get("op0", "bypass")), x, s0, r0), s1, r1)
+    fr.store(outs[0], np.asarray(f(y, attrs.get("alpha", 0.0)), dtype=F32))
+
+
+def h_exponential(fr: Frame, i: int) -> None:
+    """``out = exp(in - max_value)`` (max_value a per-partition scalar)."""
+    ins, outs = _io(fr, i, 2)
+    x = _f32(fr, ins[0])
+    fr.store(outs[0], np.exp(x - _per_partition(fr, ins[1], x, "max_value")))
 
 
 # --------------------------------------------------------------------------- selection
@@ -220,11 +262,8 @@ def h_stream_transpose(fr: Frame, i: int) -> None:
     fr.store(outs[0], rows(fr.value(ins[0])).T)
 
 
-def h_tensor_reduce_family(fr: Frame, i: int) -> None:
-    """TensorReduce; ``axis`` C reduces across partitions (tensor_partition_reduce)."""
-    if fr.attrs(i).get("axis") != "C":
-        h_tensor_reduce(fr, i)
-        return
+def h_partition_reduce(fr: Frame, i: int) -> None:
+    """TensorReduce ``axis`` C: across partitions (tensor_partition_reduce)."""
     ins, outs = _io(fr, i, 1)
     x = rows(fr.value(ins[0]))
     op = op_name(fr.attrs(i).get("op", "add"))
@@ -346,17 +385,11 @@ def h_sequence_bounds(fr: Frame, i: int) -> None:
     fr.store(outs[0], np.stack([start, end], axis=1).astype(ids.dtype))
 
 
-def h_dma_family(fr: Frame, i: int) -> None:
-    """DMACopy; ``mode`` Transpose permutes the source's four dimensions by ``transpose_op``."""
+def h_dma_transpose(fr: Frame, i: int) -> None:
+    """DMACopy ``mode`` Transpose: the source's four dimensions permuted by ``transpose_op``."""
     attrs = fr.attrs(i)
-    if attrs.get("mode") != "Transpose":
-        h_copy(fr, i)
-        return
     ins, outs = _io(fr, i, 1)
-    op = attrs.get("transpose_op", "None")
-    axes = TRANSPOSE_AXES.get(op)
-    if axes is None:
-        raise TuskError(f"DMA transpose_op {op!r} is not supported by the interpreter")
+    axes = _lookup(TRANSPOSE_AXES, attrs.get("transpose_op", "None"), "DMA transpose_op")
     src = fr.read_raw(ins[0])
     if src.ndim != 4:
         raise TuskError(f"a DMA transpose reads a {src.ndim}-dimensional pattern; four dimensions are needed")
@@ -445,9 +478,12 @@ def h_dropout(fr: Frame, i: int) -> None:
     fr.store(outs[0], np.where(keep, x, np.zeros((), dtype=x.dtype)))
 
 
-ISA_HANDLERS: dict[int, Callable[[Frame, int], None]] = {
-    Op.TensorScalarPtr: h_tensor_scalar_ptr_family,
-    Op.TensorReduce: h_tensor_reduce_family,
+ISA_HANDLERS: dict[int, Handler] = {
+    # scalar_tensor_tensor is TensorScalarPtr's own rule (its third operand a whole tile)
+    Op.TensorScalarPtr: variant(h_tensor_tensor_scan, h_tensor_scalar_ptr, "is_tensor_tensor_scan"),
+    Op.TensorReduce: variant(h_partition_reduce, h_tensor_reduce, "axis", "C"),
+    Op.DMACopy: variant(h_dma_transpose, h_copy, "mode", "Transpose"),
+    Op.Activation: variant(h_activate2, h_activation, "is_activate2"),
     OPCODE_BY_NAME["TensorScalarCache"]: h_tensor_scalar_cache,
     Op.TensorScalarAffineSelect: h_affine_select,
     OPCODE_BY_NAME["CopyPredicated"]: h_copy_predicated,
@@ -462,8 +498,8 @@ ISA_HANDLERS: dict[int, Callable[[Frame, int], None]] = {
     OPCODE_BY_NAME["MaxIndexAndMatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["StreamShuffle"]: h_stream_shuffle,
     Op.Gather: h_gather,
+    Op.Exponential: h_exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
-    Op.DMACopy: h_dma_family,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
     OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
     OPCODE_BY_NAME["Rng"]: h_rng,

@@ -535,12 +535,17 @@ class KlirToBirCodegen:
         func = ACTIVATION_FUNCS[p.activationFunc.name]
         if func is None:
             raise self._unsupported(f"activation function {p.activationFunc.name}")
-        if isinstance(p.scale, T.Operand_tile):
-            raise self._unsupported("an activation scale given as a tile")
-        scale = float(self._value(p.scale.i, "activation scale"))
         ins = [self.operand(p.src, Role.IN)]
         if p.bias is not None:
             ins.append(self.operand(p.bias, Role.IN))
+        if isinstance(p.scale, T.Operand_tile):
+            # a per-partition scale tile is the third input (Tusk's spelling, docs/bir-json.md); attr scale 1.0
+            if p.bias is None:
+                ins.append(self._imm(0.0))
+            ins.append(self.operand(p.scale.t, Role.IN))
+            scale = 1.0
+        else:
+            scale = float(self._value(p.scale.i, "activation scale"))
         dst = self.operand(p.dst, Role.OUT)
         attrs = {"func": func, "scale": scale, "alpha": 0.0, "acc": "Idle", "op0": "bypass", "op1": "bypass",
                  "reduce_op": "bypass"}

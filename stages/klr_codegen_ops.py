@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tusk.ir.enums import Role
+from tusk.ir.klr import types as T
 from tusk.ir.klr.schema import OPERATORS
 
 TRANSPOSE_ENGINES = ("DVE",)
@@ -80,15 +81,73 @@ def tensor_scalar_reduce(cg: Any, p: Any) -> None:
 
 
 def _load_init(cg: Any, cmd: str, init: Any, res: tuple, op: str) -> None:
-    """LoadAccumulate: the reduction starts from ``init``, so the result is ``res op init``."""
+    """LoadAccumulate: the reduction starts from ``init`` (an Immediate, or an Operand: a number or a
+    per-partition tile), so the result is ``res op init``."""
     if cmd != "LoadAccumulate":
         return
     if init is None:
         raise cg._unsupported("reduceCmd LoadAccumulate without a reduceInit")
-    value = float(cg._value(init, "reduceInit"))
-    cg._emit("TensorScalar", "DVE", [(Role.IN,) + res[1:]], [res],
-             {"op0": op, "const0": value, "reverse0": False, "op1": "bypass", "const1": 0.0, "reverse1": False},
+    row = None
+    if isinstance(init, (T.Operand_imm, T.Operand_tile)):
+        row, value = cg._scalar_operand(init, "reduceInit")
+    else:
+        value = cg._value(init, "reduceInit")
+    acc = (Role.IN,) + res[1:]
+    if row is not None:
+        cg._emit("TensorScalarPtr", "DVE", [acc, row], [res], {"op0": op, "reverse0": False, "op1": "bypass",
+                                                               "reverse1": False}, suffix=".init")
+        return
+    cg._emit("TensorScalar", "DVE", [acc], [res],
+             {"op0": op, "const0": float(value), "reverse0": False, "op1": "bypass", "const1": 0.0, "reverse1": False},
              suffix=".init")
+
+
+def activate2(cg: Any, p: Any) -> None:
+    """``func((src op0 imm0) op1 imm1)`` on the Activation engine (``is_activate2``), + an optional reduce."""
+    cmd = p.reduceCmd.name
+    if p.reduceRes is not None and cmd not in ("ZeroAccumulate", "LoadAccumulate"):
+        raise cg._unsupported(f"activate2 with a reduceRes and reduceCmd {cmd} (the accumulator it reads is only "
+                              "defined after reset_reduce)")
+    if cmd == "LoadAccumulate":
+        raise cg._unsupported("activate2 reduceCmd LoadAccumulate")
+    func = _activation_func(cg, p.activationFunc)
+    src = cg.operand(p.src, Role.IN)
+    ins = [src, _scalar_in(cg, p.imm0, "activate2 imm0"), _scalar_in(cg, p.imm1, "activate2 imm1")]
+    relu_row, relu = cg._scalar_operand(p.reluParam, "activate2 reluParam")
+    if relu_row is not None:
+        raise cg._unsupported("an activate2 reluParam given as a tile")
+    dst = cg.operand(p.dst, Role.OUT)
+    hoisted = list(cg._indirect)
+    cg._emit("Activation", "Activation", ins, [dst],
+             {"func": func, "scale": 1.0, "alpha": float(relu), "acc": "Idle", "is_activate2": True,
+              "op0": _alu(p.op0), "reverse0": bool(p.reverse0), "op1": _alu(p.op1), "reverse1": bool(p.reverse1),
+              "reduce_op": "bypass"})
+    if p.reduceRes is not None:
+        _reduce_of(cg, dst, p.reduceRes, _alu(p.reduceOp), hoisted, engine="Activation")
+
+
+def _activation_func(cg: Any, f: Any) -> str:
+    from tusk.stages.klr_codegen import ACTIVATION_FUNCS  # the one table of BIR function names
+
+    name = ACTIVATION_FUNCS[f.name]
+    if name is None:
+        raise cg._unsupported(f"activation function {f.name}")
+    return name
+
+
+def exponential(cg: Any, p: Any) -> None:
+    cmd = p.reducecmd.name
+    if p.reduceRes is not None and cmd not in ("ZeroAccumulate", "LoadAccumulate"):
+        raise cg._unsupported(f"exponential with a reduceRes and reduceCmd {cmd} (the sum is only defined after "
+                              "reset_reduce or load_reduce)")
+    src = cg.operand(p.src, Role.IN)
+    top = _scalar_in(cg, p.maxValue, "exponential maxValue")
+    dst = cg.operand(p.dst, Role.OUT)
+    hoisted = list(cg._indirect)
+    cg._emit("Exponential", "DVE", [src, top], [dst], {"reduce_cmd": "Idle"})
+    if p.reduceRes is not None:
+        res = _reduce_of(cg, dst, p.reduceRes, "add", hoisted)
+        _load_init(cg, cmd, p.reduceInit, res, "add")
 
 
 def activation_reduce(cg: Any, p: Any) -> None:
@@ -317,6 +376,8 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "findIndex8": find_index8,
     "matchReplace8": match_replace8,
     "shuffle": shuffle,
+    "exponential": exponential,
+    "activate2": activate2,
     "ncLocalGather": nc_local_gather,
     "sequenceBounds": sequence_bounds,
     "dmaTranspose": dma_transpose,

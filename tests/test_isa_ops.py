@@ -439,21 +439,29 @@ def test_new_instructions_round_trip_through_bir_json():
     assert all(np.array_equal(want[k], got[k]) for k in want)
 
 
-def test_new_instructions_survive_the_default_pipeline(tmp_path):
+def through_pipeline(klr_bytes: bytes, tmp_path, each_step=None) -> Module:
+    """The KLR file through every default pass, verified after each (``each_step(step, module)`` too)."""
     from tusk import stages
-    from tusk.sim.interp import same_outputs
     from tusk.stages.host import host_module_for
     from tusk.workflows.pipeline import DEFAULT_ORDER
 
-    g = _mixed_kernel()
-    want = g.run()
-    path = tmp_path / "mixed.klr"
-    path.write_bytes(g.k.to_bytes())
+    path = tmp_path / "kernel.klr"
+    path.write_bytes(klr_bytes)
     cur = host_module_for(str(path), 0, str(tmp_path / "out"))
     for step in DEFAULT_ORDER:
         cur, _ = stages.make_pass(step).run(cur)
         verify(cur)
-    got = run(cur, g.inputs)
+        if each_step is not None:
+            each_step(step, cur)
+    return cur
+
+
+def test_new_instructions_survive_the_default_pipeline(tmp_path):
+    from tusk.sim.interp import same_outputs
+
+    g = _mixed_kernel()
+    want = g.run()
+    got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
     assert same_outputs({k: want[k] for k in got}, got) and set(got) == set(want)
 
 
@@ -610,10 +618,7 @@ def test_the_emission_contract_table_lists_every_isa_kind():
 
 def test_traced_isa_ops_in_a_loop_compile_through_the_default_pipeline(tmp_path):
     """A traced kernel with an affine_range loop of ISA ops: KLR -> every default pass -> the same outputs."""
-    from tusk import stages
     from tusk.frontend import trace_file
-    from tusk.stages.host import host_module_for
-    from tusk.workflows.pipeline import DEFAULT_ORDER
 
     path = tmp_path / "loop.py"
     path.write_text('''
@@ -639,8 +644,6 @@ def loop(x):
         nl.store(sums[i], value=r)
     return out, sums
 ''')
-    klr_file = tmp_path / "loop.klr"
-    klr_file.write_bytes(trace_file(path, "loop", ["f32[512,16]"]))
     x = f32(512, 16, lo=-0.5, hi=0.5)
     d = x + 1
     r = d.max(axis=1, keepdims=True)
@@ -649,14 +652,14 @@ def loop(x):
     for k in range(16):
         prev = d[:, k] * prev + x[:, k]
         want[:, k] = prev
-    cur = host_module_for(str(klr_file), 0, str(tmp_path / "out"))
-    for step in DEFAULT_ORDER:
-        cur, _ = stages.make_pass(step).run(cur)
-        verify(cur)
+
+    def check(step: str, cur: Module) -> None:
         if step not in ("clear_inst_deps", "build_fdeps"):  # after every pass that changes the program
             got = run(cur, {"x": x})
             np.testing.assert_allclose(got["out"], want, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(got["sums"].reshape(512, 1), r)
+
+    through_pipeline(trace_file(path, "loop", ["f32[512,16]"]), tmp_path, check)
 
 
 def _bad(build) -> str:
@@ -692,3 +695,119 @@ def _bad(build) -> str:
 ])
 def test_the_verifier_checks_isa_shapes_and_dtypes(build, message):
     assert re.search(message, _bad(build)), _bad(build)
+
+
+def test_exponential_subtracts_the_max_and_sums():
+    x, top, init = f32(16, 40), f32(16, 1), f32(16, 1)
+    g = Kernel()
+    t, tm, ti = g.load("x", x), g.load("m", top), g.load("i", init)
+    y, r, r2 = g.tile("y", (16, 40)), g.tile("r", (16, 1)), g.tile("r2", (16, 1))
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r, reducecmd="ZeroAccumulate")
+    g.op("exponential", dst=y, src=t, maxValue=tm, reduceRes=r2, reducecmd="LoadAccumulate", reduceInit=ti)
+    for name, tile in (("y", y), ("r", r), ("r2", r2)):
+        g.store(name, tile)
+    out = g.run()
+    want = np.exp(x - top)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out["r2"][:, 0], want.sum(axis=1) + init[:, 0], rtol=1e-5)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("exponential", dst=t, src=t, maxValue=0.0, reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="exponential with a reduceRes and reduceCmd Idle"):
+        g2.lower()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_activation_with_a_per_partition_scale_tile(with_bias):
+    x, sc, b = f32(32, 24), f32(32, 1), f32(32, 1)
+    g = Kernel()
+    t, ts, tb = g.load("x", x), g.load("s", sc), g.load("b", b)
+    y, r = g.tile("y", (32, 24)), g.tile("r", (32, 1))
+    g.op("activationReduce", dst=y, src=t, activationFunc="tanh", scale=ts, bias=tb if with_bias else None,
+         reduceOp="max", reduceRes=r)
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(x * sc + (b if with_bias else 0))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.max(axis=1), rtol=1e-6)
+
+
+def test_nc_activate_kind_takes_a_scale_tile(tmp_path):
+    from tusk.frontend import trace_file
+    from tusk.frontend.check import run_klr
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x, s):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t, sc = nl.load(x), nl.load(s)
+    tr = current()
+    d = tr.tile(t.shape, t.tensor.dtype)
+    tr.op("nc_activate", (t, sc), (d,), dst=d, src=t, activationFunc="exp", scale=sc)
+    nl.store(out, value=d)
+    return out
+''')
+    x, s = f32(16, 8), f32(16, 1)
+    out = run_klr(trace_file(path, "k", ["f32[16,8]", "f32[16,1]"]), {"x": x, "s": s})
+    np.testing.assert_allclose(out["out"], np.exp(x * s), rtol=1e-6)
+
+
+def test_activate2_scale_bias_then_function_then_reduce():
+    x, s0 = f32(16, 20), f32(16, 1)
+    g = Kernel()
+    t, ts = g.load("x", x), g.load("s", s0)
+    y, r = g.tile("y", (16, 20)), g.tile("r", (16, 1))
+    g.op("activate2", dst=y, src=t, op0="mult", imm0=ts, op1="subtract", imm1=0.25, reverse1=True,
+         activationFunc="tanh", reduceOp="add", reduceRes=r, reduceCmd="ZeroAccumulate")
+    g.store("y", y)
+    g.store("r", r)
+    out = g.run()
+    want = np.tanh(np.float32(0.25) - x * s0)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out["r"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-6)
+    g2 = Kernel()
+    t = g2.load("x", x)
+    g2.op("activate2", dst=t, src=t, op0="add", imm0=1.0, op1="bypass", imm1=0.0, activationFunc="exp",
+          reduceOp="add", reduceRes=g2.tile("r", (16, 1)))
+    with pytest.raises(PassError, match="activate2 with a reduceRes and reduceCmd Idle"):
+        g2.lower()
+
+
+def test_dce_keeps_seeding_and_draws_whose_results_are_unused():
+    from tusk.stages.dce import dce
+
+    g = Kernel()
+    s = g.load("seed", np.array([[3]], np.int32), "int32")
+    g.op("setRngSeed", src=s)
+    g.op("rng", dst=g.tile("unused", (4, 8), "uint32"))          # advances the generator; result never read
+    bits = g.tile("bits", (4, 8), "uint32")
+    g.op("rng", dst=bits)
+    g.store("bits", bits)
+    m = g.lower()
+    want = run(m, g.inputs)
+    fn, removed = dce(m.functions[0])
+    assert removed == 0
+    got = run(Module([fn], attributes=m.attributes), g.inputs)
+    np.testing.assert_array_equal(got["bits"], want["bits"])
+
+
+def test_random_draws_are_ordered_for_the_scheduler_and_survive_the_pipeline(tmp_path):
+    from tusk.stages.deps import dependence_edges
+
+    g = _random_kernel(9)
+    fn = g.lower().functions[0]
+    src, dst, _ = dependence_edges(fn)
+    names = {(fn.inst(int(a)).opname, fn.inst(int(b)).opname) for a, b in zip(src, dst)}
+    assert {("SetRandState", "Rng"), ("Rng", "Dropout"), ("Dropout", "Rand2")} <= names
+    want = g.run()
+    got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
