@@ -134,10 +134,9 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     if data.dtype.kind not in "biuf" or data.size == 0:
         raise unsupported(f"nl.shared_constant of a {data.dtype} array of shape {data.shape}")
     dt = as_dtype(dtype) if dtype is not None else as_dtype("uint8" if data.dtype.kind == "b" else data.dtype)
-    shape = data.shape if data.ndim >= 2 else (1, data.size) if data.ndim <= 1 else data.shape
     tr = current()
     hbm = tr.new_tensor(tuple(data.shape) if data.ndim else (1,), dt, "shared_hbm", nl._assigned_name() or "const")
-    rows = data.reshape(shape[0], -1)
+    rows = data.reshape(data.shape[0] if data.ndim >= 2 else 1, -1)  # the row-major elements, a row per partition
     integral = "int" in dt
     runs = 0
     for r0 in range(0, rows.shape[0], PARTITIONS):
