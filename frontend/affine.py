@@ -327,10 +327,10 @@ class IndexGrid:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
-        if len(self.axes) == 1:
-            (dim, (n, step)), = self.axes.items()
-            return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
-        return self._flat_mask(bound, strict)
+        if len(self.axes) != 1:
+            return self._flat_mask(bound, strict)
+        (dim, (n, step)), = self.axes.items()
+        return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
 
     def _flat_mask(self, bound: Any, strict: bool) -> Mask:
         """``base + 512 * ix + iy < n`` (a flattened index): a prefix of whole rows of the outermost axis.

@@ -14,6 +14,8 @@ from typing import Any
 
 from tusk.frontend.nki import isa, language  # noqa: F401 - ``nki.language`` / ``nki.isa`` attribute access
 
+dtype = language.Dtype  # ``def f(dt: nki.dtype)``: the annotation NKI 2.x library code evaluates at import
+
 
 class Kernel:
     """A kernel function marked with ``@nki.jit``."""
@@ -48,5 +50,3 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 
 baremetal = benchmark = profile = jit
-
-dtype = language.Dtype  # ``def f(dt: nki.dtype)``: the annotation NKI 2.x library code evaluates at import

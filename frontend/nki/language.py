@@ -705,6 +705,7 @@ def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
 
 def _partition_broadcast(src: View, p: int) -> View:
     """A [1, ...] tile copied to ``p`` partitions: ones[1, p]^T @ row, 512 columns per matmul."""
+    from tusk.frontend.tensors import merge_contiguous
     tr = current()
     free = math.prod(src.shape[1:])
     if merge_contiguous(src.dims[1:]) is None or merge_contiguous(src.dims[1:])[0] != 1:
