@@ -18,7 +18,7 @@ import numpy as np
 
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
-from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype, merge_contiguous
+from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
 from tusk.frontend.tracer import as_shape, current
 
 # ---------------------------------------------------------------------------- dtypes and buffers
