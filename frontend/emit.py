@@ -87,7 +87,8 @@ class Emitter:
         if not v.offset.is_static:
             scalar = self.forms[v.offset.terms]
             indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
-        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, indirect_dim=indirect)
+        vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
+        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, vector=vector, indirect_dim=indirect)
 
     # ------------------------------------------------------------------ program
     def run(self) -> KernelWriter:
@@ -325,6 +326,8 @@ WHOLE_TILE = frozenset({
 
 def merged(v: View) -> View:
     """Unit dims dropped (the partition dim stays) and contiguous neighbours joined: the same elements."""
+    if v.vector is not None:
+        return v  # a gather/scatter: its first dim walks the index tile's rows
     dims = [d for k, d in enumerate(v.dims) if d[1] != 1 or (k == 0 and v.tensor.on_chip)]
     out: list[tuple[int, int]] = []
     for stride, n in dims:

@@ -110,9 +110,11 @@ class Tracer:
         return where[1] if where else 0
 
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
+        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
+        if any(v.elements == 0 for v in (*reads, *writes)):
+            return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
             v.check_bounds()
-        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
         self.prog.append(o)
         return o
 

@@ -439,21 +439,29 @@ def test_new_instructions_round_trip_through_bir_json():
     assert all(np.array_equal(want[k], got[k]) for k in want)
 
 
-def test_new_instructions_survive_the_default_pipeline(tmp_path):
+def through_pipeline(klr_bytes: bytes, tmp_path, each_step=None) -> Module:
+    """The KLR file through every default pass, verified after each (``each_step(step, module)`` too)."""
     from tusk import stages
-    from tusk.sim.interp import same_outputs
     from tusk.stages.host import host_module_for
     from tusk.workflows.pipeline import DEFAULT_ORDER
 
-    g = _mixed_kernel()
-    want = g.run()
-    path = tmp_path / "mixed.klr"
-    path.write_bytes(g.k.to_bytes())
+    path = tmp_path / "kernel.klr"
+    path.write_bytes(klr_bytes)
     cur = host_module_for(str(path), 0, str(tmp_path / "out"))
     for step in DEFAULT_ORDER:
         cur, _ = stages.make_pass(step).run(cur)
         verify(cur)
-    got = run(cur, g.inputs)
+        if each_step is not None:
+            each_step(step, cur)
+    return cur
+
+
+def test_new_instructions_survive_the_default_pipeline(tmp_path):
+    from tusk.sim.interp import same_outputs
+
+    g = _mixed_kernel()
+    want = g.run()
+    got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
     assert same_outputs({k: want[k] for k in got}, got) and set(got) == set(want)
 
 
@@ -610,10 +618,7 @@ def test_the_emission_contract_table_lists_every_isa_kind():
 
 def test_traced_isa_ops_in_a_loop_compile_through_the_default_pipeline(tmp_path):
     """A traced kernel with an affine_range loop of ISA ops: KLR -> every default pass -> the same outputs."""
-    from tusk import stages
     from tusk.frontend import trace_file
-    from tusk.stages.host import host_module_for
-    from tusk.workflows.pipeline import DEFAULT_ORDER
 
     path = tmp_path / "loop.py"
     path.write_text('''
@@ -639,8 +644,6 @@ def loop(x):
         nl.store(sums[i], value=r)
     return out, sums
 ''')
-    klr_file = tmp_path / "loop.klr"
-    klr_file.write_bytes(trace_file(path, "loop", ["f32[512,16]"]))
     x = f32(512, 16, lo=-0.5, hi=0.5)
     d = x + 1
     r = d.max(axis=1, keepdims=True)
@@ -649,14 +652,14 @@ def loop(x):
     for k in range(16):
         prev = d[:, k] * prev + x[:, k]
         want[:, k] = prev
-    cur = host_module_for(str(klr_file), 0, str(tmp_path / "out"))
-    for step in DEFAULT_ORDER:
-        cur, _ = stages.make_pass(step).run(cur)
-        verify(cur)
+
+    def check(step: str, cur: Module) -> None:
         if step not in ("clear_inst_deps", "build_fdeps"):  # after every pass that changes the program
             got = run(cur, {"x": x})
             np.testing.assert_allclose(got["out"], want, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(got["sums"].reshape(512, 1), r)
+
+    through_pipeline(trace_file(path, "loop", ["f32[512,16]"]), tmp_path, check)
 
 
 def _bad(build) -> str:
@@ -794,3 +797,17 @@ def test_dce_keeps_seeding_and_draws_whose_results_are_unused():
     assert removed == 0
     got = run(Module([fn], attributes=m.attributes), g.inputs)
     np.testing.assert_array_equal(got["bits"], want["bits"])
+
+
+def test_random_draws_are_ordered_for_the_scheduler_and_survive_the_pipeline(tmp_path):
+    from tusk.stages.deps import dependence_edges
+
+    g = _random_kernel(9)
+    fn = g.lower().functions[0]
+    src, dst, _ = dependence_edges(fn)
+    names = {(fn.inst(int(a)).opname, fn.inst(int(b)).opname) for a, b in zip(src, dst)}
+    assert {("SetRandState", "Rng"), ("Rng", "Dropout"), ("Dropout", "Rand2")} <= names
+    want = g.run()
+    got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
