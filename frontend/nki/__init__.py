@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tusk.frontend.nki import isa_v2 as isa  # noqa: F401 - ``nki.isa``: NKI 2.x (neuronxcc.nki: see imports.py)
-from tusk.frontend.nki import language  # noqa: F401 - ``nki.language`` attribute access
+from tusk.frontend.nki import language  # ``nki.language`` attribute access
 
 dtype = language.Dtype  # ``def f(dt: nki.dtype)``: the annotation NKI 2.x library code evaluates at import
 
