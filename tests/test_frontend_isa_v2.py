@@ -417,3 +417,25 @@ def test_activate2_and_exponential_from_a_loaded_sum(tmp_path):
     np.testing.assert_allclose(res["act"], want, rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(res["sums"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(res["sums"][:, 1], np.exp(a).sum(axis=1) + z[:, 0], rtol=1e-5)
+
+
+def test_nc_stream_shuffle_moves_partitions_within_quadrants(tmp_path):
+    a = rand(64, 8)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            y = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(y, 0.5)
+            nisa.nc_stream_shuffle(y, x, [255 if i == 3 else (i + 1) % 32 for i in range(32)])
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a})["out"]
+    want = np.full((64, 8), 0.5, np.float32)
+    for q in (0, 32):
+        for i in range(32):
+            if i != 3:
+                want[q + i] = a[q + (i + 1) % 32]
+    assert np.array_equal(got, want)
