@@ -811,3 +811,40 @@ def test_random_draws_are_ordered_for_the_scheduler_and_survive_the_pipeline(tmp
     got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_kept_loop_of_draws_carries_their_order_to_the_next_iteration(tmp_path):
+    from tusk import stages
+    from tusk.frontend import trace_file
+    from tusk.ir.enums import LOOP_OPCODES
+    from tusk.stages.deps import loop_carried_edges
+    from tusk.stages.host import host_module_for
+
+    path = tmp_path / "draws.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def draws(x):
+    out = nl.ndarray((8, 4, 16), dtype=nl.uint32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(8):
+        tr = current()
+        t = tr.tile((4, 16), nl.uint32)
+        tr.op("rng", (), (t,), dst=t, engine="dve")
+        nl.store(out[i], value=t)
+    return out
+''')
+    klr_file = tmp_path / "draws.klr"
+    klr_file.write_bytes(trace_file(path, "draws", ["f32[1,1]"]))
+    cur = host_module_for(str(klr_file), 0, str(tmp_path / "out"))
+    for step in ("translate_nki_ast_to_bir", "raise_loops"):
+        cur, _ = stages.make_pass(step).run(cur)
+    fn = next(f for f in cur.functions if np.isin(f.insts["opcode"], list(LOOP_OPCODES)).any())
+    src, dst, _ = loop_carried_edges(fn)
+    rng = [i for i in range(len(fn.insts)) if fn.inst(i).opname == "Rng"]
+    assert len(rng) == 1 and (rng[0], rng[0]) in set(zip(src.tolist(), dst.tolist()))
+    bits = run(cur, {"x": np.zeros((1, 1), np.float32)})["out"]
+    assert len(np.unique(bits)) == bits.size  # every iteration drew new numbers
