@@ -311,6 +311,12 @@ def nc_local_gather(cg: Any, p: Any) -> None:
     cg._emit("Gather", "Pool", [src, index], [dst], attrs)
 
 
+def nc_n_gather(cg: Any, p: Any) -> None:
+    data, indices = cg.operand(p.data, Role.IN), cg.operand(p.indices, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("Gather", "Pool", [data, indices], [dst], {"within_partition": True})
+
+
 def sequence_bounds(cg: Any, p: Any) -> None:
     ids = cg.operand(p.segmentIds, Role.IN)
     dst = cg.operand(p.dst, Role.OUT)
@@ -379,6 +385,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "exponential": exponential,
     "activate2": activate2,
     "ncLocalGather": nc_local_gather,
+    "ncNGather": nc_n_gather,
     "sequenceBounds": sequence_bounds,
     "dmaTranspose": dma_transpose,
     "dropout": dropout,

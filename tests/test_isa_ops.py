@@ -848,3 +848,14 @@ def draws(x):
     assert len(rng) == 1 and (rng[0], rng[0]) in set(zip(src.tolist(), dst.tolist()))
     bits = run(cur, {"x": np.zeros((1, 1), np.float32)})["out"]
     assert len(np.unique(bits)) == bits.size  # every iteration drew new numbers
+
+
+def test_nc_n_gather_gathers_within_each_partition():
+    data = f32(16, 4, 8)
+    idx = RNG.integers(0, 32, size=(16, 20)).astype(np.uint32)
+    g = Kernel()
+    td, ti = g.load("d", data.reshape(16, 32)), g.load("i", idx, "uint32")
+    y = g.tile("y", (16, 20))
+    g.op("ncNGather", dst=y, data=td, indices=ti)
+    g.store("y", y)
+    np.testing.assert_array_equal(g.run()["y"], np.take_along_axis(data.reshape(16, 32), idx.astype(np.int64), 1))
