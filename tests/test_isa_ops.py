@@ -859,3 +859,15 @@ def test_nc_n_gather_gathers_within_each_partition():
     g.op("ncNGather", dst=y, data=td, indices=ti)
     g.store("y", y)
     np.testing.assert_array_equal(g.run()["y"], np.take_along_axis(data.reshape(16, 32), idx.astype(np.int64), 1))
+
+
+def test_the_older_range_select_form_with_immediate_bounds():
+    x = f32(8, 16)
+    g = Kernel()
+    t = g.load("x", x)
+    y = g.tile("y", (8, 16))
+    g.op("rangeSelect", dst=y, src=t, reduceCommand="ZeroAccumulate", reduceOp="max", base=1.0, fillValue=-7.0,
+         compOp0="is_ge", compOp1="is_le", bound0=4, bound1=9.0)
+    g.store("y", y)
+    idx = 1 + np.arange(16)[None, :]
+    np.testing.assert_array_equal(g.run()["y"], np.where((idx >= 4) & (idx <= 9), x, np.float32(-7)))
