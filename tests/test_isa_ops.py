@@ -871,3 +871,28 @@ def test_the_older_range_select_form_with_immediate_bounds():
     g.store("y", y)
     idx = 1 + np.arange(16)[None, :]
     np.testing.assert_array_equal(g.run()["y"], np.where((idx >= 4) & (idx <= 9), x, np.float32(-7)))
+
+
+def test_an_affine_select_pattern_that_depends_on_a_loop_index_is_refused_at_its_line(tmp_path):
+    from tusk.frontend import TraceError, trace_file
+
+    path = tmp_path / "k.py"
+    path.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+def k(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        t = nl.load(x[i * 64:(i + 1) * 64, :])
+        tr = current()
+        m = tr.tile(t.shape, t.tensor.dtype)
+        tr.op("affine_select", (t,), (m,), dst=m, pred=(i * 64, [[-1, 16]], 1), onTrueTile=t, onFalseValue=0.0)
+        nl.store(out[i * 64:(i + 1) * 64, :], value=m)
+    return out
+''')
+    with pytest.raises(TraceError, match=r"k\.py:14: .*ncAffineSelect.pred: .* is not a compile-time integer"):
+        trace_file(path, "k", ["f32[128,16]"])
