@@ -19,6 +19,15 @@ from tusk.sim.interp import run
 from tusk.stages.klr_codegen import KlirToBirCodegen
 
 RNG = np.random.default_rng(7)
+# the head of the traced test kernels (they record ISA ops with the tracer's own tr.op, as the front end does)
+TRACED = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+"""
 
 
 class Kernel:
@@ -525,14 +534,7 @@ def test_traced_ops_reach_the_interpreter_through_the_emitter(tmp_path):
     from tusk.frontend.check import run_klr
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x):
+    path.write_text(TRACED + '''def k(x):
     r_out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
     y_out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
@@ -559,14 +561,7 @@ def test_a_traced_op_with_an_unknown_field_is_a_trace_error_naming_it(tmp_path):
     from tusk.frontend import TraceError, trace_file
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x):
+    path.write_text(TRACED + '''def k(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
     tr = current()
@@ -621,14 +616,7 @@ def test_traced_isa_ops_in_a_loop_compile_through_the_default_pipeline(tmp_path)
     from tusk.frontend import trace_file
 
     path = tmp_path / "loop.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def loop(x):
+    path.write_text(TRACED + '''def loop(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     sums = nl.ndarray((4, 128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(4):
@@ -739,14 +727,7 @@ def test_nc_activate_kind_takes_a_scale_tile(tmp_path):
     from tusk.frontend.check import run_klr
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x, s):
+    path.write_text(TRACED + '''def k(x, s):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t, sc = nl.load(x), nl.load(s)
     tr = current()
@@ -821,14 +802,7 @@ def test_a_kept_loop_of_draws_carries_their_order_to_the_next_iteration(tmp_path
     from tusk.stages.host import host_module_for
 
     path = tmp_path / "draws.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def draws(x):
+    path.write_text(TRACED + '''def draws(x):
     out = nl.ndarray((8, 4, 16), dtype=nl.uint32, buffer=nl.shared_hbm)
     for i in nl.affine_range(8):
         tr = current()
@@ -877,14 +851,7 @@ def test_an_affine_select_pattern_that_depends_on_a_loop_index_is_refused_at_its
     from tusk.frontend import TraceError, trace_file
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x):
+    path.write_text(TRACED + '''def k(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(2):
         t = nl.load(x[i * 64:(i + 1) * 64, :])
