@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tusk.ir.klr import types as T
 from tusk.ir.klr.schema import OPERATORS, SCHEMA, ListOf, OptionOf, Prim, Ref
 
@@ -87,6 +89,11 @@ def _convert(t: Any, v: Any, convert: dict[str, Any], where: str) -> Any:
         return convert["imm"](v)
     if name == "DataPattern":
         offset, pattern, cm = v
+        numbers = [offset, cm, *(x for pair in pattern for x in pair)]
+        bad = [x for x in numbers if isinstance(x, bool) or not isinstance(x, (int, np.integer))]
+        if bad:
+            raise TypeError(f"{where}: {bad[0]!r} is not a compile-time integer (a KLR DataPattern is static; "
+                            "a pattern that depends on a loop index needs that loop unrolled: nl.static_range)")
         return T.DataPattern(offset=int(offset), pattern=tuple(T.APPair(step=int(s), num=int(n), offset=0)
                                                                for s, n in pattern), channelMultiplier=int(cm))
     if name == "IndexMissBehavior":

@@ -186,6 +186,11 @@ def _seed(v: InstView) -> list[str]:
 
 def _gather(v: InstView) -> list[str]:
     src, index = shape(v.ins[0]), shape(v.ins[1])
+    if v.attrs.get("within_partition", False):  # nc_n_gather
+        out = _parts("nc_n_gather", v.ins[0], v.ins[1]) + _same("nc_n_gather indices and output", v.ins[1], v.outs[0])
+        if _dt(v.ins[1]) not in INT_DTYPES:
+            out.append(f"nc_n_gather indices are {_dt(v.ins[1])}; an integer dtype is needed")
+        return out
     out = []
     if src is not None and index is not None and (src[0] != index[0] or src[0] % 16):
         out.append(f"local_gather of {src[0]} source and {index[0]} index partitions; equal multiples of 16")

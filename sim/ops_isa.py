@@ -370,6 +370,17 @@ def h_gather(fr: Frame, i: int) -> None:
     fr.store(outs[0], out)
 
 
+def h_n_gather(fr: Frame, i: int) -> None:
+    """nc_n_gather: ``dst[p, k] = data[p, indices[p, k]]`` (data's free axes flattened)."""
+    ins, outs = _io(fr, i, 2)
+    data, idx = rows(fr.value(ins[0])), rows(fr.value(ins[1])).astype(np.int64)
+    if idx.shape[0] != data.shape[0]:
+        raise TuskError(f"nc_n_gather of {data.shape[0]} data and {idx.shape[0]} index partitions")
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[1]):
+        raise TuskError(f"nc_n_gather index {int(idx.max())} outside the {data.shape[1]} elements of a partition")
+    fr.store(outs[0], np.take_along_axis(data, idx, axis=1))
+
+
 def h_sequence_bounds(fr: Frame, i: int) -> None:
     """Per element, the [start, end) of its run of equal segment ids; id 0 (padding) gets [n, -1]."""
     ins, outs = _io(fr, i, 1)
@@ -497,7 +508,7 @@ ISA_HANDLERS: dict[int, Handler] = {
     OPCODE_BY_NAME["MatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["MaxIndexAndMatchReplace"]: h_match_replace,
     OPCODE_BY_NAME["StreamShuffle"]: h_stream_shuffle,
-    Op.Gather: h_gather,
+    Op.Gather: variant(h_n_gather, h_gather, "within_partition"),
     Op.Exponential: h_exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,

@@ -26,7 +26,9 @@ What becomes what (the full table is docs/translate.md):
   operand's dtype and the pattern counts elements of that dtype.
 * **Operators.** One BIR instruction per KLIR statement (named by the
   statement's name), except ``ncActivate``/``activationReduce`` with a
-  ``reduceRes``, which adds a TensorReduce of the activation's output.
+  ``reduceRes``, which adds a TensorReduce of the activation's output.  The
+  NKI ISA operators beyond this core set are lowered by
+  :mod:`stages.klr_codegen_ops` (merged into the dispatch table below).
   Operators without a lowering raise a PassError naming the operator and
   the statement: nothing is dropped silently.
 * **Control flow.** KLR blocks become top-level BIR blocks (labels kept as

@@ -253,6 +253,18 @@ def nc_range_select(cg: Any, p: Any) -> None:
         _reduce_of(cg, dst, p.reduceRes, red_op, hoisted)
 
 
+def range_select(cg: Any, p: Any) -> None:
+    """The older form: immediate bounds, no reduceRes (its reduction stays in the accumulator: unobservable)."""
+    _fresh(cg, p.reduceCommand, "rangeSelect")
+    src = cg.operand(p.src, Role.IN)
+    b0 = cg._imm(float(cg._value(p.bound0, "rangeSelect bound0")))
+    b1 = cg._imm(float(cg._value(p.bound1, "rangeSelect bound1")))
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("RangeSelect", "DVE", [src, b0, b1], [dst],
+             {"base": float(p.base), "compare_op0": _alu(p.compOp0), "compare_op1": _alu(p.compOp1),
+              "fill_value": float(p.fillValue), "reduce_op": _alu(p.reduceOp), "reduce_cmd": p.reduceCommand.name})
+
+
 # ---------------------------------------------------------------------------- statistics, transposes, top-8
 
 
@@ -309,6 +321,12 @@ def nc_local_gather(cg: Any, p: Any) -> None:
     if p.numValidIndicies is not None:
         attrs["num_valid_indices"] = int(cg._value(p.numValidIndicies, "localGather numValidIndicies"))
     cg._emit("Gather", "Pool", [src, index], [dst], attrs)
+
+
+def nc_n_gather(cg: Any, p: Any) -> None:
+    data, indices = cg.operand(p.data, Role.IN), cg.operand(p.indices, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("Gather", "Pool", [data, indices], [dst], {"within_partition": True})
 
 
 def sequence_bounds(cg: Any, p: Any) -> None:
@@ -368,6 +386,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "copyPredicated": copy_predicated,
     "selectReduce": select_reduce,
     "ncRangeSelect": nc_range_select,
+    "rangeSelect": range_select,
     "transpose": transpose,
     "batchNormStats": _unary("BNStats"),
     "batchNormAggregate": _unary("BNStatsAggregate"),
@@ -379,6 +398,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "exponential": exponential,
     "activate2": activate2,
     "ncLocalGather": nc_local_gather,
+    "ncNGather": nc_n_gather,
     "sequenceBounds": sequence_bounds,
     "dmaTranspose": dma_transpose,
     "dropout": dropout,

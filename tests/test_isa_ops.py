@@ -19,6 +19,15 @@ from tusk.sim.interp import run
 from tusk.stages.klr_codegen import KlirToBirCodegen
 
 RNG = np.random.default_rng(7)
+# the head of the traced test kernels (they record ISA ops with the tracer's own tr.op, as the front end does)
+TRACED = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from tusk.frontend.tracer import current
+
+
+@nki.jit
+"""
 
 
 class Kernel:
@@ -525,14 +534,7 @@ def test_traced_ops_reach_the_interpreter_through_the_emitter(tmp_path):
     from tusk.frontend.check import run_klr
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x):
+    path.write_text(TRACED + '''def k(x):
     r_out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
     y_out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
@@ -559,14 +561,7 @@ def test_a_traced_op_with_an_unknown_field_is_a_trace_error_naming_it(tmp_path):
     from tusk.frontend import TraceError, trace_file
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x):
+    path.write_text(TRACED + '''def k(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
     tr = current()
@@ -621,14 +616,7 @@ def test_traced_isa_ops_in_a_loop_compile_through_the_default_pipeline(tmp_path)
     from tusk.frontend import trace_file
 
     path = tmp_path / "loop.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def loop(x):
+    path.write_text(TRACED + '''def loop(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     sums = nl.ndarray((4, 128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(4):
@@ -739,14 +727,7 @@ def test_nc_activate_kind_takes_a_scale_tile(tmp_path):
     from tusk.frontend.check import run_klr
 
     path = tmp_path / "k.py"
-    path.write_text('''
-import neuronxcc.nki as nki
-import neuronxcc.nki.language as nl
-from tusk.frontend.tracer import current
-
-
-@nki.jit
-def k(x, s):
+    path.write_text(TRACED + '''def k(x, s):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t, sc = nl.load(x), nl.load(s)
     tr = current()
@@ -811,3 +792,74 @@ def test_random_draws_are_ordered_for_the_scheduler_and_survive_the_pipeline(tmp
     got = run(through_pipeline(g.k.to_bytes(), tmp_path), g.inputs)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_a_kept_loop_of_draws_carries_their_order_to_the_next_iteration(tmp_path):
+    from tusk import stages
+    from tusk.frontend import trace_file
+    from tusk.ir.enums import LOOP_OPCODES
+    from tusk.stages.deps import loop_carried_edges
+    from tusk.stages.host import host_module_for
+
+    path = tmp_path / "draws.py"
+    path.write_text(TRACED + '''def draws(x):
+    out = nl.ndarray((8, 4, 16), dtype=nl.uint32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(8):
+        tr = current()
+        t = tr.tile((4, 16), nl.uint32)
+        tr.op("rng", (), (t,), dst=t, engine="dve")
+        nl.store(out[i], value=t)
+    return out
+''')
+    klr_file = tmp_path / "draws.klr"
+    klr_file.write_bytes(trace_file(path, "draws", ["f32[1,1]"]))
+    cur = host_module_for(str(klr_file), 0, str(tmp_path / "out"))
+    for step in ("translate_nki_ast_to_bir", "raise_loops"):
+        cur, _ = stages.make_pass(step).run(cur)
+    fn = next(f for f in cur.functions if np.isin(f.insts["opcode"], list(LOOP_OPCODES)).any())
+    src, dst, _ = loop_carried_edges(fn)
+    rng = [i for i in range(len(fn.insts)) if fn.inst(i).opname == "Rng"]
+    assert len(rng) == 1 and (rng[0], rng[0]) in set(zip(src.tolist(), dst.tolist()))
+    bits = run(cur, {"x": np.zeros((1, 1), np.float32)})["out"]
+    assert len(np.unique(bits)) == bits.size  # every iteration drew new numbers
+
+
+def test_nc_n_gather_gathers_within_each_partition():
+    data = f32(16, 4, 8)
+    idx = RNG.integers(0, 32, size=(16, 20)).astype(np.uint32)
+    g = Kernel()
+    td, ti = g.load("d", data.reshape(16, 32)), g.load("i", idx, "uint32")
+    y = g.tile("y", (16, 20))
+    g.op("ncNGather", dst=y, data=td, indices=ti)
+    g.store("y", y)
+    np.testing.assert_array_equal(g.run()["y"], np.take_along_axis(data.reshape(16, 32), idx.astype(np.int64), 1))
+
+
+def test_the_older_range_select_form_with_immediate_bounds():
+    x = f32(8, 16)
+    g = Kernel()
+    t = g.load("x", x)
+    y = g.tile("y", (8, 16))
+    g.op("rangeSelect", dst=y, src=t, reduceCommand="ZeroAccumulate", reduceOp="max", base=1.0, fillValue=-7.0,
+         compOp0="is_ge", compOp1="is_le", bound0=4, bound1=9.0)
+    g.store("y", y)
+    idx = 1 + np.arange(16)[None, :]
+    np.testing.assert_array_equal(g.run()["y"], np.where((idx >= 4) & (idx <= 9), x, np.float32(-7)))
+
+
+def test_an_affine_select_pattern_that_depends_on_a_loop_index_is_refused_at_its_line(tmp_path):
+    from tusk.frontend import TraceError, trace_file
+
+    path = tmp_path / "k.py"
+    path.write_text(TRACED + '''def k(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        t = nl.load(x[i * 64:(i + 1) * 64, :])
+        tr = current()
+        m = tr.tile(t.shape, t.tensor.dtype)
+        tr.op("affine_select", (t,), (m,), dst=m, pred=(i * 64, [[-1, 16]], 1), onTrueTile=t, onFalseValue=0.0)
+        nl.store(out[i * 64:(i + 1) * 64, :], value=m)
+    return out
+''')
+    with pytest.raises(TraceError, match=r"k\.py:14: .*ncAffineSelect.pred: .* is not a compile-time integer"):
+        trace_file(path, "k", ["f32[128,16]"])
