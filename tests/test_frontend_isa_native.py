@@ -426,3 +426,24 @@ def test_every_supported_call_of_both_generations_has_a_kernel_in_the_tests():
         assert re.search(rf"nisa\.{name}\(", v1), f"1.x nisa.{name} has no test kernel"
     for name in public_calls(isa_v2):
         assert re.search(rf"nisa\.{name}\(", v2), f"2.x nisa.{name} has no test kernel"
+
+
+def test_v2_nc_n_gather_within_each_partition(tmp_path):
+    a = rand(16, 4, 8)
+    idx = RNG.integers(0, 32, size=(16, 10))
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent("""
+        @nki.jit
+        def k(a, idx):
+            out = nl.ndarray((16, 10), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((16, 4, 8), dtype=nl.float32, buffer=nl.sbuf)
+            i = nl.ndarray((16, 10), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.dma_copy(dst=i, src=idx)
+            g = nl.ndarray((16, 10), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.nc_n_gather(g, x, i)
+            nisa.dma_copy(dst=out, src=g)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[16,4,8]", "u32[16,10]"]), {"a": a, "idx": idx.astype(np.uint32)})
+    assert np.array_equal(got["out"], np.take_along_axis(a.reshape(16, 32), idx, axis=1))

@@ -620,6 +620,14 @@ def local_gather(call: str, dst: View, src: View, index: View, num_elem_per_idx:
            numValidIndicies=None if num_valid_indices is None else int(num_valid_indices))
 
 
+def n_gather(call: str, dst: View, data: View, indices: View) -> None:
+    """``dst[p, i] = data[p].flat[indices[p, i]]`` in each partition (KLR ncNGather)."""
+    if not (dst.shape[0] == data.shape[0] == indices.shape[0]) or free(dst) != free(indices):
+        raise unsupported(f"{call}: dst {list(dst.shape)}, data {list(data.shape)} and indices "
+                          f"{list(indices.shape)} (the same partitions; dst holds one value per index)")
+    native(call, "nc_n_gather", (data, indices), (dst,), dst=dst, data=data, indices=indices)
+
+
 def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
     """``dst[i] = src[quadrant + shuffle_mask[i]]`` in each 32-partition quadrant (255 keeps dst[i]; KLR
     shuffle)."""

@@ -227,6 +227,12 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
                      num_valid_indices)
 
 
+@documented("nisa.nc_n_gather")
+def nc_n_gather(dst, data, indices, name=None):
+    call = "nisa.nc_n_gather"
+    ops.n_gather(call, tile(dst, f"{call} dst"), tile(data, call), tile(indices, call))
+
+
 @documented("nisa.nc_stream_shuffle")
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     call = "nisa.nc_stream_shuffle"
