@@ -439,3 +439,26 @@ def test_nc_stream_shuffle_moves_partitions_within_quadrants(tmp_path):
             if i != 3:
                 want[q + i] = a[q + (i + 1) % 32]
     assert np.array_equal(got, want)
+
+
+def test_nc_matmul_accumulate_flag_of_a_loop_index_comparison(tmp_path):
+    """The NKI docs' hint, ``accumulate=(i > 0)`` in an affine_range loop: the comparison unrolls the loop,
+    each iteration's flag is a Python bool."""
+    lhsT, rhs = rand(384, 64), rand(384, 128)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+            for kk in nl.affine_range(3):
+                a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+                b = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[kk * 128:(kk + 1) * 128, :])
+                nisa.dma_copy(dst=b, src=rhs[kk * 128:(kk + 1) * 128, :])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(kk > 0))
+            res = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out, src=res)
+            return out
+    """, {"lhsT": lhsT, "rhs": rhs})["out"]
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-5, atol=1e-4)
