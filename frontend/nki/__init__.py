@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from tusk.frontend.nki import isa, language  # noqa: F401 - ``nki.language`` / ``nki.isa`` attribute access
+from tusk.frontend.nki import isa, language, typing  # noqa: F401 - ``nki.language`` ... attribute access
 
 
 class Kernel:
@@ -33,8 +33,9 @@ class Kernel:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from tusk.frontend.tracer import _CURRENT
-        if _CURRENT:  # a kernel calling another kernel: trace it inline
-            return self.fn(*args, **kwargs)
+        if _CURRENT:  # a launcher or another kernel calls it: traced inline, once per program of its grid
+            from tusk.frontend.trace import launch
+            return launch(_CURRENT[-1], self.fn, args, kwargs, self.grid)
         from tusk.frontend.errors import TraceError
         raise TraceError(f"kernel {self.fn.__name__} cannot run here: trace it with "
                          f"`tusk trace FILE.py::{self.fn.__name__} --input ...` and compile the KLR")
