@@ -172,6 +172,18 @@ def package_root(path: Path) -> Path | None:
     return root
 
 
+def _relative_imports(path: Path) -> bool:
+    """Does the file import relatively (``from .utils import x``)?  Only then is it imported as its
+    package's module; otherwise it runs as a script of its own directory, as ``python FILE.py`` would."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return False  # the trace reports it when it runs the file
+    return any(isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree))
+
+
 @dataclass
 class KernelImports:
     """The kernel file's import world during one trace (see the module docstring)."""
@@ -184,7 +196,7 @@ class KernelImports:
 
     def __post_init__(self) -> None:
         self.path = Path(os.path.realpath(self.path))
-        pkg = package_root(self.path)
+        pkg = package_root(self.path) if _relative_imports(self.path) else None
         if pkg is None:
             self.root, self.module = self.path.parent, None
         else:
@@ -246,7 +258,7 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
             sys.meta_path.remove(finder)
         sys.path[:] = saved_path
         ki.sources = sorted({f for n, m in sys.modules.items() if before.get(n) is not m
-                             for f in [_module_file(m)] if f is not None and ki.owns(str(f))})
+                             for f in [_module_file(m)] if f is not None and _ours(ki, n, f)})
         for n in [n for n, m in sys.modules.items() if before.get(n) is not m and _forget(ki, n, m)]:
             del sys.modules[n]  # the kernel's modules and stand-ins; installed ones imported now are kept
         for n, m in before.items():
@@ -259,9 +271,19 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
 
 
 def _forget(ki: KernelImports, name: str, m: Any) -> bool:
+    """Is ``m`` (imported during the trace) the kernel's, to be read again by the next trace?  Never Tusk's own
+    modules (one front end per process) nor installed packages (an extension module loads once)."""
+    if name == "tusk" or name.startswith("tusk."):
+        return False
+    if isinstance(m, Absent) or name in ALIASES or name.split(".")[0] in NKI_ROOTS:
+        return True
     f = _module_file(m)
-    return (isinstance(m, Absent) or name in ALIASES or name.split(".")[0] in NKI_ROOTS
-            or (f is not None and ki.owns(str(f))))
+    return f is not None and _ours(ki, name, f)
+
+
+def _ours(ki: KernelImports, name: str, f: Path) -> bool:
+    """A file of the kernel tree (not Tusk's, which the trace key covers as the front end's code)."""
+    return not (name == "tusk" or name.startswith("tusk.")) and ki.owns(str(f)) and not in_tusk(str(f))
 
 
 def _module_file(m: Any) -> Path | None:
