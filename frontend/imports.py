@@ -49,6 +49,9 @@ ALIASES: dict[str, types.ModuleType] = {
        for name, module in (("", _nki), (".language", _language), (".isa", _isa), (".typing", _typing))},
 }
 NKI_ROOTS = ("nki", "neuronxcc")  # names of the NKI packages: an absent submodule is "not supported"
+# NKI's decorator under the names of framework packages that re-export it (torch_neuronx): kept even when the
+# framework is absent, so `from torch_neuronx import nki_jit` then `@nki_jit` marks a kernel
+REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki_jit": _nki.jit}
 
 
 # ====================================================================== stand-ins for absent modules
@@ -84,6 +87,8 @@ class Absent(types.ModuleType):
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         name, imported_at = object.__getattribute__(self, "_absent")
+        if f"{name}.{attr}" in REEXPORTED:
+            return REEXPORTED[f"{name}.{attr}"]
         child = Absent(f"{name}.{attr}", imported_at)
         if _CURRENT:  # the kernel itself reaches into it
             raise child._refuse("the kernel uses")

@@ -76,8 +76,9 @@ def load_kernel(path: str | Path, function: str | None,
             raise TraceError(f"{path}: no function {function!r}"
                              + (f" (its @nki.jit kernels: {', '.join(kernels)})" if kernels else ""))
     else:
-        kernels = [(n, v) for n, v in namespace.items() if isinstance(v, Kernel)
-                   and getattr(v.fn, "__module__", None) == namespace.get("__name__")]
+        kernels = [(n, v) for n, v in namespace.items() if isinstance(v, Kernel)]
+        own = [(n, v) for n, v in kernels if getattr(v.fn, "__module__", None) == namespace.get("__name__")]
+        kernels = own or kernels  # those the file defines, not those it imports; else the one it imports
         if len(kernels) != 1:
             found = ", ".join(n for n, _ in kernels) or "none"
             raise TraceError(f"{path}: name the kernel as FILE.py::FUNCTION (@nki.jit functions: {found})")

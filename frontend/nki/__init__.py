@@ -49,3 +49,35 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
 
 
 baremetal = benchmark = profile = jit
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """``nki.simulate_kernel(kernel, a, b)`` on numpy arrays (a kernel file's own check at its top level): the
+    kernel traced for the arrays' shapes and dtypes and run in Tusk's interpreter; its output array(s)."""
+    import inspect
+
+    import numpy as np
+
+    from tusk.frontend.errors import TraceError
+    from tusk.frontend.tracer import _CURRENT
+
+    if _CURRENT:
+        raise TraceError("nki.simulate / nki.simulate_kernel inside a kernel being traced")
+    fn = kernel.fn if isinstance(kernel, Kernel) else kernel
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    arrays = {k: v for k, v in bound.arguments.items() if isinstance(v, np.ndarray)}
+    others = {k: v for k, v in bound.arguments.items() if k not in arrays}
+    from tusk.frontend.check import run_klr
+    from tusk.frontend.specs import TensorSpec
+    from tusk.frontend.tensors import as_dtype
+    from tusk.frontend.trace import trace_function
+
+    specs = [TensorSpec(as_dtype(a.dtype), tuple(a.shape)) for a in arrays.values()]
+    data = trace_function(kernel, specs, args=others)
+    outs = list(run_klr(data, arrays).values())
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def simulate(kernel: Any) -> Callable[..., Any]:
+    """``nki.simulate(kernel)(a, b)``: :func:`simulate_kernel`."""
+    return functools.partial(simulate_kernel, kernel)
