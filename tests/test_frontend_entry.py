@@ -311,83 +311,45 @@ def test_sibling_modules_import_and_are_read_again_by_the_next_trace(tmp_path):
 # ====================================================================== limits
 
 
-LIMITS = """
-@nki.jit
-def plain(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    nl.store(out, value=nl.load(a))
-    return out
+def _looped(name: str, *loops: str) -> str:
+    """A kernel that copies its input to its output inside ``loops`` (loop headers, outermost first)."""
+    body = "".join(f"{'    ' * (d + 1)}for i{d} in {loop}:\n" for d, loop in enumerate(loops))
+    return (f"\n\n@nki.jit\ndef {name}(a):\n    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+            f"{body}{'    ' * (len(loops) + 1)}nl.store(out, value=nl.load(a))\n    return out\n")
 
 
-@nki.jit
-def static(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.static_range(10**9):
-        nl.store(out, value=nl.load(a))
-    return out
-
-
-@nki.jit
-def python(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in range(10**7):
-        nl.store(out, value=nl.load(a))
-    return out
-
-
-@nki.jit
-def affine(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(256**128):
-        nl.store(out, value=nl.load(a))
-    return out
-
-
-@nki.jit
-def nested(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(8192):
-        for j in nl.sequential_range(4096):
-            nl.store(out, value=nl.load(a))
-    return out
-
-
-@nki.jit
-def static_nest(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.static_range(400):
-        for j in nl.static_range(400):
-            nl.store(out, value=nl.load(a))
-    return out
-
-
-@nki.jit
-def grid_late(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.static_range(200):
-        nl.store(out, value=nl.load(a))
-    return out
-"""
+LIMITS = "".join([
+    _looped("plain"),
+    _looped("static", "nl.static_range(10**9)"),
+    _looped("python", "range(10**7)"),
+    _looped("affine", "nl.affine_range(256**128)"),
+    _looped("nested", "nl.affine_range(8192)", "nl.sequential_range(4096)"),
+    _looped("static_nest", "nl.static_range(400)", "nl.static_range(400)"),
+    _looped("grid_late", "nl.static_range(200)"),
+])
 CEILING_MESSAGE = "Compiler generated too many instructions, this may due to a failure in parallelism extraction"
 
 
-@pytest.mark.parametrize("function, grid, line, needle", [
+@pytest.mark.parametrize("function, grid, at, needle", [
     ("plain", (65536, 65536), None, CEILING_MESSAGE),
-    ("static", (), 15, CEILING_MESSAGE),
-    ("python", (), 23, "the trace would record 20,000,000 statements"),
-    ("affine", (), 31, CEILING_MESSAGE),
-    ("nested", (), 41, CEILING_MESSAGE),
-    ("static_nest", (), 48, "the trace would record 320,000 statements"),
+    ("static", (), "in nl.static_range(10**9)", CEILING_MESSAGE),
+    ("python", (), "in range(10**7)", "the trace would record 20,000,000 statements"),
+    ("affine", (), "in nl.affine_range(256**128)", CEILING_MESSAGE),
+    ("nested", (), "    nl.store", CEILING_MESSAGE),
+    ("static_nest", (), "i0 in nl.static_range(400)", "the trace would record 320,000 statements"),
     ("grid_late", (4096,), None, "the trace would record"),
 ])
-def test_traces_past_the_limits_are_refused_fast(tmp_path, function, grid, line, needle):
+def test_traces_past_the_limits_are_refused_fast(tmp_path, function, grid, at, needle):
     path = write(tmp_path, LIMITS)
     t0 = time.perf_counter()
     with pytest.raises(TraceError) as e:
         trace_file(path, function, ["f32[128,512]"], grid)
     assert time.perf_counter() - t0 < 20
     assert needle in str(e.value) and "k.py" in str(e.value)
-    if line is not None:
+    if at is not None:  # the line of the loop (or statement) of this kernel that passes the limit
+        lines = path.read_text().splitlines()
+        first = next(n for n, text in enumerate(lines, 1) if text.startswith(f"def {function}("))
+        line = next(n for n, text in enumerate(lines, 1) if n > first and at in text)
         assert f"k.py:{line}:" in str(e.value)
 
 
