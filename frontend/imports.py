@@ -49,6 +49,7 @@ ALIASES: dict[str, types.ModuleType] = {
        for name, module in (("", _nki), (".language", _language), (".isa", _isa), (".typing", _typing))},
 }
 NKI_ROOTS = ("nki", "neuronxcc")  # names of the NKI packages: an absent submodule is "not supported"
+NKI_SUBMODULES = ("compiler", "collectives")  # NKI modules Tusk does not have: attributes of nki as stand-ins
 # NKI's decorator under the names of framework packages that re-export it (torch_neuronx): kept even when the
 # framework is absent, so `from torch_neuronx import nki_jit` then `@nki_jit` marks a kernel
 REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki_jit": _nki.jit}
@@ -60,9 +61,10 @@ REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki
 class Absent(types.ModuleType):
     """An absent module, or a name taken from one (``from torch import nn``).
 
-    Binding it costs nothing; looking into it while the file loads gives
-    another stand-in; using it (a call or attribute while tracing, any
-    operator, truth value or iteration) is a TraceError at the line."""
+    Binding it costs nothing; looking into it or calling it while the file
+    loads gives another stand-in (a decorator leaves the function as it is);
+    using it (a call or attribute while tracing, any operator, truth value
+    or iteration) is a TraceError at the line."""
 
     def __init__(self, name: str, imported_at: str):
         super().__init__(name)
@@ -77,13 +79,16 @@ class Absent(types.ModuleType):
         if root in NKI_ROOTS:
             why = f"not supported: {name} (not in Tusk's NKI front end; docs/frontend.md lists what is)"
         else:
-            why = (f"{what} {name}, but {root} is not installed: while tracing, a module the kernel imports and "
-                   f"does not have is a stand-in that must not be used (imported at {imported_at})")
+            why = (f"{what} {name}, but {root} is not installed (nor a module of the kernel's directory): while "
+                   f"tracing, a module the kernel imports and does not have is a stand-in that must not be used "
+                   f"(imported at {imported_at})")
         return TraceError(loc + why)
 
     def __getattr__(self, attr: str) -> Any:
         from tusk.frontend.tracer import _CURRENT
 
+        if attr == "__all__":  # `from apis import *` can bind nothing from a stand-in: the names would be missing
+            raise self._refuse("the file imports * from")
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         name, imported_at = object.__getattribute__(self, "_absent")
@@ -94,13 +99,15 @@ class Absent(types.ModuleType):
             raise child._refuse("the kernel uses")
         return child
 
-    def __call__(self, *_: Any, **__: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from tusk.frontend.tracer import _CURRENT
 
         name, imported_at = object.__getattribute__(self, "_absent")
         if _CURRENT:
             raise self._refuse("the kernel calls")
-        return Absent(f"{name}(...)", imported_at)  # a decorator or set-up call at the file's top level
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], Absent):
+            return args[0]  # a decorator (`@nki.compiler.skip_middle_end_transformations`): the function itself
+        return Absent(f"{name}(...)", imported_at)  # a set-up call at the file's top level, or a decorator factory
 
     def __mro_entries__(self, bases: tuple) -> tuple:
         return ()  # `class Model(torch.nn.Module)` at the top level: a plain class (tests use it, kernels do not)
@@ -249,6 +256,8 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
     attrs = _alias_state()
     for m in (_language, _isa, _typing):
         m.__path__ = []  # packages while tracing: `from nki.isa.constants import x` reaches the stand-ins
+    for sub in NKI_SUBMODULES:  # `nki.compiler.sbuf.mod_alloc` at a file's top level, without an import
+        setattr(_nki, sub, Absent(f"nki.{sub}", "nki"))
     hidden = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ki.shadowed()}
     for n in hidden:
         del sys.modules[n]

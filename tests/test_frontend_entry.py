@@ -152,6 +152,7 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 
 DEVICE = xm.xla_device()
+SB_MOD = nki.compiler.sbuf.mod_alloc
 
 
 class Reference(torch.nn.Module):
@@ -163,6 +164,7 @@ def test_it(n):
     assert torch.allclose(torch.ones(n), torch.ones(n))
 
 
+@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def k(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
@@ -200,12 +202,19 @@ def test_using_an_absent_package_is_refused_at_the_line_naming_it(tmp_path):
     _absent("torch", "torch_xla", "transformers", "jax")
     (tmp_path / "k.py").write_text(ABSENT)
     before = set(sys.modules)
-    with pytest.raises(TraceError, match=r"k\.py:35: the kernel uses torch\.zeros, but torch is not installed"
+    with pytest.raises(TraceError, match=r"k\.py:37: the kernel uses torch\.zeros, but torch is not installed"
                                          r".*imported at .*k\.py:1\)"):
         trace_file(tmp_path / "k.py", "uses_torch", ["f32[128,512]"])
-    with pytest.raises(TraceError, match=r"k\.py:41: not supported: neuronxcc\.starfish\.support\.util\.allclose"):
+    with pytest.raises(TraceError, match=r"k\.py:43: not supported: neuronxcc\.starfish\.support\.util\.allclose"):
         trace_file(tmp_path / "k.py", "uses_helper", ["f32[128,512]"])
     assert not {m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "scipy", "neuronxcc", "nki")}
+
+
+def test_import_star_from_a_module_that_is_not_there_is_refused_at_its_line(tmp_path):
+    path = write(tmp_path, "from apis_not_here import *\n")
+    with pytest.raises(TraceError, match=r"k\.py:4: the file imports \* from apis_not_here, but apis_not_here is "
+                                         r"not installed \(nor a module of the kernel's directory\)"):
+        trace_file(path, None, [])
 
 
 def test_installed_packages_import_normally_and_a_library_optional_import_still_fails(tmp_path):
