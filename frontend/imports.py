@@ -258,7 +258,8 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
         m.__path__ = []  # packages while tracing: `from nki.isa.constants import x` reaches the stand-ins
     for sub in NKI_SUBMODULES:  # `nki.compiler.sbuf.mod_alloc` at a file's top level, without an import
         setattr(_nki, sub, Absent(f"nki.{sub}", "nki"))
-    hidden = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ki.shadowed()}
+    shadowed = ki.shadowed()
+    hidden = {n: m for n, m in sys.modules.items() if n.split(".")[0] in shadowed and _hideable(n, m)}
     for n in hidden:
         del sys.modules[n]
     finder = _StandIns(ki)
@@ -298,6 +299,18 @@ def _forget(ki: KernelImports, name: str, m: Any) -> bool:
 def _ours(ki: KernelImports, name: str, f: Path) -> bool:
     """A file of the kernel tree (not Tusk's, which the trace key covers as the front end's code)."""
     return not (name == "tusk" or name.startswith("tusk.")) and ki.owns(str(f)) and not in_tusk(str(f))
+
+
+_ENVIRONMENT = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
+def _hideable(name: str, m: Any) -> bool:
+    """A module loaded before the trace that a same-named file of the kernel's directory replaces for the
+    trace: one from elsewhere (another project's ``helpers``), never Python's, an installed package or
+    Tusk (code already running holds them; Python itself would not replace them either)."""
+    f = _module_file(m)
+    return (f is not None and not name.startswith("tusk") and not str(f).startswith(_ENVIRONMENT)
+            and not in_tusk(str(f)))
 
 
 def _module_file(m: Any) -> Path | None:

@@ -9,6 +9,7 @@ import importlib.util
 import sys
 import textwrap
 import time
+import types
 
 import numpy as np
 import pytest
@@ -297,7 +298,13 @@ def test_a_kernel_in_a_package_with_relative_imports_traces_and_leaves_no_trace(
     assert sys.path == path_before and not {m for m in set(sys.modules) - modules_before if "mypkg" in m}
 
 
-def test_sibling_modules_import_and_are_read_again_by_the_next_trace(tmp_path):
+def test_sibling_modules_import_and_are_read_again_by_the_next_trace(tmp_path, monkeypatch):
+    other = tmp_path / "elsewhere" / "helpers.py"  # a module of that name another project loaded before
+    other.parent.mkdir()
+    other.write_text("def twice(t):\n    raise AssertionError('the wrong helpers')\n")
+    foreign = types.ModuleType("helpers")
+    foreign.__file__ = str(other)
+    monkeypatch.setitem(sys.modules, "helpers", foreign)
     (tmp_path / "helpers.py").write_text("import neuronxcc.nki.language as nl\n\n\ndef twice(t):\n"
                                          "    return nl.add(t, t)\n")
     path = write(tmp_path, """
@@ -314,7 +321,7 @@ def test_sibling_modules_import_and_are_read_again_by_the_next_trace(tmp_path):
     (tmp_path / "helpers.py").write_text("import neuronxcc.nki.language as nl\n\n\ndef twice(t):\n"
                                          "    return nl.multiply(t, 3.0)\n")
     assert np.allclose(run_klr(trace_file(path, "k", ["f32[128,512]"]), {"a": A})["out"], 9 * A)
-    assert "helpers" not in sys.modules
+    assert sys.modules["helpers"] is foreign
 
 
 # ====================================================================== limits
