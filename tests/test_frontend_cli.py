@@ -419,3 +419,39 @@ def test_editing_an_imported_helper_retraces_and_changes_the_klr(scaled_project)
     assert (got == a + 0.25).all()
     code, rep = compile_json(k, out)
     assert code == 0 and rep["traced"] == 0 and rep["trace_cached"] == 1
+
+
+LAUNCHED = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def tile_add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ix = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    iy = nl.arange(a.shape[1])[None, :]
+    nl.store(out[ix, iy], value=nl.add(nl.load(a[ix, iy]), nl.load(b[ix, iy])))
+    return out
+
+
+def launcher(a, b):
+    return tile_add[a.shape[0] // 128](a, b)
+'''
+
+
+def test_trace_of_a_launcher_and_of_a_grid_past_the_ceiling(tmp_path, cache, monkeypatch):
+    import numpy as np
+
+    from tusk.frontend.check import run_klr
+
+    (tmp_path / "k.py").write_text(LAUNCHED)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("k.py::launcher", "-o", "l.klr", inputs=["f32[512,64]", "f32[512,64]"]))
+    assert res.exit_code == 0, res.output
+    a, b = (np.random.default_rng(s).standard_normal((512, 64)).astype(np.float32) for s in (1, 2))
+    assert np.array_equal(run_klr((tmp_path / "l.klr").read_bytes(), {"a": a, "b": b})["out"], a + b)
+    res = invoke(*trace_args("k.py::tile_add", "--grid", "65536,65536", "-o", "g.klr",
+                             inputs=["f32[512,64]", "f32[512,64]"]))
+    assert res.exit_code == 1 and "Compiler generated too many instructions" in res.stderr
+    assert "k.py" in res.stderr and not (tmp_path / "g.klr").exists()
