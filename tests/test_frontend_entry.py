@@ -434,6 +434,14 @@ def test_a_file_checking_itself_with_nki_simulate_loads_and_torch_neuronx_nki_ji
         x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512) / 7
         np.testing.assert_allclose(nki.simulate(k)(x, x + 1), x * (x + 1), rtol=1e-6)
         np.testing.assert_allclose(nki.simulate_kernel(k, x, x), x * x, rtol=1e-6)
+
+        @nki.trace
+        def direct(a: nki.tensor):  # the decorator's earlier name; called on arrays as simulation mode runs it
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.exp(nl.load(a)))
+            return out
+
+        np.testing.assert_allclose(direct(x / 1e4), np.exp(x / 1e4), rtol=1e-5)
     """)
-    data = trace_file(path, None, ["f32[128,512]", "f32[128,512]"])
+    data = trace_file(path, "k", ["f32[128,512]", "f32[128,512]"])
     assert np.allclose(run_klr(data, {"a": A, "b": A})["out"], A * A)

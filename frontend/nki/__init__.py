@@ -1,9 +1,11 @@
 """``nki`` / ``neuronxcc.nki`` as Tusk's front end provides it while a kernel file is traced.
 
-``@nki.jit`` (and ``@nki.baremetal``, ``@nki.benchmark``, ``@nki.profile``
-as decorators) mark kernel functions; ``kernel[grid]`` gives the SPMD launch
-form.  Calling a kernel directly works only under ``tusk trace`` / ``tusk
-compile``: there is no device here.
+``@nki.jit`` (and ``@nki.baremetal``, ``@nki.benchmark``, ``@nki.profile``,
+``@nki.trace`` as decorators) mark kernel functions; ``kernel[grid]`` gives
+the SPMD launch form.  Outside a trace, a kernel called on numpy arrays (as
+NKI's simulation mode runs it; also ``nki.simulate``) is traced for their
+shapes and run in Tusk's interpreter; on anything else there is no device
+here.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class Kernel:
         if _CURRENT:  # a launcher or another kernel calls it: traced inline, once per program of its grid
             from tusk.frontend.trace import launch
             return launch(_CURRENT[-1], self.fn, args, kwargs, self.grid)
+        import numpy as np
+        if all(isinstance(a, np.ndarray) or not _tensor_like(a) for a in (*args, *kwargs.values())):
+            # on numpy arrays, as NKI's simulation and baremetal modes run a kernel: in Tusk's interpreter
+            return simulate_kernel(self, *args, **kwargs)
         from tusk.frontend.errors import TraceError
         raise TraceError(f"kernel {self.fn.__name__} cannot run here: trace it with "
                          f"`tusk trace FILE.py::{self.fn.__name__} --input ...` and compile the KLR")
@@ -48,7 +54,13 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     return Kernel(fn, options)
 
 
-baremetal = benchmark = profile = jit
+baremetal = benchmark = profile = trace = jit  # `nki.trace`: the decorator's earlier name
+tensor = typing.tensor  # `def k(x: nki.tensor)`
+
+
+def _tensor_like(x: Any) -> bool:
+    """An argument a device run would take as a tensor (a framework's array), not a number or a shape."""
+    return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
