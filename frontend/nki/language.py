@@ -19,7 +19,7 @@ import numpy as np
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
-from tusk.frontend.tracer import as_shape, current
+from tusk.frontend.tracer import CEILING, WatchedRange, as_shape, current, too_many, trips
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -86,32 +86,37 @@ class _Range:
             r = range(*[int(Affine.of(a)) for a in args])
         except (TraceError, TypeError, ValueError):
             raise unsupported(f"nl.{kind} bounds that are not Python ints ({args!r})") from None
-        self.kind, self.r = kind, r
+        n = trips(r)
+        if n >= CEILING:  # every iteration runs the body: at least one instruction each once unrolled
+            raise too_many(n, f"the iterations of an nl.{kind} loop")
+        self.kind, self.r, self.n = kind, r, n
 
     def __len__(self) -> int:
-        return len(self.r)
+        return self.n
 
     def __iter__(self):
-        r = self.r
-        if len(r) <= 1:  # nothing to loop over: a static body (or none)
+        r, n = self.r, self.n
+        if n <= 1:  # nothing to loop over: a static body (or none)
             yield from r
             return
         tr = current()
         ordinal = tr.loop_ordinal
         tr.loop_ordinal += 1
-        keep = tr.peel.get(ordinal, len(r))
-        if keep > 1:
-            var = LoopVar(self.kind, r.start, r.step, keep, len(tr.loops), ordinal)
-            done = False
-            with tr.loop(var):
-                try:
+        keep = tr.peel.get(ordinal, n)
+        done = False
+        try:
+            if keep > 1:
+                var = LoopVar(self.kind, r.start, r.step, keep, len(tr.loops), ordinal)
+                with tr.loop(var):
                     yield loop_index(var)
-                    done = True
-                finally:
-                    if not done:
-                        tr.broken_loop = True
-        # iterations a mask cuts short: traced one by one (see PeelLoop)
-        yield from r[keep if keep > 1 else 0:]
+            # iterations a mask cuts short: traced one by one (see PeelLoop)
+            yield from r[keep if keep > 1 else 0:]
+            done = True
+        finally:
+            if not done and tr.broken_loop is None:
+                # closed early: a `break` or `return` in the body (or an exception passing through it); the
+                # kernel's line now is that statement (checked once the kernel returns: trace.py)
+                tr.broken_loop = current_user_line() or ("", 0)
 
 
 def affine_range(*args: Any, **_: Any) -> _Range:
@@ -122,8 +127,9 @@ def sequential_range(*args: Any, **_: Any) -> _Range:
     return _Range("sequential_range", args)
 
 
-def static_range(*args: Any, **_: Any) -> range:
-    return range(*[int(Affine.of(a)) for a in args])
+def static_range(*args: Any, **_: Any) -> Any:
+    r = range(*[int(Affine.of(a)) for a in args])
+    return WatchedRange(r, f"nl.static_range({', '.join(map(str, args))})")
 
 
 # ---------------------------------------------------------------------------- SPMD
