@@ -637,10 +637,13 @@ def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
         raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 ints)") from None
     if len(masks) != 32 or any(not (0 <= m < 32 or m == 255) for m in masks):
         raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 partition numbers below 32, or 255)")
-    same_size(call, dst, src, "src")
+    if free(dst) != free(src):  # partitions may differ: [0] * 32 broadcasts one partition to 32
+        raise unsupported(f"{call}: dst {list(dst.shape)} and src {list(src.shape)} differ in elements per "
+                          "partition")
     if any(m != 255 and m >= src.shape[0] for m in masks):
         raise unsupported(f"{call}: shuffle_mask reads past the {src.shape[0]} partitions of src")
-    native(call, "shuffle", (src, dst), (dst,), dst=dst, src=src, shuffleMask=masks)
+    kept = (dst,) if 255 in masks else ()  # a 255 keeps that dst partition: read then
+    native(call, "shuffle", (src, *kept), (dst,), dst=dst, src=src, shuffleMask=masks)
 
 
 def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:

@@ -260,6 +260,7 @@ def _assigned_name() -> str:
     where = current_user_line()
     if where is None:
         return ""
+    linecache.checkcache(where[0])  # a file of the same name traced before (a rewritten k.py) is read again
     m = _ASSIGNED.match(linecache.getline(where[0], where[1]))
     return m.group(1) if m else ""
 
