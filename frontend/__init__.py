@@ -6,9 +6,12 @@
 
 Tracing *executes* the kernel's Python, as NKI itself does: the kernel file's
 top level runs, then the kernel function runs once with symbolic tensors.
-While it runs, ``import neuronxcc.nki.language as nl`` (and ``nki.language``,
-``nki.isa``, ``neuronxcc.nki.isa``, ``neuronxcc.nki``, ``nki``) resolve to
-:mod:`tusk.frontend.nki`; nothing is installed under those names.
+While it runs, ``import neuronxcc.nki.language as nl`` (and ``nki``,
+``nki.language``, ``nki.isa``, ``nki.typing`` and their ``neuronxcc.``
+forms) resolve to :mod:`tusk.frontend.nki`; nothing is installed under those
+names.  Its helpers and package import, absent packages it never uses are
+stand-ins (:mod:`tusk.frontend.imports`); non-tensor parameters are given by
+name (``args={"eps": 1e-6}``, :mod:`tusk.frontend.args`).
 
 See docs/frontend.md for the supported API and the tracing model.
 """

@@ -60,8 +60,8 @@ class Affine:
             return x
         if _is_int(x):
             return Affine(x)
-        if hasattr(x, "__index__") and not isinstance(x, bool) and not hasattr(x, "shape"):
-            return Affine(int(x.__index__()))  # numpy integers
+        if hasattr(x, "__index__") and not isinstance(x, bool) and getattr(x, "ndim", 0) == 0:
+            return Affine(int(x.__index__()))  # numpy integer scalars (their shape is ())
         raise unsupported(f"an index of type {type(x).__name__} ({x!r})")
 
     @property
@@ -129,40 +129,56 @@ class Affine:
                               "(use nl.static_range to unroll the loop while tracing)")
         return self.const
 
+    def _unrolled(self) -> int:
+        """The value where the trace needs a Python int: a loop index makes its loop unroll (a re-trace).
+
+        Iterations of an nl.affine_range loop are independent (NKI 2.x runs it
+        as Python's range), so tracing them one by one gives the same kernel.
+        """
+        if self.terms:
+            var = max((v for v, _ in self.terms), key=lambda v: v.depth)
+            if var.ordinal >= 0:
+                raise PeelLoop(var.ordinal, 0)
+        return self._static_only("using as a Python int")
+
     def __floordiv__(self, other: Any) -> Any:
-        return Affine(self._static_only("floor division") // int(other))
+        return Affine(self._unrolled() // int(other))
 
     def __mod__(self, other: Any) -> Any:
-        return Affine(self._static_only("modulo") % int(other))
+        return Affine(self._unrolled() % int(other))
 
     def __index__(self) -> int:
-        return self._static_only("using as a Python int")
+        return self._unrolled()
 
     __int__ = __index__
 
+    # a comparison or an `if` on a loop index unrolls its loop (see _unrolled): NKI 2.x loops are Python's
     def __bool__(self) -> bool:
-        return bool(self._static_only("truth value"))
+        return bool(self._unrolled())
 
     def __eq__(self, other: object) -> Any:  # type: ignore[override]
         if _is_int(other) or isinstance(other, Affine):
             o = Affine.of(other)
-            if self.is_static and o.is_static:
-                return self.const == o.const
             if self.terms == o.terms:
                 return self.const == o.const
-        raise unsupported("comparing the index of an nl.affine_range loop (there is no runtime if)")
+            return (self - o)._unrolled() == 0
+        return NotImplemented
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __lt__(self, other: Any) -> Any:
-        return self._static_only("comparing") < int(Affine.of(other))
+        return self._unrolled() < int(Affine.of(other))
 
     def __le__(self, other: Any) -> Any:
-        return self._static_only("comparing") <= int(Affine.of(other))
+        return self._unrolled() <= int(Affine.of(other))
 
     def __gt__(self, other: Any) -> Any:
-        return self._static_only("comparing") > int(Affine.of(other))
+        return self._unrolled() > int(Affine.of(other))
 
     def __ge__(self, other: Any) -> Any:
-        return self._static_only("comparing") >= int(Affine.of(other))
+        return self._unrolled() >= int(Affine.of(other))
 
     def __hash__(self) -> int:
         return hash((self.const, self.terms))
@@ -267,6 +283,8 @@ class IndexVector:
         return self * -1
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
+        if isinstance(bound, (IndexVector, IndexGrid)):
+            return AffinePredicate.of(self, bound, strict)
         if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
             raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
         if self.step <= 0:
@@ -295,6 +313,10 @@ class IndexVector:
 class IndexGrid:
     """A sum of index vectors on different axes (``nisa.iota``'s expression): ``const + sum(step_d * k_d)``."""
 
+    def __repr__(self) -> str:
+        axes = " + ".join(f"{step}*arange({n})@{d}" for d, (n, step) in sorted(self.axes.items()))
+        return f"<index grid {self.const} + {axes} over {self.ndim} axes>"
+
     def __init__(self, const: Affine, axes: dict[int, tuple[int, int]], ndim: int):
         self.const, self.axes, self.ndim = const, dict(axes), ndim
 
@@ -307,10 +329,44 @@ class IndexGrid:
         return tuple(self.axes.get(k, (1, 0))[0] for k in range(self.ndim))
 
     def _mask(self, bound: Any, strict: bool) -> Mask:
+        if isinstance(bound, (IndexVector, IndexGrid)):
+            return AffinePredicate.of(self, bound, strict)
         if len(self.axes) != 1:
-            raise unsupported("a mask on a sum of nl.arange indices")
+            return self._flat_mask(bound, strict)
         (dim, (n, step)), = self.axes.items()
         return IndexVector(n, offset=self.const, step=step, ndim=self.ndim, dim=dim)._mask(bound, strict)
+
+    def _flat_mask(self, bound: Any, strict: bool) -> Mask:
+        """``base + 512 * ix + iy < n`` (a flattened index): a prefix of whole rows of the outermost axis.
+
+        Kept whole for every loop value: no mask.  Cut in some iterations of a
+        dynamic loop: that loop is peeled (as for one axis).  Otherwise the
+        rows are kept or dropped whole, or the mask is refused (KLR has no
+        predicates for a partial row).
+        """
+        if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
+            raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
+        if any(step <= 0 for _, step in self.axes.values()):
+            raise unsupported("a mask on a sum of nl.arange indices that decreases along an axis")
+        limit = int(bound) if strict else int(bound) + 1
+        span = sum(step * (n - 1) for n, step in self.axes.values())
+        if self.const.bounds()[1] + span < limit:
+            return Mask({})
+        if not self.const.is_static:
+            raise PeelLoop.for_mask(self.const, span, limit)
+        outer, (rows, row_step) = max(self.axes.items(), key=lambda kv: kv[1][1])
+        inner = span - row_step * (rows - 1)
+        keep = 0
+        for r in range(rows):
+            first = self.const.const + row_step * r
+            if first + inner < limit:
+                keep = r + 1
+            elif first >= limit:
+                break
+            else:
+                raise unsupported(f"a mask on a sum of nl.arange indices that cuts row {r} of axis {outer} "
+                                  "part way (only whole rows can be masked)")
+        return Mask({(self.ndim, outer): keep})
 
     def __lt__(self, other: Any) -> Mask:
         return self._mask(other, True)
@@ -342,6 +398,20 @@ class IndexGrid:
         return IndexGrid(self.const * other, {d: (n, s * other) for d, (n, s) in self.axes.items()}, self.ndim)
 
     __rmul__ = __mul__
+
+
+class AffinePredicate:
+    """``lhs < rhs`` of two index expressions (1.x ``nisa.affine_select(pred=(iy < ix), ...)``): the
+    predicate ``expr cmp 0`` with ``expr = lhs - rhs``, evaluated per element; not a mask= prefix."""
+
+    def __init__(self, expr: IndexGrid, cmp: str):
+        self.expr, self.cmp = expr, cmp
+
+    @staticmethod
+    def of(lhs: Any, rhs: Any, strict: bool) -> AffinePredicate:
+        def grid(v: Any) -> IndexGrid:
+            return IndexGrid.of(v) if isinstance(v, IndexVector) else v
+        return AffinePredicate(grid(lhs) - grid(rhs), "is_lt" if strict else "is_le")
 
 
 class Mask:

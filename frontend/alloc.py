@@ -40,7 +40,7 @@ def live_ranges(tr: Tracer) -> list[Live]:
         elif isinstance(entry, LoopEnd):
             loops.append((open_.pop(), pos))
         elif isinstance(entry, Op):
-            for v in (*entry.reads, *entry.writes):
+            for v in (*entry.reads, *entry.writes, *(x.vector for x in (*entry.reads, *entry.writes) if x.vector is not None)):
                 t = v.tensor
                 if t.on_chip:
                     key = id(t)

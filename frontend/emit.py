@@ -87,7 +87,8 @@ class Emitter:
         if not v.offset.is_static:
             scalar = self.forms[v.offset.terms]
             indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
-        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, indirect_dim=indirect)
+        vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
+        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, vector=vector, indirect_dim=indirect)
 
     # ------------------------------------------------------------------ program
     def run(self) -> KernelWriter:
@@ -107,7 +108,7 @@ class Emitter:
             else:
                 k.pos_line = entry.line
                 handler = getattr(self, "op_" + entry.kind)
-                for params in _fit(entry.kind, entry.params):
+                for params in _fit(entry.kind, entry.params, where=f"{self.k.filename}:{entry.line}"):
                     handler(**params)
         return k
 
@@ -173,11 +174,132 @@ class Emitter:
     def op_tensor_reduce(self, dst: View, src: View, op: str, axis: str, negate: bool) -> None:
         self.k.tensor_reduce(self.ap(dst), self.ap(src), op, axis=axis, negate=negate)
 
-    def op_matmul(self, dst: View, stationary: View, moving: View) -> None:
-        self.k.matmul(self.ap(dst), self.ap(stationary), self.ap(moving))
+    def op_matmul(self, dst: View, stationary: View, moving: View, transpose: bool = False) -> None:
+        self.k.matmul(self.ap(dst), self.ap(stationary), self.ap(moving), transpose=transpose)
 
     def op_iota(self, dst: View, offset: int, pattern: list, channel_multiplier: int) -> None:
         self.k.iota(self.ap(dst), offset, [list(p) for p in pattern], channel_multiplier=channel_multiplier)
+
+    # ================================================================== ISA operators (back half of issue 20)
+    # Contract with the front end: a traced op is recorded as ``tr.op(KIND, reads, writes, **params)`` where
+    # KIND is the KLR operator name in snake_case (below, beside the KLR constructor it writes) and
+    # ``params`` are named exactly as the KLR operator's fields (ir/klr/schema.py, camelCase as spelled
+    # there).  A TensorRef field takes a View; an Operand field a View or a Python number; an Immediate a
+    # number; an enumeration field its KLR name ("add", "ZeroAccumulate", "is_ge"); a DataPattern
+    # ``(offset, [[step, num], ...], channel_multiplier)``.  Fields left out take KLR's defaults
+    # (frontend/klr_operators.py); ``dtype`` defaults to the destination's.  docs/frontend.md lists them.
+
+    def _klr_operator(self, ctor: str, **params: Any) -> None:
+        fields = {}
+        for name, v in params.items():
+            if isinstance(v, View):
+                v = self.ap(v)
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, View) for x in v):
+                v = [self.ap(x) for x in v]
+            elif isinstance(v, (int, float, np.integer, np.floating, bool)) and not isinstance(v, str):
+                v = as_immediate(v)
+            fields[name] = v
+        try:
+            self.k.operator(ctor, **fields)
+        except TypeError as e:
+            raise TraceError(f"{self.k.filename}:{self.k.pos_line}: {e}") from None
+
+    def op_nc_activate(self, **p: Any) -> None:
+        self._klr_operator("ncActivate", **p)  # the KLR-field form of activation (a tile scale, no reduce)
+
+    def op_activation_reduce(self, **p: Any) -> None:
+        self._klr_operator("activationReduce", **p)
+
+    def op_tensor_scalar_reduce(self, **p: Any) -> None:
+        self._klr_operator("tensorScalarReduce", **p)
+
+    def op_affine_select(self, **p: Any) -> None:
+        self._klr_operator("ncAffineSelect", **p)
+
+    def op_tensor_tensor_scan(self, **p: Any) -> None:
+        self._klr_operator("tensorTensorScan", **p)
+
+    def op_scalar_tensor_tensor(self, **p: Any) -> None:
+        self._klr_operator("ncScalarTensorTensor", **p)
+
+    def op_transpose(self, **p: Any) -> None:
+        self._klr_operator("transpose", **p)
+
+    def op_batch_norm_stats(self, **p: Any) -> None:
+        self._klr_operator("batchNormStats", **p)
+
+    def op_batch_norm_aggregate(self, **p: Any) -> None:
+        self._klr_operator("batchNormAggregate", **p)
+
+    def op_tensor_partition_reduce(self, **p: Any) -> None:
+        self._klr_operator("tensorPartitionReduce", **p)
+
+    def op_select_reduce(self, **p: Any) -> None:
+        self._klr_operator("selectReduce", **p)
+
+    def op_range_select(self, **p: Any) -> None:
+        self._klr_operator("ncRangeSelect", **p)
+
+    def op_copy_predicated(self, **p: Any) -> None:
+        self._klr_operator("copyPredicated", **p)
+
+    def op_dropout(self, **p: Any) -> None:
+        self._klr_operator("dropout", **p)
+
+    def op_rng(self, **p: Any) -> None:
+        self._klr_operator("rng", **p)
+
+    def op_rand2(self, **p: Any) -> None:
+        self._klr_operator("rand2", **p)
+
+    def op_set_rng_seed(self, **p: Any) -> None:
+        self._klr_operator("setRngSeed", **p)
+
+    def op_max8(self, **p: Any) -> None:
+        self._klr_operator("max8", **p)
+
+    def op_find_index8(self, **p: Any) -> None:
+        self._klr_operator("findIndex8", **p)
+
+    def op_match_replace8(self, **p: Any) -> None:
+        self._klr_operator("matchReplace8", **p)
+
+    def op_local_gather(self, **p: Any) -> None:
+        self._klr_operator("ncLocalGather", **p)
+
+    def op_dma_transpose(self, **p: Any) -> None:
+        self._klr_operator("dmaTranspose", **p)
+
+    def op_tensor_scalar_cumulative(self, **p: Any) -> None:
+        self._klr_operator("tensorScalarCumulative", **p)
+
+    def op_shuffle(self, **p: Any) -> None:
+        self._klr_operator("shuffle", **p)
+
+    def op_nc_n_gather(self, **p: Any) -> None:
+        self._klr_operator("ncNGather", **p)
+
+    def op_sequence_bounds(self, **p: Any) -> None:
+        self._klr_operator("sequenceBounds", **p)
+
+    # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
+    def op_register_move(self, **p: Any) -> None:
+        self._klr_operator("registerMove", **p)
+
+    def op_register_alu_op(self, **p: Any) -> None:
+        self._klr_operator("registerAluOp", **p)
+
+    def op_tensor_load(self, **p: Any) -> None:
+        self._klr_operator("tensorLoad", **p)
+
+    def op_tensor_store(self, **p: Any) -> None:
+        self._klr_operator("tensorStore", **p)
+
+    def op_exponential(self, **p: Any) -> None:
+        self._klr_operator("exponential", **p)
+
+    def op_activate2(self, **p: Any) -> None:
+        self._klr_operator("activate2", **p)
 
 
 def as_immediate(x: Any) -> Any:
@@ -195,10 +317,20 @@ def as_immediate(x: Any) -> Any:
 
 
 MAX_DIMS = 4  # BIR access patterns: the partition dim plus three free dims
+# operations whose views keep their dims as written (a DMA transpose permutes exactly four of them)
+KEEP_DIMS: dict[str, set[str]] = {"dma_transpose": {"src", "dst"}}
+# ISA operations that cannot be split into per-slice operations (reductions, scans, selections by position)
+WHOLE_TILE = frozenset({
+    "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
+    "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
+    "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
+    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather"})
 
 
 def merged(v: View) -> View:
     """Unit dims dropped (the partition dim stays) and contiguous neighbours joined: the same elements."""
+    if v.vector is not None:
+        return v  # a gather/scatter: its first dim walks the index tile's rows
     dims = [d for k, d in enumerate(v.dims) if d[1] != 1 or (k == 0 and v.tensor.on_chip)]
     out: list[tuple[int, int]] = []
     for stride, n in dims:
@@ -209,20 +341,23 @@ def merged(v: View) -> View:
     return View(v.tensor, v.offset, tuple(out) or ((1, 1),), ())
 
 
-def _fit(kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, Any]]:
     """One operation's views within MAX_DIMS; an operation over more dims is split along its outer free dims.
 
     Elementwise operations see their views merged (same elements, same order);
     a reduction keeps its source's dims, whose innermost ones it reduces.
     """
     views = {k: v for k, v in params.items() if isinstance(v, View)}
-    keep = {"src"} if kind == "tensor_reduce" else set()
+    keep = {"src"} if kind == "tensor_reduce" else KEEP_DIMS.get(kind, set())
     shaped = {k: (v if k in keep else merged(v)) for k, v in views.items()}
     if all(v.ndim <= MAX_DIMS for v in shaped.values()):
         return [{**params, **shaped}]
     dst = views.get("dst")
     if dst is None or dst.ndim < 3:
         return [{**params, **shaped}]  # the codegen names the view that does not fit
+    if kind in WHOLE_TILE:
+        raise TraceError(f"{where}: not supported: {kind} over a view of more than {MAX_DIMS} dimensions (it "
+                         "reads the tile as a whole; splitting it would change the result)")
     # split every view that walks the destination's outer free dim
     n = dst.dims[1][1]
     same = {k for k, v in views.items() if v.ndim == dst.ndim and v.dims[1][1] == n}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from types import TracebackType
 
@@ -35,14 +36,16 @@ def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:
     """The innermost traceback frame outside Tusk's code: the kernel line that made the call."""
     best = None
     for frame in traceback.extract_tb(tb):
-        if not in_tusk(frame.filename) and frame.lineno is not None:
+        if not in_tusk(frame.filename) and frame.lineno is not None and not frame.filename.startswith("<frozen"):
             best = (frame.filename, frame.lineno)
     return best
 
 
 def current_user_line() -> tuple[str, int] | None:
     """The kernel line being executed now (for statement positions)."""
-    for frame, lineno in traceback.walk_stack(None):
-        if not in_tusk(frame.f_code.co_filename):
-            return frame.f_code.co_filename, lineno
+    frame = sys._getframe(1)  # not traceback.walk_stack(None): it skips the caller's callers (its own callers)
+    while frame is not None:
+        if not in_tusk(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith("<frozen"):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
     return None

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tusk.frontend.klr_operators import build_operator
 from tusk.ir.klr import types as T
 from tusk.ir.klr import write_klr
 from tusk.ir.klr.wire import round_to_float32
@@ -347,6 +348,13 @@ class KernelWriter:
         dtype = _as_ap(dst).tensor.tn.dtype
         return self.stmt(T.Operator.iota(op=T.Iota(dst=ref(dst), pattern=T.DataPattern(
             offset=offset, pattern=_pairs(pattern), channelMultiplier=channel_multiplier), dtype=dtype)))
+
+    def operator(self, ctor: str, **fields: Any) -> str:
+        """Any KLR operator by its constructor name, its fields under their KLR names
+        (:mod:`frontend.klr_operators` converts them by their schema types)."""
+        convert = {"ref": ref, "operand": operand, "imm": imm,
+                   "dtype_of": lambda d: _as_ap(d).tensor.tn.dtype}
+        return self.stmt(build_operator(ctor, fields, convert))
 
     def core_barrier(self, data: Tensor | AP, cores: Sequence[int], *, engine: str = "sp") -> str:
         return self.stmt(T.Operator.coreBarrier(op=T.CoreBarrier(data=ref(data), cores=tuple(cores),

@@ -22,6 +22,17 @@ from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype na
 PARTITIONS = 128
 
 
+@dataclass(frozen=True)
+class DynSlice:
+    """``nl.ds(start, size)``: ``size`` indices from ``start`` (an int or a loop-index expression)."""
+
+    start: Any
+    size: int
+
+    def as_slice(self) -> slice:
+        return slice(self.start, Affine.of(self.start) + self.size)
+
+
 class Dtype(str):
     """An NKI dtype (``nl.float32`` ...): a str subclass, so ``dtype == "float32"`` and hashing work."""
 
@@ -37,9 +48,14 @@ def as_dtype(x: Any) -> Dtype:
     """An NKI, numpy or string dtype as a :class:`Dtype`."""
     from tusk.frontend.specs import DTYPES
     if isinstance(x, Dtype):
+        if x not in DTYPE_BYTES:
+            raise unsupported(f"dtype {x!r} (no KLR tensor of it here)")
         return x
     name = getattr(x, "__name__", None) or getattr(x, "name", None) or str(x)
-    name = {"float": "float32", "int": "int32"}.get(name, name)
+    name = str(name)
+    for prefix in ("np.", "numpy.", "nl.", "nki.language."):  # a dtype spelt as its Python name
+        name = name.removeprefix(prefix)
+    name = {"float": "float32", "int": "int32", "bool": "uint8", "bool_": "uint8"}.get(name, name)
     key = DTYPES.get(str(name).lower())
     if key is None or key not in DTYPE_BYTES:
         raise unsupported(f"dtype {x!r}")
@@ -93,7 +109,9 @@ class Tensor:
         """Bytes each partition holds (on chip)."""
         return math.prod(self.physical_shape[1:]) * self.dtype.itemsize
 
-    def view(self) -> View:
+    def view(self, dtype: Any = None) -> View:
+        if dtype is not None:  # NKI 2.x ``t.view(dtype)``: a reinterpretation
+            return self._user_view().view(dtype)
         dims = [(s, n) for s, n in zip(self.strides, self.shape)]
         order = list(self.layout)
         return View(self, Affine(0), tuple(dims[k] for k in order), tuple(order))
@@ -110,8 +128,14 @@ class Tensor:
         self[key].assign(value)
 
     def reshape(self, shape: Any) -> View:
-        """An HBM tensor seen with another shape (same elements, row-major): ``a.reshape((1, n))``."""
+        """The tensor seen with another shape (same elements, row-major): ``a.reshape((1, n))``."""
         return self._user_view().reshape(shape)
+
+    def __getattr__(self, name: str) -> Any:
+        # NKI 2.x view methods (ap, permute, slice, ...) and properties act on the whole tensor
+        if name in _VIEW_METHODS:
+            return getattr(self._user_view(), name)
+        raise AttributeError(name)
 
     def broadcast_to(self, shape: Any) -> View:
         return self.view().broadcast_to(shape)
@@ -143,6 +167,7 @@ class View:
     dims: tuple[tuple[int, int], ...]
     axes: tuple[int, ...] = ()
     checks: tuple = ()  # (output dim, first index, step, axis size, axis): arange runs to bound-check
+    vector: View | None = None  # an indirect (gather/scatter) view: these rows of axis 0, one per partition
 
     def check_bounds(self) -> None:
         """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
@@ -183,6 +208,9 @@ class View:
 
     def __getitem__(self, key: Any) -> View:
         key = key if isinstance(key, tuple) else (key,)
+        key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
+        if key and isinstance(key[0], (View, Tensor)):
+            return self._gather(key)
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
             key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
@@ -204,6 +232,8 @@ class View:
             if isinstance(k, slice):
                 start, stop, step = _slice_bounds(k, n)
                 offset = offset + start * stride
+                if not start.is_static:  # nl.ds(i * 128, 128): checked over every value of the loop indices
+                    checks.append((((len(placed), step),), start, n, pos))
                 placed.append((pos, (stride * step, _count(start, stop, step)), axis))
             elif isinstance(k, IndexGrid):
                 # checked when an operation uses the view: a mask= may cut the runs short
@@ -234,6 +264,25 @@ class View:
         v.check_partition_first()
         return v
 
+    def _gather(self, key: tuple) -> View:
+        """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset)."""
+        index = key[0].view() if isinstance(key[0], Tensor) else key[0]
+        if self.tensor.on_chip or not index.tensor.on_chip:
+            raise unsupported("indexing with a tile (only an HBM tensor's first axis, by an SBUF index tile)")
+        if self.vector is not None or not self.offset.is_static or self.dims != self.tensor._user_view().dims:
+            raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
+        if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
+                or not index.offset.is_static:
+            raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
+        if any(isinstance(k, (View, Tensor)) for k in key[1:]):
+            raise unsupported("more than one index tile in a subscript (only the first axis)")
+        rest = self[(slice(0, 1),) + tuple(key[1:])]
+        if not rest.offset.is_static:
+            raise unsupported("an index tile together with a loop-index offset in one subscript")
+        rows = index.shape[0]
+        col = index.with_dims((index.dims[0], (1, 1))) if index.ndim == 1 else index
+        return View(self.tensor, rest.offset, ((rest.dims[0][0], rows),) + rest.dims[1:], rest.axes, rest.checks, col)
+
     def check_partition_first(self) -> None:
         t = self.tensor
         if t.on_chip and self.axes and self.axes[0] != t.par_axis and t.par_axis in self.axes:
@@ -243,18 +292,175 @@ class View:
         return "tile" if self.tensor.on_chip else "tensor"
 
     def reshape(self, shape: Any) -> View:
+        """The same elements with another shape, row-major; on chip the partition axis stays."""
         from tusk.frontend.tracer import as_shape
-        shape = as_shape(shape if isinstance(shape, (tuple, list)) else (shape,))
-        if self.tensor.on_chip:
-            raise unsupported("reshaping a tile (reshape the HBM tensor before nl.load)")
-        contiguous = all(s == math.prod(n for _, n in self.dims[k + 1:]) for k, (s, _) in enumerate(self.dims))
-        if not contiguous or math.prod(shape) != self.elements:
-            raise unsupported(f"reshaping a {list(self.shape)} view to {list(shape)} (a contiguous view, "
-                              "same element count)")
-        strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
-        return View(self.tensor, self.offset, tuple(zip(strides, shape)), tuple(range(len(shape))))
+        shape = as_shape(_with_inferred(shape if isinstance(shape, (tuple, list)) else (shape,), self.elements))
+        if math.prod(shape) != self.elements:
+            raise unsupported(f"reshaping a {list(self.shape)} view to {list(shape)} (same element count)")
+        keep = 1 if self.tensor.on_chip else 0
+        if keep and shape[0] != self.shape[0]:
+            raise unsupported(f"reshaping a {list(self.shape)} tile to {list(shape)} (the partition axis, "
+                              f"{self.shape[0]}, stays first)")
+        inner = merge_contiguous(self.dims[keep:])
+        if inner is None:
+            raise unsupported(f"reshaping a {list(self.shape)} view whose elements are not contiguous")
+        step = inner[0] if inner else 1
+        new = [(step * math.prod(shape[k + 1:]), n) for k, n in enumerate(shape) if k >= keep]
+        return View(self.tensor, self.offset, self.dims[:keep] + tuple(new), tuple(range(len(shape))))
+
+    # ------------------------------------------------------------------ NKI 2.x view methods
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(st for st, _ in self.dims)
+
+    @property
+    def name(self) -> str:
+        return self.tensor.name
+
+    @property
+    def buffer(self) -> str:
+        return self.tensor.memory
+
+    @property
+    def size(self) -> int:
+        return self.elements
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view's ``[[stride, count], ...]``."""
+        return [[st, n] for st, n in self.dims]
+
+    def is_contiguous(self) -> bool:
+        """Whether the free axes (all axes in HBM) are row-major contiguous."""
+        return merge_contiguous(self.dims[1 if self.tensor.on_chip else 0:]) is not None
+
+    def is_indirect(self) -> bool:
+        return False
+
+    def ap(self, pattern: Any, offset: Any = None, scalar_offset: Any = None, vector_offset: Any = None,
+           indirect_dim: int = 0, dtype: Any = None) -> View:
+        """``t.ap([[stride, count], ...], offset=)``: an explicit access pattern over the storage of ``t``."""
+        if dtype is not None and as_dtype(dtype) != self.dtype:
+            raise unsupported(f"ap(dtype={dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
+        if vector_offset is not None:
+            raise unsupported("ap(vector_offset=...) (per-partition indirect offsets read at run time)")
+        try:
+            dims = tuple((int(st), int(n)) for st, n in pattern)
+        except (TypeError, ValueError):
+            raise unsupported(f"ap(pattern={pattern!r}) (a list of [stride, count] pairs of ints)") from None
+        if not dims or any(n <= 0 for _, n in dims):
+            raise unsupported(f"ap(pattern={pattern!r}) (non-empty, every count at least 1)")
+        base = self.offset + Affine.of(0 if offset is None else offset)
+        if scalar_offset is not None:
+            if isinstance(scalar_offset, (View, Tensor)):
+                raise unsupported("ap(scalar_offset=<a tile>) (an offset read at run time)")
+            if not 0 <= int(indirect_dim) < self.ndim:
+                raise unsupported(f"ap(indirect_dim={indirect_dim}) of a {self.ndim}-axis view")
+            base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
+        v = View(self.tensor, base, dims, ())
+        v.check_extent("ap")
+        return v
+
+    def check_extent(self, what: str) -> None:
+        """Every element the view walks lies inside its tensor (for every value of the loop indices)."""
+        lo, hi = self.offset.bounds()
+        for st, n in self.dims:
+            lo, hi = lo + min(0, st * (n - 1)), hi + max(0, st * (n - 1))
+        total = math.prod(self.tensor.shape)
+        if lo < 0 or hi >= total:
+            raise unsupported(f"{what}: elements {lo}..{hi} are outside {self.tensor.name} ({total} elements)")
+
+    def _dim(self, dim: Any, what: str, *, extra: int = 0) -> int:
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -(self.ndim + extra) <= dim < self.ndim + extra:
+            raise unsupported(f"{what}({dim!r}) of a {self.ndim}-axis view")
+        dim %= self.ndim + extra
+        if dim == 0 and self.tensor.on_chip:
+            raise unsupported(f"{what}(0) of an on-chip tile (the partition axis stays first)")
+        return dim
+
+    def _axes(self) -> tuple[int, ...]:
+        return self.axes if len(self.axes) == self.ndim else tuple(range(self.ndim))
+
+    def permute(self, dims: Any) -> View:
+        """The axes reordered (on chip the partition axis stays first): no data moves."""
+        order = tuple(int(d) for d in dims)
+        if sorted(order) != list(range(self.ndim)):
+            raise unsupported(f"permute({dims!r}) of a {self.ndim}-axis view")
+        if self.tensor.on_chip and order[0] != 0:
+            raise unsupported(f"permute({dims!r}) of an on-chip tile (the partition axis stays first)")
+        axes = self._axes()
+        return View(self.tensor, self.offset, tuple(self.dims[d] for d in order), tuple(axes[d] for d in order))
+
+    def broadcast(self, dim: int, size: int) -> View:
+        """A size-1 free axis read ``size`` times (stride 0)."""
+        dim = self._dim(dim, "broadcast")
+        if self.shape[dim] != 1:
+            raise unsupported(f"broadcast({dim}, {size}) of an axis of size {self.shape[dim]} (size 1 only)")
+        dims = list(self.dims)
+        dims[dim] = (0, int(size))
+        return View(self.tensor, self.offset, tuple(dims), self._axes())
+
+    def expand_dim(self, dim: int) -> View:
+        """A unit axis inserted at ``dim``."""
+        dim = self._dim(dim, "expand_dim", extra=1)
+        axes = self._axes()
+        return View(self.tensor, self.offset, self.dims[:dim] + ((1, 1),) + self.dims[dim:],
+                    axes[:dim] + (-1,) + axes[dim:])
+
+    def squeeze_dim(self, dim: int) -> View:
+        """A unit axis removed."""
+        dim = self._dim(dim, "squeeze_dim")
+        if self.shape[dim] != 1:
+            raise unsupported(f"squeeze_dim({dim}) of an axis of size {self.shape[dim]}")
+        axes = self._axes()
+        return View(self.tensor, self.offset, self.dims[:dim] + self.dims[dim + 1:], axes[:dim] + axes[dim + 1:])
+
+    def reshape_dim(self, dim: int, shape: Any) -> View:
+        """One axis split into ``shape`` (one -1 inferred)."""
+        dim = self._dim(dim, "reshape_dim")
+        st, n = self.dims[dim]
+        shape = _with_inferred(tuple(shape), n)
+        if math.prod(shape) != n:
+            raise unsupported(f"reshape_dim({dim}, {tuple(shape)}) of an axis of size {n}")
+        new = tuple((st * math.prod(shape[k + 1:]), c) for k, c in enumerate(shape))
+        axes = self._axes()
+        return View(self.tensor, self.offset, self.dims[:dim] + new + self.dims[dim + 1:],
+                    axes[:dim] + (axes[dim],) * len(new) + axes[dim + 1:])
+
+    def flatten_dims(self, start_dim: int, end_dim: int) -> View:
+        """Contiguous axes ``start_dim..end_dim`` merged into one."""
+        a = self._dim(start_dim, "flatten_dims")
+        b = int(end_dim) % self.ndim
+        merged = merge_contiguous(self.dims[a:b + 1]) if a <= b else None
+        if merged is None:
+            raise unsupported(f"flatten_dims({start_dim}, {end_dim}) of dims that are not contiguous")
+        axes = self._axes()
+        return View(self.tensor, self.offset, self.dims[:a] + (merged,) + self.dims[b + 1:],
+                    axes[:a] + (axes[a],) + axes[b + 1:])
+
+    def slice(self, dim: int, start: Any, end: Any, step: int = 1) -> View:
+        """``t[..., start:end:step, ...]`` on axis ``dim``."""
+        if not 0 <= int(dim) < self.ndim:
+            raise unsupported(f"slice({dim}, ...) of a {self.ndim}-axis view")
+        return self[(slice(None),) * int(dim) + (slice(start, end, step),)]
+
+    def select(self, dim: int, index: Any) -> View:
+        """``t[..., index, ...]`` on axis ``dim`` (an int or loop index)."""
+        if isinstance(index, (View, Tensor)):
+            raise unsupported("select(dim, <a tile>) (an index read at run time)")
+        if not 0 <= int(dim) < self.ndim:
+            raise unsupported(f"select({dim}, ...) of a {self.ndim}-axis view")
+        return self[(slice(None),) * int(dim) + (index,)]
+
+    def view(self, dtype: Any) -> View:
+        """The same view when ``dtype`` is its own; a reinterpretation is refused."""
+        if as_dtype(dtype) != self.dtype:
+            raise unsupported(f"view({dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
+        return self
+
+    reinterpret_cast = view
 
     def broadcast_to(self, shape: Any) -> View:
+        """Numpy broadcasting: a one-partition tile on the PE (a ones matmul), size-1 free axes by a stride-0 copy."""
         from tusk.frontend.nki import language as nl
         from tusk.frontend.tracer import as_shape
         return nl._broadcast_to(self, as_shape(shape))
@@ -262,11 +468,14 @@ class View:
     def narrowed(self, counts: dict[int, int]) -> View:
         """Keep only the first ``counts[d]`` indices of output dim ``d`` (a mask)."""
         dims = tuple((s, min(n, counts.get(d, n))) for d, (s, n) in enumerate(self.dims))
-        return View(self.tensor, self.offset, dims, self.axes, self.checks)
+        vector = self.vector
+        if vector is not None and dims[0][1] != vector.shape[0]:
+            vector = vector.narrowed({0: dims[0][1]})
+        return View(self.tensor, self.offset, dims, self.axes, self.checks, vector)
 
     def with_dims(self, dims: tuple[tuple[int, int], ...]) -> View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
-                    tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])))
+                    tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])), self.vector)
 
     # ------------------------------------------------------------------ operators as nl calls
     def assign(self, value: Any) -> None:
@@ -350,12 +559,37 @@ def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:
     return start, stop, step
 
 
+def merge_contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+    """Row-major dims as one (stride, count) pair, or None when they are not contiguous."""
+    if not dims:
+        return None
+    st, n = dims[-1]
+    for s_outer, n_outer in reversed(dims[:-1]):
+        if n_outer != 1 and s_outer != st * n:
+            return None
+        n *= n_outer
+    return st, n
+
+
+def _with_inferred(shape: tuple, total: int) -> tuple:
+    """A shape with one -1 resolved so that it holds ``total`` elements."""
+    shape = tuple(int(d) if hasattr(d, "__index__") else d for d in shape)
+    if shape.count(-1) == 1:
+        known = math.prod(d for d in shape if d != -1)
+        return tuple(total // known if d == -1 else d for d in shape)
+    return shape
+
+
 def _count(start: Affine, stop: Affine, step: int) -> int:
     span = stop - start
     if not span.is_static:
         raise unsupported(f"a slice whose length depends on a loop index ({start}:{stop})")
     return max(0, len(range(0, span.const, step)))
 
+
+_VIEW_METHODS = frozenset({"ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim", "flatten_dims",
+                           "slice", "select", "get_pattern", "is_contiguous", "is_indirect", "size", "buffer",
+                           "offset", "reinterpret_cast"})
 
 # the operators make Tensor behave as its whole view
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",

@@ -6,39 +6,61 @@ function), as NKI itself does; only files a user names are traced.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import itertools
+import math
 import os
 import runpy
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tusk.frontend import alloc
 from tusk.frontend.affine import PeelLoop
+from tusk.frontend.args import TENSOR, Binding, bind
 from tusk.frontend.emit import emit
-from tusk.frontend.errors import TraceError, Unsupported, in_tusk, user_frame
-from tusk.frontend.imports import nki_modules
+from tusk.frontend.errors import TraceError, Unsupported, in_tusk, unsupported, user_frame
+from tusk.frontend.imports import KernelImports, kernel_imports, nki_modules
 from tusk.frontend.nki import Kernel
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
-from tusk.frontend.tracer import Op, Tracer, tracing
+from tusk.frontend.tracer import CEILING, Op, Projection, Tracer, python_range, too_many, tracing
 from tusk.ir.errors import InternalError, TuskError
 
 MAX_PEELS = 64  # loops split for masks in one kernel (each split is one re-trace)
 RECURSION_LIMIT = 5000  # deep kernels (many helper calls) still trace; runaway recursion still stops
 
 
-def load_kernel(path: str | Path, function: str | None) -> tuple[Callable[..., Any], list[int]]:
-    """Run ``path`` and return the kernel function (``function``, or the file's only @nki.jit one)."""
+@dataclass(frozen=True)
+class Traced:
+    """A traced kernel: its KLR file bytes, and the files of the kernel tree the trace ran (the kernel file,
+    the helpers and packages it imported from its directory or package: what the trace depends on)."""
+
+    klr: bytes
+    sources: tuple[Path, ...]
+
+
+def load_kernel(path: str | Path, function: str | None,
+                ki: KernelImports | None = None) -> tuple[Callable[..., Any], list[int]]:
+    """Run ``path`` and return the kernel function (``function``, or the file's only @nki.jit one).
+
+    Inside :func:`trace_kernel_file` the file runs in its import world (``ki``); alone, in one of its own
+    that ends when this returns."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such kernel file")
+    if ki is None:
+        with kernel_imports(path) as own:
+            return load_kernel(path, function, own)
     try:
-        with nki_modules():
-            namespace = runpy.run_path(str(path), run_name=f"__nki_kernel_{path.stem}__")
-    except TraceError:
+        namespace = _execute(path, ki)
+    except TraceError as e:
+        if isinstance(e, Unsupported):  # `from nki.isa import NAME` of a name Tusk does not have
+            raise _located(e, path, "") from None
         raise
     except SyntaxError as e:
         raise TraceError(f"{e.filename or path}:{e.lineno}: syntax error: {e.msg}") from None
@@ -55,6 +77,8 @@ def load_kernel(path: str | Path, function: str | None) -> tuple[Callable[..., A
                              + (f" (its @nki.jit kernels: {', '.join(kernels)})" if kernels else ""))
     else:
         kernels = [(n, v) for n, v in namespace.items() if isinstance(v, Kernel)]
+        own = [(n, v) for n, v in kernels if getattr(v.fn, "__module__", None) == namespace.get("__name__")]
+        kernels = own or kernels  # those the file defines, not those it imports; else the one it imports
         if len(kernels) != 1:
             found = ", ".join(n for n, _ in kernels) or "none"
             raise TraceError(f"{path}: name the kernel as FILE.py::FUNCTION (@nki.jit functions: {found})")
@@ -66,29 +90,53 @@ def load_kernel(path: str | Path, function: str | None) -> tuple[Callable[..., A
     return fn, grid
 
 
+def _execute(path: Path, ki: KernelImports) -> dict[str, Any]:
+    """The kernel file's namespace: imported as its package's module when it lives in one (relative imports
+    work), else run as a script of its own directory."""
+    if ki.module is None:
+        return runpy.run_path(str(path), run_name=f"__nki_kernel_{path.stem}__")
+    return vars(importlib.import_module(ki.module))
+
+
 def trace_file(path: str | Path, function: str | None, inputs: Sequence[str | TensorSpec],
-               grid: Sequence[int] = (), *, name: str | None = None, arch: str | None = None) -> bytes:
+               grid: Sequence[int] = (), *, args: Mapping[str, Any] | None = None, name: str | None = None,
+               arch: str | None = None) -> bytes:
     """Execute ``path``, trace ``function`` (default: the only @nki.jit function) -> KLR file bytes."""
-    fn, file_grid = load_kernel(path, function)
-    return trace_function(fn, inputs, tuple(grid) or tuple(file_grid), name=name, arch=arch,
-                          filename=Path(path).name)
+    return trace_kernel_file(path, function, inputs, grid, args=args, name=name, arch=arch).klr
+
+
+def trace_kernel_file(path: str | Path, function: str | None, inputs: Sequence[str | TensorSpec],
+                      grid: Sequence[int] = (), *, args: Mapping[str, Any] | None = None, name: str | None = None,
+                      arch: str | None = None) -> Traced:
+    """:func:`trace_file`, with the kernel-tree files the trace ran."""
+    with kernel_imports(path) as ki:
+        fn, file_grid = load_kernel(path, function, ki)
+        saved = fn.__globals__.get("range", _NONE)
+        fn.__globals__["range"] = python_range  # a large Python range in the kernel is watched (limits)
+        try:
+            data = trace_function(fn, inputs, tuple(grid) or tuple(file_grid), args=args, name=name, arch=arch,
+                                  filename=Path(path).name)
+        finally:
+            if saved is _NONE:
+                fn.__globals__.pop("range", None)
+            else:
+                fn.__globals__["range"] = saved
+    return Traced(data, tuple(ki.sources))
+
+
+_NONE = object()
 
 
 def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], grid: Sequence[int] = (), *,
-                   name: str | None = None, arch: str | None = None, filename: str | None = None) -> bytes:
+                   args: Mapping[str, Any] | None = None, name: str | None = None, arch: str | None = None,
+                   filename: str | None = None) -> bytes:
     """Trace an already loaded kernel function -> KLR file bytes."""
     if isinstance(fn, Kernel):
         grid = tuple(grid) or fn.grid
         fn = fn.fn
     specs = [parse_tensor_spec(s) for s in inputs]
     src = inspect.getsourcefile(fn) or "<kernel>"
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in params if p.default is p.empty]
-    if not len(required) <= len(specs) <= len(params):
-        raise TraceError(f"{src}: kernel {fn.__name__} takes {len(required)}"
-                         + (f"-{len(params)}" if len(params) != len(required) else "")
-                         + f" tensor arguments ({', '.join(p.name for p in params)}); {len(specs)} --input given")
+    binding = bind(fn, len(specs), dict(args or {}), src)
     grid = tuple(int(g) for g in grid)
     if any(g <= 0 for g in grid):
         raise TraceError(f"{src}: launch grid {list(grid)}: every extent must be at least 1")
@@ -97,13 +145,13 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
     peel: dict[int, int] = {}
     try:
         while True:
-            tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=grid, peel=dict(peel))
-            args = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p.name, role="input")
-                    for p, s in zip(params, specs)]
-            for k, a in enumerate(args):
+            tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=(), peel=dict(peel))
+            tensors = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p, role="input")
+                       for p, s in zip(binding.tensor_params, specs)]
+            for k, a in enumerate(tensors):
                 a.arg_index = k
             try:
-                returned = _run(tr, fn, args, grid)
+                returned = _run(tr, fn, binding, tensors, grid)
                 break
             except PeelLoop as p:
                 if p.ordinal in peel or len(peel) >= MAX_PEELS:
@@ -112,9 +160,11 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
                 peel[p.ordinal] = p.keep
         where = f"{src}:{fn.__code__.co_firstlineno}"
         if tr.broken_loop:
-            raise TraceError(f"{where}: a `break` or `return` inside an nl.affine_range/nl.sequential_range loop "
-                             "(a loop that stays a loop runs every iteration)")
-        _mark_outputs(tr, args, returned, where)
+            file, line = tr.broken_loop
+            raise TraceError(f"{file or src}:{line or fn.__code__.co_firstlineno}: a `break` or `return` inside an "
+                             "nl.affine_range/nl.sequential_range loop (a loop that stays a loop runs every "
+                             "iteration; return after the loop)")
+        _mark_outputs(tr, tensors, returned, where)
         alloc.place(tr, arch)
         return emit(tr, tr.filename)
     except TraceError as e:
@@ -134,24 +184,42 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
         sys.setrecursionlimit(old_limit)
 
 
-def _run(tr: Tracer, fn: Callable[..., Any], args: list[Tensor], grid: tuple[int, ...]) -> list[Any]:
-    returned: list[Any] = []
+def _run(tr: Tracer, fn: Callable[..., Any], binding: Binding, tensors: list[Tensor],
+         grid: tuple[int, ...]) -> list[Any]:
+    it = iter(tensors)
+    positional = [next(it) if v is TENSOR else v for v in binding.positional]
+    keywords = {k: next(it) if v is TENSOR else v for k, v in binding.keywords.items()}
     with nki_modules(), tracing(tr):
-        points = _grid_points(grid) if grid else [()]
-        for ids in points:
+        return _flatten(launch(tr, fn, positional, keywords, grid))
+
+
+def launch(tr: Tracer, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+           grid: tuple[int, ...]) -> Any:
+    """``kernel[grid](...)``: run ``fn`` once per program of ``grid`` (each sees its nl.program_id; the
+    n-th shared_hbm allocation is one tensor of all of them); what program 0 returns."""
+    if not grid:
+        return fn(*args, **kwargs)
+    if tr.grid:
+        raise unsupported(f"launching a kernel on a grid {list(grid)} from a kernel running on the grid "
+                          f"{list(tr.grid)}")
+    programs = math.prod(grid)
+    if programs >= CEILING:
+        raise too_many(programs, f"a launch grid {list(grid)} of {programs:,} programs")
+    saved = (tr.grid, tr.program_ids, tr._hbm_by_ordinal, tr._hbm_ordinal)
+    tr.grid, tr._hbm_by_ordinal = grid, {}
+    projection = Projection(programs, f"the launch grid {list(grid)}")
+    result = None
+    try:
+        for done, ids in enumerate(itertools.product(*[range(g) for g in grid]), 1):
             tr.program_ids = ids
             tr._hbm_ordinal = 0
-            result = fn(*args)
-            if ids == points[0]:
-                returned = _flatten(result)
-    return returned
-
-
-def _grid_points(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
-    points: list[tuple[int, ...]] = [()]
-    for extent in grid:
-        points = [p + (i,) for p in points for i in range(extent)]
-    return points
+            r = fn(*args, **kwargs)
+            if done == 1:
+                result = r
+            projection.step(done)
+    finally:
+        tr.grid, tr.program_ids, tr._hbm_by_ordinal, tr._hbm_ordinal = saved
+    return result
 
 
 def _flatten(result: Any) -> list[Any]:

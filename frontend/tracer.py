@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tusk.frontend.affine import LoopVar
-from tusk.frontend.errors import TraceError, current_user_line, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, current_user_line, unsupported
 from tusk.frontend.specs import MAX_ELEMENTS
 from tusk.frontend.tensors import PARTITIONS, Dtype, Tensor, View
+from tusk.stages.limits import CEILING, TOO_MANY  # the backend's ceiling and its message
 
 
 @dataclass
@@ -51,13 +52,15 @@ class Tracer:
     grid: tuple[int, ...] = ()
     identity: Tensor | None = None
     identity_iota: Tensor | None = None
-    broken_loop: bool = False
+    broken_loop: tuple[str, int] | None = None  # where a `break`/`return` left an affine/sequential loop
     peel: dict[int, int] = field(default_factory=dict)  # dynamic loop ordinal -> iterations kept a loop
     loop_ordinal: int = 0
     _names: set[str] = field(default_factory=set)
     _next: dict[str, int] = field(default_factory=dict)  # per name base: the last suffix handed out
     _hbm_by_ordinal: dict[int, Tensor] = field(default_factory=dict)   # SPMD: one shared_hbm per call site
     _hbm_ordinal: int = 0
+    weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
+    instructions: int = 0          # instructions the statements so far unroll to (at least one each)
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -110,20 +113,30 @@ class Tracer:
         return where[1] if where else 0
 
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
+        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
+        if any(v.elements == 0 for v in (*reads, *writes)):
+            return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
             v.check_bounds()
-        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
         self.prog.append(o)
+        self.instructions += self.weight
+        if self.instructions >= CEILING:
+            raise too_many(self.instructions)
+        if len(self.prog) >= MAX_STATEMENTS:
+            raise too_long(len(self.prog))
         return o
 
     @contextlib.contextmanager
     def loop(self, var: LoopVar) -> Iterator[None]:
         self.prog.append(LoopBegin(var, self.line()))
         self.loops.append(var)
+        weight = self.weight
+        self.weight *= var.trip
         try:
             yield
         finally:
             self.loops.pop()
+            self.weight = weight
         self.prog.append(LoopEnd(var, self.line()))
 
     def retarget(self, value: View, dst: View) -> bool:
@@ -141,6 +154,114 @@ class Tracer:
         last.params["dst"] = dst
         last.writes = (dst,)
         return True
+
+
+# ---------------------------------------------------------------------------- limits
+# The backend's ceiling (seed 000, stages/limits.py): a kernel that unrolls to 25,000,000 instructions or more
+# is refused; the trace refuses it as soon as the statements it has recorded, times the iterations of the
+# loops around them, reach the ceiling -- or when a loop, a launch grid or a Python range, projected from the
+# iterations traced so far, will.  Each statement is at least one instruction.
+# Statements one trace records.  Each is Python objects the tracer keeps and then places and writes: measured,
+# 720,000 statements took 554 s and 2.3 GB (0.77 ms and 3.2 kB each) and made 198 MB of KLR.  Past this many a
+# trace is minutes long; a loop unrolled in Python that far should stay a loop (nl.affine_range /
+# nl.sequential_range), which is traced once.
+MAX_STATEMENTS = 200_000
+PROJECT_FROM = 1024  # a Python range shorter than this stays a plain range (nested ones reach MAX_STATEMENTS)
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n < 10**18 else f"more than 10**{len(str(n)) - 1}"
+
+
+def too_many(count: int, what: str = "") -> Unsupported:
+    return Unsupported(f"{TOO_MANY} (total_count={_count(count)}{', ' + what if what else ''}, must be < {CEILING:,}: "
+                       "the kernel unrolls to too many instructions)")
+
+
+def too_long(count: int, what: str = "") -> Unsupported:
+    return Unsupported(f"the trace would record {count:,} statements{', ' + what if what else ''} (at most "
+                       f"{MAX_STATEMENTS:,}: a Python loop or nl.static_range unrolls its body into the trace; "
+                       "use nl.affine_range or nl.sequential_range, which trace the body once)")
+
+
+def trips(r: range) -> int:
+    """``len(r)`` without its overflow past sys.maxsize (``nl.affine_range(256**128)``)."""
+    if r.step > 0:
+        return max(0, (r.stop - r.start + r.step - 1) // r.step)
+    return max(0, (r.start - r.stop - r.step - 1) // -r.step)
+
+
+class Projection:
+    """Watches a static loop of ``total`` iterations (``nl.static_range``, a Python ``range``, a launch grid):
+    after each iteration, what the whole loop will cost at the rate so far; refuses before running it."""
+
+    def __init__(self, total: int, what: str):
+        tr = current()
+        self.tr, self.total, self.what = tr, total, what
+        self.start = (tr.instructions, len(tr.prog))
+
+    def step(self, done: int) -> None:
+        tr, total = self.tr, self.total
+        instructions = self.start[0] + (tr.instructions - self.start[0]) * total // done
+        statements = self.start[1] + (len(tr.prog) - self.start[1]) * total // done
+        if instructions >= CEILING:
+            raise too_many(instructions, f"projected from {done:,} of the {total:,} iterations of {self.what}")
+        if statements >= MAX_STATEMENTS:
+            raise too_long(statements, f"projected from {done:,} of the {total:,} iterations of {self.what}")
+
+
+def watched(r: range, what: str):
+    """Iterate ``r`` (unrolled into the trace), refusing early when it would pass a limit."""
+    n = trips(r)
+    if n >= CEILING:
+        raise too_many(n, f"{what} of {_count(n)} iterations, each unrolled")
+    if not _CURRENT:
+        yield from r
+        return
+    p = Projection(n, what)
+    for done, i in enumerate(r, 1):
+        yield i
+        p.step(done)
+
+
+class WatchedRange:
+    """A range that is unrolled into the trace and :func:`watched` when iterated; otherwise it behaves as the
+    range (``nl.static_range``, and a large Python ``range`` in the kernel's code: :func:`python_range`)."""
+
+    def __init__(self, r: range, what: str):
+        self.r, self.what = r, what
+
+    def __iter__(self):
+        return watched(self.r, self.what)
+
+    def __reversed__(self):
+        return watched(self.r[::-1], self.what)
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.r[k]
+
+    def __contains__(self, x: Any) -> bool:
+        return x in self.r
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.r, name)  # start, stop, step, index, count
+
+    def __eq__(self, other: object) -> bool:
+        return self.r == (other.r if isinstance(other, WatchedRange) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.r)
+
+
+def python_range(*args: Any) -> Any:
+    """``range`` as the kernel's own code sees it while traced: a plain range unless it is large."""
+    r = range(*args)
+    return r if trips(r) < PROJECT_FROM else WatchedRange(r, f"range({', '.join(map(str, args))})")
 
 
 def as_shape(shape: Any) -> tuple[int, ...]:

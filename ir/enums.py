@@ -88,6 +88,8 @@ class Op:
 
 
 LOOP_OPCODES = frozenset({Op.Loop, Op.DynamicForLoop, Op.DoWhile})
+# users of an engine's random generator (hidden state: seeding sets it, every draw advances it)
+RNG_OPCODES = frozenset(OPCODE_BY_NAME[n] for n in ("SetRandState", "RandSetState", "Rng", "Rand2", "Dropout"))
 
 # EngineType (spec §2.1): Unassigned 0 .. ALL 7.
 ENGINE_NAMES: tuple[str, ...] = ("Unassigned", "Pool", "Activation", "PE", "DMA", "DVE", "SP", "ALL")

@@ -35,6 +35,7 @@ from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Me
 from tusk.ir.errors import TuskError, VerifyError
 from tusk.ir.expr import AffineIdx
 from tusk.ir.module import Function, Module
+from tusk.ir.verify_isa import check_isa_shapes
 
 MAX_REPORTED = 20
 
@@ -66,6 +67,7 @@ def verify_function(fn: Function, arch=None) -> list[str]:
     out += _check_live_overlap(fn)
     out += _check_deps(fn)
     out += _check_kernel_calls(fn)
+    out += check_isa_shapes(fn, MAX_REPORTED)
     return out
 
 

@@ -321,6 +321,8 @@ def h_activation(fr: Frame, i: int) -> None:
     # An identity scale and an absent bias are not applied: -0.0 and NaN payloads pass through.
     if scale != 1.0:
         x = x * F32(scale)
+    if len(ins) > 2:  # a per-partition scale tile (ins[1] is then the bias, an immediate 0 when none)
+        x = x * _broadcast(x, fr.value(ins[2]).astype(F32, copy=False), "scale")
     if len(ins) > 1 and fr.kind[ins[1]] != Kind.IMM:
         x = x + _broadcast(x, fr.value(ins[1]).astype(F32, copy=False), "bias")
     elif len(ins) > 1:
@@ -498,3 +500,8 @@ HANDLERS: dict[int, Callable[[Frame, int], None]] = {
     80: h_nothing,  # BranchHint
     77: h_nothing,  # Terminator (the end of a block: fall through)
 }
+
+# The NKI ISA instructions beyond the core set (sim/ops_isa.py; it builds on the helpers above).
+from tusk.sim.ops_isa import ISA_HANDLERS  # noqa: E402
+
+HANDLERS.update(ISA_HANDLERS)

@@ -44,6 +44,7 @@ from tusk.ir.arch import HWDGE_DESCRIPTORS, MAX_SPLIT_FACTOR, SWDGE_DESCRIPTORS,
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Mem, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module, _ranges
+from tusk.ir.verify_isa import TRANSPOSE_AXES
 
 BRANCH_OPCODES = frozenset({Op.CompareAndBranch, Op.UnconditionalBranch})
 REGISTER_OPCODES = (Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad, Op.TensorSave)
@@ -202,6 +203,24 @@ def _descriptors(fn: Function, owner: np.ndarray, rows: np.ndarray) -> np.ndarra
     return out
 
 
+def _transpose_descriptors(fn: Function, dma: np.ndarray) -> np.ndarray:
+    """A DMA transpose (DMACopy ``mode`` Transpose) that moves the innermost axis writes one element per
+    descriptor (no run survives it); one that keeps the innermost axis moves runs of it."""
+    out = np.ones(len(dma), dtype=np.int64)
+    attrs = fn.insts["attrs"]
+    for k, i in enumerate(dma.tolist()):
+        a = int(attrs[i])
+        rec = fn.record(a) if a >= 0 else {}
+        if rec.get("mode") != "Transpose":
+            continue
+        src = fn.inst(i).ins
+        pat = src[0].pattern if src else ()
+        elems = int(np.prod([n for _, n in pat], dtype=np.int64)) if pat else 1
+        keeps_inner = TRANSPOSE_AXES.get(rec.get("transpose_op", "None"), (0, 1, 2, 3))[-1] == 3
+        out[k] = elems // max(pat[-1][1], 1) if keeps_inner and pat else elems
+    return out
+
+
 @dataclass
 class Plan:
     """Per-instruction inputs of the simulation (see :func:`plan`)."""
@@ -268,7 +287,7 @@ def plan(fn: Function, costs: CostTable = DEFAULT_COSTS) -> Plan:
                     lanes.append(q)
                 queue[dma[attr == a]] = names[q]
         rows = _ranges(fn.insts["ops"], fn.insts["nops"].astype(np.int64))
-        desc = _descriptors(fn, owner, rows)[dma]
+        desc = np.maximum(_descriptors(fn, owner, rows)[dma], _transpose_descriptors(fn, dma))
         ops = fn.operands
         kind = ops["kind"][rows]
         m = ops["memloc"][rows].astype(np.int64)

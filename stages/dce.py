@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, Kind, Mem, Op, Role, TensorKind
+from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, RNG_OPCODES, Kind, Mem, Op, Role, TensorKind
 from tusk.ir.module import Function
 
 SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
                                   Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,
                                   Op.DMABlock, Op.NoOp}
+SIDE_EFFECT_OPS |= RNG_OPCODES  # the engines' random generators: seeding sets them, every draw advances them
 
 
 def removable(fn: Function, *, symbolic_writes: bool = False) -> np.ndarray:

@@ -48,6 +48,10 @@ conflict of that kind.
 * Ordered(1) (option ``ordered``): between consecutive DMA-engine
   instructions that name the same queue (``attrs["queue"]``), when no data
   edge joins them already.  DMAs without a queue get none.
+* Ordered(1), always: between consecutive instructions that use one
+  engine's random generator (SetRandState seeds it, Rng/Rand2/Dropout draw
+  from it: hidden state, no memory access joins them), so the draws keep
+  their order and their numbers.
 
 Complexity: sorting and interval sweeps over the access arrays, no pair
 loops: O(A log A) for A accesses (plus the cells of boxes that partially
@@ -69,6 +73,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS
 from tusk.ir.columns import Table, thaw
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
@@ -629,6 +634,28 @@ def _ordered_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     return rows[:-1][same], rows[1:][same]
 
 
+def _rng_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dict[object, list[int]]:
+    """Rows in [lo, hi) that use each engine's random generator (a seeding names it ``rng_engine``), in order."""
+    ins = fn.insts
+    rows = np.flatnonzero(np.isin(ins["opcode"], list(enums.RNG_OPCODES)))
+    by_engine: dict[object, list[int]] = {}
+    for i in rows.tolist():
+        if i < lo or (hi is not None and i >= hi):
+            continue
+        a = int(ins["attrs"][i])
+        gen = fn.record(a).get("rng_engine") if a >= 0 else None
+        by_engine.setdefault(gen if gen is not None else enums.ENGINE_NAMES[int(ins["engine"][i])], []).append(i)
+    return by_engine
+
+
+def _rng_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive users of one engine's random generator."""
+    chains = _rng_chains(fn).values()
+    src = [r for chain in chains for r in chain[:-1]]
+    dst = [r for chain in chains for r in chain[1:]]
+    return np.array(src, np.int64), np.array(dst, np.int64)
+
+
 def dependence_edges(fn: Function, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, kind) arrays of the graph described in the module docstring, sorted by (dst, src).
 
@@ -668,7 +695,15 @@ def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray
         return z, z, z.astype(np.uint8)
     fp = footprints(fn)
     out_s, out_d, out_k = [], [], []
+    rng = False
     for lo, hi in bodies:
+        # a generator's last draw of iteration k comes before its first draw of iteration k + 1
+        chains = list(_rng_chains(fn, lo, hi).values())
+        if chains:
+            rng = True
+            out_s.append(np.array([c[-1] for c in chains], np.int64))
+            out_d.append(np.array([c[0] for c in chains], np.int64))
+            out_k.append(np.full(len(chains), Edge.Ordered, np.uint8))
         a, b = np.searchsorted(fp.inst, [lo, hi])
         if a == b:
             continue
@@ -688,7 +723,8 @@ def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray
         out_k.append(kind)
     if not out_s:
         return z, z, z.astype(np.uint8)
-    return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_k).astype(np.uint8)
+    src, dst, kind = np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_k).astype(np.uint8)
+    return _merge(src, dst, kind, len(fn.insts)) if rng else (src, dst, kind)
 
 
 def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -697,13 +733,14 @@ def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndar
     kind = _edge_kinds(fp, src, dst)
     if (kind < Edge.Anti).any():  # cannot happen: every edge joins two accesses of one cell
         raise AssertionError("build_fdeps produced an edge without a conflict")
-    if ordered:
-        osrc, odst = _ordered_edges(fn)
-        if len(osrc):
-            src = np.concatenate([src, osrc])
-            dst = np.concatenate([dst, odst])
-            kind = np.concatenate([kind, np.full(len(osrc), Edge.Ordered, np.uint8)])
-            return _merge(src, dst, kind, len(fn.insts))
+    osrc, odst = _ordered_edges(fn) if ordered else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rsrc, rdst = _rng_edges(fn)
+    osrc, odst = np.concatenate([osrc, rsrc]), np.concatenate([odst, rdst])
+    if len(osrc):
+        src = np.concatenate([src, osrc])
+        dst = np.concatenate([dst, odst])
+        kind = np.concatenate([kind, np.full(len(osrc), Edge.Ordered, np.uint8)])
+        return _merge(src, dst, kind, len(fn.insts))
     return src, dst, kind  # already one edge per pair, sorted by (dst, src)
 
 

@@ -26,7 +26,9 @@ What becomes what (the full table is docs/translate.md):
   operand's dtype and the pattern counts elements of that dtype.
 * **Operators.** One BIR instruction per KLIR statement (named by the
   statement's name), except ``ncActivate``/``activationReduce`` with a
-  ``reduceRes``, which adds a TensorReduce of the activation's output.
+  ``reduceRes``, which adds a TensorReduce of the activation's output.  The
+  NKI ISA operators beyond this core set are lowered by
+  :mod:`stages.klr_codegen_ops` (merged into the dispatch table below).
   Operators without a lowering raise a PassError naming the operator and
   the statement: nothing is dropped silently.
 * **Control flow.** KLR blocks become top-level BIR blocks (labels kept as
@@ -57,6 +59,7 @@ from tusk.ir.errors import PassError
 from tusk.ir.klr import types as T
 from tusk.ir.module import Function
 from tusk.ir.values import ImmValue, Pattern
+from tusk.stages.klr_codegen_ops import LOWERING as ISA_LOWERING
 from tusk.stages.klr_dynamic import (
     StaticArg,
     assemble_dynamic_info,
@@ -534,12 +537,17 @@ class KlirToBirCodegen:
         func = ACTIVATION_FUNCS[p.activationFunc.name]
         if func is None:
             raise self._unsupported(f"activation function {p.activationFunc.name}")
-        if isinstance(p.scale, T.Operand_tile):
-            raise self._unsupported("an activation scale given as a tile")
-        scale = float(self._value(p.scale.i, "activation scale"))
         ins = [self.operand(p.src, Role.IN)]
         if p.bias is not None:
             ins.append(self.operand(p.bias, Role.IN))
+        if isinstance(p.scale, T.Operand_tile):
+            # a per-partition scale tile is the third input (Tusk's spelling, docs/bir-json.md); attr scale 1.0
+            if p.bias is None:
+                ins.append(self._imm(0.0))
+            ins.append(self.operand(p.scale.t, Role.IN))
+            scale = 1.0
+        else:
+            scale = float(self._value(p.scale.i, "activation scale"))
         dst = self.operand(p.dst, Role.OUT)
         attrs = {"func": func, "scale": scale, "alpha": 0.0, "acc": "Idle", "op0": "bypass", "op1": "bypass",
                  "reduce_op": "bypass"}
@@ -676,6 +684,8 @@ _LOWERING: dict[str, Callable[[KlirToBirCodegen, Any], None]] = {
     "cmpBranch": KlirToBirCodegen.cmp_branch,
     "coreBarrier": KlirToBirCodegen.core_barrier,
 }
+
+_LOWERING.update(ISA_LOWERING)  # the ISA operators beyond the core set
 
 #: KLIR operators the codegen lowers (everything else raises a PassError naming it).
 SUPPORTED_OPERATORS = frozenset(_LOWERING)

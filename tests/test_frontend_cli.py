@@ -5,6 +5,7 @@ Tracing runs the kernel's Python in this process (CliRunner, --workers 0).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -99,6 +100,8 @@ def test_trace_without_a_function_and_without_o_writes_function_klr_here(tmp_pat
     ((), ["f32(128)", "f32[128,512]"], "f32(128)"),
     (("--grid", "2,x"), INPUTS, "--grid"),
     (("--grid", "0"), INPUTS, "--grid"),
+    (("--arg", "eps"), INPUTS, "--arg 'eps': expected NAME=VALUE"),
+    (("--arg", "eps=1", "--arg", "eps=2"), INPUTS, "--arg eps is given twice"),
 ])
 def test_trace_usage_errors_exit_2_and_write_nothing(tmp_path, cache, extra, inputs, needle, monkeypatch):
     (tmp_path / "add.py").write_text(ADD)
@@ -139,8 +142,15 @@ def test_trace_kernel_raising_exits_1_with_file_and_line_and_writes_nothing(tmp_
 
 def toml_kernel(name="tadd", file="add.py", inputs=INPUTS, **more) -> str:
     lines = [f"[kernels.{name}]", f"file = {json.dumps(file)}", f"inputs = {json.dumps(inputs)}"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in more.items()]
+    lines += [f"{k} = {_toml(v)}" for k, v in more.items()]
     return "\n".join(lines) + "\n"
+
+
+def _toml(v) -> str:
+    """A TOML value (an inline table for a dict; JSON spells the rest as TOML does)."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v)
 
 
 @pytest.mark.parametrize("toml, key", [
@@ -159,6 +169,8 @@ def toml_kernel(name="tadd", file="add.py", inputs=INPUTS, **more) -> str:
     (toml_kernel(grid=[True]), "kernels.tadd.grid"),
     (toml_kernel(function=3), "kernels.tadd.function"),
     (toml_kernel(function="not a name"), "kernels.tadd.function"),
+    (toml_kernel(args=[1]), "kernels.tadd.args"),
+    (toml_kernel(args={"eps": {"a": 1}}), "kernels.tadd.args.eps"),
     (toml_kernel(name="other"), "kernels.other"),  # other.klr is a kernel file of the directory
     ('kernels = 3\n', "kernels"),
     ('[kernels]\ntadd = 3\n', "kernels.tadd"),
@@ -321,3 +333,125 @@ def test_trace_to_a_missing_directory_is_refused_before_tracing(tmp_path, cache,
     res = invoke(*trace_args("add.py::add", "-o", "nosuch/k.klr"))
     assert res.exit_code == 2 and "nosuch" in res.stderr
     assert not (tmp_path / "add.py.ran").exists()
+
+
+SCALED = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from helpers import scaled
+
+
+@nki.jit
+def scale(a, shape2D, eps=1.0, *, dtype=nl.float32, flag=False):
+    assert shape2D == (32, 16), shape2D
+    out = nl.ndarray(a.shape, dtype=dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=scaled(nl.load(a), eps * (2.0 if flag else 1.0)))
+    return out
+'''
+HELPER = "import neuronxcc.nki.language as nl\n\n\ndef scaled(t, f):\n    return nl.multiply(t, f)\n"
+
+
+def _scaled_output(klr_path: Path):
+    import numpy as np
+
+    from tusk.frontend.check import run_klr
+
+    a = np.arange(128 * 512, dtype=np.float32).reshape(128, 512) / 1000
+    return a, run_klr(klr_path.read_bytes(), {"a": a})["out"]
+
+
+def test_trace_binds_arg_values_by_parameter_name(tmp_path, cache, monkeypatch):
+    (tmp_path / "k.py").write_text(SCALED)
+    (tmp_path / "helpers.py").write_text(HELPER)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("k.py::scale", "--arg", "shape2D=32,16", "--arg", "eps=0.25", "--arg", "dtype=f32",
+                             "--arg", "flag=true", "-o", "s.klr", inputs=["f32[128,512]"]))
+    assert res.exit_code == 0, res.output
+    a, out = _scaled_output(tmp_path / "s.klr")
+    assert (out == a * 0.5).all()
+    res = invoke(*trace_args("k.py::scale", "--arg", "eps=2", "-o", "s.klr", inputs=["f32[128,512]"]))
+    assert res.exit_code == 1 and "k.py" in res.stderr and "no value for parameter shape2D" in res.stderr
+    res = invoke(*trace_args("k.py::scale", "--arg", "shape2D=32,16", "--arg", "epsilon=2", "-o", "s.klr",
+                             inputs=["f32[128,512]"]))
+    assert res.exit_code == 1 and "argument epsilon" in res.stderr and "no parameter 'epsilon'" in res.stderr
+
+
+@pytest.fixture
+def scaled_project(tmp_path, cache):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "k.py").write_text(SCALED)
+    (k / "helpers.py").write_text(HELPER)
+    (k / "tusk.toml").write_text(toml_kernel(name="scale", file="k.py", inputs=["f32[128,512]"],
+                                             args={"shape2D": [32, 16], "eps": 0.25, "dtype": "f32"}))
+    return {"k": k, "out": tmp_path / "out"}
+
+
+def test_toml_args_are_bound_and_part_of_the_trace_key(scaled_project):
+    k, out = scaled_project["k"], scaled_project["out"]
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 1, rep
+    assert kernel(rep, "scale")["trace"]["args"] == {"dtype": "nl.float32", "eps": "0.25", "shape2D": "(32, 16)"}
+    a, got = _scaled_output(out / "scale" / "scale.klr")
+    assert (got == a * 0.25).all()
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 0 and rep["trace_cached"] == 1
+    (k / "tusk.toml").write_text(toml_kernel(name="scale", file="k.py", inputs=["f32[128,512]"],
+                                             args={"shape2D": [32, 16], "eps": 0.25, "flag": True}))
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 1 and executed(rep, "scale") > 0
+    a, got = _scaled_output(out / "scale" / "scale.klr")
+    assert (got == a * 0.5).all()
+
+
+def test_editing_an_imported_helper_retraces_and_changes_the_klr(scaled_project):
+    k, out = scaled_project["k"], scaled_project["out"]
+    code, rep = compile_json(k, out)
+    assert code == 0 and kernel(rep, "scale")["trace"]["sources"] == {
+        "helpers.py": hashlib.sha256(HELPER.encode()).hexdigest()}
+    before = (out / "scale" / "scale.klr").read_bytes()
+    (k / "helpers.py").write_text(HELPER.replace("nl.multiply(t, f)", "nl.add(t, f)"))
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 1 and kernel(rep, "scale")["trace"]["status"] == "executed"
+    after = (out / "scale" / "scale.klr").read_bytes()
+    assert after != before
+    a, got = _scaled_output(out / "scale" / "scale.klr")
+    assert (got == a + 0.25).all()
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 0 and rep["trace_cached"] == 1
+
+
+LAUNCHED = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def tile_add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ix = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    iy = nl.arange(a.shape[1])[None, :]
+    nl.store(out[ix, iy], value=nl.add(nl.load(a[ix, iy]), nl.load(b[ix, iy])))
+    return out
+
+
+def launcher(a, b):
+    return tile_add[a.shape[0] // 128](a, b)
+'''
+
+
+def test_trace_of_a_launcher_and_of_a_grid_past_the_ceiling(tmp_path, cache, monkeypatch):
+    import numpy as np
+
+    from tusk.frontend.check import run_klr
+
+    (tmp_path / "k.py").write_text(LAUNCHED)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*trace_args("k.py::launcher", "-o", "l.klr", inputs=["f32[512,64]", "f32[512,64]"]))
+    assert res.exit_code == 0, res.output
+    a, b = (np.random.default_rng(s).standard_normal((512, 64)).astype(np.float32) for s in (1, 2))
+    assert np.array_equal(run_klr((tmp_path / "l.klr").read_bytes(), {"a": a, "b": b})["out"], a + b)
+    res = invoke(*trace_args("k.py::tile_add", "--grid", "65536,65536", "-o", "g.klr",
+                             inputs=["f32[512,64]", "f32[512,64]"]))
+    assert res.exit_code == 1 and "Compiler generated too many instructions" in res.stderr
+    assert "k.py" in res.stderr and not (tmp_path / "g.klr").exists()

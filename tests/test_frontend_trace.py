@@ -117,7 +117,7 @@ def test_static_loops_unroll_and_tiles_are_placed_without_overlap(tmp_path):
     path = kernel(tmp_path, """
         @nki.jit
         def k(a):
-            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            out = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
             acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
             tiles = []
             for i in nl.static_range(a.shape[0] // 128):
@@ -129,7 +129,7 @@ def test_static_loops_unroll_and_tiles_are_placed_without_overlap(tmp_path):
     """)
     data = trace_file(path, "k", ["f32[1024,64]"])
     a = np.random.default_rng(3).random((1024, 64), np.float32)
-    got = run_klr(data, {"a": a}, strict=False)["out"][:128]
+    got = run_klr(data, {"a": a}, strict=False)["out"]
     want = np.zeros((128, 64), np.float32)
     for i in range(8):
         want = want + a[i * 128:(i + 1) * 128]
@@ -175,8 +175,8 @@ def test_tracing_leaves_sys_modules_as_it_found_them(tmp_path):
 
 @pytest.mark.parametrize("body,message,line", [
     ("x = nl.load(a)\n    y = nl.foo(x)", "not supported: nl.foo", 10),
-    ("x = nl.load(a)\n    y = nisa.dma_copy(x)", "not supported: nisa.dma_copy", 10),
-    ("for i in nl.affine_range(4):\n        if i == 1:\n            pass", "no runtime if", 10),
+    ("x = nl.load(a)\n    y = nisa.nonzero_with_count(x)", "not supported: nisa.nonzero_with_count", 10),
+    ("x = nl.load(a)\n    if x:\n        pass", "no runtime if", 10),
     ("x = nl.load(a)\n    y = 1 / 0", "ZeroDivisionError", 10),
     ("x = nl.ndarray((256, 4), dtype=nl.float32, buffer=nl.sbuf)", "256 partitions", 9),
     ("x = nl.load(a[0:128, 0:9])", "outside", 9),
@@ -236,7 +236,7 @@ def test_hostile_kernels_get_clean_errors_or_run(tmp_path):
         src = HEADER + textwrap.dedent("""
             @nki.jit
             def k(a):
-                out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+                out = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
                 t0 = nl.load(a[0:128, :])
                 t1 = nl.exp(t0)
                 t2 = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)

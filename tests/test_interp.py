@@ -633,8 +633,8 @@ def test_missing_input_is_named():
 def test_unknown_opcode_is_an_error_not_a_skip():
     b = Builder()
     t = b.sbuf("t", (4, 8), addr=0)
-    b.emit("BNStats", "DVE", [t.ap()], [t.ap()], name="stats")
-    with pytest.raises(TuskError, match="stats.*BNStats is not supported"):
+    b.emit("BNGradients", "DVE", [t.ap()], [t.ap()], name="stats")
+    with pytest.raises(TuskError, match="stats.*BNGradients is not supported"):
         run(b.module(), {})
 
 

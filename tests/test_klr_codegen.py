@@ -216,9 +216,9 @@ def test_operator_lowering_opcodes_and_attrs():
 def test_unsupported_operator_names_the_operator_and_the_statement():
     k = KernelWriter("k")
     t = k.sbuf("t", (128, 4), addr=0)
-    k.stmt(T.Operator.transpose(op=T.Transpose(dst=t.ap().ref(), src=t.ap().ref(), dtype=None,
-                                               engine=T.Engine.pe)), name="inst.42")
-    with pytest.raises(PassError, match=r"KLIR operator transpose is not supported .*statement inst\.42 in block "
+    k.stmt(T.Operator.devicePrint(op=T.DevicePrint(src=t.ap().ref(), printPrefix="t",
+                                                   buffer=T.PrintOutputBuffer.stdout)), name="inst.42")
+    with pytest.raises(PassError, match=r"KLIR operator devicePrint is not supported .*statement inst\.42 in block "
                                         r"main\.1, k\.py:1"):
         lower(k)
 

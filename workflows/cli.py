@@ -260,12 +260,14 @@ Examples:
   tusk trace kernels/add.py::nki_add --input f32[128,512] --input f32[128,512] -o add.klr
   tusk trace kernels/add.py --input f32[128,512] --input f32[128,512]   # the file's only @nki.jit function
   tusk trace kernels/mm.py::matmul --input bf16[128,512] --input bf16[512,256] --grid 2,2 --name mm
+  tusk trace kernels/norm.py::rmsnorm --input f32[256,512] --arg eps=1e-6 --arg shape2D=32,16 --arg dtype=bf16
+  tusk trace kernels/add.py::launcher --input f32[256,1024] --input f32[256,1024]   # calls kernel[2, 2](...)
   tusk show add.klr                         # the traced kernel as BIR
 
 \b
 Tracing executes the kernel file's Python (as NKI itself does): trace only
 files you trust. To build Python kernels with 'tusk compile DIR', name them
-in DIR/tusk.toml ([kernels.NAME] file, function, inputs, grid; see README).
+in DIR/tusk.toml ([kernels.NAME] file, function, inputs, args, grid; see README).
 """
 
 
@@ -278,6 +280,9 @@ def trace(
                                      help="One kernel argument's dtype and shape, e.g. f32[128,512] or "
                                           "bf16[4,128,64] (repeat, in argument order)"),
     grid: Optional[str] = typer.Option(None, "--grid", metavar="N[,N...]", help="SPMD launch grid, e.g. 2 or 2,2"),
+    args: List[str] = typer.Option([], "--arg", "-a", metavar="NAME=VALUE",
+                                   help="A kernel parameter that is not a tensor, by name: a Python literal "
+                                        "(32,16  1e-6  'text'), true/false, or a dtype (bf16): repeat"),
     name: Optional[str] = typer.Option(None, "--name", metavar="NAME",
                                        help="Name of the traced kernel (default: the function's name)"),
     out: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE.klr",
@@ -294,7 +299,7 @@ def trace(
     from tusk.workflows.trace_cmd import trace as run_trace
 
     try:
-        res = run_trace(target, inputs, grid, name, out, arch)
+        res = run_trace(target, inputs, grid, name, out, arch, args)
     except InternalError as e:
         raise _fail(f"{e} [internal error of the NKI front end: please report it]", 1)
     except TuskError as e:

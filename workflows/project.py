@@ -16,7 +16,8 @@ A kernel directory may hold a ``tusk.toml`` (or a ``pyproject.toml`` with a
     [kernels.tensor_add]          # an NKI kernel in Python, traced into KLR by the build (tusk.frontend)
     file = "tensor_add.py"        # inside the directory
     function = "nki_tensor_add"   # optional when the file has exactly one @nki.jit function
-    inputs = ["f32[256,512]", "f32[256,512]"]
+    inputs = ["f32[256,512]", "f32[256,512]"]   # the tensor arguments, in order
+    args = {eps = 1e-6, shape2D = [32, 16], dtype = "bf16"}   # optional: the other arguments, by name
     grid = [2]                    # optional SPMD launch grid
 
 Precedence, highest first: the command line, this file, the environment
@@ -57,8 +58,9 @@ class PythonKernel:
     file: Path                      # absolute, symbolic links resolved; inside the kernel directory
     entry: str                      # the file as tusk.toml writes it (for messages)
     function: str | None = None     # None: the file's only @nki.jit function
-    inputs: tuple = ()              # tusk.frontend.TensorSpec, one per kernel argument
+    inputs: tuple = ()              # tusk.frontend.TensorSpec, one per tensor argument
     grid: tuple[int, ...] = ()      # SPMD launch grid; () for none
+    args: tuple = ()                # (name, value) of the other arguments (``args = {eps = 1e-6}``), by name
 
 
 @dataclass
@@ -169,7 +171,7 @@ def _pass_options(value: Any, where: str) -> list[str]:
     return sets
 
 
-KERNEL_KEYS = ("file", "function", "inputs", "grid")
+KERNEL_KEYS = ("file", "function", "inputs", "args", "grid")
 
 
 def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
@@ -196,7 +198,7 @@ def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
             raise ProjectFileError(f"{where}: {key}: unknown key {unknown[0]!r} (known: {', '.join(KERNEL_KEYS)})")
         out.append(PythonKernel(name=name, file=_kernel_file(table, base, where, key), entry=table["file"],
                                 function=_kernel_function(table, where, key), inputs=_kernel_inputs(table, where, key),
-                                grid=_kernel_grid(table, where, key)))
+                                grid=_kernel_grid(table, where, key), args=_kernel_args(table, where, key)))
     return out
 
 
@@ -278,6 +280,26 @@ def _kernel_inputs(table: dict, where: str, key: str) -> tuple:
         except TuskError as e:
             raise ProjectFileError(f"{where}: {key}.inputs[{i}]: {e}") from None
     return tuple(specs)
+
+
+def _kernel_args(table: dict, where: str, key: str) -> tuple:
+    """``args = {shape2D = [32, 16], eps = 1e-6, dtype = "bf16"}``: arrays are tuples; a string is read as
+    ``tusk trace --arg`` reads its text (a dtype name is the dtype; quote it again for a string: "'fast'")."""
+    from tusk.frontend.args import from_toml
+
+    value = table.get("args", {})
+    if not isinstance(value, dict):
+        raise ProjectFileError(f"{where}: {key}.args must be a table of the kernel's other arguments by name, "
+                               f"e.g. args = {{eps = 1e-6, shape2D = [32, 16]}}; got {value!r}")
+    out = []
+    for name, v in value.items():
+        if not name.isidentifier():
+            raise ProjectFileError(f"{where}: {key}.args.{name}: not a parameter name")
+        try:
+            out.append((name, from_toml(v)))
+        except ValueError as e:
+            raise ProjectFileError(f"{where}: {key}.args.{name}: {e}") from None
+    return tuple(out)
 
 
 MAX_GRID = 1 << 16  # launch grids are a handful of programs per dimension; this only stops nonsense early

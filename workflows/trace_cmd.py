@@ -81,9 +81,11 @@ def _check_output(out: Path | None, source: Path) -> None:
 
 
 def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str | None = None,
-          out: Path | None = None, arch: str | None = None) -> TraceResult:
-    """Trace ``target`` with ``inputs`` (specs such as ``f32[128,512]``) and write the KLR file; on-chip
-    tensors are placed for ``arch`` (None: the ``arch`` setting, TUSK_ARCH or gen3, as a build does)."""
+          out: Path | None = None, arch: str | None = None, args: Sequence[str] = ()) -> TraceResult:
+    """Trace ``target`` with ``inputs`` (specs such as ``f32[128,512]``) and ``args`` (``NAME=VALUE``, the
+    kernel's other parameters) and write the KLR file; on-chip tensors are placed for ``arch`` (None: the
+    ``arch`` setting, TUSK_ARCH or gen3, as a build does)."""
+    from tusk.frontend.args import parse_args
     from tusk.frontend.specs import parse_tensor_spec
     from tusk.workflows.kernels import name_problem
     from tusk.workflows.outputs import write_atomic
@@ -91,6 +93,7 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
 
     path, function = parse_target(target)
     specs = [parse_tensor_spec(text) for text in inputs]
+    values = parse_args(args)
     dims = parse_grid(grid)
     if name is not None and not name.isidentifier():
         raise UsageError(f"--name {name!r}: expected an identifier (letters, digits, _)")
@@ -103,7 +106,7 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
         get_arch(arch)
     except TuskError as e:  # an unknown name is the command's fault, found before the kernel runs
         raise UsageError(f"--arch: {e}") from None
-    data = run_frontend(path, function, specs, dims, name=name, arch=arch)
+    data = run_frontend(path, function, specs, dims, name=name, arch=arch, args=values).klr
     kernel = name or kernel_name(data) or function or path.stem
     dest = output_path(out, kernel)
     problem = name_problem(dest.name)

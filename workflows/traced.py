@@ -6,15 +6,20 @@ A kernel directory's ``tusk.toml`` may name NKI kernels written in Python
 
 1. **Key.**  The trace key is the digest of the .py file's bytes, the
    function name as given (None: the file's only ``@nki.jit`` function),
-   the input specs (canonical spelling: ``float32[128,512]``), the grid,
+   the input specs (canonical spelling: ``float32[128,512]``), the other
+   arguments (``args``, each value's canonical spelling), the grid,
    the build's ``arch`` (the front end places on-chip tensors for its
    memories), the trace format and the front end's code -- every source file of
    ``tusk.frontend`` and of ``tusk.ir`` (whose KLR writer encodes the
    result), as :func:`tusk.cache.keys.package_digest` hashes them.
    Locations are not content: the key holds no path.
 2. **Cached.**  The KLR bytes are kept as a store note (``notes/nki-trace/``,
-   base64 with their SHA-256, checksummed like every note) under that key.
-   A hit is used without running any Python; a miss executes the file (the
+   base64 with their SHA-256, checksummed like every note) under that key,
+   with the SHA-256 of every other file of the kernel tree the trace
+   imported (helpers of its directory, modules of its package: see
+   :mod:`tusk.frontend.imports`), by path relative to the kernel file.  A
+   hit whose imported files are unchanged is used without running any
+   Python; an edited (or removed) helper is a miss.  A miss executes the file (the
    front end runs its top level, then the kernel once with symbolic tensors)
    and stores the result.  Failures are not cached: a kernel that failed to
    trace is traced again by the next build.
@@ -29,9 +34,9 @@ A kernel directory's ``tusk.toml`` may name NKI kernels written in Python
    pass record (early cutoff), and an unchanged file runs nothing at all.
    The traced ``.klr`` stays in ``OUT/<NAME>/`` next to the outputs.
 
-Known limit: the key covers the one .py file.  Python modules it imports
-from its directory are not part of it; after editing one, change the kernel
-file or build with ``--no-cache``.
+An import that the edit of a helper adds or removes is found by the
+re-trace the edit causes.  Installed packages (numpy) are not part of the
+key: they are the environment, like Python itself.
 
 Tracing runs in the build's own process, before the build graph starts.  A
 kernel that cannot be traced fails alone (its message starts with the
@@ -47,14 +52,14 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, InputError, InternalError, TuskError, fault_of
 from tusk.workflows.kernels import Kernel, read_kernel
 
-TRACE_FORMAT = 1                 # bump when what a trace key stands for changes
+TRACE_FORMAT = 2                 # bump when what a trace key stands for changes
 NOTE_KIND = "nki-trace"
 FRONTEND_PACKAGES = ("tusk.frontend", "tusk.ir")  # the code a trace runs (ir: the KLR writer)
 
@@ -67,11 +72,13 @@ def frontend_digest() -> str:
 
 
 def trace_parts(py_digest: str, function: str | None, inputs: Sequence[Any], grid: Sequence[int],
-                arch: str | None = None) -> dict[str, Any]:
+                arch: str | None = None, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The named parts of a trace key (see the module docstring)."""
+    from tusk.frontend.args import arg_text
+
     return {"tusk-trace": TRACE_FORMAT, "file": py_digest, "function": function,
-            "inputs": [str(t) for t in inputs], "grid": [int(d) for d in grid], "arch": arch,
-            "frontend": frontend_digest()}
+            "inputs": [str(t) for t in inputs], "args": {k: arg_text(v) for k, v in sorted((args or {}).items())},
+            "grid": [int(d) for d in grid], "arch": arch, "frontend": frontend_digest()}
 
 
 def trace_key(parts: dict[str, Any]) -> str:
@@ -84,8 +91,9 @@ def trace_key(parts: dict[str, Any]) -> str:
 
 
 def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence[Any], grid: Sequence[int] = (),
-                 name: str | None = None, arch: str | None = None) -> bytes:
-    """``tusk.frontend.trace_file``, with whatever escapes it sorted by fault.
+                 name: str | None = None, arch: str | None = None, args: Mapping[str, Any] | None = None):
+    """``tusk.frontend.trace_kernel_file`` (a :class:`tusk.frontend.trace.Traced`: the KLR bytes and the
+    kernel-tree files the trace imported), with whatever escapes it sorted by fault.
 
     A TuskError is passed on (a TraceError is the kernel's and names its
     ``file:line``).  Anything else raised while the kernel's own code runs
@@ -94,13 +102,11 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
     traceback; an exception with no frame in the kernel file is an internal
     error of the front end.
     """
-    import inspect
+    from tusk.frontend.trace import trace_kernel_file
 
-    from tusk.frontend import trace_file
-
-    more = {"arch": arch} if arch is not None and "arch" in inspect.signature(trace_file).parameters else {}
     try:
-        data = trace_file(path, function, list(inputs), tuple(grid), name=name, **more)
+        traced = trace_kernel_file(path, function, list(inputs), tuple(grid), args=dict(args or {}), name=name,
+                                   arch=arch)
     except TuskError:
         raise
     except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything
@@ -110,9 +116,9 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
         if line is not None:
             raise InputError(f"{path}:{line}: {what}") from None
         raise InternalError(f"the NKI front end failed on {path}: {what}") from e
-    if not isinstance(data, (bytes, bytearray)) or not data:
+    if not isinstance(traced.klr, (bytes, bytearray)) or not traced.klr:
         raise InternalError(f"the NKI front end returned no KLR bytes for {path}")
-    return bytes(data)
+    return traced
 
 
 def _kernel_line(e: BaseException, path: str | os.PathLike) -> int | None:
@@ -143,12 +149,34 @@ def kernel_name(data: bytes) -> str | None:
 # ====================================================================== the build step
 
 
-def _cached(store, key: str) -> tuple[bytes, float] | None:
-    """The traced bytes stored under ``key`` (and the seconds the trace took), or None."""
+def _source_digests(kernel_file: Path, sources: Sequence[Path]) -> dict[str, str]:
+    """SHA-256 of each imported kernel-tree file but the kernel file, by path relative to the kernel's
+    directory (a moved project still hits)."""
+    from tusk.cache.keys import file_digest
+
+    here = Path(os.path.realpath(kernel_file))
+    return {Path(os.path.relpath(s, here.parent)).as_posix(): file_digest(s)
+            for s in sources if Path(s) != here}
+
+
+def _sources_unchanged(kernel_file: Path, recorded: Any) -> bool:
+    from tusk.cache.keys import file_digest
+
+    if not isinstance(recorded, dict):
+        return False
+    base = Path(os.path.realpath(kernel_file)).parent
+    return all(isinstance(d, str) and file_digest(base / rel) == d for rel, d in recorded.items())
+
+
+def _cached(store, key: str, kernel_file: Path) -> tuple[bytes, float, dict] | None:
+    """The traced bytes stored under ``key`` (the seconds the trace took, the imported files' digests) if the
+    files the trace imported are unchanged, else None."""
     if store is None:
         return None
     note = store.get_note(NOTE_KIND, key)
     if not isinstance(note, dict) or note.get("v") != TRACE_FORMAT or not isinstance(note.get("klr"), str):
+        return None
+    if not _sources_unchanged(kernel_file, note.get("sources")):
         return None
     try:
         data = base64.b64decode(note["klr"].encode("ascii"), validate=True)
@@ -157,7 +185,7 @@ def _cached(store, key: str) -> tuple[bytes, float] | None:
     if hashlib.sha256(data).hexdigest() != note.get("sha256"):
         return None
     seconds = note.get("seconds")
-    return data, float(seconds) if isinstance(seconds, (int, float)) else 0.0
+    return data, float(seconds) if isinstance(seconds, (int, float)) else 0.0, dict(note["sources"])
 
 
 def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kernel:
@@ -169,34 +197,36 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kerne
     k = Kernel(path=Path(directory) / f"{spec.name}.klr", name=spec.name, entry=f"{spec.name}.klr",
                origin=Path(spec.file))
     py_digest = file_digest(spec.file)
-    parts = trace_parts(py_digest, spec.function, spec.inputs, spec.grid, arch)
+    args = dict(getattr(spec, "args", ()) or ())
+    parts = trace_parts(py_digest, spec.function, spec.inputs, spec.grid, arch, args)
     key = trace_key(parts)
     k.trace = {"status": "not run", "key": key, "file": str(spec.file), "py_sha256": py_digest,
-               "function": spec.function, "inputs": parts["inputs"], "grid": parts["grid"], "arch": arch,
-               "seconds": 0.0}
+               "function": spec.function, "inputs": parts["inputs"], "args": parts["args"], "grid": parts["grid"],
+               "arch": arch, "seconds": 0.0}
     if py_digest == "missing":
         k.error, k.fault = f"{spec.file}: cannot be read (named by kernels.{spec.name}.file in tusk.toml)", INPUT
         return k
-    hit = _cached(store, key)
+    hit = _cached(store, key, spec.file)
     if hit is not None:
-        data, seconds = hit
-        k.trace.update(status="cached", seconds=seconds)
+        data, seconds, sources = hit
+        k.trace.update(status="cached", seconds=seconds, sources=sources)
     else:
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output (--json)
-                data = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch)
+                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args)
         except TuskError as e:
             k.trace.update(status="failed", seconds=round(time.perf_counter() - t0, 6))
             _fail(k, e, spec)
             return k
         seconds = time.perf_counter() - t0
-        k.trace.update(status="executed", seconds=round(seconds, 6))
+        data, sources = traced.klr, _source_digests(spec.file, traced.sources)
+        k.trace.update(status="executed", seconds=round(seconds, 6), sources=sources)
         if store is not None:
             try:
                 store.put_note(NOTE_KIND, key, {"v": TRACE_FORMAT, "klr": base64.b64encode(data).decode("ascii"),
                                                 "sha256": hashlib.sha256(data).hexdigest(),
-                                                "seconds": round(seconds, 6)})
+                                                "seconds": round(seconds, 6), "sources": sources})
             except OSError:
                 pass  # not cached: the next build traces again
     k.digest = hashlib.sha256(data).hexdigest()

@@ -19,7 +19,7 @@ import numpy as np
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
-from tusk.frontend.tracer import as_shape, current
+from tusk.frontend.tracer import CEILING, WatchedRange, as_shape, current, too_many, trips
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -27,7 +27,22 @@ int32, int16, int8 = Dtype("int32"), Dtype("int16"), Dtype("int8")
 uint32, uint16, uint8 = Dtype("uint32"), Dtype("uint16"), Dtype("uint8")
 tfloat32 = float32
 float8_e4m3, float8_e5m2 = Dtype("float8_e4m3"), Dtype("float8e5")  # KLR's names (float8e5: E5M2)
+float8_e4m3fn = Dtype("float8_e4m3fn")
+# packed MX types and the E8M0 scale type: named so kernels import, refused where a tensor uses them
+float8_e5m2_x4, float8_e4m3fn_x4 = Dtype("float8_e5m2_x4"), Dtype("float8_e4m3fn_x4")
+float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), Dtype("float8_e8m0fnu")
 bool_ = uint8
+bool = bool_
+tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
+dtype = Dtype
+
+
+class NKIObject:
+    """The base of NKI 2.x kernel configuration classes (usually dataclasses)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
 
 sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", "hbm"
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
@@ -39,7 +54,13 @@ class tile_size:
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
     psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
     bn_stats_fmax = 512
+    # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
+    total_available_sbuf_size = sbuf_fmax_bytes = 229376 - 16392
+    sbuf_fmax = sbuf_fmax_bytes // 4
 
 
 def par_dim(n: int) -> ParDim:
@@ -65,32 +86,37 @@ class _Range:
             r = range(*[int(Affine.of(a)) for a in args])
         except (TraceError, TypeError, ValueError):
             raise unsupported(f"nl.{kind} bounds that are not Python ints ({args!r})") from None
-        self.kind, self.r = kind, r
+        n = trips(r)
+        if n >= CEILING:  # every iteration runs the body: at least one instruction each once unrolled
+            raise too_many(n, f"the iterations of an nl.{kind} loop")
+        self.kind, self.r, self.n = kind, r, n
 
     def __len__(self) -> int:
-        return len(self.r)
+        return self.n
 
     def __iter__(self):
-        r = self.r
-        if len(r) <= 1:  # nothing to loop over: a static body (or none)
+        r, n = self.r, self.n
+        if n <= 1:  # nothing to loop over: a static body (or none)
             yield from r
             return
         tr = current()
         ordinal = tr.loop_ordinal
         tr.loop_ordinal += 1
-        keep = tr.peel.get(ordinal, len(r))
-        if keep > 1:
-            var = LoopVar(self.kind, r.start, r.step, keep, len(tr.loops), ordinal)
-            done = False
-            with tr.loop(var):
-                try:
+        keep = tr.peel.get(ordinal, n)
+        done = False
+        try:
+            if keep > 1:
+                var = LoopVar(self.kind, r.start, r.step, keep, len(tr.loops), ordinal)
+                with tr.loop(var):
                     yield loop_index(var)
-                    done = True
-                finally:
-                    if not done:
-                        tr.broken_loop = True
-        # iterations a mask cuts short: traced one by one (see PeelLoop)
-        yield from r[keep if keep > 1 else 0:]
+            # iterations a mask cuts short: traced one by one (see PeelLoop)
+            yield from r[keep if keep > 1 else 0:]
+            done = True
+        finally:
+            if not done and tr.broken_loop is None:
+                # closed early: a `break` or `return` in the body (or an exception passing through it); the
+                # kernel's line now is that statement (checked once the kernel returns: trace.py)
+                tr.broken_loop = current_user_line() or ("", 0)
 
 
 def affine_range(*args: Any, **_: Any) -> _Range:
@@ -101,8 +127,9 @@ def sequential_range(*args: Any, **_: Any) -> _Range:
     return _Range("sequential_range", args)
 
 
-def static_range(*args: Any, **_: Any) -> range:
-    return range(*[int(Affine.of(a)) for a in args])
+def static_range(*args: Any, **_: Any) -> Any:
+    r = range(*[int(Affine.of(a)) for a in args])
+    return WatchedRange(r, f"nl.static_range({', '.join(map(str, args))})")
 
 
 # ---------------------------------------------------------------------------- SPMD
@@ -129,6 +156,34 @@ def program_ndim() -> int:
 
 
 # ---------------------------------------------------------------------------- helpers
+# keywords NKI 1.x takes on every call and Tusk has no use for (a debug name)
+_IGNORED_KEYWORDS = frozenset({"name"})
+
+
+def _no_keywords(what: str, kw: dict[str, Any]) -> None:
+    """An unknown keyword argument is the kernel's mistake: name it, never swallow it."""
+    unknown = sorted(set(kw) - _IGNORED_KEYWORDS)
+    if unknown:
+        raise unsupported(f"{what}(..., {', '.join(k + '=' for k in unknown)}) (no such keyword argument)")
+
+
+def _needs_back_half(kind: str, what: str) -> None:
+    """Refuse a call whose KLR operator the emitter cannot write yet (rather than emit something else)."""
+    from tusk.frontend.emit import Emitter
+    if not hasattr(Emitter, "op_" + kind):
+        raise unsupported(f"{what} (its KLR operator, {kind}, has no writer in this build)")
+
+
+def _broadcast_operand(x: Any, shape: tuple[int, ...], what: str) -> View:
+    """A number or a tile as a tile of ``shape`` (numbers are memset, tiles broadcast as nl.broadcast_to)."""
+    if _is_number(x):
+        t = current().tile(shape, float32)
+        _memset(t, x)
+        return t
+    v = _tile(x, what)
+    return v if v.shape == shape else _broadcast_to(v, shape)
+
+
 def _tile(x: Any, what: str) -> View:
     if isinstance(x, Tensor):
         x = x.view()
@@ -148,7 +203,7 @@ def _hbm(x: Any, what: str) -> View:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, builtins.bool)
 
 
 def _masked(views: list[View], mask: Any) -> list[View]:
@@ -170,7 +225,7 @@ def _out_dtype(dtype: Any, *xs: Any) -> Dtype:
 
 def _column(v: View, rows: int) -> bool:
     """One value per partition: shape (P,), (P, 1), (P, 1, 1) ..."""
-    return v.shape[0] == rows and all(n == 1 for n in v.shape[1:])
+    return v.shape[0] == rows and builtins.all(n == 1 for n in v.shape[1:])
 
 
 def _as_column(v: View) -> View:
@@ -179,7 +234,10 @@ def _as_column(v: View) -> View:
 
 
 # ---------------------------------------------------------------------------- memory
-def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **_: Any) -> Tensor:
+def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", address: Any = None,
+            **kw: Any) -> Tensor:
+    """``address=`` (NKI 2.x placement) is ignored: Tusk places every tile itself."""
+    _no_keywords("nl.ndarray", kw)
     as_shape(shape)
     shape = tuple(shape)
     mem = _BUFFERS.get(str(buffer) if buffer is not None else "sbuf")
@@ -189,8 +247,8 @@ def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = ""
     if len(par) > 1:
         raise unsupported("more than one nl.par_dim in a shape")
     par_axis = par[0] if par else 0
-    if mem not in ("sbuf", "psum") and par:
-        raise unsupported("nl.par_dim in an HBM tensor's shape")
+    if mem not in ("sbuf", "psum"):
+        par_axis = 0  # HBM has no partitions: nl.par_dim there is just its size, as in NKI
     return current().new_tensor(shape, as_dtype(dtype), mem, name or _assigned_name(), par_axis=par_axis)
 
 
@@ -202,11 +260,13 @@ def _assigned_name() -> str:
     where = current_user_line()
     if where is None:
         return ""
+    linecache.checkcache(where[0])  # a file of the same name traced before (a rewritten k.py) is read again
     m = _ASSIGNED.match(linecache.getline(where[0], where[1]))
     return m.group(1) if m else ""
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.full", kw)
     t = ndarray(shape, dtype, buffer, name)
     if not t.on_chip:
         raise unsupported("nl.zeros/nl.full/nl.ones in HBM (fill an SBUF tile and nl.store it)")
@@ -215,14 +275,17 @@ def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, 
 
 
 def zeros(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.zeros", kw)
     return full(shape, 0, dtype, buffer, name)
 
 
 def ones(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.ones", kw)
     return full(shape, 1, dtype, buffer, name)
 
 
 def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    _no_keywords("nl.zeros_like", kw)
     return full(a.shape, 0, dtype or a.dtype, buffer, name)
 
 
@@ -234,7 +297,8 @@ def _memset(dst: View, value: Any) -> None:
     current().op("memset", (), (dst,), dst=dst, value=float(value) if "float" in dst.dtype else int(value))
 
 
-def load(src: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.load", kw)
     src = _hbm(src, "nl.load")
     tr = current()
     if src.shape[0] > PARTITIONS:
@@ -249,7 +313,8 @@ def load(src: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     return dst
 
 
-def store(dst: Any, value: Any, mask: Any = None, **_: Any) -> None:
+def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
+    _no_keywords("nl.store", kw)
     dst = _hbm(dst, "nl.store")
     tr = current()
     if _is_number(value):
@@ -267,7 +332,8 @@ def store(dst: Any, value: Any, mask: Any = None, **_: Any) -> None:
     tr.op("dma", (s,), (d,), dst=d, src=s)
 
 
-def copy(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def copy(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.copy", kw)
     src = _tile(x, "nl.copy")
     dt = as_dtype(dtype) if dtype is not None else src.dtype
     dst = current().tile(src.shape, dt)
@@ -279,6 +345,10 @@ def copy(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
 def _assign(dst: View, value: Any) -> None:
     """``dst[...] = value``."""
     tr = current()
+    into = getattr(value, "_assign_into", None)
+    if into is not None:  # nl.loop_reduce: the destination is the accumulator
+        into(dst)
+        return
     if _is_number(value):
         _memset(dst, value)
         return
@@ -310,7 +380,7 @@ def _accumulate(dst: View, value: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- elementwise
-_ALU = {"add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
+_ALU = {"mod": "mod", "add": "add", "subtract": "subtract", "multiply": "mult", "divide": "divide", "maximum": "max",
         "minimum": "min", "equal": "is_equal", "not_equal": "not_equal", "greater": "is_gt",
         "greater_equal": "is_ge", "less": "is_lt", "less_equal": "is_le", "power": "pow",
         "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
@@ -331,6 +401,12 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
         tr.op("tensor_scalar", (s,), (d,), dst=d, src=s, op0=alu, imm0=imm, reverse0=reverse)
         return dst
     a, b = _tile(x, f"nl.{name}"), _tile(y, f"nl.{name}")
+    if a.shape[0] != b.shape[0] and 1 in (a.shape[0], b.shape[0]) and a.ndim == b.ndim:
+        # a one-partition operand broadcasts along the partitions first (on the PE, as nl.broadcast_to)
+        if a.shape[0] == 1:
+            a = _broadcast_to(a, (b.shape[0],) + a.shape[1:])
+        else:
+            b = _broadcast_to(b, (a.shape[0],) + b.shape[1:])
     if a.shape[0] != b.shape[0]:
         raise unsupported(f"nl.{name} of tiles with {a.shape[0]} and {b.shape[0]} partitions "
                           "(broadcasting along the partition dimension)")
@@ -344,12 +420,31 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     elif _column(a, a.shape[0]):
         full_, col, reverse = b, a, True
     else:
-        raise unsupported(f"nl.{name} of {list(a.shape)} and {list(b.shape)} tiles (only equal shapes, or a "
-                          "[P, 1] column broadcast along the free dimensions)")
+        # numpy broadcasting of size-1 free axes: read them with stride 0
+        shape = _broadcast_shape(a.shape, b.shape, f"nl.{name}")
+        a, b = _stretched(a, shape), _stretched(b, shape)
+        dst = tr.tile(shape, _out_dtype(dtype, a, b))
+        d, sa, sb = _masked([dst, a, b], mask)
+        tr.op("tensor_tensor", (sa, sb), (d,), dst=d, a=sa, b=sb, op=alu)
+        return dst
     dst = tr.tile(full_.shape, _out_dtype(dtype, a, b))
     d, s = _masked([dst, full_], mask)
     tr.op("tensor_scalar", (s, col), (d,), dst=d, src=s, op0=alu, imm0=_as_column(col), reverse0=reverse)
     return dst
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if len(a) != len(b) or any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise unsupported(f"{what} of {list(a)} and {list(b)} tiles (equal shapes, a [P, 1] column, or size-1 "
+                          "axes broadcast numpy's way)")
+    return tuple(builtins.max(x, y) for x, y in zip(a, b))
+
+
+def _stretched(v: View, shape: tuple[int, ...]) -> View:
+    """``v`` seen with ``shape``: its size-1 axes read repeatedly (stride 0)."""
+    if v.shape == shape:
+        return v
+    return View(v.tensor, v.offset, tuple((0, n) if m == 1 else d for d, m, n in zip(v.dims, v.shape, shape)))
 
 
 def _numbers(name: str, x: Any, y: Any) -> Any:
@@ -365,7 +460,8 @@ def _numbers(name: str, x: Any, y: Any) -> Any:
 
 
 def _make_binary(name: str):
-    def fn(x: Any, y: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    def fn(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Any:
+        _no_keywords(f"nl.{name}", kw)
         return _binary(name, x, y, dtype, mask)
     fn.__name__ = name
     fn.__qualname__ = name
@@ -407,7 +503,8 @@ def _activation(func: str, x: Any, dtype: Any = None, mask: Any = None, *, bias:
 
 
 def _make_activation(name: str, func: str):
-    def fn(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+    def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+        _no_keywords(f"nl.{name}", kw)
         return _activation(func, x, dtype, mask)
     fn.__name__ = name
     fn.__qualname__ = name
@@ -435,11 +532,13 @@ sign = _make_activation("sign", "sign")
 arctan = _make_activation("arctan", "arctan")
 
 
-def abs(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def abs(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.abs", kw)
     return _activation("abs", x, dtype, mask)
 
 
-def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.reciprocal", kw)
     src = _tile(x, "nl.reciprocal")
     dst = current().tile(src.shape, _out_dtype(dtype, src))
     d, s = _masked([dst, src], mask)
@@ -447,12 +546,32 @@ def reciprocal(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
     return dst
 
 
-def negative(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def negative(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.negative", kw)
     return _binary("multiply", x, -1.0, dtype, mask)
 
 
 reciprocal._activation = "reciprocal"
 abs._activation = "abs"
+
+
+def _make_refused_activation(name: str):
+    """KLR names these, but its BIR lowering has no such function: the name exists (kernels put it in tables
+    at import), a call is refused at its line."""
+    def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+        raise unsupported(f"nl.{name} (no BIR activation function for it)")
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"refused: nl.{name} has no BIR activation function."
+    return fn
+
+
+gelu_dx = _make_refused_activation("gelu_dx")
+gelu_apprx_sigmoid = _make_refused_activation("gelu_apprx_sigmoid")
+gelu_apprx_sigmoid_dx = _make_refused_activation("gelu_apprx_sigmoid_dx")
+silu_dx = _make_refused_activation("silu_dx")
+erf_dx = _make_refused_activation("erf_dx")
+cos = _make_refused_activation("cos")
+tan = _make_refused_activation("tan")
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -461,48 +580,64 @@ _REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")
 
 def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *, negate: bool = False,
             what: str = "") -> View:
+    """``tensorReduce`` over free axes: the source's access pattern walks the kept axes first and the
+    reduced ones innermost (any free axes can be reduced that way; the partition axis cannot)."""
     src = _tile(x, what)
     axes = _axes(axis, src.ndim, what)
     k = len(axes)
-    if 0 in axes or axes != tuple(range(src.ndim - k, src.ndim)):
-        raise unsupported(f"{what} along axis {axis} of a {src.ndim}-axis tile (only the trailing free "
-                          "axes; the partition axis cannot be reduced)")
+    if 0 in axes:
+        raise unsupported(f"{what} along axis {axis} of a {src.ndim}-axis tile (the partition axis cannot be "
+                          "reduced; transpose it into a free axis first)")
+    if k > len(_REDUCE_AXES):
+        raise unsupported(f"{what} along {k} axes (at most {len(_REDUCE_AXES)})")
     tr = current()
-    kept = src.shape[:src.ndim - k]
+    kept_axes = [a for a in range(src.ndim) if a not in axes]
+    kept = tuple(src.shape[a] for a in kept_axes)
     dst = tr.tile(kept + (1,) * k if len(kept) > 1 else (src.shape[0], 1), _out_dtype(dtype, src))
-    d, s = _masked([dst, src], mask)
-    tr.op("tensor_reduce", (s,), (d,), dst=d, src=s, op=op, axis=_REDUCE_AXES[k - 1], negate=negate)
+    cut, = _masked([src], mask)
+    cut.check_bounds()
+    walk = View(cut.tensor, cut.offset, tuple(cut.dims[a] for a in kept_axes) + tuple(cut.dims[a] for a in axes))
+    out = dst.narrowed({d: cut.shape[a] for d, a in enumerate(kept_axes)})
+    tr.op("tensor_reduce", (walk,), (out,), dst=out, src=walk, op=op, axis=_REDUCE_AXES[k - 1], negate=negate)
     if keepdims:
-        return dst.with_dims(dst.dims[:1] + ((1, 1),) * (src.ndim - 1)) if dst.ndim != src.ndim else dst
+        # the reduced axes as unit dims in their places
+        it = iter(dst.dims[:len(kept)])
+        return View(dst.tensor, dst.offset, tuple((1, 1) if a in axes else next(it) for a in range(src.ndim)),
+                    tuple(-1 if a in axes else a for a in range(src.ndim)))
     return dst.with_dims(dst.dims[:len(kept)])
 
 
 def _axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
-    if not items or any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in items):
+    if not items or any(isinstance(a, builtins.bool) or not isinstance(a, (int, np.integer)) for a in items):
         raise unsupported(f"{what} along axis={axis!r} (ints naming free axes)")
     if any(not -ndim <= int(a) < ndim for a in items):
         raise unsupported(f"{what} along axis={axis!r} of a {ndim}-axis tile")
     return tuple(sorted({int(a) % ndim for a in items}))
 
 
-def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def sum(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.sum", kw)
     return _reduce("add", x, axis, dtype, keepdims, mask, what="nl.sum")
 
 
-def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def max(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.max", kw)
     return _reduce("max", x, axis, dtype, keepdims, mask, what="nl.max")
 
 
-def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def min(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.min", kw)
     return _reduce("min", x, axis, dtype, keepdims, mask, what="nl.min")
 
 
-def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.prod", kw)
     return _reduce("mult", x, axis, dtype, keepdims, mask, what="nl.prod")
 
 
-def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **_: Any) -> View:
+def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.mean", kw)
     src = _tile(x, "nl.mean")
     total = _reduce("add", src, axis, float32 if dtype is None else dtype, keepdims, mask, what="nl.mean")
     count = math.prod(src.shape[a] for a in _axes(axis, src.ndim, "nl.mean"))
@@ -535,7 +670,8 @@ def _transpose(x: View, what: str) -> View:
     return _matmul(x, ident[0:p, 0:p], what)
 
 
-def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **_: Any) -> View:
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.matmul", kw)
     """``x @ y`` into PSUM; ``transpose_x``: x is given as [K, M]."""
     a, b = _tile(x, "nl.matmul"), _tile(y, "nl.matmul")
     if mask is not None:
@@ -546,44 +682,62 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **_: Any
     return _matmul(a, b, "nl.matmul")
 
 
-def transpose(x: Any, dtype: Any = None, mask: Any = None, **_: Any) -> View:
+def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    _no_keywords("nl.transpose", kw)
     src = _tile(x, "nl.transpose")
     out = _transpose(src, "nl.transpose")
     return copy(out, dtype=dtype or src.dtype) if dtype is not None else out
 
 
 def _broadcast_to(x: View, shape: tuple[int, ...]) -> View:
-    """A [1, F] row to [P, F] (ones[1, P]^T @ row on the PE, as NKI does), or a [P, 1] column to [P, F]."""
+    """numpy broadcasting of a tile: a one-partition tile along the partitions (ones[1, P]^T @ row on the PE,
+    as NKI does), then size-1 free axes by a copy that reads them with stride 0."""
     src = _tile(x, "broadcast_to")
     tr = current()
     if src.shape == shape:
         return src
+    if src.ndim == 1 and len(shape) > 1 and src.shape[0] == shape[0]:
+        src = src.with_dims((src.dims[0],) + ((1, 1),) * (len(shape) - 1))  # (P,) is a column, one per partition
     if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape)):
         raise unsupported(f"broadcasting a {list(src.shape)} tile to {list(shape)}")
-    p, free = shape[0], math.prod(shape[1:])
-    if src.shape[0] == 1:
-        if math.prod(src.shape[1:]) != free:
-            raise unsupported(f"broadcasting a {list(src.shape)} tile along partitions and free axes at once")
-        ones_ = tr.tile((1, p), float32)
-        _memset(ones_, 1.0)
-        out = tr.tile((p, free), src.dtype)
-        step = tile_size.gemm_moving_fmax
-        for c in range(0, free, step):
-            n = builtins.min(step, free - c)
-            row = View(src.tensor, src.offset + c, (src.dims[0], (1, n)), src.axes)
-            part = _matmul(ones_, row, "broadcast_to")
-            dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)), out.axes)
-            tr.op("copy", (part,), (dst,), dst=dst, src=part)
-        return out
+    if src.shape[0] == 1 and shape[0] > 1:
+        src = _partition_broadcast(src, shape[0])
+        if src.shape == shape:
+            return src
+    walk = View(src.tensor, src.offset, tuple((0, n) if m == 1 else d for d, m, n in zip(src.dims, src.shape, shape)))
     out = tr.tile(shape, src.dtype)
-    _memset(out, 0)
-    tr.op("tensor_scalar", (out, src), (out,), dst=out, src=out, op0="add", imm0=_as_column(src), reverse0=False)
+    tr.op("copy", (walk,), (out,), dst=out, src=walk)
+    return out
+
+
+def _partition_broadcast(src: View, p: int) -> View:
+    """A [1, ...] tile copied to ``p`` partitions: ones[1, p]^T @ row, 512 columns per matmul."""
+    from tusk.frontend.tensors import merge_contiguous
+    tr = current()
+    free = math.prod(src.shape[1:])
+    if merge_contiguous(src.dims[1:]) is None or merge_contiguous(src.dims[1:])[0] != 1:
+        src = copy(src)  # the matmul walks the row contiguously
+    ones_ = tr.tile((1, p), float32)
+    _memset(ones_, 1.0)
+    out = tr.tile((p,) + src.shape[1:], src.dtype)
+    step = tile_size.gemm_moving_fmax
+    for c in range(0, free, step):
+        n = builtins.min(step, free - c)
+        row = View(src.tensor, src.offset + c, (src.dims[0], (1, n)))
+        part = _matmul(ones_, row, "broadcast_to")
+        dst = View(out.tensor, out.offset + c, (out.dims[0], (1, n)))
+        tr.op("copy", (part,), (dst,), dst=dst, src=part)
     return out
 
 
 # ---------------------------------------------------------------------------- everything else
 def device_print(*_: Any, **__: Any) -> None:
-    return None
+    """Printing happens on the device in NKI; a traced kernel has nothing to print (a no-op)."""
+    return
+
+
+from tusk.frontend.nki.nl_math import *
+from tusk.frontend.nki.nl_memory import *
 
 
 def __getattr__(name: str) -> Any:

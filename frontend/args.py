@@ -1,0 +1,141 @@
+"""Kernel arguments that are not tensors, as authors pass them: ``--arg shape2D=32,16 --arg eps=1e-6``.
+
+A value is read like a Python literal (``ast.literal_eval``: ints, floats,
+tuples, lists, strings, None) and never executed; ``true``/``false`` are
+bools and a dtype name (``bf16``, ``float32``, ``nl.bfloat16``) is that NKI
+dtype.  Any other bare word is a string (``mode=fast``).  :func:`bind` puts
+the arguments on the kernel's parameters by name; the tensor inputs fill the
+parameters left, in order.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tusk.frontend.specs import DTYPES
+from tusk.frontend.tensors import Dtype
+from tusk.ir.errors import UsageError
+
+_BOOLS = {"true": True, "false": False}
+
+
+def parse_value(text: str) -> Any:
+    """The value of ``--arg NAME=TEXT``."""
+    s = str(text).strip()
+    if s.lower() in _BOOLS:
+        return _BOOLS[s.lower()]
+    dtype = dtype_named(s)
+    if dtype is not None:
+        return dtype
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return s  # a bare word: the string itself
+
+
+def dtype_named(text: str) -> Dtype | None:
+    name = text.strip()
+    for prefix in ("nl.", "np.", "numpy.", "nki.language."):
+        name = name.removeprefix(prefix)
+    key = DTYPES.get(name.lower())
+    return Dtype(key) if key else None
+
+
+def parse_arg(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` -> (NAME, value); a UsageError says what is wrong."""
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise UsageError(f"--arg {text!r}: expected NAME=VALUE, e.g. --arg eps=1e-6 or --arg shape2D=32,16")
+    if not value.strip():
+        raise UsageError(f"--arg {text!r}: no value after '='")
+    return name, parse_value(value)
+
+
+def parse_args(texts: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for text in texts:
+        name, value = parse_arg(text)
+        if name in out:
+            raise UsageError(f"--arg {name} is given twice")
+        out[name] = value
+    return out
+
+
+def from_toml(value: Any) -> Any:
+    """A tusk.toml ``args`` value: arrays are tuples, strings are read as ``--arg`` text."""
+    if isinstance(value, list):
+        return tuple(from_toml(v) for v in value)
+    if isinstance(value, str):
+        return parse_value(value)
+    if isinstance(value, (bool, int, float)):
+        return value
+    raise ValueError(f"{value!r} is not a number, a bool, a string or an array of them")
+
+
+def arg_text(value: Any) -> str:
+    """A stable spelling of an argument value (the trace key and messages)."""
+    if isinstance(value, Dtype):
+        return f"nl.{value!s}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(arg_text(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
+    return repr(value)
+
+
+@dataclass
+class Binding:
+    """How the kernel is called: positional and keyword values, and which parameters are tensors."""
+
+    positional: list[Any]
+    keywords: dict[str, Any]
+    tensor_params: list[str]   # parameter names the tensor inputs go to, in the inputs' order
+
+
+TENSOR = object()  # placeholder for a tensor input in a Binding until the tracer makes the tensor
+
+
+def bind(fn: Callable[..., Any], n_tensors: int, args: Mapping[str, Any], where: str) -> Binding:
+    """Bind ``args`` by parameter name, then ``n_tensors`` tensors to the parameters left (those without a
+    default first), in signature order; defaults for the rest.  A TraceError names an unknown or missing
+    parameter."""
+    from tusk.frontend.errors import TraceError
+
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+    names = [p.name for p in params]
+    listing = f"its parameters: {', '.join(names) or 'none'}"
+    for name in args:
+        if name not in names and not takes_any:
+            raise TraceError(f"{where}: argument {name}: kernel {fn.__name__} has no parameter {name!r} "
+                             f"({listing})")
+    free = [p for p in params if p.name not in args]
+    required = [p for p in free if p.default is p.empty]
+    optional = [p for p in free if p.default is not p.empty]
+    if n_tensors < len(required):
+        missing = [p.name for p in required[n_tensors:]]
+        raise TraceError(f"{where}: kernel {fn.__name__}: no value for parameter{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)} (give a tensor with --input, or a value with --arg NAME=VALUE; "
+                         f"{listing})")
+    if n_tensors > len(free):
+        raise TraceError(f"{where}: kernel {fn.__name__} takes {len(free)} tensor argument(s) besides the --arg "
+                         f"values ({', '.join(p.name for p in free) or 'none'}); {n_tensors} --input given")
+    chosen = {p.name for p in required} | {p.name for p in optional[:n_tensors - len(required)]}
+    tensor_params = [p.name for p in params if p.name in chosen]
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    for p in params:
+        value = TENSOR if p.name in chosen else args.get(p.name, p.default)
+        if p.kind == p.POSITIONAL_ONLY:
+            positional.append(value)
+        else:
+            keywords[p.name] = value
+    for name, value in args.items():
+        if name not in names:
+            keywords[name] = value
+    return Binding(positional, keywords, tensor_params)

@@ -1,0 +1,772 @@
+"""The ``nki.isa`` operations, once for both API generations: each writes a destination view it is given.
+
+NKI 2.x calls pass that destination (``dst``); NKI 1.x calls return a new tile, which
+:mod:`tusk.frontend.nki.isa_v1` makes first and then hands here.  Every function records operations on
+the current trace: existing KLR operators where one instruction says it, a short sequence of them where
+that gives the same numbers (noted per function), or a KLR operator of its own (:func:`native`) whose
+writer lives in ``frontend/emit.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tusk.frontend.errors import Unsupported, unsupported
+from tusk.frontend.nki import language as nl
+from tusk.frontend.nki.isa_signature import engine, reduce_cmd
+from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
+from tusk.frontend.tracer import LoopBegin, Op, current
+
+# nl functions and numpy ufuncs as ALU operators (op0=np.add and op0=nl.add both appear)
+_ALU_BY_NAME = {**nl._ALU, "max": "max", "min": "min", "rsqrt": "rsqrt", "sum": "add", "prod": "mult",
+                "true_divide": "divide", "mult": "mult", "bypass": "bypass", "amax": "max", "amin": "min",
+                "abs": "abs", "mod": "mod", "remainder": "mod", "invert": "bitwise_not",
+                "bitwise_not": "bitwise_not", "left_shift": "logical_shift_left",
+                "right_shift": "arith_shift_right", "logical_shift_left": "logical_shift_left",
+                "logical_shift_right": "logical_shift_right"}
+_ACTIVATION_BY_NAME = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "abs", "sin": "sin",
+                       "arctan": "arctan", "sign": "sign", "square": "square", "copy": "copy",
+                       "reciprocal": "reciprocal"}
+
+
+def alu(op: Any, what: str) -> str:
+    name = getattr(op, "__name__", None) or str(op)
+    out = _ALU_BY_NAME.get(name)
+    if out is None:
+        raise unsupported(f"{what} op {op!r}")
+    return out
+
+
+def activation_func(op: Any, what: str) -> str:
+    func = getattr(op, "_activation", None) or _ACTIVATION_BY_NAME.get(getattr(op, "__name__", str(op)))
+    if func is None:
+        raise unsupported(f"{what} op {op!r} (an nl activation function)")
+    return func
+
+
+def tile(x: Any, what: str) -> View:
+    return nl._tile(x, what)
+
+
+def any_view(x: Any, what: str) -> View:
+    """A tensor reference anywhere (HBM or on chip): what DMA calls take."""
+    if isinstance(x, Tensor):
+        x = x._user_view()
+    if not isinstance(x, View):
+        raise unsupported(f"{what}: expected a tensor, got {type(x).__name__}")
+    return x
+
+
+def number(x: Any) -> bool:
+    return nl._is_number(x)
+
+
+def operand(x: Any, rows: int, what: str) -> Any:
+    """A number or a [P, 1] column (tensor_scalar's operands, activation's bias ...)."""
+    if number(x):
+        return float(x) if isinstance(x, (float, np.floating)) else int(x)
+    v = tile(x, what)
+    if not nl._column(v, rows):
+        raise unsupported(f"{what} of shape {list(v.shape)} (a number or a [{rows}, 1] column)")
+    return nl._as_column(v)
+
+
+def free(v: View) -> int:
+    return math.prod(v.shape[1:])
+
+
+def same_size(call: str, dst: View, src: View, what: str = "data") -> None:
+    """An elementwise instruction: same partitions, same elements per partition."""
+    if dst.shape[0] != src.shape[0] or free(dst) != free(src):
+        raise unsupported(f"{call}: dst {list(dst.shape)} and {what} {list(src.shape)} differ in partitions "
+                          "or elements per partition")
+
+
+def fresh(shape: tuple[int, ...], dtype: Any = "float32", memory: str = "sbuf") -> View:
+    return current().tile(shape, as_dtype(dtype), memory)
+
+
+def reads(*xs: Any) -> tuple[View, ...]:
+    return tuple(x for x in xs if isinstance(x, View))
+
+
+# ---------------------------------------------------------------------------- data movement
+def dma_copy(call: str, dst: View, src: View) -> None:
+    """``dst = src`` by DMA; dtypes convert through float32 (an ncCopy on chip beside the DMA)."""
+    if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
+        raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
+    if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
+        src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
+            (src, dst.with_dims(dst.dims + ((1, 1),)))
+    tr = current()
+    if src.dtype != dst.dtype:
+        if dst.tensor.on_chip:
+            stage = fresh(src.shape, src.dtype)
+            tr.op("dma", (src,), (stage,), dst=stage, src=src)
+            tr.op("copy", (stage,), (dst,), dst=dst, src=stage)
+            return
+        if src.tensor.on_chip:
+            stage = fresh(src.shape, dst.dtype)
+            tr.op("copy", (src,), (stage,), dst=stage, src=src)
+            src = stage
+        else:
+            raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
+    tr.op("dma", (src,), (dst,), dst=dst, src=src)
+
+
+def _squeezed(v: View) -> tuple[int, ...]:
+    return tuple(n for n in v.shape if n != 1)
+
+
+def _same_stream(a: View, b: View) -> bool:
+    """Two accesses that walk the same shape once unit dims go and contiguous dims join: a DMA moves
+    element k of one to element k of the other ([P, 4, 128] tile <-> [P, 512] tensor rows)."""
+    return _squeezed(a) == _squeezed(b) or _rows(a) == _rows(b)
+
+
+def _rows(v: View) -> tuple[int, ...]:
+    """The shape of ``v`` with its first dim kept and the rest joined where contiguous, unit dims dropped."""
+    out = [v.dims[0]]
+    for stride, n in v.dims[1:]:
+        if n == 1:
+            continue
+        if len(out) > 1 and out[-1][0] == stride * n:
+            out[-1] = (stride, out[-1][1] * n)
+        else:
+            out.append((stride, n))
+    return tuple(n for _, n in out)
+
+
+def tensor_copy(call: str, dst: View, src: View) -> None:
+    same_size(call, dst, src, "src")
+    current().op("copy", (src,), (dst,), dst=dst, src=src)
+
+
+def memset(call: str, dst: View, value: Any) -> None:
+    if not dst.tensor.on_chip:
+        raise unsupported(f"{call} of HBM tensor {dst.tensor.name} (memset an SBUF tile and copy it)")
+    nl._memset(dst, value)
+
+
+def iota(call: str, dst: View, pattern: Any, offset: Any, channel_multiplier: Any) -> None:
+    try:
+        pairs = [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} pattern={pattern!r} (a list of [step, num] pairs)") from None
+    if not pairs or len(pairs) > 4 or any(n <= 0 for _, n in pairs):
+        raise unsupported(f"{call} pattern={pattern!r} (one to four [step, num] pairs, num >= 1)")
+    if math.prod(n for _, n in pairs) != free(dst):
+        raise unsupported(f"{call}: pattern {pattern!r} makes {math.prod(n for _, n in pairs)} values per "
+                          f"partition; dst {list(dst.shape)} holds {free(dst)}")
+    if not number(offset) or not number(channel_multiplier):
+        raise unsupported(f"{call} offset={offset!r} channel_multiplier={channel_multiplier!r} (ints)")
+    current().op("iota", (), (dst,), dst=dst, offset=int(offset), pattern=pairs,
+                 channel_multiplier=int(channel_multiplier))
+
+
+# ---------------------------------------------------------------------------- elementwise
+def tensor_tensor(call: str, dst: View, a: View, b: View, op: Any) -> None:
+    if a.shape[0] != b.shape[0] or free(a) != free(b):
+        raise unsupported(f"{call} of {list(a.shape)} and {list(b.shape)} tiles")
+    same_size(call, dst, a, "data1")
+    current().op("tensor_tensor", (a, b), (dst,), dst=dst, a=a, b=b, op=alu(op, call))
+
+
+def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reverse0: bool, op1: Any,
+                  operand1: Any, reverse1: bool) -> None:
+    same_size(call, dst, src)
+    o0 = operand(operand0, src.shape[0], f"{call} operand0")
+    o1 = None if op1 is None else operand(operand1, src.shape[0], f"{call} operand1")
+    current().op("tensor_scalar", reads(src, o0, o1), (dst,), dst=dst, src=src, op0=alu(op0, call), imm0=o0,
+                 reverse0=bool(reverse0), op1=None if op1 is None else alu(op1, call), imm1=o1,
+                 reverse1=bool(reverse1))
+
+
+REVERSE = {(False, False): "none", (True, False): "first", (False, True): "second", (True, True): "both"}
+
+
+def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: Any, op1: Any, operand1: Any,
+                         reverse0: bool, reverse1: bool) -> None:
+    """``(data op0 operand0) op1 operand1`` (KLR ncScalarTensorTensor)."""
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    o0 = imm_or_column(operand0, rows, f"{call} operand0")
+    o1 = operand1 if number(operand1) else tile(operand1, f"{call} operand1")
+    if isinstance(o1, View):
+        same_size(call, dst, o1, "operand1")
+    native(call, "scalar_tensor_tensor", reads(data, o0, o1), (dst,), dst=dst, data=data, src0=o0,
+           src1=float(o1) if number(o1) else o1, op0=alu(op0, call), op1=alu(op1, call),
+           reverseOperands=REVERSE[bool(reverse0), bool(reverse1)])
+
+
+def tensor_tensor_scan(call: str, dst: View, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
+                       reverse0: bool, reverse1: bool) -> None:
+    """``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` from ``r[:, -1] = initial`` (KLR
+    tensorTensorScan)."""
+    if data0.shape[0] != data1.shape[0] or free(data0) != free(data1):
+        raise unsupported(f"{call} of {list(data0.shape)} and {list(data1.shape)} tiles")
+    same_size(call, dst, data0, "data0")
+    init = imm_or_column(initial, data0.shape[0], f"{call} initial")
+    native(call, "tensor_tensor_scan", reads(data0, data1, init), (dst,), dst=dst, src0=data0, src1=data1,
+           op0=alu(op0, call), op1=alu(op1, call), reverseOperands=REVERSE[bool(reverse0), bool(reverse1)],
+           imm0=init)
+
+
+def reciprocal(call: str, dst: View, src: View) -> None:
+    same_size(call, dst, src)
+    current().op("reciprocal", (src,), (dst,), dst=dst, src=src)
+
+
+# ---------------------------------------------------------------------------- activation
+def _bias(bias: Any, rows: int, call: str) -> View | None:
+    """A bias column; a number becomes a memset column (exact)."""
+    if bias is None:
+        return None
+    if number(bias):
+        if float(bias) == 0.0:
+            return None
+        col = fresh((rows, 1))
+        nl._memset(col, float(bias))
+        return col
+    return operand(bias, rows, f"{call} bias")
+
+
+def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any = None,
+               reduce_res: Any = None) -> None:
+    """``dst = op(data * scale + bias)``, and with ``reduce_res`` its sum along the free axes (KLR
+    activationReduce, from zero: check_reduce took the command).  ``scale`` is a number or a [P, 1]
+    column (KLR ncActivate's Operand)."""
+    func = activation_func(op, call)
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    b = _bias(bias, rows, call)
+    scale = float(scale) if number(scale) else column_of(scale, rows, f"{call} scale")
+    if reduce_res is None:
+        if isinstance(scale, View):  # KLR ncActivate with an Operand scale: one instruction
+            native(call, "nc_activate", reads(data, b, scale), (dst,), dst=dst, src=data, activationFunc=func,
+                   scale=scale, bias=b)
+            return
+        current().op("activation", reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b, scale=scale)
+        return
+    if alu(reduce_op, f"{call} reduce_op") != "add":
+        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "activation_reduce", reads(data, b, scale), (dst, res), dst=dst, src=data, activationFunc=func,
+           scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
+
+
+def column_of(x: Any, rows: int, what: str) -> View:
+    out = tile(x, what)
+    if not nl._column(out, rows):
+        raise unsupported(f"{what} of shape {list(out.shape)} (a [{rows}, 1] column)")
+    return nl._as_column(out)
+
+
+def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: Any, reverse0: bool,
+                         reduce_op: Any, reduce_res: Any, negate: bool = False, init: Any = None) -> None:
+    """``dst = data op0 operand0`` and its ``reduce_op`` along the free axes into ``reduce_res`` (KLR
+    tensorScalarReduce; negated or from a tile ``reduce_init``: a tensorScalar and a tensorReduce)."""
+    if negate or not (init is None or number(init)):
+        tensor_scalar(call, dst, data, op0, operand0, reverse0, None, None, False)
+        reduce_into(call, reduce_res, dst, reduce_op, negate=negate, init=init)
+        return
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    o0 = imm_or_column(operand0, rows, f"{call} operand0")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "tensor_scalar_reduce", reads(data, o0), (dst, res), dst=dst, src=data, operand0=o0,
+           op0=alu(op0, call), reverse0=bool(reverse0), reduceOp=alu(reduce_op, call), reduceRes=res,
+           reduceCmd="ZeroAccumulate", reduceInit=None if init is None else float(init))
+
+
+def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
+    """An instruction's built-in reduction: the accumulator registers hold nothing across calls here, so
+    only a reduction that starts from zero and is read out (``reduce_res``) is taken."""
+    if reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle:
+        return
+    if reduce_res is None:
+        raise refuse(call, "reduce_res", None, "the accumulator registers are not kept across calls; give "
+                     "reduce_res")
+    if cmd != reduce_cmd.reset_reduce:
+        raise refuse(call, "reduce_cmd", cmd, "only reduce_cmd.reset_reduce: the accumulator registers are "
+                     "not kept across calls")
+
+
+def reduce_into(call: str, res: Any, src: View, reduce_op: Any, *, negate: bool = False, init: Any = None,
+                allowed: tuple[str, ...] = ()) -> None:
+    """The free-axis reduction of an instruction's own output ``src`` into ``res`` ([P, 1]): a
+    tensorReduce after it (check_reduce has taken the command)."""
+    if res is None:
+        return
+    op = alu(reduce_op, f"{call} reduce_op")
+    if allowed and op not in allowed:
+        raise refuse(call, "reduce_op", reduce_op, f"the engine reduces with {' or '.join(allowed)}")
+    out = column_of(res, src.shape[0], f"{call} reduce_res")
+    flat = src.with_dims((src.dims[0], (1, free(src)))) if _contiguous_free(src) else src
+    k = flat.ndim - 1
+    tr = current()
+    tr.op("tensor_reduce", (flat,), (out,), dst=out, src=flat, op=op, axis=nl._REDUCE_AXES[k - 1],
+          negate=bool(negate))
+    if init is not None and not (number(init) and float(init) == 0.0 and op == "add"):
+        v = operand(init, src.shape[0], f"{call} reduce_init")
+        tr.op("tensor_scalar", reads(out, v), (out,), dst=out, src=out, op0=op, imm0=v, reverse0=False)
+
+
+def refuse(call: str, param: str, value: Any, why: str = "") -> Unsupported:
+    return unsupported(f"{call} {param}={value!r}" + (f" ({why})" if why else ""))
+
+
+def _contiguous_free(v: View) -> bool:
+    dims = v.dims[1:]
+    return all(s == math.prod(n for _, n in dims[k + 1:]) for k, (s, _) in enumerate(dims))
+
+
+def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any, cmd: Any,
+                reduce_init: Any) -> None:
+    """``dst = exp(src - max_value)``; with ``reduce_res`` its row sums from zero (reset_reduce) or from
+    ``reduce_init`` (load_reduce) (KLR exponential)."""
+    same_size(call, dst, src, "src")
+    rows = src.shape[0]
+    top = imm_or_column(max_value, rows, f"{call} max_value")
+    if reduce_res is None:
+        if cmd != reduce_cmd.idle:
+            raise refuse(call, "reduce_cmd", cmd, "the accumulator registers are not kept across calls; give "
+                         "reduce_res")
+        native(call, "exponential", reads(src, top), (dst,), dst=dst, src=src, maxValue=top)
+        return
+    if cmd not in (reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+        raise refuse(call, "reduce_cmd", cmd, "reset_reduce or load_reduce: the accumulator registers are not "
+                     "kept across calls")
+    res = column_of(reduce_res, rows, f"{call} reduce_res")
+    init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
+    native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
+           reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
+
+
+def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, op0: Any, op1: Any,
+              relu_param: Any, reverse0: bool, reverse1: bool, reduce_op: Any, reduce_res: Any,
+              cmd: Any) -> None:
+    """``op((data op0 imm0) op1 imm1)`` on the Scalar Engine, + an optional row reduction (KLR activate2)."""
+    same_size(call, dst, data)
+    rows = data.shape[0]
+    if not number(relu_param):
+        raise unsupported(f"{call} relu_param given as a tile (a number)")
+    check_reduce(call, reduce_op, reduce_res, cmd)
+    i0, i1 = imm_or_column(imm0, rows, f"{call} imm0"), imm_or_column(imm1, rows, f"{call} imm1")
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    native(call, "activate2", reads(data, i0, i1), (dst,) + reads(res), dst=dst, src=data,
+           op0=alu(op0, call), op1=alu(op1, call), imm0=i0, imm1=i1, activationFunc=activation_func(op, call),
+           reluParam=float(relu_param), reduceOp="bypass" if reduce_op is None else alu(reduce_op, call),
+           reduceRes=res, reduceCmd="ZeroAccumulate" if res is not None else "Idle", reverse0=bool(reverse0),
+           reverse1=bool(reverse1))
+
+
+# ---------------------------------------------------------------------------- reductions
+def tensor_reduce(call: str, dst: View, op: Any, data: View, axis: Any, negate: bool) -> None:
+    """Reduce free axes of ``data``.  Axes that are not the trailing ones are moved last in the access
+    pattern (a view, no data moves); the partition axis is tensor_partition_reduce's."""
+    a = alu(op, call)
+    axes = nl._axes(axis, data.ndim, call)
+    if 0 in axes:
+        raise unsupported(f"{call} along the partition axis (nisa.tensor_partition_reduce reduces it)")
+    if len(axes) > 4:
+        raise unsupported(f"{call} along {len(axes)} axes (at most 4)")
+    kept = [d for d in range(data.ndim) if d not in axes]
+    data.check_bounds()  # the reordered view below drops the per-axis run checks
+    src = View(data.tensor, data.offset, tuple(data.dims[d] for d in kept + list(axes)))
+    if dst.shape[0] != data.shape[0] or free(dst) != math.prod(data.shape[d] for d in kept[1:]):
+        raise unsupported(f"{call}: dst {list(dst.shape)} does not hold the reduction of {list(data.shape)} "
+                          f"along axis {axis}")
+    current().op("tensor_reduce", (src,), (dst,), dst=dst, src=src, op=a, axis=nl._REDUCE_AXES[len(axes) - 1],
+                 negate=bool(negate))
+
+
+def reduce_shape(data: View, axis: Any, keepdims: bool, call: str) -> tuple[int, ...]:
+    """The 1.x result shape of tensor_reduce (a [P, 1] column when nothing else is kept)."""
+    axes = nl._axes(axis, data.ndim, call)
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(data.shape))
+    kept = tuple(n for d, n in enumerate(data.shape) if d not in axes)
+    return kept if len(kept) > 1 else (data.shape[0], 1)
+
+
+# ---------------------------------------------------------------------------- matmul and transpose
+def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any,
+              transpose: bool = False) -> None:
+    """``dst = stationary.T @ moving`` (``accumulate=False``), ``dst += ...`` (True), or as NKI infers
+    it (None): the first matmul into a PSUM tile overwrites it, later ones accumulate, and one inside a
+    loop that started after the tile was made accumulates over that loop's iterations (the tile is
+    zeroed before the loop, so iteration 0 adds to zero: the same sums).  Accumulation is an ncMatMul
+    into a fresh PSUM bank plus a DVE add (docs/frontend.md, PSUM accumulation)."""
+    if dst.memory != "psum":
+        raise unsupported(f"{call} into {dst.memory} tensor {dst.tensor.name} (dst is a PSUM tile)")
+    k, m = stationary.shape[0], free(stationary)
+    n = free(moving)
+    if dst.shape[0] != m or free(dst) != n:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for a [{k}, {m}] stationary and a "
+                          f"[{moving.shape[0]}, {n}] moving tile (dst is [{m}, {n}])")
+    tr = current()
+    if accumulate is None:
+        written = any(isinstance(e, Op) and any(w.tensor is dst.tensor for w in e.writes) for e in tr.prog)
+        start = _accumulation_loop(tr, dst)
+        if not written and start is not None:
+            _insert_before(tr, start, Op("memset", {"dst": dst, "value": 0.0}, tr.prog[start].line, (), (dst,)))
+            written = True
+        accumulate = written
+    if not isinstance(accumulate, (bool, np.bool_)):
+        raise refuse(call, "accumulate", accumulate, "True, False or None; a loop index comparison is a "
+                     "runtime predicate")
+    if not accumulate:
+        nl_matmul_into(dst, stationary, moving, call, transpose)
+        return
+    part = tr.tile(dst.shape, dst.dtype, "psum")
+    nl_matmul_into(part, stationary, moving, call, transpose)
+    tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
+
+
+def nl_matmul_into(dst: View, stationary: View, moving: View, call: str, transpose: bool = False) -> None:
+    k, m = stationary.shape[0], free(stationary)
+    if k != moving.shape[0]:
+        raise unsupported(f"{call}: contraction over {k} and {moving.shape[0]} partitions")
+    if m > nl.tile_size.gemm_stationary_fmax or free(moving) > nl.tile_size.gemm_moving_fmax:
+        raise unsupported(f"{call} of a [{k}, {m}] stationary and a [{k}, {free(moving)}] moving tile (at most "
+                          f"{nl.tile_size.gemm_stationary_fmax} and {nl.tile_size.gemm_moving_fmax} columns)")
+    extra = {"transpose": True} if transpose else {}  # the PE's bit-exact transpose mode (KLR isTranspose)
+    current().op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving, **extra)
+
+
+def _accumulation_loop(tr: Any, dst: View) -> int | None:
+    """The program position of the outermost open dynamic loop that began after ``dst``'s tensor was made
+    and that ``dst``'s place does not move with (nor with any loop inside it): its iterations sum into one
+    PSUM location."""
+    depth_used = max((v.depth for v, _ in dst.offset.terms), default=-1)
+    open_vars = {id(v): v for v in tr.loops}
+    for pos in range(max(dst.tensor.site, 0), len(tr.prog)):
+        e = tr.prog[pos]
+        if isinstance(e, LoopBegin) and id(e.var) in open_vars and e.var.depth > depth_used:
+            return pos
+    return None
+
+
+def _insert_before(tr: Any, pos: int, op: Op) -> None:
+    """Put ``op`` at program position ``pos``; tensors made at or after it keep their place (sites)."""
+    tr.prog.insert(pos, op)
+    for t in tr.tensors:
+        if t.site >= pos:
+            t.site += 1
+
+
+def nc_transpose(call: str, dst: View, data: View) -> None:
+    """``dst = data.T`` through the PE array (``data.T @ I``), into PSUM; an SBUF dst gets a copy."""
+    p, f = data.shape[0], free(data)
+    if f > PARTITIONS:
+        raise unsupported(f"{call} of a tile with {f} columns (at most {PARTITIONS})")
+    if dst.shape[0] != f or free(dst) != p:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the transpose of a [{p}, {f}] tile")
+    ident = current().identity_tile()[0:p, 0:p]
+    if dst.memory == "psum" and dst.dtype == "float32":
+        nl_matmul_into(dst, data, ident, call)
+        return
+    part = current().tile((f, p), as_dtype("float32"), "psum")
+    nl_matmul_into(part, data, ident, call)
+    current().op("copy", (part,), (dst,), dst=dst, src=part)
+
+
+# ---------------------------------------------------------------------------- KLR operators of their own
+def native(call: str, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> None:
+    """Record KLR operator ``kind`` (snake_case of its KLR name; params named after its KLR fields)."""
+    from tusk.frontend.emit import Emitter
+    if not hasattr(Emitter, "op_" + kind):
+        raise unsupported(f"{call} (the KLR {kind} operator has no writer in Tusk yet)")
+    current().op(kind, reads, writes, **params)
+
+
+ACCUM_CMD = {reduce_cmd.idle: "Idle", reduce_cmd.reset: "Zero", reduce_cmd.reduce: "Accumulate",
+             reduce_cmd.reset_reduce: "ZeroAccumulate", reduce_cmd.load_reduce: "LoadAccumulate"}
+
+
+def accum_cmd(call: str, cmd: Any) -> str:
+    if cmd not in ACCUM_CMD:
+        raise refuse(call, "reduce_cmd", cmd, "a nisa.reduce_cmd")
+    return ACCUM_CMD[cmd]
+
+
+KLR_ENGINE = {engine.unknown: "unassigned", engine.vector: "dve", engine.scalar: "act", engine.gpsimd: "pool",
+              engine.tensor: "pe", engine.sync: "sp", engine.dma: "dma"}
+
+
+def klr_engine(call: str, e: Any) -> str:
+    if e not in KLR_ENGINE:
+        raise refuse(call, "engine", e, "a nisa.engine")
+    return KLR_ENGINE[e]
+
+
+def imm_or_column(x: Any, rows: int, what: str) -> Any:
+    """A KLR Operand: an immediate (a number) or a [P, 1] tile."""
+    v = operand(x, rows, what)
+    return v if isinstance(v, View) else float(v)
+
+
+def tensor_partition_reduce(call: str, dst: View, op: Any, data: View) -> None:
+    if dst.shape[0] != 1 or free(dst) != free(data):
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the partition reduction of {list(data.shape)} "
+                          f"(dst is [1, {free(data)}])")
+    native(call, "tensor_partition_reduce", (data,), (dst,), dst=dst, op=alu(op, call), data=data,
+           dtype=dst.dtype)
+
+
+def bn_stats(call: str, dst: View, data: View) -> None:
+    if data.shape[0] != dst.shape[0] or free(dst) != 6 or free(data) > nl.tile_size.bn_stats_fmax:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the statistics of {list(data.shape)} (dst holds 6 "
+                          f"values a partition; data at most {nl.tile_size.bn_stats_fmax})")
+    native(call, "batch_norm_stats", (data,), (dst,), dst=dst, src=data, dtype=dst.dtype)
+
+
+def bn_aggr(call: str, dst: View, data: View) -> None:
+    if data.shape[0] != dst.shape[0] or free(dst) != 2 or free(data) % 6:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for the aggregate of {list(data.shape)} (dst holds a "
+                          "mean and a variance a partition; data holds bn_stats results, 6 values each)")
+    native(call, "batch_norm_aggregate", (data,), (dst,), dst=dst, src=data, dtype=dst.dtype)
+
+
+def dropout(call: str, dst: View, data: View, prob: Any) -> None:
+    same_size(call, dst, data)
+    p = imm_or_column(prob, data.shape[0], f"{call} prob")
+    native(call, "dropout", reads(data, p), (dst,), dst=dst, src=data, thresholdType="DropRate", threshold=p,
+           dtype=dst.dtype)
+
+
+def _pattern(call: str, pattern: Any) -> list[tuple[int, int]]:
+    try:
+        return [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} pattern={pattern!r} (a list of [step, num] pairs)") from None
+
+
+def affine_select(call: str, dst: View, pattern: Any, channel_multiplier: Any, on_true: View, on_false: Any,
+                  cmp_op: Any, offset: Any) -> None:
+    """``dst = on_true if (offset + p * channel_multiplier + pattern . f) cmp_op 0 else on_false``."""
+    same_size(call, dst, on_true, "on_true_tile")
+    pairs = _pattern(call, pattern)
+    if math.prod(n for _, n in pairs) != free(dst):
+        raise unsupported(f"{call}: pattern {pattern!r} does not cover dst {list(dst.shape)}")
+    if not number(on_false) or not number(offset) or not number(channel_multiplier):
+        raise unsupported(f"{call}: on_false_value, offset and channel_multiplier are numbers")
+    native(call, "affine_select", (on_true,), (dst,), dst=dst,
+           pred=(int(offset), pairs, int(channel_multiplier)),
+           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype, cmpOp=alu(cmp_op, call))
+
+
+def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false: Any, reduce_res: Any,
+                  cmd: Any, reduce_op: Any, reverse_pred: bool) -> None:
+    same_size(call, dst, on_true, "on_true")
+    same_size(call, dst, predicate, "predicate")
+    f = on_false if number(on_false) else tile(on_false, f"{call} on_false")
+    if isinstance(f, View) and not nl._column(f, dst.shape[0]):
+        same_size(call, dst, f, "on_false")  # a full tile, or a [P, 1] column broadcast along the row
+    elif isinstance(f, View):
+        f = nl._as_column(f)
+    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(res), dst=dst,
+           predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,
+           reduceCmd=accum_cmd(call, cmd), reduceOp=alu(reduce_op, call), reversePred=bool(reverse_pred),
+           dtype=dst.dtype)
+
+
+def range_select(call: str, dst: View, on_true: View, comp_op0: Any, comp_op1: Any, bound0: View, bound1: View,
+                 cmd: Any, reduce_res: Any, reduce_op: Any, range_start: Any, on_false: Any) -> None:
+    same_size(call, dst, on_true, "on_true_tile")
+    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    if not number(range_start) or not number(on_false):
+        raise unsupported(f"{call}: range_start and on_false_value are numbers")
+    native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(res), dst=dst,
+           reduceCommand=accum_cmd(call, cmd), reduceRes=res,
+           reduceOp=None if reduce_op is None else alu(reduce_op, call), compOp0=alu(comp_op0, call),
+           compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
+           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+
+
+def max8(call: str, dst: View, src: View) -> None:
+    if dst.shape[0] != src.shape[0] or free(dst) != 8:
+        raise unsupported(f"{call}: dst {list(dst.shape)} (it is [{src.shape[0]}, 8])")
+    native(call, "max8", (src,), (dst,), dst=dst, src=src, dtype=dst.dtype)
+
+
+def find_index8(call: str, dst: View, data: View, vals: View) -> None:
+    if dst.shape[0] != data.shape[0] or free(dst) != 8 or free(vals) != 8:
+        raise unsupported(f"{call}: dst {list(dst.shape)} and vals {list(vals.shape)} (both [P, 8])")
+    native(call, "find_index8", (data, vals), (dst,), dst=dst, src=data, vals=vals, dtype=dst.dtype)
+
+
+def match_replace8(call: str, dst: View, data: View, vals: View, imm: Any, dst_idx: Any) -> None:
+    same_size(call, dst, data)
+    idx = None if dst_idx is None else tile(dst_idx, f"{call} dst_idx")
+    if not number(imm):
+        raise unsupported(f"{call} imm={imm!r} (a number)")
+    native(call, "match_replace8", (data, vals), (dst,) + reads(idx), dst=dst, src=data, vals=vals,
+           replaceValue=float(imm), dstIdx=idx, dtype=dst.dtype)
+
+
+def local_gather(call: str, dst: View, src: View, index: View, num_elem_per_idx: Any,
+                 num_valid_indices: Any) -> None:
+    if src.shape[0] != index.shape[0] or src.shape[0] % 16:
+        raise unsupported(f"{call}: src_buffer {list(src.shape)} and index {list(index.shape)} (the same "
+                          "partitions, a multiple of 16)")
+    native(call, "local_gather", (src, index), (dst,), dst=dst, src=src, index=index,
+           numElemPerIdx=int(num_elem_per_idx),
+           numValidIndicies=None if num_valid_indices is None else int(num_valid_indices))
+
+
+def n_gather(call: str, dst: View, data: View, indices: View) -> None:
+    """``dst[p, i] = data[p].flat[indices[p, i]]`` in each partition (KLR ncNGather)."""
+    if not (dst.shape[0] == data.shape[0] == indices.shape[0]) or free(dst) != free(indices):
+        raise unsupported(f"{call}: dst {list(dst.shape)}, data {list(data.shape)} and indices "
+                          f"{list(indices.shape)} (the same partitions; dst holds one value per index)")
+    native(call, "nc_n_gather", (data, indices), (dst,), dst=dst, data=data, indices=indices)
+
+
+def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
+    """``dst[i] = src[quadrant + shuffle_mask[i]]`` in each 32-partition quadrant (255 keeps dst[i]; KLR
+    shuffle)."""
+    try:
+        masks = [int(m) for m in shuffle_mask]
+    except (TypeError, ValueError):
+        raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 ints)") from None
+    if len(masks) != 32 or any(not (0 <= m < 32 or m == 255) for m in masks):
+        raise unsupported(f"{call} shuffle_mask={shuffle_mask!r} (32 partition numbers below 32, or 255)")
+    if free(dst) != free(src):  # partitions may differ: [0] * 32 broadcasts one partition to 32
+        raise unsupported(f"{call}: dst {list(dst.shape)} and src {list(src.shape)} differ in elements per "
+                          "partition")
+    if any(m != 255 and m >= src.shape[0] for m in masks):
+        raise unsupported(f"{call}: shuffle_mask reads past the {src.shape[0]} partitions of src")
+    kept = (dst,) if 255 in masks else ()  # a 255 keeps that dst partition: read then
+    native(call, "shuffle", (src, *kept), (dst,), dst=dst, src=src, shuffleMask=masks)
+
+
+def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
+    order = tuple(range(src.ndim))[::-1] if axes is None else tuple(int(a) for a in axes)
+    if sorted(order) != list(range(src.ndim)):
+        raise unsupported(f"{call} axes={axes!r} (a permutation of the {src.ndim} axes)")
+    want = tuple(src.shape[a] for a in order)
+    if dst.shape != want and _squeezed(dst) != tuple(n for n in want if n != 1):
+        raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
+    if src.dtype != dst.dtype:
+        raise unsupported(f"{call} from {src.dtype} to {dst.dtype}")
+    if src.tensor.on_chip:
+        # KLR dmaTranspose permutes four access dims: unit dims go after the partition dim of both views
+        pad = 4 - src.ndim
+        if pad < 0 or dst.ndim != src.ndim:
+            raise unsupported(f"{call} of a {src.ndim}-axis tile into a {dst.ndim}-axis one (up to 4, the same)")
+        place = [0] + [k + pad for k in range(1, src.ndim)]
+        perm = (place[order[0]], *range(1, pad + 1), *(place[a] for a in order[1:]))
+        name = TRANSPOSE_OPS.get(perm)
+        if name is None:
+            raise unsupported(f"{call} axes={axes!r} (not one of KLR's dmaTranspose permutations)")
+        unit = ((1, 1),) * pad
+        src.check_bounds()
+        dst.check_bounds()
+        s4 = View(src.tensor, src.offset, src.dims[:1] + unit + src.dims[1:])
+        d4 = View(dst.tensor, dst.offset, dst.dims[:1] + unit + dst.dims[1:])
+        native(call, "dma_transpose", (s4,), (d4,), dst=d4, src=s4, axes=name)
+        return
+    # from HBM: a DMA whose source access walks the axes in the permuted order, the same elements in the
+    # same places
+    src.check_bounds()
+    permuted = View(src.tensor, src.offset, tuple(src.dims[a] for a in order))
+    current().op("dma", (permuted,), (dst,), dst=dst, src=permuted)
+
+
+TRANSPOSE_OPS = {(0, 1, 2, 3): "None", (0, 1, 3, 2): "WZXY", (0, 3, 1, 2): "WXZY", (0, 2, 3, 1): "WYXZ",
+                 (1, 0, 2, 3): "ZWYX", (1, 2, 0, 3): "ZYWX", (1, 2, 3, 0): "ZYXW", (2, 3, 0, 1): "YXWZ",
+                 (2, 3, 1, 0): "YXZW", (2, 0, 1, 3): "YWZX", (3, 0, 1, 2): "XWZY", (3, 1, 2, 0): "XZYW",
+                 (3, 2, 1, 0): "XYZW", (3, 2, 0, 1): "XYWZ"}
+
+
+def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:
+    native(call, "sequence_bounds", (segment_ids,), (dst,), dst=dst, segmentIds=segment_ids, dtype=dst.dtype)
+
+
+def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any, imm0: Any, imm1: Any,
+                             cmd: Any) -> None:
+    same_size(call, dst, src, "src")
+    rows = src.shape[0]
+    i0 = imm_or_column(imm0, rows, f"{call} imm0")
+    i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    native(call, "tensor_scalar_cumulative", reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
+           op1=alu(op1, call), imm0=i0, imm1=i1, reduceCmd=accum_cmd(call, cmd), reverse="none",
+           dtype=dst.dtype)
+
+
+def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pred: bool) -> None:
+    """``dst = src where predicate`` (else dst keeps its values: it is read too)."""
+    same_size(call, dst, predicate, "predicate")
+    s = src if number(src) else tile(src, f"{call} src")
+    if isinstance(s, View):
+        same_size(call, dst, s, "src")
+    else:
+        s = fresh(dst.shape, dst.dtype)  # a number: a tile of it, as the instruction broadcasts it
+        nl._memset(s, src)
+    native(call, "copy_predicated", (dst, s, predicate), (dst,), dst=dst, src=s, predicate=predicate,
+           dtype=dst.dtype, reversePred=bool(reverse_pred))
+
+
+# ---------------------------------------------------------------------------- registers
+class VirtualRegister:
+    """``nisa.register_alloc()``: a KLR register (``vreg.N``) holding a 32-bit integer at run time."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<nisa register {self.name}>"
+
+    def __bool__(self) -> bool:
+        raise unsupported("the truth value of a register (its value is known only at run time)")
+
+    def __index__(self) -> int:
+        raise unsupported("a register used as a Python int (its value is known only at run time)")
+
+
+def register_alloc(call: str, x: Any) -> VirtualRegister:
+    tr = current()
+    n = getattr(tr, "vregs", 0) + 1
+    tr.vregs = n
+    reg = VirtualRegister(f"vreg.{n}")
+    if x is not None:
+        register_move(call, reg, x)
+    return reg
+
+
+def register(x: Any, what: str) -> VirtualRegister:
+    if not isinstance(x, VirtualRegister):
+        raise unsupported(f"{what}: expected a register from nisa.register_alloc, got {type(x).__name__}")
+    return x
+
+
+def register_move(call: str, dst: Any, src: Any) -> None:
+    d = register(dst, f"{call} dst")
+    if isinstance(src, VirtualRegister):
+        native(call, "register_alu_op", (), (), dst=d.name, src=src.name, imm=0, op="add")
+        return
+    if isinstance(src, bool) or not isinstance(src, (int, np.integer)):
+        raise unsupported(f"{call} src={src!r} (an int or a register)")
+    native(call, "register_move", (), (), dst=d.name, imm=int(src))
+
+
+def single(v: View, what: str) -> View:
+    if v.elements != 1:
+        raise unsupported(f"{what} of shape {list(v.shape)} (one element)")
+    return v
+
+
+def register_load(call: str, dst: Any, src: View) -> None:
+    d, s = register(dst, f"{call} dst"), single(src, f"{call} src")
+    native(call, "tensor_load", (s,), (), dst=d.name, src=s)
+
+
+def register_store(call: str, dst: View, src: Any) -> None:
+    d, s = single(dst, f"{call} dst"), register(src, f"{call} src")
+    native(call, "tensor_store", (), (d,), dst=d, src=s.name)

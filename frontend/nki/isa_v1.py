@@ -1,0 +1,386 @@
+"""``neuronxcc.nki.isa`` of NKI 1.x (``import neuronxcc.nki.isa as nisa``): calls that return new tiles.
+
+Signatures are the NKI 1.x API reference's (aws-neuron-sdk before the 2.x docs, general/nki/api/nki/isa);
+arguments bind by them (:func:`~tusk.frontend.nki.isa_signature.documented`; the reference's catch-all
+``**kwargs`` is not taken: an unknown keyword is refused).  Each call makes its result tile (SBUF, the
+input's dtype unless ``dtype=``; PSUM for the PE array's results) and lets :mod:`isa_ops` write it; a
+``mask=`` narrows every view of the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tusk.frontend.affine import AffinePredicate, IndexGrid, IndexVector
+from tusk.frontend.nki import isa_ops as ops
+from tusk.frontend.nki import language as nl
+from tusk.frontend.nki.isa_ops import any_view, refuse, tile
+from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
+    ENUMS,
+    dge_mode,
+    dma_engine,
+    documented,
+    engine,
+    get_nc_version,
+    gpsimd_engine,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+    scalar_engine,
+    sync_engine,
+    tensor_engine,
+    unknown_engine,
+    unknown_name,
+    vector_engine,
+)
+from tusk.frontend.tensors import View, as_dtype
+from tusk.frontend.tracer import as_shape, current
+
+get_nc_version = documented("nisa.get_nc_version")(get_nc_version)
+
+
+def _result(like: View, dtype: Any, shape: tuple[int, ...] | None = None, memory: str = "sbuf") -> View:
+    shape = shape or (like.shape if like.ndim > 1 else (like.shape[0], 1))
+    return current().tile(shape, nl._out_dtype(dtype, like), memory)
+
+
+def _masked(mask: Any, *views: View) -> list[View]:
+    return nl._masked(list(views), mask)
+
+
+@documented("nisa.dma_copy")
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
+    call = "nisa.dma_copy"
+    if dst_rmw_op is not None:
+        raise refuse(call, "dst_rmw_op", dst_rmw_op, "a read-modify-write DMA")
+    d, s = _masked(mask, any_view(dst, f"{call} dst"), any_view(src, f"{call} src"))
+    ops.dma_copy(call, d, s)
+
+
+@documented("nisa.tensor_copy")
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown):
+    s = tile(src, "nisa.tensor_copy")
+    out = _result(s, dtype)
+    d, s = _masked(mask, out, s)
+    ops.tensor_copy("nisa.tensor_copy", d, s)
+    return out
+
+
+@documented("nisa.memset")
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown):
+    out = current().tile(as_shape(shape), as_dtype(dtype))
+    d, = _masked(mask, out)
+    ops.memset("nisa.memset", d, value)
+    return out
+
+
+@documented("nisa.iota")
+def iota(expr, dtype, *, mask=None):
+    """``dst[p, f...] = expr`` for an nl.arange / nl.mgrid expression."""
+    if isinstance(expr, IndexVector):
+        expr = IndexGrid.of(expr)
+    if not isinstance(expr, IndexGrid):
+        raise ops.unsupported(f"nisa.iota of a {type(expr).__name__} (an expression of nl.arange / nl.mgrid "
+                              "indices)")
+    if not expr.const.is_static:
+        raise ops.unsupported(f"nisa.iota of an index expression offset by a loop index ({expr.const}); "
+                              "iota's offset is a constant")
+    shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
+    out = current().tile(shape, as_dtype(dtype))
+    _, par_step = expr.axes.get(0, (1, 0))
+    pattern = [(expr.axes.get(d, (1, 0))[1], n) for d, n in enumerate(shape) if d > 0]
+    d, = _masked(mask, out)
+    current().op("iota", (), (d,), dst=d, offset=expr.const.const, pattern=pattern, channel_multiplier=par_step)
+    return out
+
+
+@documented("nisa.nc_matmul")
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              tile_position=(), tile_size=(), mask=None):
+    """``stationary[K, M]^T @ moving[K, N]`` -> a new PSUM [M, N] tile (``psum[...] += nc_matmul(...)``
+    accumulates)."""
+    call = "nisa.nc_matmul"
+    if mask is not None:
+        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
+    st, mv = tile(stationary, call), tile(moving, call)
+    out = current().tile((ops.free(st), ops.free(mv)), as_dtype("float32"), "psum")
+    ops.nc_matmul(call, out, st, mv, False, bool(is_transpose))
+    return out
+
+
+@documented("nisa.nc_transpose")
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
+    call = "nisa.nc_transpose"
+    if mask is not None:
+        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
+    src = tile(data, call)
+    memory = "sbuf" if engine == vector_engine else "psum"  # the PE array writes PSUM, the DVE SBUF
+    out = current().tile((ops.free(src), src.shape[0]),
+                         as_dtype(dtype or (src.dtype if memory == "sbuf" else "float32")), memory)
+    ops.nc_transpose(call, out, src)
+    return out
+
+
+@documented("nisa.tensor_tensor")
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown):
+    call = "nisa.tensor_tensor"
+    a, b = tile(data1, call), tile(data2, call)
+    out = _result(a, dtype if dtype is not None else nl._out_dtype(None, a, b))
+    d, a, b = _masked(mask, out, a, b)
+    ops.tensor_tensor(call, d, a, b, op)
+    return out
+
+
+@documented("nisa.tensor_scalar")
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
+                  mask=None, engine=engine.unknown):
+    call = "nisa.tensor_scalar"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.tensor_scalar(call, d, s, op0, operand0, reverse0, op1, operand1, reverse1)
+    return out
+
+
+@documented("nisa.scalar_tensor_tensor")
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
+                         mask=None):
+    call = "nisa.scalar_tensor_tensor"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    other = tile(operand1, f"{call} operand1")
+    d, s, o = _masked(mask, out, src, other)
+    ops.scalar_tensor_tensor(call, d, s, op0, operand0, op1, o, reverse0, reverse1)
+    return out
+
+
+@documented("nisa.tensor_tensor_scan")
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
+                       mask=None):
+    call = "nisa.tensor_tensor_scan"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    a, b = tile(data0, call), tile(data1, call)
+    out = _result(a, dtype)
+    ops.tensor_tensor_scan(call, out, a, b, initial, op0, op1, reverse0, reverse1)
+    return out
+
+
+@documented("nisa.tensor_reduce")
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False):
+    call = "nisa.tensor_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype, ops.reduce_shape(src, axis, keepdims, call))
+    d, s = _masked(mask, out, src)
+    ops.tensor_reduce(call, d, op, s, axis, negate)
+    return out
+
+
+@documented("nisa.activation")
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               mask=None, dtype=None):
+    call = "nisa.activation"
+    ops.check_reduce(call, reduce_op, reduce_res, _v1_reduce_cmd(reduce_op, reduce_res, reduce_cmd))
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
+    return out
+
+
+def _v1_reduce_cmd(reduce_op: Any, reduce_res: Any, cmd: Any) -> Any:
+    """1.x activation with ``reduce_res`` and the default command reduces into it from zero (what the
+    1.x examples rely on)."""
+    if reduce_res is not None and reduce_op is not None and cmd == reduce_cmd.idle:
+        return reduce_cmd.reset_reduce
+    return cmd
+
+
+@documented("nisa.activation_reduce")
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None):
+    call = "nisa.activation_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
+    return out
+
+
+@documented("nisa.tensor_scalar_reduce")
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None):
+    call = "nisa.tensor_scalar_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.tensor_scalar_reduce(call, d, s, op0, operand0, reverse0, reduce_op, reduce_res)
+    return out
+
+
+@documented("nisa.reciprocal")
+def reciprocal(data, *, dtype=None, mask=None):
+    src = tile(data, "nisa.reciprocal")
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.reciprocal("nisa.reciprocal", d, s)
+    return out
+
+
+class fp32:
+    """``nisa.fp32.min``: the float32 extremes 1.x defaults use."""
+    min = -3.4028234663852886e38
+    max = 3.4028234663852886e38
+
+
+# ---------------------------------------------------------------------------- KLR operators of their own
+@documented("nisa.tensor_partition_reduce")
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None):
+    call = "nisa.tensor_partition_reduce"
+    src = tile(data, call)
+    out = _result(src, dtype, (1, *src.shape[1:]) if src.ndim > 1 else (1, 1))
+    d, s = _masked(mask, out, src)
+    ops.tensor_partition_reduce(call, d, op, s)
+    return out
+
+
+@documented("nisa.bn_stats")
+def bn_stats(data, *, mask=None, dtype=None):
+    src = tile(data, "nisa.bn_stats")
+    out = _result(src, dtype, (src.shape[0], 6))
+    s, = _masked(mask, src)
+    ops.bn_stats("nisa.bn_stats", out, s)
+    return out
+
+
+@documented("nisa.bn_aggr")
+def bn_aggr(data, *, mask=None, dtype=None):
+    src = tile(data, "nisa.bn_aggr")
+    out = _result(src, dtype, (src.shape[0], 2))
+    ops.bn_aggr("nisa.bn_aggr", out, src)
+    return out
+
+
+@documented("nisa.dropout")
+def dropout(data, prob, *, mask=None, dtype=None):
+    src = tile(data, "nisa.dropout")
+    out = _result(src, dtype)
+    d, s = _masked(mask, out, src)
+    ops.dropout("nisa.dropout", d, s, prob)
+    return out
+
+
+@documented("nisa.affine_select")
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
+    """``on_true_tile`` where ``pred`` (a comparison of nl.arange / nl.mgrid index expressions, such as
+    ``iy < ix``) holds, else ``on_false_value``."""
+    call = "nisa.affine_select"
+    if not isinstance(pred, AffinePredicate):
+        raise ops.unsupported(f"{call} pred={pred!r} (a comparison of two nl.arange / nl.mgrid expressions)")
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    src = tile(on_true_tile, call)
+    e = pred.expr
+    if not e.const.is_static or any(d >= src.ndim or n != src.shape[d] for d, (n, _) in e.axes.items()):
+        raise ops.unsupported(f"{call}: pred's index expression does not run over on_true_tile "
+                              f"{list(src.shape)}")
+    out = _result(src, dtype)
+    pattern = [(e.axes.get(d, (1, 0))[1], n) for d, n in enumerate(src.shape) if d > 0]
+    ops.affine_select(call, out, pattern, e.axes.get(0, (1, 0))[1], src, on_false_value,
+                      nl.less if pred.cmp == "is_lt" else nl.less_equal, e.const.const)
+    return out
+
+
+@documented("nisa.select_reduce")
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=nl.maximum, reverse_pred=False, mask=None, dtype=None):
+    call = "nisa.select_reduce"
+    d, p, t = _masked(mask, tile(dst, f"{call} dst"), tile(predicate, call), tile(on_true, call))
+    ops.select_reduce(call, d, p, t, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred)
+
+
+@documented("nisa.range_select")
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=nl.maximum, range_start=0, on_false_value=fp32.min, mask=None, dtype=None):
+    call = "nisa.range_select"
+    src = tile(on_true_tile, call)
+    out = _result(src, dtype)
+    ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
+                     reduce_res, reduce_op, range_start, on_false_value)
+    return out
+
+
+@documented("nisa.max8")
+def max8(*, src, mask=None, dtype=None):
+    s = tile(src, "nisa.max8")
+    out = _result(s, dtype, (s.shape[0], 8))
+    ops.max8("nisa.max8", out, s)
+    return out
+
+
+@documented("nisa.nc_find_index8")
+def nc_find_index8(*, data, vals, mask=None, dtype=None):
+    call = "nisa.nc_find_index8"
+    src = tile(data, call)
+    out = _result(src, dtype or "uint32", (src.shape[0], 8))
+    ops.find_index8(call, out, src, tile(vals, call))
+    return out
+
+
+@documented("nisa.nc_match_replace8")
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None):
+    call = "nisa.nc_match_replace8"
+    src = tile(data, call)
+    out = _result(src, dtype)
+    ops.match_replace8(call, out, src, tile(vals, call), imm, dst_idx)
+    return out
+
+
+@documented("nisa.nc_stream_shuffle")
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
+    call = "nisa.nc_stream_shuffle"
+    d, s = _masked(mask, tile(dst, f"{call} dst"), tile(src, call))
+    ops.stream_shuffle(call, d, s, shuffle_mask)
+
+
+@documented("nisa.dma_transpose")
+def dma_transpose(src, *, axes=None, mask=None, dtype=None):
+    call = "nisa.dma_transpose"
+    s = any_view(src, call)
+    order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
+    out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
+    ops.dma_transpose(call, out, s, axes)
+    return out
+
+
+@documented("nisa.local_gather")
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None):
+    """A [P, num_valid_indices, num_elem_per_idx] tile (each 16-partition group gathers by its indices)."""
+    call = "nisa.local_gather"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
+    src, idx = tile(src_buffer, call), tile(index, call)
+    valid = num_valid_indices if num_valid_indices is not None else ops.free(idx) * 16
+    out = current().tile((src.shape[0], int(valid), int(num_elem_per_idx)), src.dtype)
+    ops.local_gather(call, out, src, idx, num_elem_per_idx, num_valid_indices)
+    return out
+
+
+@documented("nisa.sequence_bounds")
+def sequence_bounds(*, segment_ids, dtype=None):
+    call = "nisa.sequence_bounds"
+    s = tile(segment_ids, call)
+    out = _result(s, dtype, (s.shape[0], 2, ops.free(s)))
+    ops.sequence_bounds(call, out, s)
+    return out
+
+
+@documented("nisa.tensor_copy_predicated")
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None):
+    call = "nisa.tensor_copy_predicated"
+    d, p = _masked(mask, tile(dst, f"{call} dst"), tile(predicate, call))
+    ops.copy_predicated(call, d, src, p, reverse_pred)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise unknown_name("nisa", name)

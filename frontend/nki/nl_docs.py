@@ -1,0 +1,92 @@
+"""The ``nl`` API table of docs/frontend.md, made from the code (tests/test_frontend_language_docs.py compares)."""
+
+from __future__ import annotations
+
+import inspect
+
+from tusk.frontend.nki import language as nl
+from tusk.frontend.tensors import View
+
+# names that are values, not calls: listed in one row each group
+_VALUE_GROUPS = {
+    "dtypes": ("float32", "bfloat16", "float16", "tfloat32", "int32", "int16", "int8", "uint32", "uint16", "uint8",
+               "bool_", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"),
+    "buffers": ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"),
+}
+_SKIP = {"tensor", "NkiTensor", "tile_size", "fp32", "fp16", "bf16", "mgrid", "Affine", "LoopVar", "Mask", "MGrid",
+         "IndexVector", "Tensor", "View", "Dtype", "ParDim", "TraceError", "Any", "current", "current_user_line",
+         "unsupported", "as_shape", "as_dtype", "loop_index", "merge_contiguous"}
+_VIEW_METHODS = ("ap", "permute", "broadcast", "broadcast_to", "expand_dim", "squeeze_dim", "reshape",
+                 "reshape_dim", "flatten_dims", "slice", "select", "get_pattern", "is_contiguous", "view")
+
+
+def _signature(fn) -> str:
+    """``(x, y, dtype=None, mask=None)``: parameter names and defaults (dtypes by their nl name)."""
+    parts, star = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self" or p.kind is p.VAR_KEYWORD:
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            parts.append("*" + p.name)
+            star = True
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return "(" + ", ".join(parts) + ")"
+
+
+# what a call records, for calls whose docstring does not say it
+_LOWERING = {
+    "load": "`ncDmaCopy` HBM→SBUF (`data[idx_tile, ...]`: a gather by a vector offset); a `dtype` adds an `ncCopy`",
+    "store": "`ncDmaCopy` SBUF/PSUM→HBM (a scatter through an index tile); a dtype conversion first if needed",
+    "copy": "`ncCopy`", "transpose": "`ncMatMul` by the identity, into PSUM (≤ 128 columns)",
+    "matmul": "`ncMatMul` into PSUM (plus a PE transpose of `x` without `transpose_x`); K, M ≤ 128, N ≤ 512",
+    "sum": "`tensorReduce` add over any free axes (the source walks them innermost)",
+    "max": "`tensorReduce` max over any free axes", "min": "`tensorReduce` min over any free axes",
+    "prod": "`tensorReduce` mult over any free axes", "mean": "`tensorReduce` add + `tensorScalar` mult 1/n",
+    "all": "`tensorScalar` not_equal 0 + `tensorReduce` min", "abs": "`ncActivate` abs",
+    "abs_max": "`ncActivate` abs of each side + `tensorTensor` max", "abs_min": "the same with min",
+    "fmod": "`sign(x) * mod(|x|, |y|)`: the remainder with the dividend's sign, exactly",
+    "negative": "`tensorScalar` mult -1", "reciprocal": "`reciprocal`", "invert": "`tensorScalar` bitwise_not",
+    "left_shift": "`tensorScalar` logical_shift_left by an int",
+    "right_shift": "`tensorScalar` arith_shift_right (signed) / logical_shift_right (unsigned) by an int",
+    "logical_not": "`tensorScalar` is_equal 0",
+    "ndarray": "a tensor: HBM, or an SBUF/PSUM tile placed by Tusk (`address=` is ignored)",
+    "full": "`memSet` of an on-chip tile", "zeros": "`memSet` 0", "ones": "`memSet` 1",
+    "zeros_like": "`memSet` 0", "ones_like": "`memSet` 1", "full_like": "`memSet`",
+    "empty_like": "a tensor of the same shape, dtype and buffer", "broadcast_to": "as `tile.broadcast_to`",
+    "expand_dims": "a view with a unit axis", "dropout": "`dropout` (DropRate: `rate` is the drop probability)",
+    "random_seed": "`setRngSeed` from a [1, 1] tile", "loop_reduce": "`acc[...] = nl.loop_reduce(x, op, ...)`: "
+    "`tensorTensor` acc = acc op x",
+    "affine_range": "a dynamic loop (body traced once); an index used as a Python int unrolls it",
+    "sequential_range": "as `nl.affine_range`", "dynamic_range": "as `nl.affine_range` (int bounds)",
+    "static_range": "unrolled while tracing", "while_loop": "refused: a loop on a runtime register",
+    "arange": "an index vector for subscripts and masks", "par_dim": "marks the partition axis of a tile shape",
+    "program_id": "a constant per SPMD program instance", "num_programs": "the grid's extent",
+    "program_ndim": "the grid's rank", "is_hbm": "", "is_on_chip": "", "is_psum": "", "is_sbuf": "",
+}
+
+
+def _summary(fn) -> str:
+    if fn.__name__ in _LOWERING and fn.__module__ != "tusk.frontend.tensors":
+        return _LOWERING[fn.__name__]
+    doc = inspect.getdoc(fn) or ""
+    return doc.splitlines()[0].replace("|", "\\|") if doc else ""
+
+
+def api_table() -> str:
+    rows = ["| call | signature | what it records |", "|---|---|---|"]
+    for name in sorted(n for n in dir(nl) if not n.startswith("_") and n not in _SKIP):
+        obj = getattr(nl, name)
+        if inspect.isfunction(obj) and obj.__module__.startswith("tusk.frontend.nki"):
+            rows.append(f"| `nl.{name}` | `{_signature(obj)}` | {_summary(obj)} |")
+    for name in _VIEW_METHODS:
+        fn = getattr(View, name)
+        rows.append(f"| `tile.{name}` | `{_signature(fn)}` | {_summary(fn)} |")
+    for group, names in _VALUE_GROUPS.items():
+        rows.append(f"| {group} | {' '.join(f'`nl.{n}`' for n in names)} | |")
+    sizes = " ".join(f"`{k}`={v}" for k, v in vars(nl.tile_size).items() if not k.startswith("_"))
+    rows.append(f"| `nl.tile_size` | {sizes} | |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,254 @@
+"""``nl`` math beyond the basic elementwise ops: bitwise and logical ops, rounding, remainders, ``where``,
+and the composite reductions (``var``, ``all``, ``softmax``, ``rms_norm``).
+
+Each is lowered to KLR operators whose numbers are the documented ones:
+``floor(x) = x - mod(x, 1)`` (``mod`` is numpy's, so the fraction is exact in
+float32), ``fmod(x, y) = sign(x) * mod(|x|, |y|)``, ``softmax`` as
+``exp(x - max) / sum``.  ``language`` re-exports every public name here.
+"""
+
+from __future__ import annotations
+
+from builtins import abs as builtins_abs
+from typing import Any
+
+from tusk.frontend.errors import unsupported
+from tusk.frontend.nki import language as nl
+from tusk.frontend.tensors import View
+from tusk.frontend.tracer import current
+
+__all__ = [
+    "abs_max",
+    "abs_min",
+    "all",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "ceil",
+    "floor",
+    "fmod",
+    "invert",
+    "left_shift",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "mod",
+    "right_shift",
+    "rms_norm",
+    "softmax",
+    "trunc",
+    "var",
+    "where",
+]
+
+
+def _integer_tile(x: Any, what: str) -> View:
+    v = nl._tile(x, what)
+    if "int" not in v.dtype:
+        raise unsupported(f"{what} of a {v.dtype} tile (bitwise operations take integer tiles)")
+    return v
+
+
+def _scalar_op(x: View, op0: str, imm0: Any, dtype: Any, mask: Any, op1: str | None = None, imm1: Any = None,
+               *, reverse0: bool = False) -> View:
+    tr = current()
+    dst = tr.tile(x.shape, nl._out_dtype(dtype, x))
+    d, s = nl._masked([dst, x], mask)
+    tr.op("tensor_scalar", (s,), (d,), dst=d, src=s, op0=op0, imm0=imm0, reverse0=reverse0, op1=op1, imm1=imm1,
+          reverse1=False)
+    return dst
+
+
+# ---------------------------------------------------------------------------- bitwise and logical
+def _make_bitwise(name: str):
+    def fn(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Any:
+        nl._no_keywords(f"nl.{name}", kw)
+        for t in (x, y):
+            if not nl._is_number(t):
+                _integer_tile(t, f"nl.{name}")
+            elif isinstance(t, float):
+                raise unsupported(f"nl.{name} with the float {t!r} (integers only)")
+        return nl._binary(name, x, y, dtype, mask)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"nl.{name}(x, y): elementwise on integer tiles."
+    return fn
+
+
+bitwise_and = _make_bitwise("bitwise_and")
+bitwise_or = _make_bitwise("bitwise_or")
+bitwise_xor = _make_bitwise("bitwise_xor")
+logical_and = nl._make_binary("logical_and")
+logical_or = nl._make_binary("logical_or")
+logical_xor = nl._make_binary("logical_xor")
+mod = nl._make_binary("mod")
+
+
+def _abs_pick(name: str, alu: str, x: Any, y: Any, dtype: Any, mask: Any) -> View:
+    """``max(|x|, |y|)`` / ``min(|x|, |y|)`` (KLR has no abs_max ALU op)."""
+    def magnitude(v: Any) -> Any:
+        return builtins_abs(float(v)) if nl._is_number(v) else nl._activation("abs", v, None, mask)
+    return nl._binary(alu, magnitude(x), magnitude(y), dtype, mask)
+
+
+def abs_max(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.abs_max", kw)
+    return _abs_pick("abs_max", "maximum", x, y, dtype, mask)
+
+
+def abs_min(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.abs_min", kw)
+    return _abs_pick("abs_min", "minimum", x, y, dtype, mask)
+
+
+def invert(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.invert", kw)
+    return _scalar_op(_integer_tile(x, "nl.invert"), "bitwise_not", 0, dtype, mask)
+
+
+def _shift(name: str, x: Any, y: Any, dtype: Any, mask: Any) -> View:
+    src = _integer_tile(x, f"nl.{name}")
+    if not isinstance(y, int) or isinstance(y, bool):
+        raise unsupported(f"nl.{name} by {y!r} (a Python int shift count)")
+    if name == "left_shift":
+        alu = "logical_shift_left"
+    else:  # numpy's right_shift: arithmetic on signed integers, logical on unsigned ones
+        alu = "logical_shift_right" if src.dtype.startswith("uint") else "arith_shift_right"
+    return _scalar_op(src, alu, y, dtype, mask)
+
+
+def left_shift(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.left_shift", kw)
+    return _shift("left_shift", x, y, dtype, mask)
+
+
+def right_shift(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.right_shift", kw)
+    return _shift("right_shift", x, y, dtype, mask)
+
+
+def logical_not(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.logical_not", kw)
+    return _scalar_op(nl._tile(x, "nl.logical_not"), "is_equal", 0, dtype, mask)
+
+
+# ---------------------------------------------------------------------------- rounding and remainders
+def floor(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``x - mod(x, 1)``: numpy's mod takes the sign of the divisor, so this is the floor, exactly."""
+    nl._no_keywords("nl.floor", kw)
+    src = nl._tile(x, "nl.floor")
+    if "int" in src.dtype:
+        return nl.copy(src, dtype=dtype, mask=mask)
+    frac = _scalar_op(src, "mod", 1.0, "float32", mask)
+    return nl._binary("subtract", src, frac, dtype, mask)
+
+
+def ceil(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``x + mod(-x, 1)``."""
+    nl._no_keywords("nl.ceil", kw)
+    src = nl._tile(x, "nl.ceil")
+    if "int" in src.dtype:
+        return nl.copy(src, dtype=dtype, mask=mask)
+    up = _scalar_op(src, "mult", -1.0, "float32", mask, "mod", 1.0)
+    return nl._binary("add", src, up, dtype, mask)
+
+
+def _fmod(x: View, y: Any, dtype: Any, mask: Any, what: str) -> View:
+    """``sign(x) * mod(|x|, |y|)``: the remainder with the sign of the dividend (numpy's fmod)."""
+    ax = nl._activation("abs", x, "float32", mask)
+    if nl._is_number(y):
+        r = _scalar_op(ax, "mod", builtins_abs(float(y)), "float32", mask)
+    else:
+        r = nl._binary("mod", ax, nl._activation("abs", nl._tile(y, what), "float32", mask), "float32", mask)
+    return nl._binary("multiply", r, nl._activation("sign", x, "float32", mask), dtype or x.dtype, mask)
+
+
+def fmod(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.fmod", kw)
+    src = nl._tile(x, "nl.fmod")
+    if "int" in src.dtype:
+        raise unsupported("nl.fmod of an integer tile (use nl.mod)")
+    return _fmod(src, y, dtype, mask, "nl.fmod")
+
+
+def trunc(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``x - fmod(x, 1)``."""
+    nl._no_keywords("nl.trunc", kw)
+    src = nl._tile(x, "nl.trunc")
+    if "int" in src.dtype:
+        return nl.copy(src, dtype=dtype, mask=mask)
+    return nl._binary("subtract", src, _fmod(src, 1.0, "float32", mask, "nl.trunc"), dtype, mask)
+
+
+# ---------------------------------------------------------------------------- selection
+def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``y`` copied, then ``x`` copied where ``condition`` is nonzero (KLR ``copyPredicated``)."""
+    nl._no_keywords("nl.where", kw)
+    nl._needs_back_half("copy_predicated", "nl.where")
+    cond = nl._tile(condition, "nl.where condition")
+    tr = current()
+    out_dtype = nl._out_dtype(dtype, x, y)
+    dst = tr.tile(cond.shape, out_dtype)
+    nl._assign(dst, nl._broadcast_operand(y, cond.shape, "nl.where y"))
+    src = nl._broadcast_operand(x, cond.shape, "nl.where x")
+    d, s, c = nl._masked([dst, src, cond], mask)
+    tr.op("copy_predicated", (s, c, d), (d,), dst=d, src=s, predicate=c, reversePred=False)
+    return dst
+
+
+# ---------------------------------------------------------------------------- composite reductions
+def _row_reduction(x: Any, axis: Any, what: str) -> tuple[View, tuple[int, ...]]:
+    """A tile and the axes of a reduction that leaves one value per partition (the shape these take)."""
+    src = nl._tile(x, what)
+    axes = nl._axes(axis, src.ndim, what)
+    if axes != tuple(range(1, src.ndim)):
+        raise unsupported(f"{what} along axis={axis!r} of a {src.ndim}-axis tile (every free axis, leaving "
+                          "one value per partition)")
+    return src, axes
+
+
+def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
+    """``mean((x - mean(x))**2)`` (two passes, as numpy); the result keeps the reduced axes."""
+    nl._no_keywords("nl.var", kw)
+    src, _ = _row_reduction(x, axis, "nl.var")
+    m = nl.mean(src, axis, dtype=nl.float32, keepdims=True, mask=mask)
+    d = nl._binary("subtract", src, m, nl.float32, mask)
+    sq = nl._binary("multiply", d, d, nl.float32, mask)
+    return nl.mean(sq, axis, dtype=dtype or src.dtype, keepdims=True, mask=mask)
+
+
+def all(x: Any, axis: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.all", kw)
+    src = nl._tile(x, "nl.all")
+    truth = _scalar_op(src, "not_equal", 0, nl.float32, mask)
+    return nl._reduce("min", truth, axis, dtype or src.dtype, False, mask, what="nl.all")
+
+
+def softmax(x: Any, axis: Any = -1, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``exp(x - max(x)) / sum(exp(x - max(x)))`` along the free axes."""
+    nl._no_keywords("nl.softmax", kw)
+    src, _ = _row_reduction(x, axis, "nl.softmax")
+    tr = current()
+    neg_max = nl._reduce("max", src, axis, nl.float32, False, mask, negate=True, what="nl.softmax")
+    e = tr.tile(src.shape, nl.float32)
+    d, s = nl._masked([e, src], mask)
+    col = nl._as_column(neg_max)
+    tr.op("activation", (s, col), (d,), dst=d, src=s, func="exp", bias=col, scale=1.0)
+    total = nl._reduce("add", e, axis, nl.float32, False, mask, what="nl.softmax")
+    return nl._binary("divide", e, total, dtype or src.dtype, mask)
+
+
+def rms_norm(x: Any, w: Any, axis: Any, n: Any, epsilon: float = 1e-6, dtype: Any = None,
+             compute_dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``x / sqrt(sum(x**2) / n + epsilon) * w``."""
+    nl._no_keywords("nl.rms_norm", kw)
+    src, _ = _row_reduction(x, axis, "nl.rms_norm")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise unsupported(f"nl.rms_norm n={n!r} (a positive int)")
+    sq = nl._binary("multiply", src, src, nl.float32, mask)
+    ss = nl._reduce("add", sq, axis, nl.float32, False, mask, what="nl.rms_norm")
+    ms = _scalar_op(ss, "mult", 1.0 / n, nl.float32, mask, "add", float(epsilon))
+    rms = nl._activation("sqrt", ms, nl.float32, mask)
+    normed = nl._binary("divide", src, rms, nl.float32, mask)
+    weight = nl._broadcast_operand(w, src.shape, "nl.rms_norm w")
+    return nl._binary("multiply", normed, weight, dtype or src.dtype, mask)

@@ -1,0 +1,348 @@
+"""``nl`` buffers, constants, data movement helpers and the loop forms of both NKI generations.
+
+``language`` re-exports every public name here.  Constants are built on chip
+from the kernel's own data while tracing (memsets of runs of equal values, or
+``iota`` + compare for identities), so a KLR file needs no side files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tusk.frontend.errors import unsupported
+from tusk.frontend.nki import language as nl
+from tusk.frontend.tensors import PARTITIONS, DynSlice, Tensor, View, as_dtype
+from tusk.frontend.tracer import current
+
+__all__ = [
+    "bf16",
+    "broadcast_to",
+    "dropout",
+    "ds",
+    "dynamic_range",
+    "empty_like",
+    "expand_dims",
+    "finfo",
+    "fori_loop",
+    "fp16",
+    "fp32",
+    "full_like",
+    "iinfo",
+    "is_hbm",
+    "is_on_chip",
+    "is_psum",
+    "is_sbuf",
+    "load_transpose2d",
+    "loop_reduce",
+    "nc",
+    "no_reorder",
+    "ones_like",
+    "rand",
+    "random_seed",
+    "shared_constant",
+    "shared_identity_matrix",
+    "spmd_dim",
+    "while_loop",
+]
+
+# runs of memsets one constant may take; beyond it the kernel should load its constant from an input
+MAX_CONSTANT_RUNS = 4096
+
+
+def ds(start: Any, size: Any) -> DynSlice:
+    """``nl.ds(start, size)``: ``t[nl.ds(i * 128, 128)]`` is ``t[i * 128:i * 128 + 128]``."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or int(size) <= 0:
+        raise unsupported(f"nl.ds size {size!r} (a positive Python int)")
+    return DynSlice(start, int(size))
+
+
+def broadcast_to(x: Any, shape: Any, dtype: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.broadcast_to", kw)
+    out = nl._broadcast_to(nl._tile(x, "nl.broadcast_to"), nl.as_shape(shape))
+    return out if dtype is None or nl.as_dtype(dtype) == out.dtype else nl.copy(out, dtype=dtype)
+
+
+def expand_dims(x: Any, axis: int, **kw: Any) -> View:
+    nl._no_keywords("nl.expand_dims", kw)
+    v = x._user_view() if isinstance(x, Tensor) else x
+    if not isinstance(v, View):
+        raise unsupported(f"nl.expand_dims of {type(x).__name__}")
+    return v.expand_dim(axis)
+
+
+def _like(x: Any, what: str) -> tuple[tuple[int, ...], Any, str]:
+    if not isinstance(x, (View, Tensor)):
+        raise unsupported(f"{what} of {type(x).__name__} (a tensor or tile)")
+    return tuple(x.shape), x.dtype, x.memory
+
+
+def empty_like(x: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    nl._no_keywords("nl.empty_like", kw)
+    shape, dt, mem = _like(x, "nl.empty_like")
+    return nl.ndarray(shape, dtype or dt, buffer if buffer is not None else mem, name)
+
+
+def ones_like(x: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    nl._no_keywords("nl.ones_like", kw)
+    shape, dt, _ = _like(x, "nl.ones_like")
+    return nl.full(shape, 1, dtype or dt, buffer, name)
+
+
+def full_like(x: Any, fill_value: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    nl._no_keywords("nl.full_like", kw)
+    shape, dt, _ = _like(x, "nl.full_like")
+    return nl.full(shape, fill_value, dtype or dt, buffer, name)
+
+
+# ---------------------------------------------------------------------------- constants
+def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = nl.uint8, dst: Any = None, **kw: Any) -> View:
+    """An [n, n] identity tile: ``iota(p - j)`` compared with 0."""
+    nl._no_keywords("nl.shared_identity_matrix", kw)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= PARTITIONS:
+        raise unsupported(f"nl.shared_identity_matrix(n={n!r}) (1 to {PARTITIONS})")
+    tr = current()
+    if dst is None:
+        out = tr.tile((n, n), as_dtype(dtype))
+    else:
+        out = nl._tile(dst, "nl.shared_identity_matrix dst")
+        if out.shape != (n, n):
+            raise unsupported(f"nl.shared_identity_matrix dst of shape {list(out.shape)} (expected [{n}, {n}])")
+    diff = tr.tile((n, n), nl.int32)
+    tr.op("iota", (), (diff,), dst=diff, offset=0, pattern=[(-1, n)], channel_multiplier=1)
+    tr.op("tensor_scalar", (diff,), (out,), dst=out, src=diff, op0="is_equal", imm0=0, reverse0=False, op1=None,
+          imm1=None, reverse1=False)
+    return out
+
+
+def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
+    """An HBM tensor holding ``constant`` (a numpy array or a .npy path), written by the kernel at this line."""
+    nl._no_keywords("nl.shared_constant", kw)
+    if isinstance(constant, str):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise unsupported(f"nl.shared_constant({constant!r}): {e}") from None
+    try:
+        data = np.asarray(constant)
+    except (TypeError, ValueError):
+        raise unsupported(f"nl.shared_constant of {type(constant).__name__} (a numpy array)") from None
+    if data.dtype.kind not in "biuf" or data.size == 0:
+        raise unsupported(f"nl.shared_constant of a {data.dtype} array of shape {data.shape}")
+    dt = as_dtype(dtype) if dtype is not None else as_dtype("uint8" if data.dtype.kind == "b" else data.dtype)
+    tr = current()
+    hbm = tr.new_tensor(tuple(data.shape) if data.ndim else (1,), dt, "shared_hbm", nl._assigned_name() or "const")
+    rows = data.reshape(data.shape[0] if data.ndim >= 2 else 1, -1)  # the row-major elements, a row per partition
+    integral = "int" in dt
+    runs = 0
+    for r0 in range(0, rows.shape[0], PARTITIONS):
+        block = rows[r0:r0 + PARTITIONS]
+        tile = tr.tile(block.shape, dt)
+        values, counts = np.unique(block, return_counts=True)
+        common = values[int(np.argmax(counts))]
+        nl._memset(tile, int(common) if integral else float(common))
+        for p, row in enumerate(block):
+            c = 0
+            while c < row.size:
+                if row[c] == common:
+                    c += 1
+                    continue
+                e = c + 1
+                while e < row.size and row[e] == row[c]:
+                    e += 1
+                runs += 1
+                if runs > MAX_CONSTANT_RUNS:
+                    raise unsupported(f"nl.shared_constant of a {list(data.shape)} array with more than "
+                                      f"{MAX_CONSTANT_RUNS} runs of values (pass it as a kernel input)")
+                nl._memset(tile[p:p + 1, c:e], int(row[c]) if integral else float(row[c]))
+                c = e
+        flat = View(hbm, nl.Affine(r0 * rows.shape[1]), ((rows.shape[1], block.shape[0]), (1, rows.shape[1])))
+        tr.op("dma", (tile,), (flat,), dst=flat, src=tile)
+    return hbm._user_view()
+
+
+# ---------------------------------------------------------------------------- data movement
+def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """A [K, M] HBM view into a [M, K] tile: the DMA walks the source column by column."""
+    nl._no_keywords("nl.load_transpose2d", kw)
+    s = nl._hbm(src, "nl.load_transpose2d")
+    if s.ndim != 2:
+        raise unsupported(f"nl.load_transpose2d of a {s.ndim}-axis view (2 axes)")
+    k, m = s.shape
+    if m > PARTITIONS:
+        raise unsupported(f"nl.load_transpose2d of a [{k}, {m}] view ({m} > {PARTITIONS} partitions after the "
+                          "transpose)")
+    tr = current()
+    dst = tr.tile((m, k), s.dtype)
+    s.check_bounds()
+    walk = View(s.tensor, s.offset, (s.dims[1], s.dims[0]))
+    d, w = nl._masked([dst, walk], mask)
+    tr.op("dma", (w,), (d,), dst=d, src=w)
+    return dst if dtype is None or as_dtype(dtype) == dst.dtype else nl.copy(dst, dtype=dtype)
+
+
+class LoopReduce:
+    """``acc[...] = nl.loop_reduce(x, op, loop_indices)``: ``acc = acc op x``, once per iteration."""
+
+    def __init__(self, x: View, op: str, mask: Any):
+        self.x, self.op, self.mask = x, op, mask
+
+    def _assign_into(self, dst: View) -> None:
+        acc = nl._tile(dst, "nl.loop_reduce destination")
+        if acc.shape != self.x.shape:
+            raise unsupported(f"nl.loop_reduce of a {list(self.x.shape)} tile into a {list(acc.shape)} view")
+        d, x = nl._masked([acc, self.x], self.mask)
+        current().op("tensor_tensor", (d, x), (d,), dst=d, a=d, b=x, op=self.op)
+
+    def __repr__(self) -> str:
+        return "<nl.loop_reduce result: assign it into its accumulator, acc[...] = nl.loop_reduce(...)>"
+
+
+def loop_reduce(x: Any, op: Any, loop_indices: Any, *, dtype: Any = None, mask: Any = None, **kw: Any) -> LoopReduce:
+    nl._no_keywords("nl.loop_reduce", kw)
+    from tusk.frontend.nki.isa_ops import alu as _alu
+    return LoopReduce(nl._tile(x, "nl.loop_reduce"), _alu(op, "nl.loop_reduce"), mask)
+
+
+# ---------------------------------------------------------------------------- loops
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int = 1, **kw: Any) -> None:
+    """``for i in range(lower, upper, step): body_fun(i)`` as a dynamic loop (its body is traced once)."""
+    unroll = kw.pop("unroll", False)
+    nl._no_keywords("nl.fori_loop", kw)
+    if not callable(body_fun):
+        raise unsupported(f"nl.fori_loop body {body_fun!r} (a function of the loop index)")
+    loop = range(*[int(nl.Affine.of(a)) for a in (lower, upper, step)]) if unroll \
+        else nl._Range("fori_loop", (lower, upper, step))
+    for i in loop:
+        body_fun(i)
+
+
+def dynamic_range(*args: Any, **kw: Any) -> Any:
+    nl._no_keywords("nl.dynamic_range", kw)
+    return nl._Range("dynamic_range", args)
+
+
+def while_loop(init: Any, body_fun: Any, **_: Any) -> None:
+    raise unsupported("nl.while_loop (a loop on a register condition read at run time; Tusk traces counted "
+                      "loops: nl.fori_loop / nl.affine_range with int bounds)")
+
+
+def no_reorder() -> contextlib.AbstractContextManager:
+    """``with nl.no_reorder():`` the scheduler keeps dependences; program order gives the same numbers."""
+    return contextlib.nullcontext()
+
+
+def spmd_dim(*dims: Any) -> int:
+    """``kernel[nl.spmd_dim(nl.nc(2), 2)]``: the grid axis as the product of its parts."""
+    return math.prod(int(d) for d in dims)
+
+
+def nc(n: int) -> int:
+    """``nl.nc(2)``: logical cores along a grid axis (Tusk runs every program instance)."""
+    return int(n)
+
+
+def is_hbm(buffer: Any) -> bool:
+    return str(buffer) in ("hbm", "shared_hbm", "private_hbm")
+
+
+def is_on_chip(buffer: Any) -> bool:
+    return str(buffer) in ("sbuf", "psum")
+
+
+def is_psum(buffer: Any) -> bool:
+    return str(buffer) == "psum"
+
+
+def is_sbuf(buffer: Any) -> bool:
+    return str(buffer) == "sbuf"
+
+
+# ---------------------------------------------------------------------------- random numbers
+def rand(shape: Any, dtype: Any = nl.float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+    """Uniform values in [0, 1) (KLR ``rand2``; the interpreter's generator is seeded by nl.random_seed)."""
+    nl._no_keywords("nl.rand", kw)
+    nl._needs_back_half("rand2", "nl.rand")
+    t = nl.ndarray(shape, dtype, buffer, name)
+    if not t.on_chip:
+        raise unsupported("nl.rand in HBM (generate an SBUF tile and nl.store it)")
+    v = t.view()
+    current().op("rand2", (), (v,), dst=v, min=0.0, max=1.0)
+    return t
+
+
+def random_seed(seed: Any, **kw: Any) -> None:
+    nl._no_keywords("nl.random_seed", kw)
+    nl._needs_back_half("set_rng_seed", "nl.random_seed")
+    s = nl._tile(seed, "nl.random_seed")
+    if s.elements != 1:
+        raise unsupported(f"nl.random_seed of a {list(s.shape)} tile (a [1, 1] tile)")
+    current().op("set_rng_seed", (s,), (), src=s)
+
+
+def dropout(x: Any, rate: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    nl._no_keywords("nl.dropout", kw)
+    nl._needs_back_half("dropout", "nl.dropout")
+    src = nl._tile(x, "nl.dropout")
+    tr = current()
+    dst = tr.tile(src.shape, nl._out_dtype(dtype, src))
+    d, s = nl._masked([dst, src], mask)
+    if nl._is_number(rate):
+        threshold, reads = float(rate), (s,)
+    else:
+        threshold = nl._as_column(nl._tile(rate, "nl.dropout rate"))
+        if not nl._column(threshold, s.shape[0]):
+            raise unsupported(f"nl.dropout rate of shape {list(threshold.shape)} (a number or a [P, 1] column)")
+        reads = (s, threshold)
+    tr.op("dropout", reads, (d,), dst=d, src=s, thresholdType="DropRate", threshold=threshold)
+    return dst
+
+
+# ---------------------------------------------------------------------------- dtype limits (nl.fp32.min ...)
+class fp32:
+    min = float(np.finfo(np.float32).min)
+    max = float(np.finfo(np.float32).max)
+
+
+class fp16:
+    min = float(np.finfo(np.float16).min)
+    max = float(np.finfo(np.float16).max)
+
+
+class bf16:
+    min = -3.3895313892515355e38
+    max = 3.3895313892515355e38
+
+
+class _FloatInfo:
+    def __init__(self, bits: int, eps: float, max_: float, tiny: float):
+        self.bits, self.eps, self.max, self.min, self.tiny = bits, eps, max_, -max_, tiny
+        self.smallest_normal = tiny
+
+    def __repr__(self) -> str:
+        return f"finfo(bits={self.bits}, min={self.min}, max={self.max}, eps={self.eps})"
+
+
+def finfo(dtype: Any) -> Any:
+    """``nl.finfo(nl.bfloat16).min`` ...: numpy's finfo, with bfloat16 and the float8 types added."""
+    dt = as_dtype(dtype)
+    special = {"bfloat16": _FloatInfo(16, 2.0 ** -7, 3.3895313892515355e38, 2.0 ** -126),
+               "float8_e4m3": _FloatInfo(8, 2.0 ** -3, 240.0, 2.0 ** -6),
+               "float8_e4m3fn": _FloatInfo(8, 2.0 ** -3, 448.0, 2.0 ** -6),
+               "float8e5": _FloatInfo(8, 2.0 ** -2, 57344.0, 2.0 ** -14)}
+    if dt in special:
+        return special[dt]
+    if "float" not in dt:
+        raise unsupported(f"nl.finfo({dtype!r}) of an integer dtype (nl.iinfo)")
+    return np.finfo(np.dtype(str(dt)))
+
+
+def iinfo(dtype: Any) -> Any:
+    dt = as_dtype(dtype)
+    if "int" not in dt:
+        raise unsupported(f"nl.iinfo({dtype!r}) of a float dtype (nl.finfo)")
+    return np.iinfo(np.dtype(str(dt)))

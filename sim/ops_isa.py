@@ -1,0 +1,520 @@
+"""What the NKI ISA instructions beyond the core set compute (docs/semantics.md, "ISA instructions").
+
+Every handler follows the ISA reference's numpy description, computes in
+float32 (statistics in float64 rounded once to float32, like matmul), and
+reads a tile per partition: ``rows(x)`` is ``(partitions, elements per
+partition)`` in the operand's iteration order.  Per-partition scalars (a
+``[P, 1]`` tile) and immediates broadcast along the free axis.
+
+Random numbers (Rng, Rand2, Dropout) come from one counter-based generator
+per engine: element ``n`` of partition ``p`` after seed ``s`` is
+``splitmix64(s * 2^32 + p * 2^48 + n)`` truncated to 32 bits, the counter of
+each partition advancing by the elements it drew.  SetRandState sets the seed
+(one 32-bit value, or one per partition) and restarts the counters; a run
+starts with seed 0.  Same seed, same program: same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
+from tusk.ir.errors import TuskError
+from tusk.ir.verify_isa import TRANSPOSE_AXES
+from tusk.sim.machine import Frame
+from tusk.sim.ops import (
+    ACTIVATIONS,
+    F32,
+    _broadcast,
+    _one,
+    alu,
+    h_activation,
+    h_copy,
+    h_tensor_reduce,
+    h_tensor_scalar_ptr,
+    op_name,
+)
+
+Handler = Callable[[Frame, int], None]
+_IDENTITY = {"add": 0.0, "subtract": 0.0, "mult": 1.0, "max": -np.inf, "min": np.inf}
+
+
+def rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as (partitions, elements per partition)."""
+    x = np.asarray(x)
+    return x.reshape(x.shape[0] if x.ndim else 1, -1)
+
+
+def _io(fr: Frame, i: int, n_in: int, n_out: int = 1) -> tuple[list[int], list[int]]:
+    """The input and output operand rows of ``i``, at least ``n_in`` and ``n_out`` of them."""
+    ins, _, outs = fr.split(i)
+    _one(ins, "input", n_in)
+    _one(outs, "output", n_out)
+    return ins, outs
+
+
+def _lookup(table: dict, name: object, what: str):
+    got = table.get(name)
+    if got is None:
+        raise TuskError(f"{what} {name!r} is not supported by the interpreter")
+    return got
+
+
+def _f32(fr: Frame, j: int) -> np.ndarray:
+    return rows(fr.value(j)).astype(F32, copy=False)
+
+
+def _per_partition(fr: Frame, j: int, like: np.ndarray, what: str) -> np.ndarray:
+    """An immediate or a [P, 1] tile as a (P, 1) (or scalar) float32 operand of ``like``."""
+    v = fr.value(j).astype(F32, copy=False)
+    if v.size == 1:
+        return v.reshape(())
+    if v.size == like.shape[0]:
+        return v.reshape(like.shape[0], 1)
+    raise TuskError(f"{what} has {v.size} elements; expected one, or one per partition ({like.shape[0]})")
+
+
+def _ordered(op: str, x, y, reverse: bool):
+    """``op(x, y)``, or ``op(y, x)`` when reversed."""
+    return alu(op, y, x) if reverse else alu(op, x, y)
+
+
+# --------------------------------------------------------------------------- scans
+
+
+def variant(special: Handler, general: Handler, key: str, value: object = True) -> Handler:
+    """The handler of an opcode some of whose instructions mean something else: ``special`` where
+    attribute ``key`` is ``value``, else the opcode's ``general`` handler."""
+    def handler(fr: Frame, i: int) -> None:
+        v = fr.attrs(i).get(key)
+        if v is not None and not isinstance(v, str):
+            v = fr.maybe_affine(v)  # a flag may be a loop-index expression
+        (special if v == value else general)(fr, i)
+    handler.__doc__ = f"{general.__name__}, or {special.__name__} where {key} is {value!r}"
+    return handler
+
+
+def h_tensor_tensor_scan(fr: Frame, i: int) -> None:
+    """``r[:, k] = op1(op0(a[:, k], r[:, k-1]), b[:, k])``, ``r[:, -1] = initial``."""
+    ins, outs = _io(fr, i, 3)
+    attrs = fr.attrs(i)
+    a, b = _f32(fr, ins[0]), _f32(fr, ins[1])
+    if a.shape != b.shape:
+        raise TuskError(f"tensor_tensor_scan inputs have shapes {a.shape} and {b.shape}")
+    prev = np.broadcast_to(_per_partition(fr, ins[2], a, "the scan's initial value"), (a.shape[0], 1))[:, 0]
+    op0, op1 = attrs.get("op0", "add"), attrs.get("op1", "add")
+    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    out = np.empty_like(a)
+    for k in range(a.shape[1]):
+        prev = _ordered(op1, _ordered(op0, a[:, k], prev, r0), b[:, k], r1)
+        out[:, k] = prev
+    fr.store(outs[0], out)
+
+
+def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
+    """TensorScalarCache ``mode`` Cumulative: ``reg = op1(op0(x[:, k], imm0), reg)``, ``out[:, k] = reg``."""
+    ins, outs = _io(fr, i, 2)
+    attrs = fr.attrs(i)
+    if attrs.get("mode", "Cumulative") != "Cumulative":
+        raise TuskError(f"TensorScalarCache mode {attrs.get('mode')!r} is not supported by the interpreter")
+    x = _f32(fr, ins[0])
+    s0 = _per_partition(fr, ins[1], x, "imm0")
+    op0, op1 = op_name(attrs.get("op0", "bypass")), op_name(attrs.get("op1", "add"))
+    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    if attrs.get("acc", "ZeroAccumulate") == "LoadAccumulate":
+        _one(ins, "input", 3)
+        reg = np.broadcast_to(_per_partition(fr, ins[2], x, "imm1"), (x.shape[0], 1))[:, 0].astype(F32)
+    else:
+        if op1 not in _IDENTITY:
+            raise TuskError(f"cumulative op {op1!r} has no reset value (add, subtract, mult, max, min)")
+        reg = np.full(x.shape[0], _IDENTITY[op1], dtype=F32)
+    t = _ordered(op0, x, s0, r0)
+    out = np.empty_like(x)
+    for k in range(x.shape[1]):
+        reg = _ordered(op1, t[:, k], reg, r1)
+        out[:, k] = reg
+    fr.store(outs[0], out)
+
+
+def h_activate2(fr: Frame, i: int) -> None:
+    """Activation ``is_activate2``: ``func((in op0 ins[1]) op1 ins[2])`` with per-partition scalars."""
+    attrs = fr.attrs(i)
+    ins, outs = _io(fr, i, 3)
+    f = _lookup(ACTIVATIONS, attrs.get("func", "Identity"), "activation function")
+    x = _f32(fr, ins[0])
+    s0, s1 = _per_partition(fr, ins[1], x, "imm0"), _per_partition(fr, ins[2], x, "imm1")
+    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    y = _ordered(op_name(attrs.get("op1", "bypass")), _ordered(op_name(attrs.get("op0", "bypass")), x, s0, r0), s1, r1)
+    fr.store(outs[0], np.asarray(f(y, attrs.get("alpha", 0.0)), dtype=F32))
+
+
+def h_exponential(fr: Frame, i: int) -> None:
+    """``out = exp(in - max_value)`` (max_value a per-partition scalar)."""
+    ins, outs = _io(fr, i, 2)
+    x = _f32(fr, ins[0])
+    fr.store(outs[0], np.exp(x - _per_partition(fr, ins[1], x, "max_value")))
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def h_affine_select(fr: Frame, i: int) -> None:
+    """``dst = on_true where cmp(base + cm * p + sum(i_k * step_k), 0) else fill_value``."""
+    ins, outs = _io(fr, i, 1)
+    attrs = fr.attrs(i)
+    on_true = _f32(fr, ins[0])
+    parts = on_true.shape[0]
+    pattern = [(int(s), int(n)) for s, n in attrs.get("pattern", ())]
+    vals = np.full((parts,) + tuple(n for _, n in pattern), int(fr.maybe_affine(attrs.get("base", 0))), np.int64)
+    nd = vals.ndim
+    cm = int(fr.maybe_affine(attrs.get("channel_multiplier", 0)))
+    vals += (np.arange(parts, dtype=np.int64) * cm).reshape((parts,) + (1,) * (nd - 1))
+    for k, (s, n) in enumerate(pattern):
+        shape = [1] * nd
+        shape[k + 1] = n
+        vals += (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    vals = rows(vals)
+    if vals.shape != on_true.shape:
+        raise TuskError(f"affine_select: the pattern has {vals.shape[1]} elements per partition, the tile "
+                        f"{on_true.shape[1]}")
+    pred = alu(attrs.get("compare_op", "is_equal"), vals, np.int64(0)) != 0
+    fr.store(outs[0], np.where(pred, on_true, F32(attrs.get("fill_value", 0.0))))
+
+
+def _mask(fr: Frame, j: int, like: np.ndarray, reverse: bool) -> np.ndarray:
+    p = rows(fr.value(j))
+    if p.shape != like.shape:
+        raise TuskError(f"predicate has shape {p.shape}; the data {like.shape}")
+    return (p != 0) ^ bool(reverse)
+
+
+def h_copy_predicated(fr: Frame, i: int) -> None:
+    """``dst = src where predicate (xor reverse_pred) else dst``."""
+    ins, outs = _io(fr, i, 2)
+    old = rows(fr.value(outs[0]))
+    src = fr.value(ins[0])
+    src = rows(src) if src.size == old.size else _broadcast(old, src, "src")
+    mask = _mask(fr, ins[1], old, fr.maybe_affine(fr.attrs(i).get("reverse_pred", False)))
+    fr.store(outs[0], np.where(mask, src, old))
+
+
+def h_select(fr: Frame, i: int) -> None:
+    """``dst = on_true where predicate (xor reverse_pred) else on_false``."""
+    ins, outs = _io(fr, i, 3)
+    on_true = _f32(fr, ins[1])
+    on_false = _broadcast(on_true, fr.value(ins[2]).astype(F32, copy=False), "on_false")
+    mask = _mask(fr, ins[0], on_true, fr.maybe_affine(fr.attrs(i).get("reverse_pred", False)))
+    fr.store(outs[0], np.where(mask, on_true, on_false))
+
+
+def h_range_select(fr: Frame, i: int) -> None:
+    """``dst = on_true where cmp0(base + k, bound0) and cmp1(base + k, bound1) else fill_value``."""
+    ins, outs = _io(fr, i, 3)
+    attrs = fr.attrs(i)
+    on_true = _f32(fr, ins[0])
+    b0 = _per_partition(fr, ins[1], on_true, "bound0")
+    b1 = _per_partition(fr, ins[2], on_true, "bound1")
+    idx = (F32(attrs.get("base", 0.0)) + np.arange(on_true.shape[1], dtype=F32))[None, :]
+    mask = (alu(attrs.get("compare_op0", "is_ge"), idx, b0) != 0) & (alu(attrs.get("compare_op1", "is_lt"), idx, b1) != 0)
+    fr.store(outs[0], np.where(mask, on_true, F32(attrs.get("fill_value", -3.4028235e38))))
+
+
+# --------------------------------------------------------------------------- statistics and layout
+
+
+def _moments(x: np.ndarray) -> np.ndarray:
+    """(count, mean, variance * count) of each row, in float64."""
+    n = x.shape[1]
+    if n == 0:
+        return np.zeros((x.shape[0], 3))
+    mean = x.mean(axis=1)
+    m2 = ((x - mean[:, None]) ** 2).sum(axis=1)
+    return np.stack([np.full(x.shape[0], float(n)), mean, m2], axis=1)
+
+
+def h_bn_stats(fr: Frame, i: int) -> None:
+    """Six values per partition: (count, mean, variance * count) of the even, then of the odd elements."""
+    ins, outs = _io(fr, i, 1)
+    x = _f32(fr, ins[0]).astype(np.float64)
+    fr.store(outs[0], np.concatenate([_moments(x[:, 0::2]), _moments(x[:, 1::2])], axis=1).astype(F32))
+
+
+def h_bn_aggr(fr: Frame, i: int) -> None:
+    """(mean, variance) per partition from (count, mean, variance * count) triples."""
+    ins, outs = _io(fr, i, 1)
+    x = _f32(fr, ins[0]).astype(np.float64)
+    if x.shape[1] % 3:
+        raise TuskError(f"bn_aggr reads {x.shape[1]} elements per partition; a multiple of three is needed")
+    t = x.reshape(x.shape[0], -1, 3)
+    count, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+    with np.errstate(all="ignore"):
+        total = count.sum(axis=1)
+        mu = (count * mean).sum(axis=1) / total
+        var = (m2.sum(axis=1) + (count * (mean - mu[:, None]) ** 2).sum(axis=1)) / total
+    fr.store(outs[0], np.stack([mu, var], axis=1).astype(F32))
+
+
+def h_stream_transpose(fr: Frame, i: int) -> None:
+    """``dst[f, p] = src[p, f]`` (the free axes flattened)."""
+    ins, outs = _io(fr, i, 1)
+    fr.store(outs[0], rows(fr.value(ins[0])).T)
+
+
+def h_partition_reduce(fr: Frame, i: int) -> None:
+    """TensorReduce ``axis`` C: across partitions (tensor_partition_reduce)."""
+    ins, outs = _io(fr, i, 1)
+    x = rows(fr.value(ins[0]))
+    op = op_name(fr.attrs(i).get("op", "add"))
+    reducers: dict[str, Callable] = {"add": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce,
+                                     "mult": np.multiply.reduce, "bitwise_or": np.bitwise_or.reduce,
+                                     "bitwise_and": np.bitwise_and.reduce}
+    if op == "average":
+        r = x.astype(F32).sum(axis=0, dtype=F32) / F32(x.shape[0])
+    elif op in reducers:
+        r = reducers[op](x, axis=0)
+    else:
+        raise TuskError(f"partition reduce op {op!r} is not supported by the interpreter")
+    fr.store(outs[0], r)
+
+
+def h_max8(fr: Frame, i: int) -> None:
+    """The 8 largest values of each partition, in descending order."""
+    ins, outs = _io(fr, i, 1)
+    x = _f32(fr, ins[0])
+    if x.shape[1] < 8:
+        raise TuskError(f"max8 reads {x.shape[1]} elements per partition; at least 8 are needed")
+    fr.store(outs[0], -np.sort(-x, axis=1, kind="stable")[:, :8])
+
+
+def _match_positions(data: np.ndarray, vals: np.ndarray, order: range) -> np.ndarray:
+    """Per partition, the position of each value (taken in ``order``), each position used once; -1 if none."""
+    out = np.full(vals.shape, -1, dtype=np.int64)
+    for p in range(data.shape[0]):
+        used: set[int] = set()
+        for j in order:
+            for k in np.flatnonzero(data[p] == vals[p, j]).tolist():
+                if k not in used:
+                    used.add(k)
+                    out[p, j] = k
+                    break
+    return out
+
+
+def _data_and_vals(fr: Frame, ins: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    data, vals = _f32(fr, ins[0]), _f32(fr, ins[1])
+    if vals.shape != (data.shape[0], 8):
+        raise TuskError(f"vals has shape {vals.shape}; expected ({data.shape[0]}, 8)")
+    return data, vals
+
+
+def h_max_index(fr: Frame, i: int) -> None:
+    """find_index8: the index of the first occurrence of each of 8 values (all ones when absent)."""
+    ins, outs = _io(fr, i, 2)
+    data, vals = _data_and_vals(fr, ins)
+    fr.store(outs[0], _match_positions(data, vals, range(8)))  # -1 wraps to the all-ones sentinel
+
+
+def h_match_replace(fr: Frame, i: int) -> None:
+    """match_replace8: the first occurrence of each value (taken 7 down to 0) replaced by ``imm_value``."""
+    ins, outs = _io(fr, i, 2)
+    data, vals = _data_and_vals(fr, ins)
+    pos = _match_positions(data, vals, range(7, -1, -1))
+    out = data.copy()
+    p, j = np.nonzero(pos >= 0)
+    out[p, pos[p, j]] = F32(fr.attrs(i).get("imm_value", 0.0))
+    fr.store(outs[0], out)
+    if len(outs) > 1:
+        fr.store(outs[1], pos)
+
+
+def h_stream_shuffle(fr: Frame, i: int) -> None:
+    """``dst[q] = src[32 * (q // 32) + mask[q % 32]]``; mask 255 leaves ``dst[q]`` as it is."""
+    ins, outs = _io(fr, i, 1)
+    mask = [int(m) for m in fr.attrs(i).get("mask", ())]
+    src, old = rows(fr.value(ins[0])), rows(fr.value(outs[0]))
+    if src.shape[1] != old.shape[1]:
+        raise TuskError(f"shuffle: {src.shape[1]} source elements per partition, {old.shape[1]} destination")
+    out = old.copy()
+    for q in range(old.shape[0]):
+        m = mask[q % 32] if q % 32 < len(mask) else 255
+        if m == 255:
+            continue
+        s = 32 * (q // 32) + m
+        if not 0 <= s < src.shape[0]:
+            raise TuskError(f"shuffle: destination partition {q} reads source partition {s} of {src.shape[0]}")
+        out[q] = src[s]
+    fr.store(outs[0], out)
+
+
+def h_gather(fr: Frame, i: int) -> None:
+    """local_gather: per group of 16 partitions, indices (in elements, flattened partitions first) each
+    take ``num_elem_per_idx`` contiguous elements of the same partition."""
+    ins, outs = _io(fr, i, 2)
+    attrs = fr.attrs(i)
+    src, index = rows(fr.value(ins[0])), rows(fr.value(ins[1])).astype(np.int64)
+    nepi = int(attrs.get("num_elem_per_idx", 1))
+    parts = src.shape[0]
+    if parts % 16 or index.shape[0] != parts:
+        raise TuskError(f"local_gather of {parts} source and {index.shape[0]} index partitions; equal multiples "
+                        "of 16 are needed")
+    valid = int(attrs.get("num_valid_indices", index.size // (parts // 16)))
+    out = np.empty((parts, valid * nepi), dtype=src.dtype)
+    for c in range(0, parts, 16):
+        flat = index[c:c + 16].flatten(order="F")[:valid]
+        cols = (flat[:, None] + np.arange(nepi)[None, :]).reshape(-1)
+        if cols.size and (cols.min() < 0 or cols.max() >= src.shape[1]):
+            raise TuskError(f"local_gather reads element {int(cols.max())} of partitions with {src.shape[1]}")
+        out[c:c + 16] = src[c:c + 16][:, cols]
+    fr.store(outs[0], out)
+
+
+def h_n_gather(fr: Frame, i: int) -> None:
+    """nc_n_gather: ``dst[p, k] = data[p, indices[p, k]]`` (data's free axes flattened)."""
+    ins, outs = _io(fr, i, 2)
+    data, idx = rows(fr.value(ins[0])), rows(fr.value(ins[1])).astype(np.int64)
+    if idx.shape[0] != data.shape[0]:
+        raise TuskError(f"nc_n_gather of {data.shape[0]} data and {idx.shape[0]} index partitions")
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[1]):
+        raise TuskError(f"nc_n_gather index {int(idx.max())} outside the {data.shape[1]} elements of a partition")
+    fr.store(outs[0], np.take_along_axis(data, idx, axis=1))
+
+
+def h_sequence_bounds(fr: Frame, i: int) -> None:
+    """Per element, the [start, end) of its run of equal segment ids; id 0 (padding) gets [n, -1]."""
+    ins, outs = _io(fr, i, 1)
+    ids = rows(fr.value(ins[0]))
+    parts, n = ids.shape
+    start, end = np.zeros((parts, n), np.int64), np.zeros((parts, n), np.int64)
+    for p in range(parts):
+        s = ids[p]
+        for k in range(n):
+            start[p, k] = n if s[k] == 0 else (start[p, k - 1] if k and s[k] == s[k - 1] else k)
+        for k in range(n - 1, -1, -1):
+            end[p, k] = -1 if s[k] == 0 else (end[p, k + 1] if k < n - 1 and s[k] == s[k + 1] else k + 1)
+    fr.store(outs[0], np.stack([start, end], axis=1).astype(ids.dtype))
+
+
+def h_dma_transpose(fr: Frame, i: int) -> None:
+    """DMACopy ``mode`` Transpose: the source's four dimensions permuted by ``transpose_op``."""
+    attrs = fr.attrs(i)
+    ins, outs = _io(fr, i, 1)
+    axes = _lookup(TRANSPOSE_AXES, attrs.get("transpose_op", "None"), "DMA transpose_op")
+    src = fr.read_raw(ins[0])
+    if src.ndim != 4:
+        raise TuskError(f"a DMA transpose reads a {src.ndim}-dimensional pattern; four dimensions are needed")
+    if not fr.same_storage_dtype(ins[0], outs[0]):
+        raise TuskError("a DMA transpose cannot change the dtype")
+    fr.store_raw(outs[0], np.ascontiguousarray(src.transpose(axes)))
+
+
+# --------------------------------------------------------------------------- random numbers
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class EngineRng:
+    """One engine's generator: a seed per partition (all alike until set) and a counter per partition."""
+
+    def __init__(self) -> None:
+        self.seeds = np.zeros(128, dtype=np.uint64)
+        self.counters = np.zeros(128, dtype=np.uint64)
+
+    def bits(self, parts: int, n: int) -> np.ndarray:
+        """(parts, n) uint32 random words, advancing the counters."""
+        p = np.arange(parts, dtype=np.uint64)[:, None]
+        k = self.counters[:parts, None] + np.arange(n, dtype=np.uint64)[None, :]
+        with np.errstate(over="ignore"):
+            z = (self.seeds[:parts, None] << np.uint64(32)) + (p << np.uint64(48)) + k
+            words = (_splitmix64(z) >> np.uint64(32)).astype(np.uint32)
+        self.counters[:parts] += np.uint64(n)
+        return words
+
+    def uniform(self, parts: int, n: int) -> np.ndarray:
+        """Floats in [0, 1): the top 24 bits of each word."""
+        return ((self.bits(parts, n) >> np.uint32(8)).astype(np.float64) / float(1 << 24)).astype(F32)
+
+
+def engine_rng(fr: Frame, i: int) -> EngineRng:
+    gens = fr.m.__dict__.setdefault("engine_rngs", {})  # machine state kept across calls of one run
+    engine = ENGINE_NAMES[int(fr.fn.insts["engine"][i])]
+    return gens.setdefault(engine, EngineRng())
+
+
+def h_set_rand_state(fr: Frame, i: int) -> None:
+    ins, _ = _io(fr, i, 1, 0)
+    seeds = fr.value(ins[0]).reshape(-1).astype(np.int64) & 0xFFFFFFFF
+    attrs = fr.attrs(i)
+    engine = attrs.get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
+    gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
+    if seeds.size > 128:
+        raise TuskError(f"a seed tile of {seeds.size} values; one, or one per partition, is needed")
+    gen.seeds[:] = seeds[0]
+    gen.seeds[:seeds.size] = seeds.astype(np.uint64)
+    gen.counters[:] = 0
+
+
+def h_rng(fr: Frame, i: int) -> None:
+    """32 random bits per element; narrower integer dtypes keep the low bits."""
+    _, outs = _io(fr, i, 0)
+    acc = fr.access(outs[0])
+    parts = acc.shape[0] if acc.shape else 1
+    fr.store(outs[0], engine_rng(fr, i).bits(parts, acc.count // parts).astype(np.int64))
+
+
+def h_rand2(fr: Frame, i: int) -> None:
+    """Uniform floats in [min, max)."""
+    ins, outs = _io(fr, i, 2)
+    acc = fr.access(outs[0])
+    parts = acc.shape[0] if acc.shape else 1
+    u = engine_rng(fr, i).uniform(parts, acc.count // parts)
+    lo = _per_partition(fr, ins[0], u, "min")
+    hi = _per_partition(fr, ins[1], u, "max")
+    fr.store(outs[0], lo + u * (hi - lo))
+
+
+def h_dropout(fr: Frame, i: int) -> None:
+    """Zero each element with probability ``threshold`` (``is_keep_threshold``: keep with it)."""
+    ins, outs = _io(fr, i, 2)
+    x = rows(fr.value(ins[0]))
+    thr = _per_partition(fr, ins[1], x, "the dropout threshold")
+    u = engine_rng(fr, i).uniform(*x.shape)
+    keep = u < thr if fr.maybe_affine(fr.attrs(i).get("is_keep_threshold", False)) else u >= thr
+    fr.store(outs[0], np.where(keep, x, np.zeros((), dtype=x.dtype)))
+
+
+ISA_HANDLERS: dict[int, Handler] = {
+    # scalar_tensor_tensor is TensorScalarPtr's own rule (its third operand a whole tile)
+    Op.TensorScalarPtr: variant(h_tensor_tensor_scan, h_tensor_scalar_ptr, "is_tensor_tensor_scan"),
+    Op.TensorReduce: variant(h_partition_reduce, h_tensor_reduce, "axis", "C"),
+    Op.DMACopy: variant(h_dma_transpose, h_copy, "mode", "Transpose"),
+    Op.Activation: variant(h_activate2, h_activation, "is_activate2"),
+    OPCODE_BY_NAME["TensorScalarCache"]: h_tensor_scalar_cache,
+    Op.TensorScalarAffineSelect: h_affine_select,
+    OPCODE_BY_NAME["CopyPredicated"]: h_copy_predicated,
+    Op.Select: h_select,
+    OPCODE_BY_NAME["RangeSelect"]: h_range_select,
+    OPCODE_BY_NAME["BNStats"]: h_bn_stats,
+    OPCODE_BY_NAME["BNStatsAggregate"]: h_bn_aggr,
+    OPCODE_BY_NAME["StreamTranspose"]: h_stream_transpose,
+    Op.Max: h_max8,
+    OPCODE_BY_NAME["MaxIndex"]: h_max_index,
+    OPCODE_BY_NAME["MatchReplace"]: h_match_replace,
+    OPCODE_BY_NAME["MaxIndexAndMatchReplace"]: h_match_replace,
+    OPCODE_BY_NAME["StreamShuffle"]: h_stream_shuffle,
+    Op.Gather: variant(h_n_gather, h_gather, "within_partition"),
+    Op.Exponential: h_exponential,
+    OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
+    OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
+    OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
+    OPCODE_BY_NAME["Rng"]: h_rng,
+    OPCODE_BY_NAME["Rand2"]: h_rand2,
+    OPCODE_BY_NAME["Dropout"]: h_dropout,
+}
+

@@ -1,0 +1,167 @@
+"""NKI 1.x ``neuronxcc.nki.isa``: every supported call in a small kernel, traced to KLR, translated and run
+in the interpreter against numpy; 1.x calls return new tiles and bind by the 1.x signatures."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+"""
+
+RNG = np.random.default_rng(21)
+
+
+def run(tmp_path, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs), inputs)
+
+
+def rand(*shape: int, lo: float = -2.0, hi: float = 2.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def test_dma_copy_memset_iota_and_tensor_copy(tmp_path):
+    a = rand(128, 16)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            ones = nisa.memset((128, 16), 2.0, nl.float32)
+            ip, jf = nl.mgrid[0:128, 0:16]
+            idx = nisa.iota(ip * 16 + jf, dtype=nl.float32)
+            s = nisa.tensor_tensor(nisa.tensor_copy(t), ones, nl.multiply)
+            s = nisa.tensor_tensor(s, idx, op=np.add)
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, 2 * a + np.arange(128 * 16, dtype=np.float32).reshape(128, 16))
+
+
+def test_nc_matmul_accumulates_with_plus_equals_and_nc_transpose(tmp_path):
+    lhsT, rhs = rand(256, 64), rand(256, 32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.zeros((64, 32), dtype=nl.float32, buffer=nl.psum)
+            for kk in nl.affine_range(2):
+                a = nl.load(lhsT[kk * 128:(kk + 1) * 128, :])
+                b = nl.load(rhs[kk * 128:(kk + 1) * 128, :])
+                acc += nisa.nc_matmul(a, b)
+            s = nisa.tensor_copy(acc)
+            t = nisa.nc_transpose(s)
+            nl.store(out, value=nisa.tensor_copy(t))
+            return out
+    """, {"lhsT": lhsT, "rhs": rhs})["out"]
+    np.testing.assert_allclose(got, (lhsT.T.astype(np.float64) @ rhs).T, rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_scalar_positional_scalar_tensor_tensor_and_scan(tmp_path):
+    a, b = rand(32, 20), rand(32, 20, lo=0.5, hi=1.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray((32, 20), dtype=nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((32, 20), dtype=nl.float32, buffer=nl.shared_hbm)
+            x, y = nl.load(a), nl.load(b)
+            t = nisa.tensor_scalar(x, np.multiply, 2.0, False, np.add, 1.0)
+            u = nisa.scalar_tensor_tensor(data=t, op0=nl.subtract, operand0=0.5, op1=nl.multiply, operand1=y)
+            nl.store(o1, value=u)
+            nl.store(o2, value=nisa.tensor_tensor_scan(y, x, 1.0, np.multiply, np.add))
+            return o1, o2
+    """, {"a": a, "b": b})
+    np.testing.assert_allclose(res["o1"], (a * 2 + 1 - 0.5) * b, rtol=1e-6)
+    want, prev = np.empty_like(a), np.ones(32, np.float32)
+    for i in range(20):
+        prev = (b[:, i] * prev + a[:, i]).astype(np.float32)
+        want[:, i] = prev
+    np.testing.assert_allclose(res["o2"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_activation_tile_scale_reductions_and_a_non_trailing_axis(tmp_path):
+    a, s = rand(64, 4, 8), rand(64, 1, lo=0.1, hi=1.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, s):
+            act = nl.ndarray((64, 4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            red = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            red2 = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            x, sc = nl.load(a), nl.load(s)
+            r = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+            y = nisa.activation_reduce(op=nl.exp, data=x, reduce_op=nl.add, reduce_res=r, scale=sc)
+            nl.store(act, value=nisa.activation(nl.tanh, y, bias=sc, scale=0.5))
+            nl.store(sums, value=r)
+            nl.store(red, value=nisa.tensor_reduce(np.max, x, axis=1))
+            r2 = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(data=x, op0=np.add, operand0=1.0, reduce_op=np.add, reduce_res=r2)
+            nl.store(red2, value=r2)
+            return act, sums, red, red2
+    """, {"a": a, "s": s})
+    e = np.exp(a * s[:, :, None])
+    np.testing.assert_allclose(res["act"], np.tanh(e * 0.5 + s[:, :, None]), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(res["sums"][:, 0], e.sum(axis=(1, 2)), rtol=1e-5)
+    assert np.array_equal(res["red"], a.max(axis=1))
+    np.testing.assert_allclose(res["red2"][:, 0], (a + 1).sum(axis=(1, 2)), rtol=1e-5)
+
+
+def test_reciprocal_and_stream_shuffle(tmp_path):
+    a = rand(64, 8, lo=0.5, hi=3.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            rec = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            shuf = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(rec, value=nisa.reciprocal(x))
+            y = nisa.memset((64, 8), -1.0, nl.float32)
+            nisa.nc_stream_shuffle(x, y, [31 - i if i % 4 else 255 for i in range(32)])
+            nl.store(shuf, value=y)
+            return rec, shuf
+    """, {"a": a})
+    np.testing.assert_allclose(res["rec"], 1 / a, rtol=1e-6)
+    want = np.full((64, 8), -1.0, np.float32)
+    for q in (0, 32):
+        for i in range(32):
+            if i % 4:
+                want[q + i] = a[q + 31 - i]
+    assert np.array_equal(res["shuf"], want)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nisa.tensor_copy(x, dst=x)", "nisa.tensor_copy: unknown keyword argument 'dst'"),
+    ("nisa.tensor_scalar(x, np.add, 1.0, False, None, None, False, nl.float32)", "too many positional"),
+    ("nisa.scalar_tensor_tensor(x, np.add, 1.0, np.add, x)", "too many positional"),
+    ("nisa.nc_matmul(x, x, mask=(nl.arange(128)[:, None] < 64))", "not supported: nisa.nc_matmul mask="),
+    ("nisa.activation(nl.exp, x, reduce_op=nl.add, reduce_res=x, reduce_cmd=nisa.reduce_cmd.load_reduce)",
+     "nisa.activation reduce_cmd=nisa.reduce_cmd.load_reduce"),
+    ("nisa.tensor_reduce(np.add, x, axis=0)", "nisa.tensor_reduce along the partition axis"),
+])
+def test_refusals_name_the_call_at_its_line(tmp_path, call, message):
+    path = tmp_path / "bad.py"
+    path.write_text(HEADER + textwrap.dedent(f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            {call}
+            nl.store(out, value=x)
+            return out
+    """))
+    with pytest.raises(TraceError) as err:
+        trace_file(path, "k", ["f32[128,8]"])
+    assert message in str(err.value) and "bad.py:10:" in str(err.value)

@@ -1,0 +1,464 @@
+"""NKI 2.x ``nki.isa`` (``import nki.isa as nisa``): every supported call in a small kernel, traced to KLR,
+translated and run in the interpreter against numpy; the documented signatures bind positional and
+keyword arguments; an unknown keyword or an unsupported value is refused at the kernel's line."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+
+RNG = np.random.default_rng(20)
+
+
+def run(tmp_path, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Trace kernel ``k`` (the body, arguments in ``inputs`` order) and run it on ``inputs``."""
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs), inputs)
+
+
+def refused(tmp_path, body: str, specs: list[str]) -> str:
+    path = tmp_path / "bad.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    with pytest.raises(TraceError) as err:
+        trace_file(path, "k", specs)
+    return str(err.value)
+
+
+def rand(*shape: int, lo: float = -2.0, hi: float = 2.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def test_dma_copy_tensor_copy_and_memset_by_keyword_and_dst_first(tmp_path):
+    a = rand(128, 64)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=y, src=t)
+            z = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(z, 3.0)
+            nisa.tensor_tensor(z[:, 0:32], y[:, 0:32], z[:, 0:32], nl.add)
+            nisa.dma_copy(out, z)
+            return out
+    """, {"a": a})["out"]
+    want = np.full((128, 64), 3.0, np.float32)
+    want[:, :32] += a[:, :32]
+    assert np.array_equal(got, want)
+
+
+def test_dma_copy_between_a_3_axis_tile_and_tensor_rows(tmp_path):
+    a = rand(128, 512)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 4, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, a)
+
+
+def test_dma_copy_converts_dtypes_through_float32(tmp_path):
+    a = rand(64, 32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 32), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"a": a})["out"]
+    bf16 = (a.view(np.uint32) + 0x7FFF + ((a.view(np.uint32) >> 16) & 1)) & 0xFFFF0000
+    assert np.array_equal(got, bf16.view(np.float32))
+
+
+def test_nc_matmul_dst_first_accumulates_over_a_k_loop(tmp_path):
+    """The 2.x tiled-matmul shape: the PSUM tile is made outside the k loop; nc_matmul(dst, st, mv)
+    overwrites on the first iteration and accumulates on the rest (NKI's inferred accumulate flag)."""
+    lhsT, rhs = rand(384, 128), rand(384, 256)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            K, M = lhsT.shape
+            N = rhs.shape[1]
+            out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+            for kk in nl.affine_range(K // 128):
+                a = nl.ndarray((128, M), dtype=nl.float32, buffer=nl.sbuf)
+                b = nl.ndarray((128, N), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[kk * 128:(kk + 1) * 128, :])
+                nisa.dma_copy(dst=b, src=rhs[kk * 128:(kk + 1) * 128, :])
+                nisa.nc_matmul(acc, a, b)
+            res = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(res, acc)
+            nisa.dma_copy(dst=out, src=res)
+            return out
+    """, {"lhsT": lhsT, "rhs": rhs})["out"]
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-5, atol=1e-4)
+
+
+def test_nc_matmul_explicit_accumulate_flags_in_an_unrolled_loop(tmp_path):
+    lhsT, rhs = rand(256, 64), rand(256, 128)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+            for kk in range(2):
+                a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+                b = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[kk * 128:(kk + 1) * 128, :])
+                nisa.dma_copy(dst=b, src=rhs[kk * 128:(kk + 1) * 128, :])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(kk > 0))
+            res = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out, src=res)
+            return out
+    """, {"lhsT": lhsT, "rhs": rhs})["out"]
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-5, atol=1e-4)
+
+
+def test_nc_transpose_into_psum_and_sbuf(tmp_path):
+    a = rand(64, 96)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((96, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 96), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            p = nl.ndarray((96, 64), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(p, t)
+            s = nl.ndarray((96, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.nc_transpose(dst=s, data=t, engine=nisa.vector_engine)
+            nisa.tensor_tensor(dst=s, data1=s, data2=p, op=nl.add)
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """, {"a": a})["out"]
+    np.testing.assert_allclose(got, 2 * a.T, rtol=1e-6)
+
+
+def test_tensor_scalar_with_columns_and_reverse(tmp_path):
+    a, c = rand(128, 40), rand(128, 1, lo=0.5, hi=2.0)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a, c):
+            out = nl.ndarray((128, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 40), dtype=nl.float32, buffer=nl.sbuf)
+            col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=col, src=c)
+            y = nl.ndarray((128, 40), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(y, t, np.subtract, col, True, nl.multiply, 3.0)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a, "c": c})["out"]
+    np.testing.assert_allclose(got, (c - a) * 3.0, rtol=1e-6)
+
+
+def test_activation_with_a_tile_scale_a_float_bias_and_a_reduction(tmp_path):
+    a, s = rand(128, 64), rand(128, 1, lo=0.1, hi=1.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, s):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            total = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            sc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=sc, src=s)
+            y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(y, nl.exp, t, bias=0.5, scale=sc, reduce_op=nl.add, reduce_res=r,
+                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.dma_copy(dst=out, src=y)
+            nisa.dma_copy(dst=total, src=r)
+            return out, total
+    """, {"a": a, "s": s})
+    want = np.exp(a * s + 0.5)
+    np.testing.assert_allclose(res["out"], want, rtol=2e-6)
+    np.testing.assert_allclose(res["total"], want.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_activation_reduce_and_exponential(tmp_path):
+    a, m = rand(64, 32), rand(64, 1)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, m):
+            out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((64, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+            mx = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=mx, src=m)
+            y = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((64, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation_reduce(y, nl.tanh, t, nl.add, r[:, 0:1])
+            e = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.exponential(e, t, max_value=mx, reduce_res=r[:, 1:2], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.tensor_tensor(y, y, e, nl.add)
+            nisa.dma_copy(dst=out, src=y)
+            nisa.dma_copy(dst=sums, src=r)
+            return out, sums
+    """, {"a": a, "m": m})
+    th, ex = np.tanh(a), np.exp(a - m)
+    np.testing.assert_allclose(res["out"], th + ex, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(res["sums"][:, 0], th.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["sums"][:, 1], ex.sum(axis=1), rtol=1e-5)
+
+
+def test_tensor_reduce_over_a_middle_axis_and_tensor_scalar_reduce(tmp_path):
+    a = rand(32, 6, 10)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            mid = nl.ndarray((32, 10), dtype=nl.float32, buffer=nl.shared_hbm)
+            red = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            sq = nl.ndarray((32, 60), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 6, 10), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            m = nl.ndarray((32, 10), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_reduce(m, nl.maximum, t, axis=1)
+            nisa.dma_copy(dst=mid, src=m)
+            y = nl.ndarray((32, 60), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(dst=y, data=t, op0=nl.multiply, operand0=2.0, reduce_op=nl.add,
+                                      reduce_res=r, reduce_res_negate=True)
+            nisa.dma_copy(dst=red, src=r)
+            nisa.dma_copy(dst=sq, src=y)
+            return mid, red, sq
+    """, {"a": a})
+    assert np.array_equal(res["mid"], a.max(axis=1))
+    np.testing.assert_allclose(res["red"][:, 0], -(2 * a).sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
+    assert np.array_equal(res["sq"], 2 * a.reshape(32, 60))
+
+
+def test_scalar_tensor_tensor_and_tensor_tensor_scan(tmp_path):
+    a, b = rand(16, 24), rand(16, 24, lo=0.5, hi=1.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            stt = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            scan = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.sbuf)
+            y = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.dma_copy(dst=y, src=b)
+            o = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.scalar_tensor_tensor(o, x, nl.add, 1.0, nl.subtract, y, reverse1=True)
+            nisa.dma_copy(dst=stt, src=o)
+            s = nl.ndarray((16, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_tensor_scan(s, y, x, 0.5, nl.multiply, nl.add)
+            nisa.dma_copy(dst=scan, src=s)
+            return stt, scan
+    """, {"a": a, "b": b})
+    np.testing.assert_allclose(res["stt"], b - (a + 1.0), rtol=1e-6)
+    want = np.empty_like(a)
+    prev = np.full(16, 0.5, np.float32)
+    for i in range(24):
+        prev = (b[:, i] * prev + a[:, i]).astype(np.float32)
+        want[:, i] = prev
+    np.testing.assert_allclose(res["scan"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_iota_and_reciprocal(tmp_path):
+    a = rand(128, 8, lo=0.5, hi=4.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            idx = nl.ndarray((128, 12), dtype=nl.float32, buffer=nl.shared_hbm)
+            rec = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            i = nl.ndarray((128, 3, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.iota(i, [[10, 3], [1, 4]], offset=5, channel_multiplier=100)
+            f = nl.ndarray((128, 12), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(f, i)
+            nisa.dma_copy(dst=idx, src=f)
+            t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            r = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.reciprocal(r, t)
+            nisa.dma_copy(dst=rec, src=r)
+            return idx, rec
+    """, {"a": a})
+    p, y, x = np.meshgrid(np.arange(128), np.arange(3), np.arange(4), indexing="ij")
+    assert np.array_equal(res["idx"], (5 + 100 * p + 10 * y + x).reshape(128, 12).astype(np.float32))
+    np.testing.assert_allclose(res["rec"], 1.0 / a, rtol=1e-6)
+
+
+def test_enums_and_nc_version_are_there(tmp_path):
+    a = rand(8, 8)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            assert nisa.get_nc_version() in (nisa.nc_version.gen2, nisa.nc_version.gen3, nisa.nc_version.gen4)
+            assert nisa.engine.vector != nisa.engine.scalar and nisa.oob_mode.skip and nisa.dge_mode.hwdge
+            out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a, dge_mode=nisa.dge_mode.hwdge, oob_mode=nisa.oob_mode.skip)
+            nisa.tensor_copy(dst=t, src=t, engine=nisa.engine.gpsimd, dtype=nl.float32)  # restates dst's
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"a": a})["out"]
+    assert np.array_equal(got, a)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nisa.tensor_copy(dst=y, src=t, dtype=nl.bfloat16)",
+     "not supported: nisa.tensor_copy dtype=nl.bfloat16 (a 2.x call writes dst's dtype"),
+    ("nisa.tensor_copy(dst=y, src=t, dtpye=nl.float32)",
+     "nisa.tensor_copy: unknown keyword argument 'dtpye'"),
+    ("nisa.tensor_copy(y, t, nisa.engine.vector, 'n', 5)", "nisa.tensor_copy(dst, src, engine="),
+    ("nisa.nc_matmul(p, t)", "missing a required argument: 'moving'"),
+    ("nisa.nc_matmul(p, t, t, perf_mode=nisa.matmul_perf_mode.double_row)",
+     "not supported: nisa.nc_matmul perf_mode=nisa.matmul_perf_mode.double_row"),
+    ("nisa.activation(y, nl.exp, t, reduce_op=nl.add, reduce_res=c, reduce_cmd=nisa.reduce_cmd.reduce)",
+     "not supported: nisa.activation reduce_cmd=nisa.reduce_cmd.reduce"),
+    ("nisa.tensor_copy(dst=y[:, 0:3], src=t)", "nisa.tensor_copy: dst [128, 3] and src [128, 8]"),
+    ("nisa.nonzero_with_count(y, t)", "not supported: nisa.nonzero_with_count"),
+])
+def test_unknown_keywords_and_unsupported_values_are_refused_at_the_call(tmp_path, call, message):
+    err = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            y = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            c = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            p = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+            nisa.dma_copy(dst=t, src=a)
+            {call}
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, ["f32[128,8]"])
+    assert message in err
+    assert "bad.py:14:" in err  # the call's own line
+
+
+def test_importing_an_unknown_isa_name_fails_at_the_import_line(tmp_path):
+    err = refused(tmp_path, """
+        from nki.isa import tensor_copy, no_such_instruction
+        @nki.jit
+        def k(a):
+            return a
+    """, ["f32[8,8]"])
+    assert "bad.py:6:" in err and "nisa.no_such_instruction" in err
+
+
+def test_nc_matmul_transpose_mode_marks_the_klr_matmul(tmp_path):
+    a = rand(32, 48)
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 48), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            d = nl.ndarray((32, 32), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.iota(d, [[-1, 32]], channel_multiplier=1)
+            eye = nl.ndarray((32, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(eye, d, nl.equal, 0)
+            p = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(p, t, eye, is_transpose=True)
+            s = nl.ndarray((48, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(s, p)
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """))
+    data = trace_file(path, "k", ["f32[32,48]"])
+    from tusk.ir import klr
+    kern = klr.read_klr(data).contents.kernel
+    mms = [s.op.op for b in kern.bodies for blk in b for s in blk.body if type(s.op.op).__name__ == "NcMatMul"]
+    assert [m.isTranspose for m in mms] == [True]
+    assert np.array_equal(run_klr(data, {"a": a})["out"], a.T)
+
+
+def test_activate2_and_exponential_from_a_loaded_sum(tmp_path):
+    a, s, z = rand(32, 24), rand(32, 1, lo=0.5, hi=1.5), rand(32, 1)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, s, z):
+            act = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            sc = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            z0 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            for d, src in ((x, a), (sc, s), (z0, z)):
+                nisa.dma_copy(dst=d, src=src)
+            y = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activate2(y, nl.tanh, x, sc, 0.25, nl.multiply, nl.subtract, reduce_op=nl.add, reduce_res=r[:, 0:1],
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            e = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.exponential(e, x, reduce_res=r[:, 1:2], reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=z0)
+            nisa.dma_copy(dst=act, src=y)
+            nisa.dma_copy(dst=sums, src=r)
+            return act, sums
+    """, {"a": a, "s": s, "z": z})
+    want = np.tanh(a * s - 0.25)
+    np.testing.assert_allclose(res["act"], want, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(res["sums"][:, 0], want.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["sums"][:, 1], np.exp(a).sum(axis=1) + z[:, 0], rtol=1e-5)
+
+
+def test_nc_stream_shuffle_moves_partitions_within_quadrants(tmp_path):
+    a = rand(64, 8)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            y = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(y, 0.5)
+            nisa.nc_stream_shuffle(y, x, [255 if i == 3 else (i + 1) % 32 for i in range(32)])
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a})["out"]
+    want = np.full((64, 8), 0.5, np.float32)
+    for q in (0, 32):
+        for i in range(32):
+            if i != 3:
+                want[q + i] = a[q + (i + 1) % 32]
+    assert np.array_equal(got, want)
+
+
+def test_nc_matmul_accumulate_flag_of_a_loop_index_comparison(tmp_path):
+    """The NKI docs' hint, ``accumulate=(i > 0)`` in an affine_range loop: the comparison unrolls the loop,
+    each iteration's flag is a Python bool."""
+    lhsT, rhs = rand(384, 64), rand(384, 128)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+            for kk in nl.affine_range(3):
+                a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+                b = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[kk * 128:(kk + 1) * 128, :])
+                nisa.dma_copy(dst=b, src=rhs[kk * 128:(kk + 1) * 128, :])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(kk > 0))
+            res = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out, src=res)
+            return out
+    """, {"lhsT": lhsT, "rhs": rhs})["out"]
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-5, atol=1e-4)

@@ -1,0 +1,562 @@
+"""nl entries of both NKI generations: each traced from a small kernel written here, translated, run in the
+interpreter and compared with numpy (exactly where the lowering is exact)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+"""
+
+
+def run(tmp_path, body: str, specs: list[str], inputs: dict[str, np.ndarray], fn: str = "k") -> dict:
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    return run_klr(trace_file(path, fn, specs), inputs)
+
+
+def refused(tmp_path, body: str, specs: list[str], fn: str = "k") -> str:
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, fn, specs)
+    return str(e.value)
+
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, lo=-4.0, hi=4.0) -> np.ndarray:
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def test_ds_slices_with_loop_index_starts(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(a.shape[0] // 128):
+                for j in nl.affine_range(a.shape[1] // 32):
+                    t = nl.load(a[nl.ds(i * 128, 128), nl.ds(j * 32, 32)])
+                    nl.store(out[nl.ds(i * 128, 128), nl.ds(j * 32, 32)], value=nl.multiply(t, 2.0))
+            return out
+    """, ["f32[256,96]"], {"a": (a := rand(256, 96))})
+    assert np.array_equal(out["out"], a * 2)
+
+
+def test_ds_outside_the_tensor_is_refused_at_its_line(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(3):
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                nl.store(out[nl.ds(0, 128), :], value=t)
+            return out
+    """, ["f32[256,8]"])
+    assert "k.py:10" in msg and "outside axis 0" in msg
+
+
+def test_rounding_and_remainders_match_numpy_exactly(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            fl = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ce = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            tr = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            md = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            fm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(fl, nl.floor(x))
+            nl.store(ce, nl.ceil(x))
+            nl.store(tr, nl.trunc(x))
+            nl.store(md, nl.mod(x, 1.5))
+            nl.store(fm, nl.fmod(x, 1.5))
+            return fl, ce, tr, md, fm
+    """, ["f32[128,64]"], {"a": (a := np.concatenate([rand(128, 60), np.full((128, 4), -1e-10, np.float32)], 1))})
+    assert np.array_equal(out["fl"], np.floor(a)) and np.array_equal(out["ce"], np.ceil(a))
+    assert np.array_equal(out["tr"], np.trunc(a))
+    assert np.array_equal(out["md"], np.mod(a, np.float32(1.5)))
+    assert np.array_equal(out["fm"], np.fmod(a, np.float32(1.5)))
+
+
+def test_bitwise_and_shift_ops_on_integer_tiles(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o4 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o5 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o6 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            nl.store(o1, nl.bitwise_and(x, y))
+            nl.store(o2, nl.bitwise_or(x, 6))
+            nl.store(o3, nl.bitwise_xor(x, y))
+            nl.store(o4, nl.left_shift(x, 3))
+            nl.store(o5, nl.right_shift(x, 2))
+            nl.store(o6, nl.invert(x))
+            return o1, o2, o3, o4, o5, o6
+    """, ["i32[128,16]", "i32[128,16]"], {"a": (a := RNG.integers(-1000, 1000, (128, 16)).astype(np.int32)),
+                                         "b": (b := RNG.integers(-1000, 1000, (128, 16)).astype(np.int32))})
+    assert np.array_equal(out["o1"], a & b) and np.array_equal(out["o2"], a | 6)
+    assert np.array_equal(out["o3"], a ^ b) and np.array_equal(out["o4"], a << 3)
+    assert np.array_equal(out["o5"], a >> 2) and np.array_equal(out["o6"], ~a)
+
+
+def test_bitwise_ops_of_float_tiles_are_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = nl.bitwise_and(x, 3)
+            nl.store(a, y)
+    """, ["f32[128,16]"])
+    assert "k.py:9" in msg and "nl.bitwise_and of a float32 tile" in msg
+
+
+def test_logical_ops_and_abs_max(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            nl.store(o1, nl.logical_and(nl.greater(x, 0.0), nl.less(y, 0.0)))
+            nl.store(o2, nl.logical_not(nl.greater(x, 0.0)))
+            nl.store(o3, nl.abs_max(x, y))
+            return o1, o2, o3
+    """, ["f32[128,32]", "f32[128,32]"], {"a": (a := rand(128, 32)), "b": (b := rand(128, 32))})
+    assert np.array_equal(out["o1"], ((a > 0) & (b < 0)).astype(np.float32))
+    assert np.array_equal(out["o2"], (a <= 0).astype(np.float32))
+    assert np.array_equal(out["o3"], np.maximum(np.abs(a), np.abs(b)))
+
+
+@pytest.mark.parametrize("axis", [1, 2, (1, 2), (1, 3), 3])
+def test_reductions_over_any_free_axes(tmp_path, axis):
+    a = rand(64, 3, 5, 4)
+    out = run(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            m = nl.max(x, axis={axis!r}, keepdims=True)
+            s = nl.sum(x, axis={axis!r})
+            om = nl.ndarray(m.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            os_ = nl.ndarray(s.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(om, m)
+            nl.store(os_, s)
+            return om, os_
+    """, ["f32[64,3,5,4]"], {"a": a})
+    assert np.array_equal(out["om"], a.max(axis=axis, keepdims=True))
+    np.testing.assert_allclose(out["os_"], a.sum(axis=axis), rtol=1e-6, atol=1e-5)
+
+
+def test_var_softmax_rms_norm_all(tmp_path):
+    a, w = rand(128, 48), rand(128, 48)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, w):
+            ov = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+            osm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            orn = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            oa = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(ov, nl.var(x, axis=1))
+            nl.store(osm, nl.softmax(x, axis=1))
+            nl.store(orn, nl.rms_norm(x, nl.load(w), axis=1, n=48, epsilon=1e-5))
+            nl.store(oa, nl.all(nl.greater(x, -3.9), axis=1))
+            return ov, osm, orn, oa
+    """, ["f32[128,48]", "f32[128,48]"], {"a": a, "w": w})
+    d = a.astype(np.float64)
+    np.testing.assert_allclose(out["ov"][:, 0], d.var(axis=1), rtol=1e-5)
+    e = np.exp(d - d.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["osm"], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    rn = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(out["orn"], rn, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(out["oa"][:, 0], (a > -3.9).all(axis=1).astype(np.float32))
+
+
+def test_broadcast_to_function_and_expand_dims(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(row, col):
+            o1 = nl.ndarray((128, 64), dtype=row.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 64), dtype=row.dtype, buffer=nl.shared_hbm)
+            r = nl.load(row)
+            c = nl.load(col)
+            nl.store(o1, nl.broadcast_to(r, shape=(128, 64)))
+            nl.store(o2, nl.broadcast_to(c, (128, 64), dtype=nl.float32))
+            return o1, o2
+    """, ["f32[1,64]", "f32[128,1]"], {"row": (r := rand(1, 64)), "col": (c := rand(128, 1))})
+    assert np.array_equal(out["o1"], np.broadcast_to(r, (128, 64)))
+    assert np.array_equal(out["o2"], np.broadcast_to(c, (128, 64)))
+
+
+def test_shared_constant_and_identity(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+            oc = nl.ndarray((4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=a.dtype)
+            eye = nl.load(ident)
+            x = nl.load(a)
+            nl.store(out, nl.add(eye, nl.multiply(nl.shared_identity_matrix(128, dtype=nl.float32), x)))
+            tri = nl.shared_constant(np.triu(np.arange(24, dtype=np.float32).reshape(4, 6)))
+            nl.store(oc, nl.load(tri))
+            return out, oc
+    """, ["f32[128,128]"], {"a": (a := rand(128, 128))})
+    assert np.array_equal(out["out"], np.identity(128, dtype=np.float32) * (1 + a))
+    assert np.array_equal(out["oc"], np.triu(np.arange(24, dtype=np.float32).reshape(4, 6)))
+
+
+def test_load_transpose2d(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.load_transpose2d(a))
+            return out
+    """, ["f32[200,96]"], {"a": (a := rand(200, 96))})
+    assert np.array_equal(out["out"], a.T)
+
+
+def test_loop_reduce_accumulates_into_its_destination(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+            acc = nl.zeros((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            for i in nl.affine_range(a.shape[0] // 128):
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                acc[...] = nl.loop_reduce(t, op=np.max, loop_indices=[i], name="m")
+            nl.store(out, acc)
+            return out
+    """, ["f32[512,32]"], {"a": (a := rand(512, 32, lo=0.0))})
+    assert np.array_equal(out["out"], a.reshape(4, 128, 32).max(axis=0))
+
+
+def test_loop_reduce_used_as_a_tile_is_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.load(a)
+            r = nl.loop_reduce(t, op=np.add, loop_indices=[])
+            nl.store(a, nl.exp(r))
+    """, ["f32[128,32]"])
+    assert "k.py:10" in msg and "LoopReduce" in msg
+
+
+def test_nki2_ndarray_views_ap_and_fori_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+            # rows 0..127 of a, every other column, through an explicit access pattern
+            nl.store(out[:, 0:32], nl.load(a.ap([[128, 128], [2, 32]], offset=1)))
+            def body(j):
+                col = nl.load(a.ap([[128, 128], [1, 1]], scalar_offset=j, indirect_dim=1))
+                nl.store(out.ap([[64, 128], [1, 1]], offset=32, scalar_offset=j, indirect_dim=1), col)
+            nl.fori_loop(0, 32, body)
+            return out
+    """, ["f32[128,128]"], {"a": (a := rand(128, 128))})
+    assert np.array_equal(out["out"][:, :32], a[:, 1:64:2])
+    assert np.array_equal(out["out"][:, 32:], a[:, :32])
+
+
+def test_nki2_view_methods(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)                          # [128, 24]
+            y = x.reshape_dim(1, (6, 4)).permute((0, 2, 1))
+            nl.store(out, nl.copy(y))
+            z = x.reshape((128, 4, 6)).select(1, 2)
+            nl.store(o2, nl.exp(z))
+            return out, o2
+    """, ["f32[128,24]"], {"a": (a := rand(128, 24))})
+    assert np.array_equal(out["out"], a.reshape(128, 6, 4).transpose(0, 2, 1))
+    assert np.allclose(out["o2"], np.exp(a.reshape(128, 4, 6)[:, 2]), rtol=1e-6)
+
+
+def test_spmd_dim_nc_and_no_reorder(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            i = nl.program_id(0)
+            with nl.no_reorder():
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                nl.store(out[nl.ds(i * 128, 128), :], nl.add(t, 1.0))
+            return out
+    """))
+    from tusk.frontend.nki import language as nl
+    data = trace_file(path, "k", ["f32[512,8]"], (nl.spmd_dim(nl.nc(2), 2),))
+    a = rand(512, 8)
+    assert np.array_equal(run_klr(data, {"a": a})["out"], a + 1)
+
+
+def test_unknown_keywords_are_named(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.load(a)
+            nl.store(a, nl.exp(t, dtyp=nl.float32))
+    """, ["f32[128,8]"])
+    assert "k.py:9" in msg and "dtyp=" in msg
+
+
+def test_while_loop_and_packed_dtypes_are_refused_by_name(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            nl.while_loop(None, lambda r: r)
+    """, ["f32[128,8]"])
+    assert "k.py:8" in msg and "nl.while_loop" in msg
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.ndarray((128, 8), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+    """, ["f32[128,8]"])
+    assert "k.py:8" in msg and "float4_e2m1fn_x4" in msg
+
+
+def test_partition_and_free_broadcasts_in_binary_ops(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, row, one, col):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o4 = nl.ndarray((128, 3, 40), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            r = nl.load(row)
+            nl.store(o1, nl.add(x, r))
+            nl.store(o2, nl.multiply(x, nl.load(one)))
+            nl.store(o3, nl.subtract(nl.load(col), r))
+            strided = nl.load(a[0:1, 0:80])[:, 0:80:2]
+            nl.store(o4, nl.broadcast_to(nl.expand_dims(strided, 1), (128, 3, 40)))
+            return o1, o2, o3, o4
+    """, ["f32[128,600]", "f32[1,600]", "f32[1,1]", "f32[128,1]"],
+        {"a": (a := rand(128, 600)), "row": (r := rand(1, 600)), "one": (o := rand(1, 1)), "col": (c := rand(128, 1))})
+    assert np.array_equal(out["o1"], a + r) and np.array_equal(out["o2"], a * o)
+    assert np.array_equal(out["o3"], c - r)
+    assert np.array_equal(out["o4"], np.broadcast_to(a[0:1, 0:80:2][:, None, :], (128, 3, 40)))
+
+
+def test_indirect_load_and_store_through_an_index_tile(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(data, idx):
+            out = nl.ndarray((64, 512), dtype=data.dtype, buffer=nl.shared_hbm)
+            scattered = nl.ndarray((128, 512), dtype=data.dtype, buffer=nl.shared_hbm)
+            i_p = nl.arange(64)[:, None]
+            i_f = nl.arange(512)[None, :]
+            ix = nl.load(idx[i_p])
+            rows = nl.load(data[ix[i_p, 0], i_f])
+            nl.store(out, rows)
+            nl.store(scattered, nl.zeros((128, 512), dtype=data.dtype))
+            nl.store(scattered[ix, i_f], nl.exp(rows))
+            return out, scattered
+    """, ["f32[128,512]", "i32[64]"], {"data": (d := rand(128, 512)), "idx": (ix := RNG.permutation(128)[:64].astype(np.int32))})
+    assert np.array_equal(out["out"], d[ix])
+    want = np.zeros((128, 512), np.float32)
+    want[ix] = np.exp(d[ix])
+    np.testing.assert_allclose(out["scattered"], want, rtol=1e-6)
+
+
+def test_modulo_of_a_loop_index_unrolls_that_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(4):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                nl.store(out[nl.ds(i * 32, 32), :], nl.multiply(t, float(i % 2 + 1)))
+            return out
+    """, ["f32[128,16]"], {"a": (a := rand(128, 16))})
+    scale = np.repeat(np.array([1, 2, 1, 2], np.float32), 32)[:, None]
+    assert np.array_equal(out["out"], a * scale)
+
+
+def test_where_selects_exactly_even_with_infinities(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            y = nl.load(b)
+            c = nl.greater(x, 0.0)
+            nl.store(o1, nl.where(c, x, y))
+            nl.store(o2, nl.where(c, -np.inf, x))
+            return o1, o2
+    """, ["f32[128,32]", "f32[128,32]"],
+        {"a": (a := rand(128, 32)), "b": (b := np.where(rand(128, 32) > 0, np.inf, 1.0).astype(np.float32))})
+    assert np.array_equal(out["o1"], np.where(a > 0, a, b))
+    assert np.array_equal(out["o2"], np.where(a > 0, -np.inf, a))
+
+
+def test_rand_is_uniform_and_repeats_after_the_same_seed(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            o1 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            o3 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            seed = nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf)
+            nl.random_seed(seed)
+            nl.store(o1, nl.rand((128, 256), dtype=nl.float32))
+            nl.random_seed(seed)
+            nl.store(o2, nl.rand((128, 256), dtype=nl.float32))
+            nl.store(o3, nl.dropout(nl.load(a), rate=0.25))
+            return o1, o2, o3
+    """, ["f32[128,256]"], {"a": (a := rand(128, 256, lo=1.0, hi=2.0))})
+    r1, r2, d = out["o1"], out["o2"], out["o3"]
+    assert np.array_equal(r1, r2) and r1.min() >= 0 and r1.max() < 1 and abs(r1.mean() - 0.5) < 0.01
+    kept = d != 0
+    assert np.array_equal(d[kept], a[kept]) and abs(1 - kept.mean() - 0.25) < 0.01
+
+
+def test_masks_on_a_flattened_index_keep_whole_rows(tmp_path):
+    body = """
+        @nki.jit
+        def k(a, n):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ix = nl.arange(128)[:, None]
+            iy = nl.arange(64)[None, :]
+            for i in nl.affine_range(4):
+                nl.store(out[i, ix, iy], value=nl.zeros((128, 64), dtype=a.dtype))  # every element is written
+            for i in nl.affine_range(4):
+                flat = i * 128 * 64 + 64 * ix + iy
+                t = nl.load(a[i, ix, iy], mask=flat < n.shape[0])
+                nl.store(out[i, ix, iy], value=nl.add(t, 1.0), mask=flat < n.shape[0])
+            return out
+    """
+    a = rand(4, 128, 64)
+    got = run(tmp_path, body, ["f32[4,128,64]", f"u8[{4 * 128 * 64}]"], {"a": a, "n": np.zeros(4 * 128 * 64, np.uint8)})
+    assert np.array_equal(got["out"], a + 1)
+    path = tmp_path / "k.py"
+    data = trace_file(path, "k", ["f32[4,128,64]", f"u8[{2 * 128 * 64 + 64 * 10}]"])  # 2 tiles and 10 rows
+    got = run_klr(data, {"a": a, "n": np.zeros(2 * 128 * 64 + 640, np.uint8)})["out"]
+    want = np.zeros_like(a)
+    want[:2], want[2, :10] = a[:2] + 1, a[2, :10] + 1
+    assert np.array_equal(got, want)
+    msg = refused(tmp_path, body, ["f32[4,128,64]", "u8[100]"])
+    assert "k.py:15" in msg and "cuts row 1 of axis 0 part way" in msg
+
+
+def test_a_one_axis_column_broadcasts_along_the_free_axis(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            s = nisa.tensor_reduce(np.add, data=nl.load(a), axis=(1,))
+            nl.store(out, (1.0 / s).broadcast_to(a.shape))
+            return out
+    """, ["f32[128,40]"], {"a": (a := rand(128, 40, lo=0.5, hi=1.0))})
+    assert np.allclose(out["out"], np.broadcast_to(1.0 / a.sum(axis=1, keepdims=True), a.shape), rtol=1e-6)
+
+
+def test_finfo_iinfo_and_numpy_int_loop_bounds(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            n = np.int64(a.shape[0]) // 32
+            for i in nl.sequential_range(n):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                lo = nl.full((32, 8), nl.finfo(nl.float32).min, dtype=nl.float32, buffer=nl.sbuf)
+                hi = nl.full((32, 8), nl.iinfo(nl.int16).max, dtype=nl.float32, buffer=nl.sbuf)
+                nl.store(out[nl.ds(i * 32, 32), :], nl.minimum(nl.maximum(t, lo), hi))
+            return out
+    """, ["f32[128,8]"], {"a": (a := rand(128, 8) * np.float32(1e5))})
+    assert np.array_equal(out["out"], np.minimum(a, np.float32(32767)))
+
+
+def test_size_one_free_axes_broadcast_numpy_style(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((128, 8, 3, 3), dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.equal(nl.load(a), nl.load(b)))
+            return out
+    """, ["f32[128,8,1,1]", "f32[128,8,3,3]"],
+        {"a": (a := RNG.integers(0, 3, (128, 8, 1, 1)).astype(np.float32)),
+         "b": (b := RNG.integers(0, 3, (128, 8, 3, 3)).astype(np.float32))})
+    assert np.array_equal(out["out"], (a == b).astype(np.float32))
+
+
+def test_an_if_on_a_loop_index_unrolls_that_loop(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range(4):
+                t = nl.load(a[nl.ds(i * 32, 32), :])
+                if i == 0 or i >= 3:
+                    t = nl.exp(t)
+                nl.store(out[nl.ds(i * 32, 32), :], t)
+            return out
+    """, ["f32[128,16]"], {"a": (a := rand(128, 16))})
+    want = a.copy()
+    want[:32], want[96:] = np.exp(a[:32]), np.exp(a[96:])
+    np.testing.assert_allclose(out["out"], want, rtol=1e-6)
+
+
+def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path):
+    msg = refused(tmp_path, """
+        ACTS = {"gelu_s": nl.gelu_apprx_sigmoid, "silu_dx": nl.silu_dx}
+
+        class Cfg(nl.NKIObject):
+            pass
+
+        @nki.jit
+        def k(a):
+            assert Cfg(x=3).x == 3 and nl.bool == nl.uint8
+            nl.store(a, ACTS["silu_dx"](nl.load(a)))
+    """, ["f32[128,8]"])
+    assert "k.py:14" in msg and "nl.silu_dx" in msg
+
+
+def test_like_constructors_and_more_view_methods(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            o1 = nl.ndarray((128, 24), dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 4, 6), dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray((128, 5, 24), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)                                      # [128, 4, 6]
+            assert nl.is_hbm(a.buffer) and nl.is_sbuf(x.buffer) and x.get_pattern() == [[24, 128], [6, 4], [1, 6]]
+            flat = x.flatten_dims(1, 2)                         # [128, 24]
+            e = nl.empty_like(flat)
+            e[...] = nl.add(flat, nl.ones_like(flat))
+            nl.store(o1, e)
+            part = nl.full_like(x, 2.0)
+            nl.store(o2, nl.multiply(part, x.slice(2, 0, 6)))
+            rep = flat.expand_dim(1).broadcast(1, 5)            # [128, 5, 24], stride 0
+            nl.store(o3, nl.copy(rep))
+            assert flat.expand_dim(1).squeeze_dim(1).shape == (128, 24)
+            return o1, o2, o3
+    """, ["f32[128,4,6]"], {"a": (a := rand(128, 4, 6))})
+    assert np.array_equal(out["o1"], a.reshape(128, 24) + 1)
+    assert np.array_equal(out["o2"], a * 2)
+    assert np.array_equal(out["o3"], np.broadcast_to(a.reshape(128, 1, 24), (128, 5, 24)))
