@@ -38,11 +38,9 @@ def kernels(tmp_path):
 
 
 def _scratch_copy(dest: Path) -> Path:
-    """The installed layout (tusk/ir, tusk/stages, ...) of this checkout, as a directory for PYTHONPATH."""
-    pkg = dest / "tusk"
-    shutil.copytree(ROOT / "tusk", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    for sub in ("ir", "stages", "sim", "workflows", "cache", "examples"):
-        shutil.copytree(ROOT / sub, pkg / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    """The installed layout (tusk/ir, tusk/stages, ...: the links followed) of this checkout, as a
+    directory for PYTHONPATH."""
+    shutil.copytree(ROOT / "tusk", dest / "tusk", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 

@@ -274,7 +274,7 @@ def test_objects_are_zarr_v3_groups_that_zarr_itself_reads(store, monkeypatch, t
     for key in large:
         ours = root["f0"][key]
         assert np.array_equal(ours[...], arrays[key])
-        ref = zarr.open_group(tmp_path / "ref", mode="a").create_array(
+        zarr.open_group(tmp_path / "ref", mode="a").create_array(
             key, shape=ours.shape, dtype=ours.dtype, chunks=ours.chunks, compressors=objects_mod._compressors())
         with open(os.path.join(store.object_path(h), "f0", key, "zarr.json")) as fh:
             mine = json.load(fh)

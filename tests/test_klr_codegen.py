@@ -69,7 +69,7 @@ def test_placements_become_memory_locations():
 
 def test_views_of_one_dram_region_share_one_memory_location():
     k = KernelWriter("k")
-    x = k.input("x", (128, 64))
+    k.input("x", (128, 64))
     view = k.tensor("x_flat", (64, 128), memory="hbm", region="x")  # a reshape of the input
     t = k.sbuf("t", (64, 128), addr=0)
     k.dma(t, view)
