@@ -294,7 +294,7 @@ class View:
     def reshape(self, shape: Any) -> View:
         """The same elements with another shape, row-major; on chip the partition axis stays."""
         from tusk.frontend.tracer import as_shape
-        shape = as_shape(_with_inferred(shape if isinstance(shape, (tuple, list)) else (shape,), self.elements))
+        shape = as_shape(_with_inferred(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), self.elements))
         if math.prod(shape) != self.elements:
             raise unsupported(f"reshaping a {list(self.shape)} view to {list(shape)} (same element count)")
         keep = 1 if self.tensor.on_chip else 0
