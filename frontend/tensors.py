@@ -294,7 +294,7 @@ class View:
     def reshape(self, shape: Any) -> View:
         """The same elements with another shape, row-major; on chip the partition axis stays."""
         from tusk.frontend.tracer import as_shape
-        shape = as_shape(_with_inferred(shape if isinstance(shape, (tuple, list)) else (shape,), self.elements))
+        shape = as_shape(_with_inferred(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), self.elements))
         if math.prod(shape) != self.elements:
             raise unsupported(f"reshaping a {list(self.shape)} view to {list(shape)} (same element count)")
         keep = 1 if self.tensor.on_chip else 0
@@ -353,7 +353,7 @@ class View:
         if scalar_offset is not None:
             if isinstance(scalar_offset, (View, Tensor)):
                 raise unsupported("ap(scalar_offset=<a tile>) (an offset read at run time)")
-            if not 0 <= int(indirect_dim) < self.ndim:
+            if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:
                 raise unsupported(f"ap(indirect_dim={indirect_dim}) of a {self.ndim}-axis view")
             base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
         v = View(self.tensor, base, dims, ())
@@ -382,7 +382,7 @@ class View:
 
     def permute(self, dims: Any) -> View:
         """The axes reordered (on chip the partition axis stays first): no data moves."""
-        order = tuple(int(d) for d in dims)
+        order = tuple(_int(d, f"permute({dims!r})") for d in (dims if isinstance(dims, (tuple, list)) else ()))
         if sorted(order) != list(range(self.ndim)):
             raise unsupported(f"permute({dims!r}) of a {self.ndim}-axis view")
         if self.tensor.on_chip and order[0] != 0:
@@ -396,7 +396,10 @@ class View:
         if self.shape[dim] != 1:
             raise unsupported(f"broadcast({dim}, {size}) of an axis of size {self.shape[dim]} (size 1 only)")
         dims = list(self.dims)
-        dims[dim] = (0, int(size))
+        size = _int(size, "broadcast")
+        if size <= 0:
+            raise unsupported(f"broadcast({dim}, {size}) (a positive size)")
+        dims[dim] = (0, size)
         return View(self.tensor, self.offset, tuple(dims), self._axes())
 
     def expand_dim(self, dim: int) -> View:
@@ -418,7 +421,7 @@ class View:
         """One axis split into ``shape`` (one -1 inferred)."""
         dim = self._dim(dim, "reshape_dim")
         st, n = self.dims[dim]
-        shape = _with_inferred(tuple(shape), n)
+        shape = _with_inferred(tuple(_int(d, "reshape_dim") for d in shape), n)
         if math.prod(shape) != n:
             raise unsupported(f"reshape_dim({dim}, {tuple(shape)}) of an axis of size {n}")
         new = tuple((st * math.prod(shape[k + 1:]), c) for k, c in enumerate(shape))
@@ -429,7 +432,7 @@ class View:
     def flatten_dims(self, start_dim: int, end_dim: int) -> View:
         """Contiguous axes ``start_dim..end_dim`` merged into one."""
         a = self._dim(start_dim, "flatten_dims")
-        b = int(end_dim) % self.ndim
+        b = _int(end_dim, "flatten_dims") % self.ndim
         merged = merge_contiguous(self.dims[a:b + 1]) if a <= b else None
         if merged is None:
             raise unsupported(f"flatten_dims({start_dim}, {end_dim}) of dims that are not contiguous")
@@ -439,7 +442,7 @@ class View:
 
     def slice(self, dim: int, start: Any, end: Any, step: int = 1) -> View:
         """``t[..., start:end:step, ...]`` on axis ``dim``."""
-        if not 0 <= int(dim) < self.ndim:
+        if not 0 <= _int(dim, "slice") < self.ndim:
             raise unsupported(f"slice({dim}, ...) of a {self.ndim}-axis view")
         return self[(slice(None),) * int(dim) + (slice(start, end, step),)]
 
@@ -447,7 +450,7 @@ class View:
         """``t[..., index, ...]`` on axis ``dim`` (an int or loop index)."""
         if isinstance(index, (View, Tensor)):
             raise unsupported("select(dim, <a tile>) (an index read at run time)")
-        if not 0 <= int(dim) < self.ndim:
+        if not 0 <= _int(dim, "select") < self.ndim:
             raise unsupported(f"select({dim}, ...) of a {self.ndim}-axis view")
         return self[(slice(None),) * int(dim) + (index,)]
 
@@ -557,6 +560,13 @@ def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:
             raise unsupported(f"slice {s}:{e} is outside an axis of size {n}")
         return Affine(s), Affine(e), step
     return start, stop, step
+
+
+def _int(v: Any, what: str) -> int:
+    """A Python int argument of a view method (a kernel's mistake otherwise, named)."""
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise unsupported(f"{what} argument {v!r} (an int)")
+    return int(v.__index__())
 
 
 def merge_contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:

@@ -560,3 +560,26 @@ def test_like_constructors_and_more_view_methods(tmp_path):
     assert np.array_equal(out["o1"], a.reshape(128, 24) + 1)
     assert np.array_equal(out["o2"], a * 2)
     assert np.array_equal(out["o3"], np.broadcast_to(a.reshape(128, 1, 24), (128, 5, 24)))
+
+
+@pytest.mark.parametrize("call", [
+    "nl.ds(0, 'x')", "nl.ds(0, -3)", "x.ap('bad')", "x.ap([[1, 0]])", "x.ap([[1, 128], [1, 9999]])",
+    "x.ap([[8, 128], [1, 8]], dtype=nl.int8)", "x.permute((1, 0))", "x.permute('ab')", "x.broadcast(1, 4)",
+    "x.reshape_dim(1, (3, 5))", "x.flatten_dims(0, 1)", "x.select(1, x)", "x.reshape((64, 16))",
+    "nl.shared_constant(np.array(['a']))", "nl.shared_constant(np.zeros((0, 3)))", "nl.shared_constant(object())",
+    "nl.shared_identity_matrix(300)", "nl.load_transpose2d(x)", "nl.loop_reduce(x, np.add, [])(1)",
+    "nl.fori_loop(0, 4, 5)", "nl.fori_loop(0, x, lambda i: None)", "nl.left_shift(nl.copy(x, dtype=nl.int32), 1.5)",
+    "nl.rms_norm(x, x, axis=1, n=0)", "nl.softmax(x, axis=0)", "nl.var(x, axis=(0, 1))", "nl.finfo(nl.int32)",
+    "x.slice('a', 0, 2)", "x.reshape_dim(1, ('a', 2))", "x.broadcast(1, 'b')", "x.ap([[1, 8]], indirect_dim='z', scalar_offset=0)",
+    "nl.iinfo(nl.float32)", "nl.where(x, x, x, colour=1)", "nl.broadcast_to(x, (128, 3))", "a[x, 0:8]",
+    "nl.load(a[nl.copy(x, dtype=nl.int32), :])", "nl.random_seed(x)", "nl.dropout(x, rate=x)",
+])
+def test_hostile_nl_calls_are_refused_at_their_line(tmp_path, call):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = {call}
+            nl.store(a, x)
+    """, ["f32[128,8]"])
+    assert "k.py:9" in msg, msg

@@ -736,8 +736,9 @@ def device_print(*_: Any, **__: Any) -> None:
     return
 
 
-from tusk.frontend.nki.nl_math import *
-from tusk.frontend.nki.nl_memory import *
+# the rest of the nl API (those modules use the helpers above, so they are imported last)
+from tusk.frontend.nki.nl_math import *  # noqa: E402, F403
+from tusk.frontend.nki.nl_memory import *  # noqa: E402, F403
 
 
 def __getattr__(name: str) -> Any:

@@ -100,7 +100,7 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None, buffer: Any = None, na
 
 
 # ---------------------------------------------------------------------------- constants
-def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = nl.uint8, dst: Any = None, **kw: Any) -> View:
+def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = "uint8", dst: Any = None, **kw: Any) -> View:
     """An [n, n] identity tile: ``iota(p - j)`` compared with 0."""
     nl._no_keywords("nl.shared_identity_matrix", kw)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= PARTITIONS:
@@ -151,15 +151,15 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
                 if row[c] == common:
                     c += 1
                     continue
-                e = c + 1
-                while e < row.size and row[e] == row[c]:
-                    e += 1
+                end = c + 1
+                while end < row.size and row[end] == row[c]:
+                    end += 1
                 runs += 1
                 if runs > MAX_CONSTANT_RUNS:
                     raise unsupported(f"nl.shared_constant of a {list(data.shape)} array with more than "
                                       f"{MAX_CONSTANT_RUNS} runs of values (pass it as a kernel input)")
-                nl._memset(tile[p:p + 1, c:e], int(row[c]) if integral else float(row[c]))
-                c = e
+                nl._memset(tile[p:p + 1, c:end], int(row[c]) if integral else float(row[c]))
+                c = end
         flat = View(hbm, nl.Affine(r0 * rows.shape[1]), ((rows.shape[1], block.shape[0]), (1, rows.shape[1])))
         tr.op("dma", (tile,), (flat,), dst=flat, src=tile)
     return hbm._user_view()
@@ -263,7 +263,7 @@ def is_sbuf(buffer: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- random numbers
-def rand(shape: Any, dtype: Any = nl.float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+def rand(shape: Any, dtype: Any = "float32", buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
     """Uniform values in [0, 1) (KLR ``rand2``; the interpreter's generator is seeded by nl.random_seed)."""
     nl._no_keywords("nl.rand", kw)
     nl._needs_back_half("rand2", "nl.rand")
