@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import linecache
 import math
 import os
 import runpy
@@ -56,6 +57,7 @@ def load_kernel(path: str | Path, function: str | None,
     if ki is None:
         with kernel_imports(path) as own:
             return load_kernel(path, function, own)
+    linecache.cache.pop(str(path), None)  # a relative name may be another directory's file of a former trace
     try:
         namespace = _execute(path, ki)
     except TraceError as e:
