@@ -24,6 +24,7 @@ DTYPES: dict[str, str] = {
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9][0-9\s,]*)\]\s*$")
 MAX_ELEMENTS = 1 << 34  # 16 Gi elements: far beyond any HBM tensor, and it keeps sizes in int64
+_MAX_DIGITS = 18  # a dimension past int64 is refused before int() (which raises past 4,300 digits)
 
 
 @dataclass(frozen=True)
@@ -41,22 +42,33 @@ def parse_tensor_spec(text: str) -> TensorSpec:
     """``f32[128,512]`` -> TensorSpec('float32', (128, 512)); a UsageError says what is wrong."""
     if isinstance(text, TensorSpec):
         return text
+    shown = _shown(str(text))
     m = _SPEC.match(str(text))
     if not m:
-        raise UsageError(f"input spec {text!r}: expected DTYPE[D0,D1,...], e.g. f32[128,512]")
+        raise UsageError(f"input spec {shown}: expected DTYPE[D0,D1,...], e.g. f32[128,512]")
     name, dims = m.group(1).lower(), m.group(2)
     if name not in DTYPES:
-        raise UsageError(f"input spec {text!r}: unknown dtype {m.group(1)!r} "
+        raise UsageError(f"input spec {shown}: unknown dtype {m.group(1)!r} "
                          f"(one of {', '.join(sorted(set(DTYPES.values())))})")
     parts = [p.strip() for p in dims.split(",")]
     if any(not p for p in parts):
-        raise UsageError(f"input spec {text!r}: an empty dimension")
+        raise UsageError(f"input spec {shown}: an empty dimension")
+    if any(not p.isdigit() for p in parts):
+        raise UsageError(f"input spec {shown}: dimensions are separated by commas, e.g. f32[128,512]")
+    if any(len(p.lstrip("0")) > _MAX_DIGITS for p in parts):
+        raise UsageError(f"input spec {shown}: a dimension of more than {_MAX_DIGITS} digits "
+                         f"(at most {MAX_ELEMENTS} elements in all)")
     shape = tuple(int(p) for p in parts)
     if any(d <= 0 for d in shape):
-        raise UsageError(f"input spec {text!r}: every dimension must be at least 1")
+        raise UsageError(f"input spec {shown}: every dimension must be at least 1")
     total = 1
     for d in shape:
         total *= d
     if total > MAX_ELEMENTS:
-        raise UsageError(f"input spec {text!r}: {total} elements is more than Tusk traces ({MAX_ELEMENTS})")
+        raise UsageError(f"input spec {shown}: {total} elements is more than Tusk traces ({MAX_ELEMENTS})")
     return TensorSpec(DTYPES[name], shape)
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """The spec as an error message quotes it: a hostile 5,000-digit spec is cut, not echoed whole."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"

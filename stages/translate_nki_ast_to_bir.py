@@ -359,8 +359,10 @@ def _find_const(rel: str, kernel_dir: str, const_dir: str = "") -> str:
             return rel
         raise PassError(f"const file {rel} does not exist")
     p = safe_join(kernel_dir, rel, "const file name", "the kernel file's directory")
-    if os.path.exists(p):
+    if os.path.isfile(p):
         return p
+    if os.path.exists(p):  # a device or FIFO would be read forever
+        raise PassError(f"refusing const file {rel}: {p} is not a regular file")
     raise PassError(f"const file {rel} does not exist (looked for {p})")
 
 

@@ -381,3 +381,50 @@ def test_set_on_a_pass_that_is_not_available_warns(tmp_path, monkeypatch):
     k = copy_examples(tmp_path / "k", "tensor_add.klr")
     code, rep, _ = tusk(str(k), "-o", str(tmp_path / "out"), "--set", "address_rotation_psum.x=1")
     assert code == 0 and any("address_rotation_psum" in w and "not available" in w for w in rep["warnings"])
+
+
+def _const_kernel(d: Path, name: str, const_path: str) -> None:
+    b = Builder("main")
+    w = b.dram("w", (128, 4), kind="Const", const_path=const_path)
+    y = b.dram("y", (128, 4), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 4), addr=0)
+    b.dma(t.ap(), w.ap())
+    b.dma(y.ap(), t.ap())
+    bir_json.save(b.module(), d / f"{name}.json")
+
+
+def test_a_cache_hit_does_not_skip_the_const_file_confinement(tmp_path, translate_only):
+    d, outside = tmp_path / "k", tmp_path / "outside"
+    d.mkdir()
+    outside.mkdir()
+    np.save(d / "w.npy", np.ones((128, 4), np.float32))
+    _const_kernel(d, "kc", "w.npy")
+    code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--pipeline", translate_only)
+    assert code == 0, rep["failed"]
+    shutil.move(d / "w.npy", outside / "w.npy")  # the same bytes, now reached through a link out
+    (d / "w.npy").symlink_to(outside / "w.npy")
+    for extra in ((), ("--no-cache",)):
+        code, rep, _ = tusk(str(d), "-o", str(tmp_path / "out"), "--pipeline", translate_only, *extra)
+        assert code == 1 and "resolves outside the kernel file's directory" in errors(rep)["kc"], rep
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_a_const_file_that_never_ends_is_refused_before_a_byte_is_read(tmp_path, special):
+    import subprocess
+    import sys
+
+    d = tmp_path / "k"
+    d.mkdir()
+    if special == "fifo":
+        os.mkfifo(d / "w.npy")
+        _const_kernel(d, "kc", "w.npy")
+    else:
+        _const_kernel(d, "kc", "/dev/zero")
+    copy_examples(d, "tiled_add.json")
+    proc = subprocess.run([sys.executable, "-m", "tusk", "compile", str(d), "-o", str(tmp_path / "out"), "--workers",
+                           "0", "--json", "--no-report", "--cache-dir", str(tmp_path / "cache2")],
+                          capture_output=True, text=True, timeout=120)
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == 1, proc.stderr
+    assert "refusing const file" in errors(rep)["kc"], rep["failed"]
+    assert (tmp_path / "out" / "tiled_add" / "tiled_add.bir.json").is_file()  # the other kernel is built

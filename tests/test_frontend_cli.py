@@ -98,6 +98,8 @@ def test_trace_without_a_function_and_without_o_writes_function_klr_here(tmp_pat
     ((), ["f33[128,512]", "f32[128,512]"], "f33"),
     ((), ["f32[128,0]", "f32[128,512]"], "f32[128,0]"),
     ((), ["f32(128)", "f32[128,512]"], "f32(128)"),
+    ((), ["f32[" + "9" * 5000 + "]", "f32[128,512]"], "more than 18 digits"),  # int() itself raises past 4300
+    ((), ["f32[12 8]", "f32[128,512]"], "separated by commas"),
     (("--grid", "2,x"), INPUTS, "--grid"),
     (("--grid", "0"), INPUTS, "--grid"),
     (("--arg", "eps"), INPUTS, "--arg 'eps': expected NAME=VALUE"),
@@ -163,6 +165,7 @@ def _toml(v) -> str:
     (toml_kernel(inputs="f32[128,512]"), "kernels.tadd.inputs"),
     (toml_kernel(inputs=[128]), "kernels.tadd.inputs[0]"),
     (toml_kernel(inputs=["f32[128,512]", "f99[1]"]), "kernels.tadd.inputs[1]"),
+    (toml_kernel(inputs=["f32[128,512]", "f32[" + "7" * 5000 + "]"]), "kernels.tadd.inputs[1]"),
     ('[kernels.tadd]\nfile = "add.py"\n', "kernels.tadd.inputs"),
     (toml_kernel(grid="2"), "kernels.tadd.grid"),
     (toml_kernel(grid=[2, 0]), "kernels.tadd.grid"),

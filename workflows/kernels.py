@@ -50,6 +50,7 @@ where those names lead is decided per file, after the memo.
 from __future__ import annotations
 
 import os
+import stat
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,7 +253,7 @@ def _refs(k: Kernel, info: dict[str, Any], store) -> list[str]:
     from tusk.cache.keys import file_digest
 
     if k.fmt != "host":
-        return sorted({_beside(r, k.path) for r in info["refs"]})
+        return sorted({_checked_const(r, k.path) for r in info["refs"]})
     refs: set[str] = set()
     art = info.get("art") or ""
     if art and not os.path.isabs(art):
@@ -269,8 +270,41 @@ def _refs(k: Kernel, info: dict[str, Any], store) -> list[str]:
             inner = _interface(Path(found), "klr" if _is_klr_file(found) else "json", file_digest(found), store)
         except TuskError:
             continue  # translate reports it, naming the file
-        refs.update(_beside(r, Path(found)) for r in inner.get("refs", ()) if inner.get("fmt") in ("klr", "bir"))
+        refs.update(_checked_const(r, Path(found)) for r in inner.get("refs", ()) if inner.get("fmt") in ("klr", "bir"))
     return sorted(refs)
+
+
+MAX_CONST_BYTES = 1 << 36  # 64 GiB: past any device's HBM; a larger "const file" is a mistake or an attack
+
+
+def _checked_const(written: str, kernel_path: Path) -> str:
+    """The path of a const file kernel ``kernel_path`` names, checked before any byte of it is read (its
+    digest is part of the build's keys, so it is read before the cache is asked, let alone translate runs):
+
+    * a name written relative that resolves outside the kernel file's directory (``..``, a symbolic link
+      out) is refused here, as translate refuses it -- a cache hit must not skip that rule;
+    * a device, FIFO or directory (``/dev/zero`` never ends) and a file past MAX_CONST_BYTES are refused.
+
+    A missing file stays a name (its digest is "missing"; translate reports it).
+    """
+    path = _beside(written, kernel_path)
+    if not os.path.isabs(written):
+        base = os.path.realpath(kernel_path.parent)
+        real = os.path.realpath(path)
+        if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+            raise TuskError(f"refusing const file {written!r}: {path} resolves outside the kernel file's "
+                            f"directory {kernel_path.parent}", file=str(kernel_path))
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        raise TuskError(f"refusing const file {written!r}: {path} is not a regular file (a device, FIFO or "
+                        "directory)", file=str(kernel_path))
+    if st.st_size > MAX_CONST_BYTES:
+        raise TuskError(f"refusing const file {written!r}: {path} is {st.st_size} bytes (at most "
+                        f"{MAX_CONST_BYTES})", file=str(kernel_path))
+    return path
 
 
 def _placeholder_file(written: str, module_path: Path, art: str) -> str | None:
