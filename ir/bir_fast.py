@@ -58,6 +58,7 @@ def write_blocks(fn: Function, render: Any, out: Any) -> None:
     loops = np.asarray(sorted(children), dtype=np.int64)
     bcol = fn.insts["block"]
     writer = _Templates(fn, render)
+    at = getattr(out, "at", lambda row: True)
 
     def next_row(b: int, lo: int, hi: int) -> int:
         """The first row of block ``b`` in [lo, hi), else hi."""
@@ -83,12 +84,14 @@ def write_blocks(fn: Function, render: Any, out: Any) -> None:
                 i = int(lp[0])
                 rows = rows[rows < i]
             if len(rows):
-                out.write(b"\n" if first else b",\n")
-                writer.write_run(rows, out)
+                if at(int(rows[0])):  # a part renders only the runs that start in it
+                    out.write(b"\n" if first else b",\n")
+                    writer.write_run(rows, out)
                 first = False
             if not len(lp):
                 w = e
                 continue
+            at(i)
             out.write(b"\n" if first else b",\n")
             first = False
             d = render.inst(i)
