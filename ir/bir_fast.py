@@ -36,6 +36,7 @@ from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module, _ranges, split_clone_name
 
 CHUNK = 16384          # instructions rendered at once
+_MISSING = object()
 MIN_GROUP = 6          # smaller groups are rendered one by one
 _SEP = b",\n"
 
@@ -187,10 +188,10 @@ def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
 
 
 class _Template:
-    __slots__ = ("parts", "slots", "const_len")
+    __slots__ = ("const_len", "parts", "slots")
 
     def __init__(self, parts: list[bytes], slots: list[tuple[str, int]]):
-        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+        self.parts = parts
         self.slots = slots
         self.const_len = sum(len(p) for p in parts)
 
@@ -199,17 +200,16 @@ class _Layout:
     """A template as one chunk spells it: constant slots spelled in, the others ("pad": right-aligned in a
     field of fixed width; "var": as many characters as the row's value has, per layout class)."""
 
-    __slots__ = ("parts", "raw", "modes", "const_len")
+    __slots__ = ("const_len", "modes", "raw")
 
     def __init__(self, t: _Template, consts: dict[int, int], modes: list[tuple[str, int]]):
-        parts = [t.parts[0].tobytes()]
+        parts = [t.parts[0]]
         for j in range(len(t.slots)):
             if j in consts:
-                parts[-1] += str(consts[j]).encode() + t.parts[j + 1].tobytes()
+                parts[-1] += str(consts[j]).encode() + t.parts[j + 1]
             else:
-                parts.append(t.parts[j + 1].tobytes())
+                parts.append(t.parts[j + 1])
         self.raw = parts
-        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
         self.modes = modes
         self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
 
@@ -226,6 +226,10 @@ class _Templates:
         self.name_col, self.iter_col = ins["name"], ins["iter"]
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, _Template | None] = {}
+        self.by_signature: dict[bytes, _Template | None] = {}
+        # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
+        self.layouts: dict[tuple, _Layout] = {}
+        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
         self._attrs_ok: dict[int, bool] = {}
         self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self._shape_ids: dict[Any, int] = {}
@@ -368,10 +372,21 @@ class _Templates:
         templ = big & ~bad
         # per group: the template (rendered once per distinct signature, cached across chunks)
         groups: dict[int, _Template] = {}
+        # a group's identity as bytes of its first member's columns (what template() keys on), so that a
+        # template seen in an earlier chunk costs a few slices, not a tuple of Python integers
+        ins_key = np.stack([opcode, engine, name, iterflag, shape, pred, nops, ndeps], axis=1).astype(np.int64)
+        ops_key = np.stack([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                           + [sig_off, slot_off], axis=1).astype(np.int64)
+        deps_key = np.stack([dj["name"], dj["clone"], dj["kind"], np.minimum(d_iter, 0)], axis=1).astype(np.int64)
         for g in np.unique(inv[templ]).tolist():
             r = int(first[g])
-            t = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]), int(ndeps[r]),
-                              slot_off[op_starts[r]:op_starts[r] + nops[r]])
+            a, b = int(op_starts[r]), int(dep_starts[r])
+            sig = (ins_key[r].tobytes() + ops_key[a:a + int(nops[r])].tobytes()
+                   + deps_key[b:b + int(ndeps[r])].tobytes())
+            t = self.by_signature.get(sig, _MISSING)
+            if t is _MISSING:
+                t = self.by_signature[sig] = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]),
+                                                           int(ndeps[r]), slot_off[a:a + int(nops[r])])
             if t is not None:
                 groups[g] = t
         if groups:
@@ -448,7 +463,11 @@ class _Templates:
                         modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
                         cols.append(jj)
                 keep[b_, :len(cols)] = cols
-                layouts[g] = _Layout(t, consts, modes)
+                lkey = (id(t), tuple(consts.items()), tuple(modes))
+                lay = self.layouts.get(lkey)
+                if lay is None:
+                    lay = self.layouts[lkey] = _Layout(t, consts, modes)
+                layouts[g] = lay
             rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
             valid = rows_keep >= 0
             src = np.where(valid, rows_keep, 0)
@@ -475,7 +494,7 @@ class _Templates:
                     _, key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)
                     key = key.reshape(-1)
             cls[templ] = key
-        return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts)
+        return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
 
     # ------------------------------------------------------------------ templates
     def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> _Template | None:
@@ -553,162 +572,115 @@ class _Templates:
 
 
 _POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
-_SEP_ARR = np.frombuffer(_SEP, dtype=np.uint8)
-MIN_PERIODS = 8  # a periodic stretch shorter than this is laid out class by class, then joined
-PERIOD_CANDIDATES = 8
-MAX_PERIOD = 4096
-STRETCH_BYTES = 1 << 23  # a stretch is filled this much at a time
-# estimated costs (microseconds) that choose the period of the stretches
-COST_CALL, COST_POSITION, COST_ROW_IN, COST_ROW_OUTSIDE = 300.0, 20.0, 0.1, 1.0
 
 
-def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray, widths: np.ndarray,
-              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes]) -> bytes:
-    """The chunk's lines joined by ",\n".
+def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, layouts: dict, values: np.ndarray, widths: np.ndarray,
+              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes],
+              skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
+    """The chunk's lines, each followed by ",\n", in one byte array.
 
-    Where the layout classes repeat with a period (an unrolled loop body), a stretch of m periods is one
-    (m, period bytes) array filled column block by column block: its bytes are the output as they are.
-    The other lines are rendered class by class into (members, line bytes) arrays and joined in order.
-    """
-    stretches = _find_stretches(cls)
-    left = np.ones(n, dtype=bool)
-    for s0, p, m in stretches:
-        left[s0:s0 + p * m] = False
-    # lines outside the stretches: one array per layout class, then joined by row
-    lines: list[bytes] = []
-    lrows = np.zeros(0, dtype=np.int64)
-    if left.any():
-        lrows = np.flatnonzero(left)
-        pool: list[bytes] = []
-        starts = np.zeros(len(lrows), dtype=np.int64)
-        ends = np.zeros(len(lrows), dtype=np.int64)
-        offset = 0
-        c = cls[lrows]
-        for k in np.unique(c[c >= 0]).tolist():
-            local = np.flatnonzero(c == k)
-            L = int(lengths[lrows[local[0]]]) + 2
-            pool.append(_fill_rows(lrows[local][:, None], cls, inv, groups, values, widths).tobytes())
-            starts[local] = offset + np.arange(len(local)) * L
-            ends[local] = starts[local] + L
-            offset += len(local) * L
-        if len(generic_rows):
-            where = np.searchsorted(lrows, generic_rows)
-            for w, text in zip(where.tolist(), texts):
-                pool.append(text)
-                pool.append(_SEP)
-                starts[w] = offset
-                ends[w] = offset + len(text) + 2
-                offset += len(text) + 2
-        flat = b"".join(pool)
-        lines = list(map(flat.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-    pieces: list[bytes] = []
-    r = 0
-    for (s0, p, m) in stretches:
-        if r < s0:
-            a, b = np.searchsorted(lrows, [r, s0])
-            pieces.append(b"".join(lines[a:b]))
-        step = max(1, min(m, STRETCH_BYTES // max(int((lengths[s0:s0 + p] + 2).sum()), 1)))
-        for k0 in range(0, m, step):
-            mm = min(step, m - k0)
-            rows = np.arange(s0 + k0 * p, s0 + (k0 + mm) * p).reshape(mm, p)
-            pieces.append(memoryview(_fill_rows(rows, cls, inv, groups, values, widths)))  # written as is
-        r = s0 + p * m
-    if r < n:
-        a = int(np.searchsorted(lrows, r))
-        pieces.append(b"".join(lines[a:]))
-    return pieces
+    Each layout class has one skeleton line (its constant bytes, blanks where its numbers go); the chunk
+    is its rows' skeletons (and the one-by-one rendered lines) joined in order, then every number of
+    every row is written into it at once, digit position by digit position.  The work per class is a
+    little Python; the work per row and per number is numpy over the whole chunk, so many small classes
+    (rotated buffers, per-clone records) cost no more than a few large ones."""
+    classes, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
+    skels: list[bytes] = []
+    f_col: list[list[int]] = []
+    f_width: list[list[int]] = []
+    f_slot: list[list[int]] = []
+    for k, r0 in zip(classes.tolist(), first.tolist()):
+        if k >= 0:
+            lay = layouts[int(inv[r0])]
+            key = (id(lay), *widths[r0].tolist())
+            hit = skeletons.get(key)
+            if hit is None:
+                hit = skeletons[key] = _skeleton(lay, widths[r0])
+        else:
+            hit = (b"", [], [], [])
+        skels.append(hit[0])
+        f_col.append(hit[1])
+        f_width.append(hit[2])
+        f_slot.append(hit[3])
+    lines = list(map(skels.__getitem__, cinv.reshape(-1).tolist()))
+    for r, text in zip(generic_rows.tolist(), texts):
+        lines[r] = text + _SEP
+    buf = bytearray().join(lines)
+    counts = np.array([len(c) for c in f_col], dtype=np.int64)
+    if counts.any():
+        starts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        cinv = cinv.reshape(-1)
+        per_row = counts[cinv]
+        idx = _ranges(starts[cinv], per_row)
+        owner = np.repeat(np.arange(n), per_row)
+        row_start = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1] + 2, out=row_start[1:])
+        flat = list(itertools.chain.from_iterable(f_col))
+        fw = np.asarray(list(itertools.chain.from_iterable(f_width)), dtype=np.int64)[idx]
+        end = row_start[owner] + np.asarray(flat, dtype=np.int64)[idx] + fw - 1  # last character of the field
+        v = values[owner, np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
+        _write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
+    return [buf]
 
 
-def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray,
-               widths: np.ndarray) -> np.ndarray:
-    """The lines of ``rows`` (m, p): row i of the result is lines rows[i, 0], ..., rows[i, p - 1], and
-    every column q holds one layout class.  The constant bytes of one result row are written to all rows
-    at once; then every slot of every column at once, digit position by digit position."""
-    m, p = rows.shape
+def _skeleton(t: _Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int]]:
+    """The line of a layout class with blanks for its numbers; their columns, widths and slots."""
+    cols: list[int] = []
+    widths: list[int] = []
+    slots: list[int] = []
     head: list[bytes] = []
     col = 0
-    f_col, f_width, f_pos, f_slot = [], [], [], []   # the numeric fields of one result row
-    for q in range(p):
-        r0 = int(rows[0, q])
-        t = groups[int(inv[r0])]
-        w = widths[r0]
-        for j, part in enumerate(t.raw):
-            head.append(part)
-            col += len(part)
-            if j < len(t.modes):
-                mode, fixed = t.modes[j]
-                n = fixed if mode == "pad" else int(w[j]) >> 1
-                f_col.append(col)
-                f_width.append(n)
-                f_pos.append(q)
-                f_slot.append(j)
-                head.append(b" " * n)
-                col += n
-        head.append(_SEP)
-        col += 2
-    block = np.empty((m, col), dtype=np.uint8)
-    block[:] = np.frombuffer(b"".join(head), dtype=np.uint8)
-    if f_col:
-        fc, fw = np.asarray(f_col, dtype=np.int64), np.asarray(f_width, dtype=np.int64)
-        v = values[rows[:, np.asarray(f_pos)], np.asarray(f_slot)]          # (m, fields)
-        a = np.abs(v)
-        nd = _digit_count(a)
-        neg = v < 0
-        q = a.astype(np.float64)   # exact: |v| < 2**53; floor((x + 0.5) / 10) is exact for it
-        for d in range(int(fw.max())):
-            nq = np.floor(q * 0.1 + 0.05)
-            digit = (q - 10 * nq).astype(np.uint8) + 48
-            q = nq
-            live = np.flatnonzero(fw > d)
-            ch = np.where(d < nd[:, live], digit[:, live], np.where(neg[:, live] & (d == nd[:, live]), 45, 32))
-            block[:, fc[live] + fw[live] - 1 - d] = ch
-    return block.reshape(-1)
+    wl = w.tolist()
+    for j, part in enumerate(t.raw):
+        head.append(part)
+        col += len(part)
+        if j < len(t.modes):
+            mode, fixed = t.modes[j]
+            n = fixed if mode == "pad" else wl[j] >> 1
+            cols.append(col)
+            widths.append(n)
+            slots.append(j)
+            head.append(b" " * n)
+            col += n
+    head.append(_SEP)
+    return b"".join(head), cols, widths, slots
 
 
-def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
-    """Non-overlapping (start, period, repetitions) stretches where the layout classes repeat.
+def _write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.ndarray) -> None:
+    """Spell integers ``v`` right-aligned (blanks before them) in the fields ending at ``end``.
 
-    Candidate periods are where a few probe rows' classes recur, and where the rows that break a
-    candidate recur (an unrolled body whose first iteration differs repeats as a whole); the candidate
-    with the lowest estimated cost wins (a fill call per stretch, a little per row in stretches, more
-    per row outside them)."""
-    n = len(cls)
-
-    def recurrences(r: int) -> list[int]:
-        if r >= n or cls[r] < 0:
-            return []
-        return (np.flatnonzero(cls[r + 1:r + 1 + MAX_PERIOD] == cls[r])[:PERIOD_CANDIDATES] + 1).tolist()
-
-    def stretches(p: int) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-        eq = (cls[p:] == cls[:-p]) & (cls[:-p] >= 0)
-        edges = np.flatnonzero(np.diff(np.concatenate(([False], eq, [False])).astype(np.int8)))
-        runs = []
-        for i, j in zip(edges[0::2].tolist(), edges[1::2].tolist()):
-            m = (j - i + p) // p
-            if m >= MIN_PERIODS:
-                runs.append((i, p, m))
-        return runs, eq
-
-    cands: set[int] = set()
-    for r in (0, n // 3, (2 * n) // 3):
-        cands.update(recurrences(r))
-    best: list[tuple[int, int, int]] = []
-    best_cost = n * COST_ROW_OUTSIDE
-    seen: set[int] = set()
-    while cands:
-        p = cands.pop()
-        if p in seen or n < p * MIN_PERIODS:
+    Fields are taken by width, so that each width's fields are one (width, fields) array of characters
+    filled digit position by digit position (32-bit arithmetic where the numbers allow) and stored with
+    one assignment."""
+    if not len(v):
+        return
+    for w in np.flatnonzero(np.bincount(width)).tolist():
+        if w == 0:
             continue
-        seen.add(p)
-        runs, eq = stretches(p)
-        covered = sum(q * m for _, q, m in runs)
-        cost = len(runs) * (COST_CALL + p * COST_POSITION) + covered * COST_ROW_IN + (n - covered) * COST_ROW_OUTSIDE
-        if cost < best_cost:
-            best, best_cost = runs, cost
-        breaks = np.flatnonzero(~eq[:n - p])
-        if len(breaks) and len(seen) < 4 * PERIOD_CANDIDATES:
-            cands.update(q for q in recurrences(int(breaks[0]) + p) if q not in seen)
-    return best
+        sel = np.flatnonzero(width == w)
+        x = v[sel]
+        a = np.abs(x)
+        q = a.astype(np.uint32 if int(a.max()) < (1 << 32) else np.uint64)  # 32-bit division is much faster
+        chars = np.empty((w, len(sel)), dtype=np.uint8)
+        for d in range(w - 1, -1, -1):
+            nq = q // 10
+            q -= nq * 10
+            q += 48
+            chars[d] = q
+            q = nq
+        # positions before a number's first digit are blanks, and the one just before it its sign
+        short = a < 10 ** (w - 1) if w <= 18 else np.zeros(len(a), dtype=bool)
+        if short.any():
+            for d in range(w - 1):
+                blank = a < 10 ** (w - 1 - d) if w - 1 - d <= 18 else np.ones(len(a), dtype=bool)
+                if not blank.any():
+                    break
+                chars[d, blank] = 32
+        neg = np.flatnonzero(x < 0)
+        if len(neg):
+            chars[w - 1 - _digit_count(a[neg]), neg] = 45
+        out[(end[sel] - (w - 1))[None, :] + np.arange(w)[:, None]] = chars
 
 
 # ====================================================================== loading
