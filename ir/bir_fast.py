@@ -164,12 +164,16 @@ def _ndigits(v: np.ndarray) -> np.ndarray:
 
 
 def _digit_count(a: np.ndarray) -> np.ndarray:
-    """Decimal digits of non-negative integers: floor(log10(a + 0.5)) + 1, exact below 2**40 (the
-    half keeps powers of ten on the right side); a binary search in the table above that."""
-    n = np.maximum(np.floor(np.log10(a + 0.5)).astype(np.int64) + 1, 1)
-    big = a >= (1 << 40)
-    if big.any():
-        n[big] = np.searchsorted(_POW10[1:], a[big], side="right") + 1
+    """Decimal digits of non-negative integers (of any shape)."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    top = int(a.max())
+    if top >= 1 << 32:
+        return np.searchsorted(_POW10[1:], a, side="right") + 1
+    a32 = a.astype(np.uint32)   # one comparison per power of ten up to the largest value: cheaper than a log
+    n = np.ones(a.shape, dtype=np.int64)
+    for k in range(1, len(str(top))):
+        n += a32 >= np.uint32(10 ** k)
     return n
 
 
@@ -488,11 +492,17 @@ class _Templates:
         cls = np.full(n, -1, dtype=np.int64)
         if templ.any():
             key = inv[templ].astype(np.int64)
-            for j in range(var_w.shape[1]):  # group, then the width of each variable slot: dense ids
+            span = int(key.max()) + 1
+            for j in range(var_w.shape[1]):  # group, then the width of each variable slot, packed
                 col = var_w[templ, j]
                 if col.any():
-                    _, key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)
-                    key = key.reshape(-1)
+                    top = int(col.max()) + 1
+                    if span * top >= 1 << 62:  # no room left: renumber densely first
+                        _, key = np.unique(key, return_inverse=True)
+                        key = key.reshape(-1)
+                        span = int(key.max()) + 1
+                    key = key * top + col
+                    span *= top
             cls[templ] = key
         return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
 
