@@ -139,7 +139,16 @@ def _mix(h: np.ndarray, v: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-_MULT = np.random.default_rng(20260511).integers(1, 2**63, size=40, dtype=np.uint64) | np.uint64(1)
+_MULT = np.array([  # odd 64-bit multipliers (drawn once from numpy's default_rng(20260511))
+    0x7dc8afcad18e5f85, 0x3dd8aae96e113e93, 0x46a3a2e7b4ac78f9, 0x4b9ab2259023d745, 0x4a8222c778f0bfc9,
+    0x22d839a8c0fdb87d, 0x4fd6ade6fad0dfd3, 0x2816d1cd464eff6b, 0x6f2832ba40031133, 0x3dadbd459d6def95,
+    0x2911be1de045d391, 0x392855b825aae7ab, 0x6656e9c9f12fefe9, 0x40f261be81bd7887, 0x4758019e194104cd,
+    0x51d8fb54e3fbbf79, 0x2c1267ffc11629e5, 0x3b6c1fc9e775fb7f, 0x08b0a2f1092b3cf7, 0x6f059d972917ce3f,
+    0x3c82b741fac8f813, 0x26016a72b86b9b0f, 0x4e9076118168e597, 0x30d89cd1a6a8d885, 0x5034c704295adb63,
+    0x5a168b89f2757fa1, 0x64e372595fcb0623, 0x2b3236b31da4be9d, 0x38b1cd9baccc4e9d, 0x22390dccfd57787f,
+    0x25ceec6729e4ae93, 0x6009f23534359441, 0x7aa058bc8825d13f, 0x7e4bb15b3f18bac7, 0x60c38d624ead1215,
+    0x1c25827b46eb9551, 0x1a988328a5b408a3, 0x510a5564aab9c5ff, 0x6275e3c3cea9734d, 0x32c688dc46202623,
+], dtype=np.uint64)
 
 
 def _lin(cols: list[np.ndarray], first: int = 0) -> np.ndarray:
