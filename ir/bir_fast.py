@@ -227,6 +227,69 @@ class _Layout:
         self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
 
 
+class _RecordFacts:
+    """What the templates need of each record, in arrays indexed by record id, so that a chunk looks its
+    rows' records up with numpy; only records a chunk meets for the first time are asked of
+    :class:`_Templates` (one by one)."""
+
+    def __init__(self, owner: "_Templates", n_values: int):
+        self.owner = owner
+        size = n_values + 1                                 # record id -1 (no record) at index 0
+        self.opcode = np.full(size, -1, dtype=np.int64)     # the opcode the shape below was found for
+        self.ok = np.zeros(size, dtype=bool)
+        self.shape = np.zeros(size, dtype=np.int64)
+        self.leaves = np.zeros((size, 1), dtype=np.int64)
+        self.nleaf = np.zeros(size, dtype=np.int64)
+        self.fixed = np.full(size, -1, dtype=np.int8)       # offset spelled as the document did: 1/0/-1 unknown
+
+    def lookup(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(templatable, shape id, integer leaves (rows, leaves)) of each row's attribute record."""
+        a = attrs.astype(np.int64) + 1
+        opc = opcode.astype(np.int64)
+        miss = self.opcode[a] != opc
+        if miss.any():
+            ro = np.unique(a[miss] * 256 + opc[miss])
+            for x in ro.tolist():
+                rid, o = x // 256 - 1, x % 256
+                sid, lv = self.owner.shape(rid, o)
+                if len(lv) > self.leaves.shape[1]:
+                    grown = np.zeros((len(self.leaves), len(lv)), dtype=np.int64)
+                    grown[:, :self.leaves.shape[1]] = self.leaves
+                    self.leaves = grown
+                self.leaves[rid + 1] = 0
+                self.leaves[rid + 1, :len(lv)] = lv
+                self.nleaf[rid + 1] = len(lv)
+                self.shape[rid + 1] = sid
+                self.ok[rid + 1] = self.owner.attrs_ok(rid)
+                self.opcode[rid + 1] = o
+            still = self.opcode[a] != opc       # a record met with two opcodes: those rows the slow way
+            if still.any():
+                return self._slow(attrs, opcode)
+        width = max(int(self.nleaf[a].max()) if len(a) else 0, 1)
+        return self.ok[a], self.shape[a], self.leaves[a, :width]
+
+    def _slow(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
+        uro, roinv = np.unique(ro, return_inverse=True)
+        shapes = [self.owner.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
+        nleaf = max((len(sh[1]) for sh in shapes), default=0)
+        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
+        for u, (_, lv) in enumerate(shapes):
+            leaf_u[u, :len(lv)] = lv
+        ok = np.array([self.owner.attrs_ok(int(x) // 256 - 1) for x in uro.tolist()], dtype=bool)
+        return ok[roinv], np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv], leaf_u[roinv]
+
+    def offset_fixed(self, extra: np.ndarray) -> np.ndarray:
+        """Whether each operand's extra record spells its offset as the document did."""
+        e = extra.astype(np.int64) + 1
+        f = self.fixed[e]
+        if (f < 0).any():
+            for x in np.unique(e[f < 0]).tolist():
+                self.fixed[x] = self.owner.offset_fixed(x - 1)
+            f = self.fixed[e]
+        return f.astype(bool)
+
+
 class _Templates:
     """Groups a function's instructions by everything but their slots and fills templates."""
 
@@ -240,6 +303,7 @@ class _Templates:
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, _Template | None] = {}
         self.by_signature: dict[bytes, _Template | None] = {}
+        self.records = _RecordFacts(self, len(fn.values))
         # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
         self.layouts: dict[tuple, _Layout] = {}
         self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
@@ -314,19 +378,9 @@ class _Templates:
         iterflag = it >= 0
         # rows the templates do not cover
         generic = np.isin(R, self.carried_dst) if len(self.carried_dst) else np.zeros(n, dtype=bool)
-        ua, ainv = np.unique(attrs, return_inverse=True)
-        ok = np.array([self.attrs_ok(int(a)) for a in ua.tolist()], dtype=bool)
-        generic |= ~ok[ainv]
-        # attribute records by shape: their integers are slots
-        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
-        uro, roinv = np.unique(ro, return_inverse=True)
-        shapes = [self.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
-        nleaf = max((len(sh[1]) for sh in shapes), default=0)
-        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
-        for u, (_, lv) in enumerate(shapes):
-            leaf_u[u, :len(lv)] = lv
-        shape = np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv]
-        self.leafvals = leaf_u[roinv]
+        # attribute records by shape: their integers are slots (per-record facts kept in tables by record)
+        ok, shape, self.leafvals = self.records.lookup(attrs, opcode)
+        generic |= ~ok
         # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
         J = _ranges(start, nops)
         owner = np.repeat(np.arange(n), nops)
@@ -334,8 +388,7 @@ class _Templates:
         op = self.op
         oj = {col: op[col][J] for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra",
                                           "offset")}
-        ue, einv = np.unique(oj["extra"], return_inverse=True)
-        fixed = np.array([self.offset_fixed(int(e)) for e in ue.tolist()], dtype=bool)[einv]
+        fixed = self.records.offset_fixed(oj["extra"])
         slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
         sig_off = np.where(slot_off, 0, oj["offset"])
         h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
