@@ -234,7 +234,8 @@ class _RecordFacts:
 
     def __init__(self, owner: "_Templates", n_values: int):
         self.owner = owner
-        size = n_values + 1                                 # record id -1 (no record) at index 0
+        self.n = n_values
+        size = n_values + 256                               # rows without a record: one entry per opcode
         self.opcode = np.full(size, -1, dtype=np.int64)     # the opcode the shape below was found for
         self.ok = np.zeros(size, dtype=bool)
         self.shape = np.zeros(size, dtype=np.int64)
@@ -244,24 +245,26 @@ class _RecordFacts:
 
     def lookup(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(templatable, shape id, integer leaves (rows, leaves)) of each row's attribute record."""
-        a = attrs.astype(np.int64) + 1
         opc = opcode.astype(np.int64)
+        a = attrs.astype(np.int64)
+        a = np.where(a < 0, self.n + opc, a)     # (the empty record's shape depends on the opcode alone)
         miss = self.opcode[a] != opc
         if miss.any():
             ro = np.unique(a[miss] * 256 + opc[miss])
             for x in ro.tolist():
-                rid, o = x // 256 - 1, x % 256
+                at, o = x // 256, x % 256
+                rid = at if at < self.n else -1
                 sid, lv = self.owner.shape(rid, o)
                 if len(lv) > self.leaves.shape[1]:
                     grown = np.zeros((len(self.leaves), len(lv)), dtype=np.int64)
                     grown[:, :self.leaves.shape[1]] = self.leaves
                     self.leaves = grown
-                self.leaves[rid + 1] = 0
-                self.leaves[rid + 1, :len(lv)] = lv
-                self.nleaf[rid + 1] = len(lv)
-                self.shape[rid + 1] = sid
-                self.ok[rid + 1] = self.owner.attrs_ok(rid)
-                self.opcode[rid + 1] = o
+                self.leaves[at] = 0
+                self.leaves[at, :len(lv)] = lv
+                self.nleaf[at] = len(lv)
+                self.shape[at] = sid
+                self.ok[at] = self.owner.attrs_ok(rid)
+                self.opcode[at] = o
             still = self.opcode[a] != opc       # a record met with two opcodes: those rows the slow way
             if still.any():
                 return self._slow(attrs, opcode)
@@ -281,11 +284,12 @@ class _RecordFacts:
 
     def offset_fixed(self, extra: np.ndarray) -> np.ndarray:
         """Whether each operand's extra record spells its offset as the document did."""
-        e = extra.astype(np.int64) + 1
+        e = extra.astype(np.int64)
+        e = np.where(e < 0, self.n, e)
         f = self.fixed[e]
         if (f < 0).any():
             for x in np.unique(e[f < 0]).tolist():
-                self.fixed[x] = self.owner.offset_fixed(x - 1)
+                self.fixed[x] = self.owner.offset_fixed(x if x < self.n else -1)
             f = self.fixed[e]
         return f.astype(bool)
 
