@@ -925,13 +925,15 @@ def _path(stack: list[list]) -> tuple:
     return tuple(f[1] for f in stack)
 
 
-def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct rows, row -> its distinct row) of a 2-D array of non-negative integers."""
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows, row -> its distinct row, each distinct row's first row) of a 2-D array of
+    non-negative integers."""
+    zero = np.zeros(1, dtype=np.int64)
     if not a.shape[1]:
-        return a[:1], np.zeros(len(a), dtype=np.int64)
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
     vary = np.flatnonzero((a != a[0]).any(axis=0))
     if not len(vary):
-        return a[:1], np.zeros(len(a), dtype=np.int64)
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
     sub = a[:, vary]
     bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
     if sum(bits) <= 62:  # one exact integer per row
@@ -939,9 +941,9 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for j, b in enumerate(bits):
             key = (key << b) | sub[:, j]
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return a[first], inv.reshape(-1)
+        return a[first], inv.reshape(-1), first
     _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
-    return a[first], inv.reshape(-1)
+    return a[first], inv.reshape(-1), first
 
 
 class _Run:
@@ -1114,18 +1116,19 @@ class _ColumnLoad:
                 members, V = members[~bad], V[~bad]
             if not len(members):
                 continue
-            ukeys, inv = _distinct_rows(V[:, fam.const_cols])
-            for u in range(len(ukeys)):
-                k = ukeys[u].tobytes()
+            ukeys, inv, ufirst = _distinct_rows(V[:, fam.const_cols])
+            sub_of = np.empty(len(ukeys), dtype=np.int32)
+            for u, k in enumerate(map(bytes, ukeys)):
                 sub = fam.subs.get(k)
                 if sub is None:
                     if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
                         raise _Fallback("not clone-shaped: most lines would be read one by one anyway")
-                    i = int(members[np.flatnonzero(inv == u)[0]])
+                    i = int(members[ufirst[u]])
                     sub = fam.subs[k] = len(self.sub_lines)
                     self.sub_lines.append(chunk[ls[i]:core[i]])
                     self.sub_family.append(f)
-                tids[members[inv == u]] = sub
+                sub_of[u] = sub
+            tids[members] = sub_of[inv]
         run.tids.append(tids)
         if len(slots) and np.abs(slots).max() < (1 << 31):
             slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
