@@ -232,7 +232,7 @@ class _RecordFacts:
     rows' records up with numpy; only records a chunk meets for the first time are asked of
     :class:`_Templates` (one by one)."""
 
-    def __init__(self, owner: "_Templates", n_values: int):
+    def __init__(self, owner: _Templates, n_values: int):
         self.owner = owner
         self.n = n_values
         size = n_values + 256                               # rows without a record: one entry per opcode
