@@ -36,6 +36,7 @@ from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module, _ranges, split_clone_name
 
 CHUNK = 16384          # instructions rendered at once
+_MISSING = object()
 MIN_GROUP = 6          # smaller groups are rendered one by one
 _SEP = b",\n"
 
@@ -58,6 +59,7 @@ def write_blocks(fn: Function, render: Any, out: Any) -> None:
     loops = np.asarray(sorted(children), dtype=np.int64)
     bcol = fn.insts["block"]
     writer = _Templates(fn, render)
+    at = getattr(out, "at", lambda row: True)
 
     def next_row(b: int, lo: int, hi: int) -> int:
         """The first row of block ``b`` in [lo, hi), else hi."""
@@ -83,12 +85,14 @@ def write_blocks(fn: Function, render: Any, out: Any) -> None:
                 i = int(lp[0])
                 rows = rows[rows < i]
             if len(rows):
-                out.write(b"\n" if first else b",\n")
-                writer.write_run(rows, out)
+                if at(int(rows[0])):  # a part renders only the runs that start in it
+                    out.write(b"\n" if first else b",\n")
+                    writer.write_run(rows, out)
                 first = False
             if not len(lp):
                 w = e
                 continue
+            at(i)
             out.write(b"\n" if first else b",\n")
             first = False
             d = render.inst(i)
@@ -135,7 +139,16 @@ def _mix(h: np.ndarray, v: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-_MULT = np.random.default_rng(20260511).integers(1, 2**63, size=40, dtype=np.uint64) | np.uint64(1)
+_MULT = np.array([  # odd 64-bit multipliers (drawn once from numpy's default_rng(20260511))
+    0x7dc8afcad18e5f85, 0x3dd8aae96e113e93, 0x46a3a2e7b4ac78f9, 0x4b9ab2259023d745, 0x4a8222c778f0bfc9,
+    0x22d839a8c0fdb87d, 0x4fd6ade6fad0dfd3, 0x2816d1cd464eff6b, 0x6f2832ba40031133, 0x3dadbd459d6def95,
+    0x2911be1de045d391, 0x392855b825aae7ab, 0x6656e9c9f12fefe9, 0x40f261be81bd7887, 0x4758019e194104cd,
+    0x51d8fb54e3fbbf79, 0x2c1267ffc11629e5, 0x3b6c1fc9e775fb7f, 0x08b0a2f1092b3cf7, 0x6f059d972917ce3f,
+    0x3c82b741fac8f813, 0x26016a72b86b9b0f, 0x4e9076118168e597, 0x30d89cd1a6a8d885, 0x5034c704295adb63,
+    0x5a168b89f2757fa1, 0x64e372595fcb0623, 0x2b3236b31da4be9d, 0x38b1cd9baccc4e9d, 0x22390dccfd57787f,
+    0x25ceec6729e4ae93, 0x6009f23534359441, 0x7aa058bc8825d13f, 0x7e4bb15b3f18bac7, 0x60c38d624ead1215,
+    0x1c25827b46eb9551, 0x1a988328a5b408a3, 0x510a5564aab9c5ff, 0x6275e3c3cea9734d, 0x32c688dc46202623,
+], dtype=np.uint64)
 
 
 def _lin(cols: list[np.ndarray], first: int = 0) -> np.ndarray:
@@ -160,12 +173,16 @@ def _ndigits(v: np.ndarray) -> np.ndarray:
 
 
 def _digit_count(a: np.ndarray) -> np.ndarray:
-    """Decimal digits of non-negative integers: floor(log10(a + 0.5)) + 1, exact below 2**40 (the
-    half keeps powers of ten on the right side); a binary search in the table above that."""
-    n = np.maximum(np.floor(np.log10(a + 0.5)).astype(np.int64) + 1, 1)
-    big = a >= (1 << 40)
-    if big.any():
-        n[big] = np.searchsorted(_POW10[1:], a[big], side="right") + 1
+    """Decimal digits of non-negative integers (of any shape)."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    top = int(a.max())
+    if top >= 1 << 32:
+        return np.searchsorted(_POW10[1:], a, side="right") + 1
+    a32 = a.astype(np.uint32)   # one comparison per power of ten up to the largest value: cheaper than a log
+    n = np.ones(a.shape, dtype=np.int64)
+    for k in range(1, len(str(top))):
+        n += a32 >= np.uint32(10 ** k)
     return n
 
 
@@ -184,10 +201,10 @@ def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
 
 
 class _Template:
-    __slots__ = ("parts", "slots", "const_len")
+    __slots__ = ("const_len", "parts", "slots")
 
     def __init__(self, parts: list[bytes], slots: list[tuple[str, int]]):
-        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+        self.parts = parts
         self.slots = slots
         self.const_len = sum(len(p) for p in parts)
 
@@ -196,19 +213,85 @@ class _Layout:
     """A template as one chunk spells it: constant slots spelled in, the others ("pad": right-aligned in a
     field of fixed width; "var": as many characters as the row's value has, per layout class)."""
 
-    __slots__ = ("parts", "raw", "modes", "const_len")
+    __slots__ = ("const_len", "modes", "raw")
 
     def __init__(self, t: _Template, consts: dict[int, int], modes: list[tuple[str, int]]):
-        parts = [t.parts[0].tobytes()]
+        parts = [t.parts[0]]
         for j in range(len(t.slots)):
             if j in consts:
-                parts[-1] += str(consts[j]).encode() + t.parts[j + 1].tobytes()
+                parts[-1] += str(consts[j]).encode() + t.parts[j + 1]
             else:
-                parts.append(t.parts[j + 1].tobytes())
+                parts.append(t.parts[j + 1])
         self.raw = parts
-        self.parts = [np.frombuffer(p, dtype=np.uint8) for p in parts]
         self.modes = modes
         self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
+
+
+class _RecordFacts:
+    """What the templates need of each record, in arrays indexed by record id, so that a chunk looks its
+    rows' records up with numpy; only records a chunk meets for the first time are asked of
+    :class:`_Templates` (one by one)."""
+
+    def __init__(self, owner: _Templates, n_values: int):
+        self.owner = owner
+        self.n = n_values
+        size = n_values + 256                               # rows without a record: one entry per opcode
+        self.opcode = np.full(size, -1, dtype=np.int64)     # the opcode the shape below was found for
+        self.ok = np.zeros(size, dtype=bool)
+        self.shape = np.zeros(size, dtype=np.int64)
+        self.leaves = np.zeros((size, 1), dtype=np.int64)
+        self.nleaf = np.zeros(size, dtype=np.int64)
+        self.fixed = np.full(size, -1, dtype=np.int8)       # offset spelled as the document did: 1/0/-1 unknown
+
+    def lookup(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(templatable, shape id, integer leaves (rows, leaves)) of each row's attribute record."""
+        opc = opcode.astype(np.int64)
+        a = attrs.astype(np.int64)
+        a = np.where(a < 0, self.n + opc, a)     # (the empty record's shape depends on the opcode alone)
+        miss = self.opcode[a] != opc
+        if miss.any():
+            ro = np.unique(a[miss] * 256 + opc[miss])
+            for x in ro.tolist():
+                at, o = x // 256, x % 256
+                rid = at if at < self.n else -1
+                sid, lv = self.owner.shape(rid, o)
+                if len(lv) > self.leaves.shape[1]:
+                    grown = np.zeros((len(self.leaves), len(lv)), dtype=np.int64)
+                    grown[:, :self.leaves.shape[1]] = self.leaves
+                    self.leaves = grown
+                self.leaves[at] = 0
+                self.leaves[at, :len(lv)] = lv
+                self.nleaf[at] = len(lv)
+                self.shape[at] = sid
+                self.ok[at] = self.owner.attrs_ok(rid)
+                self.opcode[at] = o
+            still = self.opcode[a] != opc       # a record met with two opcodes: those rows the slow way
+            if still.any():
+                return self._slow(attrs, opcode)
+        width = max(int(self.nleaf[a].max()) if len(a) else 0, 1)
+        return self.ok[a], self.shape[a], self.leaves[a, :width]
+
+    def _slow(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
+        uro, roinv = np.unique(ro, return_inverse=True)
+        shapes = [self.owner.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
+        nleaf = max((len(sh[1]) for sh in shapes), default=0)
+        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
+        for u, (_, lv) in enumerate(shapes):
+            leaf_u[u, :len(lv)] = lv
+        ok = np.array([self.owner.attrs_ok(int(x) // 256 - 1) for x in uro.tolist()], dtype=bool)
+        return ok[roinv], np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv], leaf_u[roinv]
+
+    def offset_fixed(self, extra: np.ndarray) -> np.ndarray:
+        """Whether each operand's extra record spells its offset as the document did."""
+        e = extra.astype(np.int64)
+        e = np.where(e < 0, self.n, e)
+        f = self.fixed[e]
+        if (f < 0).any():
+            for x in np.unique(e[f < 0]).tolist():
+                self.fixed[x] = self.owner.offset_fixed(x if x < self.n else -1)
+            f = self.fixed[e]
+        return f.astype(bool)
 
 
 class _Templates:
@@ -223,6 +306,11 @@ class _Templates:
         self.name_col, self.iter_col = ins["name"], ins["iter"]
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, _Template | None] = {}
+        self.by_signature: dict[bytes, _Template | None] = {}
+        self.records = _RecordFacts(self, len(fn.values))
+        # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
+        self.layouts: dict[tuple, _Layout] = {}
+        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
         self._attrs_ok: dict[int, bool] = {}
         self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self._shape_ids: dict[Any, int] = {}
@@ -294,19 +382,9 @@ class _Templates:
         iterflag = it >= 0
         # rows the templates do not cover
         generic = np.isin(R, self.carried_dst) if len(self.carried_dst) else np.zeros(n, dtype=bool)
-        ua, ainv = np.unique(attrs, return_inverse=True)
-        ok = np.array([self.attrs_ok(int(a)) for a in ua.tolist()], dtype=bool)
-        generic |= ~ok[ainv]
-        # attribute records by shape: their integers are slots
-        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
-        uro, roinv = np.unique(ro, return_inverse=True)
-        shapes = [self.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
-        nleaf = max((len(sh[1]) for sh in shapes), default=0)
-        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
-        for u, (_, lv) in enumerate(shapes):
-            leaf_u[u, :len(lv)] = lv
-        shape = np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv]
-        self.leafvals = leaf_u[roinv]
+        # attribute records by shape: their integers are slots (per-record facts kept in tables by record)
+        ok, shape, self.leafvals = self.records.lookup(attrs, opcode)
+        generic |= ~ok
         # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
         J = _ranges(start, nops)
         owner = np.repeat(np.arange(n), nops)
@@ -314,8 +392,7 @@ class _Templates:
         op = self.op
         oj = {col: op[col][J] for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra",
                                           "offset")}
-        ue, einv = np.unique(oj["extra"], return_inverse=True)
-        fixed = np.array([self.offset_fixed(int(e)) for e in ue.tolist()], dtype=bool)[einv]
+        fixed = self.records.offset_fixed(oj["extra"])
         slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
         sig_off = np.where(slot_off, 0, oj["offset"])
         h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
@@ -365,10 +442,21 @@ class _Templates:
         templ = big & ~bad
         # per group: the template (rendered once per distinct signature, cached across chunks)
         groups: dict[int, _Template] = {}
+        # a group's identity as bytes of its first member's columns (what template() keys on), so that a
+        # template seen in an earlier chunk costs a few slices, not a tuple of Python integers
+        ins_key = np.stack([opcode, engine, name, iterflag, shape, pred, nops, ndeps], axis=1).astype(np.int64)
+        ops_key = np.stack([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                           + [sig_off, slot_off], axis=1).astype(np.int64)
+        deps_key = np.stack([dj["name"], dj["clone"], dj["kind"], np.minimum(d_iter, 0)], axis=1).astype(np.int64)
         for g in np.unique(inv[templ]).tolist():
             r = int(first[g])
-            t = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]), int(ndeps[r]),
-                              slot_off[op_starts[r]:op_starts[r] + nops[r]])
+            a, b = int(op_starts[r]), int(dep_starts[r])
+            sig = (ins_key[r].tobytes() + ops_key[a:a + int(nops[r])].tobytes()
+                   + deps_key[b:b + int(ndeps[r])].tobytes())
+            t = self.by_signature.get(sig, _MISSING)
+            if t is _MISSING:
+                t = self.by_signature[sig] = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]),
+                                                           int(ndeps[r]), slot_off[a:a + int(nops[r])])
             if t is not None:
                 groups[g] = t
         if groups:
@@ -445,7 +533,11 @@ class _Templates:
                         modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
                         cols.append(jj)
                 keep[b_, :len(cols)] = cols
-                layouts[g] = _Layout(t, consts, modes)
+                lkey = (id(t), tuple(consts.items()), tuple(modes))
+                lay = self.layouts.get(lkey)
+                if lay is None:
+                    lay = self.layouts[lkey] = _Layout(t, consts, modes)
+                layouts[g] = lay
             rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
             valid = rows_keep >= 0
             src = np.where(valid, rows_keep, 0)
@@ -466,13 +558,19 @@ class _Templates:
         cls = np.full(n, -1, dtype=np.int64)
         if templ.any():
             key = inv[templ].astype(np.int64)
-            for j in range(var_w.shape[1]):  # group, then the width of each variable slot: dense ids
+            span = int(key.max()) + 1
+            for j in range(var_w.shape[1]):  # group, then the width of each variable slot, packed
                 col = var_w[templ, j]
                 if col.any():
-                    _, key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)
-                    key = key.reshape(-1)
+                    top = int(col.max()) + 1
+                    if span * top >= 1 << 62:  # no room left: renumber densely first
+                        _, key = np.unique(key, return_inverse=True)
+                        key = key.reshape(-1)
+                        span = int(key.max()) + 1
+                    key = key * top + col
+                    span *= top
             cls[templ] = key
-        return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts)
+        return _assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
 
     # ------------------------------------------------------------------ templates
     def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> _Template | None:
@@ -550,162 +648,115 @@ class _Templates:
 
 
 _POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
-_SEP_ARR = np.frombuffer(_SEP, dtype=np.uint8)
-MIN_PERIODS = 8  # a periodic stretch shorter than this is laid out class by class, then joined
-PERIOD_CANDIDATES = 8
-MAX_PERIOD = 4096
-STRETCH_BYTES = 1 << 23  # a stretch is filled this much at a time
-# estimated costs (microseconds) that choose the period of the stretches
-COST_CALL, COST_POSITION, COST_ROW_IN, COST_ROW_OUTSIDE = 300.0, 20.0, 0.1, 1.0
 
 
-def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray, widths: np.ndarray,
-              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes]) -> bytes:
-    """The chunk's lines joined by ",\n".
+def _assemble(n: int, cls: np.ndarray, inv: np.ndarray, layouts: dict, values: np.ndarray, widths: np.ndarray,
+              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes],
+              skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
+    """The chunk's lines, each followed by ",\n", in one byte array.
 
-    Where the layout classes repeat with a period (an unrolled loop body), a stretch of m periods is one
-    (m, period bytes) array filled column block by column block: its bytes are the output as they are.
-    The other lines are rendered class by class into (members, line bytes) arrays and joined in order.
-    """
-    stretches = _find_stretches(cls)
-    left = np.ones(n, dtype=bool)
-    for s0, p, m in stretches:
-        left[s0:s0 + p * m] = False
-    # lines outside the stretches: one array per layout class, then joined by row
-    lines: list[bytes] = []
-    lrows = np.zeros(0, dtype=np.int64)
-    if left.any():
-        lrows = np.flatnonzero(left)
-        pool: list[bytes] = []
-        starts = np.zeros(len(lrows), dtype=np.int64)
-        ends = np.zeros(len(lrows), dtype=np.int64)
-        offset = 0
-        c = cls[lrows]
-        for k in np.unique(c[c >= 0]).tolist():
-            local = np.flatnonzero(c == k)
-            L = int(lengths[lrows[local[0]]]) + 2
-            pool.append(_fill_rows(lrows[local][:, None], cls, inv, groups, values, widths).tobytes())
-            starts[local] = offset + np.arange(len(local)) * L
-            ends[local] = starts[local] + L
-            offset += len(local) * L
-        if len(generic_rows):
-            where = np.searchsorted(lrows, generic_rows)
-            for w, text in zip(where.tolist(), texts):
-                pool.append(text)
-                pool.append(_SEP)
-                starts[w] = offset
-                ends[w] = offset + len(text) + 2
-                offset += len(text) + 2
-        flat = b"".join(pool)
-        lines = list(map(flat.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-    pieces: list[bytes] = []
-    r = 0
-    for (s0, p, m) in stretches:
-        if r < s0:
-            a, b = np.searchsorted(lrows, [r, s0])
-            pieces.append(b"".join(lines[a:b]))
-        step = max(1, min(m, STRETCH_BYTES // max(int((lengths[s0:s0 + p] + 2).sum()), 1)))
-        for k0 in range(0, m, step):
-            mm = min(step, m - k0)
-            rows = np.arange(s0 + k0 * p, s0 + (k0 + mm) * p).reshape(mm, p)
-            pieces.append(memoryview(_fill_rows(rows, cls, inv, groups, values, widths)))  # written as is
-        r = s0 + p * m
-    if r < n:
-        a = int(np.searchsorted(lrows, r))
-        pieces.append(b"".join(lines[a:]))
-    return pieces
+    Each layout class has one skeleton line (its constant bytes, blanks where its numbers go); the chunk
+    is its rows' skeletons (and the one-by-one rendered lines) joined in order, then every number of
+    every row is written into it at once, digit position by digit position.  The work per class is a
+    little Python; the work per row and per number is numpy over the whole chunk, so many small classes
+    (rotated buffers, per-clone records) cost no more than a few large ones."""
+    classes, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
+    skels: list[bytes] = []
+    f_col: list[list[int]] = []
+    f_width: list[list[int]] = []
+    f_slot: list[list[int]] = []
+    for k, r0 in zip(classes.tolist(), first.tolist()):
+        if k >= 0:
+            lay = layouts[int(inv[r0])]
+            key = (id(lay), *widths[r0].tolist())
+            hit = skeletons.get(key)
+            if hit is None:
+                hit = skeletons[key] = _skeleton(lay, widths[r0])
+        else:
+            hit = (b"", [], [], [])
+        skels.append(hit[0])
+        f_col.append(hit[1])
+        f_width.append(hit[2])
+        f_slot.append(hit[3])
+    lines = list(map(skels.__getitem__, cinv.reshape(-1).tolist()))
+    for r, text in zip(generic_rows.tolist(), texts):
+        lines[r] = text + _SEP
+    buf = bytearray().join(lines)
+    counts = np.array([len(c) for c in f_col], dtype=np.int64)
+    if counts.any():
+        starts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        cinv = cinv.reshape(-1)
+        per_row = counts[cinv]
+        idx = _ranges(starts[cinv], per_row)
+        owner = np.repeat(np.arange(n), per_row)
+        row_start = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1] + 2, out=row_start[1:])
+        flat = list(itertools.chain.from_iterable(f_col))
+        fw = np.asarray(list(itertools.chain.from_iterable(f_width)), dtype=np.int64)[idx]
+        end = row_start[owner] + np.asarray(flat, dtype=np.int64)[idx] + fw - 1  # last character of the field
+        v = values[owner, np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
+        _write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
+    return [buf]
 
 
-def _fill_rows(rows: np.ndarray, cls: np.ndarray, inv: np.ndarray, groups: dict, values: np.ndarray,
-               widths: np.ndarray) -> np.ndarray:
-    """The lines of ``rows`` (m, p): row i of the result is lines rows[i, 0], ..., rows[i, p - 1], and
-    every column q holds one layout class.  The constant bytes of one result row are written to all rows
-    at once; then every slot of every column at once, digit position by digit position."""
-    m, p = rows.shape
+def _skeleton(t: _Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int]]:
+    """The line of a layout class with blanks for its numbers; their columns, widths and slots."""
+    cols: list[int] = []
+    widths: list[int] = []
+    slots: list[int] = []
     head: list[bytes] = []
     col = 0
-    f_col, f_width, f_pos, f_slot = [], [], [], []   # the numeric fields of one result row
-    for q in range(p):
-        r0 = int(rows[0, q])
-        t = groups[int(inv[r0])]
-        w = widths[r0]
-        for j, part in enumerate(t.raw):
-            head.append(part)
-            col += len(part)
-            if j < len(t.modes):
-                mode, fixed = t.modes[j]
-                n = fixed if mode == "pad" else int(w[j]) >> 1
-                f_col.append(col)
-                f_width.append(n)
-                f_pos.append(q)
-                f_slot.append(j)
-                head.append(b" " * n)
-                col += n
-        head.append(_SEP)
-        col += 2
-    block = np.empty((m, col), dtype=np.uint8)
-    block[:] = np.frombuffer(b"".join(head), dtype=np.uint8)
-    if f_col:
-        fc, fw = np.asarray(f_col, dtype=np.int64), np.asarray(f_width, dtype=np.int64)
-        v = values[rows[:, np.asarray(f_pos)], np.asarray(f_slot)]          # (m, fields)
-        a = np.abs(v)
-        nd = _digit_count(a)
-        neg = v < 0
-        q = a.astype(np.float64)   # exact: |v| < 2**53; floor((x + 0.5) / 10) is exact for it
-        for d in range(int(fw.max())):
-            nq = np.floor(q * 0.1 + 0.05)
-            digit = (q - 10 * nq).astype(np.uint8) + 48
-            q = nq
-            live = np.flatnonzero(fw > d)
-            ch = np.where(d < nd[:, live], digit[:, live], np.where(neg[:, live] & (d == nd[:, live]), 45, 32))
-            block[:, fc[live] + fw[live] - 1 - d] = ch
-    return block.reshape(-1)
+    wl = w.tolist()
+    for j, part in enumerate(t.raw):
+        head.append(part)
+        col += len(part)
+        if j < len(t.modes):
+            mode, fixed = t.modes[j]
+            n = fixed if mode == "pad" else wl[j] >> 1
+            cols.append(col)
+            widths.append(n)
+            slots.append(j)
+            head.append(b" " * n)
+            col += n
+    head.append(_SEP)
+    return b"".join(head), cols, widths, slots
 
 
-def _find_stretches(cls: np.ndarray) -> list[tuple[int, int, int]]:
-    """Non-overlapping (start, period, repetitions) stretches where the layout classes repeat.
+def _write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.ndarray) -> None:
+    """Spell integers ``v`` right-aligned (blanks before them) in the fields ending at ``end``.
 
-    Candidate periods are where a few probe rows' classes recur, and where the rows that break a
-    candidate recur (an unrolled body whose first iteration differs repeats as a whole); the candidate
-    with the lowest estimated cost wins (a fill call per stretch, a little per row in stretches, more
-    per row outside them)."""
-    n = len(cls)
-
-    def recurrences(r: int) -> list[int]:
-        if r >= n or cls[r] < 0:
-            return []
-        return (np.flatnonzero(cls[r + 1:r + 1 + MAX_PERIOD] == cls[r])[:PERIOD_CANDIDATES] + 1).tolist()
-
-    def stretches(p: int) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-        eq = (cls[p:] == cls[:-p]) & (cls[:-p] >= 0)
-        edges = np.flatnonzero(np.diff(np.concatenate(([False], eq, [False])).astype(np.int8)))
-        runs = []
-        for i, j in zip(edges[0::2].tolist(), edges[1::2].tolist()):
-            m = (j - i + p) // p
-            if m >= MIN_PERIODS:
-                runs.append((i, p, m))
-        return runs, eq
-
-    cands: set[int] = set()
-    for r in (0, n // 3, (2 * n) // 3):
-        cands.update(recurrences(r))
-    best: list[tuple[int, int, int]] = []
-    best_cost = n * COST_ROW_OUTSIDE
-    seen: set[int] = set()
-    while cands:
-        p = cands.pop()
-        if p in seen or n < p * MIN_PERIODS:
+    Fields are taken by width, so that each width's fields are one (width, fields) array of characters
+    filled digit position by digit position (32-bit arithmetic where the numbers allow) and stored with
+    one assignment."""
+    if not len(v):
+        return
+    for w in np.flatnonzero(np.bincount(width)).tolist():
+        if w == 0:
             continue
-        seen.add(p)
-        runs, eq = stretches(p)
-        covered = sum(q * m for _, q, m in runs)
-        cost = len(runs) * (COST_CALL + p * COST_POSITION) + covered * COST_ROW_IN + (n - covered) * COST_ROW_OUTSIDE
-        if cost < best_cost:
-            best, best_cost = runs, cost
-        breaks = np.flatnonzero(~eq[:n - p])
-        if len(breaks) and len(seen) < 4 * PERIOD_CANDIDATES:
-            cands.update(q for q in recurrences(int(breaks[0]) + p) if q not in seen)
-    return best
+        sel = np.flatnonzero(width == w)
+        x = v[sel]
+        a = np.abs(x)
+        q = a.astype(np.uint32 if int(a.max()) < (1 << 32) else np.uint64)  # 32-bit division is much faster
+        chars = np.empty((w, len(sel)), dtype=np.uint8)
+        for d in range(w - 1, -1, -1):
+            nq = q // 10
+            q -= nq * 10
+            q += 48
+            chars[d] = q
+            q = nq
+        # positions before a number's first digit are blanks, and the one just before it its sign
+        short = a < 10 ** (w - 1) if w <= 18 else np.zeros(len(a), dtype=bool)
+        if short.any():
+            for d in range(w - 1):
+                blank = a < 10 ** (w - 1 - d) if w - 1 - d <= 18 else np.ones(len(a), dtype=bool)
+                if not blank.any():
+                    break
+                chars[d, blank] = 32
+        neg = np.flatnonzero(x < 0)
+        if len(neg):
+            chars[w - 1 - _digit_count(a[neg]), neg] = 45
+        out[(end[sel] - (w - 1))[None, :] + np.arange(w)[:, None]] = chars
 
 
 # ====================================================================== loading
@@ -874,13 +925,15 @@ def _path(stack: list[list]) -> tuple:
     return tuple(f[1] for f in stack)
 
 
-def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct rows, row -> its distinct row) of a 2-D array of non-negative integers."""
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows, row -> its distinct row, each distinct row's first row) of a 2-D array of
+    non-negative integers."""
+    zero = np.zeros(1, dtype=np.int64)
     if not a.shape[1]:
-        return a[:1], np.zeros(len(a), dtype=np.int64)
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
     vary = np.flatnonzero((a != a[0]).any(axis=0))
     if not len(vary):
-        return a[:1], np.zeros(len(a), dtype=np.int64)
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
     sub = a[:, vary]
     bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
     if sum(bits) <= 62:  # one exact integer per row
@@ -888,9 +941,9 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for j, b in enumerate(bits):
             key = (key << b) | sub[:, j]
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return a[first], inv.reshape(-1)
+        return a[first], inv.reshape(-1), first
     _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
-    return a[first], inv.reshape(-1)
+    return a[first], inv.reshape(-1), first
 
 
 class _Run:
@@ -1063,18 +1116,19 @@ class _ColumnLoad:
                 members, V = members[~bad], V[~bad]
             if not len(members):
                 continue
-            ukeys, inv = _distinct_rows(V[:, fam.const_cols])
-            for u in range(len(ukeys)):
-                k = ukeys[u].tobytes()
+            ukeys, inv, ufirst = _distinct_rows(V[:, fam.const_cols])
+            sub_of = np.empty(len(ukeys), dtype=np.int32)
+            for u, k in enumerate(map(bytes, ukeys)):
                 sub = fam.subs.get(k)
                 if sub is None:
                     if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
                         raise _Fallback("not clone-shaped: most lines would be read one by one anyway")
-                    i = int(members[np.flatnonzero(inv == u)[0]])
+                    i = int(members[ufirst[u]])
                     sub = fam.subs[k] = len(self.sub_lines)
                     self.sub_lines.append(chunk[ls[i]:core[i]])
                     self.sub_family.append(f)
-                tids[members[inv == u]] = sub
+                sub_of[u] = sub
+            tids[members] = sub_of[inv]
         run.tids.append(tids)
         if len(slots) and np.abs(slots).max() < (1 << 31):
             slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow

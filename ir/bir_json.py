@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import math
 import os
 from typing import IO, Any, Callable, Mapping
@@ -1410,7 +1411,54 @@ _SPLICE_JSON = _dump(_SPLICE)
 
 def write(module: Module, fh: IO[bytes] | IO[str]) -> None:
     """Stream ``module`` as BIR-JSON (UTF-8) into a binary (or text) file handle."""
-    out = _Sink(fh)
+    _write_module(module, _Sink(fh))
+
+
+# ---------------------------------------------------------------------- parts and join
+#
+# A part is the bytes the writer emits while its position (the module-wide row of the next instruction
+# it writes: functions' rows counted one after another) lies in the part's range of rows.  The position
+# only grows while the writer streams, so the parts, joined in order, are the whole document; a part is
+# rendered from the module alone (each worker skips the instructions of the other parts), and the writer
+# spells every chunk of instructions the same way whichever part renders it (chunks do not straddle parts:
+# a chunk belongs to the part of its first row).
+
+
+def part_bounds(module: Module, n: int) -> list[tuple[int, int]]:
+    """The module-wide row ranges of ``n`` parts of about equal instruction counts (the last one open)."""
+    if n < 1:
+        raise ValueError(f"a module is written in at least one part, not {n}")
+    total = module.n_insts()
+    cuts = [k * total // n for k in range(n)] + [_END]
+    cuts[0] = -1
+    return list(itertools.pairwise(cuts))
+
+
+_END = 1 << 62  # beyond every row: the last part takes the closing bytes
+
+
+def render_part(module: Module, k: int, n: int) -> bytes:
+    """Part ``k`` of ``n`` of ``module``'s BIR-JSON: ``join([render_part(m, k, n) for k in range(n)])``
+    is ``dumps(m)`` encoded, byte for byte; each part can be rendered in another process."""
+    if not 0 <= k < n:
+        raise ValueError(f"part {k} of {n} does not exist")
+    buf = io.BytesIO()
+    lo, hi = part_bounds(module, n)[k]
+    _write_module(module, _Sink(buf, lo, hi))
+    return buf.getvalue()
+
+
+def render_parts(module: Module, n: int) -> list[bytes]:
+    """All ``n`` parts of ``module``'s BIR-JSON, in order (:func:`render_part` of each, in this process)."""
+    return [render_part(module, k, n) for k in range(n)]
+
+
+def join(parts: list[bytes]) -> bytes:
+    """The BIR-JSON document of its parts (in the order :func:`render_part` numbers them)."""
+    return b"".join(parts)
+
+
+def _write_module(module: Module, out: _Sink) -> None:
     root = jsonable(render_module_head(module))
     root["functions"] = _SPLICE
     normal = [f for f in module.functions if f.kind != enums.FnKind.NKI]
@@ -1430,9 +1478,11 @@ def write(module: Module, fh: IO[bytes] | IO[str]) -> None:
             fns = groups[order[k]]
             out.write(b"[\n")
             for i, fn in enumerate(fns):
+                out.start_function(len(fn.insts))
                 if i:
                     out.write(b",\n")
-                write_function(fn, out)
+                if out.overlaps_function():
+                    write_function(fn, out)
             out.write(b"\n]")
     out.write(b"\n")
     out.flush()
@@ -1442,15 +1492,35 @@ SINK_BYTES = 1 << 22  # output is buffered up to this many bytes
 
 
 class _Sink:
-    """Buffered bytes output over a binary or text handle."""
+    """Buffered bytes output over a binary or text handle; with a row range [lo, hi), only the bytes
+    written while the position (:meth:`at`) lies in it (one part of the document)."""
 
-    def __init__(self, fh: Any):
+    def __init__(self, fh: Any, lo: int = -1, hi: int = _END):
         self.fh = fh
         self.text = isinstance(fh, io.TextIOBase)
         self.buf: list[bytes] = []
         self.size = 0
+        self.lo, self.hi = lo, hi
+        self.base = self.pos = self.next_base = 0  # the current function's first row; the position
+
+    def start_function(self, n_rows: int) -> None:
+        """The next function's rows follow the previous function's."""
+        self.base = self.pos = self.next_base
+        self.next_base += n_rows
+
+    def overlaps_function(self) -> bool:
+        """Whether any byte of the current function belongs to this sink's part."""
+        last = max(self.base, self.next_base - 1)
+        return self.base < self.hi and last >= self.lo
+
+    def at(self, row: int) -> bool:
+        """Move the position to the current function's ``row``; whether bytes written there are kept."""
+        self.pos = self.base + row
+        return self.lo <= self.pos < self.hi
 
     def write(self, b: bytes | memoryview) -> None:
+        if not self.lo <= self.pos < self.hi:
+            return
         if len(b) > SINK_BYTES // 4 and not self.text:  # large pieces go through without a copy
             self.flush()
             self.fh.write(b)
@@ -1534,4 +1604,4 @@ def flatten_kernel(module: Module) -> Module:
 
 
 __all__ = ["load", "loads", "from_obj", "load_function_obj", "save", "dumps", "write", "write_function",
-           "flatten_kernel", "parse_json", "FLAG_KEYS"]
+           "flatten_kernel", "parse_json", "FLAG_KEYS", "part_bounds", "render_part", "render_parts", "join"]

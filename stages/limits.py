@@ -38,12 +38,27 @@ def check_instruction_limit(total: int, limit: int | None) -> None:
 def memory_check(count: int, what: str = "unrolling") -> None:
     """Refuse to plan ``count`` instructions when they would not fit in the memory available now."""
     need = count * BYTES_PER_INSTRUCTION
-    try:
-        import psutil  # a dependency of dask.distributed
-
-        available = psutil.virtual_memory().available
-    except (ImportError, OSError):
+    available = _available_memory()
+    if available is None:
         return
     if need > available:
         raise PassError(f"{what} would build {count:,} instructions, needing about {need / 2**30:,.1f} GiB of memory; "
                         f"{available / 2**30:,.1f} GiB are available (the backend's ceiling is {CEILING:,})")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now: Linux's MemAvailable (no psutil import, which costs start-up more
+    than the unroll of a small nest), else psutil's figure, else None (unknown: not checked)."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil  # a dependency of dask.distributed
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError):
+        return None

@@ -198,3 +198,18 @@ def test_heuristic_unroll_only_marks_the_program_means_the_same():
     assert st["marked"] >= 1
     inputs = random_inputs(m, 2)
     assert same_outputs(run(m, inputs), run(out, inputs))
+
+
+def test_the_command_imports_only_what_it_needs(tmp_path):
+    """full_unroll's start-up is part of its run time: no random numbers, no psutil, no package metadata,
+    nothing of the build system; and it still unrolls the file."""
+    src, out = tmp_path / "in.json", tmp_path / "out.json"
+    bir_json.save(tiled_exp_module(tiles=3), src)
+    heavy = ("numpy.random", "psutil", "importlib.metadata", "dask", "distributed", "zarr", "typer", "rich",
+             "plotly", "tusk.workflows.graph", "tusk.sim")
+    code = ("import sys\nfrom tusk.workflows.full_unroll_cli import main\n"
+            f"rc = main([{str(src)!r}, '-o', {str(out)!r}, '-unrollLevel', '2'])\n"
+            f"print(rc, [m for m in {heavy!r} if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split("\n")[0] == "0 []", proc.stdout + proc.stderr
+    assert bir_json.load(out).n_insts() > bir_json.load(src).n_insts()

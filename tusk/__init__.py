@@ -23,14 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
 from typing import Any, Iterable
-
-try:
-    __version__ = _version("tusk")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 __all__ = ["__version__", "compile_directory", "load", "show", "listing"]
 
@@ -102,3 +95,18 @@ def _lines(what, function, engine, limit, tensors):
     engines = [engine] if isinstance(engine, str) else engine
     flt = Filter(function=function, engines=engine_codes(engines) if engines else None, limit=limit, tensors=tensors)
     return iter_listing(module, flt)
+
+
+def __getattr__(name: str) -> Any:
+    """``tusk.__version__``, read from the installed metadata when first asked for (importlib.metadata
+    costs a command that never prints the version tens of milliseconds)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'tusk' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("tusk")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value
