@@ -66,6 +66,7 @@ loop-carried / predicated edges) is dropped; other functions are untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -482,8 +483,9 @@ def _overlaps_another(sp: np.ndarray, lo: np.ndarray, hi: np.ndarray, K: int) ->
     return out
 
 
-def _cells(fp: Footprints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cell, inst, rw) incidences: every access expanded to the cells its box covers."""
+def _cells(fp: Footprints, keep_all: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cell, inst, rw) incidences: every access expanded to the cells its box covers (``keep_all``:
+    also the isolated boxes touched once, which order nothing here but may in a wider range)."""
     box, first = _box_ids(fp)
     nb = len(first)
     sp, plo, phi, blo, bhi = (a[first] for a in (fp.space, fp.plo, fp.phi, fp.blo, fp.bhi))
@@ -525,22 +527,44 @@ def _cells(fp: Footprints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cells_of_box.append(cell)
     cells_of_box_a = np.concatenate(cells_of_box)
     # ---- expand accesses; an isolated box touched by a single access (a DRAM tile loaded once) has no edges
-    useful = shared | (np.bincount(box, minlength=nb) > 1)
+    useful = shared | (np.bincount(box, minlength=nb) > (0 if keep_all else 1))
     a = np.flatnonzero(useful[box])
     cs, cc = cell_start[box[a]], cell_count[box[a]]
     idx = _ranges(cs, cc)
     return cells_of_box_a[idx], np.repeat(fp.inst[a], cc), np.repeat(fp.rw[a], cc)
 
 
-def _data_edges(fp: Footprints) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) pairs of the last-writer / readers-since-last-write graph, unique, sorted by (dst, src)."""
+def written_only(fp: Footprints) -> Footprints:
+    """``fp`` without the accesses to spaces nobody writes (inputs only read): they order nothing."""
     if len(fp) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z
-    cell, inst, rw = _cells(fp)
+        return fp
+    written = np.zeros(int(fp.space.max()) + 1, dtype=bool)
+    written[fp.space[fp.rw == 1]] = True
+    keep = written[fp.space]
+    return fp if keep.all() else _take(fp, np.flatnonzero(keep))
+
+
+def _take(fp: Footprints, rows: np.ndarray) -> Footprints:
+    return Footprints(*(getattr(fp, f)[rows] for f in FP_FIELDS))
+
+
+FP_FIELDS = ("inst", "rw", "space", "plo", "phi", "blo", "bhi")
+
+
+def _data_edges(fp: Footprints, exposed: bool = False):
+    """(src, dst) pairs of the last-writer / readers-since-last-write graph, unique, sorted by (dst, src).
+
+    ``exposed``: also the sorted instructions with an access that an instruction outside ``fp``'s range
+    could conflict with: one with no write to its cell before it (it reads what was there, or is the
+    first write) or none after it (its value, or its read, is still live at the end).  Those are all the
+    accesses an edge leaving or entering the range can join (``stages.deps_split``).
+    """
+    z = np.zeros(0, np.int64)
+    if len(fp) == 0:
+        return (z, z, z) if exposed else (z, z)
+    cell, inst, rw = _cells(fp, keep_all=exposed)
     if len(cell) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z
+        return (z, z, z) if exposed else (z, z)
     n2 = 2 * (int(inst.max()) + 1)
     if int(cell.max()) < (1 << 62) // n2:
         # one packed key per incidence: sorting values is much faster than a 3-key lexsort
@@ -575,6 +599,8 @@ def _data_edges(fp: Footprints) -> tuple[np.ndarray, np.ndarray]:
     src, dst = src[ok], dst[ok]
     n = int(inst.max()) + 1
     keys = _unique(dst * n + src)  # sorted by (dst, src)
+    if exposed:
+        return keys % n, keys // n, _unique(inst[~has_prev | (next_w >= seg_end)])
     return keys % n, keys // n
 
 
@@ -691,12 +717,22 @@ def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_k).astype(np.uint8)
 
 
-def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    fp = footprints(fn)
+def data_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, kind) of the memory and register conflicts of ``fn`` (no Ordered edges, no regions)."""
+    fp = written_only(footprints(fn))
     src, dst = _data_edges(fp)
+    return src, dst, checked_kinds(fp, src, dst)
+
+
+def checked_kinds(fp: Footprints, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     kind = _edge_kinds(fp, src, dst)
     if (kind < Edge.Anti).any():  # cannot happen: every edge joins two accesses of one cell
         raise AssertionError("build_fdeps produced an edge without a conflict")
+    return kind
+
+
+def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    src, dst, kind = data_edges(fn)
     if ordered:
         osrc, odst = _ordered_edges(fn)
         if len(osrc):
@@ -772,21 +808,89 @@ class BuildFDeps(Pass):
 
     name = "build_fdeps"
     version = "1"
+    splittable = True
 
     ordered: bool = option(True, "Ordered edges between consecutive DMAs of one queue")
     keep_existing: bool = option(False, "merge with the edges already present instead of replacing them")
 
+    # a straight-line function is cut into row ranges (stages/deps_split.py) only from this many rows, into
+    # parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so the output never
+    # depends on them (tests lower them)
+    split_min: ClassVar[int] = 200_000
+    split_part_size: ClassVar[int] = 300_000
+    split_max_parts: ClassVar[int] = 8
+
     def run(self, module: Module) -> tuple[Module, Stats]:
+        if PART_KEY in module.attributes:
+            return self._run_part(module)
         out = module.copy()
-        stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
         for fn in out.functions:
             src, dst, kind = dependence_edges(fn, ordered=self.ordered)
             _install(fn, src, dst, kind, self.keep_existing)
-            stats["functions"] += 1
-            stats["edges"] += len(fn.deps)
-            for k, v in edge_counts(fn).items():
-                stats[k] += v
-        return out, stats
+        return out, _edge_stats(out)
+
+    def split(self, module: Module) -> list[Module] | None:
+        from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+
+        if PART_KEY in module.attributes:
+            return None
+        parts = []
+        for k, fn in enumerate(module.functions):
+            ranges = plan_ranges(len(fn.insts), self.split_min, self.split_part_size,
+                                 self.split_max_parts) if splits(fn) else None
+            written = written_spaces(fn) if ranges else []
+            for a, b in ranges or ():
+                marker = {"function": k, "name": fn.name, "lo": a, "hi": b, "written": written}
+                parts.append(Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
+                                    module.attributes.with_(**{PART_KEY: marker}), module.artifact_dir,
+                                    module.queues, module.extras))
+        return parts or None
+
+    def _run_part(self, module: Module) -> tuple[Module, Stats]:
+        """A part's own edges, and its exposed rows in its marker for the merge."""
+        from tusk.stages.deps_split import part_edges
+
+        marker = module.attributes[PART_KEY]
+        out = module.copy()
+        fn = out.functions[0]
+        src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
+        fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
+                                                 "kind": kind.astype(np.uint8)})
+        out = out.with_attributes(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}})
+        return out, {"edges": len(src), "exposed": len(exposed)}
+
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
+        from tusk.stages.deps_split import merged_edges
+
+        by_fn: dict[int, list] = {}
+        for p in parts:
+            marker = p.attributes[PART_KEY]
+            by_fn.setdefault(int(marker["function"]), []).append((marker, p.functions[0]))
+        out = module.copy()
+        for k, fn in enumerate(out.functions):
+            got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
+            if got:
+                src, dst, kind = merged_edges(fn, [(int(m["lo"]), int(m["hi"])) for m, _ in got],
+                                              [g.deps for _, g in got], [m["exposed"] for m, _ in got],
+                                              self.ordered)
+            else:
+                src, dst, kind = dependence_edges(fn, ordered=self.ordered)
+            _install(fn, src, dst, kind, self.keep_existing)
+        return out, {**_edge_stats(out), "parts": len(parts)}
+
+
+# module attribute of a part of build_fdeps: the function and row range it holds (see stages/deps_split.py)
+PART_KEY = "build_fdeps_part"
+
+
+def _edge_stats(module: Module) -> Stats:
+    stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
+    for fn in module.functions:
+        stats["functions"] += 1
+        stats["edges"] += len(fn.deps)
+        for k, v in edge_counts(fn).items():
+            stats[k] += v
+    return stats
 
 
 def _clear_targets(module: Module, entry_gate: bool) -> list[int]:
