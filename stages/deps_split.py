@@ -22,14 +22,22 @@ whole, in the same order (tests/test_split_passes.py).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from tusk.ir.enums import AP_KINDS, Kind, Mem, Role
 from tusk.ir.module import Function
-from tusk.stages.deps import (SPACE_DRAM, _data_edges, _take, checked_kinds, footprints, straight_line_regions,
-                              written_only)
+from tusk.stages.deps import (
+    SPACE_DRAM,
+    _data_edges,
+    _take,
+    checked_kinds,
+    footprints,
+    straight_line_regions,
+    written_only,
+)
 
 
 def plan_ranges(n: int, min_size: int, part_size: int, max_parts: int,
@@ -50,7 +58,7 @@ def plan_ranges(n: int, min_size: int, part_size: int, max_parts: int,
     if not bounds:
         return None
     edges = [0, *bounds, n]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 def splits(fn: Function) -> bool:

@@ -30,7 +30,7 @@ def test_any_program_keeps_its_meaning_and_edges_run_forward(insts):
     """Random straight-line programs over buffers that overlap on purpose (see test_deps)."""
     fn = _build(insts, io=True)
     m = Module([fn])
-    out, stats = Schedule().run(m)       # no edges given: the pass computes them itself
+    out, _stats = Schedule().run(m)       # no edges given: the pass computes them itself
     d = out.functions[0].deps
     assert (d["src"] < d["dst"]).all()
     assert _same(m, out)
@@ -61,7 +61,7 @@ def test_rotated_tiles_are_software_pipelined():
 def test_without_rotation_nothing_can_overlap():
     u, _ = Unroll().run(bir_kernels.tiled_exp(tiles=8)[0])
     u = build_fdeps(u.functions[0])
-    out, moved = schedule_function(u)
+    _out, moved = schedule_function(u)
     assert moved == 0  # one buffer: every tile waits for the previous one (the edges say so)
 
 

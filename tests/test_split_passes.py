@@ -8,6 +8,8 @@ and BIR-JSON bytes with the unsplit run.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,8 +21,10 @@ from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import Module
+from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.deps import BuildFDeps
 from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+from tusk.stages.schedule import Schedule, segments
 from tusk.stages.unroll import Unroll
 
 
@@ -48,7 +52,7 @@ def test_ranges_are_few_large_and_tile_the_rows():
     assert plan_ranges(199_999, 200_000, 300_000, 8) is None
     r = plan_ranges(1_236_992, 200_000, 300_000, 8)
     assert len(r) == 5 and r[0][0] == 0 and r[-1][1] == 1_236_992
-    assert all(b == c for (_, b), (c, _) in zip(r, r[1:]))
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(r))
     assert plan_ranges(10, 2, 3, 8, starts=np.array([0, 6])) == [(0, 6), (6, 10)]
 
 
@@ -61,7 +65,7 @@ def test_any_program_split_anywhere_gives_the_whole_graph(monkeypatch, insts):
     fn = _build(insts, io=True)
     for size in (1, 2, 3, 7):
         monkeypatch.setattr(BuildFDeps, "split_part_size", size)
-        parts, _, merged = assert_exact(BuildFDeps(), Module([fn]))
+        parts, _, _merged = assert_exact(BuildFDeps(), Module([fn]))
         assert parts is None or len(parts) >= 2
 
 
@@ -123,3 +127,63 @@ def test_a_split_build_fdeps_part_input_is_a_valid_module(low_threshold):
     m = _rotated(large_matmul_like(2, 2, 2))
     for part in BuildFDeps().split(m):
         verify(part)
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+@pytest.fixture
+def low_schedule(monkeypatch):
+    monkeypatch.setattr(Schedule, "split_min", 2)
+    monkeypatch.setattr(Schedule, "split_part_size", 40)
+    monkeypatch.setattr(Schedule, "split_max_parts", 8)
+
+
+def _scheduled_input(m: Module) -> Module:
+    return BuildFDeps().run(_rotated(m))[0]
+
+
+@pytest.mark.parametrize("name", BIR_KERNELS)
+def test_corpus_kernel_schedule_split_equals_whole(low_schedule, name):
+    m = _scheduled_input(bir_json.load(KERNELS / name))
+    p = Schedule(max_segment=16)
+    parts, _serial, _ = assert_exact(p, m)
+    segs = [segments(f, 16) for f in m.functions if splits(f)]
+    assert (parts is not None) == any(len(s) >= 2 for s in segs)
+
+
+@pytest.mark.parametrize("max_segment", [7, 50, 1 << 16])
+def test_large_matmul_slice_schedules_in_parts(low_schedule, max_segment):
+    m = _scheduled_input(large_matmul_like(6, 4, 8))
+    parts, _serial, merged = assert_exact(Schedule(max_segment=max_segment), m)
+    assert (parts is not None) == (max_segment < 624)
+    fn = merged.functions[-1]
+    d = fn.deps
+    assert (d["src"] < d["dst"]).all()
+    inputs = random_inputs(m, seed=3)
+    assert same_outputs(run(m, inputs), run(merged, inputs))
+
+
+def test_stale_edges_are_still_respected_across_parts(low_schedule):
+    """No edges given: every part builds its own, the merge the ones between parts."""
+    m = _rotated(large_matmul_like(4, 3, 5))
+    for fn in m.functions:
+        fn.deps = fn.deps.take(np.zeros(0, np.int64))
+    parts, _serial, merged = assert_exact(Schedule(max_segment=20), m)
+    assert parts is not None
+    inputs = random_inputs(m, seed=4)
+    assert same_outputs(run(m, inputs), run(merged, inputs))
+
+
+def test_unmarked_parts_stay_unmarked(low_schedule):
+    m = _scheduled_input(large_matmul_like(4, 3, 5))
+    _, serial, _ = assert_exact(Schedule(max_segment=20, mark_post_schedule=False), m)
+    assert all(FnAttr.KERNEL_SCOPE not in f.attrs for f in serial.functions)
+
+
+def test_a_long_segment_is_scheduled_in_pieces():
+    m = _scheduled_input(large_matmul_like(4, 3, 5))
+    fn = m.functions[-1]
+    assert segments(fn) == [(0, len(fn.insts))]
+    pieces = segments(fn, 50)
+    assert pieces[0] == (0, 50) and pieces[-1][1] == len(fn.insts) and len(pieces) == -(-len(fn.insts) // 50)
