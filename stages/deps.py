@@ -331,49 +331,64 @@ def _row_geometry(fn: Function) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _exact_boxes(fn: Function, inst, rw, memloc, offset, dtype, pattern, tables) -> tuple:
+    """Boxes of exact operands.  Everything but the offset depends on (pattern, memory location, dtype), of
+    which a function has few: that part is worked out once per distinct triple, the rest per access."""
     ml = fn.memlocs
     steps_t, nums_t, row_bytes_t, _ = tables
-    s, nn = steps_t[pattern], nums_t[pattern]
-    keep = (nn > 0).all(axis=1)  # an empty pattern touches nothing
-    inst, rw, memloc, offset, dtype, s, nn = (a[keep] for a in (inst, rw, memloc, offset, dtype, s, nn))
-    size = DTYPE_SIZE_ARRAY[dtype]
-    mtype = ml["mtype"][memloc]
-    addr = ml["addr"][memloc].astype(np.int64)
-    base = ml["base"][memloc].astype(np.int64)
-    ext = s * (nn - 1)
-    lo_all = np.minimum(ext, 0).sum(axis=1)
-    hi_all = np.maximum(ext, 0).sum(axis=1)
+    n_ml, n_dt = max(len(ml), 1), len(DTYPE_SIZE_ARRAY)
+    key = (pattern.astype(np.int64) * n_ml + memloc) * n_dt + dtype
+    combos = _unique(key)
+    inv = np.searchsorted(combos, key)
+    c_pat, c_ml, c_dt = combos // (n_ml * n_dt), (combos // n_dt) % n_ml, combos % n_dt
+    # ---- per combination
+    sc, nn = steps_t[c_pat], nums_t[c_pat]
+    keep_c = (nn > 0).all(axis=1)  # an empty pattern touches nothing
+    size_c = DTYPE_SIZE_ARRAY[c_dt].astype(np.int64)
+    mtype_c = ml["mtype"][c_ml]
+    addr_c = ml["addr"][c_ml].astype(np.int64)
+    base_c = ml["base"][c_ml].astype(np.int64)
+    ext = sc * (nn - 1)
+    lo_c, hi_c = np.minimum(ext, 0).sum(axis=1), np.maximum(ext, 0).sum(axis=1)
+    onchip_c = (mtype_c == Mem.SB) | (mtype_c == Mem.PSUM)
+    space_c = np.where(mtype_c == Mem.SB, SPACE_SB, np.where(mtype_c == Mem.PSUM, SPACE_PSUM,
+                       np.where(addr_c >= 0, SPACE_DRAM, 3 + c_ml))).astype(np.int64)
+    R_c = row_bytes_t[c_ml]
+    rowed_c = (onchip_c & (addr_c >= 0)) | ((mtype_c == Mem.DRAM) & (addr_c < 0) & (R_c > 0))
+    pitch = R_c // size_c
+    # SB/PSUM rows hold pbytes // size elements by definition; a DRAM row view needs whole elements
+    ok_c = (pitch > 0) & (onchip_c | (R_c % size_c == 0))
+    pitch_c = np.where(ok_c, pitch, 1)
+    pdim = (sc % pitch_c[:, None]) == 0
+    pext = np.where(pdim, ext // pitch_c[:, None], 0)
+    cext = np.where(pdim, 0, ext)
+    plo_c, phi_c = np.minimum(pext, 0).sum(axis=1), np.maximum(pext, 0).sum(axis=1)
+    clo_c, chi_c = np.minimum(cext, 0).sum(axis=1), np.maximum(cext, 0).sum(axis=1)
+    # ---- per access
+    if not keep_c.all():
+        sel = np.flatnonzero(keep_c[inv])
+        inst, rw, offset, inv = inst[sel], rw[sel], offset[sel], inv[sel]
     k = len(inst)
-    onchip = (mtype == Mem.SB) | (mtype == Mem.PSUM)
-    space = np.where(mtype == Mem.SB, SPACE_SB, np.where(mtype == Mem.PSUM, SPACE_PSUM,
-                     np.where(addr >= 0, SPACE_DRAM, 3 + memloc))).astype(np.int64)
+    size, addr, space = size_c[inv], addr_c[inv], space_c[inv]
+    lo_all, hi_all = lo_c[inv], hi_c[inv]
     plo = np.zeros(k, np.int64)
     phi = np.zeros(k, np.int64)
     # linear DRAM (the shared space): one row (private buffers start at 0)
     dbase = np.maximum(addr, 0)
     blo = dbase + (offset + lo_all) * size
     bhi = dbase + (offset + hi_all + 1) * size
-    rb = row_bytes_t[memloc]
-    rowed = np.flatnonzero((onchip & (addr >= 0)) | ((mtype == Mem.DRAM) & (addr < 0) & (rb > 0)))
+    rowed = np.flatnonzero(rowed_c[inv])
     if len(rowed):
-        sz, R, oc = size[rowed], rb[rowed], onchip[rowed]
-        pitch = R // sz
-        # SB/PSUM rows hold pbytes // size elements by definition; a DRAM row view needs whole elements
-        ok = (pitch > 0) & (oc | (R % sz == 0))
-        pitch_s = np.where(ok, pitch, 1)
-        sc, ec = s[rowed], ext[rowed]
-        pdim = (sc % pitch_s[:, None]) == 0
-        pext = np.where(pdim, ec // pitch_s[:, None], 0)
-        cext = np.where(pdim, 0, ec)
-        p_lo, p_hi = np.minimum(pext, 0).sum(axis=1), np.maximum(pext, 0).sum(axis=1)
-        c_lo, c_hi = np.minimum(cext, 0).sum(axis=1), np.maximum(cext, 0).sum(axis=1)
-        q0, r0 = np.divmod(offset[rowed], pitch_s)
+        c = inv[rowed]
+        sz, R, oc, ok, pitch_s = size_c[c], R_c[c], onchip_c[c], ok_c[c], pitch_c[c]
+        off = offset[rowed]
+        q0, r0 = np.divmod(off, pitch_s)
+        c_lo, c_hi = clo_c[c], chi_c[c]
         fits = (r0 + c_lo >= 0) & (r0 + c_hi < pitch_s)
-        b0 = np.where(oc, base[rowed], 0)
-        a0 = np.where(oc, addr[rowed], 0)
-        e_lo, e_hi = offset[rowed] + lo_all[rowed], offset[rowed] + hi_all[rowed]
-        cp_lo = np.where(fits, b0 + q0 + p_lo, b0 + np.floor_divide(e_lo, pitch_s))
-        cp_hi = np.where(fits, b0 + q0 + p_hi, b0 + np.floor_divide(e_hi, pitch_s))
+        b0 = np.where(oc, base_c[c], 0)
+        a0 = np.where(oc, addr_c[c], 0)
+        e_lo, e_hi = off + lo_c[c], off + hi_c[c]
+        cp_lo = np.where(fits, b0 + q0 + plo_c[c], b0 + np.floor_divide(e_lo, pitch_s))
+        cp_hi = np.where(fits, b0 + q0 + phi_c[c], b0 + np.floor_divide(e_hi, pitch_s))
         cb_lo = np.where(fits, a0 + (r0 + c_lo) * sz, a0)
         cb_hi = np.where(fits, a0 + (r0 + c_hi + 1) * sz, a0 + pitch_s * sz)
         # Rows that do not hold whole elements: on chip the whole space; in DRAM the rows the bytes span.
@@ -385,7 +400,7 @@ def _exact_boxes(fn: Function, inst, rw, memloc, offset, dtype, pattern, tables)
         cb_hi = np.where(bad_chip, WHOLE, np.where(bad_dram, R, cb_hi))
         plo[rowed], phi[rowed], blo[rowed], bhi[rowed] = cp_lo, cp_hi, cb_lo, cb_hi
     # unallocated on-chip locations: the whole space
-    un = np.flatnonzero(onchip & (addr < 0))
+    un = np.flatnonzero((onchip_c & (addr_c < 0))[inv])
     plo[un], phi[un], blo[un], bhi[un] = 0, PARTITIONS - 1, 0, WHOLE
     return inst, rw, space, plo, phi, blo, bhi
 
