@@ -122,57 +122,57 @@ def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray,
     s_ptr = np.searchsorted(s_src, np.arange(n + 1)).tolist()
     s_dst_l = s_dst.tolist()
     # bottom level: longest path to the end of the segment (rows are a topological order)
-    prio = d.copy()
-    prio_l = prio.tolist()
-    d_l = d.tolist()
+    prio_l = d.tolist()
     for i in range(n - 1, -1, -1):
-        best = 0.0
-        for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
-            v = prio_l[j] + sync
-            best = max(best, v)
-        prio_l[i] = d_l[i] + best
+        lo, hi = s_ptr[i], s_ptr[i + 1]
+        if lo < hi:  # max(p + sync) == max(p) + sync exactly: rounding is monotonic
+            prio_l[i] += max([prio_l[j] for j in s_dst_l[lo:hi]]) + sync
+    d_l = d.tolist()
     indeg = np.bincount(dst, minlength=n).tolist()
     ready_at = [0.0] * n
     nl = len(p.lanes)
     free = [0.0] * nl
     slots = max(int(costs.dma_queues_per_engine), 1) * max(int(costs.dma_inflight), 1)
-    transfer: dict[int, list[float]] = {}    # trigger lane -> heap of in-flight transfer ends
+    transfer: list[list[float]] = [[] for _ in range(nl)]  # trigger lane -> heap of in-flight transfer ends
     where = [-1] * n
-    end = [0.0] * n
     heap = [(0.0, -prio_l[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     placed: list[int] = []
     while heap:
-        t, negp, i = heapq.heappop(heap)
+        t, negp, i = pop(heap)
         ln = lane[i]
-        start = ready_at[i] if ln < 0 else max(ready_at[i], free[ln])
+        start = ready_at[i]
+        if ln >= 0 and free[ln] > start:
+            start = free[ln]
         if start > t:
-            heapq.heappush(heap, (start, negp, i))
+            push(heap, (start, negp, i))
             continue
         if is_dma[i]:
             te = start + cost[i]
             free[ln] = te
-            h = transfer.setdefault(ln, [])
+            h = transfer[ln]
             while h and h[0] <= te:
-                heapq.heappop(h)
-            ts = te if len(h) < slots else max(te, heapq.heappop(h))
+                pop(h)
+            ts = te if len(h) < slots else max(te, pop(h))
             f = ts + (d_l[i] - cost[i])
-            heapq.heappush(h, f)
-            where[i] = nl + ln  # its queues: another engine for the hand-off
+            push(h, f)
+            wi = where[i] = nl + ln  # its queues: another engine for the hand-off
         else:
             f = start + cost[i]
             if ln >= 0:
                 free[ln] = f
-            where[i] = ln
-        end[i] = f
+            wi = where[i] = ln
         placed.append(i)
         for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
             lj = lane[j]
-            r = f + (sync if where[i] >= 0 and lj >= 0 and where[i] != lj else 0.0)
-            ready_at[j] = max(ready_at[j], r)
+            r = f + sync if wi >= 0 and lj >= 0 and wi != lj else f
+            if r > ready_at[j]:
+                ready_at[j] = r
             indeg[j] -= 1
             if indeg[j] == 0:
-                heapq.heappush(heap, (ready_at[j] if lj < 0 else max(ready_at[j], free[lj]), -prio_l[j], j))
+                rj = ready_at[j]
+                push(heap, (rj if lj < 0 or rj >= free[lj] else free[lj], -prio_l[j], j))
     if len(placed) != n:  # cannot happen: rows are a topological order of their edges
         raise AssertionError("schedule: the dependence graph of a segment has a cycle")
     return np.asarray(placed, dtype=np.int64)
