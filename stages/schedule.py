@@ -167,7 +167,7 @@ def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray,
         for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
             lj = lane[j]
             r = f + sync if wi >= 0 and lj >= 0 and wi != lj else f
-            if r > ready_at[j]:
+            if r > ready_at[j]:  # noqa: PLR1730 - a comparison is faster than max() in this hot loop
                 ready_at[j] = r
             indeg[j] -= 1
             if indeg[j] == 0:
