@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from tusk.ir.enums import AP_KINDS, Kind, Mem, Role
-from tusk.ir.module import Function
+from tusk.ir.module import Function, _ranges
 from tusk.stages.deps import (
     SPACE_DRAM,
     _data_edges,
@@ -107,7 +107,7 @@ def cross_edges(fn: Function, ranges: list[tuple[int, int]], exposed: list[np.nd
     z = np.zeros(0, np.int64)
     if len(rows) < 2:
         return z, z, z.astype(np.uint8)
-    fp = written_only(footprints(fn.take_insts(rows)))
+    fp = written_only(footprints(_rows_view(fn, rows)))
     src, dst = _data_edges(fp)
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
     part = np.searchsorted(starts, rows, side="right")
@@ -115,6 +115,20 @@ def cross_edges(fn: Function, ranges: list[tuple[int, int]], exposed: list[np.nd
     src, dst = src[keep], dst[keep]
     kind = checked_kinds(fp, src, dst)
     return rows[src], rows[dst], kind
+
+
+def _rows_view(fn: Function, rows: np.ndarray) -> Function:
+    """``fn.take_insts(rows)`` for reading footprints only: the instructions and their operands are taken,
+    every other table and pool is shared with ``fn`` instead of copied (a copy of a 1M-row function's
+    tables costs more than the footprints of a few thousand rows)."""
+    view = Function.__new__(Function)
+    view.__dict__.update(fn.__dict__)
+    nops = fn.insts["nops"][rows].astype(np.int64)
+    view.operands = fn.operands.take(_ranges(fn.insts["ops"][rows], nops))
+    view.insts = fn.insts.take(rows)
+    view.insts["ops"][:] = np.concatenate([[0], np.cumsum(nops)[:-1]]) if len(rows) else 0
+    view.invalidate()
+    return view
 
 
 def merged_edges(fn: Function, ranges: list[tuple[int, int]], part_deps: list, exposed: list[np.ndarray],
