@@ -41,34 +41,75 @@ MAX_REPORTED = 20
 
 
 def verify(module: Module) -> None:
-    problems: list[str] = []
     arch = get_arch(module.arch)
+    _raise([f"function {fn.name}: {p}" for fn in module.functions for p in verify_function(fn, arch)],
+           module)
+
+
+def verify_function(fn: Function, arch=None) -> list[str]:
+    return _in_order(_run_checks(fn, arch or get_arch(None), CHECKS))
+
+
+# ---------------------------------------------------------------- verifying in parts
+# verify is no pass: the build runs it on a step's output.  For a big module the checks of one function
+# run as independent tasks (the liveness check, the rest); verify_join gives verify's exact verdict.
+
+CHECKS = ("structure", "names", "memlocs", "operands", "live_overlap", "deps", "kernel_calls", "isa_shapes")
+SPLIT_MIN = 200_000  # instructions of a function before its checks are split
+Task = tuple[int, tuple[str, ...]]  # (function index, checks)
+
+
+def verify_tasks(module: Module, min_size: int = SPLIT_MIN) -> list[Task] | None:
+    """Independent pieces of ``verify(module)`` (JSON-able), or None to verify it whole (no function
+    reaches ``min_size`` instructions)."""
+    if not any(len(fn.insts) >= min_size for fn in module.functions):
+        return None
+    rest = tuple(c for c in CHECKS if c != "live_overlap")
+    out: list[Task] = []
+    for k, fn in enumerate(module.functions):
+        out += [(k, rest), (k, ("live_overlap",))] if len(fn.insts) >= min_size else [(k, CHECKS)]
+    return out
+
+
+def verify_part(module: Module, task: Task) -> dict[str, list[str]]:
+    """The problems each check of ``task`` finds (``refs`` alone when a reference is broken)."""
+    k, checks = task
+    return _run_checks(module.functions[int(k)], get_arch(module.arch), tuple(checks))
+
+
+def verify_join(module: Module, tasks: list[Task], results: list[dict[str, list[str]]]) -> None:
+    """Raise what ``verify(module)`` raises, from the results of :func:`verify_tasks`' tasks."""
+    per_fn: dict[int, dict[str, list[str]]] = {}
+    for (k, _), got in zip(tasks, results):
+        per_fn.setdefault(int(k), {}).update(got)
+    _raise([f"function {fn.name}: {p}" for k, fn in enumerate(module.functions)
+            for p in _in_order(per_fn.get(k, {}))], module)
+
+
+def _run_checks(fn: Function, arch, checks: tuple[str, ...]) -> dict[str, list[str]]:
+    refs = _check_refs(fn)
+    if refs:
+        return {"refs": refs}  # later checks index with these references
+    run = {"structure": _check_structure, "names": _check_names, "memlocs": lambda f: _check_memlocs(f, arch),
+           "operands": _check_operands, "live_overlap": _check_live_overlap, "deps": _check_deps,
+           "kernel_calls": _check_kernel_calls, "isa_shapes": lambda f: check_isa_shapes(f, MAX_REPORTED)}
+    return {c: run[c](fn) for c in checks}
+
+
+def _in_order(got: dict[str, list[str]]) -> list[str]:
+    if got.get("refs"):
+        return list(got["refs"])
+    return [p for c in CHECKS for p in got.get(c, ())]
+
+
+def _raise(problems: list[str], module: Module) -> None:
     names = [f.name for f in module.functions]
     if len(set(names)) != len(names):
-        problems.append("function names are not unique")
-    for fn in module.functions:
-        problems.extend(f"function {fn.name}: {p}" for p in verify_function(fn, arch))
+        problems = ["function names are not unique", *problems]
     if problems:
         shown = problems[:MAX_REPORTED]
         more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
         raise VerifyError("IR verification failed:\n  " + "\n  ".join(shown) + more)
-
-
-def verify_function(fn: Function, arch=None) -> list[str]:
-    arch = arch or get_arch(None)
-    out: list[str] = []
-    out += _check_refs(fn)
-    if out:
-        return out  # later checks index with these references
-    out += _check_structure(fn)
-    out += _check_names(fn)
-    out += _check_memlocs(fn, arch)
-    out += _check_operands(fn)
-    out += _check_live_overlap(fn)
-    out += _check_deps(fn)
-    out += _check_kernel_calls(fn)
-    out += check_isa_shapes(fn, MAX_REPORTED)
-    return out
 
 
 def _first(mask: np.ndarray) -> Iterable[int]:
@@ -424,17 +465,20 @@ def _check_live_overlap(fn: Function) -> list[str]:
     # of another tensor's bytes): only self-contained instances, from their first write on, are checked
     start = inst.i_first_write
     live = (inst.i_last_read >= 0) & ~inst.i_live_in & (start >= 0) & (start <= inst.i_last_read)
-    by_memloc: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for k in np.flatnonzero(live).tolist():
-        m = int(inst.i_memloc[k])
-        by_memloc.setdefault(m, ([], []))
-        by_memloc[m][0].append(int(start[k]))
-        by_memloc[m][1].append(int(inst.i_last_read[k]))
+    # the live instances of each memory location, in instance order (one stable sort, no Python loop)
+    ks = np.flatnonzero(live)
+    mem = inst.i_memloc[ks].astype(np.int64)
+    by = np.argsort(mem, kind="stable")
+    ks, mem = ks[by], mem[by]
+    used, first = np.unique(mem, return_index=True)
+    bounds = dict(zip(used.tolist(), zip(first.tolist(), [*first[1:].tolist(), len(mem)])))
+    starts, ends = start[ks].astype(np.int64), inst.i_last_read[ks].astype(np.int64)
+    by_memloc = {m: (starts[a:b], ends[a:b]) for m, (a, b) in bounds.items()}
     out = []
     name = lambda m: fn.strings[fn.memlocs.get("name", m)]  # noqa: E731
-    for a, b in overlapping_pairs(fn, np.array(sorted(by_memloc), dtype=np.int64)):
-        sa, ea = (np.array(x) for x in by_memloc[a])
-        sb, eb = (np.array(x) for x in by_memloc[b])
+    for a, b in overlapping_pairs(fn, used.astype(np.int64)):
+        sa, ea = by_memloc[a]
+        sb, eb = by_memloc[b]
         order = np.argsort(sb, kind="stable")
         sb, eb = sb[order], np.maximum.accumulate(eb[order])
         k = np.searchsorted(sb, ea, side="left") - 1   # instances of b that start before a's instance ends

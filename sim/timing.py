@@ -191,15 +191,17 @@ def _descriptors(fn: Function, owner: np.ndarray, rows: np.ndarray) -> np.ndarra
     size = DTYPE_SIZE_ARRAY[ops["dtype"][rows[ap]]]
     pbytes = ml["pbytes"][np.maximum(m, 0)] if len(ml) else np.zeros(len(m), np.int64)
     pitch = np.where(onchip, pbytes // np.maximum(size, 1), 0)
-    cache: dict[tuple[int, bool, int], int] = {}
-    vals = np.empty(len(ap), dtype=np.int64)
-    for k, (p, oc, pt) in enumerate(zip(pat.tolist(), onchip.tolist(), pitch.tolist())):
-        key = (p, oc, pt)
-        v = cache.get(key)
-        if v is None:
-            v = cache[key] = descriptor_count(fn.patterns[p] if p >= 0 else (), oc, pt)
-        vals[k] = v
-    np.maximum.at(out, owner[ap], vals)
+    # one count per distinct (pattern, on chip, pitch): a function has few of them
+    span = int(pitch.max()) + 1
+    keys = ((pat + 1) * 2 + onchip) * span + pitch
+    distinct, inv = np.unique(keys, return_inverse=True)
+    counts = np.array([descriptor_count(fn.patterns[p] if p >= 0 else (), bool(oc), pt)
+                       for p, oc, pt in zip((distinct // span // 2 - 1).tolist(), (distinct // span % 2).tolist(),
+                                            (distinct % span).tolist())], dtype=np.int64)
+    vals = counts[inv.reshape(-1)]
+    who = owner[ap]  # operands are stored instruction by instruction: one max per run of equal owners
+    first = np.flatnonzero(np.concatenate([[True], who[1:] != who[:-1]]))
+    out[who[first]] = np.maximum(out[who[first]], np.maximum.reduceat(vals, first))
     return out
 
 
@@ -302,9 +304,10 @@ def plan(fn: Function, costs: CostTable = DEFAULT_COSTS) -> Plan:
         latency[dma] = costs.dma_fixed * chunks
         work[dma] = desc * costs.dma_descriptor_cycles + nbytes / costs.dma_engine_bytes_per_cycle
         dram[dma] = np.where(touches[dma], nbytes, 0.0)
+        distinct, inv = np.unique(desc, return_inverse=True)  # few distinct descriptor counts
         fan = np.array([get_largest_factor_with_threshold(int(d), min(MAX_SPLIT_FACTOR, costs.dma_engines))
-                        for d in desc.tolist()], dtype=np.float64)
-        rate[dma] = fan
+                        for d in distinct.tolist()], dtype=np.float64)
+        rate[dma] = fan[inv.reshape(-1)]
     return Plan(cost, lane, lanes, is_dma, queue, latency, work, dram, rate, engine_queues)
 
 

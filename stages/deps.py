@@ -70,6 +70,7 @@ loop-carried / predicated edges) is dropped; other functions are untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -335,49 +336,64 @@ def _row_geometry(fn: Function) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _exact_boxes(fn: Function, inst, rw, memloc, offset, dtype, pattern, tables) -> tuple:
+    """Boxes of exact operands.  Everything but the offset depends on (pattern, memory location, dtype), of
+    which a function has few: that part is worked out once per distinct triple, the rest per access."""
     ml = fn.memlocs
     steps_t, nums_t, row_bytes_t, _ = tables
-    s, nn = steps_t[pattern], nums_t[pattern]
-    keep = (nn > 0).all(axis=1)  # an empty pattern touches nothing
-    inst, rw, memloc, offset, dtype, s, nn = (a[keep] for a in (inst, rw, memloc, offset, dtype, s, nn))
-    size = DTYPE_SIZE_ARRAY[dtype]
-    mtype = ml["mtype"][memloc]
-    addr = ml["addr"][memloc].astype(np.int64)
-    base = ml["base"][memloc].astype(np.int64)
-    ext = s * (nn - 1)
-    lo_all = np.minimum(ext, 0).sum(axis=1)
-    hi_all = np.maximum(ext, 0).sum(axis=1)
+    n_ml, n_dt = max(len(ml), 1), len(DTYPE_SIZE_ARRAY)
+    key = (pattern.astype(np.int64) * n_ml + memloc) * n_dt + dtype
+    combos = _unique(key)
+    inv = np.searchsorted(combos, key)
+    c_pat, c_ml, c_dt = combos // (n_ml * n_dt), (combos // n_dt) % n_ml, combos % n_dt
+    # ---- per combination
+    sc, nn = steps_t[c_pat], nums_t[c_pat]
+    keep_c = (nn > 0).all(axis=1)  # an empty pattern touches nothing
+    size_c = DTYPE_SIZE_ARRAY[c_dt].astype(np.int64)
+    mtype_c = ml["mtype"][c_ml]
+    addr_c = ml["addr"][c_ml].astype(np.int64)
+    base_c = ml["base"][c_ml].astype(np.int64)
+    ext = sc * (nn - 1)
+    lo_c, hi_c = np.minimum(ext, 0).sum(axis=1), np.maximum(ext, 0).sum(axis=1)
+    onchip_c = (mtype_c == Mem.SB) | (mtype_c == Mem.PSUM)
+    space_c = np.where(mtype_c == Mem.SB, SPACE_SB, np.where(mtype_c == Mem.PSUM, SPACE_PSUM,
+                       np.where(addr_c >= 0, SPACE_DRAM, 3 + c_ml))).astype(np.int64)
+    R_c = row_bytes_t[c_ml]
+    rowed_c = (onchip_c & (addr_c >= 0)) | ((mtype_c == Mem.DRAM) & (addr_c < 0) & (R_c > 0))
+    pitch = R_c // size_c
+    # SB/PSUM rows hold pbytes // size elements by definition; a DRAM row view needs whole elements
+    ok_c = (pitch > 0) & (onchip_c | (R_c % size_c == 0))
+    pitch_c = np.where(ok_c, pitch, 1)
+    pdim = (sc % pitch_c[:, None]) == 0
+    pext = np.where(pdim, ext // pitch_c[:, None], 0)
+    cext = np.where(pdim, 0, ext)
+    plo_c, phi_c = np.minimum(pext, 0).sum(axis=1), np.maximum(pext, 0).sum(axis=1)
+    clo_c, chi_c = np.minimum(cext, 0).sum(axis=1), np.maximum(cext, 0).sum(axis=1)
+    # ---- per access
+    if not keep_c.all():
+        sel = np.flatnonzero(keep_c[inv])
+        inst, rw, offset, inv = inst[sel], rw[sel], offset[sel], inv[sel]
     k = len(inst)
-    onchip = (mtype == Mem.SB) | (mtype == Mem.PSUM)
-    space = np.where(mtype == Mem.SB, SPACE_SB, np.where(mtype == Mem.PSUM, SPACE_PSUM,
-                     np.where(addr >= 0, SPACE_DRAM, 3 + memloc))).astype(np.int64)
+    size, addr, space = size_c[inv], addr_c[inv], space_c[inv]
+    lo_all, hi_all = lo_c[inv], hi_c[inv]
     plo = np.zeros(k, np.int64)
     phi = np.zeros(k, np.int64)
     # linear DRAM (the shared space): one row (private buffers start at 0)
     dbase = np.maximum(addr, 0)
     blo = dbase + (offset + lo_all) * size
     bhi = dbase + (offset + hi_all + 1) * size
-    rb = row_bytes_t[memloc]
-    rowed = np.flatnonzero((onchip & (addr >= 0)) | ((mtype == Mem.DRAM) & (addr < 0) & (rb > 0)))
+    rowed = np.flatnonzero(rowed_c[inv])
     if len(rowed):
-        sz, R, oc = size[rowed], rb[rowed], onchip[rowed]
-        pitch = R // sz
-        # SB/PSUM rows hold pbytes // size elements by definition; a DRAM row view needs whole elements
-        ok = (pitch > 0) & (oc | (R % sz == 0))
-        pitch_s = np.where(ok, pitch, 1)
-        sc, ec = s[rowed], ext[rowed]
-        pdim = (sc % pitch_s[:, None]) == 0
-        pext = np.where(pdim, ec // pitch_s[:, None], 0)
-        cext = np.where(pdim, 0, ec)
-        p_lo, p_hi = np.minimum(pext, 0).sum(axis=1), np.maximum(pext, 0).sum(axis=1)
-        c_lo, c_hi = np.minimum(cext, 0).sum(axis=1), np.maximum(cext, 0).sum(axis=1)
-        q0, r0 = np.divmod(offset[rowed], pitch_s)
+        c = inv[rowed]
+        sz, R, oc, ok, pitch_s = size_c[c], R_c[c], onchip_c[c], ok_c[c], pitch_c[c]
+        off = offset[rowed]
+        q0, r0 = np.divmod(off, pitch_s)
+        c_lo, c_hi = clo_c[c], chi_c[c]
         fits = (r0 + c_lo >= 0) & (r0 + c_hi < pitch_s)
-        b0 = np.where(oc, base[rowed], 0)
-        a0 = np.where(oc, addr[rowed], 0)
-        e_lo, e_hi = offset[rowed] + lo_all[rowed], offset[rowed] + hi_all[rowed]
-        cp_lo = np.where(fits, b0 + q0 + p_lo, b0 + np.floor_divide(e_lo, pitch_s))
-        cp_hi = np.where(fits, b0 + q0 + p_hi, b0 + np.floor_divide(e_hi, pitch_s))
+        b0 = np.where(oc, base_c[c], 0)
+        a0 = np.where(oc, addr_c[c], 0)
+        e_lo, e_hi = off + lo_c[c], off + hi_c[c]
+        cp_lo = np.where(fits, b0 + q0 + plo_c[c], b0 + np.floor_divide(e_lo, pitch_s))
+        cp_hi = np.where(fits, b0 + q0 + phi_c[c], b0 + np.floor_divide(e_hi, pitch_s))
         cb_lo = np.where(fits, a0 + (r0 + c_lo) * sz, a0)
         cb_hi = np.where(fits, a0 + (r0 + c_hi + 1) * sz, a0 + pitch_s * sz)
         # Rows that do not hold whole elements: on chip the whole space; in DRAM the rows the bytes span.
@@ -389,7 +405,7 @@ def _exact_boxes(fn: Function, inst, rw, memloc, offset, dtype, pattern, tables)
         cb_hi = np.where(bad_chip, WHOLE, np.where(bad_dram, R, cb_hi))
         plo[rowed], phi[rowed], blo[rowed], bhi[rowed] = cp_lo, cp_hi, cb_lo, cb_hi
     # unallocated on-chip locations: the whole space
-    un = np.flatnonzero(onchip & (addr < 0))
+    un = np.flatnonzero((onchip_c & (addr_c < 0))[inv])
     plo[un], phi[un], blo[un], bhi[un] = 0, PARTITIONS - 1, 0, WHOLE
     return inst, rw, space, plo, phi, blo, bhi
 
@@ -487,8 +503,9 @@ def _overlaps_another(sp: np.ndarray, lo: np.ndarray, hi: np.ndarray, K: int) ->
     return out
 
 
-def _cells(fp: Footprints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cell, inst, rw) incidences: every access expanded to the cells its box covers."""
+def _cells(fp: Footprints, keep_all: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cell, inst, rw) incidences: every access expanded to the cells its box covers (``keep_all``:
+    also the isolated boxes touched once, which order nothing here but may in a wider range)."""
     box, first = _box_ids(fp)
     nb = len(first)
     sp, plo, phi, blo, bhi = (a[first] for a in (fp.space, fp.plo, fp.phi, fp.blo, fp.bhi))
@@ -530,22 +547,44 @@ def _cells(fp: Footprints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cells_of_box.append(cell)
     cells_of_box_a = np.concatenate(cells_of_box)
     # ---- expand accesses; an isolated box touched by a single access (a DRAM tile loaded once) has no edges
-    useful = shared | (np.bincount(box, minlength=nb) > 1)
+    useful = shared | (np.bincount(box, minlength=nb) > (0 if keep_all else 1))
     a = np.flatnonzero(useful[box])
     cs, cc = cell_start[box[a]], cell_count[box[a]]
     idx = _ranges(cs, cc)
     return cells_of_box_a[idx], np.repeat(fp.inst[a], cc), np.repeat(fp.rw[a], cc)
 
 
-def _data_edges(fp: Footprints) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) pairs of the last-writer / readers-since-last-write graph, unique, sorted by (dst, src)."""
+def written_only(fp: Footprints) -> Footprints:
+    """``fp`` without the accesses to spaces nobody writes (inputs only read): they order nothing."""
     if len(fp) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z
-    cell, inst, rw = _cells(fp)
+        return fp
+    written = np.zeros(int(fp.space.max()) + 1, dtype=bool)
+    written[fp.space[fp.rw == 1]] = True
+    keep = written[fp.space]
+    return fp if keep.all() else _take(fp, np.flatnonzero(keep))
+
+
+def _take(fp: Footprints, rows: np.ndarray) -> Footprints:
+    return Footprints(*(getattr(fp, f)[rows] for f in FP_FIELDS))
+
+
+FP_FIELDS = ("inst", "rw", "space", "plo", "phi", "blo", "bhi")
+
+
+def _data_edges(fp: Footprints, exposed: bool = False):
+    """(src, dst) pairs of the last-writer / readers-since-last-write graph, unique, sorted by (dst, src).
+
+    ``exposed``: also the sorted instructions with an access that an instruction outside ``fp``'s range
+    could conflict with: one with no write to its cell before it (it reads what was there, or is the
+    first write) or none after it (its value, or its read, is still live at the end).  Those are all the
+    accesses an edge leaving or entering the range can join (``stages.deps_split``).
+    """
+    z = np.zeros(0, np.int64)
+    if len(fp) == 0:
+        return (z, z, z) if exposed else (z, z)
+    cell, inst, rw = _cells(fp, keep_all=exposed)
     if len(cell) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z
+        return (z, z, z) if exposed else (z, z)
     n2 = 2 * (int(inst.max()) + 1)
     if int(cell.max()) < (1 << 62) // n2:
         # one packed key per incidence: sorting values is much faster than a 3-key lexsort
@@ -580,6 +619,8 @@ def _data_edges(fp: Footprints) -> tuple[np.ndarray, np.ndarray]:
     src, dst = src[ok], dst[ok]
     n = int(inst.max()) + 1
     keys = _unique(dst * n + src)  # sorted by (dst, src)
+    if exposed:
+        return keys % n, keys // n, _unique(inst[~has_prev | (next_w >= seg_end)])
     return keys % n, keys // n
 
 
@@ -656,6 +697,13 @@ def _rng_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     return np.array(src, np.int64), np.array(dst, np.int64)
 
 
+def _extra_edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The Ordered edges that are not data edges: DMA queue order (``ordered``) and random-generator order."""
+    osrc, odst = _ordered_edges(fn) if ordered else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rsrc, rdst = _rng_edges(fn)
+    return np.concatenate([osrc, rsrc]), np.concatenate([odst, rdst])
+
+
 def dependence_edges(fn: Function, *, ordered: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, kind) arrays of the graph described in the module docstring, sorted by (dst, src).
 
@@ -727,15 +775,23 @@ def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return _merge(src, dst, kind, len(fn.insts)) if rng else (src, dst, kind)
 
 
-def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    fp = footprints(fn)
+def data_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, kind) of the memory and register conflicts of ``fn`` (no Ordered edges, no regions)."""
+    fp = written_only(footprints(fn))
     src, dst = _data_edges(fp)
+    return src, dst, checked_kinds(fp, src, dst)
+
+
+def checked_kinds(fp: Footprints, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     kind = _edge_kinds(fp, src, dst)
     if (kind < Edge.Anti).any():  # cannot happen: every edge joins two accesses of one cell
         raise AssertionError("build_fdeps produced an edge without a conflict")
-    osrc, odst = _ordered_edges(fn) if ordered else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    rsrc, rdst = _rng_edges(fn)
-    osrc, odst = np.concatenate([osrc, rsrc]), np.concatenate([odst, rdst])
+    return kind
+
+
+def _edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    src, dst, kind = data_edges(fn)
+    osrc, odst = _extra_edges(fn, ordered)
     if len(osrc):
         src = np.concatenate([src, osrc])
         dst = np.concatenate([dst, odst])
@@ -809,21 +865,89 @@ class BuildFDeps(Pass):
 
     name = "build_fdeps"
     version = "1"
+    splittable = True
 
     ordered: bool = option(True, "Ordered edges between consecutive DMAs of one queue")
     keep_existing: bool = option(False, "merge with the edges already present instead of replacing them")
 
+    # a straight-line function is cut into row ranges (stages/deps_split.py) only from this many rows, into
+    # parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so the output never
+    # depends on them (tests lower them)
+    split_min: ClassVar[int] = 200_000
+    split_part_size: ClassVar[int] = 300_000
+    split_max_parts: ClassVar[int] = 8
+
     def run(self, module: Module) -> tuple[Module, Stats]:
+        if PART_KEY in module.attributes:
+            return self._run_part(module)
         out = module.copy()
-        stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
         for fn in out.functions:
             src, dst, kind = dependence_edges(fn, ordered=self.ordered)
             _install(fn, src, dst, kind, self.keep_existing)
-            stats["functions"] += 1
-            stats["edges"] += len(fn.deps)
-            for k, v in edge_counts(fn).items():
-                stats[k] += v
-        return out, stats
+        return out, _edge_stats(out)
+
+    def split(self, module: Module) -> list[Module] | None:
+        from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+
+        if PART_KEY in module.attributes:
+            return None
+        parts = []
+        for k, fn in enumerate(module.functions):
+            ranges = plan_ranges(len(fn.insts), self.split_min, self.split_part_size,
+                                 self.split_max_parts) if splits(fn) else None
+            written = written_spaces(fn) if ranges else []
+            for a, b in ranges or ():
+                marker = {"function": k, "name": fn.name, "lo": a, "hi": b, "written": written}
+                parts.append(Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
+                                    module.attributes.with_(**{PART_KEY: marker}), module.artifact_dir,
+                                    module.queues, module.extras))
+        return parts or None
+
+    def _run_part(self, module: Module) -> tuple[Module, Stats]:
+        """A part's own edges, and its exposed rows in its marker for the merge."""
+        from tusk.stages.deps_split import part_edges
+
+        marker = module.attributes[PART_KEY]
+        out = module.copy()
+        fn = out.functions[0]
+        src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
+        fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
+                                                 "kind": kind.astype(np.uint8)})
+        out = out.with_attributes(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}})
+        return out, {"edges": len(src), "exposed": len(exposed)}
+
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
+        from tusk.stages.deps_split import merged_edges
+
+        by_fn: dict[int, list] = {}
+        for p in parts:
+            marker = p.attributes[PART_KEY]
+            by_fn.setdefault(int(marker["function"]), []).append((marker, p.functions[0]))
+        out = module.copy()
+        for k, fn in enumerate(out.functions):
+            got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
+            if got:
+                src, dst, kind = merged_edges(fn, [(int(m["lo"]), int(m["hi"])) for m, _ in got],
+                                              [g.deps for _, g in got], [m["exposed"] for m, _ in got],
+                                              self.ordered)
+            else:
+                src, dst, kind = dependence_edges(fn, ordered=self.ordered)
+            _install(fn, src, dst, kind, self.keep_existing)
+        return out, {**_edge_stats(out), "parts": len(parts)}
+
+
+# module attribute of a part of build_fdeps: the function and row range it holds (see stages/deps_split.py)
+PART_KEY = "build_fdeps_part"
+
+
+def _edge_stats(module: Module) -> Stats:
+    stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
+    for fn in module.functions:
+        stats["functions"] += 1
+        stats["edges"] += len(fn.deps)
+        for k, v in edge_counts(fn).items():
+            stats[k] += v
+    return stats
 
 
 def _clear_targets(module: Module, entry_gate: bool) -> list[int]:

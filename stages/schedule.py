@@ -25,7 +25,9 @@ marker that gates ``clear_inst_deps`` and the post-schedule rotations.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -35,15 +37,14 @@ from tusk.ir.module import DEP_SCHEMA, Function, Module
 from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.deps import _merge, dependence_edges, straight_line_regions
-from tusk.stages.rotation_rings import makespan_stats
 
 # instructions that order everything around them
 FENCES = frozenset({Op.NKIKernel, Op.CoreBarrier, 15, 16, 13, 14, 47, 48, 49, 50, 77, 80, 81, 82, 17, Op.Call})
 
 
-def segments(fn: Function) -> list[tuple[int, int]]:
+def segments(fn: Function, max_rows: int = 1 << 62) -> list[tuple[int, int]]:
     """Half-open row ranges the scheduler may permute: straight-line regions without their closing
-    control row, cut at fences."""
+    control row, cut at fences, and into pieces of at most ``max_rows`` rows from the segment's start."""
     n = len(fn.insts)
     if n == 0:
         return []
@@ -56,37 +57,56 @@ def segments(fn: Function) -> list[tuple[int, int]]:
     cut = np.ones(n, dtype=bool)
     cut[1:] = (region[1:] != region[:-1]) | stay[1:] | stay[:-1]
     starts = np.flatnonzero(cut).tolist() + [n]
-    return [(a, b) for a, b in zip(starts[:-1], starts[1:]) if b - a > 1 and not stay[a]]
+    step = max(int(max_rows), 2)
+    return [(c, min(c + step, b)) for a, b in itertools.pairwise(starts) if b - a > 1 and not stay[a]
+            for c in range(a, b, step) if min(c + step, b) - c > 1]
 
 
-def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[Function, int]:
+def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS,
+                      max_segment: int = 1 << 62) -> tuple[Function, int]:
     """(scheduled copy of ``fn``, number of rows that moved)."""
-    n = len(fn.insts)
-    segs = segments(fn)
     src, dst, kind = dependence_edges(fn)
+    out, moved, _ = schedule_with_edges(fn, (src, dst, kind), costs, max_segment)
+    return out, moved
+
+
+def schedule_with_edges(fn: Function, edges, costs: CostTable = DEFAULT_COSTS, max_segment: int = 1 << 62
+                        ) -> tuple[Function, int, np.ndarray]:
+    """(scheduled copy, rows moved, placement order: old row of each new row) of ``fn`` whose graph
+    (besides its own deps) is ``edges``; the copy's deps are the union, sorted by (dst, src)."""
+    n = len(fn.insts)
+    segs = segments(fn, max_segment)
     d = fn.deps
-    src, dst, kind = _merge(np.concatenate([d["src"], src]), np.concatenate([d["dst"], dst]),
-                            np.concatenate([d["kind"], kind]), n)
+    src, dst, kind = _merge(np.concatenate([d["src"], edges[0]]), np.concatenate([d["dst"], edges[1]]),
+                            np.concatenate([d["kind"], edges[2]]), n)
     order = np.arange(n, dtype=np.int64)
     if segs:
         p = plan(fn, costs)
         dur = p.cost.copy()
         dur[p.is_dma] = p.cost[p.is_dma] + p.latency[p.is_dma] + p.work[p.is_dma] / p.rate[p.is_dma]
         by_dst = np.argsort(dst, kind="stable")
+        dst_sorted = dst[by_dst]
         for a, b in segs:
-            lo, hi = np.searchsorted(dst[by_dst], [a, b])
+            lo, hi = np.searchsorted(dst_sorted, [a, b])
             e = by_dst[lo:hi]
             inside = src[e] >= a
             order[a:b] = a + _list_schedule(b - a, src[e][inside] - a, dst[e][inside] - a, p, dur, a, costs)
-    out = fn.copy()
-    out.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
-                                              "kind": kind.astype(np.uint8)})
     moved = int((order != np.arange(n)).sum())
-    if moved:
-        out = out.take_insts(order)
+    out = fn.take_insts(order) if moved else fn.copy()
+    out.deps = sorted_edges(src, dst, kind, order)
     if segs:
         out.attrs.add(FnAttr.KERNEL_SCOPE)
-    return out, moved
+    return out, moved, order
+
+
+def sorted_edges(src, dst, kind, order: np.ndarray) -> Table:
+    """The edges renumbered to the new rows (``order``: old row of each new row), sorted by (dst, src)."""
+    n = len(order)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n, dtype=np.int64)
+    s, t, k = _merge(pos[src], pos[dst], kind, n)
+    return Table.from_arrays(DEP_SCHEMA, {"src": s.astype(np.int32), "dst": t.astype(np.int32),
+                                          "kind": k.astype(np.uint8)})
 
 
 def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray, off: int,
@@ -102,59 +122,57 @@ def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray,
     s_ptr = np.searchsorted(s_src, np.arange(n + 1)).tolist()
     s_dst_l = s_dst.tolist()
     # bottom level: longest path to the end of the segment (rows are a topological order)
-    prio = d.copy()
-    prio_l = prio.tolist()
-    d_l = d.tolist()
+    prio_l = d.tolist()
     for i in range(n - 1, -1, -1):
-        best = 0.0
-        for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
-            v = prio_l[j] + sync
-            if v > best:
-                best = v
-        prio_l[i] = d_l[i] + best
+        lo, hi = s_ptr[i], s_ptr[i + 1]
+        if lo < hi:  # max(p + sync) == max(p) + sync exactly: rounding is monotonic
+            prio_l[i] += max([prio_l[j] for j in s_dst_l[lo:hi]]) + sync
+    d_l = d.tolist()
     indeg = np.bincount(dst, minlength=n).tolist()
     ready_at = [0.0] * n
     nl = len(p.lanes)
     free = [0.0] * nl
     slots = max(int(costs.dma_queues_per_engine), 1) * max(int(costs.dma_inflight), 1)
-    transfer: dict[int, list[float]] = {}    # trigger lane -> heap of in-flight transfer ends
+    transfer: list[list[float]] = [[] for _ in range(nl)]  # trigger lane -> heap of in-flight transfer ends
     where = [-1] * n
-    end = [0.0] * n
     heap = [(0.0, -prio_l[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     placed: list[int] = []
     while heap:
-        t, negp, i = heapq.heappop(heap)
+        t, negp, i = pop(heap)
         ln = lane[i]
-        start = ready_at[i] if ln < 0 else max(ready_at[i], free[ln])
+        start = ready_at[i]
+        if ln >= 0 and free[ln] > start:
+            start = free[ln]
         if start > t:
-            heapq.heappush(heap, (start, negp, i))
+            push(heap, (start, negp, i))
             continue
         if is_dma[i]:
             te = start + cost[i]
             free[ln] = te
-            h = transfer.setdefault(ln, [])
+            h = transfer[ln]
             while h and h[0] <= te:
-                heapq.heappop(h)
-            ts = te if len(h) < slots else max(te, heapq.heappop(h))
+                pop(h)
+            ts = te if len(h) < slots else max(te, pop(h))
             f = ts + (d_l[i] - cost[i])
-            heapq.heappush(h, f)
-            where[i] = nl + ln  # its queues: another engine for the hand-off
+            push(h, f)
+            wi = where[i] = nl + ln  # its queues: another engine for the hand-off
         else:
             f = start + cost[i]
             if ln >= 0:
                 free[ln] = f
-            where[i] = ln
-        end[i] = f
+            wi = where[i] = ln
         placed.append(i)
         for j in s_dst_l[s_ptr[i]:s_ptr[i + 1]]:
             lj = lane[j]
-            r = f + (sync if where[i] >= 0 and lj >= 0 and where[i] != lj else 0.0)
-            if r > ready_at[j]:
+            r = f + sync if wi >= 0 and lj >= 0 and wi != lj else f
+            if r > ready_at[j]:  # noqa: PLR1730 - a comparison is faster than max() in this hot loop
                 ready_at[j] = r
             indeg[j] -= 1
             if indeg[j] == 0:
-                heapq.heappush(heap, (ready_at[j] if lj < 0 else max(ready_at[j], free[lj]), -prio_l[j], j))
+                rj = ready_at[j]
+                push(heap, (rj if lj < 0 or rj >= free[lj] else free[lj], -prio_l[j], j))
     if len(placed) != n:  # cannot happen: rows are a topological order of their edges
         raise AssertionError("schedule: the dependence graph of a segment has a cycle")
     return np.asarray(placed, dtype=np.int64)
@@ -165,24 +183,46 @@ class Schedule(Pass):
     """Reorder each straight-line region by the timing model's critical path, respecting every dependence."""
 
     name = "schedule"
-    version = "1"
+    version = "2"
+    splittable = True
 
     mark_post_schedule: bool = option(True, "give scheduled functions attribute 12 (the post-schedule marker)")
-    timing: bool = option(True, "report makespan_before/makespan_after (timing model)")
-    timing_limit: int = option(100_000, "no makespans for modules with more instructions than this")
+    max_segment: int = option(1 << 16, "rows a segment may hold: a longer straight-line run is scheduled in "
+                                       "pieces of this many rows, each on its own (so one big kernel splits)")
+
+    # a straight-line function is cut into ranges of whole segments (stages/schedule_split.py) only from this
+    # many rows, into parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so
+    # the output never depends on them (tests lower them)
+    split_min: ClassVar[int] = 200_000
+    split_part_size: ClassVar[int] = 300_000
+    split_max_parts: ClassVar[int] = 8
 
     def run(self, module: Module) -> tuple[Module, Stats]:
+        from tusk.stages.schedule_split import PART_KEY, run_part
+
+        if PART_KEY in module.attributes:
+            return run_part(self, module)
         out = module.copy()
         moved = 0
         scheduled = 0
         for k, fn in enumerate(out.functions):
-            new, m = schedule_function(fn)
-            if not self.mark_post_schedule:
-                new.attrs = set(fn.attrs)
-            scheduled += int(FnAttr.KERNEL_SCOPE in new.attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
-            out.functions[k] = new
+            new, m = schedule_function(fn, max_segment=self.max_segment)
+            out.functions[k] = self.marked(fn, new)
+            scheduled += int(FnAttr.KERNEL_SCOPE in out.functions[k].attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
             moved += m
-        stats: Stats = {"moved": moved, "marked": scheduled}
-        if self.timing and module.n_insts() <= self.timing_limit:
-            makespan_stats(module, out, stats, rebuild_after=False)  # the output's edges are the ones it kept
-        return out, stats
+        return out, {"moved": moved, "marked": scheduled}
+
+    def marked(self, before: Function, after: Function) -> Function:
+        if not self.mark_post_schedule:
+            after.attrs = set(before.attrs)
+        return after
+
+    def split(self, module: Module) -> list[Module] | None:
+        from tusk.stages.schedule_split import split
+
+        return split(self, module)
+
+    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
+        from tusk.stages.schedule_split import merge
+
+        return merge(self, module, parts)

@@ -209,7 +209,7 @@ CASES: dict[str, list[tuple[str, str, Callable[[], Module]]]] = {
         ("tiled_matmul", "address_rotation_psum_post_schedule{timing=false}", _rotation_input("post")),
     ],
     "schedule": [
-        ("tiled_matmul", "schedule{timing=false}", _rotation_input("schedule")),
+        ("tiled_matmul", "schedule", _rotation_input("schedule")),
     ],
     "clear_inst_deps": [
         ("kernel_scope", "clear_inst_deps", _kernel_scope_with_deps),

@@ -13,7 +13,7 @@ from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr, Op
 from tusk.ir.module import Module
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.sim.timing import simulate
+from tusk.sim.timing import makespan, simulate
 from tusk.stages.deps import build_fdeps
 from tusk.stages.schedule import Schedule, schedule_function, segments
 from tusk.stages.unroll import Unroll
@@ -30,7 +30,7 @@ def test_any_program_keeps_its_meaning_and_edges_run_forward(insts):
     """Random straight-line programs over buffers that overlap on purpose (see test_deps)."""
     fn = _build(insts, io=True)
     m = Module([fn])
-    out, stats = Schedule(timing=False).run(m)       # no edges given: the pass computes them itself
+    out, _stats = Schedule().run(m)       # no edges given: the pass computes them itself
     d = out.functions[0].deps
     assert (d["src"] < d["dst"]).all()
     assert _same(m, out)
@@ -48,8 +48,10 @@ def test_rotated_tiles_are_software_pipelined():
     # loads run ahead of the compute of earlier tiles (up to the ring's depth of 5)
     assert names.index("load-it1") < names.index("exp-it0") and names.index("load-it3") < names.index("store-it0")
     assert names.index("load-it5") > names.index("store-it0")   # slot 0 is reused only after its store
-    assert stats["makespan_after"] < 0.6 * stats["makespan_before"]
+    # the build graph times a kernel in steps of its own (sim.timing.makespan); the pass reports no makespans
+    assert "makespan_after" not in stats
     tl = simulate(out)
+    assert tl.makespan < 0.6 * makespan(r)
     assert tl.makespan < 1.2 * tl.lower_bound  # 16 tiles: the pipeline fill and drain are a few percent
     assert FnAttr.KERNEL_SCOPE in fn.attrs and stats["marked"] == 1
     assert _same(u, out)
@@ -59,7 +61,7 @@ def test_rotated_tiles_are_software_pipelined():
 def test_without_rotation_nothing_can_overlap():
     u, _ = Unroll().run(bir_kernels.tiled_exp(tiles=8)[0])
     u = build_fdeps(u.functions[0])
-    out, moved = schedule_function(u)
+    _out, moved = schedule_function(u)
     assert moved == 0  # one buffer: every tile waits for the previous one (the edges say so)
 
 

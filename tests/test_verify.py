@@ -232,3 +232,47 @@ def test_reading_through_an_overlapping_view_is_not_a_clobber():
     b.dma(y.tile(0, 128, 0, 64), a.ap())           # a is still live
     b.dma(y.tile(0, 128, 64, 32), c.ap())
     verify(b.module())
+
+
+# ----------------------------------------------------------------------------- in parts
+
+
+def _verdict(check, m) -> str:
+    try:
+        check(m)
+    except VerifyError as e:
+        return str(e)
+    return "ok"
+
+
+def _in_parts(m) -> None:
+    from tusk.ir.verify import verify_join, verify_part, verify_tasks
+
+    tasks = verify_tasks(m, min_size=1)
+    assert tasks is not None and len(tasks) == 2 * len(m.functions)
+    verify_join(m, tasks, [verify_part(m, t) for t in reversed(tasks)][::-1])
+
+
+@pytest.mark.parametrize("change", [
+    lambda fn: None,
+    lambda fn: fn.operands["offset"].__setitem__(0, 10**6),                 # operands
+    lambda fn: fn.insts["block"].__setitem__(0, 999),                       # a broken reference: refs alone
+    lambda fn: fn.operands["offset"].__setitem__(slice(None), 10**6),       # many problems: the "more" line
+], ids=["good", "operand", "reference", "many"])
+def test_verifying_in_parts_gives_the_whole_verdict(change):
+    m = every_family_module()
+    m.functions.append(tiled_exp_module().functions[0])
+    m.functions[-1].name = m.functions[0].name  # and the module-level check
+    change(m.functions[0])
+    assert _verdict(_in_parts, m) == _verdict(verify, m)
+
+
+def test_clobber_found_in_parts():
+    m = _two_buffers(0, interleaved=True)
+    assert "overlap while both are live" in _verdict(_in_parts, m) == _verdict(verify, m)
+
+
+def test_small_modules_verify_whole():
+    from tusk.ir.verify import verify_tasks
+
+    assert verify_tasks(every_family_module()) is None

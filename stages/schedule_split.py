@@ -1,0 +1,134 @@
+"""Scheduling one big straight-line function in parts: ranges of whole segments.
+
+Each segment (``schedule.segments``: a straight-line run between fences, at
+most ``max_segment`` rows) is list-scheduled on its own, so a range of whole
+segments schedules the same with or without the rest of the function.  A
+part holds such a range of rows; it builds its own graph (its rows' deps,
+their data edges and Ordered edges: ``deps_split.part_edges``), schedules,
+and hands the merge its rows in their new order and its exposed rows.  The
+merge adds the edges between parts -- data edges from the exposed rows
+(``deps_split.cross_edges``), the function's own deps and the Ordered edges
+that cross -- and reorders the whole function once, so the result equals
+the unsplit run (content hash and BIR-JSON bytes; tests/test_split_passes.py).
+
+The part's row order travels in its marker as little-endian uint32 in
+base64 (4 bytes a row: a JSON list of a 300k-row part would be ten times
+the size and slow to intern).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from tusk.ir.enums import Edge, FnAttr
+from tusk.ir.errors import InternalError
+from tusk.ir.module import Module
+from tusk.stages.deps import _extra_edges, _merge
+from tusk.stages.deps_split import cross_edges, part_edges, plan_ranges, splits, written_spaces
+
+# module attribute of a part of schedule: the function and row range it holds
+PART_KEY = "schedule_part"
+
+
+def split(p, module: Module) -> list[Module] | None:
+    from tusk.stages.schedule import segments
+
+    if PART_KEY in module.attributes:
+        return None
+    parts = []
+    for k, fn in enumerate(module.functions):
+        segs = segments(fn, p.max_segment) if splits(fn) else []
+        ranges = plan_ranges(len(fn.insts), p.split_min, p.split_part_size, p.split_max_parts,
+                             starts=np.array([a for a, _ in segs], dtype=np.int64)) if segs else None
+        written = written_spaces(fn) if ranges else []
+        for a, b in ranges or ():
+            marker = {"function": k, "name": fn.name, "lo": a, "hi": b, "written": written}
+            parts.append(Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
+                                module.attributes.with_(**{PART_KEY: marker}), module.artifact_dir,
+                                module.queues, module.extras))
+    return parts or None
+
+
+def run_part(p, module: Module):
+    """Schedule one part on its own graph; the marker gains its new row order and exposed rows."""
+    from tusk.stages.schedule import schedule_with_edges
+
+    marker = module.attributes[PART_KEY]
+    fn = module.functions[0]
+    src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
+    osrc, odst = _extra_edges(fn, True)  # DMA queue and random-generator order, as dependence_edges
+    edges = (np.concatenate([src, osrc]), np.concatenate([dst, odst]),
+             np.concatenate([kind, np.full(len(osrc), Edge.Ordered, np.uint8)]))
+    new, moved, order = schedule_with_edges(fn, edges, max_segment=p.max_segment)
+    out = Module([p.marked(fn, new)], module.arch, module.version,
+                 module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist(),
+                                                       "order": _pack(order)}}),
+                 module.artifact_dir, module.queues, module.extras)
+    return out, {"moved": moved}
+
+
+def merge(p, module: Module, parts: list[Module]):
+    from tusk.stages.schedule import schedule_function
+
+    by_fn: dict[int, list] = {}
+    for part in parts:
+        marker = part.attributes[PART_KEY]
+        by_fn.setdefault(int(marker["function"]), []).append((marker, part.functions[0]))
+    out = module.copy()
+    moved = marked = 0
+    for k, fn in enumerate(module.functions):
+        got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
+        if not got:
+            new, m = schedule_function(fn, max_segment=p.max_segment)
+            new = p.marked(fn, new)
+        else:
+            new, m = _merge_function(fn, got)
+            if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
+                new.attrs |= {FnAttr.KERNEL_SCOPE}
+        out.functions[k] = new
+        moved += m
+        marked += int(FnAttr.KERNEL_SCOPE in new.attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
+    return out, {"moved": moved, "marked": marked, "parts": len(parts)}
+
+
+def _merge_function(fn, got):
+    from tusk.stages.schedule import sorted_edges
+
+    n = len(fn.insts)
+    ranges = [(int(m["lo"]), int(m["hi"])) for m, _ in got]
+    if [a for a, _ in ranges][1:] != [b for _, b in ranges][:-1] or ranges[0][0] != 0 or ranges[-1][1] != n:
+        raise InternalError(f"schedule merge: the parts of {fn.name} do not tile its {n} rows")
+    order = np.concatenate([a + _unpack(m["order"]) for (m, _), (a, _) in zip(got, ranges)])
+    starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
+    part_of = lambda rows: np.searchsorted(starts, rows, side="right")
+    # edges between parts, in the old numbering: data edges, the function's own, Ordered
+    cs, cd, ck = cross_edges(fn, ranges, [m["exposed"] for m, _ in got])
+    d = fn.deps
+    osrc, odst = _extra_edges(fn, True)  # DMA queue and random-generator order, as dependence_edges
+    s_all = np.concatenate([cs, d["src"].astype(np.int64), osrc])
+    d_all = np.concatenate([cd, d["dst"].astype(np.int64), odst])
+    k_all = np.concatenate([ck, d["kind"], np.full(len(osrc), Edge.Ordered, np.uint8)])
+    cross = part_of(s_all) != part_of(d_all)
+    s_all, d_all, k_all = _merge(s_all[cross], d_all[cross], k_all[cross], n)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n, dtype=np.int64)
+    # the parts' own edges are numbered in their new rows already
+    ps = [g.deps["src"].astype(np.int64) + a for (_, g), (a, _) in zip(got, ranges)]
+    pd = [g.deps["dst"].astype(np.int64) + a for (_, g), (a, _) in zip(got, ranges)]
+    pk = [g.deps["kind"] for _, g in got]
+    moved = int((order != np.arange(n)).sum())
+    new = fn.take_insts(order) if moved else fn.copy()
+    ident = np.arange(n, dtype=np.int64)
+    new.deps = sorted_edges(np.concatenate([pos[s_all], *ps]), np.concatenate([pos[d_all], *pd]),
+                            np.concatenate([k_all, *pk]), ident)
+    return new, moved
+
+
+def _pack(order: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(order, dtype="<u4").tobytes()).decode("ascii")
+
+
+def _unpack(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<u4").astype(np.int64)

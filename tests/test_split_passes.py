@@ -1,0 +1,189 @@
+"""Splitting the straight-line passes of one big function: parts + merge equal the whole run.
+
+build_fdeps splits by row ranges (cross-range edges from the exposed accesses of each part), schedule by
+whole segments.  Split thresholds are class attributes (they never change output); the tests lower them
+so small kernels split the way examples/large_kernels/large_matmul.json does, and compare content hash
+and BIR-JSON bytes with the unsplit run.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.test_deps import _build, programs
+from tests.test_split_large import BIR_KERNELS, KERNELS, assert_exact, large_matmul_like
+from tusk import stages
+from tusk.ir import bir_json
+from tusk.ir.builder import Builder
+from tusk.ir.enums import FnAttr
+from tusk.ir.module import Module
+from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages.deps import BuildFDeps
+from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+from tusk.stages.schedule import Schedule, segments
+from tusk.stages.unroll import Unroll
+
+
+@pytest.fixture
+def low_threshold(monkeypatch):
+    monkeypatch.setattr(BuildFDeps, "split_min", 2)
+    monkeypatch.setattr(BuildFDeps, "split_part_size", 5)
+    monkeypatch.setattr(BuildFDeps, "split_max_parts", 8)
+
+
+def _rotated(m: Module) -> Module:
+    """A corpus kernel as build_fdeps meets it in the pipeline: unrolled, buffers rotated."""
+    for fn in m.functions:
+        fn.attrs.add(FnAttr.ROTATE_PSUM_AND_SB)
+    out, _ = Unroll().run(m)
+    for name in ("address_rotation_psum", "address_rotation_sb"):
+        out, _ = stages.make_pass(name).run(out)
+    return out
+
+
+# ----------------------------------------------------------------------------- build_fdeps
+
+
+def test_ranges_are_few_large_and_tile_the_rows():
+    assert plan_ranges(199_999, 200_000, 300_000, 8) is None
+    r = plan_ranges(1_236_992, 200_000, 300_000, 8)
+    assert len(r) == 5 and r[0][0] == 0 and r[-1][1] == 1_236_992
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(r))
+    assert plan_ranges(10, 2, 3, 8, starts=np.array([0, 6])) == [(0, 6), (6, 10)]
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(programs())
+def test_any_program_split_anywhere_gives_the_whole_graph(monkeypatch, insts):
+    """Random straight-line programs over buffers that overlap on purpose (see test_deps)."""
+    monkeypatch.setattr(BuildFDeps, "split_min", 2)
+    fn = _build(insts, io=True)
+    for size in (1, 2, 3, 7):
+        monkeypatch.setattr(BuildFDeps, "split_part_size", size)
+        parts, _, _merged = assert_exact(BuildFDeps(), Module([fn]))
+        assert parts is None or len(parts) >= 2
+
+
+@pytest.mark.parametrize("name", BIR_KERNELS)
+def test_corpus_kernel_split_equals_whole(low_threshold, name):
+    m = _rotated(bir_json.load(KERNELS / name))
+    parts, _, _ = assert_exact(BuildFDeps(), m)
+    assert (parts is not None) == any(splits(f) and len(f.insts) >= 2 for f in m.functions)
+
+
+def test_large_matmul_slice_splits_and_keeps_existing_edges(low_threshold, monkeypatch):
+    monkeypatch.setattr(BuildFDeps, "split_part_size", 400)
+    m = _rotated(large_matmul_like(3, 2, 4))
+    parts, serial, _ = assert_exact(BuildFDeps(), m)
+    assert parts is not None and 2 <= len(parts) <= 8
+    assert len(serial.functions[-1].deps) > 0
+    assert_exact(BuildFDeps(keep_existing=True, ordered=False), serial)
+
+
+def test_read_only_inputs_are_never_exposed(low_threshold, monkeypatch):
+    m = _rotated(large_matmul_like(6, 4, 8))
+    fn = max(m.functions, key=lambda f: len(f.insts))
+    monkeypatch.setattr(BuildFDeps, "split_part_size", fn.n_insts // 2 + 1)
+    names = [fn.strings[s] for s in fn.memlocs["name"].tolist()]
+    written = {names[s - 3] for s in written_spaces(fn) if s - 3 < len(names)}
+    assert "c" in written and not {"at", "b"} & written
+    parts = BuildFDeps().split(m)
+    outs = [BuildFDeps().run(p)[0] for p in parts]
+    exposed = sum(len(o.attributes["build_fdeps_part"]["exposed"]) for o in outs)
+    # the loads of the inputs (a third of the kernel) are not exposed: the rings' ends and the stores of c are
+    assert len(parts) == 2 and exposed < fn.n_insts / 4
+
+
+def test_small_kernels_stay_one_task():
+    assert BuildFDeps().split(_rotated(large_matmul_like(2, 2, 2))) is None
+
+
+def test_a_cross_part_conflict_through_an_untouched_middle(low_threshold):
+    """A value written in the first part and read in the last one, with parts between that never touch it."""
+    b = Builder("far")
+    x = b.dram("x", (128, 64), kind="ExternalInput")
+    y = b.dram("y", (128, 64), kind="ExternalOutput")
+    t = b.sbuf("t", (128, 64), addr=0)
+    u = b.sbuf("u", (128, 64), addr=256)
+    b.dma(t.ap(), x.ap())
+    for _ in range(12):
+        b.tensor_scalar(u.ap(), u.ap(), "add", 1.0)
+    b.dma(y.ap(), t.ap())
+    b.dma(t.ap(), x.ap())
+    parts, serial, _ = assert_exact(BuildFDeps(), b.module())
+    assert parts is not None and len(parts) >= 3
+    d = serial.functions[0].deps
+    assert (0, 13) in set(zip(d["src"].tolist(), d["dst"].tolist()))
+
+
+def test_a_split_build_fdeps_part_input_is_a_valid_module(low_threshold):
+    from tusk.ir.verify import verify
+
+    m = _rotated(large_matmul_like(2, 2, 2))
+    for part in BuildFDeps().split(m):
+        verify(part)
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+@pytest.fixture
+def low_schedule(monkeypatch):
+    monkeypatch.setattr(Schedule, "split_min", 2)
+    monkeypatch.setattr(Schedule, "split_part_size", 40)
+    monkeypatch.setattr(Schedule, "split_max_parts", 8)
+
+
+def _scheduled_input(m: Module) -> Module:
+    return BuildFDeps().run(_rotated(m))[0]
+
+
+@pytest.mark.parametrize("name", BIR_KERNELS)
+def test_corpus_kernel_schedule_split_equals_whole(low_schedule, name):
+    m = _scheduled_input(bir_json.load(KERNELS / name))
+    p = Schedule(max_segment=16)
+    parts, _serial, _ = assert_exact(p, m)
+    segs = [segments(f, 16) for f in m.functions if splits(f)]
+    assert (parts is not None) == any(len(s) >= 2 for s in segs)
+
+
+@pytest.mark.parametrize("max_segment", [7, 50, 1 << 16])
+def test_large_matmul_slice_schedules_in_parts(low_schedule, max_segment):
+    m = _scheduled_input(large_matmul_like(6, 4, 8))
+    parts, _serial, merged = assert_exact(Schedule(max_segment=max_segment), m)
+    assert (parts is not None) == (max_segment < 624)
+    fn = merged.functions[-1]
+    d = fn.deps
+    assert (d["src"] < d["dst"]).all()
+    inputs = random_inputs(m, seed=3)
+    assert same_outputs(run(m, inputs), run(merged, inputs))
+
+
+def test_stale_edges_are_still_respected_across_parts(low_schedule):
+    """No edges given: every part builds its own, the merge the ones between parts."""
+    m = _rotated(large_matmul_like(4, 3, 5))
+    for fn in m.functions:
+        fn.deps = fn.deps.take(np.zeros(0, np.int64))
+    parts, _serial, merged = assert_exact(Schedule(max_segment=20), m)
+    assert parts is not None
+    inputs = random_inputs(m, seed=4)
+    assert same_outputs(run(m, inputs), run(merged, inputs))
+
+
+def test_unmarked_parts_stay_unmarked(low_schedule):
+    m = _scheduled_input(large_matmul_like(4, 3, 5))
+    _, serial, _ = assert_exact(Schedule(max_segment=20, mark_post_schedule=False), m)
+    assert all(FnAttr.KERNEL_SCOPE not in f.attrs for f in serial.functions)
+
+
+def test_a_long_segment_is_scheduled_in_pieces():
+    m = _scheduled_input(large_matmul_like(4, 3, 5))
+    fn = m.functions[-1]
+    assert segments(fn) == [(0, len(fn.insts))]
+    pieces = segments(fn, 50)
+    assert pieces[0] == (0, 50) and pieces[-1][1] == len(fn.insts) and len(pieces) == -(-len(fn.insts) // 50)
