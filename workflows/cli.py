@@ -166,6 +166,9 @@ def compile(
     report: bool = typer.Option(True, "--report/--no-report", show_default=False,
                                 help="Write OUT/report.html, OUT/build-trace.json and OUT/<kernel>/timeline.json "
                                      "(default: on)"),
+    makespans: bool = typer.Option(True, "--makespans/--no-makespans", show_default=False,
+                                   help="Time each kernel before and after rotation for the summary's makespan "
+                                        "columns (cached; default: on; the report's timelines need it)"),
     progress: ProgressMode = typer.Option("auto", "--progress", metavar="auto|live|plain|off",
                                           help="Live view on a terminal (auto), plain lines, or nothing"),
     as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON on stdout (progress goes "
@@ -192,6 +195,10 @@ def compile(
         raise _fail(e, 1)
     except TuskError as e:
         raise _fail(e, 2)
+    from tusk.workflows import timings
+
+    if not (report or makespans):
+        req.timing = timings.NONE  # else the listeners say what they need (the report: timelines)
     err = Terminal(stderr=True, highlight=False)
     stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
     console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)

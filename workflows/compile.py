@@ -82,6 +82,9 @@ class CompileRequest:
     settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
     # kernels written in Python (tusk.toml [kernels.NAME]: project.PythonKernel); None: read DIR's tusk.toml
     traced: list | None = None
+    # what the timing steps measure (tusk.workflows.timings): "makespans" (the summary's columns), "timelines"
+    # (also the report's engine timelines) or "none"; None: what the listeners need (BuildEvents.timing)
+    timing: str | None = None
 
 
 LOG_FILE = "tusk.log"
@@ -114,6 +117,10 @@ class BuildEvents:
 
     def finished(self, result: "CompileResult", store: Any) -> None:
         """The build is over and ``store`` still open (a --no-cache store is removed after this)."""
+
+    def timing(self) -> str:
+        """What this listener needs measured (``tusk.workflows.timings``): the summary's makespans by default."""
+        return "makespans"
 
 
 @dataclass
@@ -296,7 +303,9 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
 
         report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
                        verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
-                       on_executor=_on_executor, on_task=events.task)
+                       on_executor=_on_executor, on_task=events.task,
+                       timing=req.timing if req.timing is not None else events.timing(),
+                       timeline_limit=int(cfg.timeline_limit))
         report.unavailable = resolved.unavailable
         for u in report.units:
             results[u.unit.kernel].units.append(u)

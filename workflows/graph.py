@@ -51,8 +51,8 @@ from tusk.cache.objects import ObjectDamaged
 from tusk.cache.store import ObjectMissing, Store
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError, fault_of
 from tusk.ir.module import Module
-from tusk.workflows import tasks
-from tusk.workflows.pipeline import Step
+from tusk.workflows import tasks, timings
+from tusk.workflows.pipeline import ROTATION_PASSES, Step
 
 MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
 
@@ -110,6 +110,11 @@ class UnitReport:
     outputs: dict[str, Any] = field(default_factory=dict)  # what writing the outputs reported
     fault: str = ""                 # on failure: "input" | "environment" | "internal" (tusk.ir.errors)
     traceback: str = ""             # of an internal error (written to the build's log, not the terminal)
+    timings: list[timings.Timed] = field(default_factory=list)  # the timing steps' results (makespans, timelines)
+
+    def makespan(self, summary: str) -> float | None:
+        """``makespan_before`` / ``makespan_after`` from the unit's timing steps (None: not timed)."""
+        return next((t.makespan for t in self.timings if t.summary == summary), None)
 
     @property
     def ok(self) -> bool:
@@ -172,7 +177,7 @@ class InlineExecutor:
     def __init__(self) -> None:
         self._queue: deque = deque()
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
         self._queue.append((key, fn, args))
 
     def __len__(self) -> int:
@@ -213,10 +218,10 @@ class DaskExecutor:
         except Exception:  # noqa: BLE001
             return None
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
         # the kernel's previous step ran on ``worker``: its output is in that worker's memory
         hint = {"workers": [worker], "allow_other_workers": True} if worker else {}
-        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, **hint)
+        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, priority=priority, **hint)
         self._futures[key] = fut
         self._ac.add(fut)
 
@@ -415,6 +420,9 @@ class _State:
     gen: int = 0          # bumped when in-flight results of this unit become stale
     emitting: list | None = None
     worker: str | None = None  # where the unit's last task ran (its output is in that worker's memory)
+    timing_started: set[int] = field(default_factory=set)   # phases (timings.PhaseSpec.index) asked for
+    timing_pending: set[int] = field(default_factory=set)   # ... whose task has not answered yet
+    written: bool = False      # the chain is complete and its outputs written: done once no timing is pending
 
 
 class Build:
@@ -426,9 +434,14 @@ class Build:
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  progress: Callable[[str, UnitReport, str], None] | None = None,
                  on_executor: Callable[[Any], None] | None = None,
-                 on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None):
+                 on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None,
+                 timing: str = timings.NONE, timeline_limit: int = 400_000):
         self.store = store
         self.steps = steps
+        # the timing steps: which modules of each chain are measured, and whether timelines are kept
+        self.timing = timing
+        self.timeline_limit = timeline_limit
+        self.phases = timings.phases([s.name for s in steps], ROTATION_PASSES, timing)
         self.env = env or {}
         self._executor_factory = executor if callable(executor) or executor is None else (lambda: executor)
         self.executor = None
@@ -477,7 +490,8 @@ class Build:
         return f"{prefix}-{unit}-{key[:8]}{suffix}"
 
     # ------------------------------------------------------------ running
-    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
+    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any,
+                what: str = "") -> None:
         """Submit a task for action ``key`` (or join the one already submitted for it by another unit)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
@@ -494,9 +508,11 @@ class Build:
         if task_key is None:  # the same action for two units runs once
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
             self._submitted[task_key] = (time.time(), action)
-            self.executor.submit(task_key, fn, *args, worker=st.worker)
+            # the chain's own steps first: a timing step is off the critical path, and its module is in the store
+            self.executor.submit(task_key, fn, *args, worker=None if kind == "timing" else st.worker,
+                                 priority=-1 if kind == "timing" else 0)
             if self.on_task is not None:
-                label = self.steps[st.i].label if kind != "emit" else "write_bir_json"
+                label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
                 what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
                         "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
                 self._tasks[task_key] = (st.report, what)
@@ -544,6 +560,43 @@ class Build:
         st.hashes[i + 1:] = [rec["output"]]
         st.i = i + 1
         self.progress(status, st.report, step.label)
+        self._time(st)
+
+    # ------------------------------------------------------------ timing steps
+    def _time(self, st: _State) -> None:
+        """Start the timing step of every phase whose module is now known (once per unit)."""
+        for spec in self.phases:
+            if spec.index in st.timing_started or len(st.hashes) <= spec.index:
+                continue
+            st.timing_started.add(spec.index)
+            h = st.hashes[spec.index]
+            n = st.report.steps[spec.index - 1].insts_out if spec.index else st.report.steps[0].insts_in
+            if isinstance(n, int) and n > self.timeline_limit:
+                st.report.timings.append(timings.Timed(
+                    spec.title, h, spec.summary, why=f"{n:,} instructions: above the {self.timeline_limit:,} this "
+                                                     f"build times (setting timeline_limit)", status="skipped"))
+                continue
+            want = self.timing == timings.TIMELINES
+            note = timings.lookup(self.store, h, want)
+            if note is not None:
+                st.report.timings.append(timings.timed_from(spec, h, note, "cached"))
+                continue
+            st.timing_pending.add(spec.index)
+            self._submit("timing", timings.note_key(h) + ("t" if want else "m"), st, "timing", spec.index,
+                         tasks.time_module, self.store.url, h, want, what=f"timing ({spec.title})")
+
+    def _timed(self, st: _State, index: int, res: dict) -> None:
+        spec = next(p for p in self.phases if p.index == index)
+        h = st.hashes[index] if index < len(st.hashes) else ""
+        if res.get("status") in ("executed", "cached"):
+            timed = timings.timed_from(spec, h, res, res["status"], float(res.get("seconds") or 0.0))
+        else:  # a timing step that cannot run costs the figure, never the kernel
+            timed = timings.Timed(spec.title, h, spec.summary, why=str(res.get("error") or "not timed"),
+                                  status="failed")
+        st.report.timings.append(timed)
+        st.timing_pending.discard(index)
+        if st.written and not st.timing_pending:
+            self._done(st)
 
     def _received(self, task_key: str, res: dict) -> dict:
         """A task's result, with ``queued`` (from submission until a worker started it: waiting for a free
@@ -648,6 +701,11 @@ class Build:
         self._done(st)
 
     def _done(self, st: _State) -> None:
+        st.written = True
+        if st.timing_pending:
+            return  # done when the last timing step answers
+        titles = [p.title for p in self.phases]
+        st.report.timings.sort(key=lambda t: titles.index(t.title) if t.title in titles else len(titles))
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
         self.progress("done", st.report, "")
@@ -682,6 +740,9 @@ class Build:
         if st.done:
             return
         status = res.get("status")
+        if kind == "timing":
+            self._timed(st, j, res)
+            return
         if kind == "emit":
             items, st.emitting = st.emitting or [], None
             self._on_written(st, items, res)
@@ -790,7 +851,7 @@ class Build:
                     self.on_task("finished", task_key, *self._tasks.pop(task_key), res)
                 res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
-                    if gen != st.gen:
+                    if gen != st.gen and kind != "timing":  # a timing step is keyed by its module: never stale
                         continue  # a result for a submission a repair has superseded
                     if n and res.get("status") == "executed":
                         res = {**res, "status": "cached"}  # ran once, for the first unit that asked

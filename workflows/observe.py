@@ -22,16 +22,7 @@ from pathlib import Path
 
 from tusk.workflows.compile import LOG_FILE, BuildEvents
 from tusk.workflows.progress import History, State
-from tusk.workflows.trace import (
-    Phase,
-    TaskLog,
-    _model,
-    build_trace,
-    model_digest,
-    time_phase,
-    timeline_trace,
-    unit_phases,
-)
+from tusk.workflows.trace import Phase, TaskLog, _model, build_trace, model_digest, timeline_trace
 
 REPORT = "report.html"
 BUILD_TRACE = "build-trace.json"
@@ -75,6 +66,12 @@ class Tee(BuildEvents):
     def finished(self, result, store) -> None:
         self._each("finished", result, store)
 
+    def timing(self) -> str:
+        from tusk.workflows.timings import MAKESPANS, NONE, TIMELINES
+
+        wanted = {x.timing() for x in self.listeners} or {MAKESPANS}
+        return next(w for w in (TIMELINES, MAKESPANS, NONE) if w in wanted)
+
 
 def _write(path: Path, text: str) -> None:
     from tusk.workflows.outputs import write_atomic
@@ -114,6 +111,11 @@ class Reporter(BuildEvents):
     def start(self, n_units: int, n_steps: int) -> None:
         self.log.t0 = time.time()
 
+    def timing(self) -> str:
+        from tusk.workflows.timings import MAKESPANS, TIMELINES
+
+        return TIMELINES if self.report else MAKESPANS
+
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         self.log.task(event, key, unit, what, result)
 
@@ -141,8 +143,8 @@ class Reporter(BuildEvents):
         self.warn(f"the build report could not be written ({type(e).__name__}: {e}); details in {log}")
 
     def _write_all(self, result, store) -> None:
-        from tusk.workflows.pipeline import ROTATION_PASSES
         from tusk.workflows.report_html import render
+        from tusk.workflows.timings import load_phase
 
         out = Path(result.out)
         model_note = "" if _model() is not None else "This Tusk has no timing model (tusk.sim.timing): " \
@@ -152,10 +154,8 @@ class Reporter(BuildEvents):
                 continue
             kernel_phases: list[Phase] = []
             for u in kr.units:
-                phases = unit_phases(u, store, ROTATION_PASSES) if _model() is not None else []
-                for ph in phases:
-                    producer = next((s.name for s in u.steps if s.output == ph.hash), None)
-                    time_phase(ph, store, producer)
+                # the build's timing steps measured them; the report only reads their results
+                phases = [load_phase(store, u.unit.name, t) for t in u.timings] if _model() is not None else []
                 if phases:
                     self.phases[u.unit.name] = phases
                 kernel_phases.extend(phases)

@@ -317,7 +317,7 @@ def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[
             "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
             "final": u.final, "seconds": u.seconds, "repairs": u.repairs, "consts": u.outputs.get("consts", []),
             "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
-            "steps": [s.to_json() for s in u.steps],
+            "steps": [s.to_json() for s in u.steps], "timings": [t.to_json() for t in u.timings],
         })
     stats = {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.source),
              "source_sha256": k.trace.get("py_sha256", k.digest) if k.origin else k.digest,
@@ -339,8 +339,9 @@ def summarize(u: UnitReport) -> dict[str, Any]:
             if isinstance(s.stats.get(key), (int, float)):
                 rotations = (rotations or 0) + s.stats[key]
                 break
-    before = next((s.stats.get("makespan_before") for s in rot if "makespan_before" in s.stats), None)
-    after = next((s.stats.get("makespan_after") for s in reversed(rot) if "makespan_after" in s.stats), None)
+    # the timing steps' figures (tusk.workflows.timings): cycles, rounded as the passes once reported them
+    before, after = (None if v is None else round(v) for v in (u.makespan("makespan_before"),
+                                                               u.makespan("makespan_after")))
     return {
         "insts_before_unroll": unroll[0].insts_in if unroll else None,
         "insts_after_unroll": unroll[-1].insts_out if unroll else None,

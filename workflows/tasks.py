@@ -406,6 +406,30 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         return _error(step, e, ctx.get("store"), key, parts)
 
 
+def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
+    """A timing step (``tusk.workflows.timings``): the makespan of one module and, with ``timelines``, its
+    engine timelines, kept in the store as notes by the module's hash."""
+    from tusk.workflows import timings
+
+    clock: dict = {"started": time.time()}
+    t0 = time.perf_counter()
+    try:
+        store = _store(store_url)
+        note = timings.lookup(store, module_hash, timelines)
+        status = "cached"
+        if note is None:
+            module, missing = _load_input(store, module_hash, clock)
+            if missing:
+                return missing
+            note, status = timings.measure(store, module_hash, module, timelines), "executed"
+        seconds = time.perf_counter() - t0
+        clock["run"] = round(seconds, 6)
+        return {"status": status, **note, "seconds": seconds, "timing": clock, "worker_address": _worker_address(),
+                "ended": time.time()}
+    except Exception as e:  # noqa: BLE001 - a figure lost, never the kernel
+        return {"status": "error", "error": f"timing failed: {type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+
+
 def probe_store(store_url: str, token: str) -> dict:
     """Run on every worker when a build starts on an existing cluster: can this worker read what the
     client wrote into the store, and write what the client will read?"""
