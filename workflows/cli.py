@@ -212,6 +212,9 @@ def compile(
 
     reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
     existed = out.exists()
+    from tusk.workflows import noop
+
+    noop.forget(out)  # whatever this build does, the index is written again only when it succeeds
     events = Tee(display, reporter)
     try:
         from tusk.workflows import interrupts
@@ -244,9 +247,26 @@ def compile(
                 _err(f"{kr.kernel.name}: {kr.error}")
         else:
             print_result(console, result, verbose, err, extra=reporter.lines(result.out))
+        if noop.ARGV is not None and result.exit_code == 0 and not events.errors:
+            _write_index(noop.ARGV, req, result, reporter.lines(result.out))
     except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
+
+
+def _write_index(argv: list[str], req, result, extra: list[str]) -> None:
+    """The no-op index of this command line (``tusk.workflows.noop``): what it read and printed."""
+    from tusk.workflows import noop
+    from tusk.workflows.report import noop_summary
+
+    summary = noop_summary(result, extra)
+    if summary is None:
+        return
+    read = []
+    for kr in result.kernels:
+        k = kr.kernel
+        read += [str(k.path), *map(str, k.refs), *([str(k.origin)] if k.origin else [])]
+    noop.write(argv, Path(req.directory), Path(req.out), read, summary)
 
 
 def _drop_if_empty(out: Path, existed: bool) -> None:

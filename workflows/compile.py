@@ -115,6 +115,9 @@ class BuildEvents:
     def executor_starting(self, what: str) -> None:
         """An executor is being started (a local cluster takes seconds); ``executor`` follows."""
 
+    def startup(self, event: Any) -> None:
+        """The executor's processes are ready (``tusk.workflows.graph.StartUp``): what start-up cost."""
+
     def finished(self, result: "CompileResult", store: Any) -> None:
         """The build is over and ``store`` still open (a --no-cache store is removed after this)."""
 
@@ -303,7 +306,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
 
         report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
                        verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
-                       on_executor=_on_executor, on_task=events.task,
+                       on_executor=_on_executor, on_task=events.task, on_startup=events.startup,
                        timing=req.timing if req.timing is not None else events.timing(),
                        timeline_limit=int(cfg.timeline_limit))
         report.unavailable = resolved.unavailable

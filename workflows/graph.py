@@ -160,6 +160,18 @@ class BuildReport:
         return [u for u in self.units if not u.ok]
 
 
+@dataclass(frozen=True)
+class StartUp:
+    """The executor is ready: starting it took ``started`` s, readying its processes ``ready`` s (imports,
+    the code digest), ``workers``: worker -> {"seconds", "started" (wall clock), "pid"}.  Its own event:
+    never charged to the first pass that runs on a worker."""
+
+    executor: str
+    started: float
+    ready: float
+    workers: dict[str, dict]
+
+
 # ====================================================================== executors
 
 
@@ -189,6 +201,9 @@ class InlineExecutor:
 
     def close(self) -> None:
         self._queue.clear()
+
+    def warm_up(self, targets: list[str]) -> dict[str, dict]:
+        return {"this process": tasks.warm_up(targets)}
 
 
 class DaskExecutor:
@@ -241,6 +256,13 @@ class DaskExecutor:
         return key, result
 
     worker_pids: list[int] = []  # of a local cluster: killed if a graceful close does not end them
+
+    def warm_up(self, targets: list[str]) -> dict[str, dict]:
+        """Every worker imports what the tasks need (see :func:`tasks.warm_up`): worker -> what it took."""
+        try:
+            return dict(self.client.run(tasks.warm_up, targets))
+        except Exception:  # noqa: BLE001 - the first tasks then pay it, as before
+            return {}
 
     def close(self) -> None:
         """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
@@ -435,7 +457,8 @@ class Build:
                  progress: Callable[[str, UnitReport, str], None] | None = None,
                  on_executor: Callable[[Any], None] | None = None,
                  on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None,
-                 timing: str = timings.NONE, timeline_limit: int = 400_000):
+                 timing: str = timings.NONE, timeline_limit: int = 400_000,
+                 on_startup: Callable[["StartUp"], None] | None = None):
         self.store = store
         self.steps = steps
         # the timing steps: which modules of each chain are measured, and whether timelines are kept
@@ -452,6 +475,7 @@ class Build:
         self.on_final = on_final
         self.progress = progress or (lambda event, unit, label: None)
         self.on_executor = on_executor
+        self.on_startup = on_startup                  # the executor's processes are ready (StartUp)
         self.on_task = on_task                        # ("submitted" | "finished", task key, unit, what, result)
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
@@ -495,14 +519,21 @@ class Build:
         """Submit a task for action ``key`` (or join the one already submitted for it by another unit)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
+            t_start = time.perf_counter()
             try:
                 self.executor = factory()
             except ExecutorUnavailable:
                 raise
             except TuskError as e:
                 raise ExecutorUnavailable(str(e)) from None
+            self.executor.started_seconds = time.perf_counter() - t_start  # type: ignore[union-attr]
             if self.on_executor:
                 self.on_executor(self.executor)
+            t_warm = time.perf_counter()
+            warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}))
+            if self.on_startup is not None:
+                self.on_startup(StartUp(self.executor.description, self.executor.started_seconds,
+                                        time.perf_counter() - t_warm, warm))
         action = f"{prefix}-{key}-{st.report.repairs}"
         task_key = self._inflight.get(action)
         if task_key is None:  # the same action for two units runs once

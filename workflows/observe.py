@@ -57,6 +57,9 @@ class Tee(BuildEvents):
     def executor(self, ex) -> None:
         self._each("executor", ex)
 
+    def startup(self, event) -> None:
+        self._each("startup", event)
+
     def step(self, event: str, unit, label: str) -> None:
         self._each("step", event, unit, label)
 
@@ -94,6 +97,18 @@ def _current(path: Path, signature: str) -> bool:
         return False
 
 
+def _changed_nothing(result) -> bool:
+    """True for a rebuild that ran nothing and wrote nothing, into an OUT that has its report."""
+    rep = result.report
+    if rep is None or rep.n_executed or result.failed or result.traces("executed", "failed"):
+        return False
+    if any(kr.written for kr in result.kernels):
+        return False
+    if any(t.status not in ("cached", "skipped") for kr in result.kernels for u in kr.units for t in u.timings):
+        return False
+    return (Path(result.out) / REPORT).is_file()
+
+
 class Reporter(BuildEvents):
     """Writes report.html, build-trace.json and timeline.json files when the build is over."""
 
@@ -107,6 +122,7 @@ class Reporter(BuildEvents):
         self.files: dict[str, str] = {}    # OUT-relative path -> what it is
         self.phases: dict[str, list[Phase]] = {}
         self.seconds = 0.0
+        self.startup_event = None          # graph.StartUp: shown in the report's header and build trace
 
     def start(self, n_units: int, n_steps: int) -> None:
         self.log.t0 = time.time()
@@ -119,6 +135,18 @@ class Reporter(BuildEvents):
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         self.log.task(event, key, unit, what, result)
 
+    def startup(self, event) -> None:
+        """Each worker's start-up is a bar of its own in the build trace and the report's build timeline."""
+        from tusk.workflows.trace import TaskRecord
+
+        self.startup_event = event
+        for worker, w in event.workers.items():
+            started = float(w.get("started") or time.time())
+            key = f"start-up-{worker}"
+            self.log.tasks[key] = TaskRecord(key, "(workers)", "start-up", started, started,
+                                             started + float(w.get("seconds") or 0.0), str(w.get("worker") or worker),
+                                             "ready")
+
     def finished(self, result, store) -> None:
         t0 = time.perf_counter()
         if self.history is not None:
@@ -126,7 +154,9 @@ class Reporter(BuildEvents):
                 self.history.record(result.report, self.state.write_seconds if self.state else {})
             except Exception:  # noqa: BLE001
                 pass
-        if self.report and result.kernels:
+        if self.report and result.kernels and _changed_nothing(result):
+            self.files[REPORT] = "this page"  # the report of the build that did the work stays, as its outputs do
+        elif self.report and result.kernels:
             try:
                 self._write_all(result, store)
             except Exception as e:  # noqa: BLE001 - the build's outputs stand; the report is extra

@@ -208,9 +208,11 @@ class OutputWriter:
         dest = self.out / kr.kernel.name
         artifacts = self._artifacts(kr)
         if staging is None or all(self.up_to_date.get(u.unit.name) for u in kr.units):
-            # every unit and artifact up to date: refresh the record only
+            # every unit and artifact up to date: the record is refreshed only where the build's steps differ
+            # (another pipeline reaching the same output); a plain no-op rewrites nothing
             kr.stats["artifacts"] = {rel: (dest / rel).stat().st_size for rel in artifacts}
-            write_atomic(dest / STATS_FILE, _json(kr.stats))
+            if _steps_of(_read_stats(dest / STATS_FILE)) != _steps_of(kr.stats):
+                write_atomic(dest / STATS_FILE, _json(kr.stats))
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             return
@@ -283,6 +285,15 @@ class OutputWriter:
                 raise TuskError(f"cannot stage {src} as {rel}: {e.strerror or e}") from None
             sizes[rel] = target.stat().st_size
         return sizes
+
+
+def _steps_of(stats: dict | None) -> Any:
+    """What a kernel's record says about how it was built, apart from what ran when: per unit the final
+    hash and each step's action key."""
+    if not stats:
+        return None
+    return [stats.get("pipeline"), stats.get("artifacts"),
+            [(u.get("unit"), u.get("final"), [s.get("key") for s in u.get("steps", [])]) for u in stats.get("units", [])]]
 
 
 def _target(staging: Path, rel: str) -> Path:
