@@ -160,6 +160,45 @@ class BuildReport:
         return [u for u in self.units if not u.ok]
 
 
+# ====================================================================== events
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A step of a unit was ``cached``, ``executed`` or ``failed``; or the unit is ``done`` (label "")."""
+
+    status: str
+    unit: UnitReport
+    label: str
+
+
+@dataclass(frozen=True)
+class TaskSubmitted:
+    """A task went to the executor; ``what`` names the work (a step label, ``"<label> part 3/8"``,
+    ``"<label> (split)"``, ``"<label> (merge)"``, ``"write_bir_json"``, ``"timing (before rotation)"``)."""
+
+    key: str
+    unit: UnitReport
+    what: str
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task's result came back (``result``: what the task returned, with its clocks)."""
+
+    key: str
+    unit: UnitReport
+    what: str
+    result: dict
+
+
+@dataclass(frozen=True)
+class ExecutorReady:
+    """The executor (a cluster, or this process) was created for the steps that must run."""
+
+    executor: Any
+
+
 @dataclass(frozen=True)
 class StartUp:
     """The executor is ready: starting it took ``started`` s, readying its processes ``ready`` s (imports,
@@ -170,6 +209,9 @@ class StartUp:
     started: float
     ready: float
     workers: dict[str, dict]
+
+
+BuildEvent = StepEvent | TaskSubmitted | TaskFinished | ExecutorReady | StartUp
 
 
 # ====================================================================== executors
@@ -454,11 +496,8 @@ class Build:
                  executor: Callable[[], Any] | Any | None = None, verify: str | bool = "none",
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
-                 progress: Callable[[str, UnitReport, str], None] | None = None,
-                 on_executor: Callable[[Any], None] | None = None,
-                 on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None,
-                 timing: str = timings.NONE, timeline_limit: int = 400_000,
-                 on_startup: Callable[["StartUp"], None] | None = None):
+                 on_event: Callable[["BuildEvent"], None] | None = None,
+                 timing: str = timings.NONE, timeline_limit: int = 400_000):
         self.store = store
         self.steps = steps
         # the timing steps: which modules of each chain are measured, and whether timelines are kept
@@ -473,10 +512,7 @@ class Build:
         self.verify = {True: "all", False: "none"}.get(verify, verify) if isinstance(verify, bool) else verify
         self.previous = previous or {}
         self.on_final = on_final
-        self.progress = progress or (lambda event, unit, label: None)
-        self.on_executor = on_executor
-        self.on_startup = on_startup                  # the executor's processes are ready (StartUp)
-        self.on_task = on_task                        # ("submitted" | "finished", task key, unit, what, result)
+        self.emit = on_event or (lambda event: None)  # every BuildEvent, in the order things happen
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
@@ -527,13 +563,11 @@ class Build:
             except TuskError as e:
                 raise ExecutorUnavailable(str(e)) from None
             self.executor.started_seconds = time.perf_counter() - t_start  # type: ignore[union-attr]
-            if self.on_executor:
-                self.on_executor(self.executor)
+            self.emit(ExecutorReady(self.executor))
             t_warm = time.perf_counter()
             warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}))
-            if self.on_startup is not None:
-                self.on_startup(StartUp(self.executor.description, self.executor.started_seconds,
-                                        time.perf_counter() - t_warm, warm))
+            self.emit(StartUp(self.executor.description, self.executor.started_seconds,
+                              time.perf_counter() - t_warm, warm))
         action = f"{prefix}-{key}-{st.report.repairs}"
         task_key = self._inflight.get(action)
         if task_key is None:  # the same action for two units runs once
@@ -542,12 +576,11 @@ class Build:
             # the chain's own steps first: a timing step is off the critical path, and its module is in the store
             self.executor.submit(task_key, fn, *args, worker=None if kind == "timing" else st.worker,
                                  priority=-1 if kind == "timing" else 0)
-            if self.on_task is not None:
-                label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
-                what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
-                        "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
-                self._tasks[task_key] = (st.report, what)
-                self.on_task("submitted", task_key, st.report, what, {})
+            label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
+            what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
+                    "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
+            self._tasks[task_key] = (st.report, what)
+            self.emit(TaskSubmitted(task_key, st.report, what))
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
 
     def _advance(self, st: _State) -> None:
@@ -590,7 +623,7 @@ class Build:
         st.report.steps[i:] = [res]
         st.hashes[i + 1:] = [rec["output"]]
         st.i = i + 1
-        self.progress(status, st.report, step.label)
+        self.emit(StepEvent(status, st.report, step.label))
         self._time(st)
 
     # ------------------------------------------------------------ timing steps
@@ -672,7 +705,7 @@ class Build:
         st.report.error = message
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
-        self.progress("failed", st.report, step.label if step else "")
+        self.emit(StepEvent("failed", st.report, step.label if step else ""))
 
     def _give_up(self, st: _State, why: str) -> bool:
         """Count a repair; True (and the unit failed, not by its kernel's fault) past the limit."""
@@ -739,7 +772,7 @@ class Build:
         st.report.timings.sort(key=lambda t: titles.index(t.title) if t.title in titles else len(titles))
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
-        self.progress("done", st.report, "")
+        self.emit(StepEvent("done", st.report, ""))
 
     def _on_written(self, st: _State, items: list, res: dict) -> None:
         """Outputs were written (maybe on a worker): check they are here, else write them on the client."""
@@ -879,7 +912,7 @@ class Build:
             while self.waiting:
                 task_key, res = self.executor.next()
                 if task_key in self._tasks:  # before _received drops the worker's start time
-                    self.on_task("finished", task_key, *self._tasks.pop(task_key), res)
+                    self.emit(TaskFinished(task_key, *self._tasks.pop(task_key), res))
                 res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
                     if gen != st.gen and kind != "timing":  # a timing step is keyed by its module: never stale

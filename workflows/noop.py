@@ -82,7 +82,7 @@ def parse(argv: list[str]) -> tuple[Path, Path, dict[str, list[str]]] | None:
         spec = importlib.util.find_spec("tusk.examples")
         if spec is None or not spec.submodule_search_locations:
             return None
-        directory = Path(list(spec.submodule_search_locations)[0]).resolve() / "kernels"
+        directory = Path(next(iter(spec.submodule_search_locations))).resolve() / "kernels"
     out = Path((opts.get("-o") or opts.get("--out") or ["tusk-out"])[-1])
     return directory, out, opts
 
