@@ -450,7 +450,7 @@ def warm_up(targets: list[str]) -> dict:
     for target in targets:
         try:
             resolve_target(target)
-        except Exception:  # noqa: BLE001 - the task that needs it reports the problem
+        except Exception:  # noqa: BLE001, S110 - the task that needs it reports the problem
             pass
     package_digest()
     return {"worker": _worker_address() or "this process", "pid": os.getpid(), "started": started,
@@ -486,6 +486,13 @@ def write_outputs(store_url: str, items: list) -> dict:
     Run on a worker so that serialising big modules happens in parallel;
     the client checks the files arrived (a worker on another machine may
     not share the output directory) and writes them itself otherwise.
+
+    **Reuse.**  Each file written is noted in the store (``bir-json-file``:
+    object hash, form and writer code -> where it was written, its size,
+    mtime and const files).  The same object wanted again -- the same
+    kernels into another ``-o`` -- is copied from that file with only its
+    ``artifact_path`` changed, without loading or decoding the module, as
+    long as the file still has its recorded size and mtime.
     """
     from tusk.ir import bir_json
 
@@ -493,18 +500,89 @@ def write_outputs(store_url: str, items: list) -> dict:
         store = _store(store_url)
         written, consts = [], set()
         for h, path, *rest in items:
-            module, missing = _load_input(store, h)
-            if missing:
-                return missing
-            if rest:  # a new Module object: the stored one may be shared with the next task
-                from tusk.ir.module import Module
+            flatten = "flatten" in rest[1:]
+            art = rest[0] if rest else None
+            reused = _reuse(store, h, flatten, path, art)
+            if reused is None:
+                module, missing = _load_input(store, h)
+                if missing:
+                    return missing
+                if rest:  # a new Module object: the stored one may be shared with the next task
+                    from tusk.ir.module import Module
 
-                module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
-                                module.queues, module.extras)
-            bir_json.save(module, path, flatten="flatten" in rest[1:])
+                    module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
+                                    module.queues, module.extras)
+                bir_json.save(module, path, flatten=flatten)
+                names = sorted({fn.strings[c] for fn in module.functions
+                                for c in set(fn.memlocs["const_path"].tolist()) if c >= 0})
+                _note_written(store, h, flatten, path, module.artifact_dir, names)
+                reused = names
             written.append([path, os.path.getsize(path), _where()])
-            for fn in module.functions:
-                consts.update(fn.strings[c] for c in set(fn.memlocs["const_path"].tolist()) if c >= 0)
+            consts.update(reused)
         return {"status": "written", "files": written, "consts": sorted(consts)}
     except Exception as e:  # noqa: BLE001
         return _error({"name": "write_bir_json"}, e)
+
+
+WRITTEN_NOTE = "bir-json-file"
+HEAD_BYTES = 1 << 16  # the module's head (arch, artifact_path, ...) comes first: sorted keys
+
+
+def _written_key(h: str, flatten: bool) -> str:
+    from tusk.cache.keys import digest, package_digest
+
+    return digest({"object": h, "flatten": flatten, "writer": package_digest()})
+
+
+def _placed(path: str, art: str) -> str:
+    """Where ``path``, written into a kernel's staging directory, lies once that directory is moved into place
+    as the artifact directory ``art`` (``tusk.workflows.outputs``)."""
+    parts = os.path.abspath(path).split(os.sep)
+    k = next((i for i, p in enumerate(parts) if p.startswith(".tusk-staging-")), None)
+    return os.path.join(art, *parts[k + 1:]) if k is not None and art else os.path.abspath(path)
+
+
+def _note_written(store, h: str, flatten: bool, path: str, art: str, consts: list[str]) -> None:
+    try:
+        st = os.stat(path)  # a rename into place keeps size and mtime
+        store.put_note(WRITTEN_NOTE, _written_key(h, flatten), {"path": _placed(path, art), "size": st.st_size,
+                                                                "mtime_ns": st.st_mtime_ns, "artifact": art or "",
+                                                                "consts": consts})
+    except OSError:
+        pass  # no reuse next time; the file itself is written
+
+
+def _reuse(store, h: str, flatten: bool, path: str, art: str | None) -> list[str] | None:
+    """Copy an earlier write of the same object into ``path`` (its const files), or None if there is none
+    that can be trusted: the file changed, or its head does not name its artifact directory exactly once."""
+    import orjson
+
+    note = store.get_note(WRITTEN_NOTE, _written_key(h, flatten))
+    if not isinstance(note, dict) or _placed(path, art or "") == note.get("path"):
+        return None
+    src = note.get("path")
+    try:
+        st = os.stat(src)
+        if st.st_size != note.get("size") or st.st_mtime_ns != note.get("mtime_ns"):
+            return None
+        old = b'"artifact_path":' + orjson.dumps(note.get("artifact") or "")
+        new = b'"artifact_path":' + orjson.dumps(art if art is not None else note.get("artifact") or "")
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(src, "rb") as fin:
+            head = fin.read(HEAD_BYTES)
+            first = head.split(b"\n", 1)[0] if b"\n" in head else None
+            if first is None or first.count(old) != 1 or first.count(b'"artifact_path":') != 1:
+                return None
+            try:
+                with open(tmp, "wb") as fout:
+                    fout.write(head.replace(old, new, 1))
+                    import shutil
+
+                    shutil.copyfileobj(fin, fout, 1 << 22)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError:
+        return None
+    return list(note.get("consts") or [])
