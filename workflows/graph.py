@@ -55,6 +55,7 @@ from tusk.workflows import tasks, timings
 from tusk.workflows.pipeline import ROTATION_PASSES, Step
 
 MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
+PART_WRITE_INSTS = 200_000  # a final module this big is written in parts, one per worker, joined by the client
 
 
 # ====================================================================== data
@@ -472,6 +473,14 @@ class _Split:
 
 
 @dataclass
+class _Writing:
+    items: list[list[str]]
+    parts: int = 0                                  # the final module in this many parts (0: whole)
+    pending: set[int] = field(default_factory=set)  # part numbers, -1: the other files
+    results: dict[int, dict] = field(default_factory=dict)
+
+
+@dataclass
 class _State:
     report: UnitReport
     hashes: list[str]
@@ -482,7 +491,7 @@ class _State:
     split: _Split | None = None
     done: bool = False
     gen: int = 0          # bumped when in-flight results of this unit become stale
-    emitting: list | None = None
+    writing: _Writing | None = None  # the unit's output files being written
     worker: str | None = None  # where the unit's last task ran (its output is in that worker's memory)
     timing_started: set[int] = field(default_factory=set)   # phases (timings.PhaseSpec.index) asked for
     timing_pending: set[int] = field(default_factory=set)   # ... whose task has not answered yet
@@ -497,7 +506,7 @@ class Build:
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  on_event: Callable[["BuildEvent"], None] | None = None,
-                 timing: str = timings.NONE, timeline_limit: int = 400_000):
+                 timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None):
         self.store = store
         self.steps = steps
         # the timing steps: which modules of each chain are measured, and whether timelines are kept
@@ -513,6 +522,7 @@ class Build:
         self.previous = previous or {}
         self.on_final = on_final
         self.emit = on_event or (lambda event: None)  # every BuildEvent, in the order things happen
+        self.write_parts = write_parts                # None: by size and workers (tests force a number)
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
@@ -566,6 +576,7 @@ class Build:
             self.emit(ExecutorReady(self.executor))
             t_warm = time.perf_counter()
             warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}))
+            self.executor.workers_ready = warm  # type: ignore[union-attr]
             self.emit(StartUp(self.executor.description, self.executor.started_seconds,
                               time.perf_counter() - t_warm, warm))
         action = f"{prefix}-{key}-{st.report.repairs}"
@@ -752,17 +763,83 @@ class Build:
                 self._fail(st, str(e), fault=_client_fault(e, INPUT))
                 return
         if items:
-            items = [[str(x) for x in item] for item in items]
-            if self.executor is None or not getattr(self.executor, "is_cluster", False):
-                self._on_written(st, items, tasks.write_outputs(self.store.url, items))
-            else:
-                from tusk.cache.keys import digest
-
-                self._submit("write_bir_json", digest(items), st, "emit", 0, tasks.write_outputs,
-                             self.store.url, items)
-                st.emitting = items
+            self._write(st, [[str(x) for x in item] for item in items])
             return
         self._done(st)
+
+    # ------------------------------------------------------------ writing the outputs
+    def _parts_for(self, st: _State, item: list[str]) -> int:
+        """Into how many parts the final module is written in parallel (1: whole, by one task)."""
+        if "flatten" in item[3:] or not hasattr(tasks.bir_json_parts(), "render_part"):
+            return 1
+        if self.write_parts is not None:
+            return max(1, self.write_parts)
+        n = st.report.steps[-1].insts_out if st.report.steps else None
+        workers = len(getattr(self.executor, "workers_ready", {}) or {})
+        if not getattr(self.executor, "is_cluster", False) or workers < 2 or not isinstance(n, int) \
+                or n < PART_WRITE_INSTS or tasks.written_before(self.store, item[0], False):
+            return 1
+        return workers
+
+    def _write(self, st: _State, items: list[list[str]]) -> None:
+        """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster (the final
+        module of a big kernel in parts, one per worker, joined here), else in this process."""
+        n = self._parts_for(st, items[0])
+        rest = items if n == 1 else items[1:]
+        st.writing = _Writing(items, n if n > 1 else 0)
+        cluster = getattr(self.executor, "is_cluster", False)
+        if not cluster and n == 1:
+            self._wrote(st, "emit", 0, tasks.write_outputs(self.store.url, items))
+            return
+        from tusk.cache.keys import digest
+
+        if rest:
+            st.writing.pending.add(-1)
+        for k in range(n if n > 1 else 0):
+            st.writing.pending.add(k)
+        if rest:
+            if cluster:
+                self._submit("write_bir_json", digest(rest), st, "emit", -1, tasks.write_outputs, self.store.url, rest,
+                             what="write_bir_json")
+            else:
+                self._wrote(st, "emit", -1, tasks.write_outputs(self.store.url, rest))
+        for k in range(n if n > 1 else 0):
+            h, path, art = items[0][:3]
+            self._submit("write_bir_json", digest([items[0], k, n]), st, "emit-part", k, tasks.write_part,
+                         self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
+
+    def _wrote(self, st: _State, kind: str, j: int, res: dict) -> None:
+        """A write task answered; when the last one has, the parts are joined and the outputs checked."""
+        w = st.writing
+        if w is None:
+            return
+        if kind == "emit" and not w.pending:  # the whole write, in this process
+            st.writing = None
+            self._on_written(st, w.items, res)
+            return
+        if res.get("status") not in ("written", "part-written"):
+            st.writing = None
+            self._on_written(st, w.items, res)
+            return
+        w.pending.discard(j)
+        w.results[j] = res
+        if w.pending:
+            return
+        st.writing = None
+        files, consts = list(w.results.get(-1, {}).get("files") or []), set(w.results.get(-1, {}).get("consts") or [])
+        if w.parts:
+            h, path, art = w.items[0][:3]
+            try:
+                size = tasks.join_parts([w.results[k]["path"] for k in range(w.parts)], path)
+            except OSError as e:
+                self._on_written(st, w.items, {"status": "error", "fault": ENVIRONMENT,
+                                               "error": f"joining the parts of {path} failed: {e}"})
+                return
+            names = sorted(w.results[0].get("consts") or [])
+            tasks.note_written(self.store, h, False, path, art, names)
+            files.insert(0, [path, size, "this process"])
+            consts.update(names)
+        self._on_written(st, w.items, {"status": "written", "files": files, "consts": sorted(consts)})
 
     def _done(self, st: _State) -> None:
         st.written = True
@@ -807,9 +884,8 @@ class Build:
         if kind == "timing":
             self._timed(st, j, res)
             return
-        if kind == "emit":
-            items, st.emitting = st.emitting or [], None
-            self._on_written(st, items, res)
+        if kind in ("emit", "emit-part"):
+            self._wrote(st, kind, j, res)
             return
         i = st.i
         step = self.steps[i]

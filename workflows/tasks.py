@@ -515,7 +515,7 @@ def write_outputs(store_url: str, items: list) -> dict:
                 bir_json.save(module, path, flatten=flatten)
                 names = sorted({fn.strings[c] for fn in module.functions
                                 for c in set(fn.memlocs["const_path"].tolist()) if c >= 0})
-                _note_written(store, h, flatten, path, module.artifact_dir, names)
+                note_written(store, h, flatten, path, module.artifact_dir, names)
                 reused = names
             written.append([path, os.path.getsize(path), _where()])
             consts.update(reused)
@@ -542,7 +542,7 @@ def _placed(path: str, art: str) -> str:
     return os.path.join(art, *parts[k + 1:]) if k is not None and art else os.path.abspath(path)
 
 
-def _note_written(store, h: str, flatten: bool, path: str, art: str, consts: list[str]) -> None:
+def note_written(store, h: str, flatten: bool, path: str, art: str, consts: list[str]) -> None:
     try:
         st = os.stat(path)  # a rename into place keeps size and mtime
         store.put_note(WRITTEN_NOTE, _written_key(h, flatten), {"path": _placed(path, art), "size": st.st_size,
@@ -550,6 +550,68 @@ def _note_written(store, h: str, flatten: bool, path: str, art: str, consts: lis
                                                                 "consts": consts})
     except OSError:
         pass  # no reuse next time; the file itself is written
+
+
+def written_before(store, h: str, flatten: bool) -> bool:
+    """An earlier write of object ``h`` is noted (the next write copies it instead of rendering it)."""
+    return isinstance(store.get_note(WRITTEN_NOTE, _written_key(h, flatten)), dict)
+
+
+def bir_json_parts():
+    """The BIR-JSON module, whose ``render_part`` (where this Tusk has it) renders one part of a document."""
+    from tusk.ir import bir_json
+
+    return bir_json
+
+
+def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> dict:
+    """Render part ``k`` of ``n`` of object ``h``'s BIR-JSON (artifact directory ``art``) into
+    ``<path>.part<k>of<n>``; the client joins the parts in order (``bir_json.render_part``/``join``: byte for
+    byte the whole write).  Part 0 also reports the const files the module names."""
+    clock: dict = {"started": time.time()}
+    try:
+        from tusk.ir.module import Module
+
+        store = _store(store_url)
+        module, missing = _load_input(store, h, clock)
+        if missing:
+            return missing
+        module = Module(module.functions, module.arch, module.version, module.attributes, art, module.queues,
+                        module.extras)
+        t0 = time.perf_counter()
+        data = bir_json_parts().render_part(module, k, n)
+        part = f"{path}.part{k}of{n}"
+        with open(part, "wb") as fh:
+            fh.write(data)
+        clock["run"] = round(time.perf_counter() - t0, 6)
+        consts = sorted({fn.strings[c] for fn in module.functions for c in set(fn.memlocs["const_path"].tolist())
+                         if c >= 0}) if k == 0 else []
+        return {"status": "part-written", "path": part, "size": len(data), "consts": consts, "timing": clock,
+                "worker_address": _worker_address(), "ended": time.time()}
+    except Exception as e:  # noqa: BLE001
+        return _error({"name": "write_bir_json"}, e)
+
+
+def join_parts(parts: list[str], path: str) -> int:
+    """Concatenate the part files into ``path`` (atomically) and remove them; the file's size."""
+    import shutil
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 22)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        for p in parts:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    return os.path.getsize(path)
 
 
 def _reuse(store, h: str, flatten: bool, path: str, art: str | None) -> list[str] | None:
