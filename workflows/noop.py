@@ -10,8 +10,8 @@ What the index holds, written after a build that succeeded:
 
 * ``fingerprint``: SHA-256 of the command line (its arguments, the working
   directory), every setting's environment variable (``TUSK_*``, ``MAXHU``),
-  and Tusk itself (version, and the path, size and mtime of every source
-  file of the installed package);
+  and Tusk itself (the path, size and mtime of every source file of the
+  installed package);
 * ``inputs``: path -> [size, mtime_ns] of the kernel directory's entries,
   its ``tusk.toml``/``pyproject.toml``, the pipeline file, and every file a
   kernel reads (const files, placeholders' kernels, a traced kernel's .py);
@@ -88,12 +88,13 @@ def parse(argv: list[str]) -> tuple[Path, Path, dict[str, list[str]]] | None:
 
 
 def _code_state() -> list:
-    """Tusk's version and the (path, size, mtime) of every source file of the installed package."""
+    """The (path, size, mtime) of every source file of the installed package, and Python's version.  (Not
+    ``tusk.__version__``: reading a distribution's metadata costs more than this whole check.)"""
     import importlib.util
 
     import tusk
 
-    state: list = [getattr(tusk, "__version__", "?"), sys.version]
+    state: list = [sys.version]
     roots = list(tusk.__path__)
     for sub in ("ir", "stages", "sim", "cache", "workflows", "frontend", "examples"):
         spec = importlib.util.find_spec(f"tusk.{sub}")
