@@ -118,78 +118,89 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small kernels (a smoke test of the script)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
     ap.add_argument("--skip-large", action="store_true", help="leave out the 1.2M-instruction kernel")
+    ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3), help="run only this section")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tusk-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
-    from tusk.examples.bir_kernels import large_matmul
-    from tusk.ir import bir_json
-
     try:
         print(f"(machine: {os.cpu_count()} CPUs, {load()} at start)")
-        # 1 ----------------------------------------------------------------------------------------
-        eight = work / "eight"
-        fresh(eight)
-        eight.mkdir()
-        total = 0
-        for mt, kt, nt in (QUICK_VARIANTS if args.quick else VARIANTS):
-            m = large_matmul(mt, kt, nt)[0]
-            bir_json.save(m, eight / f"matmul_{mt}x{kt}x{nt}.json")
-            total += mt * nt * (3 * kt + 2)
-        n = len(list(eight.iterdir()))
-        print(f"\n== {n} large_matmul variants ({total:,} instructions after unroll), cold, {args.repeat} "
-              f"interleaved run(s) ==")
-        runs = compare(work, eight, MODES, args.repeat)
-        for mode, r in runs.items():
-            print(f"{mode:10s} {describe(r)}")
-        (w0, c0), (w1, _), (w2, c2) = ((med(runs[m], 0), med(runs[m], 1)) for m in MODES)
-        print(f"in-process CPU {c0:.2f} s [<= 30 s]; 2 workers' CPU {c2:.2f} s ({c2 / c0:.2f}x in-process)")
-        print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.7x]; vs in-process {w0 / w2:.2f}x [>= 1.5x]")
-
-        # 2 ----------------------------------------------------------------------------------------
-        if not args.skip_large and not args.quick:
-            large = work / "large"
-            fresh(large)
-            large.mkdir()
-            shutil.copy(LARGE, large / LARGE.name)
-            print(f"\n== {LARGE.name} (1,236,992 instructions after unroll), cold, {args.repeat} interleaved "
-                  f"run(s) ==")
-            runs = compare(work, large, {"1 worker": MODES["1 worker"], "2 workers": MODES["2 workers"],
-                                         "in-process": MODES["in-process"]}, args.repeat)
-            for mode, r in runs.items():
-                print(f"{mode:10s} {describe(r)}")
-            w1, w2 = med(runs["1 worker"], 0), med(runs["2 workers"], 0)
-            steps = statistics.median(pass_time(r[2])["run"] for r in runs["2 workers"])
-            print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.6x]; wall / steps' own run time (2 workers) "
-                  f"{w2 / steps:.2f}x [<= 1.3x]")
-
-        # 3 ----------------------------------------------------------------------------------------
-        corpus = work / "corpus"
-        fresh(corpus)
-        shutil.copytree(EXAMPLES, corpus)
-        print(f"\n== examples/kernels ({len([p for p in corpus.iterdir() if p.is_file()])} files), "
-              f"{args.repeat} run(s), through the CLI ==")
-        rows = []
-        for _ in range(args.repeat):
-            out, cache, second = work / "out-inc", work / "cache-inc", work / "out-second"
-            fresh(out, cache, second)
-            cold = tusk(corpus, out, cache, as_json=False), load()
-            noop = tusk(corpus, out, cache, as_json=False), load()
-            again = tusk(corpus, second, cache), load()
-            rows.append((cold, noop, again))
-        for name, k in (("cold", 0), ("no-op rebuild", 1), ("second -o, same cache", 2)):
-            wall = statistics.median(r[k][0][0] for r in rows)
-            cpu = statistics.median(r[k][0][1] for r in rows)
-            cold_wall = statistics.median(r[0][0][0] for r in rows)
-            cold_cpu = statistics.median(r[0][0][1] for r in rows)
-            target = {1: " [<= 0.3 s wall]", 2: " [<= 10 % of cold]"}.get(k, "")
-            print(f"{name:22s} wall {wall:6.2f} s ({100 * wall / cold_wall:5.1f} % of cold)  CPU {cpu:6.2f} s "
-                  f"({100 * cpu / cold_cpu:5.1f} %){target}  ({rows[-1][k][1]})")
-        print(f"second -o: {rows[-1][2][0][2]['executed']} passes run [0]")
+        wanted = set(args.only or (1, 2, 3)) - ({2} if args.skip_large or args.quick else set())
+        if 1 in wanted:
+            section_eight(work, args)
+        if 2 in wanted:
+            section_large(work, args)
+        if 3 in wanted:
+            section_corpus(work, args)
         print(f"({load()} at the end)")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def section_eight(work: Path, args) -> None:
+    from tusk.examples.bir_kernels import large_matmul
+    from tusk.ir import bir_json
+
+    eight = work / "eight"
+    fresh(eight)
+    eight.mkdir()
+    total = 0
+    for mt, kt, nt in (QUICK_VARIANTS if args.quick else VARIANTS):
+        m = large_matmul(mt, kt, nt)[0]
+        bir_json.save(m, eight / f"matmul_{mt}x{kt}x{nt}.json")
+        total += mt * nt * (3 * kt + 2)
+    n = len(list(eight.iterdir()))
+    print(f"\n== {n} large_matmul variants ({total:,} instructions after unroll), cold, {args.repeat} "
+          f"interleaved run(s) ==")
+    runs = compare(work, eight, MODES, args.repeat)
+    for mode, r in runs.items():
+        print(f"{mode:10s} {describe(r)}")
+    (w0, c0), (w1, _), (w2, c2) = ((med(runs[m], 0), med(runs[m], 1)) for m in MODES)
+    print(f"in-process CPU {c0:.2f} s [<= 30 s]; 2 workers' CPU {c2:.2f} s ({c2 / c0:.2f}x in-process)")
+    print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.7x]; vs in-process {w0 / w2:.2f}x [>= 1.5x]")
+
+
+def section_large(work: Path, args) -> None:
+    large = work / "large"
+    fresh(large)
+    large.mkdir()
+    shutil.copy(LARGE, large / LARGE.name)
+    print(f"\n== {LARGE.name} (1,236,992 instructions after unroll), cold, {args.repeat} interleaved "
+          f"run(s) ==")
+    runs = compare(work, large, {"1 worker": MODES["1 worker"], "2 workers": MODES["2 workers"],
+                                 "in-process": MODES["in-process"]}, args.repeat)
+    for mode, r in runs.items():
+        print(f"{mode:10s} {describe(r)}")
+    w1, w2 = med(runs["1 worker"], 0), med(runs["2 workers"], 0)
+    steps = statistics.median(pass_time(r[2])["run"] for r in runs["2 workers"])
+    print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.6x]; wall / steps' own run time (2 workers) "
+          f"{w2 / steps:.2f}x [<= 1.3x]")
+
+
+def section_corpus(work: Path, args) -> None:
+    corpus = work / "corpus"
+    fresh(corpus)
+    shutil.copytree(EXAMPLES, corpus)
+    print(f"\n== examples/kernels ({len([p for p in corpus.iterdir() if p.is_file()])} files), "
+          f"{args.repeat} run(s), through the CLI ==")
+    rows = []
+    for _ in range(args.repeat):
+        out, cache, second = work / "out-inc", work / "cache-inc", work / "out-second"
+        fresh(out, cache, second)
+        cold = tusk(corpus, out, cache, as_json=False), load()
+        noop = tusk(corpus, out, cache, as_json=False), load()
+        again = tusk(corpus, second, cache), load()
+        rows.append((cold, noop, again))
+    for name, k in (("cold", 0), ("no-op rebuild", 1), ("second -o, same cache", 2)):
+        wall = statistics.median(r[k][0][0] for r in rows)
+        cpu = statistics.median(r[k][0][1] for r in rows)
+        cold_wall = statistics.median(r[0][0][0] for r in rows)
+        cold_cpu = statistics.median(r[0][0][1] for r in rows)
+        target = {1: " [<= 0.3 s wall]", 2: " [<= 10 % of cold]"}.get(k, "")
+        print(f"{name:22s} wall {wall:6.2f} s ({100 * wall / cold_wall:5.1f} % of cold)  CPU {cpu:6.2f} s "
+              f"({100 * cpu / cold_cpu:5.1f} %){target}  ({rows[-1][k][1]})")
+    print(f"second -o: {rows[-1][2][0][2]['executed']} passes run [0]")
 
 
 if __name__ == "__main__":
