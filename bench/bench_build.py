@@ -1,25 +1,22 @@
-"""Build-system benchmark: parallel speed-up, overhead around the passes, incremental rebuilds, store size.
+"""Build-system benchmark: CPU and wall of whole `tusk compile` commands, every mode, with ratios.
 
-    python bench/bench_build.py [--repeat 3] [--quick] [--keep DIR]
+    python bench/bench_build.py [--repeat 1] [--quick] [--keep DIR]
 
-Every timing is a whole ``tusk compile`` command (interpreter start-up
-included), modes interleaved within each repetition; the figures are
-medians.  Printed, never asserted.  Targets (issue 12) in brackets:
+Every figure is one whole command (interpreter start-up included): wall
+seconds and CPU seconds (user + sys of the command and every process it
+started, from ``resource.getrusage(RUSAGE_CHILDREN)``), modes interleaved
+within each repetition, medians over repetitions, the load average of the
+shared machine beside each.  Printed, never asserted.  Targets (issue 21)
+in brackets:
 
-1. 8 independent kernels of >= 50k instructions each, cold cache:
-   ``--workers 2`` against ``--workers 1`` [>= 1.7x] and against the
-   fastest serial mode, ``--workers 0`` (in-process) [>= 1.3x];
-2. the 1.2M-instruction ``examples/large_kernels/large_matmul.json`` alone:
-   2 workers against 1 [>= 1.4x], and wall time against the sum of its
-   passes' own run time [<= 2x];
-3. the shipped corpus (``examples/kernels``, with its ``shared_constants``):
-   no-op rebuild [< 3 % of cold], one late pass changed [< 30 %], a second
-   ``-o`` with the same cache [0 passes run];
-4. store bytes against BIR-JSON bytes, over modules of >= 1000 instructions
-   and over all.
-
-Each run's ``--json`` report gives the passes' own run time and where the
-rest went (fetch, hash, store, hand-over), printed beside the wall time.
+1. the 8 large_matmul variants (32k-54k instructions each, 345k in all),
+   cold cache, ``--workers 0/1/2``: in-process CPU [<= 30 s]; ``--workers 2``
+   against ``--workers 1`` [>= 1.7x] and against in-process [>= 1.5x];
+2. ``examples/large_kernels/large_matmul.json`` (1,236,992 instructions)
+   alone: 2 workers against 1 [>= 1.6x]; wall against the sum of its steps'
+   own run time [<= 1.3x];
+3. ``examples/kernels``: a no-op rebuild through the CLI [<= 0.3 s wall]
+   and a second ``-o`` with the same cache [<= 10 % of cold].
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,17 +36,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "kernels"
 LARGE = ROOT / "examples" / "large_kernels" / "large_matmul.json"
+# (mt, kt, nt) of examples.bir_kernels.large_matmul: mt * nt * (3 kt + 2) instructions after unrolling
+VARIANTS = ((8, 170, 8), (8, 170, 9), (9, 170, 9), (8, 170, 10), (10, 170, 10), (8, 200, 8), (9, 180, 10),
+            (10, 180, 10))
+QUICK_VARIANTS = ((2, 20, 2), (2, 20, 3))
 
 
-def tusk(corpus: Path, out: Path, cache: Path, *extra: str) -> tuple[float, dict]:
-    """One whole `tusk compile` command: (wall seconds, its --json report)."""
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "tusk", "compile", str(corpus), "-o", str(out), "--cache-dir",
-                           str(cache), "--json", *extra], capture_output=True, text=True, cwd=str(out.parent))
-    wall = time.perf_counter() - t
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def tusk(corpus: Path, out: Path, cache: Path, *extra: str, as_json: bool = True) -> tuple[float, float, dict]:
+    """One whole `tusk compile` command through the installed entry point: (wall, CPU, its --json report)."""
+    exe = Path(sys.executable).with_name("tusk")
+    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "tusk"]), "compile",
+           str(corpus), "-o", str(out), "--cache-dir", str(cache), "--progress", "off",
+           *(["--json"] if as_json else []), *extra]
+    cpu0, t = children_cpu(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out.parent), check=False)
+    wall, cpu = time.perf_counter() - t, children_cpu() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"tusk compile failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, json.loads(proc.stdout)
+    return wall, cpu, json.loads(proc.stdout) if as_json else {}
 
 
 def pass_time(report: dict) -> dict[str, float]:
@@ -70,115 +84,123 @@ def fresh(*dirs: Path) -> None:
 
 
 def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat: int) -> dict[str, list]:
-    """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, report), ...]."""
+    """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, cpu, report, load), ...]."""
     runs: dict[str, list] = {m: [] for m in modes}
-    for r in range(repeat):
+    for _ in range(repeat):
         for mode, extra in modes.items():
             out, cache = work / f"out-{mode}", work / f"cache-{mode}"
             fresh(out, cache)
-            runs[mode].append(tusk(corpus, out, cache, *extra))
+            before = load()
+            wall, cpu, rep = tusk(corpus, out, cache, *extra)
+            runs[mode].append((wall, cpu, rep, f"{before} -> {load()}"))
     return runs
 
 
-def median_wall(runs: list) -> float:
-    return statistics.median(w for w, _ in runs)
+def med(runs: list, k: int) -> float:
+    return statistics.median(r[k] for r in runs)
 
 
 def describe(runs: list) -> str:
-    wall = median_wall(runs)
-    rep = min(runs, key=lambda r: abs(r[0] - wall))[1]
-    t = pass_time(rep)
-    return (f"{wall:7.2f} s  (passes {t['run']:.2f} s; fetch {t['fetch']:.2f}, hash {t['hash']:.2f}, "
-            f"store {t['store']:.2f}, hand-over {t['handover']:.2f}; {rep['executed']} steps; {rep['executor']})")
+    wall, cpu = med(runs, 0), med(runs, 1)
+    rep = min(runs, key=lambda r: abs(r[0] - wall))
+    t = pass_time(rep[2])
+    return (f"wall {wall:7.2f} s  CPU {cpu:7.2f} s  (steps' own run {t['run']:.2f} s; fetch {t['fetch']:.2f}, "
+            f"hash {t['hash']:.2f}, store {t['store']:.2f}, hand-over {t['handover']:.2f}; {rep[2]['executed']} steps; "
+            f"{rep[2]['executor']}; {rep[3]})")
+
+
+MODES = {"in-process": ("--workers", "0"), "1 worker": ("--workers", "1"), "2 workers": ("--workers", "2")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved repetitions per figure (medians)")
-    ap.add_argument("--quick", action="store_true", help="smaller kernels (a smoke test of the script)")
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved repetitions per figure (medians)")
+    ap.add_argument("--quick", action="store_true", help="small kernels (a smoke test of the script)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    ap.add_argument("--skip-large", action="store_true", help="leave out the 1.2M-instruction kernel")
+    ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3), help="run only this section")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tusk-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
-    from tests.programs import tiled_exp_module
-    from tusk.ir import bir_json
-
     try:
-        print(f"(machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start)")
-        # 1 ----------------------------------------------------------------------------------------
-        tiles = 2_000 if args.quick else 17_000  # load, exp, store per tile: 51k instructions
-        eight = work / "eight"
-        fresh(eight)
-        eight.mkdir()
-        for k in range(8):
-            bir_json.save(tiled_exp_module(tiles=tiles, width=128 + k), eight / f"tiled{k}.json")
-        print(f"\n== 8 independent kernels of {3 * tiles:,} instructions, cold, {args.repeat} interleaved runs ==")
-        runs = compare(work, eight, {"serial": ("--workers", "0"), "1 worker": ("--workers", "1"),
-                                     "2 workers": ("--workers", "2")}, args.repeat)
-        for mode, r in runs.items():
-            print(f"{mode:10s} {describe(r)}")
-        w0, w1, w2 = (median_wall(runs[m]) for m in ("serial", "1 worker", "2 workers"))
-        print(f"2 workers vs 1: {w1 / w2:.2f}x [>= 1.7x]   vs serial in-process: {w0 / w2:.2f}x [>= 1.3x]")
-
-        # 2 ----------------------------------------------------------------------------------------
-        large = work / "large"
-        fresh(large)
-        large.mkdir()
-        shutil.copy(LARGE, large / LARGE.name)
-        print(f"\n== {LARGE.name} (1,236,992 instructions after unroll), cold, {args.repeat} interleaved runs ==")
-        runs = compare(work, large, {"1 worker": ("--workers", "1"), "2 workers": ("--workers", "2"),
-                                     "serial": ("--workers", "0")}, args.repeat)
-        for mode, r in runs.items():
-            print(f"{mode:10s} {describe(r)}")
-        w1, w2 = median_wall(runs["1 worker"]), median_wall(runs["2 workers"])
-        passes = statistics.median(pass_time(rep)["run"] for _, rep in runs["2 workers"])
-        print(f"2 workers vs 1: {w1 / w2:.2f}x [>= 1.4x]   wall / passes' run time (2 workers): "
-              f"{w2 / passes:.2f} [<= 2]")
-
-        # 3 ----------------------------------------------------------------------------------------
-        corpus = work / "corpus"
-        fresh(corpus)
-        shutil.copytree(EXAMPLES, corpus)
-        print(f"\n== the shipped corpus ({len([p for p in corpus.iterdir() if p.is_file()])} files), "
-              f"{args.repeat} runs ==")
-        cold, noop, late, second = [], [], [], []
-        for r in range(args.repeat):
-            out, cache = work / "out-inc", work / "cache-inc"
-            fresh(out, cache, work / "out-second")
-            c, rc = tusk(corpus, out, cache)
-            n, rn = tusk(corpus, out, cache)
-            lt, rl = tusk(corpus, out, cache, "--set", "build_fdeps.ordered=false")
-            s, rs = tusk(corpus, work / "out-second", cache, "--set", "build_fdeps.ordered=false")
-            assert not rc["failed"] and not rn["failed"], (rc["failed"], rn["failed"])
-            cold.append(c), noop.append(n), late.append(lt), second.append((s, rs["executed"]))
-        c, n, lt = statistics.median(cold), statistics.median(noop), statistics.median(late)
-        print(f"cold                {c:6.2f} s   ({rc['executed']} steps, {rc['executor']})")
-        print(f"no-op rebuild       {n:6.2f} s   {100 * n / c:5.1f} % of cold [< 3 %]   ({rn['executed']} steps run)")
-        print(f"last pass changed   {lt:6.2f} s   {100 * lt / c:5.1f} % of cold [< 30 %]  "
-              f"(--set build_fdeps.ordered=false: {rl['executed']} steps run)")
-        print(f"second -o, same cache: {statistics.median(s for s, _ in second):.2f} s, "
-              f"{max(e for _, e in second)} passes run [0]")
-
-        # 4 ----------------------------------------------------------------------------------------
-        print("\n== store bytes / BIR-JSON bytes ==")
-        from tusk.cache import Store
-
-        ratios = []
-        for cache in (work / "cache-inc", work / "cache-2 workers"):
-            store = Store(cache)
-            for h in store.object_hashes():
-                module = store.load(h)
-                js = len(bir_json.dumps(module).encode())
-                ratios.append((store.fs.tree_size(store.object_path(h)) / js, module.n_insts()))
-        big = [r for r, n in ratios if n >= 1000]
-        print(f"{len(ratios)} objects: median {statistics.median(r for r, _ in ratios):.3f} over all; "
-              + (f"median {statistics.median(big):.4f} over the {len(big)} of >= 1000 instructions"
-                 if big else "none of >= 1000 instructions"))
-        print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+        print(f"(machine: {os.cpu_count()} CPUs, {load()} at start)")
+        wanted = set(args.only or (1, 2, 3)) - ({2} if args.skip_large or args.quick else set())
+        if 1 in wanted:
+            section_eight(work, args)
+        if 2 in wanted:
+            section_large(work, args)
+        if 3 in wanted:
+            section_corpus(work, args)
+        print(f"({load()} at the end)")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def section_eight(work: Path, args) -> None:
+    from tusk.examples.bir_kernels import large_matmul
+    from tusk.ir import bir_json
+
+    eight = work / "eight"
+    fresh(eight)
+    eight.mkdir()
+    total = 0
+    for mt, kt, nt in (QUICK_VARIANTS if args.quick else VARIANTS):
+        m = large_matmul(mt, kt, nt)[0]
+        bir_json.save(m, eight / f"matmul_{mt}x{kt}x{nt}.json")
+        total += mt * nt * (3 * kt + 2)
+    n = len(list(eight.iterdir()))
+    print(f"\n== {n} large_matmul variants ({total:,} instructions after unroll), cold, {args.repeat} "
+          f"interleaved run(s) ==")
+    runs = compare(work, eight, MODES, args.repeat)
+    for mode, r in runs.items():
+        print(f"{mode:10s} {describe(r)}")
+    (w0, c0), (w1, _), (w2, c2) = ((med(runs[m], 0), med(runs[m], 1)) for m in MODES)
+    print(f"in-process CPU {c0:.2f} s [<= 30 s]; 2 workers' CPU {c2:.2f} s ({c2 / c0:.2f}x in-process)")
+    print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.7x]; vs in-process {w0 / w2:.2f}x [>= 1.5x]")
+
+
+def section_large(work: Path, args) -> None:
+    large = work / "large"
+    fresh(large)
+    large.mkdir()
+    shutil.copy(LARGE, large / LARGE.name)
+    print(f"\n== {LARGE.name} (1,236,992 instructions after unroll), cold, {args.repeat} interleaved "
+          f"run(s) ==")
+    runs = compare(work, large, {"1 worker": MODES["1 worker"], "2 workers": MODES["2 workers"],
+                                 "in-process": MODES["in-process"]}, args.repeat)
+    for mode, r in runs.items():
+        print(f"{mode:10s} {describe(r)}")
+    w1, w2 = med(runs["1 worker"], 0), med(runs["2 workers"], 0)
+    steps = statistics.median(pass_time(r[2])["run"] for r in runs["2 workers"])
+    print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.6x]; wall / steps' own run time (2 workers) "
+          f"{w2 / steps:.2f}x [<= 1.3x]")
+
+
+def section_corpus(work: Path, args) -> None:
+    corpus = work / "corpus"
+    fresh(corpus)
+    shutil.copytree(EXAMPLES, corpus)
+    print(f"\n== examples/kernels ({len([p for p in corpus.iterdir() if p.is_file()])} files), "
+          f"{args.repeat} run(s), through the CLI ==")
+    rows = []
+    for _ in range(args.repeat):
+        out, cache, second = work / "out-inc", work / "cache-inc", work / "out-second"
+        fresh(out, cache, second)
+        cold = tusk(corpus, out, cache, as_json=False), load()
+        noop = tusk(corpus, out, cache, as_json=False), load()
+        again = tusk(corpus, second, cache), load()
+        rows.append((cold, noop, again))
+    for name, k in (("cold", 0), ("no-op rebuild", 1), ("second -o, same cache", 2)):
+        wall = statistics.median(r[k][0][0] for r in rows)
+        cpu = statistics.median(r[k][0][1] for r in rows)
+        cold_wall = statistics.median(r[0][0][0] for r in rows)
+        cold_cpu = statistics.median(r[0][0][1] for r in rows)
+        target = {1: " [<= 0.3 s wall]", 2: " [<= 10 % of cold]"}.get(k, "")
+        print(f"{name:22s} wall {wall:6.2f} s ({100 * wall / cold_wall:5.1f} % of cold)  CPU {cpu:6.2f} s "
+              f"({100 * cpu / cold_cpu:5.1f} %){target}  ({rows[-1][k][1]})")
+    print(f"second -o: {rows[-1][2][0][2]['executed']} passes run [0]")
 
 
 if __name__ == "__main__":

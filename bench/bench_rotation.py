@@ -136,7 +136,7 @@ def section_scaling(quick: bool) -> None:
         n = u.n_insts
         row = {}
         for name in ("address_rotation_psum", "address_rotation_sb", "schedule"):
-            p = stages.make_pass(name, timing=False)
+            p = stages.make_pass(name)
             t = time.process_time()
             out, stats = p.run(m)
             row[name] = time.process_time() - t
@@ -170,7 +170,7 @@ PARTS: list = []  # the parts as the store holds them (module_to_parts), inherit
 def _run_part(k: int) -> tuple[int, str]:
     """What a build worker does with a part: load it, rotate it, hash what it would store."""
     part = module_from_parts(*PARTS[k])
-    out, stats = stages.make_pass("address_rotation_sb", timing=False).run(part)
+    out, stats = stages.make_pass("address_rotation_sb").run(part)
     return stats["rotations"], content_hash(out)
 
 
@@ -211,7 +211,7 @@ def section_parallel(quick: bool) -> None:
     global PARTS
     tiles = 83_334 if not quick else 8_000
     m = banded(tiles)
-    p = stages.make_pass("address_rotation_sb", timing=False)
+    p = stages.make_pass("address_rotation_sb")
     print(f"3. SB rotation by band batch: {m.n_insts():,} instructions, 4 streams")
     t = time.perf_counter()
     serial, s_stats = p.run(m)

@@ -27,9 +27,9 @@ second (``post_schedule``).  ``run`` follows the seed's rotateAddrs:
 
 The SB pass splits into one part per independent partition-band batch
 (:mod:`stages.rotation_sb`); the parts' results merge into exactly what
-``run`` computes.  Every pass reports ``rotations`` (instances moved) and,
-from the timing model on the module with freshly built dependences,
-``makespan_before`` / ``makespan_after``.
+``run`` computes.  Every pass reports ``rotations`` (instances moved) and
+nothing it did not do: makespans are the build's own cached steps
+(``tusk.workflows.timings``), computed once per kernel, not inside a pass.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from tusk.stages.base import OptionError, Pass, Stats, option
 from tusk.stages.deps import build_fdeps
 from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
 from tusk.stages.rotation_psum import psum_rotation
-from tusk.stages.rotation_rings import analyse, makespan_stats
+from tusk.stages.rotation_rings import analyse
 from tusk.stages.rotation_sb import Region, batches, part_rows, sb_rotation_batch, sb_schedule
 
 SKIP = "Skipping pass due to no instruction or uncovered structure."
@@ -153,9 +153,6 @@ class AddressRotation(Pass):
     post_schedule: ClassVar[bool] = False
     version = "1"
 
-    timing: bool = option(True, "report makespan_before/makespan_after (timing model, dependences rebuilt)")
-    timing_limit: int = option(100_000, "no makespans for modules with more instructions than this")
-
     # ------------------------------------------------------------ dispatch
     def jobs(self, module: Module) -> tuple[list[Job], str | None]:
         """The functions to rotate and how, or why the pass does nothing."""
@@ -241,7 +238,6 @@ class AddressRotation(Pass):
         else:
             stats["rotations"] = self._rotate(out, jobs)
             stats["functions"] = len({j.fn for j in jobs})
-        self._timings(module, out, stats)
         return out, stats
 
     def _rotate(self, out: Module, jobs: list[Job]) -> int:
@@ -267,10 +263,6 @@ class AddressRotation(Pass):
             moved += here
         _rebuild_edges(out, scheduled)
         return moved
-
-    def _timings(self, before: Module, after: Module, stats: Stats) -> None:
-        if self.timing and before.n_insts() <= self.timing_limit:
-            makespan_stats(before, after, stats)
 
     # ------------------------------------------------------------ split / merge (SB batches)
     def split(self, module: Module) -> list[Module] | None:
@@ -325,7 +317,6 @@ class AddressRotation(Pass):
                                  p.attributes[PART_KEY]["job"])].attrs})
         stats: Stats = {"rotations": int(sum(s.get("rotations", 0) for s in part_stats)),
                         "functions": len({int(p.attributes[PART_KEY]["job"]) for p in parts}), "parts": len(parts)}
-        self._timings(module, out, stats)
         return out, stats
 
 

@@ -197,16 +197,16 @@ CASES: dict[str, list[tuple[str, str, Callable[[], Module]]]] = {
         ("every_family", "build_fdeps", every_family_module),
     ],
     "address_rotation_sb": [
-        ("tiled_exp", "address_rotation_sb{timing=false}", _rotation_input("sb")),
+        ("tiled_exp", "address_rotation_sb", _rotation_input("sb")),
     ],
     "address_rotation_psum": [
-        ("tiled_matmul", "address_rotation_psum{timing=false}", _rotation_input("psum")),
+        ("tiled_matmul", "address_rotation_psum", _rotation_input("psum")),
     ],
     "address_rotation_dram": [
-        ("scratch_in_a_dynamic_loop", "address_rotation_dram{timing=false}", _rotation_input("dram")),
+        ("scratch_in_a_dynamic_loop", "address_rotation_dram", _rotation_input("dram")),
     ],
     "address_rotation_psum_post_schedule": [
-        ("tiled_matmul", "address_rotation_psum_post_schedule{timing=false}", _rotation_input("post")),
+        ("tiled_matmul", "address_rotation_psum_post_schedule", _rotation_input("post")),
     ],
     "schedule": [
         ("tiled_matmul", "schedule", _rotation_input("schedule")),

@@ -25,6 +25,7 @@ from tusk.stages.base import OptionError
 from tusk.stages.rotation_psum import prefer_bank_alignment, psum_bank_alignment
 from tusk.stages.rotation_sb import sb_budget, sb_schedule
 from tusk.stages.unroll import Unroll
+from tusk.workflows.timings import makespan_of
 
 ROTATIONS = ("address_rotation_psum", "address_rotation_sb", "address_rotation_dram")
 
@@ -77,8 +78,8 @@ def test_every_rotation_pass_and_the_scheduler_keep_the_meaning(make, kw):
                              "address_rotation_sb", "clear_inst_deps", "build_fdeps"):
         cur, stats = apply(name, cur)
         total += stats.get("rotations", 0)
-        if name.startswith("address_rotation"):
-            assert {"rotations", "makespan_before", "makespan_after"} <= set(stats)
+        if name.startswith("address_rotation"):  # a pass reports what it did; makespans are the build's steps
+            assert "rotations" in stats and not {"makespan_before", "makespan_after"} & set(stats)
     assert total > 0
     assert same_meaning(m, cur, seed=7)
 
@@ -97,7 +98,7 @@ def test_successive_instances_get_different_slots_of_the_ring():
         v = fn.inst(i)
         if v.opname == "Activation":
             assert v.ins[0].memloc_name == v.outs[0].memloc_name
-    assert stats["makespan_after"] < stats["makespan_before"]
+    assert makespan_of(out) < makespan_of(m)
 
 
 def test_a_slot_is_free_during_the_whole_live_range_of_what_moves_there():
@@ -401,7 +402,7 @@ def test_generated_programs_keep_their_meaning_through_rotation_and_scheduling(s
     cur = m
     for name in ROTATIONS + ("build_fdeps", "schedule", "address_rotation_psum_post_schedule",
                              "address_rotation_sb", "build_fdeps"):
-        cur, _ = stages.make_pass(name, **({"timing": False} if name.startswith("address") else {})).run(cur)
+        cur, _ = stages.make_pass(name).run(cur)
         verify(cur)
     assert same_meaning(m, cur, seed=len(steps))
     inst = instances(cur.functions[0])
@@ -467,7 +468,7 @@ def test_a_post_schedule_rotation_that_moves_a_buffer_rebuilds_that_functions_ed
     m = apply("build_fdeps", m)[0]
     for fn in m.functions:
         fn.attrs.add(FnAttr.KERNEL_SCOPE)
-    out, stats = apply("address_rotation_psum_post_schedule", m, timing=False)
+    out, stats = apply("address_rotation_psum_post_schedule", m)
     assert stats["rotations"] > 0
     fn = out.functions[0]
     src, dst, kind = dependence_edges(fn)

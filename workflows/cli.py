@@ -166,6 +166,9 @@ def compile(
     report: bool = typer.Option(True, "--report/--no-report", show_default=False,
                                 help="Write OUT/report.html, OUT/build-trace.json and OUT/<kernel>/timeline.json "
                                      "(default: on)"),
+    makespans: bool = typer.Option(True, "--makespans/--no-makespans", show_default=False,
+                                   help="Time each kernel before and after rotation for the summary's makespan "
+                                        "columns (cached; default: on; the report's timelines need it)"),
     progress: ProgressMode = typer.Option("auto", "--progress", metavar="auto|live|plain|off",
                                           help="Live view on a terminal (auto), plain lines, or nothing"),
     as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON on stdout (progress goes "
@@ -192,6 +195,10 @@ def compile(
         raise _fail(e, 1)
     except TuskError as e:
         raise _fail(e, 2)
+    from tusk.workflows import timings
+
+    if not (report or makespans):
+        req.timing = timings.NONE  # else the listeners say what they need (the report: timelines)
     err = Terminal(stderr=True, highlight=False)
     stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
     console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
@@ -205,6 +212,9 @@ def compile(
 
     reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
     existed = out.exists()
+    from tusk.workflows import noop
+
+    noop.forget(out)  # whatever this build does, the index is written again only when it succeeds
     events = Tee(display, reporter)
     try:
         from tusk.workflows import interrupts
@@ -237,9 +247,26 @@ def compile(
                 _err(f"{kr.kernel.name}: {kr.error}")
         else:
             print_result(console, result, verbose, err, extra=reporter.lines(result.out))
+        if noop.ARGV is not None and result.exit_code == 0 and not events.errors:
+            _write_index(noop.ARGV, req, result, reporter.lines(result.out))
     except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
+
+
+def _write_index(argv: list[str], req, result, extra: list[str]) -> None:
+    """The no-op index of this command line (``tusk.workflows.noop``): what it read and printed."""
+    from tusk.workflows import noop
+    from tusk.workflows.report import noop_summary
+
+    summary = noop_summary(result, extra)
+    if summary is None:
+        return
+    read = []
+    for kr in result.kernels:
+        k = kr.kernel
+        read += [str(k.path), *map(str, k.refs), *([str(k.origin)] if k.origin else [])]
+    noop.write(argv, Path(req.directory), Path(req.out), read, summary)
 
 
 def _drop_if_empty(out: Path, existed: bool) -> None:

@@ -82,6 +82,9 @@ class CompileRequest:
     settings: dict[str, Any] = field(default_factory=dict)  # more config overrides (arch, maxhu, ...)
     # kernels written in Python (tusk.toml [kernels.NAME]: project.PythonKernel); None: read DIR's tusk.toml
     traced: list | None = None
+    # what the timing steps measure (tusk.workflows.timings): "makespans" (the summary's columns), "timelines"
+    # (also the report's engine timelines) or "none"; None: what the listeners need (BuildEvents.timing)
+    timing: str | None = None
 
 
 LOG_FILE = "tusk.log"
@@ -112,8 +115,15 @@ class BuildEvents:
     def executor_starting(self, what: str) -> None:
         """An executor is being started (a local cluster takes seconds); ``executor`` follows."""
 
+    def startup(self, event: Any) -> None:
+        """The executor's processes are ready (``tusk.workflows.graph.StartUp``): what start-up cost."""
+
     def finished(self, result: "CompileResult", store: Any) -> None:
         """The build is over and ``store`` still open (a --no-cache store is removed after this)."""
+
+    def timing(self) -> str:
+        """What this listener needs measured (``tusk.workflows.timings``): the summary's makespans by default."""
+        return "makespans"
 
 
 @dataclass
@@ -192,56 +202,127 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
     hears what happens (see :class:`BuildEvents`).
     """
     events = events or BuildEvents()
-    from tusk.cache.store import Store
-
     t0 = time.perf_counter()
-    cfg = config_mod.load({**req.settings, "cache_dir": req.cache_dir, "workers": req.workers,
-                           "scheduler": req.scheduler, "verify": req.verify})
-    if req.core_id is not None and req.core_id < 0:
-        raise TuskError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
-    entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
-    apply_defaults(entries, config_mod.pass_defaults(cfg))
-    apply_sets(entries, req.sets)
-    resolved = resolve(entries)
-    events.pipeline(resolved)
-    directory = Path(req.directory)
-    if not directory.is_dir():
-        raise TuskError(f"{directory}: no such directory" if not directory.exists() else
-                        f"{directory} is not a directory")
-    src = Path(os.path.realpath(directory))
-    out = Path(req.out).resolve()
-    if out.exists() and not out.is_dir():
-        raise TuskError(f"{req.out}: the output directory is an existing file")
-    if out == src:
-        # OUT inside the input directory is fine (the input is not searched recursively), OUT == input is not:
-        # every kernel's output directory would sit among the kernels
-        raise TuskError(f"the output directory {out} is the input directory; choose another -o")
-    memory = not req.no_cache and str(cfg.cache_dir).startswith("memory://")
-    connected = None
-    if executor is None and cfg.scheduler and not memory:
-        connected = scheduler_executor(cfg.scheduler)  # fail fast, before anything is written
-
-    scratch = None
-    writer = None
+    plan = _Plan.checked(req, events)
     try:
-        if not req.no_cache:
-            store = Store(cfg.cache_dir).open_for_writing()  # a directory that is not a store is refused here
-            if connected is not None:
-                check_workers_reach_store(connected, store)  # before anything is written into OUT
+        store = plan.open_store()
+        kernels, skipped = discover(plan.directory, store)
+        plan.writer = OutputWriter(plan.out, store, plan.resolved.steps, req.stages, req.flatten)
+        kernels, skipped = _with_traced(kernels, skipped, req, plan.directory, store, plan.writer, plan.cfg.arch)
+        results, units = plan.units(kernels, skipped, store)
+        events.start(len(units), len(plan.resolved.steps))
+        report = build(units, plan.resolved.steps, store, env=config_mod.output_key(plan.cfg),
+                       executor=plan.executor(executor, units, store, events), verify=plan.cfg.verify,
+                       previous={u.name: previous_parts(plan.out, u) for u in units}, on_final=plan.writer.on_final,
+                       on_event=lambda e: dispatch(events, e),
+                       timing=req.timing if req.timing is not None else events.timing(),
+                       timeline_limit=int(plan.cfg.timeline_limit))
+        report.unavailable = plan.resolved.unavailable
+        for u in report.units:
+            results[u.unit.kernel].units.append(u)
+        for kr in results.values():  # the one place a kernel's outputs are put in place (or removed)
+            if kr.error is None:
+                plan.writer.finish_kernel(kr, plan.resolved)
+            elif not kr.keep:
+                plan.writer.remove(kr.kernel.name)  # no stale result of an earlier build
+        _log_internal_errors(plan.out, results.values())
+        result = CompileResult(list(results.values()), skipped, report, plan.resolved.unavailable,
+                               [s.spec for s in plan.resolved.steps], store.url, plan.out, time.perf_counter() - t0,
+                               plan.dashboard[0] if plan.dashboard else None, list(plan.resolved.warnings))
+        events.finished(result, store)
+        return result
+    finally:
+        plan.close()
+
+
+def dispatch(events: BuildEvents, e: Any) -> None:
+    """Hand one typed build event (``tusk.workflows.graph``) to the listener's method for it."""
+    from tusk.workflows import graph
+
+    if isinstance(e, graph.StepEvent):
+        events.step(e.status, e.unit, e.label)
+    elif isinstance(e, graph.TaskSubmitted):
+        events.task("submitted", e.key, e.unit, e.what, {})
+    elif isinstance(e, graph.TaskFinished):
+        events.task("finished", e.key, e.unit, e.what, e.result)
+    elif isinstance(e, graph.ExecutorReady):
+        events.executor(e.executor)
+    elif isinstance(e, graph.StartUp):
+        events.startup(e)
+
+
+@dataclass
+class _Plan:
+    """One compile request, checked: its settings, pipeline, directories; what it opened (closed at the end)."""
+
+    req: CompileRequest
+    cfg: Any
+    resolved: Any
+    directory: Path
+    src: Path
+    out: Path
+    memory: bool
+    connected: Any = None
+    scratch: str | None = None
+    writer: OutputWriter | None = None
+    dashboard: list[str] = field(default_factory=list)
+
+    @classmethod
+    def checked(cls, req: CompileRequest, events: BuildEvents) -> _Plan:
+        """Everything the request can be refused for, before anything is written."""
+        cfg = config_mod.load({**req.settings, "cache_dir": req.cache_dir, "workers": req.workers,
+                               "scheduler": req.scheduler, "verify": req.verify})
+        if req.core_id is not None and req.core_id < 0:
+            raise TuskError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
+        entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
+        apply_defaults(entries, config_mod.pass_defaults(cfg))
+        apply_sets(entries, req.sets)
+        resolved = resolve(entries)
+        events.pipeline(resolved)
+        directory = Path(req.directory)
+        if not directory.is_dir():
+            raise TuskError(f"{directory}: no such directory" if not directory.exists() else
+                            f"{directory} is not a directory")
+        src = Path(os.path.realpath(directory))
+        out = Path(req.out).resolve()
+        if out.exists() and not out.is_dir():
+            raise TuskError(f"{req.out}: the output directory is an existing file")
+        if out == src:
+            # OUT inside the input directory is fine (the input is not searched recursively), OUT == input is
+            # not: every kernel's output directory would sit among the kernels
+            raise TuskError(f"the output directory {out} is the input directory; choose another -o")
+        memory = not req.no_cache and str(cfg.cache_dir).startswith("memory://")
+        plan = cls(req, cfg, resolved, directory, src, out, memory)
+        if cfg.scheduler and not memory:
+            plan.connected = scheduler_executor(cfg.scheduler)  # fail fast, before anything is written
+        return plan
+
+    def open_store(self):
+        """The store (a --no-cache one inside OUT), OUT made and cleaned of dead builds' leftovers."""
+        from tusk.cache.store import Store
+
+        store = None
+        if not self.req.no_cache:
+            store = Store(self.cfg.cache_dir).open_for_writing()  # a directory that is not a store is refused
+            if self.connected is not None:
+                check_workers_reach_store(self.connected, store)  # before anything is written into OUT
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            clean_leftovers(out)
-            if req.no_cache:
-                scratch = str(owned_dir(out, NOCACHE_PREFIX, "cache"))
+            self.out.mkdir(parents=True, exist_ok=True)
+            clean_leftovers(self.out)
+            if self.req.no_cache:
+                self.scratch = str(owned_dir(self.out, NOCACHE_PREFIX, "cache"))
         except OSError as e:
-            raise UsageError(f"cannot write the output directory {req.out}: {e.strerror or e}") from None
-        if req.no_cache:
-            store = Store(os.path.join(scratch, "store")).open_for_writing()
-            if connected is not None:
-                check_workers_reach_store(connected, store)
-        kernels, skipped = discover(directory, store)
-        writer = OutputWriter(out, store, resolved.steps, req.stages, req.flatten)
-        kernels, skipped = _with_traced(kernels, skipped, req, directory, store, writer, cfg.arch)
+            raise UsageError(f"cannot write the output directory {self.req.out}: {e.strerror or e}") from None
+        if store is None:
+            store = Store(os.path.join(self.scratch, "store")).open_for_writing()
+            if self.connected is not None:
+                check_workers_reach_store(self.connected, store)
+        return store
+
+    def units(self, kernels: list[Kernel], skipped: list[Skipped], store
+              ) -> tuple[dict[str, KernelResult], list[BuildUnit]]:
+        """Each kernel's result record and build units; a kernel that cannot be built fails here, alone."""
+        req, out = self.req, self.out
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:
@@ -253,7 +334,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
             if k.bad_name:  # OUT/<name> would not be a directory of its own: touch nothing
                 kr.error, kr.keep, kr.fault = k.error, True, k.fault
                 continue
-            problem = output_problem(out / k.name, src, k)
+            problem = output_problem(out / k.name, self.src, k)
             if problem:  # OUT/<kernel> is not ours to write: the kernel fails, the directory stays as it is
                 kr.error, kr.keep, kr.fault = f"{k.source}: {problem}", True, INPUT
                 continue
@@ -262,62 +343,54 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                 continue
             try:
                 # passes stage files into the kernel's staging directory, never into OUT/<kernel> itself
-                units.extend(_units(k, out, req.core_id, cfg, store, str(writer.staging_for(k.name))))
+                units.extend(_units(k, out, req.core_id, self.cfg, store, str(self.writer.staging_for(k.name))))
             except Exception as e:  # noqa: BLE001 - one kernel's trouble never stops the others
                 k.fail(e)
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback
-        previous = {u.name: previous_parts(out, u) for u in units}
-        events.start(len(units), len(resolved.steps))
+        return results, units
 
-        if executor is None and memory:
+    def executor(self, given: Any, units: list[BuildUnit], store, events: BuildEvents) -> Any:
+        """What runs the tasks: ``given``, the --scheduler's cluster, a local cluster (started only at the
+        first task), or this process."""
+        choice = choose_executor(self.cfg.workers, units, self.connected is not None or self.memory)
+        if given is None and self.memory:
             from tusk.workflows.graph import InlineExecutor
 
-            executor = InlineExecutor  # a memory:// store lives in this process only
-        choice = choose_executor(cfg.workers, units, connected is not None or memory)
-        if executor is None:
-            if connected is not None:
-                executor = lambda: connected  # noqa: E731
+            given = InlineExecutor  # a memory:// store lives in this process only
+        if given is None:
+            if self.connected is not None:
+                given = lambda: self.connected  # noqa: E731
             elif choice.workers > 0:
                 # worker scratch space inside the store (local stores): nothing written elsewhere
                 scratch_dir = store.fs.path("dask-scratch") if "://" not in store.url else None
 
-                def executor() -> Any:
+                def given() -> Any:
                     events.executor_starting(f"a local cluster of {choice.workers} worker process(es)")
-                    return local_cluster_executor(choice.workers, req.dashboard, scratch_dir)
-        dashboard: list[str] = []
+                    return local_cluster_executor(choice.workers, self.req.dashboard, scratch_dir)
+        if given is None:
+            from tusk.workflows.graph import InlineExecutor
 
-        def _on_executor(ex: Any) -> None:
+            given = InlineExecutor
+        factory = given if callable(given) else (lambda: given)
+
+        def make() -> Any:
+            ex = factory()
             if not getattr(ex, "reason", ""):
-                ex.reason = choice.reason if connected is None else "the scheduler given with --scheduler"
+                ex.reason = choice.reason if self.connected is None else "the scheduler given with --scheduler"
             link = getattr(ex, "dashboard_link", None)
-            if link and (req.dashboard or cfg.scheduler):
-                dashboard.append(link)
-            events.executor(ex)
+            if link and (self.req.dashboard or self.cfg.scheduler):
+                self.dashboard.append(link)
+            return ex
 
-        report = build(units, resolved.steps, store, env=config_mod.output_key(cfg), executor=executor,
-                       verify=cfg.verify, previous=previous, on_final=writer.on_final, progress=events.step,
-                       on_executor=_on_executor, on_task=events.task)
-        report.unavailable = resolved.unavailable
-        for u in report.units:
-            results[u.unit.kernel].units.append(u)
-        for kr in results.values():
-            if kr.error is None:
-                writer.finish_kernel(kr, resolved)
-            elif not kr.keep:
-                writer.remove(kr.kernel.name)  # no stale result of an earlier build
-        _log_internal_errors(out, results.values())
-        result = CompileResult(list(results.values()), skipped, report, resolved.unavailable,
-                               [s.spec for s in resolved.steps], store.url, out, time.perf_counter() - t0,
-                               dashboard[0] if dashboard else None, list(resolved.warnings))
-        events.finished(result, store)
-        return result
-    finally:
-        if writer is not None:
-            writer.discard_staging()  # left only when the build stopped half-way
-        if connected is not None:
-            connected.close()
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+        return make
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.discard_staging()  # left only when the build stopped half-way
+        if self.connected is not None:
+            self.connected.close()
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 # A local cluster costs ~1-2 s to start and a few ms per task; below this many instructions (after unrolling,

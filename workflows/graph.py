@@ -51,10 +51,11 @@ from tusk.cache.objects import ObjectDamaged
 from tusk.cache.store import ObjectMissing, Store
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError, fault_of
 from tusk.ir.module import Module
-from tusk.workflows import tasks
-from tusk.workflows.pipeline import Step
+from tusk.workflows import tasks, timings
+from tusk.workflows.pipeline import ROTATION_PASSES, Step
 
 MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
+PART_WRITE_INSTS = 200_000  # a final module this big is written in parts, one per worker, joined by the client
 
 
 # ====================================================================== data
@@ -110,6 +111,11 @@ class UnitReport:
     outputs: dict[str, Any] = field(default_factory=dict)  # what writing the outputs reported
     fault: str = ""                 # on failure: "input" | "environment" | "internal" (tusk.ir.errors)
     traceback: str = ""             # of an internal error (written to the build's log, not the terminal)
+    timings: list[timings.Timed] = field(default_factory=list)  # the timing steps' results (makespans, timelines)
+
+    def makespan(self, summary: str) -> float | None:
+        """``makespan_before`` / ``makespan_after`` from the unit's timing steps (None: not timed)."""
+        return next((t.makespan for t in self.timings if t.summary == summary), None)
 
     @property
     def ok(self) -> bool:
@@ -155,6 +161,60 @@ class BuildReport:
         return [u for u in self.units if not u.ok]
 
 
+# ====================================================================== events
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A step of a unit was ``cached``, ``executed`` or ``failed``; or the unit is ``done`` (label "")."""
+
+    status: str
+    unit: UnitReport
+    label: str
+
+
+@dataclass(frozen=True)
+class TaskSubmitted:
+    """A task went to the executor; ``what`` names the work (a step label, ``"<label> part 3/8"``,
+    ``"<label> (split)"``, ``"<label> (merge)"``, ``"write_bir_json"``, ``"timing (before rotation)"``)."""
+
+    key: str
+    unit: UnitReport
+    what: str
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task's result came back (``result``: what the task returned, with its clocks)."""
+
+    key: str
+    unit: UnitReport
+    what: str
+    result: dict
+
+
+@dataclass(frozen=True)
+class ExecutorReady:
+    """The executor (a cluster, or this process) was created for the steps that must run."""
+
+    executor: Any
+
+
+@dataclass(frozen=True)
+class StartUp:
+    """The executor is ready: starting it took ``started`` s, readying its processes ``ready`` s (imports,
+    the code digest), ``workers``: worker -> {"seconds", "started" (wall clock), "pid"}.  Its own event:
+    never charged to the first pass that runs on a worker."""
+
+    executor: str
+    started: float
+    ready: float
+    workers: dict[str, dict]
+
+
+BuildEvent = StepEvent | TaskSubmitted | TaskFinished | ExecutorReady | StartUp
+
+
 # ====================================================================== executors
 
 
@@ -172,7 +232,7 @@ class InlineExecutor:
     def __init__(self) -> None:
         self._queue: deque = deque()
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
         self._queue.append((key, fn, args))
 
     def __len__(self) -> int:
@@ -184,6 +244,9 @@ class InlineExecutor:
 
     def close(self) -> None:
         self._queue.clear()
+
+    def warm_up(self, targets: list[str]) -> dict[str, dict]:
+        return {"this process": tasks.warm_up(targets)}
 
 
 class DaskExecutor:
@@ -213,10 +276,10 @@ class DaskExecutor:
         except Exception:  # noqa: BLE001
             return None
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
         # the kernel's previous step ran on ``worker``: its output is in that worker's memory
         hint = {"workers": [worker], "allow_other_workers": True} if worker else {}
-        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, **hint)
+        fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, priority=priority, **hint)
         self._futures[key] = fut
         self._ac.add(fut)
 
@@ -236,6 +299,13 @@ class DaskExecutor:
         return key, result
 
     worker_pids: list[int] = []  # of a local cluster: killed if a graceful close does not end them
+
+    def warm_up(self, targets: list[str]) -> dict[str, dict]:
+        """Every worker imports what the tasks need (see :func:`tasks.warm_up`): worker -> what it took."""
+        try:
+            return dict(self.client.run(tasks.warm_up, targets))
+        except Exception:  # noqa: BLE001 - the first tasks then pay it, as before
+            return {}
 
     def close(self) -> None:
         """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
@@ -403,6 +473,14 @@ class _Split:
 
 
 @dataclass
+class _Writing:
+    items: list[list[str]]
+    parts: int = 0                                  # the final module in this many parts (0: whole)
+    pending: set[int] = field(default_factory=set)  # part numbers, -1: the other files
+    results: dict[int, dict] = field(default_factory=dict)
+
+
+@dataclass
 class _State:
     report: UnitReport
     hashes: list[str]
@@ -413,8 +491,11 @@ class _State:
     split: _Split | None = None
     done: bool = False
     gen: int = 0          # bumped when in-flight results of this unit become stale
-    emitting: list | None = None
+    writing: _Writing | None = None  # the unit's output files being written
     worker: str | None = None  # where the unit's last task ran (its output is in that worker's memory)
+    timing_started: set[int] = field(default_factory=set)   # phases (timings.PhaseSpec.index) asked for
+    timing_pending: set[int] = field(default_factory=set)   # ... whose task has not answered yet
+    written: bool = False      # the chain is complete and its outputs written: done once no timing is pending
 
 
 class Build:
@@ -424,11 +505,14 @@ class Build:
                  executor: Callable[[], Any] | Any | None = None, verify: str | bool = "none",
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
-                 progress: Callable[[str, UnitReport, str], None] | None = None,
-                 on_executor: Callable[[Any], None] | None = None,
-                 on_task: Callable[[str, str, UnitReport, str, dict], None] | None = None):
+                 on_event: Callable[["BuildEvent"], None] | None = None,
+                 timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None):
         self.store = store
         self.steps = steps
+        # the timing steps: which modules of each chain are measured, and whether timelines are kept
+        self.timing = timing
+        self.timeline_limit = timeline_limit
+        self.phases = timings.phases([s.name for s in steps], ROTATION_PASSES, timing)
         self.env = env or {}
         self._executor_factory = executor if callable(executor) or executor is None else (lambda: executor)
         self.executor = None
@@ -437,9 +521,8 @@ class Build:
         self.verify = {True: "all", False: "none"}.get(verify, verify) if isinstance(verify, bool) else verify
         self.previous = previous or {}
         self.on_final = on_final
-        self.progress = progress or (lambda event, unit, label: None)
-        self.on_executor = on_executor
-        self.on_task = on_task                        # ("submitted" | "finished", task key, unit, what, result)
+        self.emit = on_event or (lambda event: None)  # every BuildEvent, in the order things happen
+        self.write_parts = write_parts                # None: by size and workers (tests force a number)
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
@@ -477,30 +560,38 @@ class Build:
         return f"{prefix}-{unit}-{key[:8]}{suffix}"
 
     # ------------------------------------------------------------ running
-    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any) -> None:
+    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any,
+                what: str = "") -> None:
         """Submit a task for action ``key`` (or join the one already submitted for it by another unit)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
+            t_start = time.perf_counter()
             try:
                 self.executor = factory()
             except ExecutorUnavailable:
                 raise
             except TuskError as e:
                 raise ExecutorUnavailable(str(e)) from None
-            if self.on_executor:
-                self.on_executor(self.executor)
+            self.executor.started_seconds = time.perf_counter() - t_start  # type: ignore[union-attr]
+            self.emit(ExecutorReady(self.executor))
+            t_warm = time.perf_counter()
+            warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}))
+            self.executor.workers_ready = warm  # type: ignore[union-attr]
+            self.emit(StartUp(self.executor.description, self.executor.started_seconds,
+                              time.perf_counter() - t_warm, warm))
         action = f"{prefix}-{key}-{st.report.repairs}"
         task_key = self._inflight.get(action)
         if task_key is None:  # the same action for two units runs once
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
             self._submitted[task_key] = (time.time(), action)
-            self.executor.submit(task_key, fn, *args, worker=st.worker)
-            if self.on_task is not None:
-                label = self.steps[st.i].label if kind != "emit" else "write_bir_json"
-                what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
-                        "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
-                self._tasks[task_key] = (st.report, what)
-                self.on_task("submitted", task_key, st.report, what, {})
+            # the chain's own steps first: a timing step is off the critical path, and its module is in the store
+            self.executor.submit(task_key, fn, *args, worker=None if kind == "timing" else st.worker,
+                                 priority=-1 if kind == "timing" else 0)
+            label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
+            what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
+                    "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
+            self._tasks[task_key] = (st.report, what)
+            self.emit(TaskSubmitted(task_key, st.report, what))
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
 
     def _advance(self, st: _State) -> None:
@@ -543,7 +634,44 @@ class Build:
         st.report.steps[i:] = [res]
         st.hashes[i + 1:] = [rec["output"]]
         st.i = i + 1
-        self.progress(status, st.report, step.label)
+        self.emit(StepEvent(status, st.report, step.label))
+        self._time(st)
+
+    # ------------------------------------------------------------ timing steps
+    def _time(self, st: _State) -> None:
+        """Start the timing step of every phase whose module is now known (once per unit)."""
+        for spec in self.phases:
+            if spec.index in st.timing_started or len(st.hashes) <= spec.index:
+                continue
+            st.timing_started.add(spec.index)
+            h = st.hashes[spec.index]
+            n = st.report.steps[spec.index - 1].insts_out if spec.index else st.report.steps[0].insts_in
+            if isinstance(n, int) and n > self.timeline_limit:
+                st.report.timings.append(timings.Timed(
+                    spec.title, h, spec.summary, why=f"{n:,} instructions: above the {self.timeline_limit:,} this "
+                                                     f"build times (setting timeline_limit)", status="skipped"))
+                continue
+            want = self.timing == timings.TIMELINES
+            note = timings.lookup(self.store, h, want)
+            if note is not None:
+                st.report.timings.append(timings.timed_from(spec, h, note, "cached"))
+                continue
+            st.timing_pending.add(spec.index)
+            self._submit("timing", timings.note_key(h) + ("t" if want else "m"), st, "timing", spec.index,
+                         tasks.time_module, self.store.url, h, want, what=f"timing ({spec.title})")
+
+    def _timed(self, st: _State, index: int, res: dict) -> None:
+        spec = next(p for p in self.phases if p.index == index)
+        h = st.hashes[index] if index < len(st.hashes) else ""
+        if res.get("status") in ("executed", "cached"):
+            timed = timings.timed_from(spec, h, res, res["status"], float(res.get("seconds") or 0.0))
+        else:  # a timing step that cannot run costs the figure, never the kernel
+            timed = timings.Timed(spec.title, h, spec.summary, why=str(res.get("error") or "not timed"),
+                                  status="failed")
+        st.report.timings.append(timed)
+        st.timing_pending.discard(index)
+        if st.written and not st.timing_pending:
+            self._done(st)
 
     def _received(self, task_key: str, res: dict) -> dict:
         """A task's result, with ``queued`` (from submission until a worker started it: waiting for a free
@@ -588,7 +716,7 @@ class Build:
         st.report.error = message
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
-        self.progress("failed", st.report, step.label if step else "")
+        self.emit(StepEvent("failed", st.report, step.label if step else ""))
 
     def _give_up(self, st: _State, why: str) -> bool:
         """Count a repair; True (and the unit failed, not by its kernel's fault) past the limit."""
@@ -635,22 +763,93 @@ class Build:
                 self._fail(st, str(e), fault=_client_fault(e, INPUT))
                 return
         if items:
-            items = [[str(x) for x in item] for item in items]
-            if self.executor is None or not getattr(self.executor, "is_cluster", False):
-                self._on_written(st, items, tasks.write_outputs(self.store.url, items))
-            else:
-                from tusk.cache.keys import digest
-
-                self._submit("write_bir_json", digest(items), st, "emit", 0, tasks.write_outputs,
-                             self.store.url, items)
-                st.emitting = items
+            self._write(st, [[str(x) for x in item] for item in items])
             return
         self._done(st)
 
+    # ------------------------------------------------------------ writing the outputs
+    def _parts_for(self, st: _State, item: list[str]) -> int:
+        """Into how many parts the final module is written in parallel (1: whole, by one task)."""
+        if "flatten" in item[3:] or not hasattr(tasks.bir_json_parts(), "render_part"):
+            return 1
+        if self.write_parts is not None:
+            return max(1, self.write_parts)
+        n = st.report.steps[-1].insts_out if st.report.steps else None
+        workers = len(getattr(self.executor, "workers_ready", {}) or {})
+        if not getattr(self.executor, "is_cluster", False) or workers < 2 or not isinstance(n, int) \
+                or n < PART_WRITE_INSTS or tasks.written_before(self.store, item[0], False):
+            return 1
+        return workers
+
+    def _write(self, st: _State, items: list[list[str]]) -> None:
+        """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster (the final
+        module of a big kernel in parts, one per worker, joined here), else in this process."""
+        n = self._parts_for(st, items[0])
+        rest = items if n == 1 else items[1:]
+        st.writing = _Writing(items, n if n > 1 else 0)
+        cluster = getattr(self.executor, "is_cluster", False)
+        if not cluster and n == 1:
+            self._wrote(st, "emit", 0, tasks.write_outputs(self.store.url, items))
+            return
+        from tusk.cache.keys import digest
+
+        if rest:
+            st.writing.pending.add(-1)
+        for k in range(n if n > 1 else 0):
+            st.writing.pending.add(k)
+        if rest:
+            if cluster:
+                self._submit("write_bir_json", digest(rest), st, "emit", -1, tasks.write_outputs, self.store.url, rest,
+                             what="write_bir_json")
+            else:
+                self._wrote(st, "emit", -1, tasks.write_outputs(self.store.url, rest))
+        for k in range(n if n > 1 else 0):
+            h, path, art = items[0][:3]
+            self._submit("write_bir_json", digest([items[0], k, n]), st, "emit-part", k, tasks.write_part,
+                         self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
+
+    def _wrote(self, st: _State, kind: str, j: int, res: dict) -> None:
+        """A write task answered; when the last one has, the parts are joined and the outputs checked."""
+        w = st.writing
+        if w is None:
+            return
+        if kind == "emit" and not w.pending:  # the whole write, in this process
+            st.writing = None
+            self._on_written(st, w.items, res)
+            return
+        if res.get("status") not in ("written", "part-written"):
+            st.writing = None
+            self._on_written(st, w.items, res)
+            return
+        w.pending.discard(j)
+        w.results[j] = res
+        if w.pending:
+            return
+        st.writing = None
+        files, consts = list(w.results.get(-1, {}).get("files") or []), set(w.results.get(-1, {}).get("consts") or [])
+        if w.parts:
+            h, path, art = w.items[0][:3]
+            try:
+                size = tasks.join_parts([w.results[k]["path"] for k in range(w.parts)], path)
+            except OSError as e:
+                self._on_written(st, w.items, {"status": "error", "fault": ENVIRONMENT,
+                                               "error": f"joining the parts of {path} failed: {e}"})
+                return
+            names = sorted(w.results[0].get("consts") or [])
+            tasks.note_written(self.store, h, False, path, art, names)
+            files.insert(0, [path, size, "this process"])
+            consts.update(names)
+        self._on_written(st, w.items, {"status": "written", "files": files, "consts": sorted(consts)})
+
     def _done(self, st: _State) -> None:
+        st.written = True
+        if st.timing_pending:
+            return  # done when the last timing step answers
+        titles = [p.title for p in self.phases]
+        st.report.timings.sort(key=lambda t: titles.index(t.title) if t.title in titles else len(titles))
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
-        self.progress("done", st.report, "")
+        self.emit(StepEvent("done", st.report, ""))
 
     def _on_written(self, st: _State, items: list, res: dict) -> None:
         """Outputs were written (maybe on a worker): check they are here, else write them on the client."""
@@ -682,9 +881,11 @@ class Build:
         if st.done:
             return
         status = res.get("status")
-        if kind == "emit":
-            items, st.emitting = st.emitting or [], None
-            self._on_written(st, items, res)
+        if kind == "timing":
+            self._timed(st, j, res)
+            return
+        if kind in ("emit", "emit-part"):
+            self._wrote(st, kind, j, res)
             return
         i = st.i
         step = self.steps[i]
@@ -787,10 +988,10 @@ class Build:
             while self.waiting:
                 task_key, res = self.executor.next()
                 if task_key in self._tasks:  # before _received drops the worker's start time
-                    self.on_task("finished", task_key, *self._tasks.pop(task_key), res)
+                    self.emit(TaskFinished(task_key, *self._tasks.pop(task_key), res))
                 res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
-                    if gen != st.gen:
+                    if gen != st.gen and kind != "timing":  # a timing step is keyed by its module: never stale
                         continue  # a result for a submission a repair has superseded
                     if n and res.get("status") == "executed":
                         res = {**res, "status": "cached"}  # ran once, for the first unit that asked

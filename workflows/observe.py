@@ -22,16 +22,7 @@ from pathlib import Path
 
 from tusk.workflows.compile import LOG_FILE, BuildEvents
 from tusk.workflows.progress import History, State
-from tusk.workflows.trace import (
-    Phase,
-    TaskLog,
-    _model,
-    build_trace,
-    model_digest,
-    time_phase,
-    timeline_trace,
-    unit_phases,
-)
+from tusk.workflows.trace import Phase, TaskLog, _model, build_trace, model_digest, timeline_trace
 
 REPORT = "report.html"
 BUILD_TRACE = "build-trace.json"
@@ -66,6 +57,9 @@ class Tee(BuildEvents):
     def executor(self, ex) -> None:
         self._each("executor", ex)
 
+    def startup(self, event) -> None:
+        self._each("startup", event)
+
     def step(self, event: str, unit, label: str) -> None:
         self._each("step", event, unit, label)
 
@@ -74,6 +68,12 @@ class Tee(BuildEvents):
 
     def finished(self, result, store) -> None:
         self._each("finished", result, store)
+
+    def timing(self) -> str:
+        from tusk.workflows.timings import MAKESPANS, NONE, TIMELINES
+
+        wanted = {x.timing() for x in self.listeners} or {MAKESPANS}
+        return next(w for w in (TIMELINES, MAKESPANS, NONE) if w in wanted)
 
 
 def _write(path: Path, text: str) -> None:
@@ -97,6 +97,18 @@ def _current(path: Path, signature: str) -> bool:
         return False
 
 
+def _changed_nothing(result) -> bool:
+    """True for a rebuild that ran nothing and wrote nothing, into an OUT that has its report."""
+    rep = result.report
+    if rep is None or rep.n_executed or result.failed or result.traces("executed", "failed"):
+        return False
+    if any(kr.written for kr in result.kernels):
+        return False
+    if any(t.status not in ("cached", "skipped") for kr in result.kernels for u in kr.units for t in u.timings):
+        return False
+    return (Path(result.out) / REPORT).is_file()
+
+
 class Reporter(BuildEvents):
     """Writes report.html, build-trace.json and timeline.json files when the build is over."""
 
@@ -110,12 +122,30 @@ class Reporter(BuildEvents):
         self.files: dict[str, str] = {}    # OUT-relative path -> what it is
         self.phases: dict[str, list[Phase]] = {}
         self.seconds = 0.0
+        self.startup_event = None          # graph.StartUp: shown in the report's header and build trace
 
     def start(self, n_units: int, n_steps: int) -> None:
         self.log.t0 = time.time()
 
+    def timing(self) -> str:
+        from tusk.workflows.timings import MAKESPANS, TIMELINES
+
+        return TIMELINES if self.report else MAKESPANS
+
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         self.log.task(event, key, unit, what, result)
+
+    def startup(self, event) -> None:
+        """Each worker's start-up is a bar of its own in the build trace and the report's build timeline."""
+        from tusk.workflows.trace import TaskRecord
+
+        self.startup_event = event
+        for worker, w in event.workers.items():
+            started = float(w.get("started") or time.time())
+            key = f"start-up-{worker}"
+            self.log.tasks[key] = TaskRecord(key, "(workers)", "start-up", started, started,
+                                             started + float(w.get("seconds") or 0.0), str(w.get("worker") or worker),
+                                             "ready")
 
     def finished(self, result, store) -> None:
         t0 = time.perf_counter()
@@ -124,7 +154,9 @@ class Reporter(BuildEvents):
                 self.history.record(result.report, self.state.write_seconds if self.state else {})
             except Exception:  # noqa: BLE001
                 pass
-        if self.report and result.kernels:
+        if self.report and result.kernels and _changed_nothing(result):
+            self.files[REPORT] = "this page"  # the report of the build that did the work stays, as its outputs do
+        elif self.report and result.kernels:
             try:
                 self._write_all(result, store)
             except Exception as e:  # noqa: BLE001 - the build's outputs stand; the report is extra
@@ -141,8 +173,8 @@ class Reporter(BuildEvents):
         self.warn(f"the build report could not be written ({type(e).__name__}: {e}); details in {log}")
 
     def _write_all(self, result, store) -> None:
-        from tusk.workflows.pipeline import ROTATION_PASSES
         from tusk.workflows.report_html import render
+        from tusk.workflows.timings import load_phase
 
         out = Path(result.out)
         model_note = "" if _model() is not None else "This Tusk has no timing model (tusk.sim.timing): " \
@@ -152,10 +184,8 @@ class Reporter(BuildEvents):
                 continue
             kernel_phases: list[Phase] = []
             for u in kr.units:
-                phases = unit_phases(u, store, ROTATION_PASSES) if _model() is not None else []
-                for ph in phases:
-                    producer = next((s.name for s in u.steps if s.output == ph.hash), None)
-                    time_phase(ph, store, producer)
+                # the build's timing steps measured them; the report only reads their results
+                phases = [load_phase(store, u.unit.name, t) for t in u.timings] if _model() is not None else []
                 if phases:
                     self.phases[u.unit.name] = phases
                 kernel_phases.extend(phases)

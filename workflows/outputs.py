@@ -208,9 +208,11 @@ class OutputWriter:
         dest = self.out / kr.kernel.name
         artifacts = self._artifacts(kr)
         if staging is None or all(self.up_to_date.get(u.unit.name) for u in kr.units):
-            # every unit and artifact up to date: refresh the record only
+            # every unit and artifact up to date: the record is refreshed only where the build's steps differ
+            # (another pipeline reaching the same output); a plain no-op rewrites nothing
             kr.stats["artifacts"] = {rel: (dest / rel).stat().st_size for rel in artifacts}
-            write_atomic(dest / STATS_FILE, _json(kr.stats))
+            if _steps_of(_read_stats(dest / STATS_FILE)) != _steps_of(kr.stats):
+                write_atomic(dest / STATS_FILE, _json(kr.stats))
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             return
@@ -285,6 +287,15 @@ class OutputWriter:
         return sizes
 
 
+def _steps_of(stats: dict | None) -> Any:
+    """What a kernel's record says about how it was built, apart from what ran when: per unit the final
+    hash and each step's action key."""
+    if not stats:
+        return None
+    return [stats.get("pipeline"), stats.get("artifacts"),
+            [(u.get("unit"), u.get("final"), [s.get("key") for s in u.get("steps", [])]) for u in stats.get("units", [])]]
+
+
 def _target(staging: Path, rel: str) -> Path:
     target = staging / rel
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +328,7 @@ def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[
             "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
             "final": u.final, "seconds": u.seconds, "repairs": u.repairs, "consts": u.outputs.get("consts", []),
             "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
-            "steps": [s.to_json() for s in u.steps],
+            "steps": [s.to_json() for s in u.steps], "timings": [t.to_json() for t in u.timings],
         })
     stats = {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.source),
              "source_sha256": k.trace.get("py_sha256", k.digest) if k.origin else k.digest,
@@ -339,8 +350,9 @@ def summarize(u: UnitReport) -> dict[str, Any]:
             if isinstance(s.stats.get(key), (int, float)):
                 rotations = (rotations or 0) + s.stats[key]
                 break
-    before = next((s.stats.get("makespan_before") for s in rot if "makespan_before" in s.stats), None)
-    after = next((s.stats.get("makespan_after") for s in reversed(rot) if "makespan_after" in s.stats), None)
+    # the timing steps' figures (tusk.workflows.timings): cycles, rounded as the passes once reported them
+    before, after = (None if v is None else round(v) for v in (u.makespan("makespan_before"),
+                                                               u.makespan("makespan_after")))
     return {
         "insts_before_unroll": unroll[0].insts_in if unroll else None,
         "insts_after_unroll": unroll[-1].insts_out if unroll else None,

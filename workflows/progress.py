@@ -407,6 +407,13 @@ class Display(BuildEvents):
                 note = " (the dashboard needs bokeh: pip install 'tusk[dashboard]')"
             self.say(f"dashboard: {link}{note}" if link else f"dashboard: not available{note}")
 
+    def startup(self, event) -> None:
+        """Start-up is a line of its own (never charged to the first pass on a worker)."""
+        if event.workers and (self.verbose or len(event.workers) > 1 or "this process" not in event.workers):
+            slow = max(w.get("seconds", 0.0) for w in event.workers.values())
+            self.say(f"{len(event.workers)} worker(s) ready in {event.started + event.ready:.1f}s "
+                     f"(start {event.started:.1f}s, imports {slow:.1f}s)")
+
     def step(self, event: str, unit, label: str) -> None:
         self.state.resolve(unit, label, event)
 

@@ -104,7 +104,9 @@ COLUMNS = (  # (header, figure, justify); "optional" columns are shown only when
 OPTIONAL = {"rotations", "makespan_before", "makespan_after", "insts_before_unroll", "insts_after_unroll"}
 
 
-def summary_table(result: CompileResult) -> Table:
+def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[list[str]], list[str]]:
+    """(shown columns, the cells of each row, each row's status); ``noop``: as a rebuild that finds every
+    unit up to date prints them (every step cached, no pass seconds)."""
     rows = []
     for kr in result.kernels:
         if not kr.units:
@@ -112,29 +114,58 @@ def summary_table(result: CompileResult) -> Table:
             continue
         for u in kr.units:
             f = unit_figures(kr, u)
+            if noop:
+                f = {**f, "cache_hits": f["steps"], "pass_seconds": 0.0, "status": "up to date"}
             rows.append((u.unit.name, f, f["status"]))
     shown = [c for c in COLUMNS if c[1] not in OPTIONAL or any(f.get(c[1]) is not None for _, f, _ in rows)]
-    table = Table(title=f"tusk compile -> {result.out}", title_justify="left")
-    for header, _, just in shown:
-        table.add_column(header, justify=just, no_wrap=True)
-    style = {"ok": "green", "up to date": "green", "failed": "red", "not written": "yellow"}
+    cells_of = []
     for name, f, status in rows:
         cells = []
         for header, key, _ in shown:
             if header == "kernel":
-                cells.append(escape(name))
+                cells.append(name)
             elif header == "cached":
                 cells.append(f"{f['cache_hits']}/{f['steps']}" if f else "-")
             elif header == "seconds":
                 cells.append(f"{f['pass_seconds']:.2f}" if f else "-")
             elif header == "status":
-                cells.append(f"[{style.get(status, 'white')}]{status}[/]")
+                cells.append(status)
             else:
                 cells.append(_fmt(f.get(key)) if f else "-")
-        table.add_row(*cells)
+        cells_of.append(cells)
+    return shown, cells_of, [status for _, _, status in rows]
+
+
+CAPTION = "makespan: timing-model cycles before rotation; rotated: after"
+
+
+def summary_table(result: CompileResult) -> Table:
+    shown, rows, statuses = _rows(result)
+    table = Table(title=f"tusk compile -> {result.out}", title_justify="left")
+    for header, _, just in shown:
+        table.add_column(header, justify=just, no_wrap=True)
+    style = {"ok": "green", "up to date": "green", "failed": "red", "not written": "yellow"}
+    for cells, status in zip(rows, statuses):
+        table.add_row(*[escape(c) for c in cells[:-1]], f"[{style.get(status, 'white')}]{escape(status)}[/]")
     if any(h == "makespan" for h, _, _ in shown):
-        table.caption = "makespan: timing-model cycles before rotation; rotated: after"
+        table.caption = CAPTION
     return table
+
+
+def noop_summary(result: CompileResult, extra: list[str]) -> dict[str, Any] | None:
+    """What a rebuild that changes nothing prints, for the no-op index (``tusk.workflows.noop``); None
+    when this build's summary cannot be replayed (failures, warnings)."""
+    if result.failed or result.warnings or result.report is None:
+        return None
+    shown, rows, _ = _rows(result, noop=True)
+    traced = sum(1 for k in result.kernels if k.kernel.trace)
+    steps = sum(len(u.steps) for kr in result.kernels for u in kr.units)
+    traces = f"0 trace(s) of Python kernels, {traced} cached; " if traced else ""
+    return {"before": [f"skipped {s.path.name}: {s.reason}" for s in result.skipped],
+            "title": f"tusk compile -> {result.out}", "columns": [[h, j] for h, _, j in shown], "rows": rows,
+            "caption": CAPTION if any(h == "makespan" for h, _, _ in shown) else "",
+            "closing": f"{traces}0 pass execution(s), {steps} cached; no cluster started (all cached); "
+                       "{seconds}s; cache " + result.store, "after": list(extra)}
 
 
 def _overhead(timing: dict) -> str:

@@ -406,6 +406,57 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         return _error(step, e, ctx.get("store"), key, parts)
 
 
+def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
+    """A timing step (``tusk.workflows.timings``): the makespan of one module and, with ``timelines``, its
+    engine timelines, kept in the store as notes by the module's hash."""
+    from tusk.workflows import timings
+
+    clock: dict = {"started": time.time()}
+    t0 = time.perf_counter()
+    try:
+        store = _store(store_url)
+        note = timings.lookup(store, module_hash, timelines)
+        status = "cached"
+        if note is None:
+            module, missing = _load_input(store, module_hash, clock)
+            if missing:
+                return missing
+            note, status = timings.measure(store, module_hash, module, timelines), "executed"
+        seconds = time.perf_counter() - t0
+        clock["run"] = round(seconds, 6)
+        return {"status": status, **note, "seconds": seconds, "timing": clock, "worker_address": _worker_address(),
+                "ended": time.time()}
+    except Exception as e:  # noqa: BLE001 - a figure lost, never the kernel
+        return {"status": "error", "error": f"timing failed: {type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+
+
+def warm_up(targets: list[str]) -> dict:
+    """Run once in every worker (and in this process for an in-process build) when the executor starts:
+    the imports and the code digest that the first task of each process would otherwise pay, so that
+    start-up is reported as start-up and never charged to a pass (stats.json, the report, the estimate)."""
+    started, t0 = time.time(), time.perf_counter()
+    import importlib
+
+    from tusk.cache.keys import package_digest
+    from tusk.stages import resolve_target
+
+    for name in ("numcodecs", "tusk.cache.store", "tusk.ir.bir_json", "tusk.ir.verify", "tusk.ir.klr.reader",
+                 "tusk.sim.timing", "tusk.stages.deps"):  # what the first tasks import (the codec: every load)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+    for target in targets:
+        try:
+            resolve_target(target)
+        except Exception:  # noqa: BLE001, S110 - the task that needs it reports the problem
+            pass
+    package_digest()
+    return {"worker": _worker_address() or "this process", "pid": os.getpid(), "started": started,
+            "seconds": round(time.perf_counter() - t0, 6)}
+
+
 def probe_store(store_url: str, token: str) -> dict:
     """Run on every worker when a build starts on an existing cluster: can this worker read what the
     client wrote into the store, and write what the client will read?"""
@@ -435,6 +486,13 @@ def write_outputs(store_url: str, items: list) -> dict:
     Run on a worker so that serialising big modules happens in parallel;
     the client checks the files arrived (a worker on another machine may
     not share the output directory) and writes them itself otherwise.
+
+    **Reuse.**  Each file written is noted in the store (``bir-json-file``:
+    object hash, form and writer code -> where it was written, its size,
+    mtime and const files).  The same object wanted again -- the same
+    kernels into another ``-o`` -- is copied from that file with only its
+    ``artifact_path`` changed, without loading or decoding the module, as
+    long as the file still has its recorded size and mtime.
     """
     from tusk.ir import bir_json
 
@@ -442,18 +500,151 @@ def write_outputs(store_url: str, items: list) -> dict:
         store = _store(store_url)
         written, consts = [], set()
         for h, path, *rest in items:
-            module, missing = _load_input(store, h)
-            if missing:
-                return missing
-            if rest:  # a new Module object: the stored one may be shared with the next task
-                from tusk.ir.module import Module
+            flatten = "flatten" in rest[1:]
+            art = rest[0] if rest else None
+            reused = _reuse(store, h, flatten, path, art)
+            if reused is None:
+                module, missing = _load_input(store, h)
+                if missing:
+                    return missing
+                if rest:  # a new Module object: the stored one may be shared with the next task
+                    from tusk.ir.module import Module
 
-                module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
-                                module.queues, module.extras)
-            bir_json.save(module, path, flatten="flatten" in rest[1:])
+                    module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
+                                    module.queues, module.extras)
+                bir_json.save(module, path, flatten=flatten)
+                names = sorted({fn.strings[c] for fn in module.functions
+                                for c in set(fn.memlocs["const_path"].tolist()) if c >= 0})
+                note_written(store, h, flatten, path, module.artifact_dir, names)
+                reused = names
             written.append([path, os.path.getsize(path), _where()])
-            for fn in module.functions:
-                consts.update(fn.strings[c] for c in set(fn.memlocs["const_path"].tolist()) if c >= 0)
+            consts.update(reused)
         return {"status": "written", "files": written, "consts": sorted(consts)}
     except Exception as e:  # noqa: BLE001
         return _error({"name": "write_bir_json"}, e)
+
+
+WRITTEN_NOTE = "bir-json-file"
+HEAD_BYTES = 1 << 16  # the module's head (arch, artifact_path, ...) comes first: sorted keys
+
+
+def _written_key(h: str, flatten: bool) -> str:
+    from tusk.cache.keys import digest, package_digest
+
+    return digest({"object": h, "flatten": flatten, "writer": package_digest()})
+
+
+def _placed(path: str, art: str) -> str:
+    """Where ``path``, written into a kernel's staging directory, lies once that directory is moved into place
+    as the artifact directory ``art`` (``tusk.workflows.outputs``)."""
+    parts = os.path.abspath(path).split(os.sep)
+    k = next((i for i, p in enumerate(parts) if p.startswith(".tusk-staging-")), None)
+    return os.path.join(art, *parts[k + 1:]) if k is not None and art else os.path.abspath(path)
+
+
+def note_written(store, h: str, flatten: bool, path: str, art: str, consts: list[str]) -> None:
+    try:
+        st = os.stat(path)  # a rename into place keeps size and mtime
+        store.put_note(WRITTEN_NOTE, _written_key(h, flatten), {"path": _placed(path, art), "size": st.st_size,
+                                                                "mtime_ns": st.st_mtime_ns, "artifact": art or "",
+                                                                "consts": consts})
+    except OSError:
+        pass  # no reuse next time; the file itself is written
+
+
+def written_before(store, h: str, flatten: bool) -> bool:
+    """An earlier write of object ``h`` is noted (the next write copies it instead of rendering it)."""
+    return isinstance(store.get_note(WRITTEN_NOTE, _written_key(h, flatten)), dict)
+
+
+def bir_json_parts():
+    """The BIR-JSON module, whose ``render_part`` (where this Tusk has it) renders one part of a document."""
+    from tusk.ir import bir_json
+
+    return bir_json
+
+
+def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> dict:
+    """Render part ``k`` of ``n`` of object ``h``'s BIR-JSON (artifact directory ``art``) into
+    ``<path>.part<k>of<n>``; the client joins the parts in order (``bir_json.render_part``/``join``: byte for
+    byte the whole write).  Part 0 also reports the const files the module names."""
+    clock: dict = {"started": time.time()}
+    try:
+        from tusk.ir.module import Module
+
+        store = _store(store_url)
+        module, missing = _load_input(store, h, clock)
+        if missing:
+            return missing
+        module = Module(module.functions, module.arch, module.version, module.attributes, art, module.queues,
+                        module.extras)
+        t0 = time.perf_counter()
+        data = bir_json_parts().render_part(module, k, n)
+        part = f"{path}.part{k}of{n}"
+        with open(part, "wb") as fh:
+            fh.write(data)
+        clock["run"] = round(time.perf_counter() - t0, 6)
+        consts = sorted({fn.strings[c] for fn in module.functions for c in set(fn.memlocs["const_path"].tolist())
+                         if c >= 0}) if k == 0 else []
+        return {"status": "part-written", "path": part, "size": len(data), "consts": consts, "timing": clock,
+                "worker_address": _worker_address(), "ended": time.time()}
+    except Exception as e:  # noqa: BLE001
+        return _error({"name": "write_bir_json"}, e)
+
+
+def join_parts(parts: list[str], path: str) -> int:
+    """Concatenate the part files into ``path`` (atomically) and remove them; the file's size."""
+    import shutil
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 22)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        for p in parts:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    return os.path.getsize(path)
+
+
+def _reuse(store, h: str, flatten: bool, path: str, art: str | None) -> list[str] | None:
+    """Copy an earlier write of the same object into ``path`` (its const files), or None if there is none
+    that can be trusted: the file changed, or its head does not name its artifact directory exactly once."""
+    import orjson
+
+    note = store.get_note(WRITTEN_NOTE, _written_key(h, flatten))
+    if not isinstance(note, dict) or _placed(path, art or "") == note.get("path"):
+        return None
+    src = note.get("path")
+    try:
+        st = os.stat(src)
+        if st.st_size != note.get("size") or st.st_mtime_ns != note.get("mtime_ns"):
+            return None
+        old = b'"artifact_path":' + orjson.dumps(note.get("artifact") or "")
+        new = b'"artifact_path":' + orjson.dumps(art if art is not None else note.get("artifact") or "")
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(src, "rb") as fin:
+            head = fin.read(HEAD_BYTES)
+            first = head.split(b"\n", 1)[0] if b"\n" in head else None
+            if first is None or first.count(old) != 1 or first.count(b'"artifact_path":') != 1:
+                return None
+            try:
+                with open(tmp, "wb") as fout:
+                    fout.write(head.replace(old, new, 1))
+                    import shutil
+
+                    shutil.copyfileobj(fin, fout, 1 << 22)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError:
+        return None
+    return list(note.get("consts") or [])

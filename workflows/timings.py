@@ -1,0 +1,189 @@
+"""Makespans and engine timelines: build steps of their own, keyed by content like passes.
+
+A pass does its job and nothing else; what the summary and the report say
+about a kernel's speed is measured here, once per kernel:
+
+* **which modules** (:func:`phases`): the module before the first rotation
+  pass ("before rotation") and the final one ("after rotation"); a pipeline
+  without rotation has only the final one (timeline only: the summary's
+  makespan columns are about rotation);
+* **what**: the timing model (``tusk.sim.timing``) on the module with its
+  dependences rebuilt by ``build_fdeps`` (as the backend would), giving the
+  module's makespan in cycles (the summary's ``makespan`` / ``rotated``
+  columns) and, when the report is written, each kernel function's engine
+  timeline (``tusk.workflows.trace.engine_timeline``);
+* **where**: a ``timing-<kernel>`` task on a worker, submitted as soon as the
+  module's hash is known -- in parallel with the unit's later passes and
+  with other kernels;
+* **cache**: two store notes keyed by the module's content hash and the code
+  that measures it (every source file of tusk.ir, tusk.stages, tusk.sim and
+  the timeline module): ``makespan`` (a few bytes of JSON) and
+  ``engine-timeline`` (the timelines).  No pickle.  A rebuild finds them
+  and runs nothing; the report only reads them, it never recomputes.
+
+Modules above the timeline limit (setting ``timeline_limit``) are not timed
+at all; the client decides that from the step records' instruction counts,
+without loading anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TIMING_FORMAT = 1
+MAKESPAN_NOTE = "makespan"
+TIMELINE_NOTE = "engine-timeline"  # the kind earlier builds used for their report timelines
+
+# what a build measures: nothing, makespans for the summary, or makespans and timelines for the report
+NONE, MAKESPANS, TIMELINES = "none", "makespans", "timelines"
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """A module of the chain worth timing: the input of step ``index`` (len(steps): the final module)."""
+
+    title: str
+    index: int
+    summary: str | None  # "makespan_before" | "makespan_after" | None (report only)
+
+
+def phases(step_names: list[str], rotation_passes: frozenset[str], what: str) -> list[PhaseSpec]:
+    """The modules of a pipeline that are timed when a build measures ``what``."""
+    if what == NONE:
+        return []
+    first = next((i for i, name in enumerate(step_names) if name in rotation_passes), None)
+    n = len(step_names)
+    if first is None:
+        return [PhaseSpec("final (this pipeline does not rotate)", n, None)] if what == TIMELINES else []
+    return [PhaseSpec("before rotation", first, "makespan_before"), PhaseSpec("after rotation", n, "makespan_after")]
+
+
+@dataclass
+class Timed:
+    """What a unit's timing step found for one phase (kept in the unit's report)."""
+
+    title: str
+    hash: str
+    summary: str | None = None
+    makespan: float | None = None      # cycles of the module's entry function; None: not timed
+    timelines: str | None = None       # the engine-timeline note key (None: not wanted or not timed)
+    why: str = ""                      # why not timed
+    status: str = ""                   # "cached" | "executed" | "skipped"
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+_CODE: dict[str, str] = {}
+
+
+def code() -> str:
+    """Digest of what a timing result depends on besides the module: the passes' code (the model and
+    build_fdeps live in tusk.sim and tusk.stages) and the timeline module."""
+    if "code" not in _CODE:
+        import hashlib
+
+        from tusk.cache.keys import package_digest
+        from tusk.workflows import trace
+
+        h = hashlib.sha256(f"tusk-timing-{TIMING_FORMAT}:{package_digest()}".encode())
+        h.update(Path(trace.__file__).read_bytes())
+        _CODE["code"] = h.hexdigest()
+    return _CODE["code"]
+
+
+def note_key(module_hash: str) -> str:
+    from tusk.cache.keys import digest
+
+    return digest({"timing": TIMING_FORMAT, "module": module_hash, "code": code()})
+
+
+def lookup(store, module_hash: str, timelines: bool) -> dict | None:
+    """The stored result for ``module_hash`` (makespan, and the timeline note key when asked), or None."""
+    key = note_key(module_hash)
+    note = store.get_note(MAKESPAN_NOTE, key)
+    if not isinstance(note, dict) or note.get("format") != TIMING_FORMAT:
+        return None
+    if timelines and not note.get("timelines"):
+        return None
+    if timelines and store.get_note(TIMELINE_NOTE, key) is None:
+        return None
+    return note
+
+
+def makespan_of(module) -> float | None:
+    """The module's makespan on the timing model with its dependences rebuilt (what the summary shows)."""
+    from tusk.sim.timing import makespan
+    from tusk.stages.deps import BuildFDeps
+
+    return makespan(BuildFDeps().run(module)[0])
+
+
+def measure(store, module_hash: str, module, timelines: bool) -> dict:
+    """Time ``module`` (content hash ``module_hash``; the body of the timing task): store the notes, return
+    the makespan note."""
+    from tusk.workflows.trace import _model, engine_timeline, kernel_functions
+
+    if _model() is None:
+        note = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model", "timelines": False}
+        store.put_note(MAKESPAN_NOTE, note_key(module_hash), note)
+        return note
+    from tusk.sim.timing import makespan
+    from tusk.stages.deps import BuildFDeps
+
+    timed = BuildFDeps().run(module)[0]  # the model follows dependence edges: rebuilt, as the backend would
+    lines = [engine_timeline(fn, timed) for fn in kernel_functions(timed)] if timelines else []
+    span = _only_call(timed, lines)
+    if span is None:
+        span = makespan(timed)
+    note = {"format": TIMING_FORMAT, "makespan": None if span is None else float(span),
+            "why": "" if span is not None else "the timing model cannot time it (loops kept?)",
+            "timelines": bool(timelines), "instructions": module.n_insts()}
+    key = note_key(module_hash)
+    if timelines:
+        store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": lines})
+    store.put_note(MAKESPAN_NOTE, key, note)  # last: a makespan note that promises timelines has them
+    return note
+
+
+def _only_call(module, lines: list[dict]) -> float | None:
+    """The module's makespan without simulating it again, when its entry function is one call of a kernel
+    whose timeline was just taken (a host module as the build makes it): the call lasts as long as the
+    kernel, so the entry's makespan is the kernel's.  None otherwise."""
+    from tusk.ir.enums import Op
+    from tusk.sim.timing import entry
+
+    main = entry(module)
+    if len(main.insts) != 1 or int(main.insts["opcode"][0]) != Op.NKIKernel:
+        return None
+    callee = main.inst(0).attrs.get("func")
+    line = next((tl for tl in lines if tl.get("function") == callee), None)
+    return float(line["makespan"]) if line and line.get("ok") else None
+
+
+def timed_from(spec: PhaseSpec, module_hash: str, note: dict, status: str, seconds: float = 0.0) -> Timed:
+    span = note.get("makespan")
+    return Timed(spec.title, module_hash, spec.summary, float(span) if isinstance(span, (int, float)) else None,
+                 note_key(module_hash) if note.get("timelines") else None, str(note.get("why") or ""), status, seconds)
+
+
+def load_phase(store, unit: str, t: Timed):
+    """The report's view of one timed phase: its timelines from the store, or why there are none."""
+    from tusk.workflows.trace import Phase
+
+    ph = Phase(unit, t.title, t.hash)
+    if t.timelines is None:
+        ph.note = t.why or "not timed"
+        return ph
+    try:
+        data = store.get_note(TIMELINE_NOTE, t.timelines)
+    except Exception:  # noqa: BLE001 - a damaged note costs the picture, not the report
+        data = None
+    if not isinstance(data, dict):
+        ph.note = f"the timelines of module {t.hash[:12]} are not in the cache any more"
+        return ph
+    ph.timelines = list(data.get("timelines") or [])
+    return ph
