@@ -62,7 +62,7 @@ def term_kind(term: str) -> str:
     return term
 
 
-def lower_bound_terms(p: "Plan", src: np.ndarray, dst: np.ndarray, costs: "CostTable",
+def lower_bound_terms(p: Plan, src: np.ndarray, dst: np.ndarray, costs: CostTable,
                       call_bound: dict[int, float] | None = None) -> dict[str, float]:
     """The terms of the bound (cycles), keyed by the resource they measure; the bound is their max.
 
@@ -148,9 +148,7 @@ def _heads_and_tails(n: int, src: np.ndarray, dst: np.ndarray, dur: np.ndarray, 
         best = 0.0
         for k in range(ptr[i], ptr[i + 1]):
             q = s_l[k]
-            t = head[q] + dur_l[q] + h_l[k]
-            if t > best:
-                best = t
+            best = max(best, head[q] + dur_l[q] + h_l[k])
         head[i] = best
     by_src = np.argsort(src, kind="stable")
     d_l, h_l = dst[by_src].tolist(), hop[by_src].tolist()
@@ -159,8 +157,6 @@ def _heads_and_tails(n: int, src: np.ndarray, dst: np.ndarray, dur: np.ndarray, 
         best = 0.0
         for k in range(ptr[i], ptr[i + 1]):
             j = d_l[k]
-            t = h_l[k] + dur_l[j] + tail[j]
-            if t > best:
-                best = t
+            best = max(best, h_l[k] + dur_l[j] + tail[j])
         tail[i] = best
     return np.array(head), np.array(tail)

@@ -110,6 +110,10 @@ class Timeline:
     # the number ``lower_bound`` used to be: max of this order's busy times (queues: contention included)
     # and the bandwidth totals; it depends on the order, so it is no bound, only a measure of this run
     busy_bound: float = 0.0
+    # cycles each shared DMA resource needs at full capacity ("DMA engines": work / engines, "DRAM": bytes /
+    # bandwidth): over the makespan, their utilisation
+    demand: dict[str, float] = field(default_factory=dict)
+    calls: dict[int, Timeline] = field(default_factory=dict)  # kernel-call row -> the callee's timeline
 
     @property
     def efficiency(self) -> float:
@@ -415,13 +419,13 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     n = len(fn.insts)
     p = plan(fn, cost_table)
     calls = np.flatnonzero(opc == Op.NKIKernel).tolist()
-    call_cost, call_bound = {}, {}
+    call_cost, call_bound, call_tl = {}, {}, {}
     for i in calls:
         callee = fn.inst(i).attrs.get("func")
         if module is None or not isinstance(callee, str):
             raise TuskError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
         inner = simulate(module.function(callee), cost_table, module=module)
-        call_cost[i], call_bound[i] = inner.makespan, inner.lower_bound
+        call_cost[i], call_bound[i], call_tl[i] = inner.makespan, inner.lower_bound, inner
     d = fn.deps
     src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)
     if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
@@ -512,8 +516,9 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 busy[name] = v
         elif qbusy[k] > 0:
             busy[name] = qbusy[k] / K
-    totals = {"DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle),
-              "DMA engines": float(p.work.sum() / cost_table.dma_engines)}
+    demand = {"DMA engines": float(p.work.sum() / cost_table.dma_engines),
+              "DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle)}
+    totals = dict(demand)
     totals["longest DMA"] = float(np.where(p.is_dma, p.latency + p.work / p.rate, 0.0).max()) if n else 0.0
     if call_cost:
         totals["calls"] = float(sum(call_cost.values()))
@@ -521,7 +526,8 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     busy_bound = max(list(busy.values()) + list(totals.values()) + [0.0])
     bounds = lower_bound_terms(p, src, dst, cost_table, call_bound)
     lower = max(bounds.values())
-    return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound)
+    return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound,
+                    demand, call_tl)
 
 
 def makespan(module: Module, costs: CostTable = DEFAULT_COSTS) -> float | None:

@@ -58,7 +58,7 @@ def pipeline(module: Module) -> Module:
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def final_corpus(name: str) -> Module:
     out = tempfile.mkdtemp(prefix="tusk-legal-orders-")
     return pipeline(host_module_for(str(KERNELS / name), 0, str(Path(out) / name)))
