@@ -6,6 +6,7 @@ program is the function with its rows permuted (``Function.take_insts`` remaps o
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -47,7 +48,7 @@ def with_edges(module: Module) -> Module:
     """The module with the edges build_fdeps derives for every straight-line function (the graph whose
     topological orders are the legal orders)."""
     fns = [build_fdeps(fn) if straight_line(fn) else fn for fn in module.functions]
-    return Module(fns, module.arch, module.version, module.attributes)
+    return dataclasses.replace(module, functions=fns)  # keeps the artifact directory (const files)
 
 
 def random_legal_order(module: Module, rng: np.random.Generator) -> Module:
@@ -60,4 +61,4 @@ def random_legal_order(module: Module, rng: np.random.Generator) -> Module:
                                              fn.deps["dst"].astype(np.int64), rng)
             fn = fn.take_insts(order)
         fns.append(fn)
-    return Module(fns, module.arch, module.version, module.attributes)
+    return dataclasses.replace(module, functions=fns)  # keeps the artifact directory (const files)

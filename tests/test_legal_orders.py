@@ -76,7 +76,7 @@ def timed_units(module: Module) -> list[Module]:
     units = [module]
     for fn in module.functions:
         if straight_line(fn) and not (fn.insts["opcode"] == Op.NKIKernel).any() and len(module.functions) > 1:
-            units.append(Module([fn], module.arch, module.version, module.attributes))
+            units.append(dataclasses.replace(module, functions=[fn]))
     return units
 
 
