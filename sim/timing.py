@@ -28,9 +28,10 @@ In short:
 * **Kernel calls** (NKIKernel) run the callee's timeline as a barrier.
 
 Output: a :class:`Timeline` with the makespan, busy time per lane, the
-resource bounds and per-instruction start/end arrays.  ``lower_bound`` is
-``max`` over lanes and resources: no schedule on this machine model is
-shorter.
+terms of the lower bound and per-instruction start/end arrays.  ``lower_bound``
+(:mod:`tusk.sim.bound`) is a property of the program, not of this order: no
+order of the instructions that respects ``fn.deps`` is shorter on this machine
+model.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Mem, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module, _ranges
 from tusk.ir.verify_isa import TRANSPOSE_AXES
+from tusk.sim.bound import CHAIN, lower_bound_terms
 
 BRANCH_OPCODES = frozenset({Op.CompareAndBranch, Op.UnconditionalBranch})
 REGISTER_OPCODES = (Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad, Op.TensorSave)
@@ -98,18 +100,30 @@ DEFAULT_COSTS = CostTable()
 class Timeline:
     makespan: float
     busy: dict[str, float]           # lane name -> busy cycles (a queue: summed transfer time / in-flight slots)
-    lower_bound: float               # max over lanes and resources: no schedule can be shorter
+    lower_bound: float               # max of ``bounds``: no legal order of the program is shorter
     start: np.ndarray                # per instruction (float64 cycles); a DMA: its trigger
     end: np.ndarray                  # a DMA: the end of its transfer
     lanes: tuple[str, ...] = ()      # lane names; ``lane[i]`` indexes them (-1: no lane)
     lane: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cost: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    bounds: dict[str, float] = field(default_factory=dict)  # "DRAM", "DMA engines": bandwidth bounds
+    bounds: dict[str, float] = field(default_factory=dict)  # the lower bound's terms (sim/bound.py), cycles
+    # the number ``lower_bound`` used to be: max of this order's busy times (queues: contention included)
+    # and the bandwidth totals; it depends on the order, so it is no bound, only a measure of this run
+    busy_bound: float = 0.0
+    # cycles each shared DMA resource needs at full capacity ("DMA engines": work / engines, "DRAM": bytes /
+    # bandwidth): over the makespan, their utilisation
+    demand: dict[str, float] = field(default_factory=dict)
+    calls: dict[int, Timeline] = field(default_factory=dict)  # kernel-call row -> the callee's timeline
 
     @property
     def efficiency(self) -> float:
         """lower_bound / makespan (1.0 = the bottleneck never waits)."""
         return self.lower_bound / self.makespan if self.makespan else 1.0
+
+    @property
+    def binding(self) -> str:
+        """The term of the lower bound that is largest: the resource that limits this program."""
+        return max(self.bounds, key=self.bounds.get) if self.bounds else CHAIN
 
 
 def entry(x: Function | Module) -> Function:
@@ -408,12 +422,13 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     n = len(fn.insts)
     p = plan(fn, cost_table)
     calls = np.flatnonzero(opc == Op.NKIKernel).tolist()
-    call_cost = {}
+    call_cost, call_bound, call_tl = {}, {}, {}
     for i in calls:
         callee = fn.inst(i).attrs.get("func")
         if module is None or not isinstance(callee, str):
             raise TuskError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
-        call_cost[i] = simulate(module.function(callee), cost_table, module=module).makespan
+        inner = simulate(module.function(callee), cost_table, module=module)
+        call_cost[i], call_bound[i], call_tl[i] = inner.makespan, inner.lower_bound, inner
     d = fn.deps
     src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)
     if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
@@ -504,16 +519,18 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 busy[name] = v
         elif qbusy[k] > 0:
             busy[name] = qbusy[k] / K
-    bounds = {"DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle),
-              "DMA engines": float(p.work.sum() / cost_table.dma_engines)}
-    # a transfer can be no faster than its own latency + data at its own rate
-    solo = np.where(p.is_dma, p.latency + p.work / p.rate, 0.0)
-    bounds["longest DMA"] = float(solo.max()) if n else 0.0
+    demand = {"DMA engines": float(p.work.sum() / cost_table.dma_engines),
+              "DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle)}
+    totals = dict(demand)
+    totals["longest DMA"] = float(np.where(p.is_dma, p.latency + p.work / p.rate, 0.0).max()) if n else 0.0
     if call_cost:
-        bounds["calls"] = float(sum(call_cost.values()))
+        totals["calls"] = float(sum(call_cost.values()))
     makespan = float(end_a.max()) if n else 0.0
-    lower = max(list(busy.values()) + list(bounds.values()) + [0.0])
-    return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds)
+    busy_bound = max(list(busy.values()) + list(totals.values()) + [0.0])
+    bounds = lower_bound_terms(p, src, dst, cost_table, call_bound)
+    lower = max(bounds.values())
+    return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound,
+                    demand, call_tl)
 
 
 def makespan(module: Module, costs: CostTable = DEFAULT_COSTS) -> float | None:
