@@ -59,6 +59,7 @@ class Tracer:
     _next: dict[str, int] = field(default_factory=dict)  # per name base: the last suffix handed out
     _hbm_by_ordinal: dict[int, Tensor] = field(default_factory=dict)   # SPMD: one shared_hbm per call site
     _hbm_ordinal: int = 0
+    vregs: int = 0                 # nisa.register_alloc: virtual registers handed out
     weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
     instructions: int = 0          # instructions the statements so far unroll to (at least one each)
 

@@ -147,7 +147,8 @@ def merged_edges(fn: Function, ranges: list[tuple[int, int]], part_deps: list, e
     dst = [d["dst"].astype(np.int64) + a for d, (a, _) in zip(part_deps, ranges)]
     kind = [d["kind"] for d in part_deps]
     cs, cd, ck = cross_edges(fn, ranges, exposed)
-    src.append(cs), dst.append(cd), kind.append(ck)
     os_, od = _extra_edges(fn, ordered)  # DMA queue order and random-generator order, over the whole function
-    src.append(os_), dst.append(od), kind.append(np.full(len(os_), Edge.Ordered, np.uint8))
+    src += [cs, os_]
+    dst += [cd, od]
+    kind += [ck, np.full(len(os_), Edge.Ordered, np.uint8)]
     return _merge(np.concatenate(src), np.concatenate(dst), np.concatenate(kind), len(fn.insts))

@@ -29,7 +29,7 @@ import numpy as np
 
 from tusk.ir.errors import PassError
 from tusk.ir.liveness import Instances, instances, overlapping_pairs
-from tusk.ir.module import Function, Module
+from tusk.ir.module import Function
 
 
 @dataclass
@@ -120,17 +120,6 @@ def grow_rings(cands: list[int], first: dict[int, int], count: dict[int, int], p
             still.append(e)
         active = still
     return slots
-
-
-def makespan_stats(before: Module, after: Module, stats: dict, *, rebuild_after: bool = True) -> None:
-    """``makespan_before`` / ``makespan_after`` from the timing model, dependences rebuilt first."""
-    from tusk.sim.timing import makespan
-    from tusk.stages.deps import BuildFDeps
-
-    a = makespan(BuildFDeps().run(before)[0])
-    b = makespan(BuildFDeps().run(after)[0] if rebuild_after else after)
-    if a is not None and b is not None:
-        stats["makespan_before"], stats["makespan_after"] = round(a), round(b)
 
 
 def ring_of(count: int, period: int, slots: int) -> np.ndarray:

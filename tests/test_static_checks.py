@@ -20,7 +20,7 @@ def test_every_subpackage_is_a_link_under_tusk():
 
 
 def test_a_clone_imports_without_installing(tmp_path):
-    code = ("import tusk.stages.base, tusk.frontend.nki.isa, tusk.ir.klr;"
+    code = ("import tusk.stages.base, tusk.frontend.nki.language, tusk.ir.klr;"
             "print(tusk.stages.base.__file__)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -22,7 +22,6 @@ the model is missing or refuses the function (loops kept, say).
 
 from __future__ import annotations
 
-
 import hashlib
 import time
 from dataclasses import dataclass, field

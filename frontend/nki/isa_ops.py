@@ -732,7 +732,7 @@ class VirtualRegister:
 
 def register_alloc(call: str, x: Any) -> VirtualRegister:
     tr = current()
-    n = getattr(tr, "vregs", 0) + 1
+    n = tr.vregs + 1
     tr.vregs = n
     reg = VirtualRegister(f"vreg.{n}")
     if x is not None:
