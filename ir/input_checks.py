@@ -30,6 +30,10 @@ def check_memloc_extent(name: str, dims: tuple[int, ...], nparts: int, pbytes: i
     if nparts > I32_MAX or nparts * pbytes > MAX_BYTES:
         raise FormatError(f"memory location {name!r}: dims {list(dims)} hold more than 2^62 bytes",
                           where=where + ".dims")
+    if nparts == 0 or pbytes == 0:
+        # nothing can be read or written there: no real dump declares one, and the verifier's and rotation's
+        # partition bands and byte ranges assume a location holds at least one byte
+        raise FormatError(f"memory location {name!r}: dims {list(dims)} hold 0 elements", where=where + ".dims")
     if addr >= 0 and addr + pbytes > MAX_BYTES:
         raise FormatError(f"memory location {name!r}: addr {addr} + {pbytes} bytes (dims {list(dims)}) ends past "
                           "2^62", where=where + ".addr")

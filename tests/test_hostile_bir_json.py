@@ -98,3 +98,41 @@ def test_a_kernel_with_sizes_past_int64_fails_alone_and_the_good_ones_are_writte
     for good in ("tiled_exp", "tiled_add"):
         assert (out / good / f"{good}.bir.json").is_file(), text
     assert not (out / "bomb").exists()
+
+
+# --------------------------------------------------------------------------- item 5: a location of 0 elements
+
+
+def zero_elements(dims: list[int]) -> dict:
+    """tiled_add with one more SB location, unused, that holds 0 elements."""
+    doc = _doc("tiled_add.json")
+    allocs = doc["functions"][0]["allocations"]
+    empty = json.loads(json.dumps(_set(doc, "tb_set")))
+    empty["name"] = "empty_set"
+    loc = empty["memorylocations"][0]
+    loc["name"], loc["addr"], loc["dims"] = "empty", 8192, dims
+    allocs.append(empty)
+    return doc
+
+
+@pytest.mark.parametrize("dims", [[128, 0], [0, 1024], []])
+def test_the_reader_refuses_a_memory_location_of_zero_elements(tmp_path, dims):
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(zero_elements(dims)))
+    with pytest.raises(FormatError) as e:
+        bir_json.load(path)
+    text = str(e.value)
+    assert str(path) in text and "'empty'" in text and "0 elements" in text and ".dims" in text, text
+
+
+def test_a_kernel_with_a_zero_element_location_fails_as_its_own_fault_beside_a_good_one(tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / "tiled_exp.json")
+    (k / "zero.json").write_text(json.dumps(zero_elements([128, 0])))
+    out = tmp_path / "out"
+    code, text = _compile(k, out)
+    assert code == 1, text
+    assert "zero.json" in text and "'empty'" in text and "0 elements" in text, text
+    assert "internal error" not in text and "Traceback" not in text, text
+    assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file(), text
