@@ -69,6 +69,7 @@ from tusk.ir.enums import (
 )
 from tusk.ir.errors import FormatError, TuskError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json
+from tusk.ir.input_checks import check_memloc_extent, check_tensor_shape
 from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, clone_name, split_clone_name
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
 from tusk.ir.wire import WIRE
@@ -462,6 +463,7 @@ class _Reader:
         dtype = _enum(_req(a, "dtype", where), DTYPE_BY_NAME, "dtype", where + ".dtype")
         shape = tuple(_int(d, f"{where}.tensor_shape[{k}]", minimum=0)
                       for k, d in enumerate(_list(a.get("tensor_shape", []), where + ".tensor_shape")))
+        check_tensor_shape(name, shape, DTYPE_SIZES[dtype], where)
         is_block = _bool(a.get("is_block", False), where + ".is_block")
         n_blocks = _int(a.get("n_blocks", max(len(locs), 1) if is_block else 1), where + ".n_blocks", minimum=1,
                         maximum=I32_MAX)
@@ -506,9 +508,8 @@ class _Reader:
                      for k, d in enumerate(_list(m.get("dims", []), where + ".dims")))
         dsize = DTYPE_SIZES[fn.sets.get("dtype", set_id)]
         nparts, pbytes = dims_to_geometry(dims, mtype, dsize)
-        if nparts > I32_MAX or pbytes > (1 << 62):
-            raise _err(f"dims {list(dims)} are out of range", where + ".dims")
         base = _int(m.get("base", 0), where + ".base", minimum=0, maximum=I32_MAX)
+        check_memloc_extent(name, dims, nparts, pbytes, addr, base, where)
         bank = _int(m.get("bank", -1), where + ".bank", minimum=-1, maximum=I32_MAX)
         if bank == 0 and not (mtype == Mem.PSUM and addr >= 0):
             bank = -1  # KLR writes bank 0 everywhere; Tusk keeps -1 for "no bank" (the policy writes 0 again)

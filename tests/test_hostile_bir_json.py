@@ -1,0 +1,138 @@
+"""Hostile BIR-JSON kernels (issue 22, items 1 and 5): refused by the reader as the kernel's fault, with the
+file, the memory location and the field named; the good kernels beside them are still written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.test_reliability import clean_env  # noqa: F401 - autouse: no TUSK_* from the caller, a private cache
+from tusk.ir import bir_json
+from tusk.ir.errors import FormatError
+from tusk.workflows.cli import app
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"
+runner = CliRunner()
+
+
+def _doc(name: str) -> dict:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+def _set(doc: dict, set_name: str) -> dict:
+    (s,) = [a for a in doc["functions"][0]["allocations"] if a.get("name") == set_name]
+    return s
+
+
+def huge_sizes() -> dict:
+    """Each value in range on its own; the tensor's bytes (a product) past int64."""
+    doc = _doc("tiled_exp.json")
+    x = _set(doc, "x_set")
+    x["tensor_shape"] = [1099511627776, 1099511627776]
+    x["memorylocations"][0]["dims"] = [4611686018427387904]
+    return doc
+
+
+def huge_dims() -> dict:
+    """An SB location whose partitions times bytes per partition pass 2^62."""
+    doc = _doc("tiled_exp.json")
+    _set(doc, "t_set")["memorylocations"][0]["dims"] = [128, 1 << 60]
+    return doc
+
+
+def huge_end() -> dict:
+    """addr and dims each in range, their sum (the location's end) past 2^62."""
+    doc = _doc("tiled_exp.json")
+    loc = _set(doc, "t_set")["memorylocations"][0]
+    loc["dims"], loc["addr"] = [1, 1 << 61], (1 << 62) - 8
+    return doc
+
+
+def huge_band() -> dict:
+    """base and the partition count each in int32, their sum not."""
+    doc = _doc("tiled_exp.json")
+    loc = _set(doc, "t_set")["memorylocations"][0]
+    loc["dims"], loc["base"] = [(1 << 31) - 1, 2048], 5
+    return doc
+
+
+SIZE_CASES = {"huge_sizes": (huge_sizes, "x_set", "allocations[0].tensor_shape"),
+              "huge_dims": (huge_dims, "'t'", "allocations[2].memorylocations[0].dims"),
+              "huge_end": (huge_end, "'t'", "allocations[2].memorylocations[0].addr"),
+              "huge_band": (huge_band, "'t'", "allocations[2].memorylocations[0].base")}
+
+
+@pytest.mark.parametrize("case", sorted(SIZE_CASES))
+@pytest.mark.parametrize("fast", [False, True])
+def test_the_reader_refuses_sizes_whose_products_or_sums_pass_their_columns(tmp_path, case, fast):
+    make, what, field = SIZE_CASES[case]
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(make()))
+    with pytest.raises(FormatError) as e:
+        bir_json.load(path, fast=fast)
+    text = str(e.value)
+    assert str(path) in text and what in text and field in text, text
+
+
+def _compile(kdir: Path, out: Path) -> tuple[int, str]:
+    res = runner.invoke(app, ["compile", str(kdir), "-o", str(out), "--workers", "0"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    return res.exit_code, " ".join(res.output.split())
+
+
+def test_a_kernel_with_sizes_past_int64_fails_alone_and_the_good_ones_are_written(tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    for good in ("tiled_exp.json", "tiled_add.json"):
+        shutil.copy(EXAMPLES / good, k / good)
+    (k / "bomb.json").write_text(json.dumps(huge_sizes()))
+    out = tmp_path / "out"
+    code, text = _compile(k, out)
+    assert code == 1, text
+    assert "Traceback" not in text and "OverflowError" not in text and "internal error" not in text, text
+    assert "bomb.json" in text and "tensor_shape" in text and "x_set" in text, text
+    for good in ("tiled_exp", "tiled_add"):
+        assert (out / good / f"{good}.bir.json").is_file(), text
+    assert not (out / "bomb").exists()
+
+
+# --------------------------------------------------------------------------- item 5: a location of 0 elements
+
+
+def zero_elements(dims: list[int]) -> dict:
+    """tiled_add with one more SB location, unused, that holds 0 elements."""
+    doc = _doc("tiled_add.json")
+    allocs = doc["functions"][0]["allocations"]
+    empty = json.loads(json.dumps(_set(doc, "tb_set")))
+    empty["name"] = "empty_set"
+    loc = empty["memorylocations"][0]
+    loc["name"], loc["addr"], loc["dims"] = "empty", 8192, dims
+    allocs.append(empty)
+    return doc
+
+
+@pytest.mark.parametrize("dims", [[128, 0], [0, 1024], []])
+def test_the_reader_refuses_a_memory_location_of_zero_elements(tmp_path, dims):
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(zero_elements(dims)))
+    with pytest.raises(FormatError) as e:
+        bir_json.load(path)
+    text = str(e.value)
+    assert str(path) in text and "'empty'" in text and "0 elements" in text and ".dims" in text, text
+
+
+def test_a_kernel_with_a_zero_element_location_fails_as_its_own_fault_beside_a_good_one(tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / "tiled_exp.json")
+    (k / "zero.json").write_text(json.dumps(zero_elements([128, 0])))
+    out = tmp_path / "out"
+    code, text = _compile(k, out)
+    assert code == 1, text
+    assert "zero.json" in text and "'empty'" in text and "0 elements" in text, text
+    assert "internal error" not in text and "Traceback" not in text, text
+    assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file(), text
