@@ -145,9 +145,11 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, RECURSION_LIMIT))
     peel: dict[int, int] = {}
+    first_error: BaseException | None = None  # what the kernel raised with its loops kept loops
     try:
         while True:
-            tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=(), peel=dict(peel))
+            tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=(), peel=dict(peel),
+                        unroll_all=first_error is not None)
             tensors = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p, role="input")
                        for p, s in zip(binding.tensor_params, specs)]
             for k, a in enumerate(tensors):
@@ -160,6 +162,16 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
                     raise TraceError(f"{src}: a mask= cuts iterations of a loop short in a way the front end "
                                      "cannot split (use nl.static_range for that loop)") from None
                 peel[p.ordinal] = p.keep
+            except Exception as e:  # noqa: BLE001 - the kernel's own exception, or Tusk's (re-raised below)
+                # A loop traced once builds its Python state once: `tiles.append(t)` in one nl.affine_range
+                # and `tiles[i]` in the next raise IndexError. NKI 2.x runs these loops as Python's range,
+                # so the kernel is traced again with every loop unrolled; if that fails too, the first
+                # error is the one reported.
+                if first_error is not None:
+                    raise first_error from None
+                if isinstance(e, TuskError) or not tr.loop_ordinal or _raised_by_front_end(e):
+                    raise
+                first_error = e
         where = f"{src}:{fn.__code__.co_firstlineno}"
         if tr.broken_loop:
             file, line = tr.broken_loop

@@ -54,6 +54,7 @@ class Tracer:
     identity_iota: Tensor | None = None
     broken_loop: tuple[str, int] | None = None  # where a `break`/`return` left an affine/sequential loop
     peel: dict[int, int] = field(default_factory=dict)  # dynamic loop ordinal -> iterations kept a loop
+    unroll_all: bool = False       # every nl.affine_range/sequential_range runs as Python's range (NKI 2.x)
     loop_ordinal: int = 0
     _names: set[str] = field(default_factory=set)
     _next: dict[str, int] = field(default_factory=dict)  # per name base: the last suffix handed out

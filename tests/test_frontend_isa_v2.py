@@ -462,3 +462,39 @@ def test_nc_matmul_accumulate_flag_of_a_loop_index_comparison(tmp_path):
             return out
     """, {"lhsT": lhsT, "rhs": rhs})["out"]
     np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-5, atol=1e-4)
+
+
+def test_python_state_built_in_one_loop_and_indexed_in_the_next_traces_as_nki_2_runs_it(tmp_path):
+    # NKI 2.x runs nl.affine_range as Python's range: a list filled in one loop and indexed by the next
+    # loop's index must see every iteration (traced once per loop it held one tile: IndexError)
+    a = rand(384, 64)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            tiles = []
+            for i in nl.affine_range(3):
+                t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=a[i * 128:(i + 1) * 128, :])
+                tiles.append(t)
+            for i in nl.affine_range(3):
+                y = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=y, data=tiles[2 - i], op0=nl.add, operand0=float(i))
+                nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+            return out
+    """, {"a": a})["out"]
+    want = np.concatenate([a[(2 - i) * 128:(3 - i) * 128] + i for i in range(3)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_kernel_error_that_unrolling_does_not_cure_is_reported_at_its_line(tmp_path):
+    message = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            tiles = []
+            for i in nl.affine_range(2):
+                tiles.append(i)
+            return out, tiles[5]
+    """, ["f32[128,64]"])
+    assert "bad.py:12: IndexError" in message, message  # the `return` line, from the first trace

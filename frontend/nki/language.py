@@ -102,7 +102,7 @@ class _Range:
         tr = current()
         ordinal = tr.loop_ordinal
         tr.loop_ordinal += 1
-        keep = tr.peel.get(ordinal, n)
+        keep = 0 if tr.unroll_all else tr.peel.get(ordinal, n)
         done = False
         try:
             if keep > 1:
