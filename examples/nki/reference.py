@@ -120,6 +120,15 @@ def iota_fill(x):
     return acc
 
 
+def flash_attention_fwd(q, k, v, scale=0.125):
+    """Causal attention: row i attends to keys 0..i (the kernel's online softmax gives the same numbers)."""
+    q, k, v = _f64(q, k, v)
+    s = (q * scale) @ k.T
+    s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p @ v / p.sum(axis=1, keepdims=True)).astype(F32)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -138,6 +147,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "mamba": mamba,
     "activations": activations,
     "iota_fill": iota_fill,
+    "flash_attention_fwd": flash_attention_fwd,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -166,6 +176,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "attention": (2e-5, 2e-6),  # exp, a row sum and two float32 matmuls
     "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
+    "flash_attention_fwd": (2e-5, 2e-6),  # as attention, plus the float32 rescaling by exp(m_old - m_new)
 }
 
 _DEFAULT = (-2.0, 2.0)
