@@ -129,6 +129,12 @@ def flash_attention_fwd(q, k, v, scale=0.125):
     return (p @ v / p.sum(axis=1, keepdims=True)).astype(F32)
 
 
+def rmsnorm_linear(x, gamma, w, eps=1e-6):
+    x, gamma, w = _f64(x, gamma, w)
+    normed = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * gamma[None, :]
+    return (normed @ w).astype(F32)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -148,6 +154,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "activations": activations,
     "iota_fill": iota_fill,
     "flash_attention_fwd": flash_attention_fwd,
+    "rmsnorm_linear": rmsnorm_linear,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -177,6 +184,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
     "flash_attention_fwd": (2e-5, 2e-6),  # as attention, plus the float32 rescaling by exp(m_old - m_new)
+    "rmsnorm_linear": _MATMUL,  # a float32 row sum of squares, rsqrt, then one 128-deep float32 matmul
 }
 
 _DEFAULT = (-2.0, 2.0)
