@@ -135,6 +135,14 @@ def rmsnorm_linear(x, gamma, w, eps=1e-6):
     return (normed @ w).astype(F32)
 
 
+def rotary_embedding(x, cos, sin):
+    """Rotate halves, in float32 in the kernel's order (two products, then one add or subtract)."""
+    x, cos, sin = (np.asarray(a, F32) for a in (x, cos, sin))
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -155,6 +163,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "iota_fill": iota_fill,
     "flash_attention_fwd": flash_attention_fwd,
     "rmsnorm_linear": rmsnorm_linear,
+    "rotary_embedding": rotary_embedding,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -185,6 +194,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
     "flash_attention_fwd": (2e-5, 2e-6),  # as attention, plus the float32 rescaling by exp(m_old - m_new)
     "rmsnorm_linear": _MATMUL,  # a float32 row sum of squares, rsqrt, then one 128-deep float32 matmul
+    "rotary_embedding": _EXACT,  # the reference repeats the kernel's float32 steps in order
 }
 
 _DEFAULT = (-2.0, 2.0)
