@@ -164,6 +164,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "flash_attention_fwd": flash_attention_fwd,
     "rmsnorm_linear": rmsnorm_linear,
     "rotary_embedding": rotary_embedding,
+    "matmul_accumulate_v2": matmul,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -195,6 +196,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "flash_attention_fwd": (2e-5, 2e-6),  # as attention, plus the float32 rescaling by exp(m_old - m_new)
     "rmsnorm_linear": _MATMUL,  # a float32 row sum of squares, rsqrt, then one 128-deep float32 matmul
     "rotary_embedding": _EXACT,  # the reference repeats the kernel's float32 steps in order
+    "matmul_accumulate_v2": _MATMUL,
 }
 
 _DEFAULT = (-2.0, 2.0)
