@@ -4,8 +4,8 @@ With h = head_dim / 2, x1 = x[:, :h] and x2 = x[:, h:]:
     out[:, :h] = x1 * cos - x2 * sin
     out[:, h:] = x2 * cos + x1 * sin
 cos and sin are [seq, h] tables given as inputs (one row per position).
-Shows: `nisa.dma_copy` into column slices of an SBUF tile, `nisa.tensor_tensor` on free-axis slices,
-sequence tiles of 128 partitions.
+Shows: `nisa.dma_copy` of 128-position row tiles, `nisa.tensor_tensor` reading and writing the two
+free-axis halves of a tile.
 """
 
 import nki
