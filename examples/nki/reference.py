@@ -120,6 +120,29 @@ def iota_fill(x):
     return acc
 
 
+def flash_attention_fwd(q, k, v, scale=0.125):
+    """Causal attention: row i attends to keys 0..i (the kernel's online softmax gives the same numbers)."""
+    q, k, v = _f64(q, k, v)
+    s = (q * scale) @ k.T
+    s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p @ v / p.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def rmsnorm_linear(x, gamma, w, eps=1e-6):
+    x, gamma, w = _f64(x, gamma, w)
+    normed = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * gamma[None, :]
+    return (normed @ w).astype(F32)
+
+
+def rotary_embedding(x, cos, sin):
+    """Rotate halves, in float32 in the kernel's order (two products, then one add or subtract)."""
+    x, cos, sin = (np.asarray(a, F32) for a in (x, cos, sin))
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -138,6 +161,10 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "mamba": mamba,
     "activations": activations,
     "iota_fill": iota_fill,
+    "flash_attention_fwd": flash_attention_fwd,
+    "rmsnorm_linear": rmsnorm_linear,
+    "rotary_embedding": rotary_embedding,
+    "matmul_accumulate_v2": matmul,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -166,6 +193,10 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "attention": (2e-5, 2e-6),  # exp, a row sum and two float32 matmuls
     "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
+    "flash_attention_fwd": (2e-5, 2e-6),  # as attention, plus the float32 rescaling by exp(m_old - m_new)
+    "rmsnorm_linear": _MATMUL,  # a float32 row sum of squares, rsqrt, then one 128-deep float32 matmul
+    "rotary_embedding": _EXACT,  # the reference repeats the kernel's float32 steps in order
+    "matmul_accumulate_v2": _MATMUL,
 }
 
 _DEFAULT = (-2.0, 2.0)
