@@ -120,6 +120,11 @@ def iota_fill(x):
     return acc
 
 
+def resize_nearest(x, scale_h=2, scale_w=2):
+    """out[c, y, x] = in[c, y // scale_h, x // scale_w] (torch's nearest mode, integer factors)."""
+    return np.repeat(np.repeat(np.asarray(x, F32), scale_h, axis=1), scale_w, axis=2)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -138,6 +143,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "mamba": mamba,
     "activations": activations,
     "iota_fill": iota_fill,
+    "resize_nearest": resize_nearest,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -166,6 +172,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "attention": (2e-5, 2e-6),  # exp, a row sum and two float32 matmuls
     "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
+    "resize_nearest": _EXACT,
 }
 
 _DEFAULT = (-2.0, 2.0)
