@@ -125,6 +125,17 @@ def resize_nearest(x, scale_h=2, scale_w=2):
     return np.repeat(np.repeat(np.asarray(x, F32), scale_h, axis=1), scale_w, axis=2)
 
 
+def select_and_scatter(x, grad, pool=2):
+    """max_pool2d backward: each window's gradient at its first (row-major) maximum, 0 elsewhere."""
+    x, grad = np.asarray(x, F32), np.asarray(grad, F32)
+    c, h, w = x.shape
+    windows = x.reshape(c, h // pool, pool, w // pool, pool).transpose(0, 1, 3, 2, 4).reshape(c, h // pool, w // pool, -1)
+    first = np.argmax(windows, axis=3)  # numpy's argmax takes the first maximum, as PyTorch's does
+    dx = np.zeros_like(windows)
+    np.put_along_axis(dx, first[..., None], grad[..., None], axis=3)
+    return dx.reshape(c, h // pool, w // pool, pool, pool).transpose(0, 1, 3, 2, 4).reshape(c, h, w)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -144,6 +155,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "activations": activations,
     "iota_fill": iota_fill,
     "resize_nearest": resize_nearest,
+    "select_and_scatter": select_and_scatter,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -173,6 +185,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "mamba": (2e-5, 1e-5),      # a 64-step float32 recurrence: rounding accumulates along time
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
     "resize_nearest": _EXACT,
+    "select_and_scatter": _EXACT,  # comparisons and copies only
 }
 
 _DEFAULT = (-2.0, 2.0)
