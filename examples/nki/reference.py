@@ -136,6 +136,21 @@ def select_and_scatter(x, grad, pool=2):
     return dx.reshape(c, h // pool, w // pool, pool, pool).transpose(0, 1, 3, 2, 4).reshape(c, h, w)
 
 
+def adaptive_avgpool(x, output_size=(5, 7)):
+    """torch.nn.AdaptiveAvgPool2d: output (i, j) is the mean of rows floor(i H / OH) .. ceil((i + 1) H / OH)
+    (exclusive) and the columns likewise."""
+    (x,) = _f64(x)
+    c, h, w = x.shape
+    oh, ow = output_size
+    out = np.empty((c, oh, ow))
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            out[:, i, j] = x[:, h0:h1, w0:w1].mean(axis=(1, 2))
+    return out.astype(F32)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -156,6 +171,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "iota_fill": iota_fill,
     "resize_nearest": resize_nearest,
     "select_and_scatter": select_and_scatter,
+    "adaptive_avgpool": adaptive_avgpool,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -186,6 +202,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "activations": (1e-5, 1e-6),  # gelu's erf is approximated to 1.5e-7 absolute
     "resize_nearest": _EXACT,
     "select_and_scatter": _EXACT,  # comparisons and copies only
+    "adaptive_avgpool": _REDUCE,   # a mean of row means: float32 sums in another order than numpy's
 }
 
 _DEFAULT = (-2.0, 2.0)
