@@ -12,7 +12,7 @@ is a maximum, a running "not yet taken" tile keeps only the first maximum of eac
 window (ties go to the first, as PyTorch's argmax does), and nl.where selects the
 gradient there and zero elsewhere, written into the same strided view of the output.
 
-Shows: 5D nl.mgrid views, nl.max(axis=[3, 4]), nl.equal with dtype=, nl.where,
+Shows: 5D nl.mgrid views, nl.max(axis=[3, 4]), nl.equal (a float 1.0 / 0.0 tile), nl.where on it,
 nl.zeros / nl.ones tiles, assignment into step-sliced tile views, nl.static_range.
 """
 
@@ -36,11 +36,11 @@ def max_pool_backward(in_tensor, grad_tensor, pool_size=2):
     win_max = nl.max(x_tile[i0, pool_size * i1 + i3, pool_size * i2 + i4], axis=[3, 4])
 
     zero = nl.zeros((sz_c, sz_oh, sz_ow), dtype=nl.float32, buffer=nl.sbuf)
-    free = nl.ones((sz_c, sz_oh, sz_ow), dtype=nl.uint8, buffer=nl.sbuf)  # 1 until a window's max is taken
+    free = nl.ones((sz_c, sz_oh, sz_ow), dtype=nl.float32, buffer=nl.sbuf)  # 1 until a window's max is taken
     dx_tile = nl.ndarray((sz_c, sz_h, sz_w), dtype=in_tensor.dtype, buffer=nl.sbuf)
     for dy in nl.static_range(pool_size):
         for dx in nl.static_range(pool_size):
-            at_max = nl.equal(x_tile[:, dy::pool_size, dx::pool_size], win_max, dtype=nl.uint8)
+            at_max = nl.equal(x_tile[:, dy::pool_size, dx::pool_size], win_max)
             take = nl.multiply(at_max, free)
             free = nl.subtract(free, take)
             dx_tile[:, dy::pool_size, dx::pool_size] = nl.where(take, g_tile, zero)
