@@ -165,3 +165,39 @@ def test_units_stay_small_enough_for_the_interpreter():
     for name, unit in UNITS.items():
         for spec in map(parse_tensor_spec, unit["inputs"]):
             assert math.prod(spec.shape) <= 64 * 128 * 512, (name, spec)
+
+
+def test_pooling_resize_and_attention_backward_references_on_hand_checked_cases():
+    """The references of resize_nearest, select_and_scatter, adaptive_avgpool and attention_bwd, checked by
+    hand and (attention_bwd) against central finite differences of sum(O * dO)."""
+    np.testing.assert_array_equal(reference.resize_nearest(np.array([[[1.0, 2.0]]], np.float32), 2, 3),
+                                  [[[1, 1, 1, 2, 2, 2], [1, 1, 1, 2, 2, 2]]])
+    # one 2x2 window whose maximum 5 appears twice: the gradient goes to the first (row-major) only
+    x = np.array([[[1.0, 5.0], [5.0, 0.0]]], np.float32)
+    np.testing.assert_array_equal(reference.select_and_scatter(x, np.array([[[7.0]]], np.float32)),
+                                  [[[0.0, 7.0], [0.0, 0.0]]])
+    # 5 rows into 3: PyTorch's windows are rows [0, 2), [1, 4), [3, 5); one column stays one column
+    col = np.arange(5, dtype=np.float32).reshape(1, 5, 1)
+    np.testing.assert_allclose(reference.adaptive_avgpool(col, (3, 1)), [[[0.5], [2.0], [3.5]]])
+    img = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    np.testing.assert_array_equal(reference.adaptive_avgpool(img, (3, 4)), img)
+    np.testing.assert_allclose(reference.adaptive_avgpool(img, (1, 1)), [[[5.5]]])
+
+    rng = np.random.default_rng(3)
+    q, k, v, d_out = (rng.uniform(-2, 2, (6, 3)) for _ in range(4))
+
+    def loss(q, k, v):
+        s = 0.5 * q @ k.T
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        return float(((p / p.sum(axis=1, keepdims=True)) @ v * d_out).sum())
+
+    grads = reference.attention_bwd(q, k, v, d_out, scale=0.5)
+    for which, grad in enumerate(grads):
+        numeric = np.zeros_like(grad, dtype=np.float64)
+        for idx in np.ndindex(grad.shape):
+            args = [q.copy(), k.copy(), v.copy()]
+            args[which][idx] += 1e-6
+            up = loss(*args)
+            args[which][idx] -= 2e-6
+            numeric[idx] = (up - loss(*args)) / 2e-6
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)

@@ -415,6 +415,28 @@ def test_where_selects_exactly_even_with_infinities(tmp_path):
     assert np.array_equal(out["o2"], np.where(a > 0, -np.inf, a))
 
 
+def test_where_takes_a_float_condition_as_nonzero_and_the_result_verifies(tmp_path):
+    """NKI's condition may be a float tile (the 2.x docs' 1.0 / 0.0); BIR's copyPredicated needs an integer
+    predicate, so the float is compared with 0 first: 0.5 and NaN select x, 0.0 and -0.0 select y."""
+    from tusk.ir.verify import verify
+    from tusk.stages.host import host_module_for
+    from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
+
+    body = """
+        @nki.jit
+        def k(c, a, b):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.where(nl.load(c), nl.load(a), nl.load(b)))
+            return out
+    """
+    cond = np.resize(np.array([0.5, np.nan, 0.0, -0.0, 1.0, -2.0], np.float32), 128 * 8).reshape(128, 8)
+    out = run(tmp_path, body, ["f32[128,8]"] * 3, {"c": cond, "a": (a := rand(128, 8)), "b": (b := rand(128, 8))})
+    assert np.array_equal(out["out"], np.where(cond != 0, a, b)) and np.isnan(cond).any()
+    klr_path = tmp_path / "k.klr"
+    klr_path.write_bytes(trace_file(tmp_path / "k.py", "k", ["f32[128,8]"] * 3))
+    translated, _ = TranslateNKIASTToBIR().run(host_module_for(str(klr_path), 0, str(tmp_path / "art")))
+    verify(translated)  # refused "the predicate is float32" before the comparison was added
+
 def test_rand_is_uniform_and_repeats_after_the_same_seed(tmp_path):
     out = run(tmp_path, """
         @nki.jit

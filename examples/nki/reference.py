@@ -143,6 +143,48 @@ def rotary_embedding(x, cos, sin):
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=1)
 
 
+def resize_nearest(x, scale_h=2, scale_w=2):
+    """out[c, y, x] = in[c, y // scale_h, x // scale_w] (torch's nearest mode, integer factors)."""
+    return np.repeat(np.repeat(np.asarray(x, F32), scale_h, axis=1), scale_w, axis=2)
+
+
+def select_and_scatter(x, grad, pool=2):
+    """max_pool2d backward: each window's gradient at its first (row-major) maximum, 0 elsewhere."""
+    x, grad = np.asarray(x, F32), np.asarray(grad, F32)
+    c, h, w = x.shape
+    windows = x.reshape(c, h // pool, pool, w // pool, pool).transpose(0, 1, 3, 2, 4).reshape(c, h // pool, w // pool, -1)
+    first = np.argmax(windows, axis=3)  # numpy's argmax takes the first maximum, as PyTorch's does
+    dx = np.zeros_like(windows)
+    np.put_along_axis(dx, first[..., None], grad[..., None], axis=3)
+    return dx.reshape(c, h // pool, w // pool, pool, pool).transpose(0, 1, 3, 2, 4).reshape(c, h, w)
+
+
+def adaptive_avgpool(x, output_size=(5, 7)):
+    """torch.nn.AdaptiveAvgPool2d: output (i, j) is the mean of rows floor(i H / OH) .. ceil((i + 1) H / OH)
+    (exclusive) and the columns likewise."""
+    (x,) = _f64(x)
+    c, h, w = x.shape
+    oh, ow = output_size
+    out = np.empty((c, oh, ow))
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            out[:, i, j] = x[:, h0:h1, w0:w1].mean(axis=(1, 2))
+    return out.astype(F32)
+
+
+def attention_bwd(q, k, v, d_out, scale=0.125):
+    """(dQ, dK, dV) of O = softmax(scale q k^T) v by the chain rule, in float64."""
+    q, k, v, d_out = _f64(q, k, v, d_out)
+    s = scale * q @ k.T
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    d_p = d_out @ v.T
+    d_s = p * (d_p - (d_p * p).sum(axis=1, keepdims=True))  # the softmax Jacobian applied row by row
+    return (scale * d_s @ k).astype(F32), (scale * d_s.T @ q).astype(F32), (p.T @ d_out).astype(F32)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -165,6 +207,10 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "rmsnorm_linear": rmsnorm_linear,
     "rotary_embedding": rotary_embedding,
     "matmul_accumulate_v2": matmul,
+    "resize_nearest": resize_nearest,
+    "select_and_scatter": select_and_scatter,
+    "adaptive_avgpool": adaptive_avgpool,
+    "attention_bwd": attention_bwd,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -197,6 +243,11 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "rmsnorm_linear": _MATMUL,  # a float32 row sum of squares, rsqrt, then one 128-deep float32 matmul
     "rotary_embedding": _EXACT,  # the reference repeats the kernel's float32 steps in order
     "matmul_accumulate_v2": _MATMUL,
+    "resize_nearest": _EXACT,
+    "select_and_scatter": _EXACT,  # comparisons and copies only
+    "adaptive_avgpool": _REDUCE,   # a mean of row means: float32 sums in another order than numpy's
+    "attention_bwd": (1e-5, 1e-6),  # float32 matmuls over 256 keys / queries: measured max abs error 1.8e-7 on
+    #                                 outputs up to 1.4 (a few ulps), the reference checked by finite differences
 }
 
 _DEFAULT = (-2.0, 2.0)

@@ -186,6 +186,10 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None, *
     nl._no_keywords("nl.where", kw)
     nl._needs_back_half("copy_predicated", "nl.where")
     cond = nl._tile(condition, "nl.where condition")
+    if "int" not in cond.dtype:
+        # NKI's condition may be a float tile (1.0 / 0.0: what nl.greater ... give by default), but BIR's
+        # copyPredicated takes an integer predicate; nonzero (NaN included, as numpy) becomes 1
+        cond = nl._binary("not_equal", cond, 0.0, "uint8", mask)
     tr = current()
     out_dtype = nl._out_dtype(dtype, x, y)
     dst = tr.tile(cond.shape, out_dtype)
