@@ -47,9 +47,9 @@ def _explain(name: str, tl: Timeline, module: Module | None) -> dict[str, Any]:
         # limits the slowest kernel
         slowest = max(kernels, key=lambda k: k["makespan"]["cycles"])
         binding = {**slowest["binding"], "kernel": slowest["function"]}
-    busy = _busy_with_calls(tl)
+    busy = _with_calls(tl, "busy")
     util = {lane: _ratio(v, span) for lane, v in busy.items() if lane in COMPUTE_ENGINES or v > 0}
-    for resource, v in _demand_with_calls(tl).items():
+    for resource, v in _with_calls(tl, "demand").items():
         util[resource] = _ratio(v, span)
     out: dict[str, Any] = {
         "function": name, "unit": UNIT, "ghz": GHZ,
@@ -87,21 +87,14 @@ def _kernels(tl: Timeline, module: Module | None) -> list[dict[str, Any]]:
     return out
 
 
-def _busy_with_calls(tl: Timeline) -> dict[str, float]:
-    """Busy cycles per lane over the whole run: the function's own and those of every kernel it calls."""
-    busy = dict(tl.busy)
+def _with_calls(tl: Timeline, field: str) -> dict[str, float]:
+    """``tl.busy`` or ``tl.demand`` (cycles per lane / resource) over the whole run: the function's own
+    and those of every kernel it calls."""
+    total = dict(getattr(tl, field))
     for inner in tl.calls.values():
-        for lane, v in _busy_with_calls(inner).items():
-            busy[lane] = busy.get(lane, 0.0) + v
-    return busy
-
-
-def _demand_with_calls(tl: Timeline) -> dict[str, float]:
-    demand = dict(tl.demand)
-    for inner in tl.calls.values():
-        for resource, v in _demand_with_calls(inner).items():
-            demand[resource] = demand.get(resource, 0.0) + v
-    return demand
+        for key, v in _with_calls(inner, field).items():
+            total[key] = total.get(key, 0.0) + v
+    return total
 
 
 def _time(cycles: float) -> dict[str, float]:

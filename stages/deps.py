@@ -887,7 +887,7 @@ class BuildFDeps(Pass):
         return out, _edge_stats(out)
 
     def split(self, module: Module) -> list[Module] | None:
-        from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+        from tusk.stages.deps_split import plan_ranges, range_parts, splits
 
         if PART_KEY in module.attributes:
             return None
@@ -895,12 +895,7 @@ class BuildFDeps(Pass):
         for k, fn in enumerate(module.functions):
             ranges = plan_ranges(len(fn.insts), self.split_min, self.split_part_size,
                                  self.split_max_parts) if splits(fn) else None
-            written = written_spaces(fn) if ranges else []
-            for a, b in ranges or ():
-                marker = {"function": k, "name": fn.name, "lo": a, "hi": b, "written": written}
-                parts.append(Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
-                                    module.attributes.with_(**{PART_KEY: marker}), module.artifact_dir,
-                                    module.queues, module.extras))
+            parts += range_parts(module, k, ranges or [], PART_KEY)
         return parts or None
 
     def _run_part(self, module: Module) -> tuple[Module, Stats]:

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from tusk.ir.enums import AP_KINDS, Kind, Mem, Role
-from tusk.ir.module import Function, _ranges
+from tusk.ir.module import Function, Module, _ranges
 from tusk.stages.deps import (
     SPACE_DRAM,
     _data_edges,
@@ -64,6 +64,20 @@ def plan_ranges(n: int, min_size: int, part_size: int, max_parts: int,
 def splits(fn: Function) -> bool:
     """Straight-line functions only: a kept loop or branch brings regions and loop-carried edges."""
     return straight_line_regions(fn) is None
+
+
+def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str) -> list[Module]:
+    """One module per row range of function ``k``: those rows, and a marker under ``key`` naming the range
+    and the memory the function writes (what a merge needs to find the edges between ranges)."""
+    if not ranges:
+        return []  # no parts: the writes are not worth collecting
+    fn = module.functions[k]
+    written = written_spaces(fn)
+    return [Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
+                   module.attributes.with_(**{key: {"function": k, "name": fn.name, "lo": a, "hi": b,
+                                                    "written": written}}),
+                   module.artifact_dir, module.queues, module.extras)
+            for a, b in ranges]
 
 
 def written_spaces(fn: Function) -> list[int]:

@@ -26,7 +26,7 @@ from tusk.ir.enums import Edge, FnAttr
 from tusk.ir.errors import InternalError
 from tusk.ir.module import Module
 from tusk.stages.deps import _extra_edges, _merge
-from tusk.stages.deps_split import cross_edges, part_edges, plan_ranges, splits, written_spaces
+from tusk.stages.deps_split import cross_edges, part_edges, plan_ranges, range_parts, splits
 
 # module attribute of a part of schedule: the function and row range it holds
 PART_KEY = "schedule_part"
@@ -42,12 +42,7 @@ def split(p, module: Module) -> list[Module] | None:
         segs = segments(fn, p.max_segment) if splits(fn) else []
         ranges = plan_ranges(len(fn.insts), p.split_min, p.split_part_size, p.split_max_parts,
                              starts=np.array([a for a, _ in segs], dtype=np.int64)) if segs else None
-        written = written_spaces(fn) if ranges else []
-        for a, b in ranges or ():
-            marker = {"function": k, "name": fn.name, "lo": a, "hi": b, "written": written}
-            parts.append(Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
-                                module.attributes.with_(**{PART_KEY: marker}), module.artifact_dir,
-                                module.queues, module.extras))
+        parts += range_parts(module, k, ranges or [], PART_KEY)
     return parts or None
 
 
