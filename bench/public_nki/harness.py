@@ -1,0 +1,144 @@
+"""Run one entry: ``tusk trace`` it as its author would (the command line, the upstream file unchanged), then
+translate the KLR, run the default pipeline, and compare the interpreter's outputs with the entry's reference.
+
+Outputs start as NaN so that elements the kernel never writes are caught; the interpreter runs strict (a read
+of a byte nothing wrote fails)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .entry import Entry
+
+TRACE_TIMEOUT = 300
+
+
+def tusk_command() -> list[str]:
+    exe = Path(sys.executable).with_name("tusk")
+    return [str(exe)] if exe.exists() else [shutil.which("tusk") or "tusk"]
+
+
+def trace(entry: Entry, repos: Path, out: Path) -> tuple[bool, str, float]:
+    cmd = [*tusk_command(), "trace", f"{repos / entry.path}" + (f"::{entry.function}" if entry.function else "")]
+    for spec in entry.inputs:
+        cmd += ["--input", spec]
+    for arg in entry.args:
+        cmd += ["--arg", arg]
+    if entry.grid:
+        cmd += ["--grid", entry.grid]
+    cmd += ["-o", str(out), "--name", entry.name]
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TRACE_TIMEOUT,
+                              cwd=out.parent, env={**os.environ, "PYTHONHASHSEED": "0"})
+    except subprocess.TimeoutExpired:
+        return False, f"trace timed out after {TRACE_TIMEOUT} s", time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if done.returncode != 0 or not out.exists():
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return False, " | ".join(lines[-3:]) or f"exit {done.returncode}", took
+    return True, "", took
+
+
+def inputs_for(entry: Entry, specs, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for i, spec in enumerate(specs):
+        lo, hi = entry.range_of(i)
+        if i in entry.ints:
+            x = rng.integers(int(lo), int(hi), size=spec.shape).astype(np.float32)
+        else:
+            x = rng.uniform(lo, hi, size=spec.shape).astype(np.float32)
+        if spec.dtype == "bfloat16":
+            x = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) & 0xFFFF0000
+            x = x.astype(np.uint32).view(np.float32)
+        elif spec.dtype == "float16":
+            x = x.astype(np.float16).astype(np.float32)
+        arrays.append(x)
+    return arrays
+
+
+def compile_and_run(klr_path: Path, art: Path, inputs: dict[str, np.ndarray], out_shapes: dict[str, tuple],
+                    ncores: int, pipeline: bool) -> dict[str, np.ndarray]:
+    from tusk import stages
+    from tusk.ir.verify import verify
+    from tusk.sim.interp import run
+    from tusk.stages.host import host_module_for
+    from tusk.workflows.pipeline import DEFAULT_ORDER
+
+    order = DEFAULT_ORDER if pipeline else DEFAULT_ORDER[:1]
+    got: dict[str, np.ndarray] = {n: np.full(s, np.nan, np.float32) for n, s in out_shapes.items()}
+    for core in range(ncores):
+        module = host_module_for(str(klr_path), core, str(art / str(core)))
+        for step in order:
+            module, _ = stages.make_pass(step).run(module)
+        verify(module)
+        sentinel = {n: np.full(s, np.nan, np.float32) for n, s in out_shapes.items()}
+        res = run(module, {**inputs, **sentinel}, strict=True)
+        for n in out_shapes:
+            written = ~np.isnan(res[n])
+            got[n][written] = res[n][written]
+    return got
+
+
+def run_entry(entry: Entry, repos: Path, work: Path, pipeline: bool = True) -> dict:
+    from tusk.frontend import parse_tensor_spec
+    from tusk.ir import klr
+
+    work.mkdir(parents=True, exist_ok=True)
+    klr_path = work / f"{entry.name}.klr"
+    klr_path.unlink(missing_ok=True)
+    result: dict = {"name": entry.name, "group": entry.group}
+    if not (repos / entry.path).is_file():
+        return {**result, "status": "missing", "detail": f"{entry.path} is not in {repos}"}
+    ok, detail, took = trace(entry, repos, klr_path)
+    result["trace_s"] = round(took, 2)
+    if not ok:
+        return {**result, "status": "refused", "detail": detail}
+    kernel = klr.read_klr(klr_path.read_bytes()).contents.kernel
+    specs = [parse_tensor_spec(s) for s in entry.inputs]
+    in_names = [t.name for t in kernel.inputs]
+    if len(in_names) != len(specs):
+        return {**result, "status": "error", "detail": f"the kernel has inputs {in_names}, the entry {len(specs)}"}
+    arrays = inputs_for(entry, specs, seed=sum(map(ord, entry.name)))
+    out_shapes = {t.name: (int(t.shape.parDim), *map(int, t.shape.freeDims)) for t in kernel.outputs}
+    t0 = time.perf_counter()
+    try:
+        got = compile_and_run(klr_path, work / entry.name, dict(zip(in_names, arrays, strict=True)), out_shapes,
+                              max(1, len(kernel.bodies)), pipeline)
+    except Exception as e:  # noqa: BLE001 - the bench reports every failure by kind
+        return {**result, "status": "compile-failed", "detail": f"{type(e).__name__}: {e}"[:400]}
+    result["run_s"] = round(time.perf_counter() - t0, 2)
+    if entry.reference is None:
+        return {**result, "status": "no-reference", "detail": entry.note}
+    want = entry.reference(arrays, dict(a.split("=", 1) for a in entry.args))
+    want = [want] if isinstance(want, np.ndarray) else list(want)
+    names = list(out_shapes)
+    if len(want) != len(names):
+        return {**result, "status": "error", "detail": f"the kernel has outputs {names}, the reference {len(want)}"}
+    worst = 0.0
+    for n, w in zip(names, want, strict=True):
+        g = got[n]
+        w = np.asarray(w, np.float32)
+        if g.size != w.size:
+            return {**result, "status": "mismatch", "detail": f"{n}: shape {g.shape}, reference {w.shape}"}
+        g = g.reshape(w.shape)
+        unwritten = int(np.isnan(g).sum() - np.isnan(w).sum())
+        if unwritten > 0 and not entry.partial:
+            return {**result, "status": "partial", "detail": f"{n}: {unwritten} of {g.size} elements never written"}
+        mask = ~np.isnan(g) & ~np.isnan(w)
+        err = np.abs(g[mask] - w[mask])
+        bad = err > entry.atol + entry.rtol * np.abs(w[mask])
+        if bad.any():
+            return {**result, "status": "mismatch",
+                    "detail": f"{n}: {int(bad.sum())} of {g.size} differ, max error {float(err.max()):.3g}"}
+        if err.size:
+            worst = max(worst, float((err / (np.abs(w[mask]) + entry.atol)).max()))
+    return {**result, "status": "matched", "detail": f"worst relative error {worst:.2g}"}
