@@ -73,6 +73,34 @@ class LocalFS:
                     pass
         return total
 
+    def usage(self, p: str) -> int:
+        """Bytes the disk gives ``p`` (a file, or a directory with everything under it), as ``du`` counts
+        them: many small files take far more than their sizes."""
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return 0
+        total = st.st_blocks * 512
+        if os.path.isdir(p):
+            for dirpath, dirs, files in os.walk(p):
+                for f in dirs + files:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+                    except FileNotFoundError:
+                        pass
+        return total
+
+    def prune_empty_dirs(self, tops: list[str]) -> None:
+        """Remove the empty directories under each of ``tops`` (an emptied prefix directory still costs a
+        block); a directory a writer fills meanwhile is simply not empty."""
+        for top in tops:
+            for dirpath, _dirs, _files in os.walk(top, topdown=False):
+                if dirpath != top:
+                    try:
+                        os.rmdir(dirpath)
+                    except OSError:
+                        pass
+
     def walk_files(self, p: str) -> Iterator[tuple[str, int, float]]:
         """(path, size, mtime) of every file under ``p``."""
         for dirpath, _dirs, files in os.walk(p):
@@ -102,7 +130,7 @@ class LocalFS:
                 os.unlink(tmp)
 
     def touch(self, p: str) -> None:
-        """Mark ``p`` as used now (its mtime is the LRU clock of the store)."""
+        """Mark ``p`` as used now (its mtime is the LRU clock of the store, ``cache.gc``)."""
         try:
             os.utime(p, None)
         except OSError:
@@ -217,6 +245,15 @@ class FsspecFS:
 
     def tree_size(self, p: str) -> int:
         return sum(size for _p, size, _t in self.walk_files(p))
+
+    def usage(self, p: str) -> int:
+        """Bytes stored under ``p`` (an object store bills what it holds, not blocks)."""
+        if self.fs.isfile(p):
+            return int(self.fs.size(p) or 0)
+        return self.tree_size(p)
+
+    def prune_empty_dirs(self, tops: list[str]) -> None:
+        pass  # object stores have no directories of their own
 
     def walk_files(self, p: str) -> Iterator[tuple[str, int, float]]:
         try:

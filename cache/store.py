@@ -293,9 +293,12 @@ class Store:
                     yield name[:-5]
 
     # ------------------------------------------------------------ notes
-    def get_note(self, kind: str, key: str) -> Any:
-        """The note's value, or None when it is missing, damaged or edited (a miss)."""
-        raw = self.fs.read_bytes(self.note_path(kind, key))
+    def get_note(self, kind: str, key: str, touch: bool = True) -> Any:
+        """The note's value, or None when it is missing, damaged or edited (a miss).
+
+        ``touch``: a note found is marked as used now (the LRU clock of ``gc``)."""
+        path = self.note_path(kind, key)
+        raw = self.fs.read_bytes(path)
         if raw is None:
             return None
         try:
@@ -304,6 +307,8 @@ class Store:
             return None
         if not isinstance(note, dict) or note.get("checksum") != _checksum(f"note:{kind}", key, note):
             return None
+        if touch:
+            self.fs.touch(path)
         return note.get("value")
 
     def put_note(self, kind: str, key: str, value: Any) -> None:
@@ -320,16 +325,25 @@ class Store:
                         yield kind, name[:-5]
 
     # ------------------------------------------------------------ maintenance
+    def usage(self, *sub: str) -> int:
+        """Bytes the store (or its part ``sub``) takes on disk: what ``gc --max-size`` limits."""
+        p = self.fs.path(*sub) if sub else self.fs.root
+        return self.fs.usage(p) if self.fs.exists(p) else 0
+
     def info(self) -> dict[str, Any]:
-        """Counts and sizes: objects, actions, notes, bytes."""
+        """Counts and sizes: objects, actions, notes; ``*_bytes`` on disk (``bytes``: the whole store, what
+        ``gc --max-size`` limits), ``file_bytes`` the sum of the files' sizes."""
         objects = list(self.object_hashes())
         return {
             "root": self.url,
             "objects": len(objects),
             "actions": sum(1 for _ in self.action_keys()),
-            "object_bytes": self.fs.tree_size(self.fs.path("objects")),
-            "action_bytes": self.fs.tree_size(self.fs.path("actions")),
-            "bytes": self.fs.tree_size(self.fs.root) if self.fs.exists(self.fs.root) else 0,
+            "notes": sum(1 for _ in self.note_keys()),
+            "object_bytes": self.usage("objects"),
+            "action_bytes": self.usage("actions"),
+            "note_bytes": self.usage("notes"),
+            "bytes": self.usage(),
+            "file_bytes": self.fs.tree_size(self.fs.root) if self.fs.exists(self.fs.root) else 0,
         }
 
     def verify(self, remove: bool = False) -> dict[str, Any]:
@@ -366,54 +380,15 @@ class Store:
                 "removed": remove}
 
     def gc(self, max_bytes: int, grace: float = 60.0) -> dict[str, Any]:
-        """Shrink the store to ``max_bytes`` of objects, least recently used actions first.
+        """Shrink the whole store (objects, records, notes) to ``max_bytes`` on disk, least recently used
+        first; no kept record or note names a removed object (``tusk.cache.gc``)."""
+        from tusk.cache.gc import collect
 
-        Actions are kept newest-use first while the objects they reference
-        (input and output) fit; every other action is dropped, and every
-        object no kept action references is removed, except objects younger
-        than ``grace`` seconds (a running build may be about to record them).
-        """
         self._refuse_foreign("collecting garbage in")
-        sizes = {h: self.fs.tree_size(self.object_path(h)) for h in self.object_hashes()}
-        before = sum(sizes.values())
-        actions = []
-        for key in self.action_keys():
-            rec = self.read_action(key)
-            used = self.fs.mtime(self.action_path(key))
-            if rec is None:
-                actions.append((used, key, ()))
-                continue
-            refs = [h for h in (rec.get("input"), rec.get("output")) if isinstance(h, str)]
-            refs += [h for h in rec.get("refs", []) if isinstance(h, str)]
-            actions.append((max(used, float(rec.get("used", 0) or 0)), key, tuple(refs)))
-        actions.sort(reverse=True)
-        kept: set[str] = set()
-        total = 0
-        removed_actions = 0
-        full = False
-        for _used, key, refs in actions:
-            need = [h for h in set(refs) if h not in kept and h in sizes]
-            add = sum(sizes[h] for h in need)
-            if not full and refs and total + add <= max_bytes:
-                kept.update(need)
-                total += add
-                continue
-            full = full or bool(refs)
-            self.drop_action(key)
-            removed_actions += 1
-        now = time.time()
-        removed_objects = 0
-        for h in sizes:
-            if h in kept:
-                continue
-            if now - self.fs.mtime(self.fs.path("objects", h[:2], h, "zarr.json")) < grace:
-                continue
-            self.discard(h)
-            removed_objects += 1
-        self._clean_scratch(now)
-        after = sum(s for h, s in sizes.items() if self.fs.exists(self.object_path(h)))
-        return {"bytes_before": before, "bytes_after": after, "removed_objects": removed_objects,
-                "removed_actions": removed_actions, "kept_actions": len(actions) - removed_actions}
+        if not self.fs.exists(self.fs.root):
+            return {"bytes_before": 0, "bytes_after": 0, "removed_objects": 0, "removed_actions": 0,
+                    "removed_notes": 0, "kept_actions": 0, "max_bytes": max_bytes}
+        return collect(self, max_bytes, grace)
 
     def _clean_scratch(self, now: float) -> None:
         for sub in ("tmp", "trash"):

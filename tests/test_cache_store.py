@@ -179,12 +179,105 @@ def test_gc_keeps_the_most_recently_used_results(store):
         os.utime(store.action_path(key), (1000 + k, 1000 + k))  # action k used at time 1000+k
         hashes.append(h)
     store.touch_action(digest("action0"))  # used just now: the newest
-    size = [store.fs.tree_size(store.object_path(h)) for h in hashes]
-    res = store.gc(max_bytes=size[0] + size[3] + min(size[1], size[2]) - 1, grace=0)
+    entry = [store.usage("objects", h[:2], h) + store.fs.usage(store.action_path(digest(f"action{k}")))
+             for k, h in enumerate(hashes)]
+    skeleton = store.usage() - sum(entry)
+    res = store.gc(max_bytes=skeleton + entry[0] + entry[3] + min(entry[1], entry[2]) - 1, grace=0)
     kept = set(store.object_hashes())
     assert hashes[0] in kept and hashes[3] in kept
     assert hashes[1] not in kept and hashes[2] not in kept
     assert res["removed_actions"] == 2 and res["bytes_after"] < res["bytes_before"]
+    assert res["bytes_after"] == store.usage() <= res["max_bytes"]
+
+
+def _built_cache(tmp_path, monkeypatch) -> Store:
+    """A cache as `tusk compile` fills it: records, objects, timing notes, timelines, ETA history, memos."""
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from tusk.workflows.cli import app
+
+    src = Path(__file__).resolve().parent.parent / "examples" / "kernels"
+    kdir = tmp_path / "k"
+    kdir.mkdir()
+    for name in ("add_tiles.klr", "rmsnorm.klr", "tiled_exp.json", "tiled_softmax.json"):
+        shutil.copy(src / name, kdir / name)
+    for var in ("TUSK_ARCH", "TUSK_INSTRUCTION_LIMIT", "MAXHU", "TUSK_WORKERS", "TUSK_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    cache = tmp_path / "cache"
+    res = CliRunner().invoke(app, ["compile", str(kdir), "-o", str(tmp_path / "out"), "--cache-dir", str(cache),
+                                   "--workers", "0", "--progress", "off"])
+    assert res.exit_code == 0, res.output
+    return Store(cache)
+
+
+def _age(store: Store, seconds: float) -> None:
+    """Every file of the store ``seconds`` older, their order kept (past gc's grace for young objects)."""
+    for path, _size, mtime in list(store.fs.walk_files(store.fs.root)):
+        os.utime(path, (mtime - seconds, mtime - seconds))
+
+
+def _dangling(store: Store) -> list[str]:
+    """Records and notes that name an object the store does not have."""
+    bad = []
+    for key in store.action_keys():
+        rec = store.read_action(key)
+        if rec is None or rec.get("kind") == "failure":
+            continue
+        for h in (rec.get("input"), rec.get("output"), *rec.get("refs", [])):
+            if isinstance(h, str) and not store.has(h):
+                bad.append(f"action {key} -> {h}")
+    for kind, key in store.note_keys():
+        value = store.get_note(kind, key, touch=False)
+        if isinstance(value, dict) and isinstance(value.get("hash"), str) and not store.has(value["hash"]):
+            bad.append(f"note {kind}/{key} -> {value['hash']}")
+    return bad
+
+
+def test_gc_brings_a_built_cache_under_the_size_objects_and_notes_included(tmp_path, monkeypatch):
+    store = _built_cache(tmp_path, monkeypatch)
+    _age(store, 3600)
+    info = store.info()
+    assert info["notes"] > 0 and info["bytes"] == store.usage()
+    for limit in (info["bytes"] * 2 // 3, info["bytes"] // 3, info["bytes"] // 10):
+        res = store.gc(limit)
+        assert store.usage() <= limit, (limit, res)
+        assert res["bytes_after"] == store.usage()
+        assert _dangling(store) == []
+    assert res["removed_objects"] > 0 or store.info()["objects"] == 0
+
+
+def test_gc_drops_the_oldest_notes_before_newer_records(tmp_path, monkeypatch):
+    store = _built_cache(tmp_path, monkeypatch)
+    _age(store, 3600)
+    timelines = [(k, key) for k, key in store.note_keys() if k in ("engine-timeline", "makespan")]
+    assert timelines
+    for kind, key in timelines:  # the timing notes were used long before anything else
+        os.utime(store.note_path(kind, key), (1000, 1000))
+    notes_bytes = sum(store.fs.usage(store.note_path(k, key)) for k, key in timelines)
+    actions, objects = store.info()["actions"], store.info()["objects"]
+    res = store.gc(store.usage() - notes_bytes // 2)
+    assert res["removed_notes"] > 0 and res["removed_actions"] == 0 and res["removed_objects"] == 0
+    assert store.info()["actions"] == actions and store.info()["objects"] == objects
+    assert store.usage() <= res["max_bytes"]
+
+
+def test_gc_cli_reaches_its_target_and_the_next_build_still_works(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tusk.workflows.cli import app
+
+    store = _built_cache(tmp_path, monkeypatch)
+    _age(store, 3600)
+    limit = store.usage() // 2
+    res = CliRunner().invoke(app, ["cache", "gc", "--max-size", str(limit), "--cache-dir", str(store.url)])
+    assert res.exit_code == 0 and "note(s)" in res.output, res.output
+    assert store.usage() <= limit and _dangling(store) == []
+    again = CliRunner().invoke(app, ["compile", str(tmp_path / "k"), "-o", str(tmp_path / "out2"), "--cache-dir",
+                                     str(store.url), "--workers", "0", "--progress", "off", "--json"])
+    assert again.exit_code == 0, again.output
 
 
 def test_clear_refuses_a_directory_that_is_not_a_store(tmp_path):

@@ -629,7 +629,10 @@ def cache_info(cache_dir: Optional[str] = CacheDir,
         typer.echo(json.dumps(info, indent=1, sort_keys=True))
         return
     typer.echo(f"cache:   {info['root']}\nobjects: {info['objects']} ({_size(info['object_bytes'])})\n"
-               f"actions: {info['actions']} ({_size(info['action_bytes'])})\ntotal:   {_size(info['bytes'])}")
+               f"actions: {info['actions']} ({_size(info['action_bytes'])})\n"
+               f"notes:   {info['notes']} ({_size(info['note_bytes'])}: engine timelines, ETA history, memos)\n"
+               f"total:   {_size(info['bytes'])} on disk ({_size(info['file_bytes'])} in files); "
+               f"what 'tusk cache gc --max-size' limits")
 
 
 @cache_app.command("verify", epilog="\b\nExamples:\n  tusk cache verify\n  tusk cache verify --remove")
@@ -653,7 +656,8 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
 def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
                                           help="Keep at most this much, e.g. 2G, 500M"),
              cache_dir: Optional[str] = CacheDir) -> None:
-    """Drop least recently used results until the cache fits in --max-size."""
+    """Drop least recently used results (records, their objects, notes) until the whole cache takes at most
+    --max-size on disk."""
     from tusk.cache.store import parse_size
 
     try:
@@ -664,8 +668,12 @@ def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
         res = _store(cache_dir).gc(limit)
     except TuskError as e:
         raise _fail(e, 1)
-    typer.echo(f"removed {res['removed_objects']} object(s) and {res['removed_actions']} action record(s); "
-               f"{_size(res['bytes_before'])} -> {_size(res['bytes_after'])}")
+    typer.echo(f"removed {res['removed_objects']} object(s), {res['removed_actions']} action record(s) and "
+               f"{res['removed_notes']} note(s); {_size(res['bytes_before'])} -> {_size(res['bytes_after'])} "
+               f"on disk (limit {_size(limit)})")
+    if res["bytes_after"] > limit:
+        typer.echo("the cache is still above the limit: what is left is the store's own skeleton, objects "
+                   "written in the last minute (a build may be running) or files gc does not own", err=True)
 
 
 @cache_app.command("clear", epilog="\b\nExamples:\n  tusk cache clear\n  tusk cache clear --cache-dir /tmp/c")
