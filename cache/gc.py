@@ -93,7 +93,7 @@ def collect(store, max_bytes: int, grace: float = 60.0) -> dict[str, Any]:
     full = False
     dropped: list[Entry] = []
     for e in sorted(all_entries, key=lambda e: e.used, reverse=True):
-        cost = e.size + sum(objects[h] for h in e.refs - kept)
+        cost = 0 if e.broken else e.size + sum(objects[h] for h in e.refs - kept)
         if e.broken or full or total + cost > max_bytes:
             full = full or not e.broken
             dropped.append(e)

@@ -374,3 +374,12 @@ def test_objects_are_zarr_v3_groups_that_zarr_itself_reads(store, monkeypatch, t
         with open(tmp_path / "ref" / key / "zarr.json") as fh:
             assert json.load(fh) == mine
     assert store.load(h) == tiled_module
+
+
+def test_gc_drops_a_record_whose_object_is_gone(store):
+    h = store.put(tiled_exp_module(tiles=2))
+    store.put_action(digest("gone"), {"input": "ab" * 32, "output": h})  # its input was never stored
+    store.put_action(digest("fine"), {"input": h, "output": h})
+    res = store.gc(1 << 30, grace=0)
+    assert res["removed_actions"] == 1 and store.read_action(digest("gone")) is None
+    assert store.get_action(digest("fine"))["output"] == h

@@ -364,3 +364,21 @@ def test_show_stage_finds_the_cache_the_kernels_tusk_toml_names(cache, tmp_path)
     assert (tmp_path / "project-cache").is_dir() and not cache.exists()
     res = run("show", str(out / "tiled_exp"), "--stage", "unroll", "--no-tensors", "-n", "1")
     assert res.exit_code == 0 and "exp" in res.stdout
+
+
+def test_why_it_ran_names_the_setting_when_built_into_another_output_directory(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    first = run("compile", str(k), "-o", str(tmp_path / "a"), "--workers", "0", "--json", "--progress", "off")
+    assert first.exit_code == 0
+    res = run("compile", str(k), "-o", str(tmp_path / "b"), "--workers", "0", "--json", "--progress", "off",
+              "--arch", "gen2", "--set", "unroll.loops=marked")
+    assert res.exit_code == 0, res.output
+    steps = {s["label"]: s["reason"] for s in json.loads(res.stdout)["kernels"][0]["units"][0]["steps"]
+             if s["status"] == "executed"}
+    assert steps, "the new settings ran nothing"
+    assert not any("not built before" in r for r in steps.values()), steps
+    assert all("settings changed: arch gen3 -> gen2" in r for r in steps.values()), steps
+    assert "options changed: unroll.loops all -> marked" in steps["unroll"]
+    verbose = run("compile", str(k), "-o", str(tmp_path / "c"), "--workers", "0", "-v", "--progress", "off",
+                  "--maxhu", "3")
+    assert "heuristic_unroll.maxhu unset -> 3 (setting maxhu)" in " ".join(verbose.stdout.split())

@@ -97,7 +97,7 @@ def test_kernel_file_digest_is_part_of_the_first_key(store):
     first = build(u("aa"), steps(), store)
     prev = {"k": {s.label: s.key_parts for s in first.unit("k").steps}}
     rep = build(u("bb"), steps(), store, previous=prev)
-    assert rep.unit("k").steps[0].reason == "kernel file changed"
+    assert rep.unit("k").steps[0].reason == "kernel file changed: k.json"
     # the host module did not change, so the re-run pass gives the same output: the rest is cut off
     assert rep.executions() == [("k", "test_scale")]
 
@@ -197,7 +197,7 @@ def test_reasons_say_why_a_pass_ran(store):
     prev = {u.unit.name: {s.label: s.key_parts for s in u.steps} for u in first.units}
     rep = build(units(), steps(scale=5.0), store, previous=prev)
     reasons = [s.reason for s in rep.unit("family").steps]
-    assert reasons[0] == "options changed" and reasons[1] == "input changed"
+    assert reasons[0] == "options changed: test_scale.factor 2.0 -> 5.0" and reasons[1] == "input changed"
 
 
 def test_memory_store_with_inline_executor(family_module):

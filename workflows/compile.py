@@ -30,6 +30,7 @@ from typing import Any
 from tusk import __version__
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError, UsageError
 from tusk.workflows import config as config_mod
+from tusk.workflows import why
 from tusk.workflows.graph import (
     BuildReport,
     BuildUnit,
@@ -58,7 +59,6 @@ from tusk.workflows.outputs import (
     clean_leftovers,
     output_problem,
     owned_dir,
-    previous_parts,
     write_atomic,
 )
 from tusk.workflows.pipeline import apply_defaults, apply_sets, default_pipeline, load_pipeline, resolve
@@ -213,11 +213,13 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
         events.start(len(units), len(plan.resolved.steps))
         report = build(units, plan.resolved.steps, store, env=config_mod.output_key(plan.cfg),
                        executor=plan.executor(executor, units, store, events), verify=plan.cfg.verify,
-                       previous={u.name: previous_parts(plan.out, u) for u in units}, on_final=plan.writer.on_final,
+                       previous={u.name: why.previous_parts(plan.out, store, u) for u in units},
+                       on_final=plan.writer.on_final,
                        on_event=lambda e: dispatch(events, e),
                        timing=req.timing if req.timing is not None else events.timing(),
                        timeline_limit=int(plan.cfg.timeline_limit))
         report.unavailable = plan.resolved.unavailable
+        why.remember(store, report)
         for u in report.units:
             results[u.unit.kernel].units.append(u)
         for kr in results.values():  # the one place a kernel's outputs are put in place (or removed)

@@ -690,18 +690,10 @@ class Build:
         return res
 
     def _reason(self, st: _State, i: int) -> str:
-        prev = self.previous.get(st.report.unit.name, {}).get(self.steps[i].label)
-        if not prev:
-            return "not built before"
-        now = st.parts[i]
-        changed = [k for k in ("pass", "version", "code", "options", "files", "env", "input")
-                   if prev.get(k) != now.get(k)]
-        names = {"input": "input changed", "options": "options changed", "version": "pass version changed",
-                 "code": "pass source changed", "files": "kernel file changed", "env": "settings changed",
-                 "pass": "pass changed"}
-        if not changed:
-            return "no usable cached result (evicted, damaged or never recorded)"
-        return ", ".join(names[k] for k in changed)
+        from tusk.workflows.why import reason
+
+        label = self.steps[i].label
+        return reason(self.previous.get(st.report.unit.name, {}).get(label), st.parts[i], label)
 
     def _fail(self, st: _State, message: str, cached: bool = False, fault: str = INPUT, tb: str = "") -> None:
         if st.done:
