@@ -87,24 +87,31 @@ def _header(result, n_units: int) -> str:
 
 
 def _kernels(result) -> str:
+    figures = [(kr, u, unit_figures(kr, u)) for kr in result.kernels for u in kr.units]
+    spans = any(f.get(k) is not None for _, _, f in figures for k in ("makespan_before", "makespan_after"))
     rows = []
     for kr in result.kernels:
-        if not kr.units:
-            rows.append(f'<tr class="failed"><td>{_e(kr.kernel.name)}</td><td class="st">failed</td>'
-                        f'<td></td><td></td><td></td><td></td><td class="err">{_e(kr.error or "")}</td></tr>')
+        if kr.units:
             continue
-        for u in kr.units:
-            f = unit_figures(kr, u)
-            err = u.error or (kr.error if not kr.ok else "")
-            rows.append(f'<tr class="{_e(f["status"]).replace(" ", "-")}"><td>{_e(u.unit.name)}</td>'
-                        f'<td class="st">{_e(f["status"])}</td>'
-                        f'<td class="n">{_num(f["insts_before_unroll"])}</td>'
-                        f'<td class="n">{_num(f["insts_after_unroll"])}</td>'
-                        f'<td class="n">{f["cache_hits"]}/{f["steps"]}</td>'
-                        f'<td class="n">{f["pass_seconds"]:.3f}</td><td class="err">{_e(err or "")}</td></tr>')
+        blank = "<td></td>" * (6 if spans else 4)
+        rows.append(f'<tr class="failed"><td>{_e(kr.kernel.name)}</td><td class="st">failed</td>'
+                    f'{blank}<td class="err">{_e(kr.error or "")}</td></tr>')  # failed before it had units
+    for kr, u, f in figures:
+        err = u.error or (kr.error if not kr.ok else "")
+        cols = (f'<td class="n">{_num(f["makespan_before"])}</td><td class="n">{_num(f["makespan_after"])}</td>'
+                if spans else "")
+        rows.append(f'<tr class="{_e(f["status"]).replace(" ", "-")}"><td>{_e(u.unit.name)}</td>'
+                    f'<td class="st">{_e(f["status"])}</td>'
+                    f'<td class="n">{_num(f["insts_before_unroll"])}</td>'
+                    f'<td class="n">{_num(f["insts_after_unroll"])}</td>{cols}'
+                    f'<td class="n">{f["cache_hits"]}/{f["steps"]}</td>'
+                    f'<td class="n">{f["pass_seconds"]:.3f}</td><td class="err">{_e(err or "")}</td></tr>')
+    head = '<th>makespan (cycles)</th><th>rotated (cycles)</th>' if spans else ""
     return ('<section><h2>Kernels</h2><table class="grid"><thead><tr><th>unit</th><th>status</th>'
-            '<th>instructions</th><th>unrolled</th><th>cached</th><th>pass seconds</th><th>error</th></tr>'
-            '</thead><tbody>' + "".join(rows) + "</tbody></table></section>")
+            f'<th>instructions</th><th>unrolled</th>{head}<th>cached</th><th>pass seconds</th><th>error</th></tr>'
+            '</thead><tbody>' + "".join(rows) + "</tbody></table>"
+            + ('<p class="note">makespan: the timing model\'s cycles before rotation; rotated: after (the '
+               'summary\'s figures)</p>' if spans else "") + "</section>")
 
 
 def _num(v: Any) -> str:
@@ -227,26 +234,26 @@ def _instructions(result, figs: _Figures) -> str:
 
 def _utilization_fig(tl: dict, title: str, figs: _Figures, xmax: float | None) -> str:
     """A timeline too large to draw instruction by instruction: how busy each lane is, slice by slice."""
-    us = 1.0 / (tl["ghz"] * 1000.0)
+    us = 1.0  # cycles, the timing model's unit (the summary's too)
     u = tl["utilization"]
     lanes = tl["lanes"]
     x = [round((u["t0"] + (b + 0.5) * u["dt"]) * us, 4) for b in range(u["bins"])]
     data = [{"type": "heatmap", "z": u["lanes"], "x": x, "y": lanes, "zmin": 0, "zmax": 1,
              "colorscale": [[0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1, "#08306b"]],
              "colorbar": {"title": {"text": "busy"}, "thickness": 12},
-             "hovertemplate": "%{y}<br>%{x:,.2f} µs: %{z:.0%} busy<extra></extra>"}]
+             "hovertemplate": "%{y}<br>cycle %{x:,.0f}: %{z:.0%} busy<extra></extra>"}]
     ms = tl["makespan"] * us
     lb = tl.get("lower_bound", 0.0) * us
-    text = (f"{title}: makespan {ms:,.2f} µs (bound {lb:,.2f}), {tl['instructions']:,} instructions: "
+    text = (f"{title}: makespan {_cycles(ms)} (bound {_cycles(lb)}), {tl['instructions']:,} instructions: "
             f"busy fraction per lane")
     layout = {"title": {"text": text, "font": {"size": 13}},
-              "xaxis": {"title": {"text": "time (µs at the model's clock)"}, "range": [0, (xmax or ms) * 1.02]},
+              "xaxis": {"title": {"text": AXIS}, "range": [0, (xmax or ms) * 1.02]},
               "yaxis": {"autorange": "reversed", "type": "category", "automargin": True}}
     return figs.add(data, layout, max(200, 70 + 26 * len(lanes)))
 
 
 def _timeline_fig(tl: dict, title: str, figs: _Figures, xmax: float | None) -> str:
-    us = 1.0 / (tl["ghz"] * 1000.0)
+    us = 1.0  # cycles, the timing model's unit (the summary's too)
     lanes = tl["lanes"]
     ov = tl.get("overview")
     if ov is None:
@@ -259,23 +266,24 @@ def _timeline_fig(tl: dict, title: str, figs: _Figures, xmax: float | None) -> s
         data.append({"type": "bar", "orientation": "h", "name": lane, "y": [lane] * len(idx),
                      "base": [round(ov["start"][j] * us, 4) for j in idx],
                      "x": [round(max(ov["end"][j] - ov["start"][j], 0.0) * us, 4) for j in idx],
-                     "hovertext": [f"{lane}: {ov['label'][j]}<br>{ov['start'][j] * us:,.3f}–"
-                                   f"{ov['end'][j] * us:,.3f} µs" for j in idx],
+                     "hovertext": [f"{lane}: {ov['label'][j]}<br>cycles {ov['start'][j] * us:,.0f}–"
+                                   f"{ov['end'][j] * us:,.0f}" for j in idx],
                      "hoverinfo": "text", "marker": {"color": _color(k), "line": {"width": 0}},
                      "showlegend": False})
     ms = tl["makespan"] * us
     lb = tl.get("lower_bound", 0.0) * us
     merged = " (neighbouring instructions merged)" if ov.get("merged") else ""
-    text = (f"{title}: makespan {ms:,.2f} µs, lower bound {lb:,.2f} µs, "
+    text = (f"{title}: makespan {_cycles(ms)}, lower bound {_cycles(lb)}, "
             f"{tl['instructions']:,} instructions{merged}")
     layout = {"barmode": "overlay", "bargap": 0.25, "title": {"text": text, "font": {"size": 13}},
-              "xaxis": {"title": {"text": "time (µs at the model's clock)"}, "range": [0, (xmax or ms) * 1.02]},
+              "xaxis": {"title": {"text": AXIS}, "range": [0, (xmax or ms) * 1.02]},
               "yaxis": {"autorange": "reversed", "type": "category", "categoryorder": "array",
                         "categoryarray": lanes, "automargin": True}}
     return figs.add(data, layout, max(200, 70 + 26 * len(lanes)))
 
 
 def _timelines(result, phases: dict[str, list[Phase]], figs: _Figures, model_note: str) -> str:
+    timed = {u.unit.name: list(u.timings) for u in _units(result)}
     if not phases:
         return ('<section><h2>Engine timelines</h2><p class="note">' + _e(model_note or "No timelines.")
                 + "</p></section>")
@@ -288,7 +296,7 @@ def _timelines(result, phases: dict[str, list[Phase]], figs: _Figures, model_not
         n += 1
         body = []
         ok = [tl for ph in unit_phases for tl in ph.timelines if tl.get("ok")]
-        xmax = max((tl["makespan"] / (tl["ghz"] * 1000.0) for tl in ok), default=None)
+        xmax = max((tl["makespan"] for tl in ok), default=None)
         for ph in unit_phases:
             if ph.note:
                 body.append(f'<p class="note">{_e(ph.title)}: {_e(ph.note)}</p>')
@@ -299,28 +307,35 @@ def _timelines(result, phases: dict[str, list[Phase]], figs: _Figures, model_not
                 else:
                     body.append(f'<p class="note">{_e(ph.title)}, {_e(tl.get("function"))}: not timed: '
                                 f'{_e(tl.get("why"))}</p>')
-        summary = ", ".join(f"{ph.title}: {_makespan(ph)}" for ph in unit_phases) + _speedup(unit_phases)
+        summary = _headline(timed.get(unit, []), unit_phases)
         out.append(f'<details class="kernel"{" open" if n <= OPEN_KERNELS else ""}><summary><b>{_e(unit)}</b> '
                    f'<span>{_e(summary)}</span></summary>{"".join(body)}</details>')
     out.append("</section>")
     return "".join(out)
 
 
-def _speedup(phases: list[Phase]) -> str:
-    if len(phases) != 2:
-        return ""
-    a = [tl["makespan"] for tl in phases[0].timelines if tl.get("ok")]
-    b = [tl["makespan"] for tl in phases[1].timelines if tl.get("ok")]
-    if len(a) != 1 or len(b) != 1 or not b[0]:
-        return ""
-    return f" ({a[0] / b[0]:.2f}x)" if abs(a[0] - b[0]) > 1e-9 else " (unchanged)"
+AXIS = "time (timing-model cycles)"
 
 
-def _makespan(ph: Phase) -> str:
-    ok = [tl for tl in ph.timelines if tl.get("ok")]
-    if not ok:
-        return "not timed"
-    return ", ".join(f"{tl['makespan'] / (tl['ghz'] * 1000.0):,.2f} µs" for tl in ok)
+def _cycles(v: float) -> str:
+    return f"{v:,.0f} cycles"
+
+
+def _headline(timed: list, phases: list[Phase]) -> str:
+    """A unit's makespans as the summary shows them: the same figures (its timing steps'), the same unit."""
+    by_title = {t.title: t for t in timed}
+    texts, spans = [], []
+    for ph in phases:
+        t = by_title.get(ph.title)
+        span = t.makespan if t is not None else None
+        spans.append(span)
+        why = (t.why if t is not None else "") or ph.note or "no figure"
+        texts.append(f"{ph.title}: " + (_cycles(round(span)) if span is not None else f"not timed ({why})"))
+    text = ", ".join(texts)
+    if len(spans) == 2 and spans[0] is not None and spans[1]:
+        a, b = spans
+        text += f" ({a / b:.2f}x)" if abs(a - b) > 1e-9 else " (unchanged)"
+    return text
 
 
 def _build_timeline(log: TaskLog | None, figs: _Figures) -> str:
