@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Iterable, List, Optional
@@ -183,6 +184,7 @@ def compile(
     from tusk.workflows.project import NoKernels, prepare_request
     from tusk.workflows.report import print_result, result_json
 
+    _STARTED["command"] = time.perf_counter()
     directory = directory or EXAMPLES
     try:
         req, cfg, pf = prepare_request(
@@ -202,7 +204,7 @@ def compile(
     err = Terminal(stderr=True, highlight=False)
     stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
     console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
-    history = History.of(cfg)
+    history = History.of(cfg, str(Path(directory).resolve()))
     display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
     if verbose and pf.path:
         display.say(f"settings from {pf.path}")
@@ -232,6 +234,7 @@ def compile(
         raise typer.Exit(130)
     finally:
         display.stop()
+    result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
     if not result.kernels:
         print_result(console, result, verbose, err)
         _drop_if_empty(out, existed)
@@ -252,6 +255,27 @@ def compile(
     except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
+
+
+_STARTED: dict[str, float] = {}  # perf_counter of: "process", when `tusk` started; "command", when compile did
+
+
+def command_seconds() -> float:
+    """The command's wall time: since the `tusk` process started (run as a program), else since the
+    compile command started (called in-process, as tests do)."""
+    return time.perf_counter() - _STARTED.get("process", _STARTED.get("command", time.perf_counter()))
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started, to the kernel's clock tick (Linux); None elsewhere."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write_index(argv: list[str], req, result, extra: list[str]) -> None:
@@ -688,6 +712,9 @@ def cache_clear(cache_dir: Optional[str] = CacheDir) -> None:
 
 
 def main() -> None:
+    age = _process_age()
+    if age is not None:
+        _STARTED["process"] = time.perf_counter() - age
     app(prog_name="tusk")
 
 

@@ -118,6 +118,10 @@ class BuildEvents:
     def startup(self, event: Any) -> None:
         """The executor's processes are ready (``tusk.workflows.graph.StartUp``): what start-up cost."""
 
+    def phase(self, key: str | None) -> None:
+        """The build entered a phase besides its steps (``tusk.workflows.progress.PHASES``: "close",
+        "outputs" ...), or left it (None)."""
+
     def finished(self, result: "CompileResult", store: Any) -> None:
         """The build is over and ``store`` still open (a --no-cache store is removed after this)."""
 
@@ -219,6 +223,7 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
                        timing=req.timing if req.timing is not None else events.timing(),
                        timeline_limit=int(plan.cfg.timeline_limit))
         report.unavailable = plan.resolved.unavailable
+        events.phase("outputs")
         why.remember(store, report)
         for u in report.units:
             results[u.unit.kernel].units.append(u)
@@ -376,7 +381,7 @@ class _Plan:
         factory = given if callable(given) else (lambda: given)
 
         def make() -> Any:
-            ex = factory()
+            ex = _announcing_close(factory(), events)
             if not getattr(ex, "reason", ""):
                 ex.reason = choice.reason if self.connected is None else "the scheduler given with --scheduler"
             link = getattr(ex, "dashboard_link", None)
@@ -393,6 +398,23 @@ class _Plan:
             self.connected.close()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _announcing_close(ex: Any, events: BuildEvents) -> Any:
+    """``ex`` whose ``close`` first tells ``events`` (closing a cluster takes seconds: a phase of its own)."""
+    close = getattr(ex, "close", None)
+    if close is None or not getattr(ex, "is_cluster", False):
+        return ex
+
+    def announced() -> None:
+        events.phase("close")
+        close()
+
+    try:
+        ex.close = announced
+    except AttributeError:  # an executor that does not take attributes: closed silently, as before
+        pass
+    return ex
 
 
 # A local cluster costs ~1-2 s to start and a few ms per task; below this many instructions (after unrolling,

@@ -69,6 +69,9 @@ class Tee(BuildEvents):
     def finished(self, result, store) -> None:
         self._each("finished", result, store)
 
+    def phase(self, key: str | None) -> None:
+        self._each("phase", key)
+
     def timing(self) -> str:
         from tusk.workflows.timings import MAKESPANS, NONE, TIMELINES
 
@@ -147,6 +150,10 @@ class Reporter(BuildEvents):
                                              started + float(w.get("seconds") or 0.0), str(w.get("worker") or worker),
                                              "ready")
 
+    def _phase(self, key: str | None) -> None:
+        if self.state is not None:
+            self.state.set_phase(key)
+
     def finished(self, result, store) -> None:
         t0 = time.perf_counter()
         if self.history is not None:
@@ -161,6 +168,9 @@ class Reporter(BuildEvents):
                 self._write_all(result, store)
             except Exception as e:  # noqa: BLE001 - the build's outputs stand; the report is extra
                 self._failed(result.out, e)
+        self._phase(None)
+        if self.history is not None and self.state is not None:
+            self.history.record_phases(self.state.phases_done)  # the next build's estimate includes them
         self.seconds = time.perf_counter() - t0
 
     def _failed(self, out: Path, e: BaseException) -> None:
@@ -179,6 +189,7 @@ class Reporter(BuildEvents):
         out = Path(result.out)
         model_note = "" if _model() is not None else "This Tusk has no timing model (tusk.sim.timing): " \
                                                      "no engine timelines."
+        self._phase("timelines")
         for kr in result.kernels:
             if not kr.ok:
                 continue
@@ -200,10 +211,12 @@ class Reporter(BuildEvents):
                     _write(path, json.dumps(trace, separators=(",", ":"), sort_keys=True))  # same bytes whether
                     # the timings were computed now or read back from the store's notes
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
+        self._phase("trace")
         if self.log.finished():
             _write(out / BUILD_TRACE, json.dumps(build_trace(self.log, result), separators=(",", ":")))
             self.files[BUILD_TRACE] = "the build's tasks by worker (Chrome trace format)"
         self.files[REPORT] = "this page"
+        self._phase("report")
         _write(out / REPORT, render(result, self.phases, self.log, {k: v for k, v in self.files.items()
                                                                     if k != REPORT}, model_note))
 

@@ -2,21 +2,28 @@
 
 On a terminal (``Live``): an overall bar with the steps resolved, how many
 were cached, run or failed, the elapsed time and an estimate of the time
-left, and one line per running task -- kernel, pass, part i/n, seconds so
-far.  Elsewhere (a pipe, a CI log; ``Plain``): one line per pass that ran or
-failed, a line when a cluster starts, and every 30 s a line naming what
-still runs.
+left; under it one line per task the executor says is executing -- kernel,
+pass, part i/n, worker, seconds since it started -- and how many tasks are
+queued (submitted, not executing: waiting at the scheduler or behind a busy
+worker).  Between and after the steps the build's own phases (starting the
+cluster, stopping it, putting the outputs in place, writing the timelines,
+the build trace and report.html: ``PHASES``) replace the task lines, with
+their seconds so far.  Elsewhere (a pipe, a CI log; ``Plain``): one line per
+unit done and per pass that ran long, a line when a cluster starts and when
+each phase starts (and, if it took long, ends), and every 30 s a line naming
+what runs or the phase.
 
-Which tasks run is modelled from the build's task events: an executor with
-*W* worker slots runs the *W* oldest unfinished tasks (the in-process
-executor and Dask both start tasks in submission order, Dask within the
-limits of worker affinity).
+Which tasks run is observed, never guessed: ``tusk.workflows.task_states``
+(a Dask worker plugin reporting each task's entry into and exit from the
+worker's ``executing`` state; in this process, the executor itself).
 
-The estimate comes from earlier builds: after a build, each unit's seconds
-per step (the pass plus fetching, hashing and storing around it, and
-writing the outputs) are kept in the store as a note (``pass-times``, by
-kernel file and unit), and the next build sums them over what is left,
-divided by the worker slots.  Without history there is no estimate.
+The estimate (``tusk.workflows.eta``) comes from earlier builds: each
+unit's seconds per step (the pass plus fetching, hashing and storing around
+it, and writing the outputs) are kept in the store as a note
+(``pass-times``, by kernel file and unit), and the phases' seconds as
+another (``build-phases``, by kernel directory).  What remains of each unit
+is a serial chain; the chains are packed onto the worker slots, then the
+phases follow.  Without history it says "estimating".
 
 Dask's own log (its "Worker process still alive ... killing" and the like)
 goes to ``OUT/tusk.log`` instead of the terminal: :func:`route_dask_logs`.
@@ -43,6 +50,7 @@ from rich.text import Text
 from tusk.workflows.compile import BuildEvents
 
 NOTE_KIND = "pass-times"
+PHASE_NOTE = "build-phases"
 WRITE = "write_bir_json"
 
 
@@ -164,14 +172,17 @@ def _note_key(unit) -> str:
 
 
 class History:
-    """Seconds per step of each unit in earlier builds (store notes); empty without a store."""
+    """Seconds per step of each unit in earlier builds, and of the build's own phases (store notes); empty
+    without a store.  ``scope`` names the build the phases are kept for (the kernel directory)."""
 
-    def __init__(self, store=None):
+    def __init__(self, store=None, scope: str = ""):
         self.store = store
+        self.scope = scope
         self._seen: dict[str, dict[str, float]] = {}
+        self._phases: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, cfg) -> "History":
+    def of(cls, cfg, scope: str = "") -> "History":
         """The history kept in the configured cache (none for a memory:// cache or one that cannot be opened)."""
         url = str(cfg.cache_dir)
         if url.startswith("memory://"):
@@ -179,9 +190,37 @@ class History:
         try:
             from tusk.cache.store import Store
 
-            return cls(Store(url))
+            return cls(Store(url), scope)
         except Exception:  # noqa: BLE001 - no history then; the build itself will say what is wrong
             return cls(None)
+
+    def _phase_key(self) -> str:
+        from tusk.cache.keys import digest
+
+        return digest({"build-phases": 1, "scope": self.scope})
+
+    def phases(self) -> dict[str, float]:
+        """Seconds each phase of the build (``PHASES``) took last time."""
+        if self._phases is None:
+            note = None
+            if self.store is not None and self.scope:
+                try:
+                    note = self.store.get_note(PHASE_NOTE, self._phase_key())
+                except Exception:  # noqa: BLE001 - history is a nicety
+                    note = None
+            secs = note.get("seconds") if isinstance(note, dict) else None
+            self._phases = {k: float(v) for k, v in (secs or {}).items() if isinstance(v, (int, float)) and v >= 0}
+        return self._phases
+
+    def record_phases(self, seconds: dict[str, float]) -> None:
+        """Keep this build's phase seconds for the next estimate (start-up is the cluster's, not kept)."""
+        kept = {k: round(v, 4) for k, v in seconds.items() if k != "start"}
+        if self.store is None or not self.scope or not kept:
+            return
+        try:
+            self.store.put_note(PHASE_NOTE, self._phase_key(), {"seconds": kept, "at": time.time()})
+        except Exception:  # noqa: BLE001
+            pass
 
     def get(self, unit) -> dict[str, float]:
         if unit.name not in self._seen:
@@ -221,13 +260,21 @@ class History:
 
 # ====================================================================== state
 
+# the build's phases besides its steps, in the order they come: key -> what the display says
+PHASES = {"start": "starting the executor", "close": "stopping the cluster",
+          "outputs": "putting the outputs in place",
+          "timelines": "writing the engine timelines", "trace": "writing the build trace",
+          "report": "writing report.html"}
+POST_BUILD = ("close", "outputs", "timelines", "trace", "report")
+
 
 @dataclass
 class _Task:
     unit: str
     what: str
     submitted: float
-    started: float | None = None
+    started: float | None = None       # when the executor said it started executing (None: queued)
+    worker: str = ""
 
 
 @dataclass
@@ -241,7 +288,7 @@ class _Unit:
 
 
 class State:
-    """Counts, running tasks and the estimate; shared by the live and the plain display."""
+    """Counts, the tasks the executor says run or wait, the phase, the estimate; shared by the displays."""
 
     def __init__(self, history: History):
         self.history = history
@@ -251,11 +298,20 @@ class State:
         self.cached = self.run = self.failed = 0
         self.units: dict[str, _Unit] = {}
         self.tasks: dict[str, _Task] = {}
+        self.early: dict[str, tuple[str, str, float]] = {}  # task states heard before the task's submission
         self.slots = 1
+        self.observed = False             # the executor reports which tasks execute
+        self.workers: dict[str, str] = {}  # address -> w1, w2 ... in the order they were first seen
         self.t0 = time.perf_counter()
         self.write_seconds: dict[str, float] = {}
-        self.starting: str | None = None
+        self.phase: tuple[str, str, float] | None = None   # (key, text, since)
+        self.phases_done: dict[str, float] = {}
+        self.on_phase = lambda key, text, ended: None  # the display's hook: (key, text, seconds of the one ended)
         self.lock = threading.RLock()
+
+    @property
+    def starting(self) -> str | None:
+        return self.phase[1] if self.phase else None
 
     # ------------------------------------------------------------ events
     def unit(self, ur) -> _Unit:
@@ -298,54 +354,81 @@ class State:
         with self.lock:
             self.unit(ur)
             if event == "submitted":
-                self.tasks[key] = _Task(ur.unit.name, what, self.now())
+                t = self.tasks[key] = _Task(ur.unit.name, what, self.now())
+                early = self.early.pop(key, None)
+                if early is not None and early[0] == "executing":
+                    t.started, t.worker = early[2], early[1]
             else:
                 self.tasks.pop(key, None)
-            self._model()
 
-    def _model(self) -> list[_Task]:
-        """The tasks running now: the ``slots`` oldest unfinished ones (their start time set on entry)."""
-        running = list(self.tasks.values())[:max(1, self.slots)]
-        now = self.now()
-        for t in running:
-            if t.started is None:
-                t.started = now
-        return running
+    def task_state(self, key: str, state: str, worker: str, ago: float) -> None:
+        """What the executor said of task ``key`` (``tusk.workflows.task_states``)."""
+        with self.lock:
+            at = self.now() - ago
+            # one process runs everything with --workers 0: no worker to name
+            name = self.workers.setdefault(worker, f"w{len(self.workers) + 1}") \
+                if worker and worker != "this process" else ""
+            t = self.tasks.get(key)
+            if t is None:  # the event overtook the submission's bookkeeping
+                if state == "executing":
+                    self.early[key] = (state, name, at)
+                else:
+                    self.early.pop(key, None)
+                return
+            if state == "executing":
+                t.started, t.worker = at, name
+            elif state == "done":
+                self.tasks.pop(key, None)
 
     def running(self) -> tuple[list[_Task], int]:
+        """(the tasks executing now, oldest start first; how many are submitted and not executing)."""
         with self.lock:
-            running = self._model()
+            running = sorted((t for t in self.tasks.values() if t.started is not None), key=lambda t: t.started or 0)
             return running, len(self.tasks) - len(running)
+
+    # ------------------------------------------------------------ phases
+    def set_phase(self, key: str | None, text: str | None = None) -> None:
+        """The build is now in phase ``key`` (None: in none); the one before it ends."""
+        with self.lock:
+            ended = 0.0
+            if self.phase is not None:
+                ended = self.now() - self.phase[2]
+                self.phases_done[self.phase[0]] = self.phases_done.get(self.phase[0], 0.0) + ended
+            before = self.phase
+            self.phase = None if key is None else (key, text or PHASES.get(key, key), self.now())
+        self.on_phase(key, self.phase[1] if self.phase else None, (before[0], before[1], ended) if before else None)
 
     # ------------------------------------------------------------ the estimate
     def eta(self) -> float | None:
-        """Seconds left, from earlier builds; None without any history for what is left."""
+        """Seconds left (``tusk.workflows.eta``); None while there is no history to estimate from."""
+        from tusk.workflows.eta import Chain, remaining, typical
+
         with self.lock:
-            left = 0.0
-            known = False
-            pending = max(0, self.n_units - len(self.units))
-            for u in self.units.values():
-                for label in [*self.labels, WRITE]:
-                    if label in u.resolved:
-                        continue
-                    pending += 1
-                    if label in u.expected:
-                        left += u.expected[label]
-                        known = True
-            if not pending:
-                return 0.0
-            if not known:
-                return None
             now = self.now()
-            for t in self._model():  # a running step is partly done
-                u = self.units.get(t.unit)
-                label = t.what.split(" ", 1)[0]
-                if u is not None and t.started is not None and label in u.expected:
-                    left -= min(now - t.started, u.expected[label])
+            chains = []
+            for u in self.units.values():
+                if u.done or u.failed:
+                    continue
+                left = [(label, u.expected.get(label)) for label in [*self.labels, WRITE] if label not in u.resolved]
+                if not left:
+                    continue
+                first = left[0][0]
+                started = [t.started for t in self.tasks.values()
+                           if t.unit == u.name and t.started is not None and t.what.split(" ", 1)[0] == first]
+                chains.append(Chain(left, now - min(started) if started else 0.0))
             unseen = max(0, self.n_units - len(self.units))
-            if unseen and self.units:
-                left *= (len(self.units) + unseen) / len(self.units)
-            return max(0.0, left) / max(1, self.slots)
+            expected = self.history.phases()
+            post = [k for k in POST_BUILD if k not in self.phases_done]
+            phases_left: list[float | None] = []
+            for k in post:
+                if self.phase is not None and k == self.phase[0]:
+                    phases_left.append(max(0.0, expected[k] - (now - self.phase[2])) if k in expected else None)
+                elif k in expected:  # a phase earlier builds had (no cluster: no "stopping the cluster")
+                    phases_left.append(expected[k])
+            if not chains and not unseen and not post:
+                return 0.0
+            return remaining(chains, unseen, self.slots, phases_left,
+                             typical([u.expected for u in self.units.values() if u.expected]))
 
 
 def _clock(seconds: float) -> str:
@@ -367,8 +450,10 @@ class Display(BuildEvents):
                  dashboard: bool = False):
         self.console = console
         self.state = State(history or History())
+        self.state.on_phase = self._phase_changed
         self.verbose = verbose
         self.dashboard = dashboard
+        self._unobserve = None
 
     def pipeline(self, resolved) -> None:
         from tusk.workflows.report import print_pipeline
@@ -383,12 +468,24 @@ class Display(BuildEvents):
         self.state.t0 = time.perf_counter()
 
     def executor_starting(self, what: str) -> None:
-        self.state.starting = what
+        self.state.set_phase("start", f"starting {what}")
         self.say(f"starting {what} ...")
+
+    def phase(self, key: str | None) -> None:
+        """The build entered one of its phases besides the steps (``PHASES``), or left it (None)."""
+        self.state.set_phase(key)
+
+    def _phase_changed(self, key: str | None, text: str | None, ended: tuple[str, str, float] | None) -> None:
+        """A phase started (``text``) or ``ended`` (key, text, seconds): plain lines say so."""
 
     def executor(self, ex) -> None:
         adopt_dask_logs()
-        self.state.starting = None
+        if self.state.phase is not None and self.state.phase[0] == "start":
+            self.state.set_phase(None)
+        from tusk.workflows.task_states import observe
+
+        self._unobserve = observe(ex, self.state.task_state)
+        self.state.observed = self._unobserve is not None
         why = f" ({ex.reason})" if self.verbose and getattr(ex, "reason", "") else ""
         if getattr(ex, "is_cluster", False):
             self.say(f"started {ex.description}{why}")
@@ -420,8 +517,10 @@ class Display(BuildEvents):
     def task(self, event: str, key: str, unit, what: str, result: dict) -> None:
         self.state.task(event, key, unit, what)
 
-    def finished(self, result, store) -> None:
-        self.state.starting = "writing the build report" if result.kernels else None
+    def unobserve(self) -> None:
+        stop, self._unobserve = self._unobserve, None
+        if stop is not None:
+            stop()
 
     def say(self, text: str) -> None:
         if getattr(self, "_muted", False):
@@ -433,10 +532,12 @@ class Display(BuildEvents):
 
     def stop(self) -> None:
         """The build is over (or failed): the display lets go of the terminal."""
+        self.unobserve()
 
 
 class Live(Display):
-    """A rich live view: the bar with counts and ETA, then one line per running task."""
+    """A rich live view: the bar with counts and ETA, then one line per task the executor says is running
+    (or the phase the build is in), then how many are queued."""
 
     MAX_LINES = 8
 
@@ -456,6 +557,7 @@ class Live(Display):
             self._on = True
 
     def stop(self) -> None:
+        super().stop()
         if self._on:
             self._live.stop()
             self._on = False
@@ -467,35 +569,37 @@ class Live(Display):
             pass
 
     def executor_starting(self, what: str) -> None:
-        self.state.starting = what  # the live view says it (with a spinner)
+        self.state.set_phase("start", f"starting {what}")  # the live view says it (with a spinner)
+
+    def _phase_changed(self, key: str | None, text: str | None, ended: tuple[str, str, float] | None) -> None:
+        if self._on and key is not None:
+            try:
+                self._live.refresh()  # every phase is drawn at least once, however short
+            except Exception:  # noqa: BLE001 - a display that cannot draw never stops the build
+                pass
 
     def render(self):
         st = self.state
-        elapsed = time.perf_counter() - st.t0
-        if st.starting:
-            what = st.starting if st.starting.startswith("writing") else f"starting {st.starting}"
-            self._spinner.text = Text(f"{what} ...", style="yellow")
+        now = time.perf_counter()
+        phase = st.phase
+        if phase is not None:
+            self._spinner.text = Text(f"{phase[1]} ... {_seconds(now - phase[2])}", style="yellow")
             grid = Table.grid(padding=(0, 1))
             grid.add_row(Text(" "), self._spinner)
-            return Group(self._bar(elapsed), grid)
-        running, waiting = st.running()
+            return Group(self._bar(now - st.t0), grid)
+        running, queued = st.running()
         lines = Table.grid(padding=(0, 2))
         lines.add_column(no_wrap=True, style="bold")
         lines.add_column(no_wrap=True)
+        lines.add_column(no_wrap=True, style="dim")
         lines.add_column(justify="right", no_wrap=True, style="cyan")
-        now = time.perf_counter()
         width = max((len(t.unit) for t in running[:self.MAX_LINES]), default=0)
         for t in running[:self.MAX_LINES]:
-            lines.add_row("  " + t.unit.ljust(width), t.what, _seconds(now - (t.started or now)))
-        more = len(running) - self.MAX_LINES
-        parts = []
-        if more > 0:
-            parts.append(f"{more} more running")
-        if waiting:
-            parts.append(f"{waiting} waiting")
-        body = [self._bar(elapsed), lines]
-        if parts:
-            body.append(Text("  " + ", ".join(parts), style="dim"))
+            lines.add_row("  " + t.unit.ljust(width), t.what, t.worker, _seconds(now - (t.started or now)))
+        body = [self._bar(now - st.t0), lines]
+        note = _waiting_note(st, running, queued, self.MAX_LINES)
+        if note:
+            body.append(Text("  " + note, style="dim"))
         return Group(*body)
 
     def _bar(self, elapsed: float):
@@ -508,16 +612,31 @@ class Live(Display):
         counts = Text.assemble(f"{done}/{total} steps  ", (f"{st.cached} cached", "green"), " · ",
                                (f"{st.run} run", "cyan"), " · ",
                                (f"{st.failed} failed", "red" if st.failed else "dim"),
-                               f"  {_clock(elapsed)}", f"  ETA {_clock(eta)}" if eta is not None else "")
+                               f"  {_clock(elapsed)}", f"  ETA {_clock(eta)}" if eta is not None else
+                               "  ETA estimating")
         grid.add_row(Text("compiling", style="bold"), ProgressBar(total=total, completed=min(done, total), width=30),
                      counts)
         return grid
 
 
+def _waiting_note(st: State, running: list, queued: int, shown: int) -> str:
+    """``2 more running, 5 queued`` -- or, when the executor does not say which task runs, how many are out."""
+    if not st.observed:
+        return f"{len(st.tasks)} task(s) submitted" if st.tasks else ""
+    parts = []
+    if len(running) > shown:
+        parts.append(f"{len(running) - shown} more running")
+    if queued:
+        parts.append(f"{queued} queued")
+    return ", ".join(parts)
+
+
 class Plain(Display):
-    """Line-oriented progress for pipes and logs: executed and failed steps, cluster start, a heartbeat."""
+    """Line-oriented progress for pipes and logs: executed and failed steps, cluster start, every phase of
+    the build, and a heartbeat naming what runs (as the executor says) or the phase it is in."""
 
     HEARTBEAT = 30.0
+    LONG = 2.0  # seconds: a step or a phase this long gets its own line
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -535,13 +654,19 @@ class Plain(Display):
             self._thread = threading.Thread(target=self._beat, name="tusk-progress", daemon=True)
             self._thread.start()
 
-    LONG = 2.0  # seconds: a step this long gets its own line
+    def _phase_changed(self, key: str | None, text: str | None, ended: tuple[str, str, float] | None) -> None:
+        if ended is not None and ended[0] != "start" and ended[2] >= self.LONG:
+            self.say(f"{self._where()} {ended[1]}: {ended[2]:.1f}s")
+        if key is not None and key != "start" and text:
+            self.say(f"{self._where()} {text} ...")
+
+    def _where(self) -> str:
+        st = self.state
+        return f"[{sum(1 for u in st.units.values() if u.done or u.failed)}/{st.n_units}]"
 
     def step(self, event: str, unit, label: str) -> None:
         super().step(event, unit, label)
-        st = self.state
-        done = sum(1 for u in st.units.values() if u.done or u.failed)
-        where = f"[{done}/{st.n_units}]"
+        where = self._where()
         if event == "executed":
             secs = next((s.seconds for s in unit.steps if s.label == label), 0.0)
             if secs >= self.LONG:
@@ -553,21 +678,36 @@ class Plain(Display):
             secs = sum(s.seconds for s in unit.steps if s.status == "executed")
             self.say(f"{where} {unit.unit.name}: {ran} pass(es) ran ({secs:.2f}s), {cached} cached")
 
+    def heartbeat_line(self) -> str | None:
+        """What the heartbeat says now: the phase, or what the executor says runs; None: nothing to say."""
+        st = self.state
+        now = time.perf_counter()
+        eta = st.eta()
+        tail = f"; ETA {_clock(eta)}" if eta is not None else "; ETA estimating"
+        phase = st.phase
+        if phase is not None:
+            return f"[{st.completed}/{st.total}] {phase[1]} ({_seconds(now - phase[2])}){tail}"
+        running, queued = st.running()
+        if not running and not st.tasks:
+            return None
+        what = ", ".join(f"{t.unit}: {t.what} ({_seconds(now - (t.started or now))}"
+                         + (f" on {t.worker})" if t.worker else ")") for t in running[:4])
+        note = _waiting_note(st, running, queued, 4)
+        text = f"running {what}" if running else "no task running" if st.observed else ""
+        return f"[{st.completed}/{st.total}] " + "; ".join(x for x in (text, note) if x) + tail
+
     def _beat(self) -> None:
         while not self._stop.wait(1.0):
             if time.perf_counter() - self._last < self.HEARTBEAT:
                 continue
-            running, waiting = self.state.running()
-            if running:
-                now = time.perf_counter()
-                what = ", ".join(f"{t.unit}: {t.what} ({_seconds(now - (t.started or now))})" for t in running[:4])
-                more = f" and {len(running) - 4} more" if len(running) > 4 else ""
-                self.say(f"[{self.state.completed}/{self.state.total}] running {what}{more}"
-                         + (f"; {waiting} waiting" if waiting else ""))
+            line = self.heartbeat_line()
+            if line:
+                self.say(line)
             else:
                 self._last = time.perf_counter()
 
     def stop(self) -> None:
+        super().stop()
         self._stop.set()
 
 
