@@ -32,7 +32,7 @@ import numpy as np
 from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
-from tusk.ir.errors import TuskError, VerifyError
+from tusk.ir.errors import InputError, TuskError, VerifyError
 from tusk.ir.expr import AffineIdx
 from tusk.ir.module import Function, Module
 from tusk.ir.verify_isa import check_isa_shapes
@@ -552,3 +552,27 @@ def _check_kernel_calls(fn: Function) -> list[str]:
         if scope not in (0, 1, 2):
             out.append(f"NKIKernel {fn.inst_name(i)} has AddressRotationScope {scope!r}; expected 0, 1 or 2")
     return out
+
+
+# ---------------------------------------------------------------- whose fault a rejected output is
+
+
+def overlap_in_input(module_in: Module) -> InputError | None:
+    """A pass's output failed :func:`verify`: if the pass's *input* already holds memory locations that
+    overlap while both are live, the kernel placed them so (two locations of different sets on the same
+    bytes, both holding values) -- the input's fault, not the pass's.  The error to report then (a
+    ``KernelOverlap``), else None.  Only checked on straight-line functions (after unroll), as the live
+    check itself."""
+    found = []
+    for fn in module_in.functions:
+        if np.isin(fn.insts["opcode"], list(LOOP_OPCODES)).any():
+            continue
+        found += [f"function {fn.name}: {p}" for p in _check_live_overlap(fn)]
+    if not found:
+        return None
+    return KernelOverlap("the kernel places memory locations on bytes another location still uses (they overlap "
+                         "while both are live; give each its own bytes):\n  " + "\n  ".join(found[:MAX_REPORTED]))
+
+
+class KernelOverlap(InputError):
+    """Overlapping live memory locations that were already in the input of the pass whose output failed."""

@@ -136,3 +136,41 @@ def test_a_kernel_with_a_zero_element_location_fails_as_its_own_fault_beside_a_g
     assert "zero.json" in text and "'empty'" in text and "0 elements" in text, text
     assert "internal error" not in text and "Traceback" not in text, text
     assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file(), text
+
+
+# --------------------------------------------------------------------------- item 5: a location placed onto another
+
+
+def placed_onto(addr: int) -> dict:
+    """tiled_add with tb placed at ``addr``: onto ta (addr 0, 1024 bytes) while both hold the add's inputs."""
+    doc = _doc("tiled_add.json")
+    _set(doc, "tb_set")["memorylocations"][0]["addr"] = addr
+    return doc
+
+
+@pytest.mark.parametrize("addr", [0, 512])
+def test_a_location_placed_onto_a_live_one_is_the_kernels_fault_naming_file_and_locations(tmp_path, addr):
+    k = tmp_path / "k"
+    k.mkdir()
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / "tiled_exp.json")
+    (k / "over.json").write_text(json.dumps(placed_onto(addr)))
+    out = tmp_path / "out"
+    code, text = _compile(k, out)
+    assert code == 1, text
+    flat = " ".join(text.split())
+    assert "over.json" in flat and "ta and tb overlap while both are live" in flat, text
+    assert "internal error" not in flat and "please report" not in flat and "Traceback" not in flat, text
+    assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file() and not (out / "over").exists(), text
+    res = runner.invoke(app, ["compile", str(k), "-o", str(out), "--workers", "0", "--json", "--progress", "off"])
+    failed = json.loads(res.stdout)["failed"]
+    assert [f["fault"] for f in failed] == ["input"], failed  # again, from the cache: still the kernel's fault
+
+
+def test_reusing_the_bytes_of_a_location_no_longer_live_is_still_fine(tmp_path):
+    doc = _doc("tiled_add.json")
+    _set(doc, "tc_set")["memorylocations"][0]["addr"] = 0  # the sum over ta: ta is last read where tc is written
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "reuse.json").write_text(json.dumps(doc))
+    code, text = _compile(k, tmp_path / "out")
+    assert code == 0, text

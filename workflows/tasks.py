@@ -296,10 +296,18 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
 def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, stats, seconds: float,
             clock: dict, extra: dict | None = None) -> dict:
     if ctx.get("verify"):
+        from tusk.ir.errors import VerifyError
+        from tusk.ir.verify import overlap_in_input
         from tusk.ir.verify import verify as verify_module
 
         t0 = time.perf_counter()
-        verify_module(out)
+        try:
+            verify_module(out)
+        except VerifyError:
+            blame = overlap_in_input(module)  # the kernel placed them so: its fault, not the pass's
+            if blame is not None:
+                raise _PassRefused(blame) from None
+            raise
         clock["verify"] = time.perf_counter() - t0
     h = _save(store, out, clock, bool(ctx.get("check")))
     timing = {k: round(v, 6) for k, v in clock.items() if k != "started"}
