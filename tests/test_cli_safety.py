@@ -428,3 +428,41 @@ def test_a_const_file_that_never_ends_is_refused_before_a_byte_is_read(tmp_path,
     assert proc.returncode == 1, proc.stderr
     assert "refusing const file" in errors(rep)["kc"], rep["failed"]
     assert (tmp_path / "out" / "tiled_add" / "tiled_add.bir.json").is_file()  # the other kernel is built
+
+
+@pytest.mark.parametrize("delay", [0.5, 1.5])
+def test_ctrl_c_while_the_local_cluster_starts_ends_cleanly(tmp_path, delay):
+    """Ctrl-C reaches every process of the terminal's group (the workers starting up too): after the
+    "interrupted" line nothing is printed, the exit is 130, no process is left, nothing half-written."""
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    write_kernels(tmp_path / "k", 2)
+    out = tmp_path / "out"
+    env = {**os.environ, "TUSK_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "tusk", "compile", str(tmp_path / "k"), "-o", str(out),
+                             "--workers", "2", "--progress", "plain"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    seen, deadline = b"", time.monotonic() + 120
+    while b"starting a local cluster" not in seen and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.2)[0]:
+            seen += os.read(proc.stdout.fileno(), 65536)
+    assert b"starting a local cluster" in seen, seen
+    time.sleep(delay)
+    group = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    os.killpg(proc.pid, signal.SIGINT)  # as the terminal does: to the whole group
+    rest, _ = proc.communicate(timeout=60)
+    text = (seen + rest).decode("utf-8", "replace")
+    assert proc.returncode == 130, text
+    assert "interrupted" in text, text
+    after = text.split("interrupted", 1)[1].split("\n", 1)[1]
+    assert after.strip() == "" and "Traceback" not in text, text
+    time.sleep(0.5)
+    assert not [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not out.exists() or sorted(p.name for p in out.iterdir()) in ([], ["tusk.log"]), list(out.iterdir())

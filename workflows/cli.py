@@ -221,7 +221,8 @@ def compile(
     try:
         from tusk.workflows import interrupts
 
-        with route_dask_logs(out / "tusk.log"), interrupts.handled():
+        with route_dask_logs(out / "tusk.log"), interrupts.handled(), \
+                interrupts.children_write_to(str((out / "tusk.log").resolve())):
             result = compile_directory(req, events=events)
     except TuskError as e:
         display.stop()
@@ -231,6 +232,8 @@ def compile(
         display.stop()
         err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
                   "the next build continues from the cache", soft_wrap=True)
+        if "process" in _STARTED:  # run as `tusk`: nothing may print after that line (Dask's exit hooks)
+            interrupts.end_now(130)
         raise typer.Exit(130)
     finally:
         display.stop()

@@ -364,8 +364,11 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
         with dask.config.set(settings):
             # the scheduler's HTTP server (health checks; the dashboard when bokeh is installed) always runs:
             # on loopback and a free port; its link is shown only with --dashboard
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0", worker_dashboard_address=None, **extra)
+            from tusk.workflows.interrupts import children_stderr
+
+            with children_stderr():  # a worker's own output (a Ctrl-C traceback) goes to OUT/tusk.log
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address="127.0.0.1:0", worker_dashboard_address=None, **extra)
     except Exception as e:  # noqa: BLE001 - whatever stops the cluster from starting stops the build
         raise ExecutorUnavailable(f"cannot start a local Dask cluster of {workers} worker(s): "
                                   f"{type(e).__name__}: {e}") from None

@@ -18,6 +18,7 @@ import threading
 import time
 
 GRACE = 15.0
+CHILD_STDERR: list[str] = []  # where processes started now write their stderr (set by the CLI: OUT/tusk.log)
 
 
 def _kill_children_and_exit(code: int = 130) -> None:
@@ -60,3 +61,56 @@ def handled():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def children_stderr(path: str | None = None):
+    """Processes started in the block (a local cluster's workers) write their stderr to ``path`` (default:
+    ``CHILD_STDERR``) for life, not to the terminal: Ctrl-C reaches every process of the terminal's
+    group, and a worker interrupted half-way through starting prints a traceback the user cannot act on.
+    This process's own stderr is back on the terminal when the block ends."""
+    path = path or (CHILD_STDERR[-1] if CHILD_STDERR else None)
+    if path is None:
+        yield
+        return
+    import sys
+
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:  # no log file: the children keep the terminal
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(log, 2)
+    os.close(log)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def children_write_to(path: str):
+    """``children_stderr`` uses ``path`` while the block runs (the CLI: OUT/tusk.log during a build)."""
+    CHILD_STDERR.append(path)
+    try:
+        yield
+    finally:
+        CHILD_STDERR.remove(path)
+
+
+def end_now(code: int = 130) -> None:
+    """Leave at once after an interrupt was reported: every process Tusk started is killed and no
+    interpreter shutdown runs (Dask's exit hooks would print tracebacks of a cluster half-way up)."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _kill_children_and_exit(code)

@@ -90,7 +90,8 @@ def _dask_logging(path: str) -> dict:
         "formatters": {"tusk": {"format": "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"}},
         "handlers": {"tusk-log": {"class": f"{__name__}.LogFile", "filename": path, "formatter": "tusk"}},
         "loggers": {name: {"handlers": ["tusk-log"], "level": level, "propagate": False}
-                    for name, level in (("distributed", "WARNING"), ("tornado", "ERROR"), ("bokeh", "ERROR"))},
+                    for name, level in (("distributed", "WARNING"), ("tornado", "ERROR"), ("bokeh", "ERROR"),
+                                        ("asyncio", "ERROR"))},
     }
 
 
