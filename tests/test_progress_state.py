@@ -115,3 +115,45 @@ def test_phase_history_is_kept_per_kernel_directory(tmp_path):
     again = History(Store(tmp_path / "c"), "/kernels")
     assert again.phases() == {"report": 3.0}   # start-up is the cluster's, not the build's to predict
     assert History(Store(tmp_path / "c"), "/other").phases() == {}
+
+
+def test_eta_from_a_recorded_build_matches_the_next_build(tmp_path, monkeypatch):
+    """Build once (the history is recorded), then estimate the next build from it and run that build:
+    the estimate at its start is within a third of what it took; on two workers it is two serial chains."""
+    import time
+
+    import tusk
+    from tests.passes_for_tests import pipeline_toml, write_kernels
+
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
+    write_kernels(tmp_path / "k", 3)
+    pipe = tmp_path / "p.toml"
+
+    def build(seconds: float):
+        from typer.testing import CliRunner
+
+        from tusk.workflows.cli import app
+
+        pipe.write_text(pipeline_toml(("translate_nki_ast_to_bir", {}), ("test_sleep", {"seconds": seconds}),
+                                      ("test_sleep", {"seconds": seconds})))
+        t0 = time.perf_counter()
+        res = CliRunner().invoke(app, ["compile", str(tmp_path / "k"), "-o", str(tmp_path / "out"), "--workers", "0",
+                                       "--pipeline", str(pipe), "--progress", "off"])
+        assert res.exit_code == 0, res.output
+        return time.perf_counter() - t0
+
+    build(0.4)
+    first = tusk.compile_directory(tmp_path / "k", tmp_path / "out", workers=0, pipeline=pipe)  # all cached
+    units = [u for kr in first.kernels for u in kr.units]
+    labels = [s.label for s in units[0].steps]
+    st = State(History(Store(tmp_path / "cache"), str((tmp_path / "k").resolve())))
+    st.labels, st.n_units, st.slots, st.observed = labels, len(units), 1, True
+    for u in units:
+        st.unit(u)
+    estimate = st.eta()
+    assert estimate is not None and estimate > 3 * 0.8
+    took = build(0.4000001)  # another option value: every sleep runs again
+    assert 0.67 * took <= estimate <= 1.33 * took, (estimate, took)
+    st.slots = 2
+    chain = max(sum(st.units[u.unit.name].expected.get(label, 0.0) for label in [*labels, WRITE]) for u in units)
+    assert st.eta() >= 2 * chain * 0.95  # three equal serial chains on two workers: two after another

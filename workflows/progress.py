@@ -332,9 +332,7 @@ class State:
         with self.lock:
             u = self.unit(ur)
             now = self.now()
-            if status == "done":
-                if not u.failed:
-                    self.write_seconds[u.name] = now - u.last_event
+            if status == "done":  # (its output writing was timed when the executor said the task ended)
                 u.done = True
                 u.resolved.add(WRITE)
             elif status == "failed":
@@ -360,7 +358,9 @@ class State:
                 if early is not None and early[0] == "executing":
                     t.started, t.worker = early[2], early[1]
             else:
-                self.tasks.pop(key, None)
+                t = self.tasks.pop(key, None)
+                if t is not None and t.what == WRITE and t.started is not None:  # its end not reported yet
+                    self.write_seconds[t.unit] = self.write_seconds.get(t.unit, 0.0) + self.now() - t.started
 
     def task_state(self, key: str, state: str, worker: str, ago: float) -> None:
         """What the executor said of task ``key`` (``tusk.workflows.task_states``)."""
@@ -380,6 +380,8 @@ class State:
                 t.started, t.worker = at, name
             elif state == "done":
                 self.tasks.pop(key, None)
+                if t.what == WRITE and t.started is not None:  # the write task's own time, not its wait
+                    self.write_seconds[t.unit] = self.write_seconds.get(t.unit, 0.0) + max(0.0, at - t.started)
 
     def running(self) -> tuple[list[_Task], int]:
         """(the tasks executing now, oldest start first; how many are submitted and not executing)."""
