@@ -308,6 +308,8 @@ class State:
         self.phase: tuple[str, str, float] | None = None   # (key, text, since)
         self.phases_done: dict[str, float] = {}
         self.on_phase = lambda key, text, ended: None  # the display's hook: (key, text, seconds of the one ended)
+        self.inline_writes = False         # outputs written by the client itself (no cluster): no task to time
+        self._writing: tuple[str, float] | None = None  # (unit, since): its last step resolved, its outputs next
         self.lock = threading.RLock()
 
     @property
@@ -328,8 +330,17 @@ class State:
     def completed(self) -> int:
         return sum(len(u.resolved) for u in self.units.values())
 
+    def _event(self) -> None:
+        """Any event: when the client writes outputs itself it does so between the unit's last step and
+        the next event of the build (one thread), so that interval is the writing's."""
+        if self._writing is not None:
+            unit, since = self._writing
+            self._writing = None
+            self.write_seconds[unit] = self.write_seconds.get(unit, 0.0) + self.now() - since
+
     def resolve(self, ur, label: str, status: str) -> None:
         with self.lock:
+            self._event()
             u = self.unit(ur)
             now = self.now()
             if status == "done":  # (its output writing was timed when the executor said the task ended)
@@ -347,10 +358,13 @@ class State:
                     else:
                         self.run += 1
                 u.resolved.add(label)
+                if self.inline_writes and self.labels and all(x in u.resolved for x in self.labels):
+                    self._writing = (u.name, now)
             u.last_event = now
 
     def task(self, event: str, key: str, ur, what: str) -> None:
         with self.lock:
+            self._event()
             self.unit(ur)
             if event == "submitted":
                 t = self.tasks[key] = _Task(ur.unit.name, what, self.now())
@@ -365,6 +379,7 @@ class State:
     def task_state(self, key: str, state: str, worker: str, ago: float) -> None:
         """What the executor said of task ``key`` (``tusk.workflows.task_states``)."""
         with self.lock:
+            self._event()
             at = self.now() - ago
             # one process runs everything with --workers 0: no worker to name
             name = self.workers.setdefault(worker, f"w{len(self.workers) + 1}") \
@@ -393,6 +408,7 @@ class State:
     def set_phase(self, key: str | None, text: str | None = None) -> None:
         """The build is now in phase ``key`` (None: in none); the one before it ends."""
         with self.lock:
+            self._event()
             ended = 0.0
             if self.phase is not None:
                 ended = self.now() - self.phase[2]
@@ -488,6 +504,7 @@ class Display(BuildEvents):
         from tusk.workflows.task_states import observe
 
         self._unobserve = observe(ex, self.state.task_state)
+        self.state.inline_writes = not getattr(ex, "is_cluster", False)
         self.state.observed = self._unobserve is not None
         why = f" ({ex.reason})" if self.verbose and getattr(ex, "reason", "") else ""
         if getattr(ex, "is_cluster", False):
