@@ -250,9 +250,10 @@ def test_show_stage_diff_and_stage_files(cache, tmp_path):
     diff = run("show", str(out / "tiled_exp"), "--stage", "unroll", "--diff").stdout
     assert "# function tiled_exp: instructions 4 -> 48" in diff and "\n+" in diff and "\n-" in diff
     d2 = run("diff", f"{out / 'tiled_exp'}@heuristic_unroll", f"{out / 'tiled_exp'}@unroll")
-    assert d2.exit_code == 0 and "instructions 4 -> 48" in d2.stdout
-    same = run("diff", str(EXAMPLES / "tiled_exp.json"), str(EXAMPLES / "tiled_exp.json")).stdout
-    assert "identical" in same
+    assert d2.exit_code == 1 and "instructions 4 -> 48" in d2.stdout  # they differ: 1, as diff(1)
+    same = run("diff", str(EXAMPLES / "tiled_exp.json"), str(EXAMPLES / "tiled_exp.json"))
+    assert same.exit_code == 0 and "identical" in same.stdout
+    assert run("diff", str(EXAMPLES / "tiled_exp.json"), str(tmp_path / "nosuch.json")).exit_code == 2
     res = run("show", str(out / "tiled_exp"), "--stage", "nosuch")
     assert res.exit_code == 2 and "no stage 'nosuch'" in res.stderr
 
@@ -385,3 +386,14 @@ def test_why_it_ran_names_the_setting_when_built_into_another_output_directory(c
     verbose = run("compile", str(k), "-o", str(tmp_path / "c"), "--workers", "0", "-v", "--progress", "off",
                   "--maxhu", "3")
     assert "heuristic_unroll.maxhu unset -> 3 (setting maxhu)" in " ".join(verbose.stdout.split())
+
+
+def test_a_failed_build_that_ran_nothing_is_not_called_all_cached(cache, tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "broken.json").write_text("{ not json")
+    shutil.copy(EXAMPLES / "tiled_exp.json", k / "tiled_exp.json")
+    assert run("compile", str(k), "-o", str(tmp_path / "a"), "--workers", "0").exit_code == 1
+    res = run("compile", str(k), "-o", str(tmp_path / "b"), "--workers", "0")
+    assert res.exit_code == 1 and "no cluster started" in res.stdout
+    assert "all cached" not in res.stdout, res.stdout  # a kernel failed: not everything came from the cache

@@ -575,7 +575,12 @@ def _colour(lines: Iterable[str]) -> Iterable[str]:
             yield line
 
 
+IDENTICAL = "(the listings are identical)"  # the line tusk.workflows.show.diff_lines ends with when they are
+
 DIFF_EPILOG = """\b
+Exit status, as diff(1): 0 the listings are the same, 1 they differ, 2 trouble (a file that cannot be read).
+
+\b
 Examples:
   tusk diff before.bir.json after.bir.json
   tusk diff tusk-out/k/stages/k/02-heuristic_unroll.bir.json tusk-out/k/stages/k/03-unroll.bir.json
@@ -616,10 +621,18 @@ def diff_cmd(
         flt = _filter(function, engine, None, True)
         ma = _module_of(a, cache_dir, core, unit)
         mb = _module_of(b, cache_dir, core, unit)
-        out.write_all(_colour(sh.diff_lines(ma, mb, a, b, flt, context=context)))
+        same = [False]
+
+        def noting(lines: Iterable[str]) -> Iterable[str]:
+            for line in lines:
+                same[0] = same[0] or line == IDENTICAL
+                yield line
+
+        out.write_all(_colour(noting(sh.diff_lines(ma, mb, a, b, flt, context=context))))
     except TuskError as e:
         out.flush()
-        raise _fail(e)
+        raise _fail(e, 2)
+    raise typer.Exit(0 if same[0] else 1)  # as diff(1): 0 the same, 1 different, 2 trouble
 
 
 # ---------------------------------------------------------------------- cache

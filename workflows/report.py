@@ -211,7 +211,8 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False,
                                   + _overhead(st.timing), soft_wrap=True)
     rep = result.report
     if rep is not None:
-        where = rep.executor if rep.cluster_started or rep.n_executed else "no cluster started (all cached)"
+        where = rep.executor if rep.cluster_started or rep.n_executed else \
+            "no cluster started (all cached)" if rep.n_cached and not result.failed else "no cluster started"
         traced = result.traces("executed", "failed"), result.traces("cached")
         traces = f"{traced[0]} trace(s) of Python kernels, {traced[1]} cached; " if any(traced) else ""
         console.print(f"{traces}{rep.n_executed} pass execution(s), {rep.n_cached} cached; {escape(where)}; "
