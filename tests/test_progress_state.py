@@ -157,3 +157,19 @@ def test_eta_from_a_recorded_build_matches_the_next_build(tmp_path, monkeypatch)
     st.slots = 2
     chain = max(sum(st.units[u.unit.name].expected.get(label, 0.0) for label in [*labels, WRITE]) for u in units)
     assert st.eta() >= 2 * chain * 0.95  # three equal serial chains on two workers: two after another
+
+
+def test_a_split_steps_history_is_its_wall_time_from_the_first_task_to_the_last(tmp_path):
+    st, urs = _state(History(), ["k"], 2)
+    for key, what in (("s", "a (split)"), ("p0", "a part 1/2"), ("p1", "a part 2/2"), ("m", "a (merge)")):
+        st.task("submitted", key, urs["k"], what)
+    st.task_state("s", "executing", "w", 10.0)   # began 10 s ago
+    st.task_state("s", "done", "w", 7.0)
+    st.task_state("p0", "executing", "w", 7.0)
+    st.task_state("p1", "executing", "v", 7.0)
+    st.task_state("p0", "done", "w", 3.0)
+    st.task_state("p1", "done", "v", 2.0)
+    st.task_state("m", "executing", "w", 2.0)
+    st.task_state("m", "done", "w", 0.0)
+    start, end = st.step_wall[("k", "a")]
+    assert end - start == pytest.approx(10.0, abs=0.05)

@@ -158,7 +158,8 @@ class Reporter(BuildEvents):
         t0 = time.perf_counter()
         if self.history is not None:
             try:
-                self.history.record(result.report, self.state.write_seconds if self.state else {})
+                self.history.record(result.report, self.state.write_seconds if self.state else {},
+                                    self.state.step_wall if self.state else None)
             except Exception:  # noqa: BLE001
                 pass
         if self.report and result.kernels and _changed_nothing(result):

@@ -236,8 +236,10 @@ class History:
                                      if isinstance(v, (int, float)) and v >= 0}
         return self._seen[unit.name]
 
-    def record(self, report, write_seconds: dict[str, float]) -> None:
-        """Keep this build's seconds for every executed step (and output writing) of every unit."""
+    def record(self, report, write_seconds: dict[str, float], step_wall: dict | None = None) -> None:
+        """Keep this build's seconds for every executed step (and output writing) of every unit: the step's
+        wall time as the executor reported its tasks (``step_wall``: from the first one's start to the last
+        one's end -- a split step's split, parts and merge), else the pass plus the work around it."""
         if self.store is None or report is None:
             return
         for u in report.units:
@@ -247,7 +249,9 @@ class History:
                 if s.status == "executed":
                     extra = sum(v for k, v in s.timing.items() if k in ("fetch", "hash", "store", "verify")
                                 and isinstance(v, (int, float)))
-                    known[s.label] = round(s.seconds + extra, 4)
+                    wall = (step_wall or {}).get((u.unit.name, s.label))
+                    known[s.label] = round(wall[1] - wall[0] if wall and wall[1] is not None else
+                                           s.seconds + extra, 4)
                     changed = True
             if u.unit.name in write_seconds and u.outputs.get("status") == "written":  # not "up to date"
                 known[WRITE] = round(write_seconds[u.unit.name], 4)
@@ -308,6 +312,7 @@ class State:
         self.phase: tuple[str, str, float] | None = None   # (key, text, since)
         self.phases_done: dict[str, float] = {}
         self.on_phase = lambda key, text, ended: None  # the display's hook: (key, text, seconds of the one ended)
+        self.step_wall: dict[tuple[str, str], list] = {}  # (unit, step) -> [first task's start, last one's end]
         self.inline_writes = False         # outputs written by the client itself (no cluster): no task to time
         self._writing: tuple[str, float] | None = None  # (unit, since): its last step resolved, its outputs next
         self.lock = threading.RLock()
@@ -371,10 +376,15 @@ class State:
                 early = self.early.pop(key, None)
                 if early is not None and early[0] == "executing":
                     t.started, t.worker = early[2], early[1]
+                    self._began(t, early[2])
             else:
                 t = self.tasks.pop(key, None)
                 if t is not None and t.what == WRITE and t.started is not None:  # its end not reported yet
                     self.write_seconds[t.unit] = self.write_seconds.get(t.unit, 0.0) + self.now() - t.started
+
+    def _began(self, t: _Task, at: float) -> None:
+        wall = self.step_wall.setdefault((t.unit, t.what.split(" ", 1)[0]), [at, None])
+        wall[0] = min(wall[0], at)
 
     def task_state(self, key: str, state: str, worker: str, ago: float) -> None:
         """What the executor said of task ``key`` (``tusk.workflows.task_states``)."""
@@ -393,7 +403,11 @@ class State:
                 return
             if state == "executing":
                 t.started, t.worker = at, name
+                self._began(t, at)
             elif state == "done":
+                wall = self.step_wall.get((t.unit, t.what.split(" ", 1)[0]))
+                if wall is not None:
+                    wall[1] = at if wall[1] is None else max(wall[1], at)
                 self.tasks.pop(key, None)
                 if t.what == WRITE and t.started is not None:  # the write task's own time, not its wait
                     self.write_seconds[t.unit] = self.write_seconds.get(t.unit, 0.0) + max(0.0, at - t.started)
