@@ -397,3 +397,14 @@ def test_a_failed_build_that_ran_nothing_is_not_called_all_cached(cache, tmp_pat
     res = run("compile", str(k), "-o", str(tmp_path / "b"), "--workers", "0")
     assert res.exit_code == 1 and "no cluster started" in res.stdout
     assert "all cached" not in res.stdout, res.stdout  # a kernel failed: not everything came from the cache
+
+
+def test_full_unroll_exits_as_tusk_does(tmp_path):
+    from tusk.workflows.full_unroll_cli import main as full_unroll
+
+    assert run("show", str(tmp_path / "nosuch.json")).exit_code == 2
+    assert full_unroll([str(tmp_path / "nosuch.json"), "-o", str(tmp_path / "o.json")]) == 2
+    (tmp_path / "bad.json").write_text("{ not json")
+    assert run("show", str(tmp_path / "bad.json")).exit_code == 1
+    assert full_unroll([str(tmp_path / "bad.json"), "-o", str(tmp_path / "o.json")]) == 1
+    assert not (tmp_path / "o.json").exists()

@@ -3,8 +3,9 @@
 Mirrors neuronxcc's ``full_unroll``: single-dash long flags (``--`` works
 too), ``-unrollLevel`` defaults to 0 (memloc generation only), ``-verbose``
 is the console log level (default 30, warnings).  It loads BIR-JSON, runs
-FullUnroll with the same level gating and 25M ceiling, saves, and exits
-non-zero on failure.
+FullUnroll with the same level gating and 25M ceiling, saves; exits 1
+when the input file is at fault, 2 when the command or the machine is (a
+missing file), as ``tusk`` does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, TuskError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,16 +31,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    import os
+
     from tusk.ir import bir_json
     from tusk.stages.full_unroll import FullUnroll
 
+    if not os.path.isfile(args.input):  # the command's fault (exit 2), as `tusk show` says it
+        what = "is a directory" if os.path.isdir(args.input) else "no such file"
+        print(f"full_unroll: error: {args.input}: {what}", file=sys.stderr)
+        return 2
     try:
         module = bir_json.load(args.input)
         out, stats = FullUnroll(level=args.level).run(module)
         bir_json.save(out, args.output)
     except TuskError as e:
         print(f"full_unroll: error: {e}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(e, InputError) else 2  # as tusk: 1 the file is at fault, 2 the command or machine
     logging.getLogger("tusk.full_unroll").info("wrote %s (%d instructions)", args.output, stats["insts_after"])
     return 0
 
