@@ -506,6 +506,8 @@ class Display(BuildEvents):
 
     def phase(self, key: str | None) -> None:
         """The build entered one of its phases besides the steps (``PHASES``), or left it (None)."""
+        if key == "close":
+            self.unobserve()  # while the client still answers: the workers' plugin goes with it
         self.state.set_phase(key)
 
     def _phase_changed(self, key: str | None, text: str | None, ended: tuple[str, str, float] | None) -> None:
