@@ -515,8 +515,9 @@ class Display(BuildEvents):
 
     def executor(self, ex) -> None:
         adopt_dask_logs()
-        if self.state.phase is not None and self.state.phase[0] == "start":
-            self.state.set_phase(None)
+        if self.state.phase is not None and self.state.phase[0] == "start":  # its workers import Tusk next
+            self.state.set_phase("start", "the workers are importing Tusk" if getattr(ex, "is_cluster", False)
+                                 else "importing the passes")
         from tusk.workflows.task_states import observe
 
         self._unobserve = observe(ex, self.state.task_state)
@@ -542,6 +543,8 @@ class Display(BuildEvents):
 
     def startup(self, event) -> None:
         """Start-up is a line of its own (never charged to the first pass on a worker)."""
+        if self.state.phase is not None and self.state.phase[0] == "start":
+            self.state.set_phase(None)
         if event.workers and (self.verbose or len(event.workers) > 1 or "this process" not in event.workers):
             slow = max(w.get("seconds", 0.0) for w in event.workers.values())
             self.say(f"{len(event.workers)} worker(s) ready in {event.started + event.ready:.1f}s "
