@@ -451,7 +451,9 @@ class State:
                 chains.append(Chain(left, now - min(started) if started else 0.0))
             unseen = max(0, self.n_units - len(self.units))
             expected = self.history.phases()
-            post = [k for k in POST_BUILD if k not in self.phases_done]
+            # no cluster running (in this process, or everything cached so far): none to stop
+            post = [k for k in POST_BUILD if k not in self.phases_done
+                    and not (k == "close" and (self.inline_writes or not self.observed))]
             phases_left: list[float | None] = []
             for k in post:
                 if self.phase is not None and k == self.phase[0]:
