@@ -503,6 +503,7 @@ class Display(BuildEvents):
         self.state.t0 = time.perf_counter()
 
     def executor_starting(self, what: str) -> None:
+        _expect_slots(self.state, what)
         self.state.set_phase("start", f"starting {what}")
         self.say(f"starting {what} ...")
 
@@ -610,6 +611,7 @@ class Live(Display):
             pass
 
     def executor_starting(self, what: str) -> None:
+        _expect_slots(self.state, what)
         self.state.set_phase("start", f"starting {what}")  # the live view says it (with a spinner)
 
     def _phase_changed(self, key: str | None, text: str | None, ended: tuple[str, str, float] | None) -> None:
@@ -658,6 +660,15 @@ class Live(Display):
         grid.add_row(Text("compiling", style="bold"), ProgressBar(total=total, completed=min(done, total), width=30),
                      counts)
         return grid
+
+
+def _expect_slots(st: State, what: str) -> None:
+    """While "a local cluster of N worker process(es)" starts, the estimate already counts its N slots."""
+    import re
+
+    m = re.search(r"\bof (\d+) worker", what)
+    if m:
+        st.slots = max(1, int(m.group(1)))
 
 
 def _waiting_note(st: State, running: list, queued: int, shown: int) -> str:
