@@ -121,4 +121,5 @@ def test_piped_lines_show_every_post_build_phase_and_the_summary_time_is_the_com
                   "writing report.html"):
         assert any(line.startswith("[2/2] ") and phase in line for line in lines), (phase, res.stdout[-2000:])
     said = float(re.search(r"; ([0-9.]+)s; cache ", res.stdout).group(1))
-    assert 0.8 * wall <= said <= wall + 0.05, (said, wall)  # from the process's start to the summary
+    # from the process's start to the summary: all of it but the interpreter's exit (a loaded machine: ~1 s)
+    assert wall - max(1.5, 0.25 * wall) <= said <= wall + 0.05, (said, wall)
