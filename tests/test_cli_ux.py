@@ -408,3 +408,24 @@ def test_full_unroll_exits_as_tusk_does(tmp_path):
     assert run("show", str(tmp_path / "bad.json")).exit_code == 1
     assert full_unroll([str(tmp_path / "bad.json"), "-o", str(tmp_path / "o.json")]) == 1
     assert not (tmp_path / "o.json").exists()
+
+
+def test_the_summary_time_includes_writing_the_report(cache, tmp_path, monkeypatch):
+    import time
+
+    from tusk.workflows import report_html
+
+    render = report_html.render
+
+    def slowly(*args, **kwargs):
+        time.sleep(1.5)  # a report that takes long to write (a large build's took a quarter of it)
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(report_html, "render", slowly)
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    t0 = time.perf_counter()
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--progress", "plain")
+    took = time.perf_counter() - t0
+    said = float(re.search(r"; ([0-9.]+)s; cache ", res.stdout).group(1))
+    assert res.exit_code == 0 and said >= 1.5 and took - 0.3 <= said <= took, (said, took)
+    assert re.search(r"^\[1/1\] writing report\.html: 1\.\ds$", res.stdout, re.M), res.stdout  # it took long
