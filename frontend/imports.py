@@ -7,6 +7,11 @@
   package (a directory with ``__init__.py``) is imported as part of its
   package, so ``from .utils import x`` works: the directory above the
   package root is importable instead.
+* Directories the user names (``tusk trace --path DIR``, ``paths = [...]`` in
+  ``tusk.toml``) are importable after the kernel's own, and their files are
+  the kernel tree's too: KLR's examples do ``from apis import *`` with
+  ``apis.py`` one directory up.  Nothing else outside the kernel's
+  directory (or package) is read, apart from installed packages.
 * A module the kernel's code imports that is not installed (``torch``,
   ``jax``, ``scipy``, a test helper of ``neuronxcc``) is bound to a
   stand-in (:class:`Absent`): the import succeeds, and using it while the
@@ -28,7 +33,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,6 +223,7 @@ class KernelImports:
     """The kernel file's import world during one trace (see the module docstring)."""
 
     path: Path                                  # the kernel file, resolved
+    paths: tuple[Path, ...] = ()                # directories the user named (--path): importable after root
     root: Path = field(init=False)              # the kernel tree: its directory, or its package root's parent
     module: str | None = field(init=False)      # its dotted name when it lives in a package
     absent: list[str] = field(default_factory=list)
@@ -225,6 +231,7 @@ class KernelImports:
 
     def __post_init__(self) -> None:
         self.path = Path(os.path.realpath(self.path))
+        self.paths = tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in self.paths))
         pkg = package_root(self.path) if _relative_imports(self.path) else None
         if pkg is None:
             self.root, self.module = self.path.parent, None
@@ -242,21 +249,28 @@ class KernelImports:
         """Is ``where`` (a file, or a file and line) one of the kernel tree's files?"""
         name = where[0] if isinstance(where, tuple) else where
         try:
-            return Path(os.path.realpath(name)).is_relative_to(self.root)
+            real = Path(os.path.realpath(name))
         except (OSError, ValueError):
             return False
+        return any(real.is_relative_to(d) for d in self.roots)
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """The kernel tree's directories: its own (or its package root's parent), then the user-named ones."""
+        return (self.root, *(p for p in self.paths if p != self.root))
 
     def shadowed(self) -> set[str]:
         """Top-level module names the kernel tree provides (they must not resolve to a module loaded before)."""
         names = set()
-        try:
-            for p in self.root.iterdir():
-                if p.suffix == ".py" and p.stem.isidentifier():
-                    names.add(p.stem)
-                elif p.is_dir() and (p / "__init__.py").is_file() and p.name.isidentifier():
-                    names.add(p.name)
-        except OSError:
-            pass
+        for d in self.roots:
+            try:
+                for p in d.iterdir():
+                    if p.suffix == ".py" and p.stem.isidentifier():
+                        names.add(p.stem)
+                    elif p.is_dir() and (p / "__init__.py").is_file() and p.name.isidentifier():
+                        names.add(p.name)
+            except OSError:
+                pass
         return names
 
 
@@ -265,9 +279,10 @@ def _alias_state() -> dict[int, tuple[types.ModuleType, set[str]]]:
 
 
 @contextlib.contextmanager
-def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
-    """The import world of tracing ``path``; on exit everything is as it was (``sources`` is filled)."""
-    ki = KernelImports(Path(path))
+def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = ()) -> Iterator[KernelImports]:
+    """The import world of tracing ``path`` (``paths``: directories the user named, importable after the
+    kernel's own); on exit everything is as it was (``sources`` is filled)."""
+    ki = KernelImports(Path(path), tuple(Path(p) for p in paths))
     saved_path = list(sys.path)
     before = dict(sys.modules)
     attrs = _alias_state()
@@ -281,7 +296,7 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
     for n in hidden:
         del sys.modules[n]
     finder = _StandIns(ki)
-    sys.path.insert(0, str(ki.root))
+    sys.path[0:0] = [str(d) for d in ki.roots]
     sys.modules.update(ALIASES)
     sys.meta_path.append(finder)
     try:

@@ -91,7 +91,8 @@ def trace_key(parts: dict[str, Any]) -> str:
 
 
 def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence[Any], grid: Sequence[int] = (),
-                 name: str | None = None, arch: str | None = None, args: Mapping[str, Any] | None = None):
+                 name: str | None = None, arch: str | None = None, args: Mapping[str, Any] | None = None,
+                 paths: Sequence[str | os.PathLike] = ()):
     """``tusk.frontend.trace_kernel_file`` (a :class:`tusk.frontend.trace.Traced`: the KLR bytes and the
     kernel-tree files the trace imported), with whatever escapes it sorted by fault.
 
@@ -106,7 +107,7 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
 
     try:
         traced = trace_kernel_file(path, function, list(inputs), tuple(grid), args=dict(args or {}), name=name,
-                                   arch=arch)
+                                   arch=arch, paths=tuple(paths))
     except TuskError:
         raise
     except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything
@@ -214,7 +215,8 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kerne
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output (--json)
-                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args)
+                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args,
+                                      paths=getattr(spec, "paths", ()))
         except TuskError as e:
             k.trace.update(status="failed", seconds=round(time.perf_counter() - t0, 6))
             _fail(k, e, spec)
