@@ -40,6 +40,7 @@ from typing import Any
 
 from tusk.frontend import nki as _nki
 from tusk.frontend.errors import TraceError, current_user_line, in_tusk
+from tusk.frontend.nki import compiler as _compiler
 from tusk.frontend.nki import isa_v1 as _isa_v1
 from tusk.frontend.nki import isa_v2 as _isa_v2
 from tusk.frontend.nki import language as _language
@@ -49,6 +50,7 @@ from tusk.frontend.nki import typing as _typing
 _NKI_V1 = types.ModuleType("neuronxcc.nki", _nki.__doc__)
 _NKI_V1.__dict__.update({k: v for k, v in vars(_nki).items() if not k.startswith("__")})
 _NKI_V1.isa = _isa_v1
+_NKI_V1.compiler = _compiler
 _NKI_V1.__path__ = []  # a package, as `nki` is: absent submodules of it get stand-ins
 
 _ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
@@ -63,15 +65,17 @@ ALIASES: dict[str, types.ModuleType] = {
     "nki.language": _language,
     "nki.isa": _isa_v2,
     "nki.typing": _typing,
+    "nki.compiler": _compiler,
     "neuronxcc": _PACKAGE,
     "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
     "neuronxcc.nki.isa": _isa_v1,
     "neuronxcc.nki.isa.constants": _ISA_CONSTANTS,
     "neuronxcc.nki.typing": _typing,
+    "neuronxcc.nki.compiler": _compiler,
 }
 NKI_ROOTS = ("nki", "neuronxcc")  # names of the NKI packages: an absent submodule is "not supported"
-NKI_SUBMODULES = ("compiler", "collectives")  # NKI modules Tusk does not have: attributes of nki as stand-ins
+NKI_SUBMODULES = ("collectives",)  # NKI modules Tusk does not have: attributes of nki as stand-ins
 # NKI's decorator under the names of framework packages that re-export it (torch_neuronx): kept even when the
 # framework is absent, so `from torch_neuronx import nki_jit` then `@nki_jit` marks a kernel
 REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki_jit": _nki.jit}
@@ -279,6 +283,30 @@ def _alias_state() -> dict[int, tuple[types.ModuleType, set[str]]]:
 
 
 @contextlib.contextmanager
+def numpy_names() -> Iterator[None]:
+    """NKI dtypes numpy has no type for (``nl.bfloat16``, the float8 kinds) as numpy dtype names while a kernel
+    is traced: ``np.dtype(nl.bfloat16).itemsize`` is 2, as with NKI's own dtypes (kernels size their direct
+    allocations so).  The dtype is raw bytes of that size (``V2``): arithmetic on it fails, nothing computes
+    with it silently.  Names numpy already has are left alone; all are removed afterwards."""
+    import numpy as np
+
+    from tusk.frontend.klr_writer import DTYPE_BYTES
+
+    added = []
+    for name, size in DTYPE_BYTES.items():
+        try:
+            np.dtype(name)
+        except TypeError:
+            np.sctypeDict[name] = np.dtype(f"V{size}")
+            added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            np.sctypeDict.pop(name, None)
+
+
+@contextlib.contextmanager
 def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = ()) -> Iterator[KernelImports]:
     """The import world of tracing ``path`` (``paths``: directories the user named, importable after the
     kernel's own); on exit everything is as it was (``sources`` is filled)."""
@@ -286,7 +314,7 @@ def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] =
     saved_path = list(sys.path)
     before = dict(sys.modules)
     attrs = _alias_state()
-    for m in (_language, _isa_v1, _isa_v2, _typing):
+    for m in (_language, _isa_v1, _isa_v2, _typing, _compiler):
         m.__path__ = []  # packages while tracing: `from nki.isa.constants import x` reaches the stand-ins
     for sub in NKI_SUBMODULES:  # `nki.compiler.sbuf.mod_alloc` at a file's top level, without an import
         for pkg in (_nki, _NKI_V1):  # both API generations' nki packages
@@ -299,9 +327,12 @@ def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] =
     sys.path[0:0] = [str(d) for d in ki.roots]
     sys.modules.update(ALIASES)
     sys.meta_path.append(finder)
+    names = numpy_names()
+    names.__enter__()
     try:
         yield ki
     finally:
+        names.__exit__(None, None, None)
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
         sys.path[:] = saved_path

@@ -147,7 +147,7 @@ ENTRIES = [
           "allocated_fused_self_attn_for_SD_small_head_size",
           ("f32[1,128,1024]", "f32[1,128,1024]", "f32[1,1024,128]"), allocated_sd_attention, grid="1", **BF16_TOL),
     Entry("ref_allocated_rmsnorm_qkv", "reference", f"{R}/allocated_fused_linear.py", "allocated_fused_rms_norm_qkv",
-          ("bf16[1,128,512]", "bf16[512,512]"), rmsnorm_qkv, ranges=((0, 1), (0, 1)), **BF16_TOL),
+          ("bf16[1,256,512]", "bf16[512,512]"), rmsnorm_qkv, ranges=((0, 1), (0, 1)), **BF16_TOL),
     Entry("ref_double_row_matmul", "reference", f"{R}/double_row_matmul.py", "quantized_double_row_matmul",
           ("bf16[128,256]", "fp8_e4m3[128,1024]", "bf16[128,512]"), double_row_matmul,
           args=("TILES_IN_BLOCK_M=1", "TILES_IN_BLOCK_N=1", "TILES_IN_BLOCK_K=2"),

@@ -19,7 +19,7 @@ import numpy as np
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
-from tusk.frontend.tracer import CEILING, WatchedRange, as_shape, current, too_many, trips
+from tusk.frontend.tracer import CEILING, Op, WatchedRange, as_shape, current, too_many, trips
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -206,9 +206,17 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, builtins.bool)
 
 
+def always(mask: Any) -> builtins.bool:
+    """A mask that is a predicate of static indices found true (``mask=(2 * i + g) * 128 < n``): every element."""
+    return isinstance(mask, (builtins.bool, np.bool_)) and builtins.bool(mask)
+
+
 def _masked(views: list[View], mask: Any) -> list[View]:
-    if mask is None:
+    if mask is None or always(mask):
         return views
+    if isinstance(mask, (builtins.bool, np.bool_)):
+        raise unsupported("mask=False (the predicate holds for no element here: the call would do nothing; "
+                          "skip it with an if)")
     if not isinstance(mask, Mask):
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
     return [v.narrowed(mask.counts(v.ndim)) for v in views]
@@ -376,7 +384,32 @@ def _accumulate(dst: View, value: Any) -> None:
         return
     value = _tile(value, "+=")
     dst = _tile(dst, "+=")
+    _start_accumulation(dst, value)
     current().op("tensor_tensor", (dst, value), (dst,), dst=dst, a=dst, b=value, op="add")
+
+
+def _start_accumulation(dst: View, value: View) -> None:
+    """``psum[...] += nisa.nc_matmul(...)`` into a PSUM tensor nothing wrote yet starts an accumulation group,
+    as NKI reads it: the sum starts from zero, once before the loop the group runs over (as
+    ``nc_matmul(dst=psum, ...)`` infers it; see isa_ops.nc_matmul)."""
+    from tusk.frontend.nki.isa_ops import _accumulation_loop, _insert_before
+
+    tr = current()
+    if dst.memory != "psum" or not _made_by_matmul(tr, value):
+        return
+    if builtins.any(isinstance(e, Op) and builtins.any(w.tensor is dst.tensor for w in e.writes) for e in tr.prog):
+        return
+    start = _accumulation_loop(tr, dst)
+    pos = len(tr.prog) if start is None else start
+    line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
+    _insert_before(tr, pos, Op("memset", {"dst": dst, "value": 0.0}, line, (), (dst,)))
+
+
+def _made_by_matmul(tr: Any, value: View) -> builtins.bool:
+    for e in reversed(tr.prog):
+        if isinstance(e, Op) and builtins.any(w.tensor is value.tensor for w in e.writes):
+            return e.kind == "matmul"
+    return False
 
 
 # ---------------------------------------------------------------------------- elementwise
