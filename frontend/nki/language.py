@@ -397,12 +397,32 @@ def _start_accumulation(dst: View, value: View) -> None:
     tr = current()
     if dst.memory != "psum" or not _made_by_matmul(tr, value):
         return
-    if builtins.any(isinstance(e, Op) and builtins.any(w.tensor is dst.tensor for w in e.writes) for e in tr.prog):
+    if written_before(tr, dst):
         return
     start = _accumulation_loop(tr, dst)
     pos = len(tr.prog) if start is None else start
     line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
     _insert_before(tr, pos, Op("memset", {"dst": dst, "value": 0.0}, line, (), (dst,)))
+
+
+def written_before(tr: Any, dst: View) -> builtins.bool:
+    """Has an instruction traced so far written an element ``dst`` may reach (over every loop index)?  Block
+    ``i`` of a tensor is not written by the writes of block ``i - 1`` (an unrolled loop's earlier iteration).
+    Element by element when the accesses are small enough to list; otherwise any write of the tensor counts."""
+    from tusk.frontend.alloc_blocks import cells
+
+    size = math.prod(dst.tensor.shape)
+    mine = cells(dst, None, size)
+    marks = None if mine is None else np.zeros(size, dtype=builtins.bool)
+    for e in tr.prog:
+        if isinstance(e, Op):
+            for w in e.writes:
+                if w.tensor is dst.tensor:
+                    theirs = None if marks is None else cells(w, None, size)
+                    if theirs is None:
+                        return True
+                    marks[theirs] = True
+    return marks is not None and builtins.bool(marks[mine].any())
 
 
 def _made_by_matmul(tr: Any, value: View) -> builtins.bool:
