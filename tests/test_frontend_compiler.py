@@ -114,3 +114,64 @@ def test_psum_accumulation_into_an_unwritten_ndarray_starts_from_zero(tmp_path):
     got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[512,512]"]), {"lhsT": A, "rhs": rhs})["out"]
     assert np.allclose(got[0], A.T @ B, rtol=1e-4, atol=1e-3)
     assert np.allclose(got[1], 2 * (A.T @ B), rtol=1e-4, atol=1e-3)
+
+
+# ====================================================================== logical blocks (alloc_blocks)
+
+BLOCKS = """
+    @nki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((6, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((6, 2, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        res = nl.ndarray((par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+        for r in LOOP(6):
+            for j in nl.affine_range(2):
+                acc[r, j] = nisa.nc_matmul(nl.load(lhsT[j * 128:(j + 1) * 128, :]),
+                                           nl.load(rhs[r * 128:(r + 1) * 128, :]))
+            res[...] = nl.add(acc[r, 0], acc[r, 1])
+            nl.store(out[r], value=res)
+        return out
+"""
+RHS = np.random.default_rng(5).standard_normal((768, 512)).astype(np.float32)
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "nl.affine_range", "nl.sequential_range"])
+def test_blocks_used_one_per_iteration_need_one_tile_of_psum(tmp_path, loop):
+    """acc's 12 logical tiles need 24 KiB of PSUM's 16: iteration r uses only block r (a loop that stays a loop
+    shares one block; an unrolled one splits the blocks into tiles of their own)."""
+    path = write(tmp_path, BLOCKS.replace("LOOP", loop), header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[768,512]"]), {"lhsT": A, "rhs": RHS})["out"]
+    for r in range(6):
+        assert np.allclose(got[r], (A[:128] + A[128:]).T @ RHS[r * 128:(r + 1) * 128], rtol=1e-4, atol=1e-3)
+
+
+def test_blocks_that_iterations_share_keep_their_memory_and_psum_is_full(tmp_path):
+    """Iteration r reads block 5 - r too: no block can be shared, the PSUM-full refusal stays."""
+    body = BLOCKS.replace("LOOP", "nl.affine_range").replace("nl.add(acc[r, 0], acc[r, 1])",
+                                                             "nl.add(acc[r, 0], acc[5 - r, 1])")
+    path = write(tmp_path, body, header=HEADER)
+    with pytest.raises(TraceError, match="PSUM is full"):
+        trace_file(path, "k", ["f32[256,128]", "f32[768,512]"])
+
+
+@pytest.mark.parametrize("form", ["acc[r] += nisa.nc_matmul(a, b)", "nisa_v2.nc_matmul(acc[r], a, b)"])
+def test_accumulation_into_each_block_of_an_unrolled_loop_starts_from_zero(tmp_path, form):
+    path = write(tmp_path, f"""
+        import nki.isa as nisa_v2
+
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((3, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+            for r in nl.static_range(3):
+                for kk in nl.affine_range(2):
+                    a = nl.load(lhsT[kk * 128:(kk + 1) * 128, :])
+                    b = nl.load(rhs[(2 * r + kk) * 128:(2 * r + kk + 1) * 128, :])
+                    {form}
+                nl.store(out[r], value=nl.copy(acc[r]))
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[768,512]"]), {"lhsT": A, "rhs": RHS})["out"]
+    for r in range(3):
+        want = A[:128].T @ RHS[2 * r * 128:(2 * r + 1) * 128] + A[128:].T @ RHS[(2 * r + 1) * 128:(2 * r + 2) * 128]
+        assert np.allclose(got[r], want, rtol=1e-4, atol=1e-3)
