@@ -97,8 +97,9 @@ def _uses(tr: Tracer):
             for v in _views(e):
                 if v.vector is not None:
                     uses[v.vector.tensor] = None
-                if uses.get(v.tensor, []) is not None:
-                    uses.setdefault(v.tensor, []).append((pos, e, v, tuple(var for var, _ in open_)))
+                found = uses.setdefault(v.tensor, [])
+                if found is not None:
+                    found.append((pos, e, v, tuple(var for var, _ in open_)))
     return uses, loops
 
 

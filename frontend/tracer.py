@@ -120,6 +120,7 @@ class Tracer:
             return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
             v.check_bounds()
+            v.check_partition_first()
         self.prog.append(o)
         self.instructions += self.weight
         if self.instructions >= CEILING:

@@ -61,11 +61,11 @@ def _memory(memory: str) -> types.SimpleNamespace:
     def mod_alloc(*, base_addr: int = 0, base_bank: int = 0, base_partition: int = 0, num_bank_tiles: tuple = (),
                   num_par_tiles: tuple = (), num_free_tiles: tuple = ()) -> Allocated:
         call = f"{ns}.mod_alloc"
-        for name, v in (("base_addr", base_addr), ("base_bank", base_bank), ("base_partition", base_partition)):
-            _ints(call, name, v)
-        for name, v in (("num_bank_tiles", num_bank_tiles), ("num_par_tiles", num_par_tiles),
-                        ("num_free_tiles", num_free_tiles)):
-            _ints(call, name, v, tuple_=True)
+        for name, base in (("base_addr", base_addr), ("base_bank", base_bank), ("base_partition", base_partition)):
+            _ints(call, name, base)
+        for name, counts in (("num_bank_tiles", num_bank_tiles), ("num_par_tiles", num_par_tiles),
+                             ("num_free_tiles", num_free_tiles)):
+            _ints(call, name, counts, tuple_=True)
         if memory == "sbuf" and (base_bank or num_bank_tiles):
             raise unsupported(f"{call}(base_bank=/num_bank_tiles=): SBUF has no banks (ncc.psum.mod_alloc has)")
         return Allocated(memory, f"{call}(...)")

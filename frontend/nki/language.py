@@ -274,7 +274,7 @@ def _assigned_name() -> str:
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.full", kw)
+    _fill_keywords("nl.full", kw)
     t = ndarray(shape, dtype, buffer, name)
     if not t.on_chip:
         raise unsupported("nl.zeros/nl.full/nl.ones in HBM (fill an SBUF tile and nl.store it)")
@@ -282,13 +282,21 @@ def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, 
     return t
 
 
+def _fill_keywords(what: str, kw: dict[str, Any]) -> None:
+    """``lazy_initialization=`` says when the fill runs, not what it writes: the values are the same."""
+    lazy = kw.pop("lazy_initialization", False)
+    if not isinstance(lazy, (builtins.bool, np.bool_)):
+        raise unsupported(f"{what}(..., lazy_initialization={lazy!r}) (True or False)")
+    _no_keywords(what, kw)
+
+
 def zeros(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.zeros", kw)
+    _fill_keywords("nl.zeros", kw)
     return full(shape, 0, dtype, buffer, name)
 
 
 def ones(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.ones", kw)
+    _fill_keywords("nl.ones", kw)
     return full(shape, 1, dtype, buffer, name)
 
 
