@@ -175,3 +175,58 @@ def test_accumulation_into_each_block_of_an_unrolled_loop_starts_from_zero(tmp_p
     for r in range(3):
         want = A[:128].T @ RHS[2 * r * 128:(2 * r + 1) * 128] + A[128:].T @ RHS[(2 * r + 1) * 128:(2 * r + 2) * 128]
         assert np.allclose(got[r], want, rtol=1e-4, atol=1e-3)
+
+
+# ====================================================================== views of block tiles, fills, unit indices
+
+def test_a_block_view_passed_on_and_indexed_further_is_a_partition_first_view(tmp_path):
+    path = write(tmp_path, """
+        def rowsum(dst, src):
+            for j in nl.affine_range(2):
+                dst[j] = nl.sum(nl.load(src[j * 128:(j + 1) * 128, :]), axis=1, keepdims=True)
+
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((2, 2, 128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.zeros((2, 2, par_dim(128), 1), dtype=nl.float32, lazy_initialization=True)
+            for h in nl.affine_range(2):
+                rowsum(sums[h], a[h])
+                for j in nl.affine_range(2):
+                    nl.store(out[h, j], value=sums[h, j])
+            return out
+    """, header=HEADER)
+    src = np.random.default_rng(6).standard_normal((2, 256, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[2,256,64]"]), {"a": src})["out"]
+    assert np.allclose(got[..., 0], src.reshape(2, 2, 128, 64).sum(axis=-1), rtol=1e-5, atol=1e-4)
+
+
+def test_an_instruction_on_a_view_whose_first_axis_is_a_block_axis_is_refused(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            buf = nl.zeros((2, par_dim(128), 64), dtype=nl.float32)
+            nl.store(out, value=nl.exp(buf[0:2, 0:128, 0]))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:13: .*first axis is not the partition axis"):
+        trace_file(path, "k", ["f32[128,64]"])
+
+
+def test_lazy_initialization_must_be_a_bool_and_a_trailing_unit_index_is_its_axis(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.full((par_dim(128), 4), fill_value=1.0, dtype=nl.float32, lazy_initialization=False)
+            col = acc[:, 2]
+            col[:, 0] = nl.sum(nl.load(a), axis=1)
+            nl.store(out, value=acc)
+            return out
+    """, header=HEADER)
+    src = A[:128, :64]
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"]
+    assert np.allclose(got[:, 2], src.sum(axis=1), rtol=1e-5, atol=1e-4) and (got[:, [0, 1, 3]] == 1).all()
+    path.write_text(path.read_text().replace("lazy_initialization=False", "lazy_initialization='soon'"))
+    with pytest.raises(TraceError, match=r"k\.py:12: .*lazy_initialization='soon'"):
+        trace_file(path, "k", ["f32[128,64]"])
