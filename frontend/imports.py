@@ -56,6 +56,9 @@ _NKI_V1.__path__ = []  # a package, as `nki` is: absent submodules of it get sta
 _ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
 _ISA_CONSTANTS.__dict__.update(_isa_v1.ENUMS)
 
+_LANGUAGE_CONSTANTS = types.ModuleType("neuronxcc.nki.language.constants")  # `from ... import sizeinbytes`
+_LANGUAGE_CONSTANTS.sizeinbytes = lambda dtype: _language.as_dtype(dtype).itemsize
+
 _PACKAGE = types.ModuleType("neuronxcc")
 _PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
 _PACKAGE.nki = _NKI_V1
@@ -69,6 +72,8 @@ ALIASES: dict[str, types.ModuleType] = {
     "neuronxcc": _PACKAGE,
     "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
+    "neuronxcc.nki.language.constants": _LANGUAGE_CONSTANTS,
+    "nki.language.constants": _LANGUAGE_CONSTANTS,
     "neuronxcc.nki.isa": _isa_v1,
     "neuronxcc.nki.isa.constants": _ISA_CONSTANTS,
     "neuronxcc.nki.typing": _typing,
@@ -198,10 +203,16 @@ def _importing_file() -> tuple[str, int] | None:
 # ====================================================================== the kernel's files
 
 
-def package_root(path: Path) -> Path | None:
-    """The top package directory holding ``path`` (walking up ``__init__.py`` files), or None."""
+def package_root(path: Path, levels: int = 0) -> Path | None:
+    """The top package directory holding ``path`` (walking up ``__init__.py`` files), or None.  ``levels``: the
+    file's deepest relative import (``from ..util import x`` is 2) needs that many packages above it, with or
+    without ``__init__.py`` (namespace packages)."""
     d = path.parent
     root = None
+    for _ in range(levels):
+        if not d.name.isidentifier() or d.parent == d:
+            return None
+        root, d = d, d.parent
     while (d / "__init__.py").is_file() and d.name.isidentifier():
         root = d
         if d.parent == d:
@@ -210,16 +221,17 @@ def package_root(path: Path) -> Path | None:
     return root
 
 
-def _relative_imports(path: Path) -> bool:
-    """Does the file import relatively (``from .utils import x``)?  Only then is it imported as its
-    package's module; otherwise it runs as a script of its own directory, as ``python FILE.py`` would."""
+def _relative_imports(path: Path) -> int:
+    """The deepest relative import of the file (``from ..utils import x``: 2; 0: none).  Only a file that
+    imports relatively is imported as its package's module; otherwise it runs as a script of its own
+    directory, as ``python FILE.py`` would."""
     import ast
 
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError, OSError):
-        return False  # the trace reports it when it runs the file
-    return any(isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree))
+        return 0  # the trace reports it when it runs the file
+    return max((n.level for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)), default=0)
 
 
 @dataclass
@@ -236,7 +248,8 @@ class KernelImports:
     def __post_init__(self) -> None:
         self.path = Path(os.path.realpath(self.path))
         self.paths = tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in self.paths))
-        pkg = package_root(self.path) if _relative_imports(self.path) else None
+        levels = _relative_imports(self.path)
+        pkg = package_root(self.path, levels) if levels else None
         if pkg is None:
             self.root, self.module = self.path.parent, None
         else:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tusk.frontend.affine import Affine, IndexGrid, IndexVector
+from tusk.frontend.affine import Affine, IndexGrid, IndexVector, Mask
 from tusk.frontend.errors import TraceError, unsupported
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
@@ -214,6 +214,8 @@ class View:
         raise unsupported("iterating over a tile (index it with nl.arange or slices)")
 
     def __getitem__(self, key: Any) -> View:
+        if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it
+            return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
         if key and isinstance(key[0], (View, Tensor)):

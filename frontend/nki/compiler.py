@@ -102,5 +102,12 @@ def no_reorder() -> Directive:
     return Directive("no_reorder")
 
 
+def multi_buffer(n: int) -> Directive:
+    """``directives=ncc.multi_buffer(8)``: how many buffers the compiler may rotate; the program is the same."""
+    _ints("ncc.multi_buffer", "n", n)
+    return Directive("multi_buffer")
+
+
 NAMES = ("sbuf.alloc", "sbuf.mod_alloc", "sbuf.auto_alloc", "psum.alloc", "psum.mod_alloc", "psum.auto_alloc",
-         "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "no_reorder")
+         "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "no_reorder",
+         "multi_buffer")
