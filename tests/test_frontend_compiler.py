@@ -230,3 +230,63 @@ def test_lazy_initialization_must_be_a_bool_and_a_trailing_unit_index_is_its_axi
     path.write_text(path.read_text().replace("lazy_initialization=False", "lazy_initialization='soon'"))
     with pytest.raises(TraceError, match=r"k\.py:12: .*lazy_initialization='soon'"):
         trace_file(path, "k", ["f32[128,64]"])
+
+
+# ====================================================================== arguments made by the kernel's module, packages
+
+def test_an_arg_that_calls_a_name_of_the_kernel_module(tmp_path):
+    path = write(tmp_path, """
+        from dataclasses import dataclass
+        from enum import Enum
+        from neuronxcc.nki.language.constants import sizeinbytes
+
+        class Mode(Enum):
+            SCALE = 1
+            SHIFT = 2
+
+        @dataclass(frozen=True)
+        class Args:
+            factor: float
+            mode: Mode = Mode.SCALE
+
+        @nki.jit
+        def k(a, kargs: Args):
+            assert sizeinbytes(nl.bfloat16) == 2 and sizeinbytes(a.dtype) == 4
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.load(a)
+            fn = nl.multiply if kargs.mode == Mode.SCALE else nl.add
+            nl.store(out, value=fn(t, kargs.factor))
+            return out
+    """, header=HEADER)
+    from tusk.frontend.args import arg_text, parse_value
+
+    src = A[:128, :64]
+    for text, want in (("Args(factor=3.0)", 3 * src), ("Args(2.0, mode=Mode.SHIFT)", src + 2)):
+        value = parse_value(text)
+        assert arg_text(value) == text
+        got = run_klr(trace_file(path, "k", ["f32[128,64]"], args={"kargs": value}), {"a": src})["out"]
+        assert np.allclose(got, want)
+    with pytest.raises(TraceError, match=r"argument kargs=Args\(factor='x', mode=Mode.NONE\): AttributeError"):
+        trace_file(path, "k", ["f32[128,64]"], args={"kargs": parse_value("Args(factor='x', mode=Mode.NONE)")})
+    assert parse_value("print(open('f').read())") == "print(open('f').read())"  # not a call of literals: a string
+
+
+def test_relative_imports_through_a_namespace_package(tmp_path):
+    (tmp_path / "lib" / "util").mkdir(parents=True)
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "util" / "helpers.py").write_text(
+        "import neuronxcc.nki.language as nl\n\n\ndef tripled(t):\n    return nl.multiply(t, 3.0)\n")
+    path = write(tmp_path / "lib" / "norm", """
+        from ..util.helpers import tripled
+
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((par_dim(128), 64), dtype=nl.float32)
+            t[...] = nl.load(a)
+            nl.store(out, value=tripled(t[nl.arange(128)[:, None], nl.arange(64)[None, :]][
+                (nl.arange(128)[:, None] < 128)]))
+            return out
+    """, header=HEADER)  # lib/norm has no __init__.py: a namespace package inside the package lib
+    src = A[:128, :64]
+    assert np.allclose(run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"], 3 * src)
