@@ -57,6 +57,9 @@ def as_dtype(x: Any) -> Dtype:
         name = name.removeprefix(prefix)
     name = {"float": "float32", "int": "int32", "bool": "uint8", "bool_": "uint8"}.get(name, name)
     key = DTYPES.get(str(name).lower())
+    if key is None and getattr(x, "kind", None) == "V":
+        raise unsupported(f"dtype {x!r}: raw bytes, as numpy holds nl.bfloat16 and the float8 kinds while "
+                          "tracing (numpy has no such type: an array cast to one holds no numbers)")
     if key is None or key not in DTYPE_BYTES:
         raise unsupported(f"dtype {x!r}")
     return Dtype(key)

@@ -54,6 +54,10 @@ def sd_attention_rows(x, a):
     return [softmax_rows(0.125 * q @ k.T) @ v]
 
 
+V1_UNDER_V2 = ("1.x calls (a result tile, no dst) under `import nki.isa` (NKI 2.x, whose signatures need dst): "
+               "refused naming the call")
+
+
 def _k(name: str, file: str, function: str, inputs, reference, **kw) -> Entry:
     return Entry(f"klr_{name}", "klr", f"{X}/{file}", function, tuple(inputs), reference, **{**PATH, **kw})
 
@@ -70,13 +74,14 @@ ENTRIES = [
     _k("index_maxpool", "index.py", "tensor_maxpool_kernel_", ("f32[64,12,12]", "f32[64,4,4]"), maxpool,
        args=("pool_size=3",)),
     _k("mm_spmd_nisa", "mm.py", "matmul_128x128x512_spmd_nisa", ("f32[128,512]", "f32[128,1024]", "f32[512,1024]"),
-       matmul_t, grid="4,2"),
+       matmul_t, grid="4,2", note=V1_UNDER_V2),
     _k("mm_nl", "mm.py", "matmul_128x128x512_nl", ("f32[512,128]", "f32[128,1024]", "f32[512,1024]"), matmul_nt,
        grid="4,2"),
     _k("prof_exp", "prof.py", "tensor_exp_kernel_", ("f32[250,64]",) * 2, exp),
     _k("average_pool", "average_pool.py", "tensor_avgpool_kernel_", ("f32[2,6,6]", "f32[2,3,3]"), avgpool,
        args=("pool_size=2",)),
-    *(_k(f"mamba_{v}", "fused_mamba.py", f"mamba_{v}", MAMBA_IO, mamba, ranges=MAMBA_RANGES, rtol=1e-3, atol=1e-3)
+    *(_k(f"mamba_{v}", "fused_mamba.py", f"mamba_{v}", MAMBA_IO, mamba, ranges=MAMBA_RANGES, rtol=1e-3, atol=1e-3,
+         note=V1_UNDER_V2)
       for v in ("v1", "v2", "v3")),
     *(_k(f"layernorm_{v}", "layernorm.py", f"nki_layernorm_kernel_{v}",
          ("f32[250,64]", "f32[64]", "f32[64]", "f32[250,64]"), layernorm, args=("epsilon=1e-5",),
@@ -91,14 +96,16 @@ ENTRIES = [
        ("f32[128,256]", "f32[128,1024]", "f32[256,1024]"), matmul_t),
     _k("matmul_fully_optimized", "matmul.py", "nki_matmul_fully_optimized_",
        ("f32[256,256]", "f32[256,512]", "f32[256,512]"), matmul_t,
-       args=("TILES_IN_BLOCK_M=2", "TILES_IN_BLOCK_N=1", "TILES_IN_BLOCK_K=2")),
+       args=("TILES_IN_BLOCK_M=2", "TILES_IN_BLOCK_N=1", "TILES_IN_BLOCK_K=2"), note=V1_UNDER_V2),
     _k("rmsnorm", "rmsnorm.py", "nki_rmsnorm_kernel", ("f32[250,64]", "f32[64]", "f32[250,64]"), rmsnorm,
        rtol=1e-3, atol=1e-3),
     _k("sd_attention", "sd_attention.py", "fused_self_attn_for_SD_small_head_size", ("f32[512,64]",) * 4,
-       sd_attention_rows, rtol=2e-2, atol=2e-2),
+       sd_attention_rows, rtol=2e-2, atol=2e-2,
+       note="the file uses par_dim, which neither it nor apis.py imports: a NameError in Python"),
     _k("tensor_add_kernel", "tensor_addition.py", "nki_tensor_add_kernel_", ("f32[256,1024]",) * 3, add,
        grid="2,2"),
-    _k("tensor_add_launcher", "tensor_addition.py", "nki_tensor_add", ("f32[256,1024]",) * 3, add),
+    _k("tensor_add_launcher", "tensor_addition.py", "nki_tensor_add", ("f32[256,1024]",) * 3, add,
+       note="it launches a plain function as kernel[grid_x, grid_y](...): a TypeError in Python"),
     _k("transpose2d", "transpose2d.py", "tensor_transpose2D_kernel_", ("f32[128,12]", "f32[128,12]"), transpose2d,
        args=("shape2D=3,4",)),
 ]
