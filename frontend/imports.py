@@ -291,6 +291,21 @@ class KernelImports:
         return names
 
 
+API_GENERATIONS = (1, 2)
+
+
+def aliases(api: int | None) -> dict[str, types.ModuleType]:
+    """The NKI module names while tracing.  By default the import name is the generation (``nki`` is 2.x,
+    ``neuronxcc.nki`` 1.x); ``api=1`` (``tusk trace --nki-api 1``) makes ``nki`` the 1.x modules too, for
+    kernels written in 1.x calls under the ``nki`` name (leanprover/KLR's example kernels, whose ``nki``
+    is KLR's own 1.x-style package)."""
+    if api in (None, 2):
+        return ALIASES
+    if api != 1:
+        raise TraceError(f"NKI API generation {api!r} (there are {' and '.join(map(str, API_GENERATIONS))})")
+    return {**ALIASES, "nki": _NKI_V1, "nki.isa": _isa_v1}
+
+
 def _alias_state() -> dict[int, tuple[types.ModuleType, set[str]]]:
     return {id(m): (m, set(vars(m))) for m in ALIASES.values()}
 
@@ -320,9 +335,11 @@ def numpy_names() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = ()) -> Iterator[KernelImports]:
+def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = (),
+                   api: int | None = None) -> Iterator[KernelImports]:
     """The import world of tracing ``path`` (``paths``: directories the user named, importable after the
-    kernel's own); on exit everything is as it was (``sources`` is filled)."""
+    kernel's own; ``api=1``: ``import nki`` is NKI 1.x too, see :func:`aliases`); on exit everything is as
+    it was (``sources`` is filled)."""
     ki = KernelImports(Path(path), tuple(Path(p) for p in paths))
     saved_path = list(sys.path)
     before = dict(sys.modules)
@@ -338,7 +355,7 @@ def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] =
         del sys.modules[n]
     finder = _StandIns(ki)
     sys.path[0:0] = [str(d) for d in ki.roots]
-    sys.modules.update(ALIASES)
+    sys.modules.update(aliases(api))
     sys.meta_path.append(finder)
     names = numpy_names()
     names.__enter__()

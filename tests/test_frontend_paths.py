@@ -80,3 +80,50 @@ def test_toml_paths_must_be_directories(tree, monkeypatch, tmp_path):
     (k / "tusk.toml").write_text(toml_kernel(name="doubled", file="doubled.py", inputs=SPECS, paths=["../nosuch"]))
     res = invoke("compile", k, "-o", tmp_path / "out", "--workers", "0")
     assert res.exit_code == 2 and "paths" in res.stderr and "not a directory" in res.stderr
+
+
+# ====================================================================== --nki-api: what `import nki` means
+
+V1_UNDER_NKI = '''\
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+def exp_twice(a, out):
+    t = nisa.activation(op=nl.exp, data=nl.load(a))
+    nl.store(out, value=nisa.tensor_tensor(t, t, op=nl.add))
+'''
+
+
+def test_nki_api_1_reads_import_nki_as_the_1x_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "k.py"
+    path.write_text(V1_UNDER_NKI)
+    with pytest.raises(TraceError, match=r"k\.py:7: nisa\.activation\(dst, op, data"):
+        trace_file(path, "exp_twice", SPECS)
+    got = run_klr(trace_file(path, "exp_twice", SPECS, api=1), {"a": A})["out"]
+    assert np.allclose(got, 2 * np.exp(A), rtol=1e-5)
+    out = tmp_path / "e.klr"
+    res = invoke(*trace_args(f"{path}::exp_twice", "--nki-api", "1", "-o", out, inputs=SPECS))
+    assert res.exit_code == 0, res.output
+    res = invoke(*trace_args(f"{path}::exp_twice", "--nki-api", "3", inputs=SPECS))
+    assert res.exit_code == 2 and "--nki-api 3" in res.stderr
+
+
+def test_toml_nki_api_is_part_of_the_trace_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
+    k, out = tmp_path / "k", tmp_path / "out"
+    k.mkdir()
+    (k / "k.py").write_text(V1_UNDER_NKI)
+    (k / "tusk.toml").write_text(toml_kernel(name="e", file="k.py", inputs=SPECS, function="exp_twice", nki_api=1))
+    code, rep = compile_json(k, out)
+    assert code == 0 and rep["traced"] == 1, rep
+    assert np.allclose(run_klr((out / "e" / "e.klr").read_bytes(), {"a": A})["out"], 2 * np.exp(A), rtol=1e-5)
+    (k / "tusk.toml").write_text(toml_kernel(name="e", file="k.py", inputs=SPECS, function="exp_twice", nki_api=2))
+    code, rep = compile_json(k, out)
+    assert code != 0 and kernel(rep, "e")["trace"]["status"] == "failed"  # another key: traced again, as 2.x
+    assert "nisa.activation(dst, op, data" in kernel(rep, "e")["error"]
+    (k / "tusk.toml").write_text(toml_kernel(name="e", file="k.py", inputs=SPECS, nki_api=True))
+    res = invoke("compile", k, "-o", out, "--workers", "0")
+    assert res.exit_code == 2 and "nki_api must be 1 or 2" in res.stderr

@@ -322,6 +322,9 @@ def trace(
                                     help="A directory the kernel may import from besides its own, e.g. the "
                                          "one holding a helper it imports (repeat); its files imported by the "
                                          "trace are part of the trace"),
+    nki_api: Optional[int] = typer.Option(None, "--nki-api", metavar="1|2",
+                                          help="What `import nki` means: 2 (default, NKI 2.x) or 1 (NKI 1.x calls "
+                                               "under the nki name, as leanprover/KLR's examples write them)"),
 ) -> None:
     """Trace an NKI kernel written in Python into a KLR file (KLR 0.0.12, what 'tusk compile' reads).
 
@@ -331,7 +334,7 @@ def trace(
     from tusk.workflows.trace_cmd import trace as run_trace
 
     try:
-        res = run_trace(target, inputs, grid, name, out, arch, args, paths)
+        res = run_trace(target, inputs, grid, name, out, arch, args, paths, nki_api)
     except InternalError as e:
         raise _fail(f"{e} [internal error of the NKI front end: please report it]", 1)
     except TuskError as e:

@@ -20,6 +20,7 @@ A kernel directory may hold a ``tusk.toml`` (or a ``pyproject.toml`` with a
     args = {eps = 1e-6, shape2D = [32, 16], dtype = "bf16"}   # optional: the other arguments, by name
     grid = [2]                    # optional SPMD launch grid
     paths = ["../common"]         # optional: directories it imports from besides its own (tusk trace --path)
+    nki_api = 1                   # optional: `import nki` is NKI 1.x (tusk trace --nki-api 1)
 
 Precedence, highest first: the command line, this file, the environment
 (``TUSK_ARCH`` ...), the defaults.  Everything is checked when the file is
@@ -63,6 +64,7 @@ class PythonKernel:
     grid: tuple[int, ...] = ()      # SPMD launch grid; () for none
     args: tuple = ()                # (name, value) of the other arguments (``args = {eps = 1e-6}``), by name
     paths: tuple[Path, ...] = ()    # directories it may import from besides its own (``paths = [...]``)
+    nki_api: int | None = None      # 1: ``import nki`` is NKI 1.x (``nki_api = 1``); None: the import name says
 
 
 @dataclass
@@ -173,7 +175,7 @@ def _pass_options(value: Any, where: str) -> list[str]:
     return sets
 
 
-KERNEL_KEYS = ("file", "function", "inputs", "args", "grid", "paths")
+KERNEL_KEYS = ("file", "function", "inputs", "args", "grid", "paths", "nki_api")
 
 
 def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
@@ -201,7 +203,7 @@ def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
         out.append(PythonKernel(name=name, file=_kernel_file(table, base, where, key), entry=table["file"],
                                 function=_kernel_function(table, where, key), inputs=_kernel_inputs(table, where, key),
                                 grid=_kernel_grid(table, where, key), args=_kernel_args(table, where, key),
-                                paths=_kernel_paths(table, base, where, key)))
+                                paths=_kernel_paths(table, base, where, key), nki_api=_kernel_api(table, where, key)))
     return out
 
 
@@ -320,6 +322,13 @@ def _kernel_paths(table: dict, base: Path, where: str, key: str) -> tuple[Path, 
             raise ProjectFileError(f"{where}: {key}.paths: {v!r} is not a directory (looked for {d})")
         out.append(d)
     return tuple(out)
+
+
+def _kernel_api(table: dict, where: str, key: str) -> int | None:
+    value = table.get("nki_api")
+    if value is not None and (isinstance(value, bool) or value not in (1, 2)):
+        raise ProjectFileError(f"{where}: {key}.nki_api must be 1 or 2 (what `import nki` means), got {value!r}")
+    return value
 
 
 MAX_GRID = 1 << 16  # launch grids are a handful of programs per dimension; this only stops nonsense early

@@ -93,7 +93,7 @@ def import_paths(paths: Sequence[str | os.PathLike]) -> tuple[Path, ...]:
 
 def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str | None = None,
           out: Path | None = None, arch: str | None = None, args: Sequence[str] = (),
-          paths: Sequence[str | os.PathLike] = ()) -> TraceResult:
+          paths: Sequence[str | os.PathLike] = (), api: int | None = None) -> TraceResult:
     """Trace ``target`` with ``inputs`` (specs such as ``f32[128,512]``) and ``args`` (``NAME=VALUE``, the
     kernel's other parameters) and write the KLR file; on-chip tensors are placed for ``arch`` (None: the
     ``arch`` setting, TUSK_ARCH or gen3, as a build does)."""
@@ -108,6 +108,8 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
     values = parse_args(args)
     dims = parse_grid(grid)
     dirs = import_paths(paths)
+    if api is not None and api not in (1, 2):
+        raise UsageError(f"--nki-api {api}: expected 1 or 2 (the NKI API generation `import nki` means)")
     if name is not None and not name.isidentifier():
         raise UsageError(f"--name {name!r}: expected an identifier (letters, digits, _)")
     _check_output(out, path)
@@ -119,7 +121,7 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
         get_arch(arch)
     except TuskError as e:  # an unknown name is the command's fault, found before the kernel runs
         raise UsageError(f"--arch: {e}") from None
-    data = run_frontend(path, function, specs, dims, name=name, arch=arch, args=values, paths=dirs).klr
+    data = run_frontend(path, function, specs, dims, name=name, arch=arch, args=values, paths=dirs, api=api).klr
     kernel = name or kernel_name(data) or function or path.stem
     dest = output_path(out, kernel)
     problem = name_problem(dest.name)

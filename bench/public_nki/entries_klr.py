@@ -2,6 +2,8 @@
 
 They are NKI 1.x kernels that write into output arguments and import their NKI names with ``from apis
 import *``, apis.py being one directory up: the bench names that directory with ``tusk trace --path``.
+apis.py imports ``nki`` -- KLR's own package, whose calls are 1.x's (a result tile, no dst) -- so the bench
+says ``--nki-api 1``.
 Output arguments are listed in ``inputs`` (in argument order, as the tensors are passed); the references get
 every listed array and return only the outputs."""
 
@@ -14,7 +16,7 @@ from .entries_tutorials import add, avgpool, mamba, matmul_t, transpose2d
 from .entry import Entry
 
 X = "leanprover+KLR/interop/test/examples"
-PATH = {"options": {"path": ["leanprover+KLR/interop/test"]}}
+PATH = {"options": {"path": ["leanprover+KLR/interop/test"], "nki_api": 1}}
 
 
 def exp(x, a):
@@ -54,8 +56,8 @@ def sd_attention_rows(x, a):
     return [softmax_rows(0.125 * q @ k.T) @ v]
 
 
-V1_UNDER_V2 = ("1.x calls (a result tile, no dst) under `import nki.isa` (NKI 2.x, whose signatures need dst): "
-               "refused naming the call")
+V1_UNDER_V2 = ("1.x calls (a result tile, no dst) under `import nki.isa`: without --nki-api 1 refused naming "
+               "the call (NKI 2.x signatures need dst)")
 
 
 def _k(name: str, file: str, function: str, inputs, reference, **kw) -> Entry:

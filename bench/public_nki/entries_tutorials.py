@@ -35,7 +35,7 @@ def matmul_t(x, a):
 def mamba(x, a):
     """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t; y_t = sum over states of h_t C_t.
     delta, u [b, c, t]; A [c, n]; B, C [b, n, t]."""
-    delta, u, A, B, C = (np.asarray(v, np.float64) for v in x)
+    delta, u, A, B, C = (np.asarray(v, np.float64) for v in x[:5])
     b, c, t = delta.shape
     out = np.zeros((b, c, t))
     for n in range(A.shape[1]):

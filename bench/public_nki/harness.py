@@ -57,6 +57,8 @@ def trace(entry: Entry, file: Path, repos: Path, out: Path) -> tuple[bool, str, 
         cmd += ["--grid", entry.grid]
     for extra in entry.options.get("path", ()):
         cmd += ["--path", str(repos / extra)]
+    if "nki_api" in entry.options:
+        cmd += ["--nki-api", str(entry.options["nki_api"])]
     cmd += ["-o", str(out), "--name", entry.name]
     t0 = time.perf_counter()
     try:
