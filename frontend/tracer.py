@@ -51,6 +51,7 @@ class Tracer:
     program_ids: tuple[int, ...] = ()
     grid: tuple[int, ...] = ()
     identity: Tensor | None = None
+    written_marks: dict = field(default_factory=dict)  # language.written_before: elements written, by tensor
     identity_iota: Tensor | None = None
     broken_loop: tuple[str, int] | None = None  # where a `break`/`return` left an affine/sequential loop
     peel: dict[int, int] = field(default_factory=dict)  # dynamic loop ordinal -> iterations kept a loop

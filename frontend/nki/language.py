@@ -416,21 +416,29 @@ def _start_accumulation(dst: View, value: View) -> None:
 def written_before(tr: Any, dst: View) -> builtins.bool:
     """Has an instruction traced so far written an element ``dst`` may reach (over every loop index)?  Block
     ``i`` of a tensor is not written by the writes of block ``i - 1`` (an unrolled loop's earlier iteration).
-    Element by element when the accesses are small enough to list; otherwise any write of the tensor counts."""
+    Element by element when the accesses are small enough to list (each write is listed once per trace: the
+    marks are kept on the tracer); otherwise any write of the tensor counts."""
     from tusk.frontend.alloc_blocks import cells
 
-    size = math.prod(dst.tensor.shape)
+    t = dst.tensor
+    size = math.prod(t.shape)
     mine = cells(dst, None, size)
-    marks = None if mine is None else np.zeros(size, dtype=builtins.bool)
+    book = tr.written_marks  # id(tensor) -> (tensor, marks or None, ids of the ops already marked)
+    _, marks, seen = book.setdefault(id(t), (t, np.zeros(size, dtype=builtins.bool), set()))
     for e in tr.prog:
-        if isinstance(e, Op):
+        if isinstance(e, Op) and id(e) not in seen:
             for w in e.writes:
-                if w.tensor is dst.tensor:
+                if w.tensor is t:
                     theirs = None if marks is None else cells(w, None, size)
                     if theirs is None:
-                        return True
-                    marks[theirs] = True
-    return marks is not None and builtins.bool(marks[mine].any())
+                        marks = None
+                    else:
+                        marks[theirs] = True
+            seen.add(id(e))
+    book[id(t)] = (t, marks, seen)
+    if marks is None or mine is None:
+        return builtins.any(isinstance(e, Op) and builtins.any(w.tensor is t for w in e.writes) for e in tr.prog)
+    return builtins.bool(marks[mine].any())
 
 
 def _made_by_matmul(tr: Any, value: View) -> builtins.bool:
