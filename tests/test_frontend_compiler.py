@@ -290,3 +290,23 @@ def test_relative_imports_through_a_namespace_package(tmp_path):
     """, header=HEADER)  # lib/norm has no __init__.py: a namespace package inside the package lib
     src = A[:128, :64]
     assert np.allclose(run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"], 3 * src)
+
+
+# ====================================================================== a masked statement leaves the rest of its destination
+
+@pytest.mark.parametrize("dtype", ["nl.float32", "nl.bfloat16"])  # the load writes buf itself / a copy does
+def test_a_masked_load_assigned_into_a_tile_keeps_the_rows_it_masks(tmp_path, dtype):
+    path = write(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype={dtype}, buffer=nl.shared_hbm)
+            ip = nl.arange(128)[:, None]
+            jf = nl.arange(64)[None, :]
+            buf = nl.zeros((128, 64), dtype={dtype})
+            buf[ip, jf] = nl.load(a[ip, jf], mask=(ip < 100))
+            nl.store(out, value=buf)
+            return out
+    """, header=HEADER)
+    src = A[:128, :64] + 5
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"]  # strict, and every element written
+    assert np.allclose(got[:100], src[:100], rtol=1e-2) and (got[100:] == 0).all()

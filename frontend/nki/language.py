@@ -382,7 +382,22 @@ def _assign(dst: View, value: Any) -> None:
     same_column = src.elements == dst.elements and (src.ndim == 1 or dst.ndim == 1)
     if src.shape != dst.shape and not same_column:
         raise unsupported(f"assigning a {list(src.shape)} tile to a {list(dst.shape)} view")
+    src, dst = _masked_part(tr, src, dst)
     tr.op("copy", (src,), (dst,), dst=dst, src=src)
+
+
+def _masked_part(tr: Any, src: View, dst: View) -> tuple[View, View]:
+    """``dst[...] = <masked op>`` that could not write ``dst`` itself: copy only what the op wrote (a fresh
+    tile's narrowed part), so the rest of ``dst`` keeps what it held, as in NKI."""
+    from tusk.frontend.tracer import _retargeted
+
+    last = tr.prog[-1] if tr.prog else None
+    if not isinstance(last, Op) or src.tensor.site != len(tr.prog) - 1 or src.shape != dst.shape:
+        return src, dst
+    target = _retargeted(last, src, dst)
+    if target is None or target is dst:
+        return src, dst
+    return last.writes[0], target
 
 
 def _accumulate(dst: View, value: Any) -> None:
