@@ -136,6 +136,10 @@ def main() -> None:
         print(json.dumps(run_one(opts.one, repos, opts.work)))
         return
     work = opts.work or Path(tempfile.mkdtemp(prefix="tusk-public-nki-"))
+    from public_nki.harness import locate
+
+    for path in {e.path for e in entries if "@" in e.path.partition("/")[0]}:
+        locate(path, repos, work)      # extract each OWNER+NAME@REV tree once, before the entries run
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max(1, opts.jobs)) as pool:
         results = []

@@ -17,6 +17,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tusk.frontend.errors import unsupported
 
 _ids = itertools.count()
@@ -421,12 +423,19 @@ class Mask:
         self.keep = dict(keep)
 
     def __and__(self, other: Mask) -> Mask:
+        if isinstance(other, (bool, np.bool_)):  # `(i_p < n) & (2 * i * 128 < m)`: a predicate of static indices
+            if not other:
+                raise unsupported("a mask joined with a predicate that is false here (the call would do "
+                                  "nothing; skip it with an if)")
+            return self
         if not isinstance(other, Mask):
             return NotImplemented
         out = dict(self.keep)
         for k, v in other.keep.items():
             out[k] = min(out.get(k, v), v)
         return Mask(out)
+
+    __rand__ = __and__
 
     def counts(self, ndim: int) -> dict[int, int]:
         """Kept counts per output axis of an ``ndim``-axis tile."""

@@ -64,7 +64,22 @@ def live_ranges(tr: Tracer) -> list[Live]:
 
 
 def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
-    """Set ``addr`` on every referenced on-chip tensor; returns peak bytes per partition by memory."""
+    """Set ``addr`` on every referenced on-chip tensor; returns peak bytes per partition by memory.  When the
+    tiles do not fit, block axes that a loop uses one block at a time get one physical block (alloc_blocks)
+    and the tiles are placed again."""
+    from tusk.frontend.alloc_blocks import share_blocks
+
+    try:
+        return _place(tr, arch)
+    except TraceError:
+        if not share_blocks(tr):
+            raise
+    for t in tr.tensors:
+        t.addr = None
+    return _place(tr, arch)
+
+
+def _place(tr: Tracer, arch: str | None) -> dict[str, int]:
     a = get_arch(arch)
     capacity = {"sbuf": a.sb_bytes_per_partition - a.sb_reserved, "psum": a.psum_bytes_per_partition}
     active: dict[str, list[tuple[int, int, int]]] = {"sbuf": [], "psum": []}  # (addr, size, end)

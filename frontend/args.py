@@ -3,9 +3,12 @@
 A value is read like a Python literal (``ast.literal_eval``: ints, floats,
 tuples, lists, strings, None) and never executed; ``true``/``false`` are
 bools and a dtype name (``bf16``, ``float32``, ``nl.bfloat16``) is that NKI
-dtype.  Any other bare word is a string (``mode=fast``).  :func:`bind` puts
-the arguments on the kernel's parameters by name; the tensor inputs fill the
-parameters left, in order.
+dtype.  Any other bare word is a string (``mode=fast``).  A call of a name
+of the kernel's module with such values (``kargs=KernelArgs(eps=1e-6)``,
+``mode=Mode.FAST`` as an argument of it) is a :class:`ModuleValue`: made
+from the kernel module's names when the kernel is bound, as the author's
+own caller would make it.  :func:`bind` puts the arguments on the kernel's
+parameters by name; the tensor inputs fill the parameters left, in order.
 """
 
 from __future__ import annotations
@@ -34,7 +37,65 @@ def parse_value(text: str) -> Any:
     try:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return s  # a bare word: the string itself
+        pass
+    return ModuleValue.parse(s) or s  # else a bare word: the string itself
+
+
+@dataclass(frozen=True)
+class ModuleValue:
+    """``Name(arg, key=arg)`` or ``Name.attr`` of the kernel's module, its arguments literals or such values:
+    made when the kernel is bound (:meth:`make`), from the names of the kernel function's module."""
+
+    text: str                      # canonical spelling (ast.unparse)
+    tree: Any = None               # the parsed expression
+
+    @staticmethod
+    def parse(text: str) -> ModuleValue | None:
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
+        if isinstance(tree, ast.Call) and _is_path(tree.func) and all(_is_value(a) for a in tree.args) and \
+                all(k.arg is not None and _is_value(k.value) for k in tree.keywords):
+            return ModuleValue(ast.unparse(tree), tree)
+        return None
+
+    def make(self, namespace: Mapping[str, Any]) -> Any:
+        return _evaluate(self.tree, namespace)
+
+
+def _is_path(node: Any) -> bool:
+    """``Name`` or ``Name.attr.attr``."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _is_value(node: Any) -> bool:
+    if isinstance(node, ast.Call):
+        return _is_path(node.func) and all(_is_value(a) for a in node.args) and \
+            all(k.arg is not None and _is_value(k.value) for k in node.keywords)
+    if _is_path(node):
+        return True
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def _evaluate(node: Any, namespace: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Call):
+        fn = _evaluate(node.func, namespace)
+        return fn(*(_evaluate(a, namespace) for a in node.args),
+                  **{k.arg: _evaluate(k.value, namespace) for k in node.keywords if k.arg is not None})
+    if isinstance(node, ast.Attribute):
+        return getattr(_evaluate(node.value, namespace), node.attr)
+    if isinstance(node, ast.Name):
+        if node.id not in namespace:
+            raise NameError(f"{node.id} is not a name of the kernel's module")
+        return namespace[node.id]
+    return ast.literal_eval(node)
 
 
 def dtype_named(text: str) -> Dtype | None:
@@ -81,10 +142,24 @@ def arg_text(value: Any) -> str:
     """A stable spelling of an argument value (the trace key and messages)."""
     if isinstance(value, Dtype):
         return f"nl.{value!s}"
+    if isinstance(value, ModuleValue):
+        return value.text
     if isinstance(value, (tuple, list)):
         inner = ", ".join(arg_text(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"
     return repr(value)
+
+
+def _made(fn: Callable[..., Any], name: str, value: Any, where: str) -> Any:
+    """A :class:`ModuleValue` made from the kernel module's names (a failure names the argument)."""
+    from tusk.frontend.errors import TraceError
+
+    if not isinstance(value, ModuleValue):
+        return value
+    try:
+        return value.make(fn.__globals__)
+    except Exception as e:  # noqa: BLE001 - the author's class raised: report it as the argument's error
+        raise TraceError(f"{where}: argument {name}={value.text}: {type(e).__name__}: {e}") from None
 
 
 @dataclass
@@ -129,6 +204,7 @@ def bind(fn: Callable[..., Any], n_tensors: int, args: Mapping[str, Any], where:
     tensor_params = [p.name for p in params if p.name in chosen]
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
+    args = {name: _made(fn, name, value, where) for name, value in args.items()}
     for p in params:
         value = TENSOR if p.name in chosen else args.get(p.name, p.default)
         if p.kind == p.POSITIONAL_ONLY:

@@ -7,6 +7,11 @@
   package (a directory with ``__init__.py``) is imported as part of its
   package, so ``from .utils import x`` works: the directory above the
   package root is importable instead.
+* Directories the user names (``tusk trace --path DIR``, ``paths = [...]`` in
+  ``tusk.toml``) are importable after the kernel's own, and their files are
+  the kernel tree's too: KLR's examples do ``from apis import *`` with
+  ``apis.py`` one directory up.  Nothing else outside the kernel's
+  directory (or package) is read, apart from installed packages.
 * A module the kernel's code imports that is not installed (``torch``,
   ``jax``, ``scipy``, a test helper of ``neuronxcc``) is bound to a
   stand-in (:class:`Absent`): the import succeeds, and using it while the
@@ -28,13 +33,14 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tusk.frontend import nki as _nki
 from tusk.frontend.errors import TraceError, current_user_line, in_tusk
+from tusk.frontend.nki import compiler as _compiler
 from tusk.frontend.nki import isa_v1 as _isa_v1
 from tusk.frontend.nki import isa_v2 as _isa_v2
 from tusk.frontend.nki import language as _language
@@ -44,10 +50,14 @@ from tusk.frontend.nki import typing as _typing
 _NKI_V1 = types.ModuleType("neuronxcc.nki", _nki.__doc__)
 _NKI_V1.__dict__.update({k: v for k, v in vars(_nki).items() if not k.startswith("__")})
 _NKI_V1.isa = _isa_v1
+_NKI_V1.compiler = _compiler
 _NKI_V1.__path__ = []  # a package, as `nki` is: absent submodules of it get stand-ins
 
 _ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
 _ISA_CONSTANTS.__dict__.update(_isa_v1.ENUMS)
+
+_LANGUAGE_CONSTANTS = types.ModuleType("neuronxcc.nki.language.constants")  # `from ... import sizeinbytes`
+_LANGUAGE_CONSTANTS.sizeinbytes = lambda dtype: _language.as_dtype(dtype).itemsize
 
 _PACKAGE = types.ModuleType("neuronxcc")
 _PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
@@ -58,15 +68,19 @@ ALIASES: dict[str, types.ModuleType] = {
     "nki.language": _language,
     "nki.isa": _isa_v2,
     "nki.typing": _typing,
+    "nki.compiler": _compiler,
     "neuronxcc": _PACKAGE,
     "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
+    "neuronxcc.nki.language.constants": _LANGUAGE_CONSTANTS,
+    "nki.language.constants": _LANGUAGE_CONSTANTS,
     "neuronxcc.nki.isa": _isa_v1,
     "neuronxcc.nki.isa.constants": _ISA_CONSTANTS,
     "neuronxcc.nki.typing": _typing,
+    "neuronxcc.nki.compiler": _compiler,
 }
 NKI_ROOTS = ("nki", "neuronxcc")  # names of the NKI packages: an absent submodule is "not supported"
-NKI_SUBMODULES = ("compiler", "collectives")  # NKI modules Tusk does not have: attributes of nki as stand-ins
+NKI_SUBMODULES = ("collectives",)  # NKI modules Tusk does not have: attributes of nki as stand-ins
 # NKI's decorator under the names of framework packages that re-export it (torch_neuronx): kept even when the
 # framework is absent, so `from torch_neuronx import nki_jit` then `@nki_jit` marks a kernel
 REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki_jit": _nki.jit}
@@ -189,10 +203,16 @@ def _importing_file() -> tuple[str, int] | None:
 # ====================================================================== the kernel's files
 
 
-def package_root(path: Path) -> Path | None:
-    """The top package directory holding ``path`` (walking up ``__init__.py`` files), or None."""
+def package_root(path: Path, levels: int = 0) -> Path | None:
+    """The top package directory holding ``path`` (walking up ``__init__.py`` files), or None.  ``levels``: the
+    file's deepest relative import (``from ..util import x`` is 2) needs that many packages above it, with or
+    without ``__init__.py`` (namespace packages)."""
     d = path.parent
     root = None
+    for _ in range(levels):
+        if not d.name.isidentifier() or d.parent == d:
+            return None
+        root, d = d, d.parent
     while (d / "__init__.py").is_file() and d.name.isidentifier():
         root = d
         if d.parent == d:
@@ -201,16 +221,17 @@ def package_root(path: Path) -> Path | None:
     return root
 
 
-def _relative_imports(path: Path) -> bool:
-    """Does the file import relatively (``from .utils import x``)?  Only then is it imported as its
-    package's module; otherwise it runs as a script of its own directory, as ``python FILE.py`` would."""
+def _relative_imports(path: Path) -> int:
+    """The deepest relative import of the file (``from ..utils import x``: 2; 0: none).  Only a file that
+    imports relatively is imported as its package's module; otherwise it runs as a script of its own
+    directory, as ``python FILE.py`` would."""
     import ast
 
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError, OSError):
-        return False  # the trace reports it when it runs the file
-    return any(isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree))
+        return 0  # the trace reports it when it runs the file
+    return max((n.level for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)), default=0)
 
 
 @dataclass
@@ -218,6 +239,7 @@ class KernelImports:
     """The kernel file's import world during one trace (see the module docstring)."""
 
     path: Path                                  # the kernel file, resolved
+    paths: tuple[Path, ...] = ()                # directories the user named (--path): importable after root
     root: Path = field(init=False)              # the kernel tree: its directory, or its package root's parent
     module: str | None = field(init=False)      # its dotted name when it lives in a package
     absent: list[str] = field(default_factory=list)
@@ -225,7 +247,9 @@ class KernelImports:
 
     def __post_init__(self) -> None:
         self.path = Path(os.path.realpath(self.path))
-        pkg = package_root(self.path) if _relative_imports(self.path) else None
+        self.paths = tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in self.paths))
+        levels = _relative_imports(self.path)
+        pkg = package_root(self.path, levels) if levels else None
         if pkg is None:
             self.root, self.module = self.path.parent, None
         else:
@@ -242,22 +266,44 @@ class KernelImports:
         """Is ``where`` (a file, or a file and line) one of the kernel tree's files?"""
         name = where[0] if isinstance(where, tuple) else where
         try:
-            return Path(os.path.realpath(name)).is_relative_to(self.root)
+            real = Path(os.path.realpath(name))
         except (OSError, ValueError):
             return False
+        return any(real.is_relative_to(d) for d in self.roots)
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """The kernel tree's directories: its own (or its package root's parent), then the user-named ones."""
+        return (self.root, *(p for p in self.paths if p != self.root))
 
     def shadowed(self) -> set[str]:
         """Top-level module names the kernel tree provides (they must not resolve to a module loaded before)."""
         names = set()
-        try:
-            for p in self.root.iterdir():
-                if p.suffix == ".py" and p.stem.isidentifier():
-                    names.add(p.stem)
-                elif p.is_dir() and (p / "__init__.py").is_file() and p.name.isidentifier():
-                    names.add(p.name)
-        except OSError:
-            pass
+        for d in self.roots:
+            try:
+                for p in d.iterdir():
+                    if p.suffix == ".py" and p.stem.isidentifier():
+                        names.add(p.stem)
+                    elif p.is_dir() and (p / "__init__.py").is_file() and p.name.isidentifier():
+                        names.add(p.name)
+            except OSError:
+                pass
         return names
+
+
+API_GENERATIONS = (1, 2)
+
+
+def aliases(api: int | None) -> dict[str, types.ModuleType]:
+    """The NKI module names while tracing.  By default the import name is the generation (``nki`` is 2.x,
+    ``neuronxcc.nki`` 1.x); ``api=1`` (``tusk trace --nki-api 1``) makes ``nki`` the 1.x modules too, for
+    kernels written in 1.x calls under the ``nki`` name (leanprover/KLR's example kernels, whose ``nki``
+    is KLR's own 1.x-style package)."""
+    if api in (None, 2):
+        return ALIASES
+    if api != 1:
+        raise TraceError(f"NKI API generation {api!r} (there are {' and '.join(map(str, API_GENERATIONS))})")
+    return {**ALIASES, "nki": _NKI_V1, "nki.isa": _isa_v1}
 
 
 def _alias_state() -> dict[int, tuple[types.ModuleType, set[str]]]:
@@ -265,13 +311,40 @@ def _alias_state() -> dict[int, tuple[types.ModuleType, set[str]]]:
 
 
 @contextlib.contextmanager
-def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
-    """The import world of tracing ``path``; on exit everything is as it was (``sources`` is filled)."""
-    ki = KernelImports(Path(path))
+def numpy_names() -> Iterator[None]:
+    """NKI dtypes numpy has no type for (``nl.bfloat16``, the float8 kinds) as numpy dtype names while a kernel
+    is traced: ``np.dtype(nl.bfloat16).itemsize`` is 2, as with NKI's own dtypes (kernels size their direct
+    allocations so).  The dtype is raw bytes of that size (``V2``): arithmetic on it fails, nothing computes
+    with it silently.  Names numpy already has are left alone; all are removed afterwards."""
+    import numpy as np
+
+    from tusk.frontend.klr_writer import DTYPE_BYTES
+
+    added = []
+    for name, size in DTYPE_BYTES.items():
+        try:
+            np.dtype(name)
+        except TypeError:
+            np.sctypeDict[name] = np.dtype(f"V{size}")
+            added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            np.sctypeDict.pop(name, None)
+
+
+@contextlib.contextmanager
+def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = (),
+                   api: int | None = None) -> Iterator[KernelImports]:
+    """The import world of tracing ``path`` (``paths``: directories the user named, importable after the
+    kernel's own; ``api=1``: ``import nki`` is NKI 1.x too, see :func:`aliases`); on exit everything is as
+    it was (``sources`` is filled)."""
+    ki = KernelImports(Path(path), tuple(Path(p) for p in paths))
     saved_path = list(sys.path)
     before = dict(sys.modules)
     attrs = _alias_state()
-    for m in (_language, _isa_v1, _isa_v2, _typing):
+    for m in (_language, _isa_v1, _isa_v2, _typing, _compiler):
         m.__path__ = []  # packages while tracing: `from nki.isa.constants import x` reaches the stand-ins
     for sub in NKI_SUBMODULES:  # `nki.compiler.sbuf.mod_alloc` at a file's top level, without an import
         for pkg in (_nki, _NKI_V1):  # both API generations' nki packages
@@ -281,12 +354,15 @@ def kernel_imports(path: str | os.PathLike) -> Iterator[KernelImports]:
     for n in hidden:
         del sys.modules[n]
     finder = _StandIns(ki)
-    sys.path.insert(0, str(ki.root))
-    sys.modules.update(ALIASES)
+    sys.path[0:0] = [str(d) for d in ki.roots]
+    sys.modules.update(aliases(api))
     sys.meta_path.append(finder)
+    names = numpy_names()
+    names.__enter__()
     try:
         yield ki
     finally:
+        names.__exit__(None, None, None)
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
         sys.path[:] = saved_path

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tusk.frontend.affine import Affine, IndexGrid, IndexVector
+from tusk.frontend.affine import Affine, IndexGrid, IndexVector, Mask
 from tusk.frontend.errors import TraceError, unsupported
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
@@ -57,6 +57,9 @@ def as_dtype(x: Any) -> Dtype:
         name = name.removeprefix(prefix)
     name = {"float": "float32", "int": "int32", "bool": "uint8", "bool_": "uint8"}.get(name, name)
     key = DTYPES.get(str(name).lower())
+    if key is None and getattr(x, "kind", None) == "V":
+        raise unsupported(f"dtype {x!r}: raw bytes, as numpy holds nl.bfloat16 and the float8 kinds while "
+                          "tracing (numpy has no such type: an array cast to one holds no numbers)")
     if key is None or key not in DTYPE_BYTES:
         raise unsupported(f"dtype {x!r}")
     return Dtype(key)
@@ -154,6 +157,13 @@ class Tensor:
         return self.shape[0]
 
 
+def _unit_index(k: Any) -> bool:
+    """An index of a unit axis: 0, or a slice that keeps its one element."""
+    if isinstance(k, slice):
+        return k.step in (None, 1) and k.start in (None, 0) and (k.stop is None or k.stop == 1)
+    return isinstance(k, int) and not isinstance(k, bool) and k == 0
+
+
 @dataclass(frozen=True, eq=False)
 class View:
     """``tensor`` at element ``offset`` with ``dims`` = ((stride, count), ...) in output order.
@@ -207,6 +217,8 @@ class View:
         raise unsupported("iterating over a tile (index it with nl.arange or slices)")
 
     def __getitem__(self, key: Any) -> View:
+        if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it
+            return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
         if key and isinstance(key[0], (View, Tensor)):
@@ -214,6 +226,8 @@ class View:
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
             key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
+        while len(key) > self.ndim and _unit_index(key[-1]):
+            key = key[:-1]  # `col[:, 0]` of a (P,) column (NKI's `buf[:, i]` then `[:, 0]`): its unit axis
         if len(key) > self.ndim:
             raise unsupported(f"{len(key)} subscripts for a {self.ndim}-axis {self._what()}")
         key = key + (slice(None),) * (self.ndim - len(key))
@@ -261,7 +275,7 @@ class View:
             dims, axes = ((1, 1),), (-1,)
         checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
         v = View(self.tensor, offset, dims, axes, self.checks + tuple(checks))
-        v.check_partition_first()
+        v.check_partition_first(blocks_first=True)
         return v
 
     def _gather(self, key: tuple) -> View:
@@ -283,9 +297,14 @@ class View:
         col = index.with_dims((index.dims[0], (1, 1))) if index.ndim == 1 else index
         return View(self.tensor, rest.offset, ((rest.dims[0][0], rows),) + rest.dims[1:], rest.axes, rest.checks, col)
 
-    def check_partition_first(self) -> None:
+    def check_partition_first(self, blocks_first: bool = False) -> None:
+        """An on-chip view walks the partition axis first.  ``blocks_first``: leading block axes are fine too
+        (``buf[i]`` of a ``(n, m, par_dim(128), f)`` tile, indexed further before an instruction uses it; the
+        instruction checks again)."""
         t = self.tensor
         if t.on_chip and self.axes and self.axes[0] != t.par_axis and t.par_axis in self.axes:
+            if blocks_first and all(a < t.par_axis for a in self.axes[:self.axes.index(t.par_axis)]):
+                return
             raise unsupported(f"a view of {t.name} whose first axis is not the partition axis")
 
     def _what(self) -> str:

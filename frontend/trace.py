@@ -102,16 +102,19 @@ def _execute(path: Path, ki: KernelImports) -> dict[str, Any]:
 
 def trace_file(path: str | Path, function: str | None, inputs: Sequence[str | TensorSpec],
                grid: Sequence[int] = (), *, args: Mapping[str, Any] | None = None, name: str | None = None,
-               arch: str | None = None) -> bytes:
-    """Execute ``path``, trace ``function`` (default: the only @nki.jit function) -> KLR file bytes."""
-    return trace_kernel_file(path, function, inputs, grid, args=args, name=name, arch=arch).klr
+               arch: str | None = None, paths: Sequence[str | Path] = (), api: int | None = None) -> bytes:
+    """Execute ``path``, trace ``function`` (default: the only @nki.jit function) -> KLR file bytes.
+    ``paths``: directories the kernel may import from besides its own (``tusk trace --path``); ``api``: 1 makes
+    ``import nki`` NKI 1.x (``--nki-api``)."""
+    return trace_kernel_file(path, function, inputs, grid, args=args, name=name, arch=arch, paths=paths,
+                             api=api).klr
 
 
 def trace_kernel_file(path: str | Path, function: str | None, inputs: Sequence[str | TensorSpec],
                       grid: Sequence[int] = (), *, args: Mapping[str, Any] | None = None, name: str | None = None,
-                      arch: str | None = None) -> Traced:
+                      arch: str | None = None, paths: Sequence[str | Path] = (), api: int | None = None) -> Traced:
     """:func:`trace_file`, with the kernel-tree files the trace ran."""
-    with kernel_imports(path) as ki:
+    with kernel_imports(path, paths, api) as ki:
         fn, file_grid = load_kernel(path, function, ki)
         saved = fn.__globals__.get("range", _NONE)
         fn.__globals__["range"] = python_range  # a large Python range in the kernel is watched (limits)

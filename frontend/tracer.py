@@ -51,6 +51,7 @@ class Tracer:
     program_ids: tuple[int, ...] = ()
     grid: tuple[int, ...] = ()
     identity: Tensor | None = None
+    written_marks: dict = field(default_factory=dict)  # language.written_before: elements written, by tensor
     identity_iota: Tensor | None = None
     broken_loop: tuple[str, int] | None = None  # where a `break`/`return` left an affine/sequential loop
     peel: dict[int, int] = field(default_factory=dict)  # dynamic loop ordinal -> iterations kept a loop
@@ -120,6 +121,7 @@ class Tracer:
             return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
             v.check_bounds()
+            v.check_partition_first()
         self.prog.append(o)
         self.instructions += self.weight
         if self.instructions >= CEILING:
@@ -146,16 +148,35 @@ class Tracer:
         if not self.prog or not isinstance(self.prog[-1], Op):
             return False
         last = self.prog[-1]
-        if (len(last.writes) != 1 or last.writes[0] is not value or "dst" not in last.params
+        target = _retargeted(last, value, dst)
+        if (target is None or "dst" not in last.params
                 or value.tensor.site != len(self.prog) - 1 or value.shape != dst.shape
                 or value.tensor.dtype != dst.tensor.dtype or last.kind == "matmul" and dst.memory != "psum"
                 or last.kind == "dma" and dst.memory not in ("sbuf", "psum")):
             return False
         if any(r.tensor is dst.tensor for r in last.reads):
             return False
-        last.params["dst"] = dst
-        last.writes = (dst,)
+        last.params["dst"] = target
+        last.writes = (target,)
         return True
+
+
+def _retargeted(last: Op, value: View, dst: View) -> View | None:
+    """Where ``last`` writes when it writes ``dst`` instead of ``value``: ``dst`` itself, or -- for an op that
+    a mask= narrowed (``buf[...] = nl.load(src, mask=...)``) -- the same narrowing of ``dst``, so the rest of
+    ``dst`` keeps what it held, as the masked statement leaves it in NKI."""
+    if len(last.writes) != 1:
+        return None
+    w = last.writes[0]
+    if w is value:
+        return dst
+    same_place = w.tensor is value.tensor and w.offset.const == value.offset.const and \
+        w.offset.terms == value.offset.terms and w.vector is None and value.vector is None
+    if not same_place or len(w.dims) != len(value.dims) or len(dst.dims) != len(value.dims):
+        return None
+    if any(ws != vs or wn > vn for (ws, wn), (vs, vn) in zip(w.dims, value.dims)):
+        return None
+    return dst.narrowed({d: wn for d, (_, wn) in enumerate(w.dims)})
 
 
 # ---------------------------------------------------------------------------- limits

@@ -316,6 +316,7 @@ Examples:
   tusk trace kernels/mm.py::matmul --input bf16[128,512] --input bf16[512,256] --grid 2,2 --name mm
   tusk trace kernels/norm.py::rmsnorm --input f32[256,512] --arg eps=1e-6 --arg shape2D=32,16 --arg dtype=bf16
   tusk trace kernels/add.py::launcher --input f32[256,1024] --input f32[256,1024]   # calls kernel[2, 2](...)
+  tusk trace examples/add.py --input f32[128,512] --path .   # its `from apis import *` reads ./apis.py
   tusk show add.klr                         # the traced kernel as BIR
 
 \b
@@ -344,6 +345,13 @@ def trace(
                                             "directory, NAME being --name or the function's name)"),
     arch: Optional[str] = typer.Option(None, "--arch", metavar="NAME", help=_setting_help(
         "arch", "Target architecture: on-chip tensors are placed for its memories")),
+    paths: List[str] = typer.Option([], "--path", metavar="DIR",
+                                    help="A directory the kernel may import from besides its own, e.g. the "
+                                         "one holding a helper it imports (repeat); its files imported by the "
+                                         "trace are part of the trace"),
+    nki_api: Optional[int] = typer.Option(None, "--nki-api", metavar="1|2",
+                                          help="What `import nki` means: 2 (default, NKI 2.x) or 1 (NKI 1.x calls "
+                                               "under the nki name, as leanprover/KLR's examples write them)"),
 ) -> None:
     """Trace an NKI kernel written in Python into a KLR file (KLR 0.0.12, what 'tusk compile' reads).
 
@@ -353,7 +361,7 @@ def trace(
     from tusk.workflows.trace_cmd import trace as run_trace
 
     try:
-        res = run_trace(target, inputs, grid, name, out, arch, args)
+        res = run_trace(target, inputs, grid, name, out, arch, args, paths, nki_api)
     except InternalError as e:
         raise _fail(f"{e} [internal error of the NKI front end: please report it]", 1)
     except TuskError as e:

@@ -19,6 +19,8 @@ A kernel directory may hold a ``tusk.toml`` (or a ``pyproject.toml`` with a
     inputs = ["f32[256,512]", "f32[256,512]"]   # the tensor arguments, in order
     args = {eps = 1e-6, shape2D = [32, 16], dtype = "bf16"}   # optional: the other arguments, by name
     grid = [2]                    # optional SPMD launch grid
+    paths = ["../common"]         # optional: directories it imports from besides its own (tusk trace --path)
+    nki_api = 1                   # optional: `import nki` is NKI 1.x (tusk trace --nki-api 1)
 
 Precedence, highest first: the command line, this file, the environment
 (``TUSK_ARCH`` ...), the defaults.  Everything is checked when the file is
@@ -61,6 +63,8 @@ class PythonKernel:
     inputs: tuple = ()              # tusk.frontend.TensorSpec, one per tensor argument
     grid: tuple[int, ...] = ()      # SPMD launch grid; () for none
     args: tuple = ()                # (name, value) of the other arguments (``args = {eps = 1e-6}``), by name
+    paths: tuple[Path, ...] = ()    # directories it may import from besides its own (``paths = [...]``)
+    nki_api: int | None = None      # 1: ``import nki`` is NKI 1.x (``nki_api = 1``); None: the import name says
 
 
 @dataclass
@@ -171,7 +175,7 @@ def _pass_options(value: Any, where: str) -> list[str]:
     return sets
 
 
-KERNEL_KEYS = ("file", "function", "inputs", "args", "grid")
+KERNEL_KEYS = ("file", "function", "inputs", "args", "grid", "paths", "nki_api")
 
 
 def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
@@ -198,7 +202,8 @@ def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
             raise ProjectFileError(f"{where}: {key}: unknown key {unknown[0]!r} (known: {', '.join(KERNEL_KEYS)})")
         out.append(PythonKernel(name=name, file=_kernel_file(table, base, where, key), entry=table["file"],
                                 function=_kernel_function(table, where, key), inputs=_kernel_inputs(table, where, key),
-                                grid=_kernel_grid(table, where, key), args=_kernel_args(table, where, key)))
+                                grid=_kernel_grid(table, where, key), args=_kernel_args(table, where, key),
+                                paths=_kernel_paths(table, base, where, key), nki_api=_kernel_api(table, where, key)))
     return out
 
 
@@ -300,6 +305,30 @@ def _kernel_args(table: dict, where: str, key: str) -> tuple:
         except ValueError as e:
             raise ProjectFileError(f"{where}: {key}.args.{name}: {e}") from None
     return tuple(out)
+
+
+def _kernel_paths(table: dict, base: Path, where: str, key: str) -> tuple[Path, ...]:
+    """``paths = ["../common"]``: directories (relative to the file's) the kernel imports from; each must exist."""
+    import os
+
+    value = table.get("paths", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProjectFileError(f"{where}: {key}.paths must be a list of directories such as [\"../common\"], "
+                               f"got {value!r}")
+    out = []
+    for v in value:
+        d = Path(os.path.realpath(base / v))
+        if not d.is_dir():
+            raise ProjectFileError(f"{where}: {key}.paths: {v!r} is not a directory (looked for {d})")
+        out.append(d)
+    return tuple(out)
+
+
+def _kernel_api(table: dict, where: str, key: str) -> int | None:
+    value = table.get("nki_api")
+    if value is not None and (isinstance(value, bool) or value not in (1, 2)):
+        raise ProjectFileError(f"{where}: {key}.nki_api must be 1 or 2 (what `import nki` means), got {value!r}")
+    return value
 
 
 MAX_GRID = 1 << 16  # launch grids are a handful of programs per dimension; this only stops nonsense early

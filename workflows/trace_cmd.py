@@ -80,8 +80,20 @@ def _check_output(out: Path | None, source: Path) -> None:
         raise UsageError(f"-o {out} is the kernel's own source file")
 
 
+def import_paths(paths: Sequence[str | os.PathLike]) -> tuple[Path, ...]:
+    """``--path DIR`` (repeatable): directories the kernel may import from besides its own; each must exist."""
+    out = []
+    for p in paths:
+        d = Path(p)
+        if not d.is_dir():
+            raise UsageError(f"--path {p}: not a directory")
+        out.append(d.resolve())
+    return tuple(out)
+
+
 def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str | None = None,
-          out: Path | None = None, arch: str | None = None, args: Sequence[str] = ()) -> TraceResult:
+          out: Path | None = None, arch: str | None = None, args: Sequence[str] = (),
+          paths: Sequence[str | os.PathLike] = (), api: int | None = None) -> TraceResult:
     """Trace ``target`` with ``inputs`` (specs such as ``f32[128,512]``) and ``args`` (``NAME=VALUE``, the
     kernel's other parameters) and write the KLR file; on-chip tensors are placed for ``arch`` (None: the
     ``arch`` setting, TUSK_ARCH or gen3, as a build does)."""
@@ -95,6 +107,9 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
     specs = [parse_tensor_spec(text) for text in inputs]
     values = parse_args(args)
     dims = parse_grid(grid)
+    dirs = import_paths(paths)
+    if api is not None and api not in (1, 2):
+        raise UsageError(f"--nki-api {api}: expected 1 or 2 (the NKI API generation `import nki` means)")
     if name is not None and not name.isidentifier():
         raise UsageError(f"--name {name!r}: expected an identifier (letters, digits, _)")
     _check_output(out, path)
@@ -106,7 +121,7 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
         get_arch(arch)
     except TuskError as e:  # an unknown name is the command's fault, found before the kernel runs
         raise UsageError(f"--arch: {e}") from None
-    data = run_frontend(path, function, specs, dims, name=name, arch=arch, args=values).klr
+    data = run_frontend(path, function, specs, dims, name=name, arch=arch, args=values, paths=dirs, api=api).klr
     kernel = name or kernel_name(data) or function or path.stem
     dest = output_path(out, kernel)
     problem = name_problem(dest.name)

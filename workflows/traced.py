@@ -91,7 +91,8 @@ def trace_key(parts: dict[str, Any]) -> str:
 
 
 def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence[Any], grid: Sequence[int] = (),
-                 name: str | None = None, arch: str | None = None, args: Mapping[str, Any] | None = None):
+                 name: str | None = None, arch: str | None = None, args: Mapping[str, Any] | None = None,
+                 paths: Sequence[str | os.PathLike] = (), api: int | None = None):
     """``tusk.frontend.trace_kernel_file`` (a :class:`tusk.frontend.trace.Traced`: the KLR bytes and the
     kernel-tree files the trace imported), with whatever escapes it sorted by fault.
 
@@ -106,7 +107,7 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
 
     try:
         traced = trace_kernel_file(path, function, list(inputs), tuple(grid), args=dict(args or {}), name=name,
-                                   arch=arch)
+                                   arch=arch, paths=tuple(paths), api=api)
     except TuskError:
         raise
     except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything
@@ -199,6 +200,8 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kerne
     py_digest = file_digest(spec.file)
     args = dict(getattr(spec, "args", ()) or ())
     parts = trace_parts(py_digest, spec.function, spec.inputs, spec.grid, arch, args)
+    if getattr(spec, "nki_api", None) is not None:
+        parts["nki_api"] = spec.nki_api  # only when given: the keys of every other kernel stay as they were
     key = trace_key(parts)
     k.trace = {"status": "not run", "key": key, "file": str(spec.file), "py_sha256": py_digest,
                "function": spec.function, "inputs": parts["inputs"], "args": parts["args"], "grid": parts["grid"],
@@ -214,7 +217,8 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kerne
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output (--json)
-                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args)
+                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args,
+                                      paths=getattr(spec, "paths", ()), api=getattr(spec, "nki_api", None))
         except TuskError as e:
             k.trace.update(status="failed", seconds=round(time.perf_counter() - t0, 6))
             _fail(k, e, spec)

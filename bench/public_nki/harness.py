@@ -6,6 +6,7 @@ of a byte nothing wrote fails)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -20,19 +21,44 @@ from .entry import Entry
 TRACE_TIMEOUT = 300
 
 
+def locate(path: str, repos: Path, work: Path) -> Path:
+    """An entry's file. ``OWNER+NAME@REV/...`` names the file at commit REV of the user's clone OWNER+NAME
+    (kernels upstream has since removed): that tree is extracted once, with ``git archive``, under WORK."""
+    head, _, rest = path.partition("/")
+    clone, at, rev = head.partition("@")
+    if not at:
+        return repos / path
+    tree = work / "_revisions" / head
+    if not tree.is_dir() and (repos / clone / ".git").exists():
+        part = work / "_revisions" / f"{head}.part{os.getpid()}"
+        part.mkdir(parents=True, exist_ok=True)
+        tar = subprocess.run(["git", "-C", str(repos / clone), "archive", rev], capture_output=True)
+        if tar.returncode == 0:
+            subprocess.run(["tar", "-x", "-C", str(part)], input=tar.stdout, check=True)
+            try:
+                part.rename(tree)
+            except OSError:        # another entry extracted it first
+                shutil.rmtree(part, ignore_errors=True)
+    return tree / rest
+
+
 def tusk_command() -> list[str]:
     exe = Path(sys.executable).with_name("tusk")
     return [str(exe)] if exe.exists() else [shutil.which("tusk") or "tusk"]
 
 
-def trace(entry: Entry, repos: Path, out: Path) -> tuple[bool, str, float]:
-    cmd = [*tusk_command(), "trace", f"{repos / entry.path}" + (f"::{entry.function}" if entry.function else "")]
+def trace(entry: Entry, file: Path, repos: Path, out: Path) -> tuple[bool, str, float]:
+    cmd = [*tusk_command(), "trace", f"{file}" + (f"::{entry.function}" if entry.function else "")]
     for spec in entry.inputs:
         cmd += ["--input", spec]
     for arg in entry.args:
         cmd += ["--arg", arg]
     if entry.grid:
         cmd += ["--grid", entry.grid]
+    for extra in entry.options.get("path", ()):
+        cmd += ["--path", str(repos / extra)]
+    if "nki_api" in entry.options:
+        cmd += ["--nki-api", str(entry.options["nki_api"])]
     cmd += ["-o", str(out), "--name", entry.name]
     t0 = time.perf_counter()
     try:
@@ -88,6 +114,31 @@ def compile_and_run(klr_path: Path, art: Path, inputs: dict[str, np.ndarray], ou
     return got
 
 
+def tensor_parameters(entry: Entry, file: Path) -> list[str]:
+    """The kernel function's parameters that the entry's tensors fill: those not given by --arg, in order."""
+    named = {a.split("=", 1)[0] for a in entry.args}
+    try:
+        tree = ast.parse(file.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == entry.function:
+            params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+            return [p for p in params if p not in named][:len(entry.inputs)]
+    return []
+
+
+def kernel_inputs(entry: Entry, file: Path, in_names: list[str], arrays: list[np.ndarray]):
+    """The arrays of the KLR kernel's inputs. A kernel that writes into output arguments has fewer inputs
+    than the entry has tensors: those are matched by parameter name."""
+    if len(in_names) == len(arrays):
+        return dict(zip(in_names, arrays, strict=True))
+    by_name = dict(zip(tensor_parameters(entry, file), arrays, strict=False))
+    if all(n in by_name for n in in_names):
+        return {n: by_name[n] for n in in_names}
+    return None
+
+
 def run_entry(entry: Entry, repos: Path, work: Path, pipeline: bool = True) -> dict:
     from tusk.frontend import parse_tensor_spec
     from tusk.ir import klr
@@ -96,22 +147,24 @@ def run_entry(entry: Entry, repos: Path, work: Path, pipeline: bool = True) -> d
     klr_path = work / f"{entry.name}.klr"
     klr_path.unlink(missing_ok=True)
     result: dict = {"name": entry.name, "group": entry.group}
-    if not (repos / entry.path).is_file():
+    file = locate(entry.path, repos, work)
+    if not file.is_file():
         return {**result, "status": "missing", "detail": f"{entry.path} is not in {repos}"}
-    ok, detail, took = trace(entry, repos, klr_path)
+    ok, detail, took = trace(entry, file, repos, klr_path)
     result["trace_s"] = round(took, 2)
     if not ok:
         return {**result, "status": "refused", "detail": detail}
     kernel = klr.read_klr(klr_path.read_bytes()).contents.kernel
     specs = [parse_tensor_spec(s) for s in entry.inputs]
     in_names = [t.name for t in kernel.inputs]
-    if len(in_names) != len(specs):
-        return {**result, "status": "error", "detail": f"the kernel has inputs {in_names}, the entry {len(specs)}"}
     arrays = inputs_for(entry, specs, seed=sum(map(ord, entry.name)))
+    fed = kernel_inputs(entry, file, in_names, arrays)
+    if fed is None:
+        return {**result, "status": "error", "detail": f"the kernel has inputs {in_names}, the entry {len(specs)}"}
     out_shapes = {t.name: (int(t.shape.parDim), *map(int, t.shape.freeDims)) for t in kernel.outputs}
     t0 = time.perf_counter()
     try:
-        got = compile_and_run(klr_path, work / entry.name, dict(zip(in_names, arrays, strict=True)), out_shapes,
+        got = compile_and_run(klr_path, work / entry.name, fed, out_shapes,
                               max(1, len(kernel.bodies)), pipeline)
     except Exception as e:  # noqa: BLE001 - the bench reports every failure by kind
         return {**result, "status": "compile-failed", "detail": f"{type(e).__name__}: {e}"[:400]}

@@ -14,8 +14,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from tusk.frontend.nki import compiler, language, typing  # noqa: F401 - ``nki.compiler`` ... attribute access
 from tusk.frontend.nki import isa_v2 as isa  # noqa: F401 - ``nki.isa``: NKI 2.x (neuronxcc.nki: see imports.py)
-from tusk.frontend.nki import language, typing  # ``nki.language`` / ``nki.typing`` attribute access
 
 dtype = language.Dtype  # ``def f(dt: nki.dtype)``: the annotation NKI 2.x library code evaluates at import
 

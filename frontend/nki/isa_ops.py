@@ -410,7 +410,7 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
                           f"[{moving.shape[0]}, {n}] moving tile (dst is [{m}, {n}])")
     tr = current()
     if accumulate is None:
-        written = any(isinstance(e, Op) and any(w.tensor is dst.tensor for w in e.writes) for e in tr.prog)
+        written = nl.written_before(tr, dst)  # this place, not the tensor: an unrolled loop's blocks
         start = _accumulation_loop(tr, dst)
         if not written and start is not None:
             _insert_before(tr, start, Op("memset", {"dst": dst, "value": 0.0}, tr.prog[start].line, (), (dst,)))

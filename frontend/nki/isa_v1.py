@@ -100,7 +100,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """``stationary[K, M]^T @ moving[K, N]`` -> a new PSUM [M, N] tile (``psum[...] += nc_matmul(...)``
     accumulates)."""
     call = "nisa.nc_matmul"
-    if mask is not None:
+    if mask is not None and not nl.always(mask):
         raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     st, mv = tile(stationary, call), tile(moving, call)
     out = current().tile((ops.free(st), ops.free(mv)), as_dtype("float32"), "psum")
@@ -111,7 +111,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 @documented("nisa.nc_transpose")
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
     call = "nisa.nc_transpose"
-    if mask is not None:
+    if mask is not None and not nl.always(mask):
         raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     src = tile(data, call)
     memory = "sbuf" if engine == vector_engine else "psum"  # the PE array writes PSUM, the DVE SBUF

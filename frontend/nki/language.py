@@ -19,7 +19,7 @@ import numpy as np
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
-from tusk.frontend.tracer import CEILING, WatchedRange, as_shape, current, too_many, trips
+from tusk.frontend.tracer import CEILING, Op, WatchedRange, as_shape, current, too_many, trips
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -206,9 +206,17 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, builtins.bool)
 
 
+def always(mask: Any) -> builtins.bool:
+    """A mask that is a predicate of static indices found true (``mask=(2 * i + g) * 128 < n``): every element."""
+    return isinstance(mask, (builtins.bool, np.bool_)) and builtins.bool(mask)
+
+
 def _masked(views: list[View], mask: Any) -> list[View]:
-    if mask is None:
+    if mask is None or always(mask):
         return views
+    if isinstance(mask, (builtins.bool, np.bool_)):
+        raise unsupported("mask=False (the predicate holds for no element here: the call would do nothing; "
+                          "skip it with an if)")
     if not isinstance(mask, Mask):
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
     return [v.narrowed(mask.counts(v.ndim)) for v in views]
@@ -266,7 +274,7 @@ def _assigned_name() -> str:
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.full", kw)
+    _fill_keywords("nl.full", kw)
     t = ndarray(shape, dtype, buffer, name)
     if not t.on_chip:
         raise unsupported("nl.zeros/nl.full/nl.ones in HBM (fill an SBUF tile and nl.store it)")
@@ -274,13 +282,21 @@ def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, 
     return t
 
 
+def _fill_keywords(what: str, kw: dict[str, Any]) -> None:
+    """``lazy_initialization=`` says when the fill runs, not what it writes: the values are the same."""
+    lazy = kw.pop("lazy_initialization", False)
+    if not isinstance(lazy, (builtins.bool, np.bool_)):
+        raise unsupported(f"{what}(..., lazy_initialization={lazy!r}) (True or False)")
+    _no_keywords(what, kw)
+
+
 def zeros(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.zeros", kw)
+    _fill_keywords("nl.zeros", kw)
     return full(shape, 0, dtype, buffer, name)
 
 
 def ones(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
-    _no_keywords("nl.ones", kw)
+    _fill_keywords("nl.ones", kw)
     return full(shape, 1, dtype, buffer, name)
 
 
@@ -366,7 +382,22 @@ def _assign(dst: View, value: Any) -> None:
     same_column = src.elements == dst.elements and (src.ndim == 1 or dst.ndim == 1)
     if src.shape != dst.shape and not same_column:
         raise unsupported(f"assigning a {list(src.shape)} tile to a {list(dst.shape)} view")
+    src, dst = _masked_part(tr, src, dst)
     tr.op("copy", (src,), (dst,), dst=dst, src=src)
+
+
+def _masked_part(tr: Any, src: View, dst: View) -> tuple[View, View]:
+    """``dst[...] = <masked op>`` that could not write ``dst`` itself: copy only what the op wrote (a fresh
+    tile's narrowed part), so the rest of ``dst`` keeps what it held, as in NKI."""
+    from tusk.frontend.tracer import _retargeted
+
+    last = tr.prog[-1] if tr.prog else None
+    if not isinstance(last, Op) or src.tensor.site != len(tr.prog) - 1 or src.shape != dst.shape:
+        return src, dst
+    target = _retargeted(last, src, dst)
+    if target is None or target is dst:
+        return src, dst
+    return last.writes[0], target
 
 
 def _accumulate(dst: View, value: Any) -> None:
@@ -376,7 +407,60 @@ def _accumulate(dst: View, value: Any) -> None:
         return
     value = _tile(value, "+=")
     dst = _tile(dst, "+=")
+    _start_accumulation(dst, value)
     current().op("tensor_tensor", (dst, value), (dst,), dst=dst, a=dst, b=value, op="add")
+
+
+def _start_accumulation(dst: View, value: View) -> None:
+    """``psum[...] += nisa.nc_matmul(...)`` into a PSUM tensor nothing wrote yet starts an accumulation group,
+    as NKI reads it: the sum starts from zero, once before the loop the group runs over (as
+    ``nc_matmul(dst=psum, ...)`` infers it; see isa_ops.nc_matmul)."""
+    from tusk.frontend.nki.isa_ops import _accumulation_loop, _insert_before
+
+    tr = current()
+    if dst.memory != "psum" or not _made_by_matmul(tr, value):
+        return
+    if written_before(tr, dst):
+        return
+    start = _accumulation_loop(tr, dst)
+    pos = len(tr.prog) if start is None else start
+    line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
+    _insert_before(tr, pos, Op("memset", {"dst": dst, "value": 0.0}, line, (), (dst,)))
+
+
+def written_before(tr: Any, dst: View) -> builtins.bool:
+    """Has an instruction traced so far written an element ``dst`` may reach (over every loop index)?  Block
+    ``i`` of a tensor is not written by the writes of block ``i - 1`` (an unrolled loop's earlier iteration).
+    Element by element when the accesses are small enough to list (each write is listed once per trace: the
+    marks are kept on the tracer); otherwise any write of the tensor counts."""
+    from tusk.frontend.alloc_blocks import cells
+
+    t = dst.tensor
+    size = math.prod(t.shape)
+    mine = cells(dst, None, size)
+    book = tr.written_marks  # id(tensor) -> (tensor, marks or None, ids of the ops already marked)
+    _, marks, seen = book.setdefault(id(t), (t, np.zeros(size, dtype=builtins.bool), set()))
+    for e in tr.prog:
+        if isinstance(e, Op) and id(e) not in seen:
+            for w in e.writes:
+                if w.tensor is t:
+                    theirs = None if marks is None else cells(w, None, size)
+                    if theirs is None:
+                        marks = None
+                    else:
+                        marks[theirs] = True
+            seen.add(id(e))
+    book[id(t)] = (t, marks, seen)
+    if marks is None or mine is None:
+        return builtins.any(isinstance(e, Op) and builtins.any(w.tensor is t for w in e.writes) for e in tr.prog)
+    return builtins.bool(marks[mine].any())
+
+
+def _made_by_matmul(tr: Any, value: View) -> builtins.bool:
+    for e in reversed(tr.prog):
+        if isinstance(e, Op) and builtins.any(w.tensor is value.tensor for w in e.writes):
+            return e.kind == "matmul"
+    return False
 
 
 # ---------------------------------------------------------------------------- elementwise

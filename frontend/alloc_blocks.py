@@ -1,0 +1,220 @@
+"""Logical blocks that need no memory of their own: one physical block for a loop's iterations.
+
+In NKI the leading (block) axes of an on-chip tensor count its logical tiles,
+"not the number of physical tiles being allocated" (nki.compiler.sbuf.alloc):
+``qk = nl.ndarray((n_q, nl.par_dim(128), 512), buffer=nl.psum)`` with
+``qk[i]`` used only in iteration ``i`` of a loop needs one PSUM tile, not
+``n_q`` of them.  When the tiles do not fit, :func:`share_blocks` finds such
+tensors and gives the block axis one physical block, so iteration ``i`` uses
+the block iteration ``i - 1`` used.  That is the same program when
+
+* every access of the tensor is inside the loop and names block ``v + c`` of
+  that axis (``v`` the loop's index, ``c`` the same constant everywhere),
+  with no other index reaching the axis: each iteration has a block no other
+  iteration touches;
+* in each iteration the first instruction that touches the tensor only writes
+  it (so nothing reads what the previous iteration left), and every element a
+  later instruction of the iteration reads was written by an earlier one
+  (checked over the iteration's inner loops, element by element).
+
+A block axis that every access names by a constant (a loop the trace
+unrolled) is split instead: each block becomes a tensor of its own, live from
+its first access to its last, which the placer may put where another block
+was: distinct tensors, so nothing needs checking.
+
+Anything else keeps its blocks (and the placer reports the memory full).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from tusk.frontend.affine import Affine
+from tusk.frontend.tensors import Tensor, View
+from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
+
+MAX_ELEMENTS = 1 << 22   # a block's accesses are enumerated element by element: bounded work
+
+
+def share_blocks(tr: Tracer) -> bool:
+    """Give one physical block to each block axis that a loop's iterations use one block at a time (see the
+    module docstring); True when some tensor changed."""
+    uses, loops = _uses(tr)
+    changed = False
+    for t, found in uses.items():
+        if t.on_chip and t.par_axis > 0 and t is not tr.identity and found is not None:
+            axis = next((a for a in range(t.par_axis) if t.shape[a] > 1 and all(_constant_block(v, t, a)
+                                                                                for _, _, v, _ in found)), None)
+            if axis is not None:
+                _split(tr, t, axis)
+                changed = True
+                continue
+            choice = _shareable(t, found, loops)
+            if choice is not None:
+                _rewrite(tr, t, *choice)
+                changed = True
+    return changed
+
+
+def _constant_block(v: View, t: Tensor, axis: int) -> bool:
+    """Does ``v`` name one block of ``axis`` by a constant (no loop index and no walked dim reaches it)?"""
+    return v.offset.const >= 0 and all(c >= 0 and not _digit(c, t, axis) for _, c in v.offset.terms) and \
+        all(s >= 0 and (n == 1 or not _digit(s, t, axis)) for s, n in v.dims)
+
+
+def _split(tr: Tracer, t: Tensor, axis: int) -> None:
+    """Each block of ``axis`` as a tensor of its own (shape 1 on ``axis``), accesses re-expressed in it."""
+    n = t.shape[axis]
+    shape = tuple(1 if k == axis else d for k, d in enumerate(t.shape))
+    parts = [replace_tensor(tr, t, shape, f"{t.name}.b{i}") for i in range(n)]
+    _remap_views(tr, t, axis, None, lambda v: parts[_digit(v.offset.const, t, axis)])
+    t.shape = shape  # unreferenced now: never placed nor emitted
+
+
+def replace_tensor(tr: Tracer, t: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
+    part = Tensor(tr.unique(name), shape, t.dtype, t.memory, par_axis=t.par_axis, role=t.role, site=t.site)
+    tr.tensors.append(part)
+    return part
+
+
+def _uses(tr: Tracer):
+    """Each on-chip tensor's accesses: (position, op, view, enclosing loops); None for a tensor also used as
+    a gather's index rows (not rewritten).  And each loop's (begin, end) positions by its variable's id."""
+    uses: dict[Tensor, list | None] = {}
+    loops: dict[int, tuple[int, int]] = {}
+    open_: list[tuple[Any, int]] = []
+    for pos, e in enumerate(tr.prog):
+        if isinstance(e, LoopBegin):
+            open_.append((e.var, pos))
+        elif isinstance(e, LoopEnd):
+            var, begin = open_.pop()
+            loops[id(var)] = (begin, pos)
+        elif isinstance(e, Op):
+            for v in _views(e):
+                if v.vector is not None:
+                    uses[v.vector.tensor] = None
+                found = uses.setdefault(v.tensor, [])
+                if found is not None:
+                    found.append((pos, e, v, tuple(var for var, _ in open_)))
+    return uses, loops
+
+
+def _views(op: Op) -> list[View]:
+    seen: dict[int, View] = {}
+    for v in (*op.params.values(), *op.reads, *op.writes):
+        if isinstance(v, View):
+            seen.setdefault(id(v), v)
+    return list(seen.values())
+
+
+def _physical_strides(shape: tuple[int, ...], layout: tuple[int, ...]) -> dict[int, int]:
+    phys = [shape[k] for k in layout]
+    return {axis: math.prod(phys[i + 1:]) for i, axis in enumerate(layout)}
+
+
+def _digit(x: int, t: Tensor, axis: int) -> int:
+    """The index on ``axis`` that element offset ``x`` holds (offsets are mixed-radix in the physical shape)."""
+    s = _physical_strides(t.shape, t.layout)[axis]
+    return (x // s) % t.shape[axis]
+
+
+def _shareable(t: Tensor, found: list, loops: dict) -> tuple[int, Any, int] | None:
+    strides = _physical_strides(t.shape, t.layout)
+    first = found[0][2]
+    for axis in range(t.par_axis):
+        for var, coeff in first.offset.terms:
+            if coeff != strides[axis] or id(var) not in loops:
+                continue
+            c0 = _digit(first.offset.const, t, axis)
+            if all(_names_block(v, t, axis, var, c0, strides[axis]) and var in enclosing
+                   for _, _, v, enclosing in found) and _written_first(t, found, loops[id(var)], var):
+                return axis, var, c0
+    return None
+
+
+def _names_block(v: View, t: Tensor, axis: int, var: Any, c0: int, stride: int) -> bool:
+    if v.offset.const < 0 or _digit(v.offset.const, t, axis) != c0:
+        return False
+    for u, c in v.offset.terms:
+        if u is var:
+            if c != stride:
+                return False
+        elif c < 0 or _digit(c, t, axis):
+            return False
+    return all(s >= 0 and (n == 1 or not _digit(s, t, axis)) for s, n in v.dims)
+
+
+def _written_first(t: Tensor, found: list, span: tuple[int, int], var: Any) -> bool:
+    """In one iteration (``var`` fixed), the accesses in program order: the first only writes, and every
+    element read was written by an earlier access (elements as offsets with ``var``'s term left out)."""
+    written = np.zeros(math.prod(t.shape), dtype=bool)
+    steps = [(pos, not any(r is v for r in op.reads), op, v) for pos, op, v, _ in found]
+    for k, (pos, only_written, op, v) in enumerate(sorted(steps, key=lambda s: s[:2])):
+        if not span[0] < pos < span[1]:
+            return False
+        reached = cells(v, var, written.size)
+        if reached is None:
+            return False
+        is_read, is_write = not only_written, any(w is v for w in op.writes)
+        if is_read and (k == 0 or not written[reached].all()):
+            return False
+        if is_write:
+            written[reached] = True
+    return True
+
+
+def cells(v: View, var: Any, size: int) -> np.ndarray | None:
+    """Every element offset ``v`` reaches over the other loop indices, with ``var``'s term dropped."""
+    idx = np.array([v.offset.const], dtype=np.int64)
+    for u, c in v.offset.terms:
+        if u is not var:
+            idx = (idx[:, None] + c * (u.start + u.step * np.arange(u.trip))[None, :]).reshape(-1)
+        if idx.size > MAX_ELEMENTS:
+            return None
+    for s, n in v.dims:
+        idx = (idx[:, None] + s * np.arange(n)[None, :]).reshape(-1)
+        if idx.size > MAX_ELEMENTS:
+            return None
+    return idx if idx.size and idx.min() >= 0 and idx.max() < size else None
+
+
+def _rewrite(tr: Tracer, t: Tensor, axis: int, var: Any, c0: int) -> None:
+    """``t`` with one block on ``axis``: every access re-expressed in the smaller physical shape."""
+    _remap_views(tr, t, axis, var, lambda v: t)
+    t.shape = tuple(1 if k == axis else n for k, n in enumerate(t.shape))
+
+
+def _remap_views(tr: Tracer, t: Tensor, axis: int, var: Any, target) -> None:
+    """Every access of ``t`` moved to ``target(view)`` (a tensor of ``t``'s shape with one block on ``axis``):
+    offsets and strides re-expressed in its physical shape, ``axis``'s index and ``var``'s term dropped."""
+    old = _physical_strides(t.shape, t.layout)
+    order = sorted(old, key=lambda a: -old[a])
+    new = _physical_strides(tuple(1 if k == axis else n for k, n in enumerate(t.shape)), t.layout)
+
+    def remap(x: int) -> int:
+        out = 0
+        for a in order:
+            d, x = divmod(x, old[a])
+            out += (0 if a == axis else d) * new[a]
+        return out
+
+    def view(v: View) -> View:
+        terms = tuple((u, remap(c)) for u, c in v.offset.terms if u is not var)
+        return replace(v, tensor=target(v), offset=Affine(remap(v.offset.const), terms),
+                       dims=tuple((remap(s), n) for s, n in v.dims))
+
+    for e in tr.prog:
+        if isinstance(e, Op):
+            done: dict[int, View] = {}
+
+            def swap(x: Any) -> Any:
+                if isinstance(x, View) and x.tensor is t:
+                    return done.setdefault(id(x), view(x))
+                return x
+            e.params = {k: swap(x) for k, x in e.params.items()}
+            e.reads = tuple(swap(x) for x in e.reads)
+            e.writes = tuple(swap(x) for x in e.writes)

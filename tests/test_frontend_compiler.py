@@ -1,0 +1,312 @@
+"""`nki.compiler` (direct allocation as placement hints, the compiler's decorators), NKI dtypes as numpy
+dtype names, masks that are static predicates, and `psum += nc_matmul` into an unwritten PSUM tensor.
+
+Every kernel here is written for these tests and checked against numpy in Tusk's interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.test_frontend_entry import write
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import logging
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.compiler as ncc
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+from neuronxcc.nki.language import par_dim
+"""
+
+A = np.random.default_rng(3).standard_normal((256, 128)).astype(np.float32)
+B = np.random.default_rng(4).standard_normal((256, 512)).astype(np.float32)
+
+
+def test_direct_allocation_is_a_placement_hint_and_the_decorators_keep_the_kernel(tmp_path):
+    path = write(tmp_path, """
+        @ncc.enable_stack_allocator(log_level=logging.INFO)
+        @ncc.skip_middle_end_transformations
+        @nki.jit
+        def mm(lhsT, rhs):
+            out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            a = nl.ndarray((2, par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0,
+                           num_free_tiles=(2,)))
+            b = nl.ndarray((2, par_dim(128), 512), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda i, p, f: 1024))
+            acc = nl.ndarray((par_dim(128), 512), dtype=nl.float32,
+                             buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(1,)))
+            res = nl.ndarray((par_dim(128), 512), dtype=nl.float32, buffer=ncc.sbuf.auto_alloc())
+            for k in nl.sequential_range(2, directives=ncc.no_reorder()):
+                a[k] = nl.load(lhsT[k * 128:(k + 1) * 128, :])
+                b[k] = nl.load(rhs[k * 128:(k + 1) * 128, :])
+                acc[...] += nisa.nc_matmul(a[k], b[k])
+            res[...] = nl.copy(acc)
+            nl.store(out, value=res)
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "mm", ["f32[256,128]", "f32[256,512]"]), {"lhsT": A, "rhs": B})["out"]
+    assert np.allclose(got, A.T @ B, rtol=1e-4, atol=1e-3)
+
+
+def test_a_direct_allocation_with_wrong_arguments_is_refused_at_its_line(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.ndarray((par_dim(128), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=-4))
+            return t
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:11: .*ncc\.sbuf\.mod_alloc\(base_addr=-4\)"):
+        trace_file(path, "k", ["f32[128,64]"])
+
+
+def test_nki_dtypes_are_numpy_dtype_names_while_tracing_only(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            assert np.dtype(nl.bfloat16).itemsize == 2 and np.dtype(nl.float8_e4m3).itemsize == 1
+            assert np.dtype(a.dtype).itemsize == 4
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.load(a))
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": A[:128, :64]})["out"]
+    assert (got == A[:128, :64]).all()
+    with pytest.raises(TypeError):
+        np.dtype("bfloat16")
+
+
+def test_masks_that_are_static_predicates(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ip, jf = nl.mgrid[0:128, 0:128]
+            for i in nl.static_range(3):
+                t = nl.load(a[i * 128 + ip, jf], mask=(i * 128 < a.shape[0]))
+                nl.store(out[i * 128 + ip, jf], value=t, mask=(jf < 100) & (i * 128 < a.shape[0]))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:14: .*mask=False"):
+        trace_file(path, "k", ["f32[256,128]"])
+    data = trace_file(path, "k", ["f32[384,128]"])
+    src = np.concatenate([A, A[:128]])
+    got = run_klr(data, {"a": src}, check_written=False)["out"]  # columns 100.. are masked off
+    assert (got[:, :100] == src[:, :100]).all()
+
+
+def test_psum_accumulation_into_an_unwritten_ndarray_starts_from_zero(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((2, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+            for r in nl.affine_range(2):
+                for k in nl.affine_range(2):
+                    acc[r] += nisa.nc_matmul(nl.load(lhsT[k * 128:(k + 1) * 128, :]),
+                                             nl.load(rhs[(2 * r + k) * 128:(2 * r + k + 1) * 128, :]))
+                nl.store(out[r], value=nl.copy(acc[r]))
+            return out
+    """, header=HEADER)
+    rhs = np.concatenate([B, 2 * B])
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[512,512]"]), {"lhsT": A, "rhs": rhs})["out"]
+    assert np.allclose(got[0], A.T @ B, rtol=1e-4, atol=1e-3)
+    assert np.allclose(got[1], 2 * (A.T @ B), rtol=1e-4, atol=1e-3)
+
+
+# ====================================================================== logical blocks (alloc_blocks)
+
+BLOCKS = """
+    @nki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((6, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((6, 2, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        res = nl.ndarray((par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+        for r in LOOP(6):
+            for j in nl.affine_range(2):
+                acc[r, j] = nisa.nc_matmul(nl.load(lhsT[j * 128:(j + 1) * 128, :]),
+                                           nl.load(rhs[r * 128:(r + 1) * 128, :]))
+            res[...] = nl.add(acc[r, 0], acc[r, 1])
+            nl.store(out[r], value=res)
+        return out
+"""
+RHS = np.random.default_rng(5).standard_normal((768, 512)).astype(np.float32)
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "nl.affine_range", "nl.sequential_range"])
+def test_blocks_used_one_per_iteration_need_one_tile_of_psum(tmp_path, loop):
+    """acc's 12 logical tiles need 24 KiB of PSUM's 16: iteration r uses only block r (a loop that stays a loop
+    shares one block; an unrolled one splits the blocks into tiles of their own)."""
+    path = write(tmp_path, BLOCKS.replace("LOOP", loop), header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[768,512]"]), {"lhsT": A, "rhs": RHS})["out"]
+    for r in range(6):
+        assert np.allclose(got[r], (A[:128] + A[128:]).T @ RHS[r * 128:(r + 1) * 128], rtol=1e-4, atol=1e-3)
+
+
+def test_blocks_that_iterations_share_keep_their_memory_and_psum_is_full(tmp_path):
+    """Iteration r reads block 5 - r too: no block can be shared, the PSUM-full refusal stays."""
+    body = BLOCKS.replace("LOOP", "nl.affine_range").replace("nl.add(acc[r, 0], acc[r, 1])",
+                                                             "nl.add(acc[r, 0], acc[5 - r, 1])")
+    path = write(tmp_path, body, header=HEADER)
+    with pytest.raises(TraceError, match="PSUM is full"):
+        trace_file(path, "k", ["f32[256,128]", "f32[768,512]"])
+
+
+@pytest.mark.parametrize("form", ["acc[r] += nisa.nc_matmul(a, b)", "nisa_v2.nc_matmul(acc[r], a, b)"])
+def test_accumulation_into_each_block_of_an_unrolled_loop_starts_from_zero(tmp_path, form):
+    path = write(tmp_path, f"""
+        import nki.isa as nisa_v2
+
+        @nki.jit
+        def k(lhsT, rhs):
+            out = nl.ndarray((3, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((3, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+            for r in nl.static_range(3):
+                for kk in nl.affine_range(2):
+                    a = nl.load(lhsT[kk * 128:(kk + 1) * 128, :])
+                    b = nl.load(rhs[(2 * r + kk) * 128:(2 * r + kk + 1) * 128, :])
+                    {form}
+                nl.store(out[r], value=nl.copy(acc[r]))
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[768,512]"]), {"lhsT": A, "rhs": RHS})["out"]
+    for r in range(3):
+        want = A[:128].T @ RHS[2 * r * 128:(2 * r + 1) * 128] + A[128:].T @ RHS[(2 * r + 1) * 128:(2 * r + 2) * 128]
+        assert np.allclose(got[r], want, rtol=1e-4, atol=1e-3)
+
+
+# ====================================================================== views of block tiles, fills, unit indices
+
+def test_a_block_view_passed_on_and_indexed_further_is_a_partition_first_view(tmp_path):
+    path = write(tmp_path, """
+        def rowsum(dst, src):
+            for j in nl.affine_range(2):
+                dst[j] = nl.sum(nl.load(src[j * 128:(j + 1) * 128, :]), axis=1, keepdims=True)
+
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((2, 2, 128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.zeros((2, 2, par_dim(128), 1), dtype=nl.float32, lazy_initialization=True)
+            for h in nl.affine_range(2):
+                rowsum(sums[h], a[h])
+                for j in nl.affine_range(2):
+                    nl.store(out[h, j], value=sums[h, j])
+            return out
+    """, header=HEADER)
+    src = np.random.default_rng(6).standard_normal((2, 256, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[2,256,64]"]), {"a": src})["out"]
+    assert np.allclose(got[..., 0], src.reshape(2, 2, 128, 64).sum(axis=-1), rtol=1e-5, atol=1e-4)
+
+
+def test_an_instruction_on_a_view_whose_first_axis_is_a_block_axis_is_refused(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            buf = nl.zeros((2, par_dim(128), 64), dtype=nl.float32)
+            nl.store(out, value=nl.exp(buf[0:2, 0:128, 0]))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:13: .*first axis is not the partition axis"):
+        trace_file(path, "k", ["f32[128,64]"])
+
+
+def test_lazy_initialization_must_be_a_bool_and_a_trailing_unit_index_is_its_axis(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.full((par_dim(128), 4), fill_value=1.0, dtype=nl.float32, lazy_initialization=False)
+            col = acc[:, 2]
+            col[:, 0] = nl.sum(nl.load(a), axis=1)
+            nl.store(out, value=acc)
+            return out
+    """, header=HEADER)
+    src = A[:128, :64]
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"]
+    assert np.allclose(got[:, 2], src.sum(axis=1), rtol=1e-5, atol=1e-4) and (got[:, [0, 1, 3]] == 1).all()
+    path.write_text(path.read_text().replace("lazy_initialization=False", "lazy_initialization='soon'"))
+    with pytest.raises(TraceError, match=r"k\.py:12: .*lazy_initialization='soon'"):
+        trace_file(path, "k", ["f32[128,64]"])
+
+
+# ====================================================================== arguments made by the kernel's module, packages
+
+def test_an_arg_that_calls_a_name_of_the_kernel_module(tmp_path):
+    path = write(tmp_path, """
+        from dataclasses import dataclass
+        from enum import Enum
+        from neuronxcc.nki.language.constants import sizeinbytes
+
+        class Mode(Enum):
+            SCALE = 1
+            SHIFT = 2
+
+        @dataclass(frozen=True)
+        class Args:
+            factor: float
+            mode: Mode = Mode.SCALE
+
+        @nki.jit
+        def k(a, kargs: Args):
+            assert sizeinbytes(nl.bfloat16) == 2 and sizeinbytes(a.dtype) == 4
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.load(a)
+            fn = nl.multiply if kargs.mode == Mode.SCALE else nl.add
+            nl.store(out, value=fn(t, kargs.factor))
+            return out
+    """, header=HEADER)
+    from tusk.frontend.args import arg_text, parse_value
+
+    src = A[:128, :64]
+    for text, want in (("Args(factor=3.0)", 3 * src), ("Args(2.0, mode=Mode.SHIFT)", src + 2)):
+        value = parse_value(text)
+        assert arg_text(value) == text
+        got = run_klr(trace_file(path, "k", ["f32[128,64]"], args={"kargs": value}), {"a": src})["out"]
+        assert np.allclose(got, want)
+    with pytest.raises(TraceError, match=r"argument kargs=Args\(factor='x', mode=Mode.NONE\): AttributeError"):
+        trace_file(path, "k", ["f32[128,64]"], args={"kargs": parse_value("Args(factor='x', mode=Mode.NONE)")})
+    assert parse_value("print(open('f').read())") == "print(open('f').read())"  # not a call of literals: a string
+
+
+def test_relative_imports_through_a_namespace_package(tmp_path):
+    (tmp_path / "lib" / "util").mkdir(parents=True)
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "util" / "helpers.py").write_text(
+        "import neuronxcc.nki.language as nl\n\n\ndef tripled(t):\n    return nl.multiply(t, 3.0)\n")
+    path = write(tmp_path / "lib" / "norm", """
+        from ..util.helpers import tripled
+
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((par_dim(128), 64), dtype=nl.float32)
+            t[...] = nl.load(a)
+            nl.store(out, value=tripled(t[nl.arange(128)[:, None], nl.arange(64)[None, :]][
+                (nl.arange(128)[:, None] < 128)]))
+            return out
+    """, header=HEADER)  # lib/norm has no __init__.py: a namespace package inside the package lib
+    src = A[:128, :64]
+    assert np.allclose(run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"], 3 * src)
+
+
+# ====================================================================== a masked statement leaves the rest of its destination
+
+@pytest.mark.parametrize("dtype", ["nl.float32", "nl.bfloat16"])  # the load writes buf itself / a copy does
+def test_a_masked_load_assigned_into_a_tile_keeps_the_rows_it_masks(tmp_path, dtype):
+    path = write(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype={dtype}, buffer=nl.shared_hbm)
+            ip = nl.arange(128)[:, None]
+            jf = nl.arange(64)[None, :]
+            buf = nl.zeros((128, 64), dtype={dtype})
+            buf[ip, jf] = nl.load(a[ip, jf], mask=(ip < 100))
+            nl.store(out, value=buf)
+            return out
+    """, header=HEADER)
+    src = A[:128, :64] + 5
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"]  # strict, and every element written
+    assert np.allclose(got[:100], src[:100], rtol=1e-2) and (got[100:] == 0).all()
