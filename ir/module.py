@@ -293,7 +293,7 @@ class Function:
         new_starts = np.zeros(len(rows), dtype=np.int64)
         if len(rows):
             np.cumsum(nops[:-1], out=new_starts[1:])
-        op_rows = _ranges(starts, nops)
+        op_rows = concat_ranges(starts, nops)
         out.operands = self.operands.take(op_rows)
         insts = self.insts.take(rows)
         insts["ops"][:] = new_starts
@@ -317,7 +317,7 @@ def remap_edges(edges: Table, remap: np.ndarray) -> Table:
     return out
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``range(s, s + c)`` for each pair, vectorised."""
     counts = counts.astype(np.int64)
     total = int(counts.sum())
@@ -326,6 +326,9 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     ends = np.cumsum(counts)
     offsets = np.repeat(starts.astype(np.int64) - (ends - counts), counts)
     return offsets + np.arange(total, dtype=np.int64)
+
+
+_ranges = concat_ranges  # the name passes outside tusk.ir still import
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,9 @@ def decode_value(j: Any) -> Any:
     if t == "sym":
         return SymAddr(expr_from_json(j["o"]), None if j["b"] is None else expr_from_json(j["b"]))
     if t == "dyn":
-        from tusk.ir.bir_json import _dyn_info
+        from tusk.ir.bir_json.fields import read_dyn_info
 
-        return _dyn_info(j["v"], "dyn")
+        return read_dyn_info(j["v"], "dyn")
     if t == "imm":
         return ImmValue(decode_value(j["v"]))
     if t == "tup":

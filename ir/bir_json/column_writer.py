@@ -1,0 +1,582 @@
+"""The writer's columnar path: instructions grouped chunk by chunk, each group filled from a template.
+
+An unrolled function is mostly clones: instructions that differ from one another only in their clone
+iteration (the ``-it<k>`` of their name), the element offsets of their physical access patterns and
+the iterations of the instructions they depend on.  The writer groups the instructions of a block,
+chunk by chunk, by everything else (a 64-bit signature over their columns, then checked column by
+column against the group's first member), renders each group once with placeholders
+(:class:`.layouts.Template`), and fills the placeholders of all members from the numpy columns at once
+(:func:`.layouts.assemble`).  No Python runs per cloned instruction; instructions in small groups
+(originals, loops) are rendered one by one.  Memory is bounded by the chunk, not by the function.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tusk.ir import wire
+from tusk.ir.bir_json.digits import digit_count
+from tusk.ir.bir_json.layouts import SEP, Layout, Template, assemble
+from tusk.ir.bir_json.policy import SPLICE, SPLICE_JSON, derived_keys, json_bytes, jsonable
+from tusk.ir.enums import EDGE_NAMES, Kind
+from tusk.ir.module import Function, concat_ranges
+
+CHUNK = 16384          # instructions rendered at once
+_MISSING = object()
+MIN_GROUP = 6          # smaller groups are rendered one by one
+
+
+# ====================================================================== writing
+
+
+def write_blocks(fn: Function, render: Any, out: Any) -> None:
+    """Write ``fn``'s blocks (the value of its ``blocks`` key) to ``out``.
+
+    Rows are in program preorder, so a block's rows lie in a range of rows, with the rows of its
+    loops' bodies between them; each range is scanned a window at a time (no per-row index of the
+    whole function is built)."""
+    children: dict[int, list[int]] = {}
+    for b, parent in enumerate(fn.blocks["parent"].tolist()):
+        if parent >= 0:
+            children.setdefault(parent, []).append(b)
+    loops = np.asarray(sorted(children), dtype=np.int64)
+    bcol = fn.insts["block"]
+    writer = Templates(fn, render)
+    at = getattr(out, "at", lambda row: True)
+
+    def next_row(b: int, lo: int, hi: int) -> int:
+        """The first row of block ``b`` in [lo, hi), else hi."""
+        for w in range(lo, hi, CHUNK):
+            hit = np.flatnonzero(bcol[w:min(w + CHUNK, hi)] == b)
+            if len(hit):
+                return w + int(hit[0])
+        return hi
+
+    def block(b: int, lo: int, hi: int) -> None:
+        before, after = json_bytes(_block_head(fn, b)).split(SPLICE_JSON)
+        out.write(before)
+        out.write(b"[")
+        first = True
+        w = lo
+        while w < hi:
+            e = min(w + CHUNK, hi)
+            rows = np.flatnonzero(bcol[w:e] == b) + w
+            a, z = np.searchsorted(loops, [w, e]) if len(loops) else (0, 0)
+            lp = loops[a:z]
+            lp = lp[bcol[lp] == b] if len(lp) else lp
+            if len(lp):
+                i = int(lp[0])
+                rows = rows[rows < i]
+            if len(rows):
+                if at(int(rows[0])):  # a part renders only the runs that start in it
+                    out.write(b"\n" if first else b",\n")
+                    writer.write_run(rows, out)
+                first = False
+            if not len(lp):
+                w = e
+                continue
+            at(i)
+            out.write(b"\n" if first else b",\n")
+            first = False
+            d = render.inst(i)
+            d["blocks"] = SPLICE
+            before_i, after_i = json_bytes(d).split(SPLICE_JSON)
+            out.write(before_i)
+            end = next_row(b, i + 1, hi)
+            out.write(b"[")
+            for k, c in enumerate(children[i]):
+                out.write(b",\n" if k else b"\n")
+                block(c, i + 1, end)
+            out.write(b"\n]")
+            out.write(after_i)
+            w = end
+        out.write(b"\n]")
+        out.write(after)
+
+    out.write(b"[")
+    n = len(bcol)
+    for k, b in enumerate(fn.top_blocks()):
+        out.write(b",\n" if k else b"\n")
+        block(b, 0, n)
+    out.write(b"\n]")
+
+
+def _block_head(fn: Function, b: int) -> dict:
+    d, patch = wire.split(fn.record(fn.blocks.get("extra", b)))
+    d = jsonable(d)
+    d["name"] = fn.strings[fn.blocks.get("name", b)]
+    d["instructions"] = SPLICE
+    if patch:
+        wire.apply(d, {k: v for k, v in patch.items() if k != "instructions"})
+    return d
+
+
+_M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
+
+
+def _mix(h: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """One step of a 64-bit hash (wrapping arithmetic)."""
+    x = (h ^ v.astype(np.uint64)) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+_MULT = np.array([  # odd 64-bit multipliers (drawn once from numpy's default_rng(20260511))
+    0x7dc8afcad18e5f85, 0x3dd8aae96e113e93, 0x46a3a2e7b4ac78f9, 0x4b9ab2259023d745, 0x4a8222c778f0bfc9,
+    0x22d839a8c0fdb87d, 0x4fd6ade6fad0dfd3, 0x2816d1cd464eff6b, 0x6f2832ba40031133, 0x3dadbd459d6def95,
+    0x2911be1de045d391, 0x392855b825aae7ab, 0x6656e9c9f12fefe9, 0x40f261be81bd7887, 0x4758019e194104cd,
+    0x51d8fb54e3fbbf79, 0x2c1267ffc11629e5, 0x3b6c1fc9e775fb7f, 0x08b0a2f1092b3cf7, 0x6f059d972917ce3f,
+    0x3c82b741fac8f813, 0x26016a72b86b9b0f, 0x4e9076118168e597, 0x30d89cd1a6a8d885, 0x5034c704295adb63,
+    0x5a168b89f2757fa1, 0x64e372595fcb0623, 0x2b3236b31da4be9d, 0x38b1cd9baccc4e9d, 0x22390dccfd57787f,
+    0x25ceec6729e4ae93, 0x6009f23534359441, 0x7aa058bc8825d13f, 0x7e4bb15b3f18bac7, 0x60c38d624ead1215,
+    0x1c25827b46eb9551, 0x1a988328a5b408a3, 0x510a5564aab9c5ff, 0x6275e3c3cea9734d, 0x32c688dc46202623,
+], dtype=np.uint64)
+
+
+def _lin(cols: list[np.ndarray], first: int = 0) -> np.ndarray:
+    """A cheap 64-bit signature of rows of several columns (collisions are caught by the caller's check)."""
+    h = cols[0].astype(np.uint64) * _MULT[first]
+    for k, c in enumerate(cols[1:], first + 1):
+        h += c.astype(np.uint64) * _MULT[k]
+    return _mix(h, h >> np.uint64(29))
+
+
+def _segment_sums(values: np.ndarray, owner_starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Wrapping uint64 sums of consecutive segments (lengths ``counts``) of ``values``."""
+    cs = np.zeros(len(values) + 1, dtype=np.uint64)
+    np.cumsum(values, out=cs[1:])
+    ends = owner_starts + counts
+    return cs[ends] - cs[owner_starts]
+
+
+
+
+def _mask_ints(value: Any, leaves: list[int], repl: Any = None) -> Any:
+    """``value`` with every integer (not bool) replaced, in sorted-key order; the integers go to
+    ``leaves``.  ``repl(k)`` gives the replacement of the k-th (default: one fixed marker)."""
+    t = type(value)
+    if t is int:
+        leaves.append(value)
+        return repl(len(leaves) - 1) if repl else "\u0000int"
+    if t is dict:
+        return {k: _mask_ints(value[k], leaves, repl) for k in sorted(value)}
+    if t is list:
+        return [_mask_ints(v, leaves, repl) for v in value]
+    return value
+
+
+
+
+class _RecordFacts:
+    """What the templates need of each record, in arrays indexed by record id, so that a chunk looks its
+    rows' records up with numpy; only records a chunk meets for the first time are asked of
+    :class:`Templates` (one by one)."""
+
+    def __init__(self, owner: Templates, n_values: int):
+        self.owner = owner
+        self.n = n_values
+        size = n_values + 256                               # rows without a record: one entry per opcode
+        self.opcode = np.full(size, -1, dtype=np.int64)     # the opcode the shape below was found for
+        self.ok = np.zeros(size, dtype=bool)
+        self.shape = np.zeros(size, dtype=np.int64)
+        self.leaves = np.zeros((size, 1), dtype=np.int64)
+        self.nleaf = np.zeros(size, dtype=np.int64)
+        self.fixed = np.full(size, -1, dtype=np.int8)       # offset spelled as the document did: 1/0/-1 unknown
+
+    def lookup(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(templatable, shape id, integer leaves (rows, leaves)) of each row's attribute record."""
+        opc = opcode.astype(np.int64)
+        a = attrs.astype(np.int64)
+        a = np.where(a < 0, self.n + opc, a)     # (the empty record's shape depends on the opcode alone)
+        miss = self.opcode[a] != opc
+        if miss.any():
+            ro = np.unique(a[miss] * 256 + opc[miss])
+            for x in ro.tolist():
+                at, o = x // 256, x % 256
+                rid = at if at < self.n else -1
+                sid, lv = self.owner.shape(rid, o)
+                if len(lv) > self.leaves.shape[1]:
+                    grown = np.zeros((len(self.leaves), len(lv)), dtype=np.int64)
+                    grown[:, :self.leaves.shape[1]] = self.leaves
+                    self.leaves = grown
+                self.leaves[at] = 0
+                self.leaves[at, :len(lv)] = lv
+                self.nleaf[at] = len(lv)
+                self.shape[at] = sid
+                self.ok[at] = self.owner.attrs_ok(rid)
+                self.opcode[at] = o
+            still = self.opcode[a] != opc       # a record met with two opcodes: those rows the slow way
+            if still.any():
+                return self._slow(attrs, opcode)
+        width = max(int(self.nleaf[a].max()) if len(a) else 0, 1)
+        return self.ok[a], self.shape[a], self.leaves[a, :width]
+
+    def _slow(self, attrs: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ro = (attrs.astype(np.int64) + 1) * 256 + opcode
+        uro, roinv = np.unique(ro, return_inverse=True)
+        shapes = [self.owner.shape(int(x) // 256 - 1, int(x) % 256) for x in uro.tolist()]
+        nleaf = max((len(sh[1]) for sh in shapes), default=0)
+        leaf_u = np.zeros((len(uro), max(nleaf, 1)), dtype=np.int64)
+        for u, (_, lv) in enumerate(shapes):
+            leaf_u[u, :len(lv)] = lv
+        ok = np.array([self.owner.attrs_ok(int(x) // 256 - 1) for x in uro.tolist()], dtype=bool)
+        return ok[roinv], np.array([sh[0] for sh in shapes], dtype=np.int64)[roinv], leaf_u[roinv]
+
+    def offset_fixed(self, extra: np.ndarray) -> np.ndarray:
+        """Whether each operand's extra record spells its offset as the document did."""
+        e = extra.astype(np.int64)
+        e = np.where(e < 0, self.n, e)
+        f = self.fixed[e]
+        if (f < 0).any():
+            for x in np.unique(e[f < 0]).tolist():
+                self.fixed[x] = self.owner.offset_fixed(x if x < self.n else -1)
+            f = self.fixed[e]
+        return f.astype(bool)
+
+
+class Templates:
+    """Groups a function's instructions by everything but their slots and fills templates."""
+
+    def __init__(self, fn: Function, render: Any):
+        self.fn, self.render = fn, render
+        ins, ops = fn.insts, fn.operands
+        self.cols = {c: ins[c] for c in ("opcode", "engine", "name", "iter", "attrs", "pred", "nops", "ops")}
+        self.op = {c: ops[c] for c in ops.names}
+        self.dep_dst, self.dep_src, self.dep_kind = render.dep_dst, render.dep_src, render.dep_kind
+        self.name_col, self.iter_col = ins["name"], ins["iter"]
+        self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
+        self.templates: dict[tuple, Template | None] = {}
+        self.by_signature: dict[bytes, Template | None] = {}
+        self.records = _RecordFacts(self, len(fn.values))
+        # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
+        self.layouts: dict[tuple, Layout] = {}
+        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
+        self._attrs_ok: dict[int, bool] = {}
+        self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
+        self._shape_ids: dict[Any, int] = {}
+        self._offset_fixed: dict[int, bool] = {}
+        self.sentinel = f"\u0001{os.getpid()}:{id(self)}:"
+
+    # ------------------------------------------------------------------ per-record facts (cached)
+    def shape(self, rid: int, opcode: int) -> tuple[int, tuple[int, ...]]:
+        """(shape id, integer leaves) of an attribute record: records that differ only in their integers
+        (a MaybeAffine value folded per clone, say) share a shape, and their integers become slots."""
+        hit = self._shapes.get((rid, opcode))
+        if hit is None:
+            d, patch = wire.split(self.fn.record(rid))
+            key: Any = ("record", rid, opcode)
+            leaves: list[int] = []
+            if not patch:
+                plain = jsonable(d)
+                masked = _mask_ints(plain, leaves)
+                if all(-(1 << 62) < v < (1 << 62) for v in leaves):
+                    key = (orjson.dumps(masked, option=orjson.OPT_SORT_KEYS),
+                           orjson.dumps(derived_keys(opcode, plain), option=orjson.OPT_SORT_KEYS))
+                else:  # an integer beyond the columns' range: this record is its own shape
+                    leaves = []
+            sid = self._shape_ids.setdefault(key, len(self._shape_ids))
+            hit = self._shapes[(rid, opcode)] = (sid, tuple(leaves))
+        return hit
+
+    def attrs_ok(self, rid: int) -> bool:
+        """Instructions with this record can be templated (no patch of their dependency spelling)."""
+        hit = self._attrs_ok.get(rid)
+        if hit is None:
+            keys = wire.patched_keys(self.fn.record(rid))
+            hit = self._attrs_ok[rid] = not (keys & {"dependencies", "loop_carried_dependencies",
+                                                      "unroll_dependencies"})
+        return hit
+
+    def offset_fixed(self, rid: int) -> bool:
+        """Operands with this extra record spell their offset as the document did (not a slot)."""
+        hit = self._offset_fixed.get(rid)
+        if hit is None:
+            hit = self._offset_fixed[rid] = "offset" in wire.patched_keys(self.fn.record(rid))
+        return hit
+
+    # ------------------------------------------------------------------ a run of leaf instructions
+    def write_run(self, rows: np.ndarray, out: Any) -> None:
+        """Write instructions ``rows`` separated by ",\\n" (no separator after the last)."""
+        last = None
+        for s in range(0, len(rows), CHUNK):
+            for piece in self.chunk(rows[s:s + CHUNK]):
+                if last is not None:
+                    out.write(last)
+                last = piece
+        if last is not None:
+            out.write(memoryview(last)[:-2])
+
+    def chunk(self, R: np.ndarray) -> list[bytes | memoryview]:
+        """Instructions ``R``, each followed by ",\\n", in pieces."""
+        n = len(R)
+        if n < MIN_GROUP:
+            return [b"".join(json_bytes(self.render.inst(int(i))) + SEP for i in R.tolist())]
+        c = self.cols
+        R = R.astype(np.int64)
+        opcode, engine, name, it = c["opcode"][R], c["engine"][R], c["name"][R], c["iter"][R]
+        attrs, pred, nops, start = c["attrs"][R], c["pred"][R], c["nops"][R].astype(np.int64), c["ops"][R]
+        iterflag = it >= 0
+        # rows the templates do not cover
+        generic = np.isin(R, self.carried_dst) if len(self.carried_dst) else np.zeros(n, dtype=bool)
+        # attribute records by shape: their integers are slots (per-record facts kept in tables by record)
+        ok, shape, self.leafvals = self.records.lookup(attrs, opcode)
+        generic |= ~ok
+        # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
+        J = concat_ranges(start, nops)
+        owner = np.repeat(np.arange(n), nops)
+        k_in = J - np.repeat(start, nops)
+        op = self.op
+        oj = {col: op[col][J] for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra",
+                                          "offset")}
+        fixed = self.records.offset_fixed(oj["extra"])
+        slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
+        sig_off = np.where(slot_off, 0, oj["offset"])
+        h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                 + [sig_off, slot_off, k_in])
+        op_starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(nops[:-1], out=op_starts[1:])
+        ops_h = _segment_sums(h, op_starts, nops)
+        # dependencies: (source name, whether it is a clone, kind); the source's iteration is a slot
+        Rd = R.astype(self.dep_dst.dtype)  # keys of the column's type: no copy of the column per search
+        dlo = np.searchsorted(self.dep_dst, Rd, "left")
+        dhi = np.searchsorted(self.dep_dst, Rd, "right")
+        ndeps = (dhi - dlo).astype(np.int64)
+        D = concat_ranges(dlo, ndeps)
+        dk_in = D - np.repeat(dlo, ndeps)
+        dsrc_rows = self.dep_src[D]
+        d_iter = self.iter_col[dsrc_rows]
+        dj = {"name": self.name_col[dsrc_rows], "clone": d_iter >= 0, "kind": self.dep_kind[D]}
+        dh = _lin([dj["name"], dj["clone"], dj["kind"], dk_in], 11)
+        dep_starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(ndeps[:-1], out=dep_starts[1:])
+        deps_h = _segment_sums(dh, dep_starts, ndeps)
+        hh = _mix(_lin([opcode, engine, name, iterflag, shape, pred, nops, ndeps], 20), ops_h)
+        hh = _mix(hh, deps_h)
+        hh[generic] = np.arange(int(generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
+        uniq, first, inv, counts = np.unique(hh, return_index=True, return_inverse=True, return_counts=True)
+        rep = first[inv]
+        # check every member against its group's first member, column by column
+        bad = generic.copy()
+        for arr in (opcode, engine, name, iterflag, shape, pred, nops, ndeps):
+            bad |= arr != arr[rep]
+        if len(J):
+            rep_pos = op_starts[rep][owner] + np.minimum(k_in, nops[rep][owner] - 1)
+            ob = (sig_off != sig_off[rep_pos]) | (slot_off != slot_off[rep_pos])
+            for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra"):
+                ob |= oj[col] != oj[col][rep_pos]
+            bad[owner[ob]] = True
+        if len(D):
+            downer = np.repeat(np.arange(n), ndeps)
+            rep_dpos = dep_starts[rep][downer] + np.minimum(dk_in, ndeps[rep][downer] - 1)
+            db = np.zeros(len(D), dtype=bool)
+            for col in ("name", "clone", "kind"):
+                db |= dj[col] != dj[col][rep_dpos]
+            bad[downer[db]] = True
+        big = counts[inv] >= MIN_GROUP
+        templ = big & ~bad
+        # per group: the template (rendered once per distinct signature, cached across chunks)
+        groups: dict[int, Template] = {}
+        # a group's identity as bytes of its first member's columns (what template() keys on), so that a
+        # template seen in an earlier chunk costs a few slices, not a tuple of Python integers
+        ins_key = np.stack([opcode, engine, name, iterflag, shape, pred, nops, ndeps], axis=1).astype(np.int64)
+        ops_key = np.stack([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
+                           + [sig_off, slot_off], axis=1).astype(np.int64)
+        deps_key = np.stack([dj["name"], dj["clone"], dj["kind"], np.minimum(d_iter, 0)], axis=1).astype(np.int64)
+        for g in np.unique(inv[templ]).tolist():
+            r = int(first[g])
+            a, b = int(op_starts[r]), int(dep_starts[r])
+            sig = (ins_key[r].tobytes() + ops_key[a:a + int(nops[r])].tobytes()
+                   + deps_key[b:b + int(ndeps[r])].tobytes())
+            t = self.by_signature.get(sig, _MISSING)
+            if t is _MISSING:
+                t = self.by_signature[sig] = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]),
+                                                           int(ndeps[r]), slot_off[a:a + int(nops[r])])
+            if t is not None:
+                groups[g] = t
+        if groups:
+            has_t = np.zeros(len(uniq), dtype=bool)
+            has_t[list(groups)] = True
+            templ &= has_t[inv]
+        # slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
+        # same in every member is spelled into the template; an offset is right-aligned in a field as
+        # wide as its widest value (JSON allows the spaces); an iteration inside a name is spelled as it is,
+        # and its width joins the group to make the row's layout class
+        layouts: dict[int, Layout] = {}
+        gids = list(groups)
+        trows = np.flatnonzero(templ)
+        order = trows[np.argsort(inv[trows], kind="stable")]
+        gr_inv = inv[order]
+        bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
+        # integers of attribute records that are the same in every member are spelled in (decided on the
+        # records: one row per group suffices); the other slots are candidates
+        lv = self.leafvals[order]
+        leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
+            if len(order) else np.zeros((0, lv.shape[1]), bool)
+        cand: dict[int, list[int]] = {}
+        rec_const: dict[int, dict[int, int]] = {}
+        for b_, r0 in enumerate(bnd.tolist()):
+            g = int(gr_inv[r0])
+            c, rc = [], {}
+            for j, (kind, k) in enumerate(groups[g].slots):
+                if kind == "attr" and not leaf_vary[b_, k]:
+                    rc[j] = int(lv[r0, k])
+                else:
+                    c.append(j)
+            cand[g], rec_const[g] = c, rc
+        S = max([len(c) for c in cand.values()] + [1])
+        values = np.zeros((n, S), dtype=np.int64)
+        var_w = np.zeros((n, S), dtype=np.int64)
+        lengths = np.zeros(n, dtype=np.int64)
+        if len(order):
+            # every candidate slot of every templated row at once: kind (0 name, 1 dependency, 2 offset,
+            # 3 attribute integer) and index
+            gpos = np.full(len(uniq), -1, dtype=np.int64)
+            gpos[gids] = np.arange(len(gids))
+            kinds = np.full((len(gids), S), -1, dtype=np.int64)
+            ks = np.zeros((len(gids), S), dtype=np.int64)
+            for a_, g in enumerate(gids):
+                for jj, j in enumerate(cand.get(g, [])):
+                    kind, k = groups[g].slots[j]
+                    kinds[a_, jj] = ("name", "dep", "off", "attr").index(kind)
+                    ks[a_, jj] = k
+            gr = gpos[gr_inv]
+            K, KK = kinds[gr], ks[gr]
+            it_o = it[order].astype(np.int64)[:, None]
+            dsrc = self.iter_col[self.dep_src[np.minimum(dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
+                if len(self.dep_src) else np.zeros_like(KK)
+            offs = op["offset"][np.minimum(start[order][:, None] + KK, len(op["offset"]) - 1)]
+            RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
+            if (K == 3).any():
+                RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
+            RV[K < 0] = 0
+            gmin = np.minimum.reduceat(RV, bnd, axis=0)
+            gmax = np.maximum.reduceat(RV, bnd, axis=0)
+            ND = digit_count(np.abs(RV)) + (RV < 0)
+            wmax = np.maximum.reduceat(ND, bnd, axis=0)
+            const = gmin == gmax
+            keep = np.full((len(bnd), S), -1, dtype=np.int64)   # kept slot -> its column in RV
+            for b_, r0 in enumerate(bnd.tolist()):
+                g = int(gr_inv[r0])
+                t = groups[g]
+                consts, modes, cols = dict(rec_const[g]), [], []
+                for jj, j in enumerate(cand[g]):
+                    kind = t.slots[j][0]
+                    if const[b_, jj]:
+                        consts[j] = int(gmin[b_, jj])
+                    else:
+                        modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
+                        cols.append(jj)
+                keep[b_, :len(cols)] = cols
+                lkey = (id(t), tuple(consts.items()), tuple(modes))
+                lay = self.layouts.get(lkey)
+                if lay is None:
+                    lay = self.layouts[lkey] = Layout(t, consts, modes)
+                layouts[g] = lay
+            rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
+            valid = rows_keep >= 0
+            src = np.where(valid, rows_keep, 0)
+            V = np.take_along_axis(RV, src, axis=1)
+            values[order] = np.where(valid, V, 0)
+            Kk = np.take_along_axis(K, src, axis=1)
+            NDk = np.take_along_axis(ND, src, axis=1)
+            var = valid & (Kk < 2)
+            vw = np.where(var, NDk * 2 + (V < 0), 0)
+            var_w[order] = vw
+            const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
+            lengths[order] = const_len[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1] + (vw >> 1).sum(axis=1)
+        generic_rows = np.flatnonzero(~templ)
+        texts = [json_bytes(self.render.inst(int(R[i]))) for i in generic_rows.tolist()]
+        if texts:
+            lengths[generic_rows] = [len(t) for t in texts]
+        # layout class of each row (-1: rendered one by one)
+        cls = np.full(n, -1, dtype=np.int64)
+        if templ.any():
+            key = inv[templ].astype(np.int64)
+            span = int(key.max()) + 1
+            for j in range(var_w.shape[1]):  # group, then the width of each variable slot, packed
+                col = var_w[templ, j]
+                if col.any():
+                    top = int(col.max()) + 1
+                    if span * top >= 1 << 62:  # no room left: renumber densely first
+                        _, key = np.unique(key, return_inverse=True)
+                        key = key.reshape(-1)
+                        span = int(key.max()) + 1
+                    key = key * top + col
+                    span *= top
+            cls[templ] = key
+        return assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
+
+    # ------------------------------------------------------------------ templates
+    def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> Template | None:
+        """The template of instruction ``i`` (its slots: clone iteration, dependency iterations, offsets)."""
+        fn, render = self.fn, self.render
+        op = self.op
+        rid, opc = int(self.cols["attrs"][i]), int(self.cols["opcode"][i])
+        shape_id = self.shape(rid, opc)[0]
+        key = (opc, int(self.cols["engine"][i]), int(self.cols["name"][i]),
+               int(self.cols["iter"][i]) >= 0, shape_id, int(self.cols["pred"][i]),
+               tuple((int(op["role"][j]), int(op["kind"][j]), int(op["dtype"][j]), int(op["memloc"][j]),
+                      int(op["pattern"][j]), int(op["aux"][j]), int(op["dyn"][j]), int(op["extra"][j]),
+                      None if slot_off[j - start] else int(op["offset"][j])) for j in range(start, start + nops)),
+               tuple((int(self.name_col[self.dep_src[d]]), int(self.iter_col[self.dep_src[d]]) >= 0,
+                      int(self.dep_kind[d]), None if self.iter_col[self.dep_src[d]] >= 0
+                      else int(self.iter_col[self.dep_src[d]])) for d in range(dlo, dlo + ndeps)))
+        if key in self.templates:
+            return self.templates[key]
+        s = self.sentinel
+        slots: list[tuple[str, int]] = []
+        marks: dict[str, tuple[str, int]] = {}
+
+        def mark(kind: str, k: int) -> str:
+            text = f"{s}{kind}{k}\u0001"
+            marks[text] = (kind, k)
+            return text
+
+        name = None
+        n = int(self.cols["name"][i])
+        if n >= 0 and self.cols["iter"][i] >= 0:
+            name = f"{fn.strings[n]}-it{mark('name', 0)}"
+        deps = []
+        for k, d in enumerate(range(dlo, dlo + ndeps)):
+            sn, si = int(self.name_col[self.dep_src[d]]), int(self.iter_col[self.dep_src[d]])
+            base = None if sn < 0 else fn.strings[sn]
+            if si >= 0 and base is not None:
+                deps.append([f"{base}-it{mark('dep', k)}", EDGE_NAMES[int(self.dep_kind[d])]])
+            else:
+                deps.append([render.name(int(self.dep_src[d])), EDGE_NAMES[int(self.dep_kind[d])]])
+        offsets = {k: mark("off", k) for k in range(nops) if slot_off[k]}
+        attrs = None
+        if self.shape(rid, opc)[1]:
+            plain, _ = wire.split(fn.record(rid))
+            attrs = _mask_ints(jsonable(plain), [], lambda k: mark("attr", k))
+        d = render.inst(i, name=name, deps=deps if ndeps else [], offsets=offsets, attrs=attrs)
+        text = json_bytes(d)
+        parts: list[bytes] = []
+        pos = 0
+        enc = {m: json_bytes(m)[1:-1] for m in marks}  # the JSON-escaped spelling of each mark
+        found = []
+        for m, e in enc.items():
+            at = text.find(e)
+            if at < 0 or text.find(e, at + 1) >= 0:
+                self.templates[key] = None
+                return None
+            kind = marks[m][0]
+            if kind in ("off", "attr"):  # a string in the template, an integer in the output: drop the quotes
+                found.append((at - 1, at + len(e) + 1, marks[m]))
+            else:
+                found.append((at, at + len(e), marks[m]))
+        for a, b, slot in sorted(found):
+            parts.append(text[pos:a])
+            slots.append(slot)
+            pos = b
+        parts.append(text[pos:])
+        t = Template(parts, slots)
+        self.templates[key] = t
+        return t
+
+
