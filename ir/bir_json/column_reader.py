@@ -459,28 +459,39 @@ class ColumnLoad:
         subs = np.unique(tids)
         index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
         index[subs] = np.arange(len(subs))
-        protos = [self.proto(reader, fn, int(s), where, block) for s in subs.tolist()]
+        P = _Prototypes([self.proto(reader, fn, int(s), where, block) for s in subs.tolist()])
+        nops_all = P.inst["nops"][index[tids]]
+        fn.insts.reserve(len(fn.insts) + len(tids))
+        fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
+        for s0 in range(0, len(tids), BUILD_LINES):
+            _append_lines(reader, fn, P, index[tids[s0:s0 + BUILD_LINES]], slots[s0:s0 + BUILD_LINES], block)
+        fn.invalidate()
+
+
+class _Prototypes:
+    """A build's sub-template prototypes as tables: instruction columns, operand rows and references
+    (concatenated, with each prototype's start), and the slot that fills each of them (-1: none)."""
+
+    def __init__(self, protos: list[dict]):
         nsub = len(protos)
-        # per sub-template: instruction columns, and where its slots go
-        P = {c: np.array([int(p["row"][c]) for p in protos], dtype=np.int64) for c, _ in INST_SCHEMA}
-        name_slot = np.full(nsub, -1, dtype=np.int64)
+        self.inst = {c: np.array([int(p["row"][c]) for p in protos], dtype=np.int64) for c, _ in INST_SCHEMA}
+        self.name_slot = np.full(nsub, -1, dtype=np.int64)
         op_tables: dict[str, list] = {c: [] for c, _ in OPERAND_SCHEMA}
         op_slot: list[np.ndarray] = []
-        op_start = np.zeros(nsub, dtype=np.int64)
+        self.op_start = np.zeros(nsub, dtype=np.int64)
         ref_cols: dict[str, list] = {f: [] for f in ("name", "iter", "kind")}
         ref_slot: list[np.ndarray] = []
-        ref_start = np.zeros(nsub, dtype=np.int64)
-        nrefs = np.zeros(nsub, dtype=np.int64)
+        self.ref_start = np.zeros(nsub, dtype=np.int64)
+        self.nrefs = np.zeros(nsub, dtype=np.int64)
         o = r = 0
         for k, p in enumerate(protos):
-            fam = p["fam"]
             nops = len(p["ops"]["role"])
             osl = np.full(nops, -1, dtype=np.int64)
             nr = len(p["refs"]["dst"])
             rsl = np.full(nr, -1, dtype=np.int64)
-            for j, (kind, q) in enumerate(fam.slots):
+            for j, (kind, q) in enumerate(p["fam"].slots):
                 if kind == "name":
-                    name_slot[k] = j
+                    self.name_slot[k] = j
                 elif kind == "off":
                     osl[q] = j
                 else:
@@ -488,52 +499,49 @@ class ColumnLoad:
             for c in op_tables:
                 op_tables[c].append(p["ops"][c])
             op_slot.append(osl)
-            op_start[k] = o
+            self.op_start[k] = o
             o += nops
             for f in ref_cols:
                 ref_cols[f].append(np.asarray(p["refs"][f], dtype=np.int64))
             ref_slot.append(rsl)
-            ref_start[k] = r
-            nrefs[k] = nr
+            self.ref_start[k] = r
+            self.nrefs[k] = nr
             r += nr
-        OPT = {c: np.concatenate(v) for c, v in op_tables.items()}
-        OSL = np.concatenate(op_slot)
-        RN, RI, RK = (np.concatenate(ref_cols[f]) for f in ("name", "iter", "kind"))
-        RSL = np.concatenate(ref_slot)
-        nops_all = P["nops"][index[tids]]
-        fn.insts.reserve(len(fn.insts) + len(tids))
-        fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
-        for s0 in range(0, len(tids), BUILD_LINES):
-            local = index[tids[s0:s0 + BUILD_LINES]]
-            sl = slots[s0:s0 + BUILD_LINES]
-            n = len(local)
-            rows0 = len(fn.insts)
-            lines = np.arange(n)
-            ns = name_slot[local]
-            it = np.where(ns >= 0, sl[lines, np.maximum(ns, 0)], P["iter"][local])
-            nops = P["nops"][local]
-            J = concat_ranges(op_start[local], nops)
-            owner = np.repeat(lines, nops)
-            OP = {c: v[J] for c, v in OPT.items()}
-            osl = OSL[J]
-            OP["offset"] = np.where(osl >= 0, sl[owner, np.maximum(osl, 0)], OP["offset"])
-            starts = np.zeros(n, dtype=np.int64)
-            if n:
-                np.cumsum(nops[:-1], out=starts[1:])
-            starts += len(fn.operands)
-            fn.operands.extend(len(J), **OP)
-            cols = {c: P[c][local] for c, _ in INST_SCHEMA}
-            cols.update(block=block, iter=it, ops=starts)
-            fn.insts.extend(n, **cols)
-            nr = nrefs[local]
-            if nr.any():
-                K = concat_ranges(ref_start[local], nr)
-                rowner = np.repeat(lines, nr)
-                rsl = RSL[K]
-                riter = np.where(rsl >= 0, sl[rowner, np.maximum(rsl, 0)], RI[K])
-                reader.refs.add_arrays(dst=(rows0 + rowner).astype(np.int32),
-                                       block=np.full(len(K), block, dtype=np.int32), name=RN[K].astype(np.int32),
-                                       iter=riter.astype(np.int32), kind=RK[K].astype(np.int8),
-                                       flavour=np.zeros(len(K), dtype=np.int8),
-                                       payload=np.full(len(K), -1, dtype=np.int32))
-        fn.invalidate()
+        self.ops = {c: np.concatenate(v) for c, v in op_tables.items()}
+        self.op_slot = np.concatenate(op_slot)
+        self.ref_name, self.ref_iter, self.ref_kind = (np.concatenate(ref_cols[f]) for f in ("name", "iter", "kind"))
+        self.ref_slot = np.concatenate(ref_slot)
+
+
+def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, sl: np.ndarray, block: int) -> None:
+    """Append lines of prototypes ``local`` (indices into ``P``) with slot values ``sl`` to ``fn``."""
+    n = len(local)
+    rows0 = len(fn.insts)
+    lines = np.arange(n)
+    ns = P.name_slot[local]
+    it = np.where(ns >= 0, sl[lines, np.maximum(ns, 0)], P.inst["iter"][local])
+    nops = P.inst["nops"][local]
+    J = concat_ranges(P.op_start[local], nops)
+    owner = np.repeat(lines, nops)
+    OP = {c: v[J] for c, v in P.ops.items()}
+    osl = P.op_slot[J]
+    OP["offset"] = np.where(osl >= 0, sl[owner, np.maximum(osl, 0)], OP["offset"])
+    starts = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(nops[:-1], out=starts[1:])
+    starts += len(fn.operands)
+    fn.operands.extend(len(J), **OP)
+    cols = {c: P.inst[c][local] for c, _ in INST_SCHEMA}
+    cols.update(block=block, iter=it, ops=starts)
+    fn.insts.extend(n, **cols)
+    nr = P.nrefs[local]
+    if nr.any():
+        K = concat_ranges(P.ref_start[local], nr)
+        rowner = np.repeat(lines, nr)
+        rsl = P.ref_slot[K]
+        riter = np.where(rsl >= 0, sl[rowner, np.maximum(rsl, 0)], P.ref_iter[K])
+        reader.refs.add_arrays(dst=(rows0 + rowner).astype(np.int32),
+                               block=np.full(len(K), block, dtype=np.int32), name=P.ref_name[K].astype(np.int32),
+                               iter=riter.astype(np.int32), kind=P.ref_kind[K].astype(np.int8),
+                               flavour=np.zeros(len(K), dtype=np.int8),
+                               payload=np.full(len(K), -1, dtype=np.int32))

@@ -311,205 +311,195 @@ class Templates:
 
     def chunk(self, R: np.ndarray) -> list[bytes | memoryview]:
         """Instructions ``R``, each followed by ",\\n", in pieces."""
-        n = len(R)
-        if n < MIN_GROUP:
+        if len(R) < MIN_GROUP:
             return [b"".join(json_bytes(self.render.inst(int(i))) + SEP for i in R.tolist())]
-        c = self.cols
-        R = R.astype(np.int64)
-        opcode, engine, name, it = c["opcode"][R], c["engine"][R], c["name"][R], c["iter"][R]
-        attrs, pred, nops, start = c["attrs"][R], c["pred"][R], c["nops"][R].astype(np.int64), c["ops"][R]
-        iterflag = it >= 0
-        # rows the templates do not cover
-        generic = np.isin(R, self.carried_dst) if len(self.carried_dst) else np.zeros(n, dtype=bool)
-        # attribute records by shape: their integers are slots (per-record facts kept in tables by record)
-        ok, shape, self.leafvals = self.records.lookup(attrs, opcode)
-        generic |= ~ok
-        # operands: (role, kind, dtype, memloc, pattern, aux, dyn, extra, offset unless a slot)
-        J = concat_ranges(start, nops)
-        owner = np.repeat(np.arange(n), nops)
-        k_in = J - np.repeat(start, nops)
-        op = self.op
-        oj = {col: op[col][J] for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra",
-                                          "offset")}
+        ch = _Chunk(self, R.astype(np.int64))
+        self._sign_operands(ch)
+        self._sign_dependencies(ch)
+        self._group(ch)
+        groups = self._templates_of_groups(ch)
+        layouts, values, var_w, lengths = self._fill_slots(ch, groups)
+        generic_rows = np.flatnonzero(~ch.templ)
+        texts = [json_bytes(self.render.inst(int(ch.R[i]))) for i in generic_rows.tolist()]
+        if texts:
+            lengths[generic_rows] = [len(t) for t in texts]
+        cls = _layout_classes(ch.n, ch.inv, ch.templ, var_w)
+        return assemble(ch.n, cls, ch.inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
+
+    def _sign_operands(self, ch: _Chunk) -> None:
+        """Each row's operands as one signature: (role, kind, dtype, memloc, pattern, aux, dyn, extra,
+        offset unless a slot)."""
+        ch.J = concat_ranges(ch.start, ch.nops)
+        ch.op_owner = np.repeat(np.arange(ch.n), ch.nops)
+        ch.k_in = ch.J - np.repeat(ch.start, ch.nops)
+        oj = ch.oj = {col: self.op[col][ch.J] for col in (*OPERAND_KEY, "offset")}
         fixed = self.records.offset_fixed(oj["extra"])
-        slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
-        sig_off = np.where(slot_off, 0, oj["offset"])
-        h = _lin([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
-                 + [sig_off, slot_off, k_in])
-        op_starts = np.zeros(n, dtype=np.int64)
-        if n:
-            np.cumsum(nops[:-1], out=op_starts[1:])
-        ops_h = _segment_sums(h, op_starts, nops)
-        # dependencies: (source name, whether it is a clone, kind); the source's iteration is a slot
-        Rd = R.astype(self.dep_dst.dtype)  # keys of the column's type: no copy of the column per search
-        dlo = np.searchsorted(self.dep_dst, Rd, "left")
+        ch.slot_off = (oj["kind"] == Kind.PHYSICAL) & ~fixed
+        ch.sig_off = np.where(ch.slot_off, 0, oj["offset"])
+        h = _lin([oj[c] for c in OPERAND_KEY] + [ch.sig_off, ch.slot_off, ch.k_in])
+        ch.op_starts = _starts(ch.nops)
+        ch.ops_h = _segment_sums(h, ch.op_starts, ch.nops)
+
+    def _sign_dependencies(self, ch: _Chunk) -> None:
+        """Each row's dependencies as one signature: (source name, whether it is a clone, kind); the
+        source's iteration is a slot."""
+        Rd = ch.R.astype(self.dep_dst.dtype)  # keys of the column's type: no copy of the column per search
+        ch.dlo = np.searchsorted(self.dep_dst, Rd, "left")
         dhi = np.searchsorted(self.dep_dst, Rd, "right")
-        ndeps = (dhi - dlo).astype(np.int64)
-        D = concat_ranges(dlo, ndeps)
-        dk_in = D - np.repeat(dlo, ndeps)
-        dsrc_rows = self.dep_src[D]
-        d_iter = self.iter_col[dsrc_rows]
-        dj = {"name": self.name_col[dsrc_rows], "clone": d_iter >= 0, "kind": self.dep_kind[D]}
-        dh = _lin([dj["name"], dj["clone"], dj["kind"], dk_in], 11)
-        dep_starts = np.zeros(n, dtype=np.int64)
-        if n:
-            np.cumsum(ndeps[:-1], out=dep_starts[1:])
-        deps_h = _segment_sums(dh, dep_starts, ndeps)
-        hh = _mix(_lin([opcode, engine, name, iterflag, shape, pred, nops, ndeps], 20), ops_h)
-        hh = _mix(hh, deps_h)
-        hh[generic] = np.arange(int(generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
-        uniq, first, inv, counts = np.unique(hh, return_index=True, return_inverse=True, return_counts=True)
-        rep = first[inv]
-        # check every member against its group's first member, column by column
-        bad = generic.copy()
-        for arr in (opcode, engine, name, iterflag, shape, pred, nops, ndeps):
+        ch.ndeps = (dhi - ch.dlo).astype(np.int64)
+        ch.D = concat_ranges(ch.dlo, ch.ndeps)
+        ch.dk_in = ch.D - np.repeat(ch.dlo, ch.ndeps)
+        dsrc_rows = self.dep_src[ch.D]
+        ch.d_iter = self.iter_col[dsrc_rows]
+        dj = ch.dj = {"name": self.name_col[dsrc_rows], "clone": ch.d_iter >= 0, "kind": self.dep_kind[ch.D]}
+        dh = _lin([dj["name"], dj["clone"], dj["kind"], ch.dk_in], 11)
+        ch.dep_starts = _starts(ch.ndeps)
+        ch.deps_h = _segment_sums(dh, ch.dep_starts, ch.ndeps)
+
+    def _group(self, ch: _Chunk) -> None:
+        """Rows grouped by signature, every member checked against its group's first member column by
+        column; ``ch.templ``: the rows of groups large enough to template."""
+        ins_cols = ch.ins_cols()
+        hh = _mix(_mix(_lin(ins_cols, 20), ch.ops_h), ch.deps_h)
+        hh[ch.generic] = np.arange(int(ch.generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
+        ch.uniq, ch.first, ch.inv, counts = np.unique(hh, return_index=True, return_inverse=True,
+                                                      return_counts=True)
+        rep = ch.first[ch.inv]
+        bad = ch.generic.copy()
+        for arr in ins_cols:
             bad |= arr != arr[rep]
-        if len(J):
-            rep_pos = op_starts[rep][owner] + np.minimum(k_in, nops[rep][owner] - 1)
-            ob = (sig_off != sig_off[rep_pos]) | (slot_off != slot_off[rep_pos])
-            for col in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra"):
-                ob |= oj[col] != oj[col][rep_pos]
+        if len(ch.J):
+            owner = ch.op_owner
+            rep_pos = ch.op_starts[rep][owner] + np.minimum(ch.k_in, ch.nops[rep][owner] - 1)
+            ob = (ch.sig_off != ch.sig_off[rep_pos]) | (ch.slot_off != ch.slot_off[rep_pos])
+            for col in OPERAND_KEY:
+                ob |= ch.oj[col] != ch.oj[col][rep_pos]
             bad[owner[ob]] = True
-        if len(D):
-            downer = np.repeat(np.arange(n), ndeps)
-            rep_dpos = dep_starts[rep][downer] + np.minimum(dk_in, ndeps[rep][downer] - 1)
-            db = np.zeros(len(D), dtype=bool)
+        if len(ch.D):
+            downer = np.repeat(np.arange(ch.n), ch.ndeps)
+            rep_dpos = ch.dep_starts[rep][downer] + np.minimum(ch.dk_in, ch.ndeps[rep][downer] - 1)
+            db = np.zeros(len(ch.D), dtype=bool)
             for col in ("name", "clone", "kind"):
-                db |= dj[col] != dj[col][rep_dpos]
+                db |= ch.dj[col] != ch.dj[col][rep_dpos]
             bad[downer[db]] = True
-        big = counts[inv] >= MIN_GROUP
-        templ = big & ~bad
-        # per group: the template (rendered once per distinct signature, cached across chunks)
+        ch.templ = (counts[ch.inv] >= MIN_GROUP) & ~bad
+
+    def _templates_of_groups(self, ch: _Chunk) -> dict[int, Template]:
+        """Per group: its template (rendered once per distinct signature, cached across chunks).  A
+        group's identity is the bytes of its first member's columns (what :meth:`template` keys on), so
+        that a template seen in an earlier chunk costs a few slices, not a tuple of Python integers."""
         groups: dict[int, Template] = {}
-        # a group's identity as bytes of its first member's columns (what template() keys on), so that a
-        # template seen in an earlier chunk costs a few slices, not a tuple of Python integers
-        ins_key = np.stack([opcode, engine, name, iterflag, shape, pred, nops, ndeps], axis=1).astype(np.int64)
-        ops_key = np.stack([oj[c] for c in ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")]
-                           + [sig_off, slot_off], axis=1).astype(np.int64)
-        deps_key = np.stack([dj["name"], dj["clone"], dj["kind"], np.minimum(d_iter, 0)], axis=1).astype(np.int64)
-        for g in np.unique(inv[templ]).tolist():
-            r = int(first[g])
-            a, b = int(op_starts[r]), int(dep_starts[r])
-            sig = (ins_key[r].tobytes() + ops_key[a:a + int(nops[r])].tobytes()
-                   + deps_key[b:b + int(ndeps[r])].tobytes())
+        ins_key = np.stack(ch.ins_cols(), axis=1).astype(np.int64)
+        ops_key = np.stack([ch.oj[c] for c in OPERAND_KEY] + [ch.sig_off, ch.slot_off], axis=1).astype(np.int64)
+        deps_key = np.stack([ch.dj["name"], ch.dj["clone"], ch.dj["kind"], np.minimum(ch.d_iter, 0)],
+                            axis=1).astype(np.int64)
+        for g in np.unique(ch.inv[ch.templ]).tolist():
+            r = int(ch.first[g])
+            a, b, na, nb = int(ch.op_starts[r]), int(ch.dep_starts[r]), int(ch.nops[r]), int(ch.ndeps[r])
+            sig = ins_key[r].tobytes() + ops_key[a:a + na].tobytes() + deps_key[b:b + nb].tobytes()
             t = self.by_signature.get(sig, _MISSING)
             if t is _MISSING:
-                t = self.by_signature[sig] = self.template(int(R[r]), int(start[r]), int(nops[r]), int(dlo[r]),
-                                                           int(ndeps[r]), slot_off[a:a + int(nops[r])])
+                t = self.by_signature[sig] = self.template(int(ch.R[r]), int(ch.start[r]), na, int(ch.dlo[r]), nb,
+                                                           ch.slot_off[a:a + na])
             if t is not None:
                 groups[g] = t
         if groups:
-            has_t = np.zeros(len(uniq), dtype=bool)
+            has_t = np.zeros(len(ch.uniq), dtype=bool)
             has_t[list(groups)] = True
-            templ &= has_t[inv]
-        # slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
-        # same in every member is spelled into the template; an offset is right-aligned in a field as
-        # wide as its widest value (JSON allows the spaces); an iteration inside a name is spelled as it is,
-        # and its width joins the group to make the row's layout class
-        layouts: dict[int, Layout] = {}
-        gids = list(groups)
-        trows = np.flatnonzero(templ)
-        order = trows[np.argsort(inv[trows], kind="stable")]
-        gr_inv = inv[order]
+            ch.templ &= has_t[ch.inv]
+        return groups
+
+    def _fill_slots(self, ch: _Chunk, groups: dict[int, Template]) -> tuple[dict[int, Layout], np.ndarray,
+                                                                            np.ndarray, np.ndarray]:
+        """Slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
+        same in every member is spelled into the template; an offset is right-aligned in a field as wide
+        as its widest value (JSON allows the spaces); an iteration inside a name is spelled as it is, and
+        its width joins the group to make the row's layout class.  Returns (layouts by group, values,
+        widths of variable slots (2 x characters + sign), line lengths)."""
+        n = ch.n
+        trows = np.flatnonzero(ch.templ)
+        order = trows[np.argsort(ch.inv[trows], kind="stable")]
+        gr_inv = ch.inv[order]
         bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
-        # integers of attribute records that are the same in every member are spelled in (decided on the
-        # records: one row per group suffices); the other slots are candidates
-        lv = self.leafvals[order]
-        leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
-            if len(order) else np.zeros((0, lv.shape[1]), bool)
-        cand: dict[int, list[int]] = {}
-        rec_const: dict[int, dict[int, int]] = {}
-        for b_, r0 in enumerate(bnd.tolist()):
-            g = int(gr_inv[r0])
-            c, rc = [], {}
-            for j, (kind, k) in enumerate(groups[g].slots):
-                if kind == "attr" and not leaf_vary[b_, k]:
-                    rc[j] = int(lv[r0, k])
-                else:
-                    c.append(j)
-            cand[g], rec_const[g] = c, rc
+        lv = ch.leafvals[order]
+        cand, rec_const = _slot_candidates(groups, gr_inv, bnd, lv)
         S = max([len(c) for c in cand.values()] + [1])
         values = np.zeros((n, S), dtype=np.int64)
         var_w = np.zeros((n, S), dtype=np.int64)
         lengths = np.zeros(n, dtype=np.int64)
-        if len(order):
-            # every candidate slot of every templated row at once: kind (0 name, 1 dependency, 2 offset,
-            # 3 attribute integer) and index
-            gpos = np.full(len(uniq), -1, dtype=np.int64)
-            gpos[gids] = np.arange(len(gids))
-            kinds = np.full((len(gids), S), -1, dtype=np.int64)
-            ks = np.zeros((len(gids), S), dtype=np.int64)
-            for a_, g in enumerate(gids):
-                for jj, j in enumerate(cand.get(g, [])):
-                    kind, k = groups[g].slots[j]
-                    kinds[a_, jj] = ("name", "dep", "off", "attr").index(kind)
-                    ks[a_, jj] = k
-            gr = gpos[gr_inv]
-            K, KK = kinds[gr], ks[gr]
-            it_o = it[order].astype(np.int64)[:, None]
-            dsrc = self.iter_col[self.dep_src[np.minimum(dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
-                if len(self.dep_src) else np.zeros_like(KK)
-            offs = op["offset"][np.minimum(start[order][:, None] + KK, len(op["offset"]) - 1)]
-            RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
-            if (K == 3).any():
-                RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
-            RV[K < 0] = 0
-            gmin = np.minimum.reduceat(RV, bnd, axis=0)
-            gmax = np.maximum.reduceat(RV, bnd, axis=0)
-            ND = digit_count(np.abs(RV)) + (RV < 0)
-            wmax = np.maximum.reduceat(ND, bnd, axis=0)
-            const = gmin == gmax
-            keep = np.full((len(bnd), S), -1, dtype=np.int64)   # kept slot -> its column in RV
-            for b_, r0 in enumerate(bnd.tolist()):
-                g = int(gr_inv[r0])
-                t = groups[g]
-                consts, modes, cols = dict(rec_const[g]), [], []
-                for jj, j in enumerate(cand[g]):
-                    kind = t.slots[j][0]
-                    if const[b_, jj]:
-                        consts[j] = int(gmin[b_, jj])
-                    else:
-                        modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
-                        cols.append(jj)
-                keep[b_, :len(cols)] = cols
-                lkey = (id(t), tuple(consts.items()), tuple(modes))
-                lay = self.layouts.get(lkey)
-                if lay is None:
-                    lay = self.layouts[lkey] = Layout(t, consts, modes)
-                layouts[g] = lay
-            rows_keep = keep[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1]     # (rows, S) per row
-            valid = rows_keep >= 0
-            src = np.where(valid, rows_keep, 0)
-            V = np.take_along_axis(RV, src, axis=1)
-            values[order] = np.where(valid, V, 0)
-            Kk = np.take_along_axis(K, src, axis=1)
-            NDk = np.take_along_axis(ND, src, axis=1)
-            var = valid & (Kk < 2)
-            vw = np.where(var, NDk * 2 + (V < 0), 0)
-            var_w[order] = vw
-            const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
-            lengths[order] = const_len[np.cumsum(np.diff(gr, prepend=-1) != 0) - 1] + (vw >> 1).sum(axis=1)
-        generic_rows = np.flatnonzero(~templ)
-        texts = [json_bytes(self.render.inst(int(R[i]))) for i in generic_rows.tolist()]
-        if texts:
-            lengths[generic_rows] = [len(t) for t in texts]
-        # layout class of each row (-1: rendered one by one)
-        cls = np.full(n, -1, dtype=np.int64)
-        if templ.any():
-            key = inv[templ].astype(np.int64)
-            span = int(key.max()) + 1
-            for j in range(var_w.shape[1]):  # group, then the width of each variable slot, packed
-                col = var_w[templ, j]
-                if col.any():
-                    top = int(col.max()) + 1
-                    if span * top >= 1 << 62:  # no room left: renumber densely first
-                        _, key = np.unique(key, return_inverse=True)
-                        key = key.reshape(-1)
-                        span = int(key.max()) + 1
-                    key = key * top + col
-                    span *= top
-            cls[templ] = key
-        return assemble(n, cls, inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
+        layouts: dict[int, Layout] = {}
+        if not len(order):
+            return layouts, values, var_w, lengths
+        K, RV = self._slot_matrix(ch, groups, cand, S, order, gr_inv, lv)
+        gmin = np.minimum.reduceat(RV, bnd, axis=0)
+        gmax = np.maximum.reduceat(RV, bnd, axis=0)
+        ND = digit_count(np.abs(RV)) + (RV < 0)
+        wmax = np.maximum.reduceat(ND, bnd, axis=0)
+        keep = self._layouts_of_groups(groups, cand, rec_const, gr_inv, bnd, gmin == gmax, gmin, wmax, layouts, S)
+        at_group = np.cumsum(np.diff(gr_inv, prepend=-1) != 0) - 1     # each row's group (its index in bnd)
+        rows_keep = keep[at_group]
+        valid = rows_keep >= 0
+        src = np.where(valid, rows_keep, 0)
+        V = np.take_along_axis(RV, src, axis=1)
+        values[order] = np.where(valid, V, 0)
+        var = valid & (np.take_along_axis(K, src, axis=1) < 2)
+        vw = np.where(var, np.take_along_axis(ND, src, axis=1) * 2 + (V < 0), 0)
+        var_w[order] = vw
+        const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
+        lengths[order] = const_len[at_group] + (vw >> 1).sum(axis=1)
+        return layouts, values, var_w, lengths
+
+    def _slot_matrix(self, ch: _Chunk, groups: dict[int, Template], cand: dict[int, list[int]], S: int,
+                     order: np.ndarray, gr_inv: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every candidate slot of every templated row (in ``order``) at once: (kind: 0 name, 1 dependency,
+        2 offset, 3 attribute integer, -1 none; value)."""
+        gids = list(groups)
+        gpos = np.full(len(ch.uniq), -1, dtype=np.int64)
+        gpos[gids] = np.arange(len(gids))
+        kinds = np.full((len(gids), S), -1, dtype=np.int64)
+        ks = np.zeros((len(gids), S), dtype=np.int64)
+        for a_, g in enumerate(gids):
+            for jj, j in enumerate(cand.get(g, [])):
+                kind, k = groups[g].slots[j]
+                kinds[a_, jj] = SLOT_KINDS.index(kind)
+                ks[a_, jj] = k
+        gr = gpos[gr_inv]
+        K, KK = kinds[gr], ks[gr]
+        it_o = ch.it[order].astype(np.int64)[:, None]
+        dsrc = self.iter_col[self.dep_src[np.minimum(ch.dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
+            if len(self.dep_src) else np.zeros_like(KK)
+        offs = self.op["offset"][np.minimum(ch.start[order][:, None] + KK, len(self.op["offset"]) - 1)]
+        RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
+        if (K == 3).any():
+            RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
+        RV[K < 0] = 0
+        return K, RV
+
+    def _layouts_of_groups(self, groups: dict[int, Template], cand: dict[int, list[int]],
+                           rec_const: dict[int, dict[int, int]], gr_inv: np.ndarray, bnd: np.ndarray,
+                           const: np.ndarray, gmin: np.ndarray, wmax: np.ndarray, layouts: dict[int, Layout],
+                           S: int) -> np.ndarray:
+        """Each group's layout in this chunk (into ``layouts``; kept across chunks); returns, per group, the
+        columns of the slot matrix its variable slots take."""
+        keep = np.full((len(bnd), S), -1, dtype=np.int64)
+        for b_, r0 in enumerate(bnd.tolist()):
+            g = int(gr_inv[r0])
+            t = groups[g]
+            consts, modes, cols = dict(rec_const[g]), [], []
+            for jj, j in enumerate(cand[g]):
+                kind = t.slots[j][0]
+                if const[b_, jj]:
+                    consts[j] = int(gmin[b_, jj])
+                else:
+                    modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
+                    cols.append(jj)
+            keep[b_, :len(cols)] = cols
+            lkey = (id(t), tuple(consts.items()), tuple(modes))
+            lay = self.layouts.get(lkey)
+            if lay is None:
+                lay = self.layouts[lkey] = Layout(t, consts, modes)
+            layouts[g] = lay
+        return keep
 
     # ------------------------------------------------------------------ templates
     def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> Template | None:
@@ -580,3 +570,77 @@ class Templates:
         return t
 
 
+OPERAND_KEY = ("role", "kind", "dtype", "memloc", "pattern", "aux", "dyn", "extra")  # an operand's identity
+SLOT_KINDS = ("name", "dep", "off", "attr")
+
+
+class _Chunk:
+    """One chunk's rows and what the stages of :meth:`Templates.chunk` find out about them."""
+
+    def __init__(self, owner: Templates, R: np.ndarray):
+        c = owner.cols
+        self.R, self.n = R, len(R)
+        self.opcode, self.engine, self.name, self.it = c["opcode"][R], c["engine"][R], c["name"][R], c["iter"][R]
+        self.attrs, self.pred, self.start = c["attrs"][R], c["pred"][R], c["ops"][R]
+        self.nops = c["nops"][R].astype(np.int64)
+        self.iterflag = self.it >= 0
+        # rows the templates do not cover
+        self.generic = np.isin(R, owner.carried_dst) if len(owner.carried_dst) else np.zeros(self.n, dtype=bool)
+        # attribute records by shape: their integers are slots (per-record facts kept in tables by record)
+        ok, self.shape, self.leafvals = owner.records.lookup(self.attrs, self.opcode)
+        self.generic |= ~ok
+
+    def ins_cols(self) -> list[np.ndarray]:
+        """The instruction columns a group shares (the operands' and dependencies' come beside them)."""
+        return [self.opcode, self.engine, self.name, self.iterflag, self.shape, self.pred, self.nops, self.ndeps]
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each row's entries start in the concatenation of all rows' entries."""
+    out = np.zeros(len(counts), dtype=np.int64)
+    if len(counts):
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def _slot_candidates(groups: dict[int, Template], gr_inv: np.ndarray, bnd: np.ndarray,
+                     lv: np.ndarray) -> tuple[dict[int, list[int]], dict[int, dict[int, int]]]:
+    """Integers of attribute records that are the same in every member are spelled in (decided on the
+    records: one row per group suffices); the other slots are candidates.  Returns (candidate slots,
+    spelled-in record integers) per group."""
+    leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
+        if len(bnd) else np.zeros((0, lv.shape[1]), bool)
+    cand: dict[int, list[int]] = {}
+    rec_const: dict[int, dict[int, int]] = {}
+    for b_, r0 in enumerate(bnd.tolist()):
+        g = int(gr_inv[r0])
+        c, rc = [], {}
+        for j, (kind, k) in enumerate(groups[g].slots):
+            if kind == "attr" and not leaf_vary[b_, k]:
+                rc[j] = int(lv[r0, k])
+            else:
+                c.append(j)
+        cand[g], rec_const[g] = c, rc
+    return cand, rec_const
+
+
+def _layout_classes(n: int, inv: np.ndarray, templ: np.ndarray, var_w: np.ndarray) -> np.ndarray:
+    """The layout class of each row (-1: rendered one by one): its group, then the width of each
+    variable slot, packed into one integer."""
+    cls = np.full(n, -1, dtype=np.int64)
+    if not templ.any():
+        return cls
+    key = inv[templ].astype(np.int64)
+    span = int(key.max()) + 1
+    for j in range(var_w.shape[1]):
+        col = var_w[templ, j]
+        if col.any():
+            top = int(col.max()) + 1
+            if span * top >= 1 << 62:  # no room left: renumber densely first
+                _, key = np.unique(key, return_inverse=True)
+                key = key.reshape(-1)
+                span = int(key.max()) + 1
+            key = key * top + col
+            span *= top
+    cls[templ] = key
+    return cls
