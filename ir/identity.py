@@ -87,7 +87,7 @@ def _canonical_pool(arrays: dict[str, np.ndarray], refs: tuple, items: list, sor
     """The used entries of a pool, sorted by ``sort_key``; id columns in ``arrays`` renumbered in place
     (on copies: the function's own arrays are never changed)."""
     n = len(items)
-    columns = [(f"{t}.{c}", None) for t, c in refs]
+    columns: list[tuple[str, np.ndarray | None]] = [(f"{t}.{c}", None) for t, c in refs]
     if aux_mask is not None:
         columns.append(("operands.aux", aux_mask))
     used = np.zeros(n + 1, dtype=bool)
@@ -218,7 +218,7 @@ def parts_hash(meta: dict[str, Any], fns: list[tuple[dict[str, np.ndarray], dict
         for key in sorted(arrays):
             arr = arrays[key]
             h.update(f"{key}:{arr.dtype.str}:{arr.shape}".encode())
-            h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+            h.update(np.ascontiguousarray(arr).data.cast("B"))
     return h.hexdigest()
 
 

@@ -26,7 +26,6 @@ from tusk.ir.enums import EDGE_NAMES, Kind
 from tusk.ir.module import Function, concat_ranges
 
 CHUNK = 16384          # instructions rendered at once
-_MISSING = object()
 MIN_GROUP = 6          # smaller groups are rendered one by one
 
 
@@ -309,7 +308,7 @@ class Templates:
         if last is not None:
             out.write(memoryview(last)[:-2])
 
-    def chunk(self, R: np.ndarray) -> list[bytes | memoryview]:
+    def chunk(self, R: np.ndarray) -> list[bytes] | list[bytearray]:
         """Instructions ``R``, each followed by ",\\n", in pieces."""
         if len(R) < MIN_GROUP:
             return [b"".join(json_bytes(self.render.inst(int(i))) + SEP for i in R.tolist())]
@@ -397,8 +396,9 @@ class Templates:
             r = int(ch.first[g])
             a, b, na, nb = int(ch.op_starts[r]), int(ch.dep_starts[r]), int(ch.nops[r]), int(ch.ndeps[r])
             sig = ins_key[r].tobytes() + ops_key[a:a + na].tobytes() + deps_key[b:b + nb].tobytes()
-            t = self.by_signature.get(sig, _MISSING)
-            if t is _MISSING:
+            if sig in self.by_signature:
+                t = self.by_signature[sig]
+            else:
                 t = self.by_signature[sig] = self.template(int(ch.R[r]), int(ch.start[r]), na, int(ch.dlo[r]), nb,
                                                            ch.slot_off[a:a + na])
             if t is not None:
@@ -576,6 +576,30 @@ SLOT_KINDS = ("name", "dep", "off", "attr")
 
 class _Chunk:
     """One chunk's rows and what the stages of :meth:`Templates.chunk` find out about them."""
+
+    # operands (Templates._sign_operands): their rows, owner row, index within the row, columns, slots
+    J: np.ndarray
+    op_owner: np.ndarray
+    k_in: np.ndarray
+    oj: dict[str, np.ndarray]
+    slot_off: np.ndarray
+    sig_off: np.ndarray
+    op_starts: np.ndarray
+    ops_h: np.ndarray
+    # dependencies (Templates._sign_dependencies)
+    dlo: np.ndarray
+    ndeps: np.ndarray
+    D: np.ndarray
+    dk_in: np.ndarray
+    d_iter: np.ndarray
+    dj: dict[str, np.ndarray]
+    dep_starts: np.ndarray
+    deps_h: np.ndarray
+    # groups (Templates._group): signature groups, first member, row -> group; rows templated
+    uniq: np.ndarray
+    first: np.ndarray
+    inv: np.ndarray
+    templ: np.ndarray
 
     def __init__(self, owner: Templates, R: np.ndarray):
         c = owner.cols
