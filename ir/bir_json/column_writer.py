@@ -251,7 +251,11 @@ class Templates:
         self.by_signature: dict[bytes, Template | None] = {}
         self.records = _RecordFacts(self, len(fn.values))
         # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
-        self.layouts: dict[tuple, Layout] = {}
+        self.layouts: dict[bytes, Layout] = {}
+        # per template seen (Template.tid): its slots' kinds (SLOT_KINDS, -1 past the last) and indices
+        self.t_kind = np.full((0, 1), -1, dtype=np.int64)
+        self.t_k = np.zeros((0, 1), dtype=np.int64)
+        self.t_nslots = np.zeros(0, dtype=np.int64)
         self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
         self._attrs_ok: dict[int, bool] = {}
         self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
@@ -388,19 +392,26 @@ class Templates:
         group's identity is the bytes of its first member's columns (what :meth:`template` keys on), so
         that a template seen in an earlier chunk costs a few slices, not a tuple of Python integers."""
         groups: dict[int, Template] = {}
-        ins_key = np.stack(ch.ins_cols(), axis=1).astype(np.int64)
-        ops_key = np.stack([ch.oj[c] for c in OPERAND_KEY] + [ch.sig_off, ch.slot_off], axis=1).astype(np.int64)
-        deps_key = np.stack([ch.dj["name"], ch.dj["clone"], ch.dj["kind"], np.minimum(ch.d_iter, 0)],
+        gs = np.unique(ch.inv[ch.templ])
+        reps = ch.first[gs]
+        ins_key = np.stack([c[reps] for c in ch.ins_cols()], axis=1).astype(np.int64)
+        ona, dnb = ch.nops[reps], ch.ndeps[reps]
+        OJ = concat_ranges(ch.op_starts[reps], ona)
+        ops_key = np.stack([ch.oj[c][OJ] for c in OPERAND_KEY] + [ch.sig_off[OJ], ch.slot_off[OJ]],
+                           axis=1).astype(np.int64)
+        DJ = concat_ranges(ch.dep_starts[reps], dnb)
+        deps_key = np.stack([ch.dj["name"][DJ], ch.dj["clone"][DJ], ch.dj["kind"][DJ], np.minimum(ch.d_iter[DJ], 0)],
                             axis=1).astype(np.int64)
-        for g in np.unique(ch.inv[ch.templ]).tolist():
-            r = int(ch.first[g])
-            a, b, na, nb = int(ch.op_starts[r]), int(ch.dep_starts[r]), int(ch.nops[r]), int(ch.ndeps[r])
-            sig = ins_key[r].tobytes() + ops_key[a:a + na].tobytes() + deps_key[b:b + nb].tobytes()
+        oat, dat = _starts(ona).tolist(), _starts(dnb).tolist()
+        for k, (g, r, na, nb) in enumerate(zip(gs.tolist(), reps.tolist(), ona.tolist(), dnb.tolist())):
+            a, b = oat[k], dat[k]
+            sig = ins_key[k].tobytes() + ops_key[a:a + na].tobytes() + deps_key[b:b + nb].tobytes()
             if sig in self.by_signature:
                 t = self.by_signature[sig]
             else:
+                o = int(ch.op_starts[r])
                 t = self.by_signature[sig] = self.template(int(ch.R[r]), int(ch.start[r]), na, int(ch.dlo[r]), nb,
-                                                           ch.slot_off[a:a + na])
+                                                           ch.slot_off[o:o + na])
             if t is not None:
                 groups[g] = t
         if groups:
@@ -412,94 +423,83 @@ class Templates:
     def _fill_slots(self, ch: _Chunk, groups: dict[int, Template]) -> tuple[dict[int, Layout], np.ndarray,
                                                                             np.ndarray, np.ndarray]:
         """Slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
-        same in every member is spelled into the template; an offset is right-aligned in a field as wide
-        as its widest value (JSON allows the spaces); an iteration inside a name is spelled as it is, and
-        its width joins the group to make the row's layout class.  Returns (layouts by group, values,
-        widths of variable slots (2 x characters + sign), line lengths)."""
+        same in every member is spelled into the template; an offset (or an attribute integer) is
+        right-aligned in a field as wide as its widest value (JSON allows the spaces); an iteration inside
+        a name is spelled as it is, and its width joins the group to make the row's layout class.
+
+        Slots are columns by their place in the template, every group's at once: the work per group is
+        one dictionary lookup of its layout.  Returns (layouts by group, values, widths of variable slots
+        (2 x characters + sign), line lengths)."""
         n = ch.n
         trows = np.flatnonzero(ch.templ)
         order = trows[np.argsort(ch.inv[trows], kind="stable")]
         gr_inv = ch.inv[order]
         bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
-        lv = ch.leafvals[order]
-        cand, rec_const = _slot_candidates(groups, gr_inv, bnd, lv)
-        S = max([len(c) for c in cand.values()] + [1])
+        layouts: dict[int, Layout] = {}
+        if not len(order):
+            z = np.zeros((n, 1), dtype=np.int64)
+            return layouts, z, z.copy(), np.zeros(n, dtype=np.int64)
+        bgroups = gr_inv[bnd].tolist()                                   # the group of each boundary
+        tids = np.array([self._tid(groups[g]) for g in bgroups], dtype=np.int64)
+        S = max(int(self.t_nslots[tids].max()), 1)
+        at_group = np.cumsum(np.diff(gr_inv, prepend=-1) != 0) - 1     # each row's group (its index in bnd)
+        K = self.t_kind[tids, :S][at_group]                             # slot kinds (-1: no such slot)
+        KK = self.t_k[tids, :S][at_group]
+        RV = self._slot_values(ch, order, K, KK)
+        gmin = np.minimum.reduceat(RV, bnd, axis=0)
+        const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (self.t_kind[tids, :S] < 0)
+        ND = digit_count(np.abs(RV)) + (RV < 0)
+        pad = ~const & (self.t_kind[tids, :S] >= 2)                      # offsets and attribute integers
+        wmax = np.where(pad, np.maximum.reduceat(ND, bnd, axis=0), 0)
+        # a layout is its template with the constant slots' values and the fields' widths
+        lkey = np.concatenate([tids[:, None], const, np.where(const, gmin, 0), wmax], axis=1)
+        lay_len = np.zeros(len(bnd), dtype=np.int64)
+        for b_, g in enumerate(bgroups):
+            key = lkey[b_].tobytes()
+            lay = self.layouts.get(key)
+            if lay is None:
+                lay = self.layouts[key] = _layout(groups[g], const[b_], gmin[b_], wmax[b_])
+            layouts[g] = lay
+            lay_len[b_] = lay.const_len
         values = np.zeros((n, S), dtype=np.int64)
         var_w = np.zeros((n, S), dtype=np.int64)
         lengths = np.zeros(n, dtype=np.int64)
-        layouts: dict[int, Layout] = {}
-        if not len(order):
-            return layouts, values, var_w, lengths
-        K, RV = self._slot_matrix(ch, groups, cand, S, order, gr_inv, lv)
-        gmin = np.minimum.reduceat(RV, bnd, axis=0)
-        gmax = np.maximum.reduceat(RV, bnd, axis=0)
-        ND = digit_count(np.abs(RV)) + (RV < 0)
-        wmax = np.maximum.reduceat(ND, bnd, axis=0)
-        keep = self._layouts_of_groups(groups, cand, rec_const, gr_inv, bnd, gmin == gmax, gmin, wmax, layouts, S)
-        at_group = np.cumsum(np.diff(gr_inv, prepend=-1) != 0) - 1     # each row's group (its index in bnd)
-        rows_keep = keep[at_group]
-        valid = rows_keep >= 0
-        src = np.where(valid, rows_keep, 0)
-        V = np.take_along_axis(RV, src, axis=1)
-        values[order] = np.where(valid, V, 0)
-        var = valid & (np.take_along_axis(K, src, axis=1) < 2)
-        vw = np.where(var, np.take_along_axis(ND, src, axis=1) * 2 + (V < 0), 0)
+        valid = ~const[at_group]
+        values[order] = np.where(valid, RV, 0)
+        vw = np.where(valid & (K < 2), ND * 2 + (RV < 0), 0)
         var_w[order] = vw
-        const_len = np.array([layouts[int(gr_inv[r0])].const_len for r0 in bnd.tolist()], dtype=np.int64)
-        lengths[order] = const_len[at_group] + (vw >> 1).sum(axis=1)
+        lengths[order] = lay_len[at_group] + (vw >> 1).sum(axis=1)
         return layouts, values, var_w, lengths
 
-    def _slot_matrix(self, ch: _Chunk, groups: dict[int, Template], cand: dict[int, list[int]], S: int,
-                     order: np.ndarray, gr_inv: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every candidate slot of every templated row (in ``order``) at once: (kind: 0 name, 1 dependency,
-        2 offset, 3 attribute integer, -1 none; value)."""
-        gids = list(groups)
-        gpos = np.full(len(ch.uniq), -1, dtype=np.int64)
-        gpos[gids] = np.arange(len(gids))
-        kinds = np.full((len(gids), S), -1, dtype=np.int64)
-        ks = np.zeros((len(gids), S), dtype=np.int64)
-        for a_, g in enumerate(gids):
-            for jj, j in enumerate(cand.get(g, [])):
-                kind, k = groups[g].slots[j]
-                kinds[a_, jj] = SLOT_KINDS.index(kind)
-                ks[a_, jj] = k
-        gr = gpos[gr_inv]
-        K, KK = kinds[gr], ks[gr]
+    def _slot_values(self, ch: _Chunk, order: np.ndarray, K: np.ndarray, KK: np.ndarray) -> np.ndarray:
+        """The value of every slot of every templated row (in ``order``; kinds ``K``: 0 name, 1 dependency,
+        2 offset, 3 attribute integer, -1 none; ``KK`` the slot's index among its kind's)."""
         it_o = ch.it[order].astype(np.int64)[:, None]
         dsrc = self.iter_col[self.dep_src[np.minimum(ch.dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
             if len(self.dep_src) else np.zeros_like(KK)
         offs = self.op["offset"][np.minimum(ch.start[order][:, None] + KK, len(self.op["offset"]) - 1)]
         RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
         if (K == 3).any():
+            lv = ch.leafvals[order]
             RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
         RV[K < 0] = 0
-        return K, RV
+        return RV
 
-    def _layouts_of_groups(self, groups: dict[int, Template], cand: dict[int, list[int]],
-                           rec_const: dict[int, dict[int, int]], gr_inv: np.ndarray, bnd: np.ndarray,
-                           const: np.ndarray, gmin: np.ndarray, wmax: np.ndarray, layouts: dict[int, Layout],
-                           S: int) -> np.ndarray:
-        """Each group's layout in this chunk (into ``layouts``; kept across chunks); returns, per group, the
-        columns of the slot matrix its variable slots take."""
-        keep = np.full((len(bnd), S), -1, dtype=np.int64)
-        for b_, r0 in enumerate(bnd.tolist()):
-            g = int(gr_inv[r0])
-            t = groups[g]
-            consts, modes, cols = dict(rec_const[g]), [], []
-            for jj, j in enumerate(cand[g]):
-                kind = t.slots[j][0]
-                if const[b_, jj]:
-                    consts[j] = int(gmin[b_, jj])
-                else:
-                    modes.append(("pad", int(wmax[b_, jj])) if kind in ("off", "attr") else ("var", 0))
-                    cols.append(jj)
-            keep[b_, :len(cols)] = cols
-            lkey = (id(t), tuple(consts.items()), tuple(modes))
-            lay = self.layouts.get(lkey)
-            if lay is None:
-                lay = self.layouts[lkey] = Layout(t, consts, modes)
-            layouts[g] = lay
-        return keep
+    def _tid(self, t: Template) -> int:
+        """The row of template ``t`` in the tables of slot kinds and indices (added on first sight)."""
+        if t.tid < 0:
+            t.tid = len(self.t_nslots)
+            width = max(self.t_kind.shape[1], len(t.slots))
+            grown_kind = np.full((t.tid + 1, width), -1, dtype=np.int64)
+            grown_k = np.zeros((t.tid + 1, width), dtype=np.int64)
+            grown_kind[:t.tid, :self.t_kind.shape[1]] = self.t_kind
+            grown_k[:t.tid, :self.t_k.shape[1]] = self.t_k
+            for j, (kind, k) in enumerate(t.slots):
+                grown_kind[t.tid, j] = SLOT_KINDS.index(kind)
+                grown_k[t.tid, j] = k
+            self.t_kind, self.t_k = grown_kind, grown_k
+            self.t_nslots = np.append(self.t_nslots, len(t.slots))
+        return t.tid
 
     # ------------------------------------------------------------------ templates
     def template(self, i: int, start: int, nops: int, dlo: int, ndeps: int, slot_off: np.ndarray) -> Template | None:
@@ -627,25 +627,17 @@ def _starts(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _slot_candidates(groups: dict[int, Template], gr_inv: np.ndarray, bnd: np.ndarray,
-                     lv: np.ndarray) -> tuple[dict[int, list[int]], dict[int, dict[int, int]]]:
-    """Integers of attribute records that are the same in every member are spelled in (decided on the
-    records: one row per group suffices); the other slots are candidates.  Returns (candidate slots,
-    spelled-in record integers) per group."""
-    leaf_vary = (np.minimum.reduceat(lv, bnd, axis=0) != np.maximum.reduceat(lv, bnd, axis=0)) \
-        if len(bnd) else np.zeros((0, lv.shape[1]), bool)
-    cand: dict[int, list[int]] = {}
-    rec_const: dict[int, dict[int, int]] = {}
-    for b_, r0 in enumerate(bnd.tolist()):
-        g = int(gr_inv[r0])
-        c, rc = [], {}
-        for j, (kind, k) in enumerate(groups[g].slots):
-            if kind == "attr" and not leaf_vary[b_, k]:
-                rc[j] = int(lv[r0, k])
-            else:
-                c.append(j)
-        cand[g], rec_const[g] = c, rc
-    return cand, rec_const
+def _layout(t: Template, const: np.ndarray, value: np.ndarray, width: np.ndarray) -> Layout:
+    """Template ``t`` as a chunk spells it: slots ``const`` spelled in with ``value``, the others as fields
+    ("pad": ``width`` characters, right-aligned; "var": as many as each row's value has)."""
+    consts, modes, cols = {}, [], []
+    for j, (kind, _) in enumerate(t.slots):
+        if const[j]:
+            consts[j] = int(value[j])
+        else:
+            modes.append(("pad", int(width[j])) if kind in ("off", "attr") else ("var", 0))
+            cols.append(j)
+    return Layout(t, consts, modes, cols)
 
 
 def _layout_classes(n: int, inv: np.ndarray, templ: np.ndarray, var_w: np.ndarray) -> np.ndarray:

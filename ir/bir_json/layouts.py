@@ -18,21 +18,22 @@ SEP = b",\n"  # after every instruction line of a chunk
 
 
 class Template:
-    __slots__ = ("const_len", "parts", "slots")
+    __slots__ = ("const_len", "parts", "slots", "tid")
 
     def __init__(self, parts: list[bytes], slots: list[tuple[str, int]]):
         self.parts = parts
         self.slots = slots
         self.const_len = sum(len(p) for p in parts)
+        self.tid = -1  # its row in the writer's tables of slots, once it has one
 
 
 class Layout:
     """A template as one chunk spells it: constant slots spelled in, the others ("pad": right-aligned in a
     field of fixed width; "var": as many characters as the row's value has, per layout class)."""
 
-    __slots__ = ("const_len", "modes", "raw")
+    __slots__ = ("cols", "const_len", "modes", "raw")
 
-    def __init__(self, t: Template, consts: dict[int, int], modes: list[tuple[str, int]]):
+    def __init__(self, t: Template, consts: dict[int, int], modes: list[tuple[str, int]], cols: list[int]):
         parts = [t.parts[0]]
         for j in range(len(t.slots)):
             if j in consts:
@@ -41,6 +42,7 @@ class Layout:
                 parts.append(t.parts[j + 1])
         self.raw = parts
         self.modes = modes
+        self.cols = cols  # the template slot of each mode (the column of the chunk's slot values)
         self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
 
 
@@ -109,10 +111,10 @@ def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], li
         col += len(part)
         if j < len(t.modes):
             mode, fixed = t.modes[j]
-            n = fixed if mode == "pad" else wl[j] >> 1
+            n = fixed if mode == "pad" else wl[t.cols[j]] >> 1
             cols.append(col)
             widths.append(n)
-            slots.append(j)
+            slots.append(t.cols[j])
             head.append(b" " * n)
             col += n
     head.append(SEP)
