@@ -146,10 +146,10 @@ def _function_lines(fn, flt: Filter, budget: list[int]) -> Iterator[str]:
             by_set.setdefault(s, []).append(m)
         for s in range(len(fn.sets)):
             row = fn.sets.row(s)
-            block = f" blocks={row['n_blocks']}" if row["is_block"] else ""
+            n_blocks = f" blocks={row['n_blocks']}" if row["is_block"] else ""
             shape = ", ".join(str(x) for x in (fn.value(row["shape"]) or ()))
             yield (f"  {fn.strings[row['name']]}: {TENSOR_KIND_NAMES[row['kind']]} "
-                   f"{DTYPE_NAMES[row['dtype']]}[{shape}]{block}")
+                   f"{DTYPE_NAMES[row['dtype']]}[{shape}]{n_blocks}")
             for m in by_set.get(s, ()):
                 yield "    " + memloc_text(fn, m)
     # dependences: incoming edges per instruction, sorted by destination once
@@ -242,16 +242,18 @@ def operand_text(fn: Function, j: int) -> str:
         dyn = " dyn" if o.dyn is not None else ""
         return f"{o.memloc_name}[+{o.offset} {pattern_text(o.pattern)}]{dyn}"
     if kind == Kind.SYMBOLIC:
-        sa = o.sym
+        sa, ml = o.sym, o.memloc
+        assert sa is not None and ml is not None  # a symbolic operand has both
         blk = f" block {sa.block!r}" if sa.block is not None else ""
-        return f"{o.memloc.set_name}[+{sa.offset!r} {pattern_text(o.pattern)}{blk}]"
+        return f"{ml.set_name}[+{sa.offset!r} {pattern_text(o.pattern)}{blk}]"
     if kind == Kind.REGISTER_AP:
         return f"{o.memloc_name}[%{o.reg_name} {pattern_text(o.pattern)}]"
     if kind == Kind.REGISTER:
         return f"%{o.reg_name}"
     if kind == Kind.SYMBOLIC_DIMS:
-        exprs = fn.value(fn.operands.get("aux", j))
-        return f"{o.memloc.set_name}[addrs {list(exprs)!r} {pattern_text(o.pattern)}]"
+        exprs, ml = fn.value(fn.operands.get("aux", j)), o.memloc
+        assert ml is not None  # an access pattern has its memory location
+        return f"{ml.set_name}[addrs {list(exprs)!r} {pattern_text(o.pattern)}]"
     if kind in (Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM):
         return f"{value_text(o.value, 40)}:{DTYPE_NAMES[o.dtype]}"
     return "?"

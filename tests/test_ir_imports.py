@@ -115,3 +115,14 @@ def test_tusk_ir_has_no_import_cycle():
     assert {"tusk.ir.module", "tusk.ir.serial", "tusk.ir.bir_json", "tusk.ir.bir_json.reader"} <= set(names)
     cycle = find_cycle(import_graph(names))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_function_of_the_bir_json_package_is_over_80_lines():
+    long = []
+    for path in sorted((IR / "bir_json").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > 80:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []

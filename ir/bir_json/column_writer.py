@@ -253,8 +253,8 @@ class Templates:
         # layouts and skeleton lines recur from chunk to chunk (the templates they come from are kept)
         self.layouts: dict[bytes, Layout] = {}
         # per template seen (Template.tid): its slots' kinds (SLOT_KINDS, -1 past the last) and indices
-        self.t_kind = np.full((0, 1), -1, dtype=np.int64)
-        self.t_k = np.zeros((0, 1), dtype=np.int64)
+        self.t_kind = np.full((0, 1), -1, dtype=np.int8)
+        self.t_k = np.zeros((0, 1), dtype=np.int32)
         self.t_nslots = np.zeros(0, dtype=np.int64)
         self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
         self._attrs_ok: dict[int, bool] = {}
@@ -428,8 +428,9 @@ class Templates:
         a name is spelled as it is, and its width joins the group to make the row's layout class.
 
         Slots are columns by their place in the template, every group's at once: the work per group is
-        one dictionary lookup of its layout.  Returns (layouts by group, values, widths of variable slots
-        (2 x characters + sign), line lengths)."""
+        one dictionary lookup of its layout, and digits are counted only for the slots that vary (most
+        do not).  Returns (layouts by group, values, widths of variable slots (2 x characters + sign),
+        line lengths)."""
         n = ch.n
         trows = np.flatnonzero(ch.templ)
         order = trows[np.argsort(ch.inv[trows], kind="stable")]
@@ -443,14 +444,17 @@ class Templates:
         tids = np.array([self._tid(groups[g]) for g in bgroups], dtype=np.int64)
         S = max(int(self.t_nslots[tids].max()), 1)
         at_group = np.cumsum(np.diff(gr_inv, prepend=-1) != 0) - 1     # each row's group (its index in bnd)
-        K = self.t_kind[tids, :S][at_group]                             # slot kinds (-1: no such slot)
-        KK = self.t_k[tids, :S][at_group]
-        RV = self._slot_values(ch, order, K, KK)
+        tk = self.t_kind[tids, :S]                                       # slot kinds (-1: no such slot)
+        K = tk[at_group]
+        RV = self._slot_values(ch, order, K, self.t_k[tids, :S][at_group])
         gmin = np.minimum.reduceat(RV, bnd, axis=0)
-        const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (self.t_kind[tids, :S] < 0)
-        ND = digit_count(np.abs(RV)) + (RV < 0)
-        pad = ~const & (self.t_kind[tids, :S] >= 2)                      # offsets and attribute integers
-        wmax = np.where(pad, np.maximum.reduceat(ND, bnd, axis=0), 0)
+        const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (tk < 0)
+        vary = np.flatnonzero(~const[at_group])                           # cells (flat) of varying slots
+        v = RV.reshape(-1)[vary]
+        nd = digit_count(np.abs(v)) + (v < 0)
+        ND = np.zeros(RV.shape, dtype=np.int64)
+        ND.reshape(-1)[vary] = nd
+        wmax = np.where(~const & (tk >= 2), np.maximum.reduceat(ND, bnd, axis=0), 0)  # offsets, attribute ints
         # a layout is its template with the constant slots' values and the fields' widths
         lkey = np.concatenate([tids[:, None], const, np.where(const, gmin, 0), wmax], axis=1)
         lay_len = np.zeros(len(bnd), dtype=np.int64)
@@ -464,25 +468,36 @@ class Templates:
         values = np.zeros((n, S), dtype=np.int64)
         var_w = np.zeros((n, S), dtype=np.int64)
         lengths = np.zeros(n, dtype=np.int64)
-        valid = ~const[at_group]
-        values[order] = np.where(valid, RV, 0)
-        vw = np.where(valid & (K < 2), ND * 2 + (RV < 0), 0)
-        var_w[order] = vw
-        lengths[order] = lay_len[at_group] + (vw >> 1).sum(axis=1)
+        cells = np.zeros(RV.shape, dtype=np.int64)
+        cells.reshape(-1)[vary] = v
+        values[order] = cells
+        var = K.reshape(-1)[vary] < 2                                     # names and dependencies: no padding
+        cells[:] = 0
+        cells.reshape(-1)[vary[var]] = nd[var] * 2 + (v[var] < 0)
+        var_w[order] = cells
+        lengths[order] = lay_len[at_group] + (cells >> 1).sum(axis=1)
         return layouts, values, var_w, lengths
 
     def _slot_values(self, ch: _Chunk, order: np.ndarray, K: np.ndarray, KK: np.ndarray) -> np.ndarray:
         """The value of every slot of every templated row (in ``order``; kinds ``K``: 0 name, 1 dependency,
-        2 offset, 3 attribute integer, -1 none; ``KK`` the slot's index among its kind's)."""
-        it_o = ch.it[order].astype(np.int64)[:, None]
-        dsrc = self.iter_col[self.dep_src[np.minimum(ch.dlo[order][:, None] + KK, len(self.dep_src) - 1)]] \
-            if len(self.dep_src) else np.zeros_like(KK)
-        offs = self.op["offset"][np.minimum(ch.start[order][:, None] + KK, len(self.op["offset"]) - 1)]
-        RV = np.where(K == 0, it_o, np.where(K == 1, dsrc, offs)).astype(np.int64)
-        if (K == 3).any():
-            lv = ch.leafvals[order]
-            RV = np.where(K == 3, np.take_along_axis(lv, np.minimum(KK, lv.shape[1] - 1), axis=1), RV)
-        RV[K < 0] = 0
+        2 offset, 3 attribute integer, -1 none (0); ``KK`` the slot's index among its kind's), each kind
+        gathered only where it is."""
+        RV = np.zeros(K.shape, dtype=np.int64)
+        flat, S = RV.reshape(-1), K.shape[1]
+        kinds, index = K.reshape(-1), KK.reshape(-1)
+        for code in range(len(SLOT_KINDS)):
+            sel = np.flatnonzero(kinds == code)
+            if not len(sel):
+                continue
+            rows, k = order[sel // S], index[sel]
+            if code == 0:
+                flat[sel] = ch.it[rows]
+            elif code == 1:
+                flat[sel] = self.iter_col[self.dep_src[np.minimum(ch.dlo[rows] + k, len(self.dep_src) - 1)]]
+            elif code == 2:
+                flat[sel] = self.op["offset"][np.minimum(ch.start[rows] + k, len(self.op["offset"]) - 1)]
+            else:
+                flat[sel] = ch.leafvals[rows, np.minimum(k, ch.leafvals.shape[1] - 1)]
         return RV
 
     def _tid(self, t: Template) -> int:
@@ -490,8 +505,8 @@ class Templates:
         if t.tid < 0:
             t.tid = len(self.t_nslots)
             width = max(self.t_kind.shape[1], len(t.slots))
-            grown_kind = np.full((t.tid + 1, width), -1, dtype=np.int64)
-            grown_k = np.zeros((t.tid + 1, width), dtype=np.int64)
+            grown_kind = np.full((t.tid + 1, width), -1, dtype=np.int8)
+            grown_k = np.zeros((t.tid + 1, width), dtype=np.int32)
             grown_kind[:t.tid, :self.t_kind.shape[1]] = self.t_kind
             grown_k[:t.tid, :self.t_k.shape[1]] = self.t_k
             for j, (kind, k) in enumerate(t.slots):
