@@ -1,26 +1,30 @@
 """BIR-JSON writer and loader: CPU per instruction, bytes per instruction, loader memory.
 
-    python bench/bench_io.py [--sizes 1e5,1e6] [--reps 3] [--ordinary] [--real FILE] [--slice N]
+    python bench/bench_io.py [--sizes 1e5,1e6] [--reps 3] [--ordinary]
+                             [--real FILE | --build-real DIR] [--slice N]
 
 The modules:
 
 * the like-for-like nest of bench/nests.py unrolled (what ``full_unroll
   -unrollLevel 2`` writes: no dependencies), and the same after
   ``build_fdeps`` (every instruction then names two or three others);
-* with ``--real FILE``, a real build's final BIR-JSON: large_matmul's
-  scheduled, rotated output (1.24M instructions, 2.3 dependencies per
-  instruction, rotated buffers and per-clone attribute records: many distinct
-  templates), made by ``TUSK_CACHE_DIR=/tmp/bio-cache tusk compile
-  examples/large_kernels -o /tmp/bio-lm --workers 0 --no-report``; and its
-  first ``--slice`` instructions (default 150,000; 0: none) for quick
-  iterations.
+* the real target: the final output of a build of
+  examples/large_kernels/large_matmul.json through the default pipeline --
+  scheduled, rotated (1.24M instructions, 2.3 dependencies per instruction,
+  rotated buffers and per-clone attribute records: many distinct templates).
+  ``--build-real DIR`` builds it (``tusk compile examples/large_kernels -o
+  DIR/out --workers 0 --no-report`` with the cache in DIR/cache; a second run
+  reuses the cache) and measures DIR/out/large_matmul/large_matmul.bir.json;
+  ``--real FILE`` measures a file built that way before.  The module measured
+  is that file read back, and the writer must reproduce the file byte for byte.
+  ``--slice N`` also measures its first N instructions (quick iterations).
 
 For each it prints, as medians over ``--reps`` runs in this process:
 
 * writer CPU microseconds per instruction (``bir_json.save`` to a file,
   process CPU time: user + system, the kernel's share of writing included),
   and bytes per instruction of the file;
-* loader CPU microseconds per instruction (``bir_json.load``);
+* loader CPU microseconds per instruction (``bir_json.load``, user + system);
 * the loader's peak traced memory (tracemalloc, one extra run) over the
   loaded module's column bytes;
 * with ``--ordinary``, the same loader through the ordinary (one object per
@@ -28,7 +32,8 @@ For each it prints, as medians over ``--reps`` runs in this process:
 
 Targets (printed, not asserted): writer <= 2 and loader <= 5 microseconds per
 instruction at 1e6; on the real module writer <= 2 and loader <= 3; loader
-peak <= 3x the columns.
+peak <= 3x the columns.  The load average is printed at the start and the end:
+CPU figures move with it on a shared machine.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import argparse
 import filecmp
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,6 +79,20 @@ def cpu(f) -> tuple[float, object]:
     t0 = time.process_time()
     out = f()
     return time.process_time() - t0, out
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_real(work: Path) -> Path:
+    """The final BIR-JSON of large_matmul built through the default pipeline (cached in ``work``)."""
+    out = work / "out"
+    env = {**os.environ, "TUSK_CACHE_DIR": str(work / "cache")}
+    cmd = [sys.executable, "-m", "tusk", "compile", str(ROOT / "examples" / "large_kernels"), "-o", str(out),
+           "--workers", "0", "--no-report"]
+    print(f"building: TUSK_CACHE_DIR={work / 'cache'} {' '.join(cmd[1:])}", flush=True)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return out / "large_matmul" / "large_matmul.bir.json"
 
 
 def first_rows(m: Module, k: int) -> Module:
@@ -116,8 +136,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ordinary", action="store_true", help="also time the ordinary reader")
     ap.add_argument("--real", type=Path, help="a real build's final BIR-JSON (large_matmul's, see above)")
-    ap.add_argument("--slice", type=int, default=150_000, help="with --real: also its first N instructions")
+    ap.add_argument("--build-real", type=Path, metavar="DIR",
+                    help="build large_matmul's final BIR-JSON into DIR (cached there) and measure it")
+    ap.add_argument("--slice", type=int, default=0, help="with a real module: also its first N instructions")
     args = ap.parse_args()
+    if args.build_real:
+        args.real = build_real(args.build_real)
     print(f"(load average {os.getloadavg()[0]:.1f} at start)")
     print(f"{'module':>16} {'insts':>9} {'write us/inst':>14} {'B/inst':>7} {'load us/inst':>13} "
           f"{'load peak / columns':>20}" + (f" {'ordinary load us':>17}" if args.ordinary else ""))
@@ -125,7 +149,7 @@ def main() -> None:
         real = bir_json.load(args.real)
         if args.slice:
             show(f"real[:{args.slice // 1000}k]", measure(first_rows(real, args.slice), args.reps, args.ordinary))
-        show("real", measure(real, args.reps, args.ordinary, same_as=str(args.real)))
+        show("large_matmul", measure(real, args.reps, args.ordinary, same_as=str(args.real)))
         del real
     for text in filter(None, args.sizes.split(",")):
         n = int(float(text))

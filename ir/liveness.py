@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, Kind, Mem, Op, Role
-from tusk.ir.module import Function, _ranges
+from tusk.ir.module import Function, concat_ranges
 
 BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
 # instructions whose output overwrites every element they address (unless an attribute says it accumulates)
@@ -120,7 +120,7 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
     ins, ops, ml = fn.insts, fn.operands, fn.memlocs
     n, n_ml = len(ins), len(ml)
     nops = ins["nops"].astype(np.int64)
-    rows = _ranges(ins["ops"], nops)
+    rows = concat_ranges(ins["ops"], nops)
     owner = np.repeat(np.arange(n, dtype=np.int64), nops)
     kind = ops["kind"][rows]
     m = ops["memloc"][rows].astype(np.int64)

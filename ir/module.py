@@ -29,7 +29,6 @@ their input module, they work on :meth:`Module.copy`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,57 +38,28 @@ from tusk.ir import enums
 from tusk.ir.columns import EMPTY, Pool, Record, Table
 from tusk.ir.enums import Kind
 from tusk.ir.errors import TuskError
+
+# the schemas are defined below this module (tusk.ir.schema) and imported from here as before
+from tusk.ir.schema import AUX_VALUE_KINDS as AUX_VALUE_KINDS
+from tusk.ir.schema import BLOCK_SCHEMA as BLOCK_SCHEMA
+from tusk.ir.schema import CARRIED_LOOP as CARRIED_LOOP
+from tusk.ir.schema import CARRIED_SCHEMA as CARRIED_SCHEMA
+from tusk.ir.schema import CARRIED_UNROLL as CARRIED_UNROLL
+from tusk.ir.schema import CLONE_NAME as CLONE_NAME
+from tusk.ir.schema import DEP_SCHEMA as DEP_SCHEMA
+from tusk.ir.schema import INST_SCHEMA as INST_SCHEMA
+from tusk.ir.schema import MAX_OPERANDS as MAX_OPERANDS
+from tusk.ir.schema import MEMLOC_SCHEMA as MEMLOC_SCHEMA
+from tusk.ir.schema import OPERAND_SCHEMA as OPERAND_SCHEMA
+from tusk.ir.schema import PATTERN_REFS as PATTERN_REFS
+from tusk.ir.schema import REG_SCHEMA as REG_SCHEMA
+from tusk.ir.schema import SCHEMAS as SCHEMAS
+from tusk.ir.schema import SET_SCHEMA as SET_SCHEMA
+from tusk.ir.schema import STRING_REFS as STRING_REFS
+from tusk.ir.schema import VALUE_REFS as VALUE_REFS
+from tusk.ir.schema import clone_name as clone_name
+from tusk.ir.schema import split_clone_name as split_clone_name
 from tusk.ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
-
-i1, u1, u2, i4, i8 = np.int8, np.uint8, np.uint16, np.int32, np.int64
-
-INST_SCHEMA = (("opcode", u1), ("engine", u1), ("block", i4), ("name", i4), ("iter", i4),
-               ("attrs", i4), ("ops", i8), ("nops", u2), ("pred", i4))
-OPERAND_SCHEMA = (("role", u1), ("kind", u1), ("dtype", u1), ("memloc", i4), ("offset", i8),
-                  ("pattern", i4), ("aux", i4), ("dyn", i4), ("extra", i4))
-MEMLOC_SCHEMA = (("set", i4), ("name", i4), ("mtype", u1), ("bank", i4), ("base", i4),
-                 ("nparts", i4), ("addr", i8), ("pbytes", i8), ("tensor_id", i4),
-                 ("const_path", i4), ("extra", i4))
-SET_SCHEMA = (("name", i4), ("kind", u1), ("tclass", i1), ("dtype", u1), ("shape", i4),
-              ("is_block", u1), ("n_blocks", i4), ("extra", i4))
-REG_SCHEMA = (("name", i4), ("extra", i4))
-BLOCK_SCHEMA = (("name", i4), ("parent", i4), ("extra", i4))
-DEP_SCHEMA = (("src", i4), ("dst", i4), ("kind", u1))
-# flavour 1: loop_carried_dependencies (payload: distances), 2: unroll_dependencies
-# (payload: (exprs, predicates)).
-CARRIED_SCHEMA = (("src", i4), ("dst", i4), ("kind", u1), ("flavour", u1), ("payload", i4))
-
-SCHEMAS = {"insts": INST_SCHEMA, "operands": OPERAND_SCHEMA, "memlocs": MEMLOC_SCHEMA,
-           "sets": SET_SCHEMA, "regs": REG_SCHEMA, "blocks": BLOCK_SCHEMA, "deps": DEP_SCHEMA,
-           "carried": CARRIED_SCHEMA}
-
-# Columns that hold ids into a function's pools; serialisation and content hashes renumber the
-# pools through exactly these.  ``operands.aux`` is a value id only for the kinds in AUX_VALUE_KINDS
-# (register operands keep a register row there).
-STRING_REFS = (("insts", "name"), ("memlocs", "name"), ("memlocs", "const_path"), ("sets", "name"),
-               ("regs", "name"), ("blocks", "name"))
-VALUE_REFS = (("insts", "attrs"), ("insts", "pred"), ("operands", "dyn"), ("operands", "extra"),
-              ("memlocs", "extra"), ("sets", "shape"), ("sets", "extra"), ("regs", "extra"), ("blocks", "extra"),
-              ("carried", "payload"))
-PATTERN_REFS = (("operands", "pattern"),)
-AUX_VALUE_KINDS = (Kind.SYMBOLIC, Kind.IMM, Kind.SYMBOLIC_IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_DIMS)
-
-CARRIED_LOOP, CARRIED_UNROLL = 1, 2
-MAX_OPERANDS = np.iinfo(np.uint16).max  # the nops column
-
-
-def clone_name(base: str, iteration: int) -> str:
-    """The wire name of clone ``iteration`` of instruction ``base``."""
-    return f"{base}-it{iteration}"
-
-
-CLONE_NAME = re.compile(r"(.+)-it(0|[1-9][0-9]{0,8})")
-
-
-def split_clone_name(name: str) -> tuple[str, int] | None:
-    """``(base, k)`` for a clone's wire name ``<base>-it<k>``, else None (the inverse of :func:`clone_name`)."""
-    m = CLONE_NAME.fullmatch(name)
-    return (m.group(1), int(m.group(2))) if m else None
 
 
 class Function:
@@ -293,7 +263,7 @@ class Function:
         new_starts = np.zeros(len(rows), dtype=np.int64)
         if len(rows):
             np.cumsum(nops[:-1], out=new_starts[1:])
-        op_rows = _ranges(starts, nops)
+        op_rows = concat_ranges(starts, nops)
         out.operands = self.operands.take(op_rows)
         insts = self.insts.take(rows)
         insts["ops"][:] = new_starts
@@ -317,7 +287,7 @@ def remap_edges(edges: Table, remap: np.ndarray) -> Table:
     return out
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``range(s, s + c)`` for each pair, vectorised."""
     counts = counts.astype(np.int64)
     total = int(counts.sum())
@@ -326,6 +296,9 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     ends = np.cumsum(counts)
     offsets = np.repeat(starts.astype(np.int64) - (ends - counts), counts)
     return offsets + np.arange(total, dtype=np.int64)
+
+
+_ranges = concat_ranges  # the name passes outside tusk.ir still import
 
 
 @dataclass(frozen=True)
@@ -408,7 +381,7 @@ class Module:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        from tusk.ir.serial import content_hash
+        from tusk.ir.identity import content_hash
 
         return content_hash(self) == content_hash(other)
 

@@ -41,11 +41,13 @@ class Counts:
     hangs: int = 0
     differing_outputs: int = 0
     stray_files: int = 0
+    kills: int = 0          # kill_rounds: signals sent
+    interrupted: int = 0    # of them, those that reached a build still running (not one already finished)
     notes: list[str] = field(default_factory=list)
 
     def add(self, other: "Counts") -> None:
         for k in ("inputs", "clean_errors", "tracebacks", "internal_errors", "hangs", "differing_outputs",
-                  "stray_files"):
+                  "stray_files", "kills", "interrupted"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.notes += other.notes
 
@@ -60,6 +62,7 @@ class Counts:
                 f"hangs                       {self.hangs}   [0]",
                 f"outputs differing           {self.differing_outputs}   [0]",
                 f"files outside out and cache {self.stray_files}   [0]"]
+        + ([f"builds interrupted by kills  {self.interrupted} of {self.kills}"] if self.kills else [])
 
 
 class Sandbox:
@@ -259,22 +262,11 @@ def kill_rounds(box: Sandbox, rng: random.Random, rounds: int, workers: str = "0
     for r in range(rounds):
         out, cache = box.root / f"out-kill-{workers}-{r}", box.root / f"cache-kill-{workers}-{r}"
         for attempt in range(2):  # kill the first build, then the rebuild too, before a clean finish
-            p = tusk(box, corpus, out, cache, "--workers", workers, start=True)
-            time.sleep(rng.uniform(0.3, 4.0))
-            # kill -9 of Tusk alone (its workers must end by themselves), of its process group, or Ctrl-C
-            how = rng.choice(("kill tusk", "kill group", "ctrl-c"))
-            sig = signal.SIGINT if how == "ctrl-c" else signal.SIGKILL
-            try:
-                p.send_signal(sig) if how == "kill tusk" else os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-                c.hangs += 1
-                c.notes.append(f"kill round {r}: the build did not end within 60 s of {sig.name}")
+            delay = rng.uniform(0.3, 4.0)
+            for _ in range(4):  # a build that finished before its kill tests nothing: again, sooner
+                if _kill_once(box, corpus, out, cache, workers, rng, delay, c, r):
+                    break
+                delay /= 3
         try:
             proc = tusk(box, corpus, out, cache, "--workers", workers, timeout=300)
         except subprocess.TimeoutExpired:
@@ -288,6 +280,35 @@ def kill_rounds(box: Sandbox, rng: random.Random, rounds: int, workers: str = "0
             c.notes.append(f"kill round {r} ({workers} workers): exit {proc.returncode}, "
                            f"outputs {'differ' if outputs(out) != want else 'same'}: {proc.stderr[-400:]}")
     return c
+
+
+def _kill_once(box: Sandbox, corpus: Path, out: Path, cache: Path, workers: str, rng: random.Random, delay: float,
+               c: Counts, r: int) -> bool:
+    """Start a build, signal it after ``delay`` seconds; whether the signal reached it still running."""
+    p = tusk(box, corpus, out, cache, "--workers", workers, start=True)
+    time.sleep(delay)
+    # kill -9 of Tusk alone (its workers must end by themselves), of its process group, or Ctrl-C
+    how = rng.choice(("kill tusk", "kill group", "ctrl-c"))
+    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGKILL
+    running = p.poll() is None
+    c.kills += 1
+    try:
+        p.send_signal(sig) if how == "kill tusk" else os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        running = False
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        c.hangs += 1
+        c.notes.append(f"kill round {r}: the build did not end within 60 s of {sig.name}")
+    interrupted = running and p.returncode != 0
+    c.interrupted += interrupted
+    if not interrupted:
+        c.notes.append(f"kill round {r}: the build had finished (exit {p.returncode}) before its "
+                       f"{sig.name} after {delay:.2f} s")
+    return interrupted
 
 
 def concurrent_builds(box: Sandbox) -> Counts:

@@ -1,9 +1,10 @@
 """The golden cases: for each registered pass, small inputs and the pass spec to run on them.
 
 Each case is ``(name, spec, build)``: ``build()`` makes the input module
-(used only when the goldens are regenerated: the test reads the committed
-``tests/golden/<pass>/<name>.input.json``, text in, and compares the
-``ir/dump.py`` listing after ``spec`` with ``<name>.after.txt``, text out).
+(used only for a new case, when ``--update-golden`` finds no input file: the
+test reads the committed ``tests/golden/<pass>/<name>.input.json``, text in,
+and compares the listing (:mod:`tusk.ir.listing`) after ``spec`` with
+``<name>.after.txt``, text out; ``--update-golden`` rewrites only those).
 Translate's inputs are host modules whose placeholder names a KLR or
 BIR-JSON file of ``tests/data/`` by basename; the test stages that file in
 the module's artifact directory.

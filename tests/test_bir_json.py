@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,11 @@ def test_clone_names_come_from_origin_and_iteration():
     assert fn.inst_name(row) == "dma_copy0-it7"
     text = bir_json.dumps(m)
     assert '"name":"dma_copy0-it7"' in text
-    assert bir_json.loads(text).functions[0].inst_by_name("dma_copy0-it7") >= 0
+    # read back as clone 7 of dma_copy0 (the origin's string and the iteration), not as a name of its own
+    back = bir_json.loads(text).functions[0]
+    r = back.inst_by_name("dma_copy0-it7")
+    assert back.strings[int(back.insts["name"][r])] == "dma_copy0" and int(back.insts["iter"][r]) == 7
+    assert back.strings.find("dma_copy0-it7") < 0 and int(back.insts["opcode"][r]) == 12
 
 
 def _doc():
@@ -171,20 +176,39 @@ JUNK = [None, -1, 10**12, 1.5, "", "zz", [], {}, [[1]], True, {"kind": "AffIVKin
 EVIDENCE = sorted((Path(__file__).parent / "data" / "bir_json_evidence").glob("*.json"))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_mutated_documents_raise_only_format_errors(data):
-    _mutate_and_read(data, _doc())
+def test_mutated_documents_raise_only_format_errors():
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def mutants(data):
+        outcomes[_mutate_and_read(data, _doc())] += 1
+
+    mutants()
+    _some_refused_some_read(outcomes)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_mutated_evidence_documents_raise_only_format_errors(data):
-    path = EVIDENCE[data.draw(st.integers(0, len(EVIDENCE) - 1))]
-    _mutate_and_read(data, json.loads(path.read_text()))
+def test_mutated_evidence_documents_raise_only_format_errors():
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def mutants(data):
+        path = EVIDENCE[data.draw(st.integers(0, len(EVIDENCE) - 1))]
+        outcomes[_mutate_and_read(data, json.loads(path.read_text()))] += 1
+
+    mutants()
+    _some_refused_some_read(outcomes)
 
 
-def _mutate_and_read(data, doc):
+def _some_refused_some_read(outcomes: Counter[str]) -> None:
+    """Junk in required places must be refused, junk in unmodelled ones kept: both happen, often."""
+    total = sum(outcomes.values())
+    assert outcomes["refused"] >= total // 5 and outcomes["read"] >= total // 20, dict(outcomes)
+
+
+def _mutate_and_read(data, doc) -> str:
+    """Mutate ``doc`` and read it: "refused" (a FormatError naming the file) or "read" (it round-trips)."""
     spots = _mutations(doc)
     for _ in range(data.draw(st.integers(1, 3))):
         if not spots:
@@ -203,14 +227,15 @@ def _mutate_and_read(data, doc):
         m = bir_json.from_obj(doc, file="mutant.json")
     except FormatError as e:
         assert str(e).startswith("mutant.json")
-    else:
-        assert isinstance(m, Module)
-        text = bir_json.dumps(m)  # whatever loads can be written, and reads back the same
-        assert bir_json.dumps(bir_json.loads(text)) == text
-        try:
-            verify(m)
-        except VerifyError:
-            pass
+        return "refused"
+    assert isinstance(m, Module)
+    text = bir_json.dumps(m)  # whatever loads can be written, and reads back the same
+    assert bir_json.dumps(bir_json.loads(text)) == text
+    try:
+        verify(m)
+    except VerifyError:
+        pass
+    return "read"
 
 
 def test_negative_zero_and_int_float_immediates_stay_distinct():

@@ -16,7 +16,8 @@ import pytest
 
 from tests.programs import every_family_module, tiled_exp_module
 from tusk.examples.generate import KERNELS
-from tusk.ir import bir_fast, bir_json
+from tusk.ir import bir_json
+from tusk.ir.bir_json import column_reader, column_writer, digits, writer
 from tusk.ir.builder import Builder
 from tusk.ir.errors import FormatError
 from tusk.ir.module import Module
@@ -79,7 +80,7 @@ MODULES = dict(_modules())
 def test_templates_write_what_one_by_one_rendering_writes(name, monkeypatch):
     m = MODULES[name]
     fast = bir_json.dumps(m)
-    monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
+    monkeypatch.setattr(column_writer, "MIN_GROUP", 10**9)
     slow = bir_json.dumps(m)
     assert json.loads(fast) == json.loads(slow)
     assert fast.count("\n") == slow.count("\n")
@@ -91,8 +92,8 @@ def test_columnar_loading_builds_what_the_reader_builds(tmp_path, name):
     bir_json.save(MODULES[name], path)
     ordinary = bir_json.load(path, fast=False)
     try:
-        columnar = bir_fast._ColumnLoad(str(path)).load()
-    except bir_fast._Fallback:
+        columnar = column_reader.ColumnLoad(str(path)).load()
+    except column_reader.Fallback:
         pytest.skip("no run of one-line instructions to read column-wise")
     assert columnar == ordinary
     assert bir_json.dumps(columnar) == bir_json.dumps(ordinary)
@@ -104,9 +105,9 @@ def test_large_file_takes_the_columnar_path_and_gzip(tmp_path, monkeypatch):
         path = tmp_path / f"big{suffix}"
         bir_json.save(m, path)
         calls = []
-        real = bir_fast._ColumnLoad.load
-        monkeypatch.setattr(bir_fast._ColumnLoad, "load", lambda self: calls.append(1) or real(self))
-        monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+        real = column_reader.ColumnLoad.load
+        monkeypatch.setattr(column_reader.ColumnLoad, "load", lambda self: calls.append(1) or real(self))
+        monkeypatch.setattr(column_reader, "MIN_FAST_BYTES", 1)
         assert bir_json.load(path) == m
         assert calls, "the columnar path was not taken"
     calls.clear()
@@ -123,7 +124,7 @@ def test_a_bad_line_among_good_ones_is_reported_by_the_ordinary_reader(tmp_path,
     assert lines[k].startswith('{"engine"')
     lines[k] = lines[k].replace('"name":"', '"name":"zz', 1).replace('"offset":', '"offset":0', 1)
     path.write_text("\n".join(lines))
-    monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+    monkeypatch.setattr(column_reader, "MIN_FAST_BYTES", 1)
     with pytest.raises(FormatError) as err:
         bir_json.load(path)
     assert str(path) in str(err.value) and "malformed JSON" in str(err.value)
@@ -135,7 +136,7 @@ def test_unknown_dependency_in_a_run_is_an_error_with_its_path(tmp_path, monkeyp
     bir_json.save(m, path)
     text = path.read_text().replace('["load_a-it17","Flow"]', '["load_a-it99999","Flow"]', 1)
     path.write_text(text)
-    monkeypatch.setattr(bir_fast, "MIN_FAST_BYTES", 1)
+    monkeypatch.setattr(column_reader, "MIN_FAST_BYTES", 1)
     with pytest.raises(FormatError) as err:
         bir_json.load(path)
     assert "Unknown dependency 'load_a-it99999'" in str(err.value)
@@ -146,8 +147,8 @@ def test_writer_memory_does_not_follow_the_instruction_count(monkeypatch):
     """The writer works chunk by chunk: its temporaries are bounded by the chunk, not the function."""
     import tracemalloc
 
-    monkeypatch.setattr(bir_fast, "CHUNK", 512)
-    monkeypatch.setattr(bir_json, "SINK_BYTES", 1 << 16)
+    monkeypatch.setattr(column_writer, "CHUNK", 512)
+    monkeypatch.setattr(writer, "SINK_BYTES", 1 << 16)
     peaks = []
     for kt in (40, 160):
         m = _unrolled(tusk_nest(4, 4, kt), deps=False)
@@ -178,11 +179,11 @@ def test_templates_follow_any_attribute_values(seed, monkeypatch):
         rec[str(rng.choice(["accumulation_flag", "k", "tile_size"]))] = junk[int(rng.integers(len(junk)))]
         fn.insts["attrs"][r] = fn.intern_record(Record.of(rec))
     fast = bir_json.dumps(m)
-    monkeypatch.setattr(bir_fast, "MIN_GROUP", 10**9)
+    monkeypatch.setattr(column_writer, "MIN_GROUP", 10**9)
     assert json.loads(fast) == json.loads(bir_json.dumps(m))
 
 
 def test_digit_counts_at_every_power_of_ten():
     v = np.array([0] + [s * (10**k + d) for k in range(19) for d in (-1, 0, 1) for s in (1, -1)
                         if 0 < 10**k + d < 2**63], dtype=np.int64)
-    assert bir_fast._ndigits(v).tolist() == [len(str(x)) for x in v.tolist()]
+    assert digits.ndigits(v).tolist() == [len(str(x)) for x in v.tolist()]

@@ -6,7 +6,8 @@ import pytest
 
 from tests.programs import tiled_exp_module
 from tests.test_bir_json_columnar import MODULES, _unrolled
-from tusk.ir import bir_fast, bir_json
+from tusk.ir import bir_json
+from tusk.ir.bir_json import column_writer
 from tusk.ir.module import Module
 
 
@@ -19,7 +20,7 @@ def _two_functions() -> Module:
 @pytest.mark.parametrize("name", sorted(MODULES) + ["two-functions"])
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 50])
 def test_joined_parts_are_the_single_write(name, n, monkeypatch):
-    monkeypatch.setattr(bir_fast, "CHUNK", 64)  # many chunks: the cuts fall inside runs and blocks
+    monkeypatch.setattr(column_writer, "CHUNK", 64)  # many chunks: the cuts fall inside runs and blocks
     m = _two_functions() if name == "two-functions" else MODULES[name]
     whole = bir_json.dumps(m).encode()
     parts = [bir_json.render_part(m, k, n) for k in range(n)]

@@ -333,20 +333,25 @@ def test_an_unreachable_scheduler_stops_the_build_before_anything_is_written(tmp
 
 
 def test_local_workers_keep_their_lock_files_in_the_store(tmp_path, monkeypatch):
-    import dask
-    import distributed
+    """A real local cluster: its scheduler's and worker's lock files are under the directory it is given,
+    none under the system temporary directory, and the worker's go when the cluster closes."""
+    import tempfile
 
-    seen = {}
-
-    class FakeCluster:
-        def __init__(self, **kw):
-            seen["tmp"], seen["local"] = dask.config.get("temporary-directory"), kw.get("local_directory")
-            raise RuntimeError("no cluster in this test")
-
-    monkeypatch.setattr(distributed, "LocalCluster", FakeCluster)
-    with pytest.raises(graph.ExecutorUnavailable, match="cannot start a local Dask cluster"):
-        graph.local_cluster_executor(1, local_directory=str(tmp_path / "scratch"))
-    assert seen == {"tmp": str(tmp_path / "scratch"), "local": str(tmp_path / "scratch")}
+    systmp, scratch = tmp_path / "systmp", tmp_path / "scratch"
+    systmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(systmp))  # the workers' system temporary directory
+    monkeypatch.setattr(tempfile, "tempdir", None)  # and this process's, found again from TMPDIR
+    ex = graph.local_cluster_executor(1, local_directory=str(scratch))
+    try:
+        space = scratch / "dask-scratch-space"
+        locks = sorted(p.name for p in space.glob("*.lock")) if space.is_dir() else []
+        worker_locks = list(space.glob("worker-*.dirlock"))
+        assert locks == ["global.lock", "purge.lock"] and len(worker_locks) == 1
+        assert len(ex.worker_pids) == 1
+        assert not list(systmp.rglob("*.lock")) and not list(systmp.rglob("*.dirlock"))
+    finally:
+        ex.close()
+    assert not list(space.glob("worker-*")), "the worker's space outlived its cluster"
 
 
 # --------------------------------------------------------------------------- 18: clear errors

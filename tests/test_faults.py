@@ -32,6 +32,9 @@ def test_killed_builds_rebuild_to_the_clean_result(box):
     c = fs.kill_rounds(box, random.Random(3), 2, "0")
     c.add(fs.kill_rounds(box, random.Random(4), 1, "2"))
     _clean(c)
+    # every round killed two builds while they ran (a build that had finished before its kill was retried
+    # with a shorter delay and does not count), and each round's rebuild was then judged
+    assert c.interrupted == 6 and c.inputs == 3, "\n".join(c.notes)
 
 
 def test_two_builds_at_once_on_one_cache_and_one_output(box):

@@ -152,10 +152,38 @@ def test_compile_directory_builds_every_unit(tmp_path):
             np.testing.assert_allclose(got[out_name], expected, rtol=rtol, atol=atol, err_msg=f"{name}.{out_name}")
 
 
+_TRACE_ALL = """
+import hashlib, json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.test_frontend_corpus import NAMES, _trace
+print(json.dumps({n: hashlib.sha256(_trace(n)).hexdigest() for n in NAMES}))
+"""
+
+
+def _traced_in_a_process(hash_seed: str) -> dict[str, str]:
+    """Every unit's KLR digest, traced in a fresh interpreter with ``PYTHONHASHSEED=hash_seed``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    root = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, "-c", _TRACE_ALL, root], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_tracing_is_deterministic():
-    """The same unit traced twice gives the same bytes (the build's cache keys on them)."""
-    for name in NAMES:
-        assert _trace(name) == _trace(name), name
+    """The same unit traced in two processes with different string hashing gives the same bytes (the build's
+    cache keys on them, and workers trace in processes of their own); and the same as here."""
+    import hashlib
+
+    first, second = _traced_in_a_process("1"), _traced_in_a_process("4242")
+    assert sorted(first) == NAMES
+    assert [n for n in NAMES if first[n] != second[n]] == []
+    assert first[NAMES[0]] == hashlib.sha256(_trace(NAMES[0])).hexdigest()
 
 
 def test_units_stay_small_enough_for_the_interpreter():

@@ -13,6 +13,7 @@ bugs show the equality check catches a wrong trip count.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 
@@ -23,12 +24,12 @@ from tests import klr_loops
 from tusk import stages
 from tusk.examples import klr_kernels
 from tusk.examples.generate import KERNELS
-from tusk.ir.enums import LOOP_OPCODES, Op
+from tusk.ir.enums import LOOP_OPCODES, FnKind, Op
 from tusk.ir.errors import VerifyError
 from tusk.ir.module import Module
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.sim.timing import makespan
+from tusk.sim.timing import makespan, simulate
 from tusk.stages import raise_loops as rl
 from tusk.stages.deps import BuildFDeps
 from tusk.stages.host import host_module_for
@@ -94,7 +95,11 @@ def test_traced_kernel_keeps_its_outputs_and_every_loop_is_raised_then_unrolled(
     flat = _unroll(after)
     assert _count(flat, LOOP_OPCODES | set(BRANCHES)) == 0
     assert _same(before, flat, inputs), f"{name}: the unrolled kernel computes something else"
-    assert makespan(BuildFDeps().run(flat)[0]) is not None
+    tl = simulate(BuildFDeps().run(flat)[0])
+    assert 0 < tl.lower_bound <= tl.makespan < math.inf
+    kernel = [t for t in tl.calls.values()] or [tl]  # the kernel's own timeline: every instruction timed in order
+    assert sum(len(k.end) for k in kernel) == sum(len(f.insts) for f in flat.functions if f.kind == FnKind.NKI)
+    assert all((k.start <= k.end).all() and k.end.max() <= k.makespan for k in kernel)
     if stats["loops"]:
         kept = _unroll(before)  # without raise_loops the register loops stay and cannot be timed
         assert kept.n_insts() == before.n_insts() and makespan(BuildFDeps().run(kept)[0]) is None

@@ -16,7 +16,7 @@ from tusk.workflows.pipeline import Entry, _labelled, resolve
 
 
 @pytest.fixture(autouse=True)
-def test_passes(monkeypatch):
+def registered_test_passes(monkeypatch):
     for name, target in TEST_REGISTRY.items():
         monkeypatch.setitem(stages.REGISTRY, name, target)
 
@@ -163,14 +163,22 @@ def test_damaged_intermediate_object_is_rebuilt_when_needed(store):
     rep = build(units(), steps(tag="z"), store)
     tiled = [s for u, s in rep.executions() if u == "tiled"]
     assert tiled == ["test_count", "test_per_function"]
-    assert rep.unit("tiled").ok and store.load(middle) is not None
+    assert rep.unit("tiled").ok and rep.unit("tiled").steps[2].output == middle
+    # the object is back, intact, and is what test_count makes of its input
+    assert store.verify_object(middle) is None
+    again = store.load(middle)
+    assert content_hash(again) == middle and again.attributes["test_count"] == again.n_insts()
 
 
 def test_missing_host_object_is_put_back(store):
     first = build(units(), steps(), store)
-    store.discard(first.unit("family").steps[0].input)
+    host = first.unit("family").steps[0].input
+    store.discard(host)
+    assert not store.has(host)
     rep = build(units(), steps(tag="q"), store)
-    assert rep.unit("family").ok
+    assert rep.unit("family").ok and rep.unit("family").steps[0].input == host
+    assert store.has(host) and store.verify_object(host) is None
+    assert store.load(host) == every_family_module()  # put back: the unit's own module
 
 
 def test_a_failing_pass_fails_its_unit_and_the_others_complete(store):

@@ -28,7 +28,7 @@ PASSES = [("test_expand", {}), ("test_scale", {"factor": 3.0}), ("test_count", {
 
 
 @pytest.fixture(autouse=True)
-def test_passes(monkeypatch):
+def registered_test_passes(monkeypatch):
     for name, target in TEST_REGISTRY.items():
         monkeypatch.setitem(stages.REGISTRY, name, target)
 

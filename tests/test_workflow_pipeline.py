@@ -19,7 +19,7 @@ from tusk.workflows.pipeline import (
 
 
 @pytest.fixture
-def test_passes(monkeypatch):
+def registered_test_passes(monkeypatch):
     for name, target in TEST_REGISTRY.items():
         monkeypatch.setitem(stages.REGISTRY, name, target)
 
@@ -51,20 +51,20 @@ def test_only_available_passes_run_and_the_rest_are_listed():
     assert [s.label for s in res.steps] == [e.label for e in default_pipeline() if e.label in ran]
 
 
-def test_set_changes_a_typed_option(test_passes):
+def test_set_changes_a_typed_option(registered_test_passes):
     entries = apply_sets(_labelled([Entry("test_scale"), Entry("test_count")]), ["test_scale.factor=2.5"])
     step = resolve(entries).steps[0]
     assert step.options == {"factor": 2.5} and step.spec == "test_scale{factor=2.5}"
 
 
-def test_set_enabled_false_drops_a_step(test_passes):
+def test_set_enabled_false_drops_a_step(registered_test_passes):
     entries = apply_sets(_labelled([Entry("test_scale"), Entry("test_count")]), ["test_scale.enabled=false"])
     res = resolve(entries)
     assert [s.name for s in res.steps] == ["test_count"]
     assert res.unavailable == [("test_scale", "disabled")]
 
 
-def test_set_addresses_one_occurrence_of_a_repeated_pass(test_passes):
+def test_set_addresses_one_occurrence_of_a_repeated_pass(registered_test_passes):
     entries = _labelled([Entry("test_scale"), Entry("test_count"), Entry("test_scale")])
     assert [e.label for e in entries] == ["test_scale", "test_count", "test_scale#2"]
     apply_sets(entries, ["test_scale#2.factor=3"])
@@ -73,7 +73,7 @@ def test_set_addresses_one_occurrence_of_a_repeated_pass(test_passes):
     assert [s.options["factor"] for s in resolve(entries).steps if s.name == "test_scale"] == [4.0, 4.0]
 
 
-def test_set_errors_name_the_problem(test_passes):
+def test_set_errors_name_the_problem(registered_test_passes):
     entries = _labelled([Entry("test_scale")])
     with pytest.raises(TuskError, match="no pass 'unroll_it'"):
         apply_sets(entries, ["unroll_it.x=1"])
@@ -115,7 +115,7 @@ def test_malformed_pipeline_file_names_the_file(tmp_path):
         load_pipeline(f)
 
 
-def test_key_parts_change_with_options_and_version(test_passes):
+def test_key_parts_change_with_options_and_version(registered_test_passes):
     a = resolve(_labelled([Entry("test_scale", {"factor": 1.0})])).steps[0]
     b = resolve(_labelled([Entry("test_scale", {"factor": 2.0})])).steps[0]
     assert a.key_parts() != b.key_parts()

@@ -1,0 +1,547 @@
+"""The loader's columnar path: runs of one-line instructions read column-wise.
+
+See :func:`try_load`: lines that are whole instructions are grouped by their text with every digit
+masked, each group's first line is read by the ordinary reader, and the digit runs that differ
+between members (clone iteration, offsets, dependency iterations) are parsed with numpy into the
+columns.  Anything else (other layouts, other spellings) goes through the ordinary reader, so both
+paths build the same module.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tusk.ir.bir_json.digits import POW10
+from tusk.ir.bir_json.reader import Reader, guarded, open_read
+from tusk.ir.errors import TuskError
+from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, split_clone_name
+
+# ====================================================================== loading
+
+
+BUILD_LINES = 1 << 14     # lines built column-wise at once
+READ_BYTES = 1 << 21       # the file is read this much at a time (temporaries stay below malloc's mmap threshold)
+MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
+LEAF_MAX = 1 << 16         # longer lines are never one instruction
+MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
+_DIGITS = bytes.maketrans(b"0123456789", b"##########")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null|[{}\[\]:,]')
+_RUN = re.compile(rb"[0-9]+")
+
+
+class Fallback(Exception):
+    """The columnar path does not apply; the ordinary reader takes the file."""
+
+
+def try_loads(data: bytes, file: str | None) -> Module | None:
+    """:func:`try_load` for text in memory."""
+    if len(data) < MIN_FAST_BYTES:
+        return None
+    try:
+        return ColumnLoad(file, data).load()
+    except (Fallback, TuskError, ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
+            orjson.JSONDecodeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
+def try_load(path: str) -> Module | None:
+    """The module in ``path`` read column-wise, or None: the ordinary reader then reads the file (and
+    reports any error in it).  Both build the same module."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size < (MIN_FAST_BYTES >> 3 if path.endswith(".gz") else MIN_FAST_BYTES):
+        return None
+    try:
+        return ColumnLoad(path).load()
+    except (Fallback, TuskError, ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
+            orjson.JSONDecodeError, UnicodeDecodeError, OSError, EOFError):
+        return None
+
+
+class _Family:
+    """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
+
+    __slots__ = ("nruns", "slots", "slot_cols", "const_cols", "sign", "generic", "subs")
+
+    def __init__(self, line: bytes):
+        self.subs: dict[bytes, int] = {}
+        self.generic = False
+        obj = orjson.loads(line)
+        if type(obj) is not dict:
+            raise Fallback("not an instruction")
+        runs = _runs_with_paths(line)
+        self.nruns = len(runs)
+        if self.nruns != len(_RUN.findall(line)):
+            raise Fallback("digit runs not accounted for")
+        deps = obj.get("dependencies", [])
+        if ("loop_carried_dependencies" in obj or "unroll_dependencies" in obj or "blocks" in obj
+                or not _canonical_deps(deps)):
+            self.generic = True
+        order = _operand_order(obj)
+        slots: list[tuple[str, int]] = []
+        cols: list[int] = []
+        sign: list[int] = []
+        for r, (path, tok, last, neg) in enumerate(runs):
+            kind = None
+            if path == ("name",) and tok == "str" and last and type(obj.get("name")) is str \
+                    and split_clone_name(obj["name"]):
+                kind = ("name", 0)
+            elif (len(path) == 3 and path[0] == "dependencies" and path[2] == 0 and tok == "str" and last
+                  and type(deps) is list and split_clone_name(deps[path[1]][0])):
+                kind = ("dep", path[1])
+            elif len(path) == 3 and path[2] == "offset" and tok == "int" and (path[0], path[1]) in order:
+                kind = ("off", order[(path[0], path[1])])
+            if kind is not None:
+                slots.append(kind)
+                cols.append(r)
+                sign.append(-1 if neg else 1)
+        self.slots = slots
+        self.slot_cols = np.asarray(cols, dtype=np.int64)
+        self.const_cols = np.setdiff1d(np.arange(self.nruns), self.slot_cols)
+        self.sign = np.asarray(sign, dtype=np.int64)
+
+
+def _canonical_deps(deps: Any) -> bool:
+    if type(deps) is not list:
+        return False
+    names = set()
+    for d in deps:
+        if type(d) is not list or len(d) != 2 or type(d[0]) is not str or type(d[1]) is not str or d[0] in names:
+            return False
+        names.add(d[0])
+    return True
+
+
+def _operand_order(obj: dict) -> dict[tuple[str, int], int]:
+    """(role key, index) of each physical_ap operand -> its position among the instruction's operand rows
+    (the reader appends ins, then indirection_ins, then outs)."""
+    out = {}
+    k = 0
+    for key in ("ins", "indirection_ins", "outs"):
+        ops = obj.get(key, [])
+        if type(ops) is not list:
+            raise Fallback("operands are not a list")
+        for i, o in enumerate(ops):
+            if type(o) is dict and o.get("kind") == "physical_ap" and type(o.get("offset")) is int:
+                out[(key, i)] = k
+            k += 1
+    return out
+
+
+def _runs_with_paths(line: bytes) -> list[tuple[tuple, str, bool, bool]]:
+    """Every run of digits in a one-line JSON object, in order: (path of the value it is in, "key" | "str" |
+    "int" | "num", whether it is the token's last run, whether the token is a negative number)."""
+    out: list[tuple[tuple, str, bool, bool]] = []
+    stack: list[list] = []   # frames: [is_object, key or index, expecting a key]
+    pos = 0
+    for m in _TOKEN.finditer(line):
+        if line[pos:m.start()].strip():
+            raise Fallback("unexpected text")
+        pos = m.end()
+        tok = m.group()
+        c = tok[:1]
+        if c in (b"{", b"["):
+            stack.append([c == b"{", None if c == b"{" else 0, c == b"{"])
+            continue
+        if c in (b"}", b"]"):
+            stack.pop()
+            continue
+        if c == b":":
+            stack[-1][2] = False
+            continue
+        if c == b",":
+            top = stack[-1]
+            if top[0]:
+                top[2] = True
+            else:
+                top[1] += 1
+            continue
+        if c == b'"':
+            runs = _RUN.findall(tok)
+            if stack and stack[-1][0] and stack[-1][2]:  # an object key
+                stack[-1][1] = orjson.loads(tok)
+                kind = "key"
+            else:
+                kind = "str"
+            path = _path(stack)
+            for k in range(len(runs)):
+                out.append((path, kind, k == len(runs) - 1, False))
+            continue
+        runs = _RUN.findall(tok)
+        kind = "int" if _RUN.fullmatch(tok.lstrip(b"-")) else "num"
+        for k in range(len(runs)):
+            out.append((_path(stack), kind, k == len(runs) - 1, tok[:1] == b"-"))
+    if stack or line[pos:].strip():
+        raise Fallback("not one whole object")
+    return out
+
+
+def _path(stack: list[list]) -> tuple:
+    return tuple(f[1] for f in stack)
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows, row -> its distinct row, each distinct row's first row) of a 2-D array of
+    non-negative integers."""
+    zero = np.zeros(1, dtype=np.int64)
+    if not a.shape[1]:
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
+    vary = np.flatnonzero((a != a[0]).any(axis=0))
+    if not len(vary):
+        return a[:1], np.zeros(len(a), dtype=np.int64), zero
+    sub = a[:, vary]
+    bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
+    if sum(bits) <= 62:  # one exact integer per row
+        key = np.zeros(len(a), dtype=np.int64)
+        for j, b in enumerate(bits):
+            key = (key << b) | sub[:, j]
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return a[first], inv.reshape(-1), first
+    _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
+    return a[first], inv.reshape(-1), first
+
+
+class _Run:
+    __slots__ = ("tids", "slots", "generic")
+
+    def __init__(self) -> None:
+        self.tids: list[np.ndarray] = []     # per batch: sub-template id per line (-1 - k: generic line k)
+        self.slots: list[np.ndarray] = []    # per batch: (lines, slots) values
+        self.generic: list[bytes] = []       # texts of lines read one by one
+
+
+class ColumnLoad:
+    """Scan a file line by line (column-wise for runs of one-line instructions), then read the rest."""
+
+    def __init__(self, path: str | None, data: bytes | None = None):
+        self.path, self.data = path, data
+        self.nonce = os.urandom(6).hex()
+        self.marker = f"\x00tusk-run:{self.nonce}:"  # as read back; the text spells \x00 as \\u0000
+        self.skeleton: list[bytes] = []
+        self.families: dict[bytes, int] = {}
+        self.fams: list[_Family] = []
+        self.sub_lines: list[bytes] = []        # sub-template id -> its first line
+        self.sub_family: list[int] = []
+        self.runs: list[_Run] = []
+        self.cur: _Run | None = None
+        self.comma = False
+        self.protos: dict[int, Any] = {}
+        self.used = 0
+        self.lines = 0
+
+    # ------------------------------------------------------------------ scanning
+    def load(self) -> Module:
+        if self.data is not None:
+            buf = memoryview(self.data)
+            at = 0
+            while at < len(buf):
+                end = self.data.rfind(b"\n", at, at + READ_BYTES) + 1 if at + READ_BYTES < len(buf) else len(buf)
+                if end <= at:  # a line longer than the window: take it whole
+                    end = self.data.find(b"\n", at + READ_BYTES) + 1 or len(buf)
+                piece = bytes(buf[at:end])
+                self.scan(piece if piece.endswith(b"\n") else piece + b"\n")
+                at = end
+        else:
+            with open_read(self.path) as fh:
+                rest = b""
+                while True:
+                    data = fh.read(READ_BYTES)
+                    if not data:
+                        break
+                    data = rest + data
+                    cut = data.rfind(b"\n") + 1
+                    if cut:
+                        self.scan(data[:cut])
+                    rest = data[cut:]
+                if rest:
+                    self.scan(rest + b"\n")
+        self.close_run()
+        if not self.runs:
+            raise Fallback("no run of one-line instructions")
+        text = b"".join(self.skeleton)
+        self.skeleton = []
+        root = orjson.loads(text)
+        reader = Reader(self.path)
+        reader.expand = self
+        module = guarded(reader, lambda: reader.module(root))
+        if self.used != len(self.runs):
+            raise Fallback("a run was not where instructions are")
+        return module
+
+    def close_run(self) -> None:
+        if self.cur is not None:
+            self.skeleton.append(b",\n" if self.comma else b"\n")
+            self.cur = None
+
+    def scan(self, chunk: bytes) -> None:
+        tchunk = chunk.translate(_DIGITS)
+        tlines = tchunk.split(b"\n")[:-1]  # the chunk ends with a newline
+        length = np.fromiter(map(len, tlines), dtype=np.int64, count=len(tlines))
+        starts = np.zeros(len(length), dtype=np.int64)
+        np.cumsum(length[:-1] + 1, out=starts[1:])
+        ends = starts + length
+        buf = np.frombuffer(chunk, dtype=np.uint8)
+        safe_s = np.minimum(starts + 1, len(buf) - 1)
+        last, before = buf[np.maximum(ends - 1, 0)], buf[np.maximum(ends - 2, 0)]
+        leaf = ((length >= 2) & (length < LEAF_MAX) & (buf[starts] == 123) & (buf[safe_s] == 34)
+                & ((last == 125) | ((last == 44) & (before == 125))))
+        if chunk.find(b"\\") >= 0:  # lines with an escape are read by the ordinary reader
+            esc = np.flatnonzero(buf == 92)
+            leaf[np.searchsorted(starts, esc, "right") - 1] = False
+        if not leaf.any():
+            self.close_run()
+            self.skeleton.append(chunk)
+            return
+        self.hash_free = chunk.find(b"#") < 0
+        cuts = np.flatnonzero(np.diff(leaf.astype(np.int8))) + 1
+        bounds = [0, *cuts.tolist(), len(leaf)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if not leaf[a]:
+                self.close_run()
+                self.skeleton.append(chunk[starts[a]:ends[b - 1] + 1])
+                continue
+            if self.cur is None:
+                self.cur = _Run()
+                self.skeleton.append(b'"\\u0000tusk-run:' + self.nonce.encode() + b":" + str(len(self.runs)).encode()
+                                     + b'"')
+                self.runs.append(self.cur)
+            self.batch(chunk, buf, tchunk, tlines[a:b], starts[a:b], ends[a:b])
+            self.comma = bool(buf[ends[b - 1] - 1] == 44)
+
+    def batch(self, chunk: bytes, buf: np.ndarray, tchunk: bytes, keys: list[bytes], ls: np.ndarray,
+              le: np.ndarray) -> None:
+        run = self.cur
+        self.lines += len(ls)
+        core = le - (buf[le - 1] == 44)
+        fid = np.fromiter(map(self.families.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+        for i in np.flatnonzero(fid < 0).tolist():
+            f = self.families.get(keys[i])
+            if f is None:
+                if len(self.fams) >= MAX_FAMILIES:
+                    raise Fallback("too many line shapes")
+                f = len(self.fams)
+                self.fams.append(_Family(chunk[ls[i]:core[i]]))
+                self.families[keys[i]] = f
+            fid[i] = f
+        # every digit run of these lines, with its value (digit by digit from the run's end)
+        lo, hi = int(ls[0]), int(le[-1])
+        seg = buf[lo:hi]
+        if self.hash_free:
+            isd = np.frombuffer(tchunk, dtype=np.uint8)[lo:hi] == 35
+        else:
+            isd = (seg >= 48) & (seg <= 57)
+        x = isd.view(np.int8)  # the region starts with "{" and ends with "}" or ",": runs alternate start, end
+        edges = np.flatnonzero(x[1:] != x[:-1]) + 1
+        rs, re_ = edges[0::2], edges[1::2]
+        rl = re_ - rs
+        if len(rl) and rl.max() > 18:
+            raise Fallback("a number too long for the columnar path")
+        vals = seg[re_ - 1].astype(np.int64) - 48
+        live = np.flatnonzero(rl > 1)
+        for k in range(1, int(rl.max()) if len(rl) else 0):
+            vals[live] += (seg[re_[live] - 1 - k].astype(np.int64) - 48) * POW10[k]
+            live = live[rl[live] > k + 1]
+        lead0 = (seg[rs] == 48) & (rl > 1)
+        first_run = np.searchsorted(rs, ls - lo)
+        tids = np.empty(len(ls), dtype=np.int32)
+        width = max((len(self.fams[f].slots) for f in np.unique(fid).tolist()), default=0)
+        slots = np.zeros((len(ls), max(width, 1)), dtype=np.int64)
+        for f in np.unique(fid).tolist():
+            fam = self.fams[f]
+            members = np.flatnonzero(fid == f)
+            if fam.generic:
+                self._generic(run, chunk, ls, core, members, tids)
+                continue
+            idx = first_run[members][:, None] + np.arange(fam.nruns)
+            if fam.nruns and idx.max() >= len(vals):
+                raise Fallback("digit runs do not line up")
+            V = vals[idx] if fam.nruns else np.zeros((len(members), 0), np.int64)
+            bad = np.zeros(len(members), dtype=bool)
+            if len(fam.slot_cols):
+                sc = idx[:, fam.slot_cols]
+                bad |= lead0[sc].any(axis=1)
+                for j, (kind, _) in enumerate(fam.slots):
+                    if kind != "off":
+                        bad |= rl[sc[:, j]] > 9  # a clone iteration has at most 9 digits
+                slots[members, :len(fam.slot_cols)] = V[:, fam.slot_cols] * fam.sign
+            if bad.any():
+                self._generic(run, chunk, ls, core, members[bad], tids)
+                members, V = members[~bad], V[~bad]
+            if not len(members):
+                continue
+            ukeys, inv, ufirst = _distinct_rows(V[:, fam.const_cols])
+            sub_of = np.empty(len(ukeys), dtype=np.int32)
+            for u, k in enumerate(map(bytes, ukeys)):
+                sub = fam.subs.get(k)
+                if sub is None:
+                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                        raise Fallback("not clone-shaped: most lines would be read one by one anyway")
+                    i = int(members[ufirst[u]])
+                    sub = fam.subs[k] = len(self.sub_lines)
+                    self.sub_lines.append(chunk[ls[i]:core[i]])
+                    self.sub_family.append(f)
+                sub_of[u] = sub
+            tids[members] = sub_of[inv]
+        run.tids.append(tids)
+        if len(slots) and np.abs(slots).max() < (1 << 31):
+            slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
+        run.slots.append(slots)
+
+    @staticmethod
+    def _generic(run: _Run, chunk: bytes, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
+                 tids: np.ndarray) -> None:
+        for i in members.tolist():
+            tids[i] = -1 - len(run.generic)
+            run.generic.append(chunk[ls[i]:core[i]])
+
+    # ------------------------------------------------------------------ expanding a run while reading
+    def run(self, reader: Any, fn: Function, text: str, where: str, block: int) -> None:
+        k = int(text.rsplit(":", 1)[1])
+        if not 0 <= k < len(self.runs) or self.runs[k] is None:
+            raise Fallback("run marker out of place")
+        run = self.runs[k]
+        self.runs[k] = None  # type: ignore[call-overload]
+        self.used += 1
+        tids = np.concatenate(run.tids)
+        run.tids = []
+        width = max(s.shape[1] for s in run.slots)
+        dtype = np.result_type(*[s.dtype for s in run.slots])
+        slots = np.zeros((len(tids), width), dtype=dtype)
+        at = 0
+        for s in run.slots:
+            slots[at:at + len(s), :s.shape[1]] = s
+            at += len(s)
+        run.slots = []
+        # stretches of lines built column-wise, and the lines read one by one, in order
+        gen = tids < 0
+        cuts = np.flatnonzero(np.diff(gen.astype(np.int8))) + 1
+        bounds = [0, *cuts.tolist(), len(tids)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if gen[a]:
+                for t in tids[a:b].tolist():
+                    reader.inst(fn, orjson.loads(run.generic[-1 - t]), where, block)
+            else:
+                self.build(reader, fn, tids[a:b], slots[a:b], where, block)
+
+    def proto(self, reader: Any, fn: Function, sub: int, where: str, block: int) -> dict:
+        """Read a sub-template's first line with the ordinary reader; keep its rows as a prototype."""
+        p = self.protos.get(sub)
+        if p is not None:
+            return p
+        fam = self.fams[self.sub_family[sub]]
+        n_ins, n_ops, mark = len(fn.insts), len(fn.operands), reader.refs.mark()
+        checks = (len(reader.deps_to_check), len(reader.carried_to_check))
+        reader.inst(fn, orjson.loads(self.sub_lines[sub]), where, block)
+        if len(fn.insts) != n_ins + 1 or (len(reader.deps_to_check), len(reader.carried_to_check)) != checks:
+            raise Fallback("a template is not one plain instruction")
+        row = {c: fn.insts[c][n_ins] for c in fn.insts.names}
+        ops = {c: fn.operands[c][n_ops:].copy() for c in fn.operands.names}
+        refs = reader.refs.rollback(mark)
+        fn.insts.truncate(n_ins)
+        fn.operands.truncate(n_ops)
+        if any(refs["flavour"]):
+            raise Fallback("carried references in a template")
+        p = {"row": row, "ops": ops, "refs": refs, "fam": fam}
+        self.protos[sub] = p
+        return p
+
+    def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
+        """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
+        of lines at a time, so the temporaries stay small)."""
+        subs = np.unique(tids)
+        index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
+        index[subs] = np.arange(len(subs))
+        P = _Prototypes([self.proto(reader, fn, int(s), where, block) for s in subs.tolist()])
+        nops_all = P.inst["nops"][index[tids]]
+        fn.insts.reserve(len(fn.insts) + len(tids))
+        fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
+        for s0 in range(0, len(tids), BUILD_LINES):
+            _append_lines(reader, fn, P, index[tids[s0:s0 + BUILD_LINES]], slots[s0:s0 + BUILD_LINES], block)
+        fn.invalidate()
+
+
+class _Prototypes:
+    """A build's sub-template prototypes as tables: instruction columns, operand rows and references
+    (concatenated, with each prototype's start), and the slot that fills each of them (-1: none)."""
+
+    def __init__(self, protos: list[dict]):
+        nsub = len(protos)
+        self.inst = {c: np.array([int(p["row"][c]) for p in protos], dtype=np.int64) for c, _ in INST_SCHEMA}
+        self.name_slot = np.full(nsub, -1, dtype=np.int64)
+        op_tables: dict[str, list] = {c: [] for c, _ in OPERAND_SCHEMA}
+        op_slot: list[np.ndarray] = []
+        self.op_start = np.zeros(nsub, dtype=np.int64)
+        ref_cols: dict[str, list] = {f: [] for f in ("name", "iter", "kind")}
+        ref_slot: list[np.ndarray] = []
+        self.ref_start = np.zeros(nsub, dtype=np.int64)
+        self.nrefs = np.zeros(nsub, dtype=np.int64)
+        o = r = 0
+        for k, p in enumerate(protos):
+            nops = len(p["ops"]["role"])
+            osl = np.full(nops, -1, dtype=np.int64)
+            nr = len(p["refs"]["dst"])
+            rsl = np.full(nr, -1, dtype=np.int64)
+            for j, (kind, q) in enumerate(p["fam"].slots):
+                if kind == "name":
+                    self.name_slot[k] = j
+                elif kind == "off":
+                    osl[q] = j
+                else:
+                    rsl[q] = j
+            for c in op_tables:
+                op_tables[c].append(p["ops"][c])
+            op_slot.append(osl)
+            self.op_start[k] = o
+            o += nops
+            for f in ref_cols:
+                ref_cols[f].append(np.asarray(p["refs"][f], dtype=np.int64))
+            ref_slot.append(rsl)
+            self.ref_start[k] = r
+            self.nrefs[k] = nr
+            r += nr
+        self.ops = {c: np.concatenate(v) for c, v in op_tables.items()}
+        self.op_slot = np.concatenate(op_slot)
+        self.ref_name, self.ref_iter, self.ref_kind = (np.concatenate(ref_cols[f]) for f in ("name", "iter", "kind"))
+        self.ref_slot = np.concatenate(ref_slot)
+
+
+def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, sl: np.ndarray, block: int) -> None:
+    """Append lines of prototypes ``local`` (indices into ``P``) with slot values ``sl`` to ``fn``."""
+    n = len(local)
+    rows0 = len(fn.insts)
+    lines = np.arange(n)
+    ns = P.name_slot[local]
+    it = np.where(ns >= 0, sl[lines, np.maximum(ns, 0)], P.inst["iter"][local])
+    nops = P.inst["nops"][local]
+    J = concat_ranges(P.op_start[local], nops)
+    owner = np.repeat(lines, nops)
+    OP = {c: v[J] for c, v in P.ops.items()}
+    osl = P.op_slot[J]
+    OP["offset"] = np.where(osl >= 0, sl[owner, np.maximum(osl, 0)], OP["offset"])
+    starts = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(nops[:-1], out=starts[1:])
+    starts += len(fn.operands)
+    fn.operands.extend(len(J), **OP)
+    cols = {c: P.inst[c][local] for c, _ in INST_SCHEMA}
+    cols.update(block=block, iter=it, ops=starts)
+    fn.insts.extend(n, **cols)
+    nr = P.nrefs[local]
+    if nr.any():
+        K = concat_ranges(P.ref_start[local], nr)
+        rowner = np.repeat(lines, nr)
+        rsl = P.ref_slot[K]
+        riter = np.where(rsl >= 0, sl[rowner, np.maximum(rsl, 0)], P.ref_iter[K])
+        reader.refs.add_arrays(dst=(rows0 + rowner).astype(np.int32),
+                               block=np.full(len(K), block, dtype=np.int32), name=P.ref_name[K].astype(np.int32),
+                               iter=riter.astype(np.int32), kind=P.ref_kind[K].astype(np.int8),
+                               flavour=np.zeros(len(K), dtype=np.int8),
+                               payload=np.full(len(K), -1, dtype=np.int32))

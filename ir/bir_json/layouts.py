@@ -1,0 +1,123 @@
+"""Templates of instruction lines and the chunk's lines assembled from them.
+
+A :class:`Template` is an instruction's line with slots (clone iteration, dependency iterations,
+offsets, integers of attribute records); a :class:`Layout` is a template as one chunk spells it
+(slots whose value is the same in every member spelled in); :func:`assemble` builds a chunk's lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tusk.ir.bir_json.digits import write_numbers
+from tusk.ir.module import concat_ranges
+
+SEP = b",\n"  # after every instruction line of a chunk
+
+
+class Template:
+    __slots__ = ("const_len", "parts", "slots", "tid")
+
+    def __init__(self, parts: list[bytes], slots: list[tuple[str, int]]):
+        self.parts = parts
+        self.slots = slots
+        self.const_len = sum(len(p) for p in parts)
+        self.tid = -1  # its row in the writer's tables of slots, once it has one
+
+
+class Layout:
+    """A template as one chunk spells it: constant slots spelled in, the others ("pad": right-aligned in a
+    field of fixed width; "var": as many characters as the row's value has, per layout class)."""
+
+    __slots__ = ("cols", "const_len", "modes", "raw")
+
+    def __init__(self, t: Template, consts: dict[int, int], modes: list[tuple[str, int]], cols: list[int]):
+        parts = [t.parts[0]]
+        for j in range(len(t.slots)):
+            if j in consts:
+                parts[-1] += str(consts[j]).encode() + t.parts[j + 1]
+            else:
+                parts.append(t.parts[j + 1])
+        self.raw = parts
+        self.modes = modes
+        self.cols = cols  # the template slot of each mode (the column of the chunk's slot values)
+        self.const_len = sum(len(p) for p in parts) + sum(w for m, w in modes if m == "pad")
+
+
+
+
+def assemble(n: int, cls: np.ndarray, inv: np.ndarray, layouts: dict, values: np.ndarray, widths: np.ndarray,
+              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes],
+              skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
+    """The chunk's lines, each followed by ",\n", in one byte array.
+
+    Each layout class has one skeleton line (its constant bytes, blanks where its numbers go); the chunk
+    is its rows' skeletons (and the one-by-one rendered lines) joined in order, then every number of
+    every row is written into it at once, digit position by digit position.  The work per class is a
+    little Python; the work per row and per number is numpy over the whole chunk, so many small classes
+    (rotated buffers, per-clone records) cost no more than a few large ones."""
+    classes, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
+    skels: list[bytes] = []
+    f_col: list[list[int]] = []
+    f_width: list[list[int]] = []
+    f_slot: list[list[int]] = []
+    for k, r0 in zip(classes.tolist(), first.tolist()):
+        if k >= 0:
+            lay = layouts[int(inv[r0])]
+            key = (id(lay), *widths[r0].tolist())
+            hit = skeletons.get(key)
+            if hit is None:
+                hit = skeletons[key] = _skeleton(lay, widths[r0])
+        else:
+            hit = (b"", [], [], [])
+        skels.append(hit[0])
+        f_col.append(hit[1])
+        f_width.append(hit[2])
+        f_slot.append(hit[3])
+    lines = list(map(skels.__getitem__, cinv.reshape(-1).tolist()))
+    for r, text in zip(generic_rows.tolist(), texts):
+        lines[r] = text + SEP
+    buf = bytearray().join(lines)
+    counts = np.array([len(c) for c in f_col], dtype=np.int64)
+    if counts.any():
+        starts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        cinv = cinv.reshape(-1)
+        per_row = counts[cinv]
+        idx = concat_ranges(starts[cinv], per_row)
+        owner = np.repeat(np.arange(n), per_row)
+        row_start = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1] + 2, out=row_start[1:])
+        flat = list(itertools.chain.from_iterable(f_col))
+        fw = np.asarray(list(itertools.chain.from_iterable(f_width)), dtype=np.int64)[idx]
+        end = row_start[owner] + np.asarray(flat, dtype=np.int64)[idx] + fw - 1  # last character of the field
+        v = values[owner, np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
+        write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
+    return [buf]
+
+
+def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int]]:
+    """The line of a layout class with blanks for its numbers; their columns, widths and slots."""
+    cols: list[int] = []
+    widths: list[int] = []
+    slots: list[int] = []
+    head: list[bytes] = []
+    col = 0
+    wl = w.tolist()
+    for j, part in enumerate(t.raw):
+        head.append(part)
+        col += len(part)
+        if j < len(t.modes):
+            mode, fixed = t.modes[j]
+            n = fixed if mode == "pad" else wl[t.cols[j]] >> 1
+            cols.append(col)
+            widths.append(n)
+            slots.append(t.cols[j])
+            head.append(b" " * n)
+            col += n
+    head.append(SEP)
+    return b"".join(head), cols, widths, slots
+
+
