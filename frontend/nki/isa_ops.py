@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tusk.frontend.errors import Unsupported, unsupported
+from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_signature import engine, reduce_cmd
 from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
@@ -287,6 +288,7 @@ def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
     only a reduction that starts from zero and is read out (``reduce_res``) is taken."""
     if reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle:
         return
+    isa_accum.forget()  # the register is not tracked through this instruction
     if reduce_res is None:
         raise refuse(call, "reduce_res", None, "the accumulator registers are not kept across calls; give "
                      "reduce_res")
@@ -425,6 +427,35 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
     part = tr.tile(dst.shape, dst.dtype, "psum")
     nl_matmul_into(part, stationary, moving, call, transpose)
     tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
+
+
+DOUBLE_ROW = ("double_row", "double_row_gen3")  # 2.x matmul_perf_mode.double_row; 1.x spelled the string
+
+
+def double_row(call: str, perf_mode: Any, stationary: View, moving: View) -> bool:
+    """Whether ``perf_mode`` packs two rows (FP8 double-row): stationary [K, 2, M], moving [K, 2, N]."""
+    mode = getattr(perf_mode, "value", perf_mode)
+    if mode in (None, "none"):
+        return False
+    if mode not in DOUBLE_ROW:
+        raise refuse(call, "perf_mode", perf_mode, "none or double_row")
+    if stationary.ndim != 3 or moving.ndim != 3 or stationary.shape[1] != 2 or moving.shape[1] != 2:
+        raise unsupported(f"{call} perf_mode={mode}: stationary {list(stationary.shape)} and moving "
+                          f"{list(moving.shape)} (double_row takes [K, 2, M] and [K, 2, N] tiles)")
+    return True
+
+
+def perf_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any, transpose: bool,
+                double: bool) -> None:
+    """nc_matmul; double-row: the two packed rows are two contractions into the same PSUM tile (the same
+    sums: the PE adds the pair's products into one accumulator)."""
+    if not double:
+        nc_matmul(call, dst, stationary, moving, accumulate, transpose)
+        return
+    if transpose:
+        raise refuse(call, "is_transpose", True, "not with perf_mode double_row")
+    for row in range(2):
+        nc_matmul(call, dst, stationary[:, row, :], moving[:, row, :], accumulate if row == 0 else True)
 
 
 def nl_matmul_into(dst: View, stationary: View, moving: View, call: str, transpose: bool = False) -> None:
@@ -570,23 +601,29 @@ def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false
     elif isinstance(f, View):
         f = nl._as_column(f)
     res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
-    native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(res), dst=dst,
-           predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,
-           reduceCmd=accum_cmd(call, cmd), reduceOp=alu(reduce_op, call), reversePred=bool(reverse_pred),
-           dtype=dst.dtype)
+    red = alu(reduce_op, call)
+
+    def emit(c: Any, r: View | None) -> None:
+        native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(r), dst=dst,
+               predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=r,
+               reduceCmd=accum_cmd(call, c), reduceOp=red, reversePred=bool(reverse_pred), dtype=dst.dtype)
+    isa_accum.reducing(call, dst, cmd, red, res, emit)
 
 
 def range_select(call: str, dst: View, on_true: View, comp_op0: Any, comp_op1: Any, bound0: View, bound1: View,
                  cmd: Any, reduce_res: Any, reduce_op: Any, range_start: Any, on_false: Any) -> None:
     same_size(call, dst, on_true, "on_true_tile")
-    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    res = None if reduce_res is None else column_of(reduce_res, dst.shape[0], f"{call} reduce_res")
     if not number(range_start) or not number(on_false):
         raise unsupported(f"{call}: range_start and on_false_value are numbers")
-    native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(res), dst=dst,
-           reduceCommand=accum_cmd(call, cmd), reduceRes=res,
-           reduceOp=None if reduce_op is None else alu(reduce_op, call), compOp0=alu(comp_op0, call),
-           compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
-           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+    red = alu(reduce_op if reduce_op is not None else nl.maximum, call)
+
+    def emit(c: Any, r: View | None) -> None:
+        native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(r), dst=dst,
+               reduceCommand=accum_cmd(call, c), reduceRes=r, reduceOp=red, compOp0=alu(comp_op0, call),
+               compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
+               onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+    isa_accum.reducing(call, dst, cmd, red, res, emit)
 
 
 def max8(call: str, dst: View, src: View) -> None:
@@ -691,13 +728,26 @@ def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:
 
 def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any, imm0: Any, imm1: Any,
                              cmd: Any) -> None:
+    """``reg = op1(op0(src[:, k], imm0), reg); dst[:, k] = reg``; ``reduce`` continues the register an
+    earlier cumulative instruction left (its last output column, :mod:`isa_accum`), as a load_reduce."""
     same_size(call, dst, src, "src")
     rows = src.shape[0]
     i0 = imm_or_column(imm0, rows, f"{call} imm0")
-    i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    if cmd == reduce_cmd.reduce:
+        i1: Any = isa_accum.register(call)
+        cmd = reduce_cmd.load_reduce
+    else:
+        i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    if cmd == reduce_cmd.load_reduce and i1 is None:
+        raise refuse(call, "imm1", None, "reduce_cmd.load_reduce loads the register from imm1")
     native(call, "tensor_scalar_cumulative", reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
            op1=alu(op1, call), imm0=i0, imm1=i1, reduceCmd=accum_cmd(call, cmd), reverse="none",
            dtype=dst.dtype)
+    if cmd in (reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+        isa_accum.left_by(isa_accum.last_op(),
+                          lambda o: isa_accum.copy_of(isa_accum.last_column(isa_accum.written(o, dst), call)))
+    else:
+        isa_accum.forget()
 
 
 def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pred: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
-from tusk.frontend.nki.isa_ops import any_view, refuse, tile
+from tusk.frontend.nki.isa_ops import any_view, tile
 from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
     dge_mode,
     dma_engine,
@@ -56,11 +56,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=matmul_perf_mode.none, name=None):
     call = "nisa.nc_matmul"
-    if perf_mode not in (matmul_perf_mode.none, "none", None):
-        raise refuse(call, "perf_mode", perf_mode, "FP8 double-row packing")
+    st, mv = tile(stationary, f"{call} stationary"), tile(moving, f"{call} moving")
     # tile_position / tile_size place the matmul on part of the PE array: the same products
-    ops.nc_matmul(call, tile(dst, f"{call} dst"), tile(stationary, f"{call} stationary"),
-                  tile(moving, f"{call} moving"), accumulate, bool(is_transpose))
+    ops.perf_matmul(call, tile(dst, f"{call} dst"), st, mv, accumulate, bool(is_transpose),
+                    ops.double_row(call, perf_mode, st, mv))
 
 
 @documented("nisa.nc_transpose")
