@@ -35,6 +35,7 @@ from typing import Any
 
 from tusk.frontend import nki as _nki
 from tusk.frontend.errors import TraceError, current_user_line, in_tusk
+from tusk.frontend.nki import compiler as _compiler
 from tusk.frontend.nki import isa_v1 as _isa_v1
 from tusk.frontend.nki import isa_v2 as _isa_v2
 from tusk.frontend.nki import language as _language
@@ -44,10 +45,10 @@ from tusk.frontend.nki import typing as _typing
 _NKI_V1 = types.ModuleType("neuronxcc.nki", _nki.__doc__)
 _NKI_V1.__dict__.update({k: v for k, v in vars(_nki).items() if not k.startswith("__")})
 _NKI_V1.isa = _isa_v1
+_NKI_V1.compiler = _compiler
 _NKI_V1.__path__ = []  # a package, as `nki` is: absent submodules of it get stand-ins
 
-_ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
-_ISA_CONSTANTS.__dict__.update(_isa_v1.ENUMS)
+_ISA_CONSTANTS = _isa_v1.constants  # `from neuronxcc.nki.isa.constants import dge_mode`, `from nki.isa import constants`
 
 _PACKAGE = types.ModuleType("neuronxcc")
 _PACKAGE.__path__ = []  # a package, so `import neuronxcc.nki.language` walks it
@@ -57,16 +58,19 @@ ALIASES: dict[str, types.ModuleType] = {
     "nki": _nki,
     "nki.language": _language,
     "nki.isa": _isa_v2,
+    "nki.isa.constants": _ISA_CONSTANTS,
     "nki.typing": _typing,
+    "nki.compiler": _compiler,
     "neuronxcc": _PACKAGE,
     "neuronxcc.nki": _NKI_V1,
     "neuronxcc.nki.language": _language,
     "neuronxcc.nki.isa": _isa_v1,
     "neuronxcc.nki.isa.constants": _ISA_CONSTANTS,
     "neuronxcc.nki.typing": _typing,
+    "neuronxcc.nki.compiler": _compiler,
 }
 NKI_ROOTS = ("nki", "neuronxcc")  # names of the NKI packages: an absent submodule is "not supported"
-NKI_SUBMODULES = ("compiler", "collectives")  # NKI modules Tusk does not have: attributes of nki as stand-ins
+NKI_SUBMODULES = ("collectives",)  # NKI modules Tusk does not have: attributes of nki as stand-ins
 # NKI's decorator under the names of framework packages that re-export it (torch_neuronx): kept even when the
 # framework is absent, so `from torch_neuronx import nki_jit` then `@nki_jit` marks a kernel
 REEXPORTED = {"torch_neuronx.nki_jit": _nki.jit, "torch_neuronx.xla_impl.ops.nki_jit": _nki.jit}

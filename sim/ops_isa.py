@@ -333,7 +333,10 @@ def h_stream_shuffle(fr: Frame, i: int) -> None:
     """``dst[q] = src[32 * (q // 32) + mask[q % 32]]``; mask 255 leaves ``dst[q]`` as it is."""
     ins, outs = _io(fr, i, 1)
     mask = [int(m) for m in fr.attrs(i).get("mask", ())]
-    src, old = rows(fr.value(ins[0])), rows(fr.value(outs[0]))
+    src = rows(fr.value(ins[0]))
+    keeps = len(mask) < 32 or 255 in mask
+    # dst is read only where a partition keeps its value (255): a full mask overwrites every partition
+    old = rows(fr.value(outs[0])) if keeps else np.empty(rows(fr.access(outs[0]).read()).shape, np.float32)
     if src.shape[1] != old.shape[1]:
         raise TuskError(f"shuffle: {src.shape[1]} source elements per partition, {old.shape[1]} destination")
     out = old.copy()

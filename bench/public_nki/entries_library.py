@@ -10,6 +10,7 @@ from .entry import Entry
 
 L = "aws-neuron+nki-library/src/nkilib_src/nkilib"
 G = "library"
+BF16_MM = "the kernel documents float32 softmax and bfloat16 for its other operations: bf16 tolerance"
 
 
 def e(name, file, fn, inputs, ref, **kw) -> Entry:
@@ -177,14 +178,14 @@ ENTRIES = [
       args=("reduction=mean", "positions_per_batch=32", "chunk_size=2048", "dtype=float32", "inplace=false"),
       ranges=((-4, 4), (0, 2048), (8, 9)), ints=(1,), atol=1e-5, rtol=1e-3),
     e("lib_depthwise_conv1d", "experimental/conv/depthwise_conv1d.py", "depthwise_conv1d_implicit_gemm",
-      ["f32[1,4,1,64]", "f32[4,1,1,3]"], _depthwise, grid="2", atol=1e-3),
+      ["f32[1,4,1,64]", "f32[4,1,1,3]"], _depthwise, args=("feature_group_count=4",), grid="2", atol=1e-3),
     e("lib_conv1d", "experimental/conv/conv1d.py", "conv1d", ["f32[1,64,128]", "f32[3,64,32]"], _conv1d,
       atol=1e-3),
     e("lib_attention_cte", "core/attention/attention_cte.py", "attention_cte",
-      ["f32[1,128,64]", "f32[1,64,128]", "f32[1,128,64]"], _attention, atol=1e-3, rtol=1e-3),
+      ["f32[1,128,64]", "f32[1,64,128]", "f32[1,128,64]"], _attention, atol=1e-2, rtol=1e-2, note=BF16_MM),
     e("lib_attention_cte_noncausal", "core/attention/attention_cte.py", "attention_cte",
       ["f32[1,128,64]", "f32[1,64,128]", "f32[1,128,64]"], _attention, args=("causal_mask=false",),
-      atol=1e-3, rtol=1e-3),
+      atol=1e-2, rtol=1e-2, note=BF16_MM),
     e("lib_attention_bwd", "core/attention/attention_bwd.py", "attention_bwd",
       ["f32[1,1,64,128]", "f32[1,1,64,128]", "f32[1,1,64,128]", "f32[1,1,64,128]", "f32[1,1,64,128]",
        "f32[1,1,128,1]"], None, note="no reference: the lse layout [tile, seq // tile] is not documented enough"),
@@ -194,5 +195,5 @@ ENTRIES = [
     e("lib_output_projection_tkg", "core/output_projection/output_projection_tkg.py", "output_projection_tkg",
       ["f32[64,1,2,4]", "f32[128,256]"], _out_proj_tkg, atol=1e-3),
     e("lib_mlp", "core/mlp/mlp.py", "mlp", ["f32[1,128,256]", "f32[256,512]", "f32[256,512]", "f32[512,256]"],
-      _mlp, atol=1e-3, rtol=1e-3),
+      _mlp, atol=1e-3, rtol=1e-3, note="upstream mlp.py does not parse (a docstring closed early, line 203)"),
 ]

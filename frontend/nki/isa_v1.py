@@ -17,6 +17,7 @@ from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, refuse, tile
 from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
     ENUMS,
+    constants,
     dge_mode,
     dma_engine,
     documented,

@@ -14,6 +14,7 @@ from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, tile
 from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
+    constants,
     dge_mode,
     dma_engine,
     documented,

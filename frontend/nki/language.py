@@ -37,7 +37,21 @@ tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
 dtype = Dtype
 
 
-class NKIObject:
+class _NKIObjectType(type):
+    """NKI configuration classes declare fields as plain class attributes (``section_idx = None``) under
+    ``@dataclass``, which makes them no fields; NKI still takes them as keywords: set them after ``__init__``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        fields = getattr(cls, "__dataclass_fields__", None)
+        declared = {} if fields is None else {k: kwargs.pop(k) for k in list(kwargs)
+                                               if k not in fields and hasattr(cls, k)}
+        obj = super().__call__(*args, **kwargs)
+        for k, v in declared.items():
+            setattr(obj, k, v)
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """The base of NKI 2.x kernel configuration classes (usually dataclasses)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -299,6 +313,9 @@ def _memset(dst: View, value: Any) -> None:
 
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     _no_keywords("nl.load", kw)
+    if isinstance(src, View) and getattr(src.tensor, "shared_constant", False) and mask is None:
+        # 1.x's nl.shared_identity_matrix is an HBM constant kernels nl.load; Tusk builds it on chip: a copy
+        return copy(src, dtype=dtype)
     src = _hbm(src, "nl.load")
     tr = current()
     if src.shape[0] > PARTITIONS:

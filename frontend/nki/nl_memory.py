@@ -108,6 +108,7 @@ def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = "uint8", dst: Any =
     tr = current()
     if dst is None:
         out = tr.tile((n, n), as_dtype(dtype))
+        out.tensor.shared_constant = True  # type: ignore[attr-defined]  # nl.load of it is a copy (1.x)
     else:
         out = nl._tile(dst, "nl.shared_identity_matrix dst")
         if out.shape != (n, n):
