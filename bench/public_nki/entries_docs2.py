@@ -12,7 +12,7 @@ from .refs import mamba, pool2d
 X = "aws-neuron+aws-neuron-sdk/nki/examples"
 MX = "aws-neuron+aws-neuron-sdk/nki/deep-dives/src/mxfp-matmul"
 G = "docs2"
-BY_DESIGN = "a docs example of an error: expected to be refused at its line"
+BY_DESIGN = "expected refusal: a docs example of an error, refused at its line"
 MX_NOTE = "MX (microscaling) quantized matmul: no numpy reference written for the MX formats"
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from tusk.frontend.errors import Unsupported, unsupported
 from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
-from tusk.frontend.nki.isa_signature import engine, reduce_cmd
+from tusk.frontend.nki.isa_signature import engine, oob_mode, reduce_cmd
 from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
 from tusk.frontend.tracer import LoopBegin, Op, current
 
@@ -95,8 +95,16 @@ def reads(*xs: Any) -> tuple[View, ...]:
 
 
 # ---------------------------------------------------------------------------- data movement
-def dma_copy(call: str, dst: View, src: View) -> None:
-    """``dst = src`` by DMA; dtypes convert through float32 (an ncCopy on chip beside the DMA)."""
+def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate: bool = False) -> None:
+    """``dst = src`` by DMA (``accumulate``: ``dst += src``, a read-modify-write DMA); dtypes convert through
+    float32 (an ncCopy on chip beside the DMA).  ``oob``: :func:`dma_bounds`."""
+    dst, src = dma_bounds(call, dst, src, oob)
+    if accumulate:
+        if src.dtype != dst.dtype or dst.shape != src.shape and dst.elements != src.elements:
+            raise unsupported(f"{call} dst_rmw_op of a {src.dtype}{list(src.shape)} source into a "
+                              f"{dst.dtype}{list(dst.shape)} destination (the same dtype and size)")
+        current().op("dma", (src, dst), (dst,), dst=dst, src=src, accumulate=True)
+        return
     if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
         raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
     if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
@@ -820,3 +828,61 @@ def register_load(call: str, dst: Any, src: View) -> None:
 def register_store(call: str, dst: View, src: Any) -> None:
     d, s = single(dst, f"{call} dst"), register(src, f"{call} src")
     native(call, "tensor_store", (), (d,), dst=d, src=s.name)
+
+
+# ---------------------------------------------------------------------------- indirect DMA bounds
+def oob_name(call: str, mode: Any) -> str:
+    if mode == oob_mode.error:
+        return "error"
+    if mode == oob_mode.skip:
+        return "skip"
+    raise refuse(call, "oob_mode", mode, "nisa.oob_mode.error or .skip")
+
+
+
+def static_rows(v: View) -> np.ndarray | None:
+    """The rows an indirect view reads or writes when its index tile is an ``nisa.iota`` the trace made
+    (and nothing wrote since): known now, so out-of-bounds indices are decided at the call."""
+    idx = v.vector
+    if idx is None:
+        return None
+    tr = current()
+    for e in reversed(tr.prog):
+        if isinstance(e, Op) and any(w.tensor is idx.tensor for w in e.writes):
+            dst = e.params.get("dst")
+            if e.kind != "iota" or dst is None or dst.offset != idx.offset or dst.dims[0] != idx.dims[0]:
+                return None
+            if not (number(e.params["offset"]) and number(e.params["channel_multiplier"])):
+                return None
+            if any(int(s) != 0 and int(n) != 1 for s, n in e.params["pattern"]):
+                return None  # one value per partition: the offset and the channel multiplier
+            parts = np.arange(idx.shape[0], dtype=np.int64)
+            return int(e.params["offset"]) + int(e.params["channel_multiplier"]) * parts
+        if isinstance(e, LoopBegin):
+            return None
+    return None
+
+
+def dma_bounds(call: str, dst: View, src: View, oob: str) -> tuple[View, View]:
+    """``oob_mode`` of an indirect DMA whose indices are known at the call: ``error`` refuses an index past
+    the tensor's rows here; ``skip`` leaves out the rows it names (kept to a leading run of rows, which a
+    narrowed access says).  Indices read at run time stay the DMA's own bounds check."""
+    side = dst if dst.vector is not None else src
+    rows = static_rows(side)
+    if rows is None:
+        return dst, src
+    n = side.tensor.shape[0]
+    inside = (rows >= 0) & (rows < n)
+    if inside.all():
+        return dst, src
+    bad = int(rows[~inside][0])
+    if oob == "error":
+        raise unsupported(f"{call}: index {bad} of the index tile is outside the {n} rows of "
+                          f"{side.tensor.name} (oob_mode=error)")
+    keep = int(np.argmin(inside)) if not inside[0] else int(inside.sum())
+    if not inside[:keep].all() or inside[keep:].any():
+        raise unsupported(f"{call} oob_mode=skip with in-bounds indices that are not a leading run of the "
+                          "index tile's partitions")
+    if keep == 0:
+        raise unsupported(f"{call} oob_mode=skip where every index is outside {side.tensor.name}")
+    return dst.narrowed({0: keep}), src.narrowed({0: keep})

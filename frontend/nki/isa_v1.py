@@ -52,10 +52,10 @@ def _masked(mask: Any, *views: View) -> list[View]:
 @documented("nisa.dma_copy")
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     call = "nisa.dma_copy"
-    if dst_rmw_op is not None:
-        raise refuse(call, "dst_rmw_op", dst_rmw_op, "a read-modify-write DMA")
+    if dst_rmw_op is not None and ops.alu(dst_rmw_op, f"{call} dst_rmw_op") != "add":
+        raise refuse(call, "dst_rmw_op", dst_rmw_op, "the DMA engine adds (np.add)")
     d, s = _masked(mask, any_view(dst, f"{call} dst"), any_view(src, f"{call} src"))
-    ops.dma_copy(call, d, s)
+    ops.dma_copy(call, d, s, oob=ops.oob_name(call, oob_mode), accumulate=dst_rmw_op is not None)
 
 
 @documented("nisa.tensor_copy")

@@ -39,7 +39,8 @@ get_nc_version = documented("nisa.get_nc_version")(get_nc_version)
 @documented("nisa.dma_copy")
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name=None):
-    ops.dma_copy("nisa.dma_copy", any_view(dst, "nisa.dma_copy dst"), any_view(src, "nisa.dma_copy src"))
+    ops.dma_copy("nisa.dma_copy", any_view(dst, "nisa.dma_copy dst"), any_view(src, "nisa.dma_copy src"),
+                 oob=ops.oob_name("nisa.dma_copy", oob_mode))
 
 
 @documented("nisa.tensor_copy")

@@ -1,0 +1,121 @@
+"""Indirect DMAs with ``oob_mode`` and ``dst_rmw_op``, ``nki.compiler`` allocation hints, ``nki.isa.constants``,
+configuration dataclasses and a full-mask stream shuffle: kernels written for these tests, traced, run in the
+interpreter (strict: every byte read was written) and compared with numpy."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+V1 = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.compiler as ncc
+"""
+V2 = """\
+from dataclasses import dataclass
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.isa import constants
+"""
+RNG = np.random.default_rng(11)
+
+
+def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    path = tmp_path / "k.py"
+    path.write_text(header + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs), inputs)
+
+
+GATHER = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        idx = nisa.iota(5 * nl.arange(16)[:, None], dtype=np.int32)
+        t = nisa.memset(shape=(16, 8), value=-2.0, dtype=nl.float32)
+        ip, jf = nl.mgrid[0:16, 0:8]
+        nisa.dma_copy(src=x[idx, jf], dst=t[ip, jf], oob_mode=nisa.oob_mode.MODE)
+        nl.store(out, t)
+        return out
+"""
+
+
+def test_oob_skip_leaves_the_rows_past_the_tensor_as_they_were(tmp_path):
+    x = RNG.uniform(-1, 1, (40, 8)).astype(np.float32)
+    got = run(tmp_path, V1, GATHER.replace("MODE", "skip"), {"x": x})["out"]
+    want = np.full((16, 8), -2.0, np.float32)
+    want[:8] = x[5 * np.arange(8)]  # 5 * 8 = 40 is the first index past the 40 rows
+    np.testing.assert_array_equal(got, want)
+
+
+def test_oob_error_with_a_known_index_past_the_tensor_is_refused_at_the_call(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V1 + textwrap.dedent(GATHER.replace("MODE", "error")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[40,8]"])
+    assert "bad.py:13:" in str(e.value) and "index 40 of the index tile is outside the 40 rows" in str(e.value)
+
+
+def test_dst_rmw_op_adds_into_the_scattered_rows(tmp_path):
+    x = RNG.uniform(-1, 1, (8, 16)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((24, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nisa.memset(shape=(24, 16), value=3.0, dtype=nl.float32))
+            t = nl.load(x)
+            idx = nisa.iota(3 * nl.arange(8)[:, None] + 1, dtype=np.int32)
+            ip, jf = nl.mgrid[0:8, 0:16]
+            nisa.dma_copy(dst=out[idx, jf], src=t, dst_rmw_op=np.add)
+            return out
+    """, {"x": x})["out"]
+    want = np.full((24, 16), 3.0, np.float32)
+    want[3 * np.arange(8) + 1] += x
+    np.testing.assert_array_equal(got, want)
+
+
+def test_compiler_allocation_hints_are_the_plain_buffers(tmp_path):
+    x = RNG.uniform(-1, 1, (32, 64)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            a = nl.ndarray((nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+            b = nl.ndarray((nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda *i: (0, 0)))
+            a[...] = nl.load(x)
+            b[...] = nl.exp(a)
+            nl.store(out, b)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+def test_isa_constants_configuration_dataclasses_and_a_full_mask_shuffle(tmp_path):
+    x = RNG.uniform(-1, 1, (32, 16)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @dataclass
+        class Config(nl.NKIObject):
+            shift = None
+
+        @nki.jit
+        def k(x):
+            cfg = Config(shift=3)
+            out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x, dge_mode=constants.dge_mode.hwdge)
+            moved = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(dst=moved, src=t, shuffle_mask=[(i + cfg.shift) % 32 for i in range(32)])
+            nisa.dma_copy(dst=out, src=moved)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_array_equal(got, x[(np.arange(32) + 3) % 32])
