@@ -119,3 +119,18 @@ def test_isa_constants_configuration_dataclasses_and_a_full_mask_shuffle(tmp_pat
             return out
     """, {"x": x})["out"]
     np.testing.assert_array_equal(got, x[(np.arange(32) + 3) % 32])
+
+
+def test_a_returned_sbuf_tile_is_an_output_holding_its_contents(tmp_path):
+    x = RNG.uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            total = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.exp(nl.load(x))
+            nl.store(total, nl.sum(t, axis=1, keepdims=True))
+            return t, total
+    """, {"x": x})
+    returned = next(v for n, v in got.items() if n != "total")
+    np.testing.assert_allclose(returned, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(got["total"][:, 0], np.exp(x).sum(1), rtol=1e-5)

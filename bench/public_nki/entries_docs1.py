@@ -82,7 +82,8 @@ def _range_select(x, a):
     on_true, b0, b1 = x
     pos = int(a["range_start"]) + np.arange(on_true.shape[1])[None, :]
     sel = np.where((pos >= b0) & (pos < b1), on_true, FP32_MIN)
-    return [sel, sel.max(axis=1, keepdims=True)]
+    # KLR outputs in creation order: the reduce_result HBM tensor, then the returned SBUF tile's copy
+    return [sel.max(axis=1, keepdims=True), sel]
 
 
 def _range_select_chain(x, a):
