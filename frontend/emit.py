@@ -83,10 +83,13 @@ class Emitter:
         dims = v.dims
         if v.tensor.on_chip and len(dims) == 1:
             dims = dims + ((1, 1),)  # a column: partitions, one element each
-        scalar, indirect = None, 0
+        scalar: Any = None
+        indirect = 0
         if not v.offset.is_static:
             scalar = self.forms[v.offset.terms]
             indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
+        elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile>): a memory scalar offset
+            scalar, indirect = self.ap(v.scalar), v.indirect_dim
         vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
         return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, vector=vector, indirect_dim=indirect)
 
@@ -329,8 +332,8 @@ WHOLE_TILE = frozenset({
 
 def merged(v: View) -> View:
     """Unit dims dropped (the partition dim stays) and contiguous neighbours joined: the same elements."""
-    if v.vector is not None:
-        return v  # a gather/scatter: its first dim walks the index tile's rows
+    if v.vector is not None or getattr(v, "scalar", None) is not None:
+        return v  # a gather/scatter (its first dim walks the index tile's rows), or a runtime-offset access
     dims = [d for k, d in enumerate(v.dims) if d[1] != 1 or (k == 0 and v.tensor.on_chip)]
     out: list[tuple[int, int]] = []
     for stride, n in dims:
@@ -366,6 +369,9 @@ def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, A
         sub = dict(params)
         for k in same:
             v = views[k]
+            if getattr(v, "scalar", None) is not None:
+                raise TraceError(f"{where}: not supported: an ap(scalar_offset=<a tile>) access of more than "
+                                 f"{MAX_DIMS} dimensions")
             sub[k] = View(v.tensor, v.offset + j * v.dims[1][0], v.dims[:1] + v.dims[2:], ())
         out.extend(_fit(kind, sub))
     return out

@@ -134,3 +134,37 @@ def test_a_returned_sbuf_tile_is_an_output_holding_its_contents(tmp_path):
     returned = next(v for n, v in got.items() if n != "total")
     np.testing.assert_allclose(returned, np.exp(x), rtol=1e-6)
     np.testing.assert_allclose(got["total"][:, 0], np.exp(x).sum(1), rtol=1e-5)
+
+
+SCALAR_OFFSET = """
+    @nki.jit
+    def k(table, which):
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        w = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w, src=which)
+        rows = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        for i in range(4):
+            src = table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=w.ap(pattern=[[1, 1], [1, 1]], offset=i),
+                           indirect_dim=0)
+            nisa.dma_copy(dst=rows[i:i + 1, :], src=src)
+        nisa.dma_copy(dst=out, src=rows)
+        return out
+"""
+
+
+def test_ap_scalar_offset_of_a_tile_moves_the_access_at_run_time(tmp_path):
+    table = RNG.uniform(-1, 1, (10, 8)).astype(np.float32)
+    which = np.array([[7], [0], [9], [3]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(SCALAR_OFFSET))
+    got = run_klr(trace_file(path, "k", ["f32[10,8]", "i32[4,1]"]), {"table": table, "which": which})["out"]
+    np.testing.assert_array_equal(got, table[which[:, 0]])
+
+
+def test_a_view_of_a_runtime_offset_access_is_refused(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(SCALAR_OFFSET.replace("nisa.dma_copy(dst=rows[i:i + 1, :], src=src)",
+                                                               "nisa.dma_copy(dst=rows[i:i + 1, 0:4], src=src[:, 0:4])")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[10,8]", "i32[4,1]"])
+    assert "bad.py:17:" in str(e.value) and "__getitem__ of an ap(scalar_offset=<a tile>) access" in str(e.value)

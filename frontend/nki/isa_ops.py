@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tusk.frontend import scalar_offset
 from tusk.frontend.errors import Unsupported, unsupported
 from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
@@ -103,7 +104,8 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
         if src.dtype != dst.dtype or dst.shape != src.shape and dst.elements != src.elements:
             raise unsupported(f"{call} dst_rmw_op of a {src.dtype}{list(src.shape)} source into a "
                               f"{dst.dtype}{list(dst.shape)} destination (the same dtype and size)")
-        current().op("dma", (src, dst), (dst,), dst=dst, src=src, accumulate=True)
+        current().op("dma", (src, dst, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src,
+                     accumulate=True)
         return
     if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
         raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
@@ -123,7 +125,7 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
             src = stage
         else:
             raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
-    tr.op("dma", (src,), (dst,), dst=dst, src=src)
+    tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src)
 
 
 def _squeezed(v: View) -> tuple[int, ...]:
