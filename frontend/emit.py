@@ -282,6 +282,9 @@ class Emitter:
     def op_nc_n_gather(self, **p: Any) -> None:
         self._klr_operator("ncNGather", **p)
 
+    def op_nonzero_with_count(self, **p: Any) -> None:
+        self._klr_operator("nonzeroWithCount", **p)
+
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
@@ -327,7 +330,7 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather"})
+    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count"})
 
 
 def merged(v: View) -> View:

@@ -24,6 +24,7 @@ from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
+from tusk.sim.memory import from_compute, to_compute
 from tusk.sim.ops import (
     ACTIVATIONS,
     F32,
@@ -399,6 +400,53 @@ def h_sequence_bounds(fr: Frame, i: int) -> None:
     fr.store(outs[0], np.stack([start, end], axis=1).astype(ids.dtype))
 
 
+def partitions_written(acc, parts: np.ndarray) -> bool:
+    st = acc.loc.storage
+    if st.written is None or acc.count == 0:
+        return True
+    mask, idx = acc._mask_index()
+    return bool(mask[parts].all()) if mask is not None else bool(st.written[idx[parts]].all())
+
+
+def mark_partitions(acc, parts: np.ndarray) -> None:
+    """Strict mode: only these partitions (first axis of the access) were written."""
+    st = acc.loc.storage
+    if st.written is None or acc.count == 0:
+        return
+    mask, idx = acc._mask_index()
+    if mask is not None:
+        mask[parts] = True
+    else:
+        st.written[idx[parts]] = True
+
+
+def h_nonzero_with_count(fr: Frame, i: int) -> None:
+    """Partitions 0, 16, ... 112 of dst: src's nonzero positions (+ index_offset), padding_val, the count; the
+    other partitions are not written (strict mode keeps them unwritten)."""
+    ins, outs = _io(fr, i, 1)
+    attrs = fr.attrs(i)
+    src_acc = fr.access(ins[0])
+    parts = src_acc.shape[0]
+    # a core whose source partition nothing wrote computes from garbage: its dst partition stays unwritten
+    # (strict mode then refuses whatever reads it), as a partial store of garbage would be caught
+    keep = np.array([p for p in range(0, parts, 16) if not fr.m.strict or partitions_written(src_acc, np.array([p]))],
+                    dtype=np.int64)
+    src = rows(to_compute(src_acc.read(), fr.dtype[ins[0]]))  # only partitions 0, 16, ... are used
+    acc = fr.access(outs[0])
+    n = src.shape[1]
+    out = rows(to_compute(acc.read(), fr.dtype[outs[0]])).copy()
+    if out.shape != (parts, n + 1):
+        raise TuskError(f"nonzero_with_count of {src.shape} source elements writes {out.shape}")
+    for p in keep.tolist():
+        nz = np.flatnonzero(src[p])
+        out[p] = int(fr.maybe_affine(attrs.get("padding_val", -1)))
+        out[p, :nz.size] = nz + int(fr.maybe_affine(attrs.get("index_offset", 0)))
+        out[p, n] = nz.size
+    acc.write(from_compute(out.reshape(-1), fr.dtype[outs[0]]))
+    if fr.m.strict:
+        mark_partitions(acc, keep)
+
+
 def h_dma_transpose(fr: Frame, i: int) -> None:
     """DMACopy ``mode`` Transpose: the source's four dimensions permuted by ``transpose_op``."""
     attrs = fr.attrs(i)
@@ -514,6 +562,7 @@ ISA_HANDLERS: dict[int, Handler] = {
     Op.Gather: variant(h_n_gather, h_gather, "within_partition"),
     Op.Exponential: h_exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
+    OPCODE_BY_NAME["NonzeroWithCount"]: h_nonzero_with_count,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
     OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
     OPCODE_BY_NAME["Rng"]: h_rng,

@@ -168,3 +168,45 @@ def test_a_view_of_a_runtime_offset_access_is_refused(tmp_path):
     with pytest.raises(TraceError) as e:
         trace_file(path, "k", ["f32[10,8]", "i32[4,1]"])
     assert "bad.py:17:" in str(e.value) and "__getitem__ of an ap(scalar_offset=<a tile>) access" in str(e.value)
+
+
+def test_nonzero_with_count_fills_the_first_partition_of_each_gpsimd_core(tmp_path):
+    x = (RNG.uniform(0, 1, (32, 24)) > 0.6).astype(np.float32) * RNG.uniform(1, 2, (32, 24)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 25), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            r = nl.ndarray((32, 25), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.nonzero_with_count(dst=r, src=t, index_offset=100, padding_val=-7)
+            nisa.dma_copy(dst=out[0:1, :], src=r[0:1, :])
+            nisa.dma_copy(dst=out[1:2, :], src=r[16:17, :])
+            return out
+    """, {"x": x})["out"]
+    for row, p in ((0, 0), (1, 16)):
+        nz = np.flatnonzero(x[p])
+        want = np.full(25, -7)
+        want[:nz.size] = nz + 100
+        want[24] = nz.size
+        np.testing.assert_array_equal(got[row], want)
+
+
+def test_nonzero_with_count_leaves_the_other_partitions_unwritten(tmp_path):
+    from tusk.frontend.check import UnwrittenOutput
+
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 9), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            r = nl.ndarray((32, 9), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.nonzero_with_count(dst=r, src=t)
+            nisa.dma_copy(dst=out, src=r[0:2, :])
+            return out
+    """))
+    with pytest.raises(Exception) as e:
+        run_klr(trace_file(path, "k", ["f32[32,8]"]), {"x": np.ones((32, 8), np.float32)})
+    assert isinstance(e.value, UnwrittenOutput) or "uninitialised" in str(e.value)

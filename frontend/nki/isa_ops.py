@@ -760,6 +760,22 @@ def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any
         isa_accum.forget()
 
 
+def nonzero_with_count(call: str, dst: View, src: View, index_offset: Any, padding_val: Any) -> None:
+    """In partitions 0, 16, ..., 112 (each GpSimd core's first): the indices of src's nonzero elements (plus
+    index_offset), then padding_val, then their count in dst's extra last element; other partitions of dst
+    keep their values (so dst is read too)."""
+    if dst.shape[0] != src.shape[0] or free(dst) != free(src) + 1:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} (the same partitions, one "
+                          "element more per partition: the count)")
+    if not (number(index_offset) and number(padding_val)) or isinstance(index_offset, float) \
+            or isinstance(padding_val, float):
+        raise unsupported(f"{call} index_offset={index_offset!r} padding_val={padding_val!r} (ints)")
+    if "int" not in dst.dtype:
+        raise unsupported(f"{call} into a {dst.dtype} tile (indices are integers: an int32 dst)")
+    native(call, "nonzero_with_count", (src, dst), (dst,), dst=dst, src=src, indexOffset=int(index_offset),
+           paddingVal=int(padding_val))
+
+
 def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pred: bool) -> None:
     """``dst = src where predicate`` (else dst keeps its values: it is read too)."""
     same_size(call, dst, predicate, "predicate")

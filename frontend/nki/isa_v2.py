@@ -260,6 +260,12 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
                                  reduce_cmd)
 
 
+@documented("nisa.nonzero_with_count")
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
+    call = "nisa.nonzero_with_count"
+    ops.nonzero_with_count(call, tile(dst, f"{call} dst"), tile(src, call), index_offset, padding_val)
+
+
 @documented("nisa.tensor_copy_predicated")
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     call = "nisa.tensor_copy_predicated"
