@@ -200,3 +200,21 @@ def test_arg_values_name_nki_and_numpy_objects():
     assert parse_value("nl._private") == "nl._private"
     assert arg_text(parse_value("nl.add")) == "tusk.frontend.nki.language.add"  # no address in the key
     assert arg_text(parse_value("np.less")) == "numpy.less"
+
+
+def test_reduce_after_an_untracked_accumulating_instruction_is_refused(tmp_path):
+    msg = refused(tmp_path, V2, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(d, t, nl.add, nl.add, 0.0)
+            nisa.tensor_scalar_reduce(d, t, nl.multiply, 2.0, nl.add, r)
+            nisa.tensor_scalar_cumulative(d, t, nl.add, nl.add, 0.0, reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=out, src=d)
+            return out
+    """, ["f32[8,8]"])
+    assert "bad.py:15:" in msg and "no earlier" in msg

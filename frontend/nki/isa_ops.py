@@ -354,6 +354,7 @@ def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any
                      "kept across calls")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
+    isa_accum.forget()  # an accumulating instruction the register is not tracked through
     native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
            reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
 
