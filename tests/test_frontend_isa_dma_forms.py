@@ -210,3 +210,31 @@ def test_nonzero_with_count_leaves_the_other_partitions_unwritten(tmp_path):
     with pytest.raises(Exception) as e:
         run_klr(trace_file(path, "k", ["f32[32,8]"]), {"x": np.ones((32, 8), np.float32)})
     assert isinstance(e.value, UnwrittenOutput) or "uninitialised" in str(e.value)
+
+
+GATHER_TRANSPOSE = """
+    @nki.jit
+    def k(src_tensor, idx_tensor):
+        idx = nl.load(idx_tensor)
+        dst = CALL(src_tensor[idx])
+        out = nl.ndarray((16, 8), dtype=src_tensor.dtype, buffer=nl.shared_hbm)
+        nl.store(out, dst)
+        return out
+"""
+
+
+def test_dma_transpose_of_gathered_rows_gathers_first(tmp_path):
+    src = RNG.uniform(-1, 1, (32, 16)).astype(np.float32)
+    idx = np.array([[3], [1], [7], [0], [9], [2], [5], [30]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent(GATHER_TRANSPOSE.replace("CALL", "nisa.dma_transpose")))
+    out = run_klr(trace_file(path, "k", ["f32[32,16]", "i32[8,1]"]), {"src_tensor": src, "idx_tensor": idx})["out"]
+    np.testing.assert_array_equal(out, src[idx[:, 0]].T)
+
+
+def test_load_transpose2d_of_gathered_rows_is_refused_not_wrong(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V1 + textwrap.dedent(GATHER_TRANSPOSE.replace("CALL", "nl.load_transpose2d")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[32,16]", "i32[8,1]"])
+    assert "bad.py:10:" in str(e.value) and "nl.load_transpose2d of gathered rows" in str(e.value)

@@ -703,6 +703,14 @@ def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
         raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
     if src.dtype != dst.dtype:
         raise unsupported(f"{call} from {src.dtype} to {dst.dtype}")
+    if dst.vector is not None or getattr(dst, "scalar", None) is not None:
+        raise unsupported(f"{call} into an indirect or runtime-offset destination")
+    if src.vector is not None or getattr(src, "scalar", None) is not None:
+        # gathered rows: gather them into SBUF first, then transpose there (a permuted view of the gather
+        # would lose its index tile)
+        stage = fresh(src.shape, src.dtype)
+        dma_copy(call, stage, src)
+        src = stage
     if src.tensor.on_chip:
         # KLR dmaTranspose permutes four access dims: unit dims go after the partition dim of both views
         pad = 4 - src.ndim
