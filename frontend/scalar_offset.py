@@ -44,6 +44,8 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
         raise unsupported("ap(scalar_offset=) of a tile that is itself read at a runtime offset")
     if not v.offset.is_static:
         raise unsupported("ap(scalar_offset=<a tile>) together with a loop-index offset")
+    if v.tensor.on_chip:  # the compute instructions rebuild their tiles' views: only DMAs keep the offset
+        raise unsupported(f"ap(scalar_offset=<a tile>) of on-chip tile {v.tensor.name} (of an HBM tensor only)")
     return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
 
 
