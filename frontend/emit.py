@@ -130,7 +130,10 @@ class Emitter:
         label = f"loop.{self._labels}"
         for form in self.init_at.get(var, ()):
             k.reg_move(self.forms[form], sum(c * v.start for v, c in form))
-        k.reg_move(bound, var.start + var.step * var.trip)
+        if getattr(var, "bound_reg", None) is not None:  # nl.dynamic_range(reg): the bound is the kernel's register
+            self._klr_operator("registerAluOp", dst=bound, src=var.bound_reg, imm=0, op="add")
+        else:
+            k.reg_move(bound, var.start + var.step * var.trip)
         loop = k.dynamic_loop(counter, var.start, bound, var.step, label)
         loop.__enter__()
         self.open_loops[var] = loop

@@ -238,3 +238,47 @@ def test_load_transpose2d_of_gathered_rows_is_refused_not_wrong(tmp_path):
     with pytest.raises(TraceError) as e:
         trace_file(path, "k", ["f32[32,16]", "i32[8,1]"])
     assert "bad.py:10:" in str(e.value) and "nl.load_transpose2d of gathered rows" in str(e.value)
+
+
+RUNTIME_LOOP = """
+    @nki.jit
+    def k(x, n):
+        out = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        fill = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=fill, value=-1.0)
+        nisa.dma_copy(dst=out, src=fill)
+        n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=n_sb, src=n)
+        trips = nisa.register_alloc()
+        nisa.register_load(trips, n_sb)
+        row = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=row, value=0)
+        for i in nl.dynamic_range(trips):
+            t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x.ap(pattern=[[8, 8], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0))
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out.ap(pattern=[[8, 8], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0), src=t)
+            nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=8)
+            USE
+        return out
+"""
+
+
+@pytest.mark.parametrize("trips", [1, 3])
+def test_dynamic_range_bounded_by_a_register_runs_that_many_times(tmp_path, trips):
+    x = RNG.uniform(-1, 1, (32, 8)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(RUNTIME_LOOP.replace("USE", "pass")))
+    got = run_klr(trace_file(path, "k", ["f32[32,8]", "i32[1,1]"]),
+                  {"x": x, "n": np.array([[trips]], np.int32)})["out"]
+    want = np.full((32, 8), -1.0, np.float32)
+    want[:8 * trips] = 2 * x[:8 * trips]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_index_of_a_register_bounded_loop_is_refused_where_it_is_used(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(RUNTIME_LOOP.replace("USE", "j = i * 8")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[32,8]", "i32[1,1]"])
+    assert "bad.py:26:" in str(e.value) and "bounded by a register" in str(e.value)

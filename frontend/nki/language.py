@@ -96,6 +96,11 @@ class _Range:
     def __init__(self, kind: str, args: tuple):
         if not 1 <= len(args) <= 3:
             raise unsupported(f"nl.{kind} with {len(args)} arguments")
+        from tusk.frontend.nki.runtime_loop import register_bound
+        self.reg = register_bound(kind, args) if kind == "dynamic_range" else None
+        if self.reg is not None:  # a trip count read at run time: frontend/nki/runtime_loop.py
+            self.kind, self.r, self.n = kind, range(0), -1
+            return
         try:
             r = range(*[int(Affine.of(a)) for a in args])
         except (TraceError, TypeError, ValueError):
@@ -106,9 +111,15 @@ class _Range:
         self.kind, self.r, self.n = kind, r, n
 
     def __len__(self) -> int:
+        if self.reg is not None:
+            raise unsupported(f"len() of an nl.{self.kind} loop bounded by a register")
         return self.n
 
     def __iter__(self):
+        if self.reg is not None:
+            from tusk.frontend.nki.runtime_loop import iterate
+            yield from iterate(self.kind, self.reg)
+            return
         r, n = self.r, self.n
         if n <= 1:  # nothing to loop over: a static body (or none)
             yield from r
