@@ -218,3 +218,28 @@ def test_reduce_after_an_untracked_accumulating_instruction_is_refused(tmp_path)
             return out
     """, ["f32[8,8]"])
     assert "bad.py:15:" in msg and "no earlier" in msg
+
+
+def test_fp8_e5m2_double_row_matmul_runs_in_the_interpreter(tmp_path):
+    sa = RNG.integers(-3, 4, (128, 2, 4)).astype(np.float32)
+    sb = RNG.integers(-3, 4, (128, 2, 32)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(sa, sb):
+            out = nl.ndarray((4, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            c = nisa.nc_matmul(nl.load(sa), nl.load(sb), perf_mode="double_row_gen3")
+            nl.store(out, c)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["fp8_e5m2[128,2,4]", "fp8_e5m2[128,2,32]"]), {"sa": sa, "sb": sb})["out"]
+    np.testing.assert_array_equal(got, np.einsum("kli,klj->ij", sa, sb))
+
+
+def test_e5m2_rounds_to_nearest_even_and_overflows_to_infinity():
+    from tusk.sim.memory import e5m2_to_f32, f32_to_e5m2
+
+    x = np.array([1.125, 1.375, -1.75, 57344.0, 61439.0, 61440.0, 2.0 ** -17, np.nan], np.float32)
+    got = e5m2_to_f32(f32_to_e5m2(x))
+    np.testing.assert_array_equal(got[:6], [1.0, 1.5, -1.75, 57344.0, 57344.0, np.inf])
+    assert got[6] == 0.0 and np.isnan(got[7])  # 2**-17 is halfway to the smallest subnormal: even, zero
