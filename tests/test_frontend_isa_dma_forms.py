@@ -282,3 +282,18 @@ def test_the_index_of_a_register_bounded_loop_is_refused_where_it_is_used(tmp_pa
     with pytest.raises(TraceError) as e:
         trace_file(path, "k", ["f32[32,8]", "i32[1,1]"])
     assert "bad.py:26:" in str(e.value) and "bounded by a register" in str(e.value)
+
+
+def test_nl_gather_flattened_indexes_every_partitions_flattened_free_dims(tmp_path):
+    data = RNG.uniform(-1, 1, (16, 4, 8)).astype(np.float32)
+    idx = RNG.integers(0, 32, (16, 6)).astype(np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(data, idx):
+            out = nl.ndarray((16, 6), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.gather_flattened(nl.load(data), nl.load(idx)))
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[16,4,8]", "i32[16,6]"]), {"data": data, "idx": idx})["out"]
+    np.testing.assert_array_equal(got, np.take_along_axis(data.reshape(16, -1), idx, axis=1))

@@ -12,6 +12,18 @@ from .refs import FP32_MIN, bf16, match_replace8, scan, scattered_rows, sequence
 T = "aws-neuron+aws-neuron-sdk/nki/test"
 G = "docs1"
 RANDOM = "draws random numbers on the device (nl.rand / dropout): nothing deterministic to compare with"
+KEPT = "dropout is random: the reference takes which elements dropped from the output and checks the rest"
+
+
+def _dropped(x, a, got):
+    """Every element dropout kept is the input's (NKI's dropout zeroes, it does not rescale)."""
+    return [np.where(got[0] == 0, 0.0, x[0])]
+
+
+def _gathered(x, a, got):
+    """nl.gather_flattened of the kernel's own (random) data and indices, both outputs."""
+    data, idx = got[0], got[1]
+    return [data, idx, np.take_along_axis(data, idx.astype(np.int64), axis=-1)]
 
 
 def e(name, file, fn, inputs, ref, **kw) -> Entry:
@@ -158,9 +170,9 @@ ENTRIES = [
     e("d1_dma_gather_transpose_sb2sb", "test_nki_isa_dma_transpose.py", "nki_dma_gather_transpose_3d_sb2sb",
       ["u16[32,4,128]", "u32[32,1]"], lambda x, a: [np.transpose(x[0][x[1][:, 0].astype(int)], (2, 1, 0))],
       ranges=((0, 1000), (0, 32)), ints=(0, 1)),
-    e("d1_dropout", "test_nki_isa_dropout.py", "nki_dropout", ["f32[128,512]", "f32[128,1]"], None,
-      ranges=((-1, 1), (0, 1)), note=RANDOM),
-    e("d1_dropout_scalar", "test_nki_isa_dropout.py", "nki_dropout_scalar", ["f32[128,512]"], None, note=RANDOM),
+    e("d1_dropout", "test_nki_isa_dropout.py", "nki_dropout", ["f32[128,512]", "f32[128,1]"], _dropped,
+      ranges=((-1, 1), (0, 1)), note=KEPT),
+    e("d1_dropout_scalar", "test_nki_isa_dropout.py", "nki_dropout_scalar", ["f32[128,512]"], _dropped, note=KEPT),
     e("d1_iota", "test_nki_isa_iota.py", "nki_iota", [], _iota),
     e("d1_local_gather", "test_nki_isa_local_gather.py", "nki_local_gather", ["f32[128,512,4]", "u16[128,4]"],
       _local_gather, args=("num_elem_per_idx=4", "num_valid_indices=64", "output_shape=(128,4,16,4)"),
@@ -255,7 +267,8 @@ ENTRIES = [
     e("d1_nl_broadcast_to", "test_nki_nl_broadcast.py", "test_nl_broadcast", ["i32[1,64]"],
       lambda x, a: [np.repeat(x[0], 128, axis=0)], ranges=((-100, 100),), ints=(0,)),
     e("d1_nl_dslice", "test_nki_nl_dslice.py", "example_kernel", ["f32[128,1024]"], lambda x, a: [x[0]]),
-    e("d1_gather_flattened", "test_nki_nl_gather_flattened.py", "nki_gather_flattened", [], None, note=RANDOM),
+    e("d1_gather_flattened", "test_nki_nl_gather_flattened.py", "nki_gather_flattened", [], _gathered,
+      note="its data is nl.rand: the reference gathers from the data output"),
     e("d1_load_store", "test_nki_nl_load_store.py", "example_kernel", ["f32[128,512]"], lambda x, a: [x[0]]),
     e("d1_load_store_scalar", "test_nki_nl_load_store.py", "example_kernel", ["f32[128,512]"],
       lambda x, a: [np.full((128, 512), 100.0, np.float32)], args=("use_scalar=true",)),
