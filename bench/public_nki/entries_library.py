@@ -172,7 +172,9 @@ ENTRIES = [
       _rope_hf),
     e("lib_cascaded_max", "core/max/cascaded_max.py", "cascaded_max", ["f32[1,4,1024]"], _cascaded_max),
     e("lib_find_nonzero_indices", "core/subkernels/find_nonzero_indices.py", "find_nonzero_indices",
-      ["f32[128,8]"], _nonzero, ranges=((0, 2),), ints=(0,), grid="2"),
+      ["f32[128,8]"], _nonzero, ranges=((0, 2),), ints=(0,), grid="2", options={"strict": False},
+      note="its transposing matmul reads partitions nothing wrote (only into rows GpSimd ignores): run from "
+      "random memory, not strict"),
     e("lib_find_nonzero_indices_with_count", "experimental/benchmark/find_nonzero_indices_with_count.py",
       "find_nonzero_indices_with_count", ["f32[1,256]"], _nonzero_count, ranges=((0, 2),), ints=(0,)),
     e("lib_indexed_flatten", "core/subkernels/indexed_flatten.py", "indexed_flatten", ["f32[4,512]", "i32[4]"],
