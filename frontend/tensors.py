@@ -288,7 +288,11 @@ class View:
             raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
         if any(isinstance(k, (View, Tensor)) for k in key[1:]):
             raise unsupported("more than one index tile in a subscript (only the first axis)")
-        rest = self[(slice(0, 1),) + tuple(key[1:])]
+        vectors = [k for k in key[1:] if isinstance(k, IndexVector)]
+        # the rows axis as a one-row index of the same kind as the others: nl.arange indices do not mix with
+        # slices (``t[idx[i_p, 0], iy, iz]`` with 3-D aranges)
+        first: Any = IndexVector(1, ndim=vectors[0].ndim, dim=0) if vectors else slice(0, 1)
+        rest = self[(first,) + tuple(key[1:])]
         if not rest.offset.is_static:
             raise unsupported("an index tile together with a loop-index offset in one subscript")
         rows = index.shape[0]

@@ -297,3 +297,23 @@ def test_nl_gather_flattened_indexes_every_partitions_flattened_free_dims(tmp_pa
     """))
     got = run_klr(trace_file(path, "k", ["f32[16,4,8]", "i32[16,6]"]), {"data": data, "idx": idx})["out"]
     np.testing.assert_array_equal(got, np.take_along_axis(data.reshape(16, -1), idx, axis=1))
+
+
+def test_gathered_rows_subscripted_with_aranges_then_transposed(tmp_path):
+    src = RNG.uniform(-1, 1, (20, 3, 16)).astype(np.float32)
+    idx = np.array([[4], [19], [0], [7], [7], [2], [11], [5]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(src, idx_t):
+            idx = nl.load(idx_t)
+            i_p = nl.arange(8)[:, None]
+            iy = nl.arange(3)[None, :, None]
+            iz = nl.arange(16)[None, None, :]
+            t = nisa.dma_transpose(src[idx[i_p, 0], iy, iz], axes=(2, 1, 0))
+            out = nl.ndarray((16, 3, 8), dtype=src.dtype, buffer=nl.shared_hbm)
+            nl.store(out, t)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[20,3,16]", "i32[8,1]"]), {"src": src, "idx_t": idx})["out"]
+    np.testing.assert_array_equal(got, np.transpose(src[idx[:, 0]], (2, 1, 0)))
