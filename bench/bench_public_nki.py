@@ -9,6 +9,10 @@ arguments and a numpy reference written for this bench) runs in its own process:
 file, then translation, the default pipeline and the interpreter, outputs compared with the reference.
 Statuses: matched, expected-refusal (a kernel that is an error on purpose, refused), mismatch, partial (elements never written), no-reference (traced and compiled; nothing to
 compare with), compile-failed, refused (the trace's error line), missing (the file is not in DIR).
+An entry whose note starts "expected refusal" is a kernel that is wrong on purpose (a docs example of an error,
+an upstream file that does not parse): refused, it counts as right.  A reference with a third parameter gets
+the kernel's outputs too (kernels that draw random numbers on the device); ``options={"strict": False}`` runs
+from random memory without the strict read check (kernels that compute garbage into elements never compared).
 """
 
 from __future__ import annotations
