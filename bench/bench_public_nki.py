@@ -7,8 +7,12 @@ DIR holds clones named OWNER+NAME (aws-neuron+nki-samples, aws-neuron+aws-neuron
 leanprover+KLR); nothing is fetched. Each entry (bench/public_nki/entries_*.py: file, function, inputs,
 arguments and a numpy reference written for this bench) runs in its own process: ``tusk trace`` on the upstream
 file, then translation, the default pipeline and the interpreter, outputs compared with the reference.
-Statuses: matched, mismatch, partial (elements never written), no-reference (traced and compiled; nothing to
+Statuses: matched, expected-refusal (a kernel that is an error on purpose, refused), mismatch, partial (elements never written), no-reference (traced and compiled; nothing to
 compare with), compile-failed, refused (the trace's error line), missing (the file is not in DIR).
+An entry whose note starts "expected refusal" is a kernel that is wrong on purpose (a docs example of an error,
+an upstream file that does not parse): refused, it counts as right.  A reference with a third parameter gets
+the kernel's outputs too (kernels that draw random numbers on the device); ``options={"strict": False}`` runs
+from random memory without the strict read check (kernels that compute garbage into elements never compared).
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def table(results: list[dict]) -> str:
     by: dict[str, Counter] = defaultdict(Counter)
     for r in results:
         by[r["group"]][r["status"]] += 1
-    cols = ("matched", "no-reference", "mismatch", "partial", "compile-failed", "refused", "other")
+    cols = ("matched", "expected-refusal", "no-reference", "mismatch", "partial", "compile-failed", "refused",
+            "other")
     lines = [f"{'group':12} {'n':>4} {'traced':>7} " + " ".join(f"{c:>14}" for c in cols)]
     total: Counter = Counter()
     for g in [*GROUPS, *sorted(set(by) - set(GROUPS))]:
@@ -90,11 +95,12 @@ def table(results: list[dict]) -> str:
 
 def _row(g: str, c: Counter, cols) -> str:
     n = sum(c.values())
-    traced = n - c["refused"] - c["missing"] - c["timeout"] - c["crashed"]
+    traced = n - c["refused"] - c["expected-refusal"] - c["missing"] - c["timeout"] - c["crashed"]
     other = n - sum(c[k] for k in cols[:-1])
     vals = [c[k] for k in cols[:-1]] + [other]
+    right = c["matched"] + c["expected-refusal"]
     return f"{g:12} {n:>4} {traced:>7} " + " ".join(f"{v:>14}" for v in vals) + \
-        f"   matched {100 * c['matched'] / max(n, 1):.0f}%"
+        f"   matched {100 * c['matched'] / max(n, 1):.0f}%, right {100 * right / max(n, 1):.0f}%"
 
 
 def diff(old: Path, new: Path) -> None:

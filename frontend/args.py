@@ -3,12 +3,15 @@
 A value is read like a Python literal (``ast.literal_eval``: ints, floats,
 tuples, lists, strings, None) and never executed; ``true``/``false`` are
 bools and a dtype name (``bf16``, ``float32``, ``nl.bfloat16``) is that NKI
-dtype.  Any other bare word is a string (``mode=fast``).  A call of a name
-of the kernel's module with such values (``kargs=KernelArgs(eps=1e-6)``,
-``mode=Mode.FAST`` as an argument of it) is a :class:`ModuleValue`: made
-from the kernel module's names when the kernel is bound, as the author's
-own caller would make it.  :func:`bind` puts the arguments on the kernel's
-parameters by name; the tensor inputs fill the parameters left, in order.
+dtype.  ``np.NAME``, ``nl.NAME`` and ``nisa.NAME`` paths name those values
+(``op0=nl.add``) and ``inf``/``-inf``/``nan`` are floats
+(:mod:`tusk.frontend.arg_names`).  Any other bare word is a string
+(``mode=fast``).  A call of a name of the kernel's module with such values
+(``kargs=KernelArgs(eps=1e-6)``, ``mode=Mode.FAST`` as an argument of it) is a
+:class:`ModuleValue`: made from the kernel module's names when the kernel is
+bound, as the author's own caller would make it.  :func:`bind` puts the
+arguments on the kernel's parameters by name; the tensor inputs fill the
+parameters left, in order.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ def parse_value(text: str) -> Any:
     dtype = dtype_named(s)
     if dtype is not None:
         return dtype
+    from tusk.frontend.arg_names import lookup
+    found, value = lookup(s)  # np.add, nl.max, nisa.reduce_cmd.load_reduce, -inf
+    if found:
+        return value
     try:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -144,6 +151,8 @@ def arg_text(value: Any) -> str:
         return f"nl.{value!s}"
     if isinstance(value, ModuleValue):
         return value.text
+    if callable(value) and hasattr(value, "__name__"):  # np.add, nl.max: no object address in the key
+        return f"{getattr(value, '__module__', None) or 'numpy'}.{value.__name__}"
     if isinstance(value, (tuple, list)):
         inner = ", ".join(arg_text(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) else f"[{inner}]"

@@ -83,10 +83,13 @@ class Emitter:
         dims = v.dims
         if v.tensor.on_chip and len(dims) == 1:
             dims = dims + ((1, 1),)  # a column: partitions, one element each
-        scalar, indirect = None, 0
+        scalar: Any = None
+        indirect = 0
         if not v.offset.is_static:
             scalar = self.forms[v.offset.terms]
             indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
+        elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile>): a memory scalar offset
+            scalar, indirect = self.ap(v.scalar), v.indirect_dim
         vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
         return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, vector=vector, indirect_dim=indirect)
 
@@ -127,7 +130,10 @@ class Emitter:
         label = f"loop.{self._labels}"
         for form in self.init_at.get(var, ()):
             k.reg_move(self.forms[form], sum(c * v.start for v, c in form))
-        k.reg_move(bound, var.start + var.step * var.trip)
+        if getattr(var, "bound_reg", None) is not None:  # nl.dynamic_range(reg): the bound is the kernel's register
+            self._klr_operator("registerAluOp", dst=bound, src=var.bound_reg, imm=0, op="add")
+        else:
+            k.reg_move(bound, var.start + var.step * var.trip)
         loop = k.dynamic_loop(counter, var.start, bound, var.step, label)
         loop.__enter__()
         self.open_loops[var] = loop
@@ -144,8 +150,8 @@ class Emitter:
                 k.reg_alu(self.forms[form], self.forms[form], "add", -c * var.step * var.trip)
 
     # ------------------------------------------------------------------ operations
-    def op_dma(self, dst: View, src: View) -> None:
-        self.k.dma(self.ap(dst), self.ap(src))
+    def op_dma(self, dst: View, src: View, accumulate: bool = False) -> None:
+        self.k.dma(self.ap(dst), self.ap(src), accumulate=accumulate)
 
     def op_copy(self, dst: View, src: View) -> None:
         self.k.tensor_copy(self.ap(dst), self.ap(src))
@@ -279,6 +285,9 @@ class Emitter:
     def op_nc_n_gather(self, **p: Any) -> None:
         self._klr_operator("ncNGather", **p)
 
+    def op_nonzero_with_count(self, **p: Any) -> None:
+        self._klr_operator("nonzeroWithCount", **p)
+
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
@@ -324,13 +333,13 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather"})
+    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count"})
 
 
 def merged(v: View) -> View:
     """Unit dims dropped (the partition dim stays) and contiguous neighbours joined: the same elements."""
-    if v.vector is not None:
-        return v  # a gather/scatter: its first dim walks the index tile's rows
+    if v.vector is not None or getattr(v, "scalar", None) is not None:
+        return v  # a gather/scatter (its first dim walks the index tile's rows), or a runtime-offset access
     dims = [d for k, d in enumerate(v.dims) if d[1] != 1 or (k == 0 and v.tensor.on_chip)]
     out: list[tuple[int, int]] = []
     for stride, n in dims:
@@ -366,6 +375,9 @@ def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, A
         sub = dict(params)
         for k in same:
             v = views[k]
+            if getattr(v, "scalar", None) is not None:
+                raise TraceError(f"{where}: not supported: an ap(scalar_offset=<a tile>) access of more than "
+                                 f"{MAX_DIMS} dimensions")
             sub[k] = View(v.tensor, v.offset + j * v.dims[1][0], v.dims[:1] + v.dims[2:], ())
         out.extend(_fit(kind, sub))
     return out

@@ -53,8 +53,7 @@ _NKI_V1.isa = _isa_v1
 _NKI_V1.compiler = _compiler
 _NKI_V1.__path__ = []  # a package, as `nki` is: absent submodules of it get stand-ins
 
-_ISA_CONSTANTS = types.ModuleType("neuronxcc.nki.isa.constants")  # `from neuronxcc.nki.isa.constants import dge_mode`
-_ISA_CONSTANTS.__dict__.update(_isa_v1.ENUMS)
+_ISA_CONSTANTS = _isa_v1.constants  # `from neuronxcc.nki.isa.constants import dge_mode`, `from nki.isa import constants`
 
 _LANGUAGE_CONSTANTS = types.ModuleType("neuronxcc.nki.language.constants")  # `from ... import sizeinbytes`
 _LANGUAGE_CONSTANTS.sizeinbytes = lambda dtype: _language.as_dtype(dtype).itemsize
@@ -67,6 +66,7 @@ ALIASES: dict[str, types.ModuleType] = {
     "nki": _nki,
     "nki.language": _language,
     "nki.isa": _isa_v2,
+    "nki.isa.constants": _ISA_CONSTANTS,
     "nki.typing": _typing,
     "nki.compiler": _compiler,
     "neuronxcc": _PACKAGE,

@@ -22,6 +22,18 @@ from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype na
 PARTITIONS = 128
 
 
+def _axis_of_stride(shape: tuple[int, ...], stride: int, fallback: int) -> int:
+    """The tensor axis whose row-major stride is ``stride`` (KLR's indirectDim scales by the tensor's own
+    strides); ``fallback`` when none is."""
+    acc = 1
+    for d in range(len(shape) - 1, -1, -1):
+        if acc == stride:
+            return d
+        acc *= shape[d]
+    raise unsupported(f"ap(scalar_offset=<a tile>, indirect_dim={fallback}): stride {stride} is no axis stride "
+                      f"of the {list(shape)} tensor")
+
+
 @dataclass(frozen=True)
 class DynSlice:
     """``nl.ds(start, size)``: ``size`` indices from ``start`` (an int or a loop-index expression)."""
@@ -290,7 +302,11 @@ class View:
             raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
         if any(isinstance(k, (View, Tensor)) for k in key[1:]):
             raise unsupported("more than one index tile in a subscript (only the first axis)")
-        rest = self[(slice(0, 1),) + tuple(key[1:])]
+        vectors = [k for k in key[1:] if isinstance(k, IndexVector)]
+        # the rows axis as a one-row index of the same kind as the others: nl.arange indices do not mix with
+        # slices (``t[idx[i_p, 0], iy, iz]`` with 3-D aranges)
+        first: Any = IndexVector(1, ndim=vectors[0].ndim, dim=0) if vectors else slice(0, 1)
+        rest = self[(first,) + tuple(key[1:])]
         if not rest.offset.is_static:
             raise unsupported("an index tile together with a loop-index offset in one subscript")
         rows = index.shape[0]
@@ -369,14 +385,20 @@ class View:
         if not dims or any(n <= 0 for _, n in dims):
             raise unsupported(f"ap(pattern={pattern!r}) (non-empty, every count at least 1)")
         base = self.offset + Affine.of(0 if offset is None else offset)
+        runtime = None
         if scalar_offset is not None:
-            if isinstance(scalar_offset, (View, Tensor)):
-                raise unsupported("ap(scalar_offset=<a tile>) (an offset read at run time)")
             if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:
                 raise unsupported(f"ap(indirect_dim={indirect_dim}) of a {self.ndim}-axis view")
-            base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
+            if isinstance(scalar_offset, (View, Tensor)):
+                runtime = scalar_offset  # read at run time: frontend/scalar_offset.py
+            else:
+                base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
         v = View(self.tensor, base, dims, ())
         v.check_extent("ap")
+        if runtime is not None:
+            from tusk.frontend.scalar_offset import runtime_offset_view
+            stride = self.dims[int(indirect_dim)][0]
+            return runtime_offset_view(v, runtime, _axis_of_stride(self.tensor.shape, stride, int(indirect_dim)))
         return v
 
     def check_extent(self, what: str) -> None:

@@ -253,6 +253,8 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str)
     for a in args:
         if id(a) in written:
             a.role = "output"
+    from tusk.frontend.returned import as_returned_output
+    returned = [as_returned_output(tr, r) for r in returned]
     for r in returned:
         t = r.tensor if isinstance(r, View) else r
         if not isinstance(t, Tensor) or t.on_chip:

@@ -40,6 +40,7 @@ assert len(OPCODE_NAMES) == 110
 KLR_OPCODE_NAMES: tuple[str, ...] = (
     "Shuffle", "CalcVarAddr", "CalcVarAddrSymbolic", "IotaSymbolic", "MatmultSymbolic", "RangeSelectSymbolic",
     "ShuffleSymbolic", "StreamShuffleSymbolic", "TensorScalarAffineSelectSymbolic", "TensorScalarSymbolic",
+    "NonzeroWithCount",  # Tusk's lowering of KLR's nonzeroWithCount (GpSimd), run by the interpreter
 )
 OPCODE_NAMES = OPCODE_NAMES + KLR_OPCODE_NAMES
 OPAQUE_OPCODES = frozenset(range(110, len(OPCODE_NAMES)))

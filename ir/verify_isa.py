@@ -211,6 +211,13 @@ def _sequence_bounds(v: InstView) -> list[str]:
     return [f"sequence bounds of {s} segment ids write shape ({s[0]}, 2 x {s[1]}), not {d}"]
 
 
+def _nonzero(v: InstView) -> list[str]:
+    s, d = shape(v.ins[0]), shape(v.outs[0])
+    if s is None or d is None or (d[0] == s[0] and prod(d[1:]) == prod(s[1:]) + 1):
+        return []
+    return [f"nonzero_with_count of {s} writes ({s[0]}, {int(prod(s[1:]))} + 1), not {d}"]
+
+
 def _dma(v: InstView) -> list[str]:
     if v.attrs.get("mode") != "Transpose":
         return []
@@ -249,6 +256,7 @@ RULES: dict[int, Callable[[InstView], list[str]]] = {
     Op.Exponential: _exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: _sequence_bounds,
     Op.DMACopy: _dma,
+    OPCODE_BY_NAME["NonzeroWithCount"]: _nonzero,
 }
 # operand counts each rule reads (fewer is reported, never indexed past)
 _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: (1, 1),
@@ -258,7 +266,7 @@ _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: 
           OPCODE_BY_NAME["RangeSelect"]: (3, 1), Op.TensorScalarPtr: (2, 1), Op.TensorReduce: (1, 1),
           OPCODE_BY_NAME["Rng"]: (0, 1), OPCODE_BY_NAME["Dropout"]: (2, 1), OPCODE_BY_NAME["StreamShuffle"]: (1, 1),
           OPCODE_BY_NAME["SetRandState"]: (1, 0), Op.Gather: (2, 1), OPCODE_BY_NAME["GetSequenceBounds"]: (1, 1),
-          Op.DMACopy: (0, 0), Op.Exponential: (2, 1)}
+          Op.DMACopy: (0, 0), Op.Exponential: (2, 1), OPCODE_BY_NAME["NonzeroWithCount"]: (1, 1)}
 
 
 def check_isa_shapes(fn: Function, limit: int) -> list[str]:

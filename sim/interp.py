@@ -33,7 +33,7 @@ from tusk.ir.errors import TuskError
 from tusk.ir.module import Function, Module
 from tusk.sim.control import run_function
 from tusk.sim.machine import Frame, Machine, memloc_elems
-from tusk.sim.memory import BF16, DT_CLASS, FLOAT, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16
+from tusk.sim.memory import BF16, DT_CLASS, FLOAT, FP8E5, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16, from_compute
 
 __all__ = ["run", "random_inputs", "same_outputs", "entry_function"]
 
@@ -72,6 +72,8 @@ def _to_storage(value, dt: int, n: int, name: str) -> np.ndarray:
         return f32_to_bf16(arr.astype(np.float32).reshape(-1))
     if c in (FLOAT, INT):
         return arr.astype(npdt).reshape(-1)
+    if c == FP8E5 and arr.dtype.kind == "f":  # values: rounded to e5m2 (raw uint8 bytes are taken as they are)
+        return from_compute(arr.reshape(-1), dt)
     if arr.dtype.itemsize != npdt.itemsize or arr.dtype.kind not in "iu":
         raise TuskError(f"input {name} is {DTYPE_NAMES[dt]}: give its raw bytes as {npdt} (got {arr.dtype})")
     return arr.astype(npdt).reshape(-1)

@@ -24,6 +24,7 @@ from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
+from tusk.sim.memory import from_compute, to_compute
 from tusk.sim.ops import (
     ACTIVATIONS,
     F32,
@@ -333,7 +334,10 @@ def h_stream_shuffle(fr: Frame, i: int) -> None:
     """``dst[q] = src[32 * (q // 32) + mask[q % 32]]``; mask 255 leaves ``dst[q]`` as it is."""
     ins, outs = _io(fr, i, 1)
     mask = [int(m) for m in fr.attrs(i).get("mask", ())]
-    src, old = rows(fr.value(ins[0])), rows(fr.value(outs[0]))
+    src = rows(fr.value(ins[0]))
+    keeps = len(mask) < 32 or 255 in mask
+    # dst is read only where a partition keeps its value (255): a full mask overwrites every partition
+    old = rows(fr.value(outs[0])) if keeps else np.empty(rows(fr.access(outs[0]).read()).shape, np.float32)
     if src.shape[1] != old.shape[1]:
         raise TuskError(f"shuffle: {src.shape[1]} source elements per partition, {old.shape[1]} destination")
     out = old.copy()
@@ -394,6 +398,53 @@ def h_sequence_bounds(fr: Frame, i: int) -> None:
         for k in range(n - 1, -1, -1):
             end[p, k] = -1 if s[k] == 0 else (end[p, k + 1] if k < n - 1 and s[k] == s[k + 1] else k + 1)
     fr.store(outs[0], np.stack([start, end], axis=1).astype(ids.dtype))
+
+
+def partitions_written(acc, parts: np.ndarray) -> bool:
+    st = acc.loc.storage
+    if st.written is None or acc.count == 0:
+        return True
+    mask, idx = acc._mask_index()
+    return bool(mask[parts].all()) if mask is not None else bool(st.written[idx[parts]].all())
+
+
+def mark_partitions(acc, parts: np.ndarray) -> None:
+    """Strict mode: only these partitions (first axis of the access) were written."""
+    st = acc.loc.storage
+    if st.written is None or acc.count == 0:
+        return
+    mask, idx = acc._mask_index()
+    if mask is not None:
+        mask[parts] = True
+    else:
+        st.written[idx[parts]] = True
+
+
+def h_nonzero_with_count(fr: Frame, i: int) -> None:
+    """Partitions 0, 16, ... 112 of dst: src's nonzero positions (+ index_offset), padding_val, the count; the
+    other partitions are not written (strict mode keeps them unwritten)."""
+    ins, outs = _io(fr, i, 1)
+    attrs = fr.attrs(i)
+    src_acc = fr.access(ins[0])
+    parts = src_acc.shape[0]
+    # a core whose source partition nothing wrote computes from garbage: its dst partition stays unwritten
+    # (strict mode then refuses whatever reads it), as a partial store of garbage would be caught
+    keep = np.array([p for p in range(0, parts, 16) if not fr.m.strict or partitions_written(src_acc, np.array([p]))],
+                    dtype=np.int64)
+    src = rows(to_compute(src_acc.read(), fr.dtype[ins[0]]))  # only partitions 0, 16, ... are used
+    acc = fr.access(outs[0])
+    n = src.shape[1]
+    out = rows(to_compute(acc.read(), fr.dtype[outs[0]])).copy()
+    if out.shape != (parts, n + 1):
+        raise TuskError(f"nonzero_with_count of {src.shape} source elements writes {out.shape}")
+    for p in keep.tolist():
+        nz = np.flatnonzero(src[p])
+        out[p] = int(fr.maybe_affine(attrs.get("padding_val", -1)))
+        out[p, :nz.size] = nz + int(fr.maybe_affine(attrs.get("index_offset", 0)))
+        out[p, n] = nz.size
+    acc.write(from_compute(out.reshape(-1), fr.dtype[outs[0]]))
+    if fr.m.strict:
+        mark_partitions(acc, keep)
 
 
 def h_dma_transpose(fr: Frame, i: int) -> None:
@@ -511,6 +562,7 @@ ISA_HANDLERS: dict[int, Handler] = {
     Op.Gather: variant(h_n_gather, h_gather, "within_partition"),
     Op.Exponential: h_exponential,
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
+    OPCODE_BY_NAME["NonzeroWithCount"]: h_nonzero_with_count,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
     OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
     OPCODE_BY_NAME["Rng"]: h_rng,

@@ -335,6 +335,14 @@ def sequence_bounds(cg: Any, p: Any) -> None:
     cg._emit("GetSequenceBounds", "Pool", [ids], [dst])
 
 
+def nonzero_with_count(cg: Any, p: Any) -> None:
+    src = cg.operand(p.src, Role.IN)
+    dst = cg.operand(p.dst, Role.OUT)
+    attrs = {"index_offset": int(cg._value(p.indexOffset, "nonzeroWithCount indexOffset")),
+             "padding_val": int(cg._value(p.paddingVal, "nonzeroWithCount paddingVal"))}
+    cg._emit("NonzeroWithCount", "Pool", [src], [dst], attrs)
+
+
 def dma_transpose(cg: Any, p: Any) -> None:
     oob = cg._bounds(p.oobMode, "oobMode")
     src = cg.operand(p.src, Role.IN)
@@ -400,6 +408,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "ncLocalGather": nc_local_gather,
     "ncNGather": nc_n_gather,
     "sequenceBounds": sequence_bounds,
+    "nonzeroWithCount": nonzero_with_count,
     "dmaTranspose": dma_transpose,
     "dropout": dropout,
     "rng": rng,

@@ -329,7 +329,7 @@ def test_enums_and_nc_version_are_there(tmp_path):
     ("nisa.tensor_copy(y, t, nisa.engine.vector, 'n', 5)", "nisa.tensor_copy(dst, src, engine="),
     ("nisa.nc_matmul(p, t)", "missing a required argument: 'moving'"),
     ("nisa.nc_matmul(p, t, t, perf_mode=nisa.matmul_perf_mode.double_row)",
-     "not supported: nisa.nc_matmul perf_mode=nisa.matmul_perf_mode.double_row"),
+     "not supported: nisa.nc_matmul perf_mode=double_row: stationary [128, 8] and moving [128, 8]"),
     ("nisa.activation(y, nl.exp, t, reduce_op=nl.add, reduce_res=c, reduce_cmd=nisa.reduce_cmd.reduce)",
      "not supported: nisa.activation reduce_cmd=nisa.reduce_cmd.reduce"),
     ("nisa.tensor_copy(dst=y[:, 0:3], src=t)", "nisa.tensor_copy: dst [128, 3] and src [128, 8]"),

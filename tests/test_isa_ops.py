@@ -863,3 +863,30 @@ def test_an_affine_select_pattern_that_depends_on_a_loop_index_is_refused_at_its
 ''')
     with pytest.raises(TraceError, match=r"k\.py:14: .*ncAffineSelect.pred: .* is not a compile-time integer"):
         trace_file(path, "k", ["f32[128,16]"])
+
+
+def test_nonzero_with_count_lowers_runs_and_is_shape_checked():
+    from tusk.sim.timing import instruction_costs
+
+    x = (f32(32, 16, lo=0, hi=1) > 0.5).astype(np.float32)
+    g = Kernel()
+    t = g.load("x", x)
+    r = g.tile("r", (32, 17), "int32")
+    g.op("nonzeroWithCount", dst=r, src=t, indexOffset=3, paddingVal=-1)
+    g.store("y", r)
+    fn = g.lower().functions[0]
+    assert "NonzeroWithCount" in opcodes(g.lower())
+    cost, lane, _ = instruction_costs(fn)
+    assert all(c > 0 for c in cost) and all(ln >= 0 for ln in lane)
+    got = g.run()["y"]
+    for p in (0, 16):
+        nz = np.flatnonzero(x[p])
+        want = np.full(17, -1)
+        want[:nz.size] = nz + 3
+        want[16] = nz.size
+        np.testing.assert_array_equal(got[p], want)
+    bad = Kernel()
+    src = bad.load("x", x)
+    bad.op("nonzeroWithCount", dst=bad.tile("r", (32, 16), "int32"), src=src, indexOffset=0, paddingVal=-1)
+    with pytest.raises(Exception, match="nonzero_with_count"):
+        bad.lower()

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# reference(inputs, args) -> the kernel's outputs in the order of its KLR outputs
+# reference(inputs, args) -> the kernel's outputs in the order of its KLR outputs; a reference with a third
+# parameter also gets the outputs the kernel produced (for kernels that draw random numbers on the device)
 Reference = Callable[[list[np.ndarray], dict], Sequence[np.ndarray]]
 
 

@@ -97,6 +97,12 @@ class Directive:
     def __repr__(self) -> str:
         return f"ncc.{self.name}()"
 
+    def __enter__(self) -> Directive:  # `with ncc.no_reorder():` around the statements it orders
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
 
 def no_reorder() -> Directive:
     return Directive("no_reorder")
@@ -111,3 +117,12 @@ def multi_buffer(n: int) -> Directive:
 NAMES = ("sbuf.alloc", "sbuf.mod_alloc", "sbuf.auto_alloc", "psum.alloc", "psum.mod_alloc", "psum.auto_alloc",
          "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "no_reorder",
          "multi_buffer")
+
+
+def __getattr__(name: str) -> Any:
+    """Any other name of ``nki.compiler`` (the collectives, ``rank_id``) is refused where the kernel uses it."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from tusk.frontend.nki.isa_signature import unknown_name
+
+    raise unknown_name("nki.compiler", name)

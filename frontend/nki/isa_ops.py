@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from tusk.frontend import scalar_offset
 from tusk.frontend.errors import Unsupported, unsupported
+from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
-from tusk.frontend.nki.isa_signature import engine, reduce_cmd
+from tusk.frontend.nki.isa_signature import engine, oob_mode, reduce_cmd
 from tusk.frontend.tensors import PARTITIONS, Tensor, View, as_dtype
 from tusk.frontend.tracer import LoopBegin, Op, current
 
@@ -94,8 +96,17 @@ def reads(*xs: Any) -> tuple[View, ...]:
 
 
 # ---------------------------------------------------------------------------- data movement
-def dma_copy(call: str, dst: View, src: View) -> None:
-    """``dst = src`` by DMA; dtypes convert through float32 (an ncCopy on chip beside the DMA)."""
+def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate: bool = False) -> None:
+    """``dst = src`` by DMA (``accumulate``: ``dst += src``, a read-modify-write DMA); dtypes convert through
+    float32 (an ncCopy on chip beside the DMA).  ``oob``: :func:`dma_bounds`."""
+    dst, src = dma_bounds(call, dst, src, oob)
+    if accumulate:
+        if src.dtype != dst.dtype or dst.shape != src.shape and dst.elements != src.elements:
+            raise unsupported(f"{call} dst_rmw_op of a {src.dtype}{list(src.shape)} source into a "
+                              f"{dst.dtype}{list(dst.shape)} destination (the same dtype and size)")
+        current().op("dma", (src, dst, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src,
+                     accumulate=True)
+        return
     if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
         raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
     if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
@@ -114,7 +125,7 @@ def dma_copy(call: str, dst: View, src: View) -> None:
             src = stage
         else:
             raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
-    tr.op("dma", (src,), (dst,), dst=dst, src=src)
+    tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src)
 
 
 def _squeezed(v: View) -> tuple[int, ...]:
@@ -287,6 +298,7 @@ def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
     only a reduction that starts from zero and is read out (``reduce_res``) is taken."""
     if reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle:
         return
+    isa_accum.forget()  # the register is not tracked through this instruction
     if reduce_res is None:
         raise refuse(call, "reduce_res", None, "the accumulator registers are not kept across calls; give "
                      "reduce_res")
@@ -342,6 +354,7 @@ def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any
                      "kept across calls")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
+    isa_accum.forget()  # an accumulating instruction the register is not tracked through
     native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
            reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
 
@@ -425,6 +438,35 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
     part = tr.tile(dst.shape, dst.dtype, "psum")
     nl_matmul_into(part, stationary, moving, call, transpose)
     tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
+
+
+DOUBLE_ROW = ("double_row", "double_row_gen3")  # 2.x matmul_perf_mode.double_row; 1.x spelled the string
+
+
+def double_row(call: str, perf_mode: Any, stationary: View, moving: View) -> bool:
+    """Whether ``perf_mode`` packs two rows (FP8 double-row): stationary [K, 2, M], moving [K, 2, N]."""
+    mode = getattr(perf_mode, "value", perf_mode)
+    if mode in (None, "none"):
+        return False
+    if mode not in DOUBLE_ROW:
+        raise refuse(call, "perf_mode", perf_mode, "none or double_row")
+    if stationary.ndim != 3 or moving.ndim != 3 or stationary.shape[1] != 2 or moving.shape[1] != 2:
+        raise unsupported(f"{call} perf_mode={mode}: stationary {list(stationary.shape)} and moving "
+                          f"{list(moving.shape)} (double_row takes [K, 2, M] and [K, 2, N] tiles)")
+    return True
+
+
+def perf_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any, transpose: bool,
+                double: bool) -> None:
+    """nc_matmul; double-row: the two packed rows are two contractions into the same PSUM tile (the same
+    sums: the PE adds the pair's products into one accumulator)."""
+    if not double:
+        nc_matmul(call, dst, stationary, moving, accumulate, transpose)
+        return
+    if transpose:
+        raise refuse(call, "is_transpose", True, "not with perf_mode double_row")
+    for row in range(2):
+        nc_matmul(call, dst, stationary[:, row, :], moving[:, row, :], accumulate if row == 0 else True)
 
 
 def nl_matmul_into(dst: View, stationary: View, moving: View, call: str, transpose: bool = False) -> None:
@@ -570,23 +612,29 @@ def select_reduce(call: str, dst: View, predicate: View, on_true: View, on_false
     elif isinstance(f, View):
         f = nl._as_column(f)
     res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
-    native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(res), dst=dst,
-           predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=res,
-           reduceCmd=accum_cmd(call, cmd), reduceOp=alu(reduce_op, call), reversePred=bool(reverse_pred),
-           dtype=dst.dtype)
+    red = alu(reduce_op, call)
+
+    def emit(c: Any, r: View | None) -> None:
+        native(call, "select_reduce", reads(predicate, on_true, f), (dst,) + reads(r), dst=dst,
+               predicate=predicate, onTrue=on_true, onFalse=float(f) if number(f) else f, reduceRes=r,
+               reduceCmd=accum_cmd(call, c), reduceOp=red, reversePred=bool(reverse_pred), dtype=dst.dtype)
+    isa_accum.reducing(call, dst, cmd, red, res, emit)
 
 
 def range_select(call: str, dst: View, on_true: View, comp_op0: Any, comp_op1: Any, bound0: View, bound1: View,
                  cmd: Any, reduce_res: Any, reduce_op: Any, range_start: Any, on_false: Any) -> None:
     same_size(call, dst, on_true, "on_true_tile")
-    res = None if reduce_res is None else tile(reduce_res, f"{call} reduce_res")
+    res = None if reduce_res is None else column_of(reduce_res, dst.shape[0], f"{call} reduce_res")
     if not number(range_start) or not number(on_false):
         raise unsupported(f"{call}: range_start and on_false_value are numbers")
-    native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(res), dst=dst,
-           reduceCommand=accum_cmd(call, cmd), reduceRes=res,
-           reduceOp=None if reduce_op is None else alu(reduce_op, call), compOp0=alu(comp_op0, call),
-           compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
-           onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+    red = alu(reduce_op if reduce_op is not None else nl.maximum, call)
+
+    def emit(c: Any, r: View | None) -> None:
+        native(call, "range_select", (on_true, bound0, bound1), (dst,) + reads(r), dst=dst,
+               reduceCommand=accum_cmd(call, c), reduceRes=r, reduceOp=red, compOp0=alu(comp_op0, call),
+               compOp1=alu(comp_op1, call), bound0=bound0, bound1=bound1, rangeStart=float(range_start),
+               onTrueTile=on_true, onFalseValue=float(on_false), dtype=dst.dtype)
+    isa_accum.reducing(call, dst, cmd, red, res, emit)
 
 
 def max8(call: str, dst: View, src: View) -> None:
@@ -655,6 +703,14 @@ def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
         raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} transposed by {order}")
     if src.dtype != dst.dtype:
         raise unsupported(f"{call} from {src.dtype} to {dst.dtype}")
+    if dst.vector is not None or getattr(dst, "scalar", None) is not None:
+        raise unsupported(f"{call} into an indirect or runtime-offset destination")
+    if src.vector is not None or getattr(src, "scalar", None) is not None:
+        # gathered rows: gather them into SBUF first, then transpose there (a permuted view of the gather
+        # would lose its index tile)
+        stage = fresh(src.shape, src.dtype)
+        dma_copy(call, stage, src)
+        src = stage
     if src.tensor.on_chip:
         # KLR dmaTranspose permutes four access dims: unit dims go after the partition dim of both views
         pad = 4 - src.ndim
@@ -691,13 +747,42 @@ def sequence_bounds(call: str, dst: View, segment_ids: View) -> None:
 
 def tensor_scalar_cumulative(call: str, dst: View, src: View, op0: Any, op1: Any, imm0: Any, imm1: Any,
                              cmd: Any) -> None:
+    """``reg = op1(op0(src[:, k], imm0), reg); dst[:, k] = reg``; ``reduce`` continues the register an
+    earlier cumulative instruction left (its last output column, :mod:`isa_accum`), as a load_reduce."""
     same_size(call, dst, src, "src")
     rows = src.shape[0]
     i0 = imm_or_column(imm0, rows, f"{call} imm0")
-    i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    if cmd == reduce_cmd.reduce:
+        i1: Any = isa_accum.register(call)
+        cmd = reduce_cmd.load_reduce
+    else:
+        i1 = None if imm1 is None else imm_or_column(imm1, rows, f"{call} imm1")
+    if cmd == reduce_cmd.load_reduce and i1 is None:
+        raise refuse(call, "imm1", None, "reduce_cmd.load_reduce loads the register from imm1")
     native(call, "tensor_scalar_cumulative", reads(src, i0, i1), (dst,), dst=dst, src=src, op0=alu(op0, call),
            op1=alu(op1, call), imm0=i0, imm1=i1, reduceCmd=accum_cmd(call, cmd), reverse="none",
            dtype=dst.dtype)
+    if cmd in (reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+        isa_accum.left_by(isa_accum.last_op(),
+                          lambda o: isa_accum.copy_of(isa_accum.last_column(isa_accum.written(o, dst), call)))
+    else:
+        isa_accum.forget()
+
+
+def nonzero_with_count(call: str, dst: View, src: View, index_offset: Any, padding_val: Any) -> None:
+    """In partitions 0, 16, ..., 112 (each GpSimd core's first): the indices of src's nonzero elements (plus
+    index_offset), then padding_val, then their count in dst's extra last element; other partitions of dst
+    keep their values (so dst is read too)."""
+    if dst.shape[0] != src.shape[0] or free(dst) != free(src) + 1:
+        raise unsupported(f"{call}: dst {list(dst.shape)} for src {list(src.shape)} (the same partitions, one "
+                          "element more per partition: the count)")
+    if not (number(index_offset) and number(padding_val)) or isinstance(index_offset, float) \
+            or isinstance(padding_val, float):
+        raise unsupported(f"{call} index_offset={index_offset!r} padding_val={padding_val!r} (ints)")
+    if "int" not in dst.dtype:
+        raise unsupported(f"{call} into a {dst.dtype} tile (indices are integers: an int32 dst)")
+    native(call, "nonzero_with_count", (src, dst), (dst,), dst=dst, src=src, indexOffset=int(index_offset),
+           paddingVal=int(padding_val))
 
 
 def copy_predicated(call: str, dst: View, src: Any, predicate: View, reverse_pred: bool) -> None:
@@ -770,3 +855,61 @@ def register_load(call: str, dst: Any, src: View) -> None:
 def register_store(call: str, dst: View, src: Any) -> None:
     d, s = single(dst, f"{call} dst"), register(src, f"{call} src")
     native(call, "tensor_store", (), (d,), dst=d, src=s.name)
+
+
+# ---------------------------------------------------------------------------- indirect DMA bounds
+def oob_name(call: str, mode: Any) -> str:
+    if mode == oob_mode.error:
+        return "error"
+    if mode == oob_mode.skip:
+        return "skip"
+    raise refuse(call, "oob_mode", mode, "nisa.oob_mode.error or .skip")
+
+
+
+def static_rows(v: View) -> np.ndarray | None:
+    """The rows an indirect view reads or writes when its index tile is an ``nisa.iota`` the trace made
+    (and nothing wrote since): known now, so out-of-bounds indices are decided at the call."""
+    idx = v.vector
+    if idx is None:
+        return None
+    tr = current()
+    for e in reversed(tr.prog):
+        if isinstance(e, Op) and any(w.tensor is idx.tensor for w in e.writes):
+            dst = e.params.get("dst")
+            if e.kind != "iota" or dst is None or dst.offset != idx.offset or dst.dims[0] != idx.dims[0]:
+                return None
+            if not (number(e.params["offset"]) and number(e.params["channel_multiplier"])):
+                return None
+            if any(int(s) != 0 and int(n) != 1 for s, n in e.params["pattern"]):
+                return None  # one value per partition: the offset and the channel multiplier
+            parts = np.arange(idx.shape[0], dtype=np.int64)
+            return int(e.params["offset"]) + int(e.params["channel_multiplier"]) * parts
+        if isinstance(e, LoopBegin):
+            return None
+    return None
+
+
+def dma_bounds(call: str, dst: View, src: View, oob: str) -> tuple[View, View]:
+    """``oob_mode`` of an indirect DMA whose indices are known at the call: ``error`` refuses an index past
+    the tensor's rows here; ``skip`` leaves out the rows it names (kept to a leading run of rows, which a
+    narrowed access says).  Indices read at run time stay the DMA's own bounds check."""
+    side = dst if dst.vector is not None else src
+    rows = static_rows(side)
+    if rows is None:
+        return dst, src
+    n = side.tensor.shape[0]
+    inside = (rows >= 0) & (rows < n)
+    if inside.all():
+        return dst, src
+    bad = int(rows[~inside][0])
+    if oob == "error":
+        raise unsupported(f"{call}: index {bad} of the index tile is outside the {n} rows of "
+                          f"{side.tensor.name} (oob_mode=error)")
+    keep = int(np.argmin(inside)) if not inside[0] else int(inside.sum())
+    if not inside[:keep].all() or inside[keep:].any():
+        raise unsupported(f"{call} oob_mode=skip with in-bounds indices that are not a leading run of the "
+                          "index tile's partitions")
+    if keep == 0:
+        raise unsupported(f"{call} oob_mode=skip where every index is outside {side.tensor.name}")
+    return dst.narrowed({0: keep}), src.narrowed({0: keep})

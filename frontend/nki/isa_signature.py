@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -167,6 +168,10 @@ ENUMS: dict[str, Any] = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode":
          "dma_engine": dma_engine, "matmul_perf_mode": matmul_perf_mode, "nc_version": nc_version,
          "tensor_engine": tensor_engine, "vector_engine": vector_engine, "scalar_engine": scalar_engine,
          "gpsimd_engine": gpsimd_engine, "sync_engine": sync_engine, "unknown_engine": unknown_engine}
+
+# ``nki.isa.constants`` (``from nki.isa import constants``; 1.x ``neuronxcc.nki.isa.constants``): the enums
+constants = types.ModuleType("nki.isa.constants", "The nki.isa configuration enums.")
+constants.__dict__.update(ENUMS)
 
 
 def get_nc_version() -> nc_version:

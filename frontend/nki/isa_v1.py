@@ -17,6 +17,7 @@ from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, refuse, tile
 from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
     ENUMS,
+    constants,
     dge_mode,
     dma_engine,
     documented,
@@ -51,10 +52,10 @@ def _masked(mask: Any, *views: View) -> list[View]:
 @documented("nisa.dma_copy")
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     call = "nisa.dma_copy"
-    if dst_rmw_op is not None:
-        raise refuse(call, "dst_rmw_op", dst_rmw_op, "a read-modify-write DMA")
+    if dst_rmw_op is not None and ops.alu(dst_rmw_op, f"{call} dst_rmw_op") != "add":
+        raise refuse(call, "dst_rmw_op", dst_rmw_op, "the DMA engine adds (np.add)")
     d, s = _masked(mask, any_view(dst, f"{call} dst"), any_view(src, f"{call} src"))
-    ops.dma_copy(call, d, s)
+    ops.dma_copy(call, d, s, oob=ops.oob_name(call, oob_mode), accumulate=dst_rmw_op is not None)
 
 
 @documented("nisa.tensor_copy")
@@ -96,15 +97,18 @@ def iota(expr, dtype, *, mask=None):
 
 @documented("nisa.nc_matmul")
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None):
+              tile_position=(), tile_size=(), mask=None, perf_mode=None):
     """``stationary[K, M]^T @ moving[K, N]`` -> a new PSUM [M, N] tile (``psum[...] += nc_matmul(...)``
-    accumulates)."""
+    accumulates).  ``perf_mode`` (the reference's ``**kwargs``; "double_row_gen3" in the 1.x examples)
+    packs two rows: [K, 2, M] and [K, 2, N] tiles, both rows summed."""
     call = "nisa.nc_matmul"
     if mask is not None and not nl.always(mask):
         raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     st, mv = tile(stationary, call), tile(moving, call)
-    out = current().tile((ops.free(st), ops.free(mv)), as_dtype("float32"), "psum")
-    ops.nc_matmul(call, out, st, mv, False, bool(is_transpose))
+    double = ops.double_row(call, perf_mode, st, mv)
+    out = current().tile((st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv)),
+                         as_dtype("float32"), "psum")
+    ops.perf_matmul(call, out, st, mv, False, bool(is_transpose), double)
     return out
 
 
@@ -255,6 +259,8 @@ def bn_stats(data, *, mask=None, dtype=None):
 def bn_aggr(data, *, mask=None, dtype=None):
     src = tile(data, "nisa.bn_aggr")
     out = _result(src, dtype, (src.shape[0], 2))
+    if mask is not None:
+        raise refuse("nisa.bn_aggr", "mask", mask)
     ops.bn_aggr("nisa.bn_aggr", out, src)
     return out
 
@@ -301,6 +307,8 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
                  reduce_op=nl.maximum, range_start=0, on_false_value=fp32.min, mask=None, dtype=None):
     call = "nisa.range_select"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
     src = tile(on_true_tile, call)
     out = _result(src, dtype)
     ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
@@ -312,7 +320,8 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 def max8(*, src, mask=None, dtype=None):
     s = tile(src, "nisa.max8")
     out = _result(s, dtype, (s.shape[0], 8))
-    ops.max8("nisa.max8", out, s)
+    d, s = _masked(mask, out, s)
+    ops.max8("nisa.max8", d, s)
     return out
 
 
@@ -321,7 +330,8 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None):
     call = "nisa.nc_find_index8"
     src = tile(data, call)
     out = _result(src, dtype or "uint32", (src.shape[0], 8))
-    ops.find_index8(call, out, src, tile(vals, call))
+    d, s, v = _masked(mask, out, src, tile(vals, call))
+    ops.find_index8(call, d, s, v)
     return out
 
 
@@ -330,7 +340,9 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None):
     call = "nisa.nc_match_replace8"
     src = tile(data, call)
     out = _result(src, dtype)
-    ops.match_replace8(call, out, src, tile(vals, call), imm, dst_idx)
+    idx = None if dst_idx is None else tile(dst_idx, f"{call} dst_idx")
+    d, s, v, *i = _masked(mask, out, src, tile(vals, call), *([idx] if idx is not None else []))
+    ops.match_replace8(call, d, s, v, imm, i[0] if i else None)
     return out
 
 
@@ -342,8 +354,10 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
 
 
 @documented("nisa.dma_transpose")
-def dma_transpose(src, *, axes=None, mask=None, dtype=None):
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown):
     call = "nisa.dma_transpose"
+    if mask is not None:
+        raise refuse(call, "mask", mask)
     s = any_view(src, call)
     order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
     out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
@@ -371,6 +385,14 @@ def sequence_bounds(*, segment_ids, dtype=None):
     out = _result(s, dtype, (s.shape[0], 2, ops.free(s)))
     ops.sequence_bounds(call, out, s)
     return out
+
+
+@documented("nisa.tensor_scalar_cumulative")
+def tensor_scalar_cumulative(*, src, dst, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce):
+    """1.x spells it like 2.x, by keyword, into ``dst``."""
+    call = "nisa.tensor_scalar_cumulative"
+    ops.tensor_scalar_cumulative(call, tile(dst, f"{call} dst"), tile(src, call), op0, op1, imm0, imm1,
+                                 reduce_cmd)
 
 
 @documented("nisa.tensor_copy_predicated")

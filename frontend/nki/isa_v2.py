@@ -12,8 +12,9 @@ from typing import Any
 
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
-from tusk.frontend.nki.isa_ops import any_view, refuse, tile
+from tusk.frontend.nki.isa_ops import any_view, tile
 from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names kernels use
+    constants,
     dge_mode,
     dma_engine,
     documented,
@@ -38,7 +39,8 @@ get_nc_version = documented("nisa.get_nc_version")(get_nc_version)
 @documented("nisa.dma_copy")
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name=None):
-    ops.dma_copy("nisa.dma_copy", any_view(dst, "nisa.dma_copy dst"), any_view(src, "nisa.dma_copy src"))
+    ops.dma_copy("nisa.dma_copy", any_view(dst, "nisa.dma_copy dst"), any_view(src, "nisa.dma_copy src"),
+                 oob=ops.oob_name("nisa.dma_copy", oob_mode))
 
 
 @documented("nisa.tensor_copy")
@@ -56,11 +58,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=matmul_perf_mode.none, name=None):
     call = "nisa.nc_matmul"
-    if perf_mode not in (matmul_perf_mode.none, "none", None):
-        raise refuse(call, "perf_mode", perf_mode, "FP8 double-row packing")
+    st, mv = tile(stationary, f"{call} stationary"), tile(moving, f"{call} moving")
     # tile_position / tile_size place the matmul on part of the PE array: the same products
-    ops.nc_matmul(call, tile(dst, f"{call} dst"), tile(stationary, f"{call} stationary"),
-                  tile(moving, f"{call} moving"), accumulate, bool(is_transpose))
+    ops.perf_matmul(call, tile(dst, f"{call} dst"), st, mv, accumulate, bool(is_transpose),
+                    ops.double_row(call, perf_mode, st, mv))
 
 
 @documented("nisa.nc_transpose")
@@ -257,6 +258,12 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
     call = "nisa.tensor_scalar_cumulative"
     ops.tensor_scalar_cumulative(call, tile(dst, f"{call} dst"), tile(src, call), op0, op1, imm0, imm1,
                                  reduce_cmd)
+
+
+@documented("nisa.nonzero_with_count")
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
+    call = "nisa.nonzero_with_count"
+    ops.nonzero_with_count(call, tile(dst, f"{call} dst"), tile(src, call), index_offset, padding_val)
 
 
 @documented("nisa.tensor_copy_predicated")

@@ -37,7 +37,21 @@ tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
 dtype = Dtype
 
 
-class NKIObject:
+class _NKIObjectType(type):
+    """NKI configuration classes declare fields as plain class attributes (``section_idx = None``) under
+    ``@dataclass``, which makes them no fields; NKI still takes them as keywords: set them after ``__init__``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        fields = getattr(cls, "__dataclass_fields__", None)
+        declared = {} if fields is None else {k: kwargs.pop(k) for k in list(kwargs)
+                                               if k not in fields and hasattr(cls, k)}
+        obj = super().__call__(*args, **kwargs)
+        for k, v in declared.items():
+            setattr(obj, k, v)
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """The base of NKI 2.x kernel configuration classes (usually dataclasses)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -82,6 +96,11 @@ class _Range:
     def __init__(self, kind: str, args: tuple):
         if not 1 <= len(args) <= 3:
             raise unsupported(f"nl.{kind} with {len(args)} arguments")
+        from tusk.frontend.nki.runtime_loop import register_bound
+        self.reg = register_bound(kind, args) if kind == "dynamic_range" else None
+        if self.reg is not None:  # a trip count read at run time: frontend/nki/runtime_loop.py
+            self.kind, self.r, self.n = kind, range(0), -1
+            return
         try:
             r = range(*[int(Affine.of(a)) for a in args])
         except (TraceError, TypeError, ValueError):
@@ -92,9 +111,15 @@ class _Range:
         self.kind, self.r, self.n = kind, r, n
 
     def __len__(self) -> int:
+        if self.reg is not None:
+            raise unsupported(f"len() of an nl.{self.kind} loop bounded by a register")
         return self.n
 
     def __iter__(self):
+        if self.reg is not None:
+            from tusk.frontend.nki.runtime_loop import iterate
+            yield from iterate(self.kind, self.reg)
+            return
         r, n = self.r, self.n
         if n <= 1:  # nothing to loop over: a static body (or none)
             yield from r
@@ -315,6 +340,9 @@ def _memset(dst: View, value: Any) -> None:
 
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     _no_keywords("nl.load", kw)
+    if isinstance(src, View) and getattr(src.tensor, "shared_constant", False) and mask is None:
+        # 1.x's nl.shared_identity_matrix is an HBM constant kernels nl.load; Tusk builds it on chip: a copy
+        return copy(src, dtype=dtype)
     src = _hbm(src, "nl.load")
     tr = current()
     if src.shape[0] > PARTITIONS:
@@ -821,6 +849,7 @@ def device_print(*_: Any, **__: Any) -> None:
 
 
 # the rest of the nl API (those modules use the helpers above, so they are imported last)
+from tusk.frontend.nki.nl_gather import gather_flattened  # noqa: E402, F401
 from tusk.frontend.nki.nl_math import *  # noqa: E402, F403
 from tusk.frontend.nki.nl_memory import *  # noqa: E402, F403
 

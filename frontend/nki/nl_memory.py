@@ -108,6 +108,7 @@ def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = "uint8", dst: Any =
     tr = current()
     if dst is None:
         out = tr.tile((n, n), as_dtype(dtype))
+        out.tensor.shared_constant = True  # type: ignore[attr-defined]  # nl.load of it is a copy (1.x)
     else:
         out = nl._tile(dst, "nl.shared_identity_matrix dst")
         if out.shape != (n, n):
@@ -176,6 +177,10 @@ def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -
     if m > PARTITIONS:
         raise unsupported(f"nl.load_transpose2d of a [{k}, {m}] view ({m} > {PARTITIONS} partitions after the "
                           "transpose)")
+    if s.vector is not None or getattr(s, "scalar", None) is not None:
+        # the transposed walk below would drop the index tile (a silent wrong result): gather, then transpose
+        raise unsupported("nl.load_transpose2d of gathered rows or of a runtime-offset access (nl.load them, "
+                          "then transpose on chip)")
     tr = current()
     dst = tr.tile((m, k), s.dtype)
     s.check_bounds()

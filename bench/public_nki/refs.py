@@ -1,0 +1,89 @@
+"""Numpy building blocks the bench's references share (written for this bench from the NKI ISA documentation)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+FP32_MIN = float(np.finfo(np.float32).min)
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """Round to bfloat16 (nearest even) and back, as a bf16 intermediate does."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def top8(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eight largest values of each row, descending, and their first indices."""
+    idx = np.argsort(-rows, axis=1, kind="stable")[:, :8]
+    return np.take_along_axis(rows, idx, axis=1), idx
+
+
+def match_replace8(data: np.ndarray, imm: float) -> tuple[np.ndarray, np.ndarray]:
+    """nc_match_replace8 after max8 on the same data: the top eight of each partition replaced by imm."""
+    flat = data.reshape(data.shape[0], -1).copy()
+    _, idx = top8(flat)
+    np.put_along_axis(flat, idx, imm, axis=1)
+    return flat.reshape(data.shape), idx.astype(np.float32)
+
+
+def scan(a: np.ndarray, b: np.ndarray, init) -> np.ndarray:
+    """h[j] = a[j] * h[j-1] + b[j] along the last axis, h[-1] = init."""
+    out = np.empty_like(a, dtype=np.float64)
+    h = np.broadcast_to(np.asarray(init, np.float64), a.shape[:-1]).copy()
+    for j in range(a.shape[-1]):
+        h = a[..., j] * h + b[..., j]
+        out[..., j] = h
+    return out
+
+
+def scattered_rows(n_rows: int, idx: np.ndarray, src: np.ndarray, base: float = np.nan) -> np.ndarray:
+    """out[idx[i]] = src[i]; rows written by two different sources are left NaN (either may win)."""
+    out = np.full((n_rows, src.shape[1]), base, np.float32)
+    idx = np.asarray(idx).astype(np.int64).reshape(-1)
+    seen: dict[int, int] = {}
+    for i, r in enumerate(idx):
+        seen[int(r)] = seen.get(int(r), 0) + 1
+        out[r] = src[i]
+    for r, c in seen.items():
+        if c > 1:
+            out[r] = np.nan
+    return out
+
+
+def sequence_bounds(seg: np.ndarray) -> np.ndarray:
+    """nisa.sequence_bounds of one row of segment ids: [start; end) of each id's run, 0 is padding."""
+    n = seg.shape[0]
+    lo = np.zeros(n, np.float32)
+    hi = np.zeros(n, np.float32)
+    for i in range(n):
+        if seg[i] == 0:
+            lo[i] = n
+        elif i > 0 and seg[i] == seg[i - 1]:
+            lo[i] = lo[i - 1]
+        else:
+            lo[i] = i
+    for i in range(n - 1, -1, -1):
+        if seg[i] == 0:
+            hi[i] = -1
+        elif i < n - 1 and seg[i] == seg[i + 1]:
+            hi[i] = hi[i + 1]
+        else:
+            hi[i] = i + 1
+    return np.stack([lo, hi])
+
+
+def pool2d(x: np.ndarray, p: int, how) -> np.ndarray:
+    c, h, w = x.shape
+    return how(x[:, : h // p * p, : w // p * p].reshape(c, h // p, p, w // p, p), axis=(2, 4))
+
+
+def mamba(delta, u, A, B, C) -> np.ndarray:
+    """The selective-scan of the Mamba docs example, in float64."""
+    out = np.zeros(delta.shape, np.float64)
+    for s in range(A.shape[1]):
+        dA = np.exp(delta * A[None, :, s : s + 1])
+        dBu = delta * u * B[:, s : s + 1, :]
+        out += scan(dA, dBu, 0.0) * C[:, s : s + 1, :]
+    return out

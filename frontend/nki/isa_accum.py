@@ -1,0 +1,155 @@
+"""The Vector engine's accumulator register across instructions (``reduce_cmd.reduce``), as the front end
+expresses it.
+
+NKI's ``tensor_scalar_cumulative``, ``range_select`` and ``select_reduce`` keep a per-partition register
+on the Vector engine: ``reset_reduce`` starts it afresh, ``load_reduce`` loads it, ``reduce`` continues
+from whatever the previous accumulating instruction left there.  KLR instructions start fresh, so a
+``reduce`` is traced as a fresh instruction plus the register's earlier value, made a [P, 1] tile *right
+after* the instruction that left it (the value is read before anything can overwrite its source).  That
+is exact in straight-line code; a ``reduce`` whose register was left in another loop body (or iteration)
+is refused at its line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tusk.frontend.errors import unsupported
+from tusk.frontend.tensors import View, as_dtype
+from tusk.frontend.tracer import LoopBegin, LoopEnd, current
+
+
+@dataclass
+class Register:
+    """What the accumulator holds after ``op``: ``make(op)`` computes it (ops appended at the current end of
+    the program), called once, at ``op``'s position.  It reads ``op``'s destination as recorded *then*:
+    ``t[...] = nisa.f(...)`` retargets the op to write ``t`` after the call returned."""
+
+    op: Any
+    make: Callable[[Any], View]
+    value: View | None = None
+
+
+_ATTR = "_tusk_dve_register"  # kept on the trace itself: it ends with the trace
+
+
+def _get(tr: Any) -> Register | None:
+    return getattr(tr, _ATTR, None)
+
+
+def _set(tr: Any, reg: Register | None) -> None:
+    setattr(tr, _ATTR, reg)
+
+
+def left_by(op: Any, make: Callable[[Any], View] | None) -> None:
+    """The instruction ``op`` (just recorded) leaves the register as ``make`` computes it; None: it leaves
+    nothing a later ``reduce`` may continue (another engine state, or a reset)."""
+    tr = current()
+    _set(tr, None if op is None or make is None else Register(op, make))
+
+
+def forget() -> None:
+    """An accumulating instruction the register is not tracked for ran: a later ``reduce`` is refused."""
+    _set(current(), None)
+
+
+def last_op() -> Any:
+    """The entry the last tracer call recorded (None when a mask kept nothing and nothing was recorded)."""
+    prog = current().prog
+    return prog[-1] if prog else None
+
+
+def register(call: str) -> View:
+    """The register's value before this ``reduce`` (a [P, 1] float32 tile)."""
+    tr = current()
+    reg = _get(tr)
+    if reg is None:
+        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.reduce continues an accumulation that no "
+                          "earlier tensor_scalar_cumulative / range_select / select_reduce of this kernel "
+                          "started (reset_reduce or load_reduce first)")
+    if reg.value is not None:
+        return reg.value
+    pos = next((i for i, e in enumerate(tr.prog) if e is reg.op), None)
+    if pos is None or any(isinstance(e, (LoopBegin, LoopEnd)) for e in tr.prog[pos:]):
+        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.reduce continues an accumulation left in "
+                          "another loop body or iteration (only straight-line continuation is expressed)")
+    with _inserting_after(tr, pos):
+        reg.value = reg.make(reg.op)
+    return reg.value
+
+
+@contextlib.contextmanager
+def _inserting_after(tr: Any, pos: int) -> Iterator[None]:
+    """Record ops (and tensors) as if the program ended just after entry ``pos``."""
+    tail = tr.prog[pos + 1:]
+    del tr.prog[pos + 1:]
+    made = len(tr.tensors)
+    try:
+        yield
+    finally:
+        added = len(tr.prog) - (pos + 1)
+        for t in tr.tensors[:made]:
+            if t.site > pos:
+                t.site += added
+        tr.prog.extend(tail)
+
+
+def written(op: Any, fallback: View) -> View:
+    """The view ``op`` writes now (its ``dst`` after any retargeting)."""
+    return op.params.get("dst", fallback) if hasattr(op, "params") else fallback
+
+
+def column(rows: int) -> View:
+    return current().tile((rows, 1), as_dtype("float32"))
+
+
+def last_column(v: View, call: str) -> View:
+    """``v[:, -1]`` as a [P, 1] access (a cumulative result's final value per partition)."""
+    if v.ndim != 2:
+        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.reduce after a cumulative instruction into a "
+                          f"{v.ndim}-axis tile (a [P, F] one)")
+    n = v.shape[1]
+    return v[:, n - 1:n]
+
+
+def copy_of(v: View) -> View:
+    out = column(v.shape[0])
+    current().op("copy", (v,), (out,), dst=out, src=v)
+    return out
+
+
+def reduction_of(v: View, op: str) -> View:
+    """``op`` over the free axes of a 2-D ``v`` into a fresh column."""
+    from tusk.frontend.nki import language as nl
+
+    out = column(v.shape[0])
+    current().op("tensor_reduce", (v,), (out,), dst=out, src=v, op=op, axis=nl._REDUCE_AXES[0], negate=False)
+    return out
+
+
+def reducing(call: str, dst: View, cmd: Any, op: str, reduce_res: View | None,
+             emit: Callable[[Any, View | None], None]) -> None:
+    """An instruction that reduces its output ``dst`` with ``op`` into the register (and ``reduce_res``):
+    ``emit(cmd, res)`` records it with a fresh-start command.  ``reduce`` continues the register: a fresh
+    reduction combined with the earlier value."""
+    from tusk.frontend.nki.isa_signature import reduce_cmd
+
+    if cmd == reduce_cmd.reduce:
+        prev = register(call)
+        part = column(dst.shape[0])
+        emit(reduce_cmd.reset_reduce, part)
+        total = column(dst.shape[0])
+        current().op("tensor_tensor", (prev, part), (total,), dst=total, a=prev, b=part, op=op)
+        if reduce_res is not None:
+            current().op("copy", (total,), (reduce_res,), dst=reduce_res, src=total)
+        _set(current(), Register(last_op(), lambda _op: total, total))
+        return
+    emit(cmd, reduce_res)
+    if cmd == reduce_cmd.reset_reduce:
+        left_by(last_op(), (lambda _op: copy_of(reduce_res)) if reduce_res is not None else
+                (lambda o: reduction_of(written(o, dst), op)))
+    elif cmd != reduce_cmd.idle:
+        forget()

@@ -1,0 +1,60 @@
+"""``nl.dynamic_range(reg)`` / ``nl.dynamic_range(0, reg, 1)``: a loop whose trip count is a register read at
+run time (``nisa.register_load``), as NKI 2.x kernels with dynamic shapes write it.
+
+It stays a KLR loop (counter < bound register, the bound moved from the kernel's register).  The body is
+traced once; its index has no range known at trace time, so any use of it (an offset, arithmetic, a
+comparison) is refused at its line: such a body moves through memory by runtime offsets of its own
+(``ap(scalar_offset=<tile>)`` updated in the loop), never by the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from tusk.frontend.affine import LoopVar
+from tusk.frontend.errors import unsupported
+from tusk.frontend.tracer import current
+
+
+def register_bound(kind: str, args: tuple) -> Any:
+    """The register ``args`` bound the loop by, or None (int bounds: an ordinary loop)."""
+    from tusk.frontend.nki.isa_ops import VirtualRegister
+
+    regs = [a for a in args if isinstance(a, VirtualRegister)]
+    if not regs:
+        return None
+    if len(args) == 1 or (len(args) in (2, 3) and args[0] == 0 and args[1] is regs[0]
+                          and (len(args) == 2 or args[2] == 1)):
+        return regs[0]
+    raise unsupported(f"nl.{kind}{tuple(args)!r} (a register bound runs from 0 in steps of 1: "
+                      f"nl.{kind}(reg) or nl.{kind}(0, reg, 1))")
+
+
+class RuntimeIndex:
+    """The index of a runtime-bound loop: using it is refused."""
+
+    def __init__(self, kind: str):
+        self._kind = kind
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise unsupported(f"the index of an nl.{self._kind} loop bounded by a register (its range is known only "
+                          "at run time; move through memory with ap(scalar_offset=<tile>) instead)")
+
+    __index__ = __int__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __floordiv__ = __mod__ = __lt__ = __le__ = __gt__ = __ge__ = __neg__ = _refuse
+
+    def __repr__(self) -> str:
+        return f"<index of an nl.{self._kind} loop bounded by a register>"
+
+
+def iterate(kind: str, reg: Any) -> Iterator[Any]:
+    tr = current()
+    ordinal = tr.loop_ordinal
+    tr.loop_ordinal += 1
+    if ordinal in tr.peel:
+        raise unsupported(f"a mask inside an nl.{kind} loop bounded by a register (its iterations are not known)")
+    var = LoopVar(kind, 0, 1, 1, len(tr.loops), ordinal)
+    var.bound_reg = reg.name  # type: ignore[attr-defined]  # the emitter's bound: frontend/emit.py
+    with tr.loop(var):
+        yield RuntimeIndex(kind)

@@ -1,0 +1,245 @@
+"""The Vector engine's accumulator across instructions (``reduce_cmd.reduce``), FP8 double-row matmuls, masks on
+the top-8 instructions and ``--arg`` values that name NKI / numpy objects: kernels written for these tests,
+traced, run in the interpreter and compared with numpy."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.args import arg_text, parse_value
+from tusk.frontend.check import run_klr
+
+V1 = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+"""
+V2 = """\
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+RNG = np.random.default_rng(7)
+
+
+def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray], args=None) -> dict[str, np.ndarray]:
+    path = tmp_path / "k.py"
+    path.write_text(header + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs, args=args), inputs)
+
+
+def refused(tmp_path, header: str, body: str, specs: list[str]) -> str:
+    path = tmp_path / "bad.py"
+    path.write_text(header + textwrap.dedent(body))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", specs)
+    return str(e.value)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.uniform(-1, 1, size=shape).astype(np.float32)
+
+
+CUMULATIVE_CHAIN = """
+    @nki.jit
+    def k(x, op0, op1):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        first = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        second = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(src=t, dst=first, op0=op0, op1=op1, imm0=0.25,
+                                      reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.tensor_scalar_cumulative(src=t, dst=second, op0=op0, op1=op1, imm0=0.25,
+                                      reduce_cmd=nisa.reduce_cmd.reduce)
+        nl.store(out, second)
+        return out
+"""
+
+
+def test_reduce_continues_the_register_the_previous_cumulative_left_1x(tmp_path):
+    x = rand(64, 32)
+    got = run(tmp_path, V1, CUMULATIVE_CHAIN, {"x": x}, args={"op0": parse_value("nl.add"),
+                                                              "op1": parse_value("np.add")})["out"]
+    shifted = x + 0.25
+    want = shifted.sum(1, keepdims=True) + np.cumsum(shifted, axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_after_load_reduce_and_a_max_register_2x(tmp_path):
+    x, init = rand(32, 16), rand(32, 1)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(x, init):
+            out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            i = nl.ndarray(init.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=i, src=init)
+            a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            b = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(a, t, nl.multiply, nl.maximum, -1.0, imm1=i,
+                                          reduce_cmd=nisa.reduce_cmd.load_reduce)
+            nisa.tensor_scalar_cumulative(b, t, nl.multiply, nl.maximum, 2.0, reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=out, src=b)
+            return out
+    """, {"x": x, "init": init})["out"]
+    reg = np.maximum(init[:, 0], (-x).max(1))
+    want = np.maximum.accumulate(np.concatenate([reg[:, None], 2 * x], axis=1), axis=1)[:, 1:]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_range_select_reduce_chains_the_running_maximum(tmp_path):
+    x, lo, hi = rand(16, 64), np.zeros((16, 1), np.float32), np.full((16, 1), 100.0, np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x, lo, hi):
+            res = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t, b0, b1 = nl.load(x), nl.load(lo), nl.load(hi)
+            r = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.range_select(on_true_tile=t, comp_op0=np.greater_equal, comp_op1=np.less, bound0=b0,
+                              bound1=b1, reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_op=np.max,
+                              range_start=0, on_false_value=-9.0)
+            nisa.range_select(on_true_tile=t, comp_op0=np.greater_equal, comp_op1=np.less, bound0=b0,
+                              bound1=b1, reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=r, reduce_op=np.max,
+                              range_start=64, on_false_value=-9.0)
+            nl.store(res, r)
+            return res
+    """, {"x": x, "lo": lo, "hi": hi})["res"]
+    first = x.max(1)                                   # positions 0..63 all inside [0, 100)
+    second = np.where(np.arange(64) + 64 < 100, x, -9.0).max(1)
+    np.testing.assert_array_equal(got[:, 0], np.maximum(first, second))
+
+
+def test_reduce_with_nothing_to_continue_is_refused_at_its_line(tmp_path):
+    msg = refused(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(src=t, dst=d, op0=nl.add, op1=nl.add, imm0=0.0,
+                                          reduce_cmd=nisa.reduce_cmd.reduce)
+            nl.store(out, d)
+            return out
+    """, ["f32[8,8]"])
+    assert "bad.py:11:" in msg and "nisa.tensor_scalar_cumulative reduce_cmd=nisa.reduce_cmd.reduce" in msg
+
+
+def test_reduce_across_a_loop_body_is_refused(tmp_path):
+    msg = refused(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(src=t, dst=d, op0=nl.add, op1=nl.add, imm0=0.0)
+            for i in nl.affine_range(2):
+                nisa.tensor_scalar_cumulative(src=t, dst=d, op0=nl.add, op1=nl.add, imm0=0.0,
+                                              reduce_cmd=nisa.reduce_cmd.reduce)
+            nl.store(out, d)
+            return out
+    """, ["f32[8,8]"])
+    assert "bad.py:13:" in msg and "another loop body" in msg
+
+
+@pytest.mark.parametrize("header, call", [
+    (V1, "c = nisa.nc_matmul(a, b, perf_mode='double_row_gen3')"),
+    (V2, "c = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.psum)\n"
+         "            nisa.nc_matmul(c, a, b, perf_mode=nisa.matmul_perf_mode.double_row)"),
+])
+def test_double_row_matmul_sums_both_packed_rows(tmp_path, header, call):
+    sa, sb = rand(128, 2, 8), rand(128, 2, 64)
+    got = run(tmp_path, header, f"""
+        @nki.jit
+        def k(sa, sb):
+            out = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            a, b = nl.load(sa), nl.load(sb)
+            {call}
+            nl.store(out, c)
+            return out
+    """, {"sa": sa, "sb": sb})["out"]
+    np.testing.assert_allclose(got, np.einsum("kli,klj->ij", sa, sb), rtol=1e-4, atol=1e-4)
+
+
+def test_max8_and_match_replace8_keep_to_their_mask(tmp_path):
+    x = rand(16, 64)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((8, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            ip, jf = nl.mgrid[0:16, 0:64]
+            top = nisa.max8(src=t[ip, jf], mask=(ip < 8) & (jf < 32))
+            r = nisa.nc_match_replace8(data=t[ip, jf], vals=top, imm=5.0, mask=(ip < 8) & (jf < 32))
+            nl.store(out, r[0:8, 0:32])
+            return out
+    """, {"x": x})["out"]
+    want = x[:8, :32].copy()
+    idx = np.argsort(-want, axis=1)[:, :8]
+    np.put_along_axis(want, idx, 5.0, axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_arg_values_name_nki_and_numpy_objects():
+    from tusk.frontend.nki import language as nl
+    from tusk.frontend.nki.isa_signature import reduce_cmd
+
+    assert parse_value("np.greater_equal") is np.greater_equal
+    assert parse_value("nl.add") is nl.add
+    assert parse_value("nisa.reduce_cmd.load_reduce") is reduce_cmd.load_reduce
+    assert parse_value("-inf") == -math.inf and math.isnan(parse_value("nan"))
+    assert parse_value("np.no_such_name") == "np.no_such_name"
+    assert parse_value("nl._private") == "nl._private"
+    assert arg_text(parse_value("nl.add")) == "tusk.frontend.nki.language.add"  # no address in the key
+    assert arg_text(parse_value("np.less")) == "numpy.less"
+
+
+def test_reduce_after_an_untracked_accumulating_instruction_is_refused(tmp_path):
+    msg = refused(tmp_path, V2, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_cumulative(d, t, nl.add, nl.add, 0.0)
+            nisa.tensor_scalar_reduce(d, t, nl.multiply, 2.0, nl.add, r)
+            nisa.tensor_scalar_cumulative(d, t, nl.add, nl.add, 0.0, reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=out, src=d)
+            return out
+    """, ["f32[8,8]"])
+    assert "bad.py:15:" in msg and "no earlier" in msg
+
+
+def test_fp8_e5m2_double_row_matmul_runs_in_the_interpreter(tmp_path):
+    sa = RNG.integers(-3, 4, (128, 2, 4)).astype(np.float32)
+    sb = RNG.integers(-3, 4, (128, 2, 32)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(sa, sb):
+            out = nl.ndarray((4, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            c = nisa.nc_matmul(nl.load(sa), nl.load(sb), perf_mode="double_row_gen3")
+            nl.store(out, c)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["fp8_e5m2[128,2,4]", "fp8_e5m2[128,2,32]"]), {"sa": sa, "sb": sb})["out"]
+    np.testing.assert_array_equal(got, np.einsum("kli,klj->ij", sa, sb))
+
+
+def test_e5m2_rounds_to_nearest_even_and_overflows_to_infinity():
+    from tusk.sim.memory import e5m2_to_f32, f32_to_e5m2
+
+    x = np.array([1.125, 1.375, -1.75, 57344.0, 61439.0, 61440.0, 2.0 ** -17, np.nan], np.float32)
+    got = e5m2_to_f32(f32_to_e5m2(x))
+    np.testing.assert_array_equal(got[:6], [1.0, 1.5, -1.75, 57344.0, 57344.0, np.inf])
+    assert got[6] == 0.0 and np.isnan(got[7])  # 2**-17 is halfway to the smallest subnormal: even, zero

@@ -1,0 +1,319 @@
+"""Indirect DMAs with ``oob_mode`` and ``dst_rmw_op``, ``nki.compiler`` allocation hints, ``nki.isa.constants``,
+configuration dataclasses and a full-mask stream shuffle: kernels written for these tests, traced, run in the
+interpreter (strict: every byte read was written) and compared with numpy."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+V1 = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.compiler as ncc
+"""
+V2 = """\
+from dataclasses import dataclass
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.isa import constants
+"""
+RNG = np.random.default_rng(11)
+
+
+def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    path = tmp_path / "k.py"
+    path.write_text(header + textwrap.dedent(body))
+    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    return run_klr(trace_file(path, "k", specs), inputs)
+
+
+GATHER = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        idx = nisa.iota(5 * nl.arange(16)[:, None], dtype=np.int32)
+        t = nisa.memset(shape=(16, 8), value=-2.0, dtype=nl.float32)
+        ip, jf = nl.mgrid[0:16, 0:8]
+        nisa.dma_copy(src=x[idx, jf], dst=t[ip, jf], oob_mode=nisa.oob_mode.MODE)
+        nl.store(out, t)
+        return out
+"""
+
+
+def test_oob_skip_leaves_the_rows_past_the_tensor_as_they_were(tmp_path):
+    x = RNG.uniform(-1, 1, (40, 8)).astype(np.float32)
+    got = run(tmp_path, V1, GATHER.replace("MODE", "skip"), {"x": x})["out"]
+    want = np.full((16, 8), -2.0, np.float32)
+    want[:8] = x[5 * np.arange(8)]  # 5 * 8 = 40 is the first index past the 40 rows
+    np.testing.assert_array_equal(got, want)
+
+
+def test_oob_error_with_a_known_index_past_the_tensor_is_refused_at_the_call(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V1 + textwrap.dedent(GATHER.replace("MODE", "error")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[40,8]"])
+    assert "bad.py:13:" in str(e.value) and "index 40 of the index tile is outside the 40 rows" in str(e.value)
+
+
+def test_dst_rmw_op_adds_into_the_scattered_rows(tmp_path):
+    x = RNG.uniform(-1, 1, (8, 16)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((24, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nisa.memset(shape=(24, 16), value=3.0, dtype=nl.float32))
+            t = nl.load(x)
+            idx = nisa.iota(3 * nl.arange(8)[:, None] + 1, dtype=np.int32)
+            ip, jf = nl.mgrid[0:8, 0:16]
+            nisa.dma_copy(dst=out[idx, jf], src=t, dst_rmw_op=np.add)
+            return out
+    """, {"x": x})["out"]
+    want = np.full((24, 16), 3.0, np.float32)
+    want[3 * np.arange(8) + 1] += x
+    np.testing.assert_array_equal(got, want)
+
+
+def test_compiler_allocation_hints_are_the_plain_buffers(tmp_path):
+    x = RNG.uniform(-1, 1, (32, 64)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            a = nl.ndarray((nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+            b = nl.ndarray((nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda *i: (0, 0)))
+            a[...] = nl.load(x)
+            b[...] = nl.exp(a)
+            nl.store(out, b)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+
+def test_isa_constants_configuration_dataclasses_and_a_full_mask_shuffle(tmp_path):
+    x = RNG.uniform(-1, 1, (32, 16)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @dataclass
+        class Config(nl.NKIObject):
+            shift = None
+
+        @nki.jit
+        def k(x):
+            cfg = Config(shift=3)
+            out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x, dge_mode=constants.dge_mode.hwdge)
+            moved = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(dst=moved, src=t, shuffle_mask=[(i + cfg.shift) % 32 for i in range(32)])
+            nisa.dma_copy(dst=out, src=moved)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_array_equal(got, x[(np.arange(32) + 3) % 32])
+
+
+def test_a_returned_sbuf_tile_is_an_output_holding_its_contents(tmp_path):
+    x = RNG.uniform(-1, 1, (16, 32)).astype(np.float32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            total = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.exp(nl.load(x))
+            nl.store(total, nl.sum(t, axis=1, keepdims=True))
+            return t, total
+    """, {"x": x})
+    returned = next(v for n, v in got.items() if n != "total")
+    np.testing.assert_allclose(returned, np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(got["total"][:, 0], np.exp(x).sum(1), rtol=1e-5)
+
+
+SCALAR_OFFSET = """
+    @nki.jit
+    def k(table, which):
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        w = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w, src=which)
+        rows = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        for i in range(4):
+            src = table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=w.ap(pattern=[[1, 1], [1, 1]], offset=i),
+                           indirect_dim=0)
+            nisa.dma_copy(dst=rows[i:i + 1, :], src=src)
+        nisa.dma_copy(dst=out, src=rows)
+        return out
+"""
+
+
+def test_ap_scalar_offset_of_a_tile_moves_the_access_at_run_time(tmp_path):
+    table = RNG.uniform(-1, 1, (10, 8)).astype(np.float32)
+    which = np.array([[7], [0], [9], [3]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(SCALAR_OFFSET))
+    got = run_klr(trace_file(path, "k", ["f32[10,8]", "i32[4,1]"]), {"table": table, "which": which})["out"]
+    np.testing.assert_array_equal(got, table[which[:, 0]])
+
+
+def test_a_view_of_a_runtime_offset_access_is_refused(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(SCALAR_OFFSET.replace("nisa.dma_copy(dst=rows[i:i + 1, :], src=src)",
+                                                               "nisa.dma_copy(dst=rows[i:i + 1, 0:4], src=src[:, 0:4])")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[10,8]", "i32[4,1]"])
+    assert "bad.py:17:" in str(e.value) and "__getitem__ of an ap(scalar_offset=<a tile>) access" in str(e.value)
+
+
+def test_nonzero_with_count_fills_the_first_partition_of_each_gpsimd_core(tmp_path):
+    x = (RNG.uniform(0, 1, (32, 24)) > 0.6).astype(np.float32) * RNG.uniform(1, 2, (32, 24)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 25), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            r = nl.ndarray((32, 25), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.nonzero_with_count(dst=r, src=t, index_offset=100, padding_val=-7)
+            nisa.dma_copy(dst=out[0:1, :], src=r[0:1, :])
+            nisa.dma_copy(dst=out[1:2, :], src=r[16:17, :])
+            return out
+    """, {"x": x})["out"]
+    for row, p in ((0, 0), (1, 16)):
+        nz = np.flatnonzero(x[p])
+        want = np.full(25, -7)
+        want[:nz.size] = nz + 100
+        want[24] = nz.size
+        np.testing.assert_array_equal(got[row], want)
+
+
+def test_nonzero_with_count_leaves_the_other_partitions_unwritten(tmp_path):
+    from tusk.frontend.check import UnwrittenOutput
+
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent("""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 9), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            r = nl.ndarray((32, 9), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.nonzero_with_count(dst=r, src=t)
+            nisa.dma_copy(dst=out, src=r[0:2, :])
+            return out
+    """))
+    with pytest.raises(Exception) as e:
+        run_klr(trace_file(path, "k", ["f32[32,8]"]), {"x": np.ones((32, 8), np.float32)})
+    assert isinstance(e.value, UnwrittenOutput) or "uninitialised" in str(e.value)
+
+
+GATHER_TRANSPOSE = """
+    @nki.jit
+    def k(src_tensor, idx_tensor):
+        idx = nl.load(idx_tensor)
+        dst = CALL(src_tensor[idx])
+        out = nl.ndarray((16, 8), dtype=src_tensor.dtype, buffer=nl.shared_hbm)
+        nl.store(out, dst)
+        return out
+"""
+
+
+def test_dma_transpose_of_gathered_rows_gathers_first(tmp_path):
+    src = RNG.uniform(-1, 1, (32, 16)).astype(np.float32)
+    idx = np.array([[3], [1], [7], [0], [9], [2], [5], [30]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent(GATHER_TRANSPOSE.replace("CALL", "nisa.dma_transpose")))
+    out = run_klr(trace_file(path, "k", ["f32[32,16]", "i32[8,1]"]), {"src_tensor": src, "idx_tensor": idx})["out"]
+    np.testing.assert_array_equal(out, src[idx[:, 0]].T)
+
+
+def test_load_transpose2d_of_gathered_rows_is_refused_not_wrong(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V1 + textwrap.dedent(GATHER_TRANSPOSE.replace("CALL", "nl.load_transpose2d")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[32,16]", "i32[8,1]"])
+    assert "bad.py:10:" in str(e.value) and "nl.load_transpose2d of gathered rows" in str(e.value)
+
+
+RUNTIME_LOOP = """
+    @nki.jit
+    def k(x, n):
+        out = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        fill = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=fill, value=-1.0)
+        nisa.dma_copy(dst=out, src=fill)
+        n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=n_sb, src=n)
+        trips = nisa.register_alloc()
+        nisa.register_load(trips, n_sb)
+        row = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=row, value=0)
+        for i in nl.dynamic_range(trips):
+            t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x.ap(pattern=[[8, 8], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0))
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out.ap(pattern=[[8, 8], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0), src=t)
+            nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=8)
+            USE
+        return out
+"""
+
+
+@pytest.mark.parametrize("trips", [1, 3])
+def test_dynamic_range_bounded_by_a_register_runs_that_many_times(tmp_path, trips):
+    x = RNG.uniform(-1, 1, (32, 8)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(RUNTIME_LOOP.replace("USE", "pass")))
+    got = run_klr(trace_file(path, "k", ["f32[32,8]", "i32[1,1]"]),
+                  {"x": x, "n": np.array([[trips]], np.int32)})["out"]
+    want = np.full((32, 8), -1.0, np.float32)
+    want[:8 * trips] = 2 * x[:8 * trips]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_index_of_a_register_bounded_loop_is_refused_where_it_is_used(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(RUNTIME_LOOP.replace("USE", "j = i * 8")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[32,8]", "i32[1,1]"])
+    assert "bad.py:26:" in str(e.value) and "bounded by a register" in str(e.value)
+
+
+def test_nl_gather_flattened_indexes_every_partitions_flattened_free_dims(tmp_path):
+    data = RNG.uniform(-1, 1, (16, 4, 8)).astype(np.float32)
+    idx = RNG.integers(0, 32, (16, 6)).astype(np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(data, idx):
+            out = nl.ndarray((16, 6), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.gather_flattened(nl.load(data), nl.load(idx)))
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[16,4,8]", "i32[16,6]"]), {"data": data, "idx": idx})["out"]
+    np.testing.assert_array_equal(got, np.take_along_axis(data.reshape(16, -1), idx, axis=1))
+
+
+def test_gathered_rows_subscripted_with_aranges_then_transposed(tmp_path):
+    src = RNG.uniform(-1, 1, (20, 3, 16)).astype(np.float32)
+    idx = np.array([[4], [19], [0], [7], [7], [2], [11], [5]], np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent("""
+        @nki.jit
+        def k(src, idx_t):
+            idx = nl.load(idx_t)
+            i_p = nl.arange(8)[:, None]
+            iy = nl.arange(3)[None, :, None]
+            iz = nl.arange(16)[None, None, :]
+            t = nisa.dma_transpose(src[idx[i_p, 0], iy, iz], axes=(2, 1, 0))
+            out = nl.ndarray((16, 3, 8), dtype=src.dtype, buffer=nl.shared_hbm)
+            nl.store(out, t)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[20,3,16]", "i32[8,1]"]), {"src": src, "idx_t": idx})["out"]
+    np.testing.assert_array_equal(got, np.transpose(src[idx[:, 0]], (2, 1, 0)))
