@@ -20,6 +20,13 @@ Every edge is respected: the function's own ``deps`` and the graph
 order), so the pass is safe even on a module whose edges are stale or
 missing.  Scheduled functions get attribute 12, the seed's post-schedule
 marker that gates ``clear_inst_deps`` and the post-schedule rotations.
+
+The list scheduler is a heuristic: on some programs its order is slower on
+the timing model than the order it was given (attention_bwd, 154,735 ->
+155,736 cycles).  A function of at most ``compare_limit`` rows is therefore
+simulated in both orders, with the same edges, and keeps the input order
+when the scheduled one is slower (:func:`unless_slower`), so scheduling
+never makes a makespan worse.
 """
 
 from __future__ import annotations
@@ -33,10 +40,18 @@ import numpy as np
 
 from tusk.ir.columns import Table
 from tusk.ir.enums import LOOP_OPCODES, FnAttr, Op
+from tusk.ir.errors import TuskError
 from tusk.ir.module import DEP_SCHEMA, Function, Module
-from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan
+from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan, simulate
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.deps import _merge, dependence_edges, straight_line_regions
+
+# rows a segment may hold by default (the schedule pass's max_segment)
+MAX_SEGMENT = 1 << 16
+# functions up to this many rows are timed in both orders (the build times modules up to 400,000 instructions)
+COMPARE_LIMIT = 400_000
+# makespans are sums of floats: a relative difference below this is a tie
+TIE = 1e-12
 
 # instructions that order everything around them
 FENCES = frozenset({Op.NKIKernel, Op.CoreBarrier, 15, 16, 13, 14, 47, 48, 49, 50, 77, 80, 81, 82, 17, Op.Call})
@@ -62,11 +77,40 @@ def segments(fn: Function, max_rows: int = 1 << 62) -> list[tuple[int, int]]:
             for c in range(a, b, step) if min(c + step, b) - c > 1]
 
 
-def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS,
-                      max_segment: int = 1 << 62) -> tuple[Function, int]:
-    """(scheduled copy of ``fn``, number of rows that moved)."""
+def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS, max_segment: int = 1 << 62,
+                      compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int]:
+    """(scheduled copy of ``fn``, number of rows that moved); the input order, with the scheduled copy's
+    edges, when that is faster (:func:`unless_slower`)."""
     src, dst, kind = dependence_edges(fn)
-    out, moved, _ = schedule_with_edges(fn, (src, dst, kind), costs, max_segment)
+    out, moved, order = schedule_with_edges(fn, (src, dst, kind), costs, max_segment)
+    return unless_slower(fn, out, order, costs, compare_limit)
+
+
+def slower(a: Function, b: Function, costs: CostTable = DEFAULT_COSTS) -> bool:
+    """Is ``a`` slower than ``b`` on the timing model?  False when either cannot be timed on its own (loops
+    or branches kept, kernel calls): then nothing is compared."""
+    try:
+        ta = simulate(a, costs).makespan
+        tb = simulate(b, costs).makespan
+    except TuskError:
+        return False
+    return ta > tb * (1 + TIE)
+
+
+def unless_slower(fn: Function, out: Function, order: np.ndarray, costs: CostTable = DEFAULT_COSTS,
+                  compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int]:
+    """(``out``, rows moved), or (``fn`` in its own order with ``out``'s edges and attributes, 0) when
+    ``out`` -- ``fn``'s rows reordered, ``order`` the old row of each new row -- is slower."""
+    moved = int((order != np.arange(len(order))).sum())
+    if not moved or len(order) > compare_limit:
+        return out, moved
+    kept = fn.copy()
+    d = out.deps
+    kept.deps = sorted_edges(order[d["src"].astype(np.int64)], order[d["dst"].astype(np.int64)], d["kind"],
+                             np.arange(len(order), dtype=np.int64))
+    kept.attrs = set(out.attrs)
+    if slower(out, kept, costs):
+        return kept, 0
     return out, moved
 
 
@@ -183,12 +227,14 @@ class Schedule(Pass):
     """Reorder each straight-line region by the timing model's critical path, respecting every dependence."""
 
     name = "schedule"
-    version = "2"
+    version = "3"
     splittable = True
 
     mark_post_schedule: bool = option(True, "give scheduled functions attribute 12 (the post-schedule marker)")
-    max_segment: int = option(1 << 16, "rows a segment may hold: a longer straight-line run is scheduled in "
+    max_segment: int = option(MAX_SEGMENT, "rows a segment may hold: a longer straight-line run is scheduled in "
                                        "pieces of this many rows, each on its own (so one big kernel splits)")
+    compare_limit: int = option(COMPARE_LIMIT, "functions up to this many rows are timed in the scheduled and "
+                                               "in the input order, and keep the input order when it is faster")
 
     # a straight-line function is cut into ranges of whole segments (stages/schedule_split.py) only from this
     # many rows, into parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so
@@ -206,7 +252,7 @@ class Schedule(Pass):
         moved = 0
         scheduled = 0
         for k, fn in enumerate(out.functions):
-            new, m = schedule_function(fn, max_segment=self.max_segment)
+            new, m = schedule_function(fn, max_segment=self.max_segment, compare_limit=self.compare_limit)
             out.functions[k] = self.marked(fn, new)
             scheduled += int(FnAttr.KERNEL_SCOPE in out.functions[k].attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
             moved += m

@@ -76,20 +76,18 @@ def merge(p, module: Module, parts: list[Module]):
     for k, fn in enumerate(module.functions):
         got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
         if not got:
-            new, m = schedule_function(fn, max_segment=p.max_segment)
+            new, m = schedule_function(fn, max_segment=p.max_segment, compare_limit=p.compare_limit)
             new = p.marked(fn, new)
         else:
-            new, m = _merge_function(fn, got)
-            if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
-                new.attrs |= {FnAttr.KERNEL_SCOPE}
+            new, m = _merge_function(fn, got, p.compare_limit)
         out.functions[k] = new
         moved += m
         marked += int(FnAttr.KERNEL_SCOPE in new.attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
     return out, {"moved": moved, "marked": marked, "parts": len(parts)}
 
 
-def _merge_function(fn, got):
-    from tusk.stages.schedule import sorted_edges
+def _merge_function(fn, got, compare_limit: int):
+    from tusk.stages.schedule import sorted_edges, unless_slower
 
     n = len(fn.insts)
     ranges = [(int(m["lo"]), int(m["hi"])) for m, _ in got]
@@ -118,7 +116,9 @@ def _merge_function(fn, got):
     ident = np.arange(n, dtype=np.int64)
     new.deps = sorted_edges(np.concatenate([pos[s_all], *ps]), np.concatenate([pos[d_all], *pd]),
                             np.concatenate([k_all, *pk]), ident)
-    return new, moved
+    if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
+        new.attrs |= {FnAttr.KERNEL_SCOPE}
+    return unless_slower(fn, new, order, compare_limit=compare_limit)  # as the unsplit run decides
 
 
 def _pack(order: np.ndarray) -> str:
