@@ -17,6 +17,7 @@ import pytest
 
 from tests.legal_orders import with_edges
 from tusk import stages
+from tusk.examples import bir_kernels
 from tusk.examples.generate import KERNELS
 from tusk.examples.nki import DIRECTORY as NKI
 from tusk.ir.builder import Builder
@@ -124,3 +125,12 @@ def test_rotation_never_makes_a_traced_kernel_slower(name):
 def test_rotation_never_makes_a_shipped_kernel_slower(name):
     before, after, _ = before_and_after(shipped(name))
     assert after <= before * (1 + EPS), f"{name}: {before:,.0f} -> {after:,.0f} cycles"
+
+
+@pytest.mark.parametrize("make", [bir_kernels.tiled_softmax_large, bir_kernels.tiled_rmsnorm])
+def test_tiled_kernels_come_within_ten_percent_of_the_true_bound(make):
+    """Scheduled by the critical path alone, every tile's first steps went before any tile's last, and the
+    engines' in-order streams held the stores back (tiled_softmax_large 1.255x the bound, tiled_rmsnorm
+    1.239x); the row-order priority is tried too and the faster kept."""
+    _, after, final = before_and_after(make()[0])
+    assert after <= 1.10 * simulate(with_edges(final)).lower_bound
