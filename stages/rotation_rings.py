@@ -58,7 +58,7 @@ def analyse(fn: Function, mtype: int, pinned_names: frozenset[str] | None = None
     ``pinned_names`` adds memory locations to pin (a split part passes what
     the whole function decided, since a part does not see all of it).
     """
-    inst = instances(fn, (mtype,))
+    inst = instances(fn, (mtype,), groups=True)
     ml = fn.memlocs
     n = len(fn.insts)
     memlocs = np.flatnonzero((ml["mtype"] == mtype) & (ml["addr"] >= 0)).astype(np.int64)

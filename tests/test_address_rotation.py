@@ -475,3 +475,43 @@ def test_a_post_schedule_rotation_that_moves_a_buffer_rebuilds_that_functions_ed
     have = set(zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(), fn.deps["kind"].tolist()))
     assert have == set(zip(src.tolist(), dst.tolist(), kind.tolist()))  # exactly the edges of the new addresses
     assert same_meaning(m, out)
+
+
+def _two_bank_matmul(mt: int = 4, kt: int = 3):
+    """C[128 mt, 1024] = A @ B with one 2-bank PSUM tile (128 x 1024 fp32) per M tile, written as two 1-bank
+    matmul halves (512 columns each) that each accumulate over kt K tiles: no single instruction overwrites
+    the whole tile."""
+    b = Builder("main", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    at = b.dram("at", (128 * kt, 128 * mt), kind="ExternalInput")
+    bb = b.dram("b", (128 * kt, 1024), kind="ExternalInput")
+    c = b.dram("c", (128 * mt, 1024), kind="ExternalOutput")
+    ta = b.sbuf("ta", (128, 128), addr=0)
+    tb = b.sbuf("tb", (128, 1024), addr=512)
+    tc = b.sbuf("tc", (128, 1024), addr=8192)
+    ps = b.psum("ps", (128, 1024), addr=0)
+    with b.loop("mi", 0, mt) as mi:
+        with b.loop("ki", 0, kt) as ki:
+            b.dma(ta.ap(), at.tile(ki * 128, 128, mi * 128, 128), name="load_a")
+            b.dma(tb.ap(), bb.tile(ki * 128, 128, 0, 1024), name="load_b")
+            for h in range(2):
+                b.matmul(ps.tile(0, 128, 512 * h, 512), ta.ap(), tb.tile(0, 128, 512 * h, 512), accumulate=ki,
+                         name=f"mm{h}")
+        b.copy(tc.ap(), ps.ap(), engine="Activation", name="evict")
+        b.dma(c.tile(mi * 128, 128, 0, 1024), tc.ap(), name="store")
+    return unrolled(b.module())
+
+
+def test_a_psum_tile_wider_than_a_bank_is_rotated_on_even_banks():
+    """The two halves' first matmuls together overwrite the tile: an instance starts there, so the 2-bank
+    tile gets a ring, aligned to even banks (getPsumBankAlignment 2)."""
+    m = _two_bank_matmul()
+    out, stats = apply("address_rotation_psum", m)
+    assert stats["rotations"] > 0
+    fn = out.functions[0]
+    mms = [fn.inst(i).outs[0].memloc for i in range(fn.n_insts) if fn.inst(i).opname == "Matmult"]
+    per_tile = [mms[k:k + 6] for k in range(0, len(mms), 6)]        # 3 K tiles x 2 halves per M tile
+    assert all(len({x.m for x in g}) == 1 for g in per_tile)        # one tile's matmuls stay on one location
+    starts = [g[0].bank for g in per_tile]
+    assert all(s % 2 == 0 for s in starts) and len(set(starts[:2])) == 2   # successive tiles: other banks
+    evicts = [fn.inst(i).ins[0].memloc for i in range(fn.n_insts) if fn.inst(i).opname == "TensorCopy"]
+    assert [e.m for e in evicts] == [g[0].m for g in per_tile]      # each eviction reads its own tile
