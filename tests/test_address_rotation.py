@@ -556,3 +556,32 @@ def test_the_default_pipeline_rotates_dram_exactly_where_the_seed_allows_it():
     unrolled_away = _through_default_pipeline(_dram_scratch_static())
     assert unrolled_away["address_rotation_dram"]["rotations"] == 0
     assert unrolled_away["address_rotation_dram"]["functions"] == 1   # it ran: nothing qualifies
+
+
+def _live_in_neighbour():
+    """``t`` holds what was in SBUF before the kernel (read before its first write, by the store to z),
+    at the bytes where rotation would put ``u``'s second slot; ``u``'s two tiles come first."""
+    b = Builder("main", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    x = b.dram("x", (256, 128), kind="ExternalInput")
+    y = b.dram("y", (256, 128), kind="ExternalOutput")
+    z = b.dram("z", (128, 128), kind="ExternalOutput")
+    u = b.sbuf("u", (128, 128), addr=0)
+    t = b.sbuf("t", (128, 128), addr=57344)
+    for i in range(2):
+        b.dma(u.ap(), x.tile(128 * i, 128, 0, 128))
+        b.activation(u.ap(), u.ap(), "Exp")
+        b.dma(y.tile(128 * i, 128, 0, 128), u.ap())
+    b.dma(z.ap(), t.ap())                       # reads t's live-in value
+    b.dma(t.ap(), x.tile(0, 128, 0, 128))       # t's first write
+    b.dma(y.tile(0, 128, 0, 128), t.ap())
+    return b.module()
+
+
+def test_a_buffer_read_before_its_first_write_holds_its_bytes_from_the_start():
+    m = _live_in_neighbour()
+    out, stats = apply("address_rotation_sb", m)
+    fn = out.functions[0]
+    assert stats["rotations"] >= 1                                    # u does get a second slot ...
+    slot = fn.memloc_by_name("u_rot1")
+    a = int(fn.memlocs.get("addr", slot))
+    assert not (a < 57344 + 512 and 57344 < a + 512)                  # ... but not over t's live-in bytes
