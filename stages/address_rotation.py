@@ -64,7 +64,7 @@ from tusk.stages.base import OptionError, Pass, Stats, option
 from tusk.stages.deps import build_fdeps
 from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
 from tusk.stages.rotation_psum import psum_rotation
-from tusk.stages.rotation_rings import analyse
+from tusk.stages.rotation_rings import analyse, unalias
 from tusk.stages.rotation_sb import Region, batches, part_rows, sb_rotation_batch, sb_schedule
 from tusk.stages.schedule import COMPARE_LIMIT, MAX_SEGMENT, schedule_function, slower
 
@@ -249,7 +249,7 @@ class AddressRotation(Pass):
         if marker is not None:
             return self._run_part(module, marker)
         jobs, why = self.jobs(module)
-        out = module.copy()
+        out = self._unaliased(module, jobs)
         stats: Stats = {"rotations": 0, "functions": 0}
         if why is not None:
             self.log.info(why)
@@ -258,6 +258,16 @@ class AddressRotation(Pass):
             stats.update(self._settle(out, module, self._rotate(out, jobs)))
             stats["functions"] = len({j.fn for j in jobs})
         return out, stats
+
+    def _unaliased(self, module: Module, jobs: list[Job]) -> Module:
+        """A copy of ``module`` whose SB / PSUM jobs' aliases that live one after the other are one memory
+        location (rotation_rings.unalias): what run, split and merge all start from."""
+        out = module.copy()
+        if self.space in ("sb", "psum"):
+            mtype = Mem.SB if self.space == "sb" else Mem.PSUM
+            for k in sorted({j.fn for j in jobs}):
+                unalias(out.functions[k], mtype)
+        return out
 
     def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
         """Rotate in place; instances moved per function."""
@@ -288,7 +298,8 @@ class AddressRotation(Pass):
         scheduled again after scheduling, and the input kept where rotation is slower."""
         kept = rescheduled = reverted = 0
         for k, here in sorted(moved.items()):
-            if not here:
+            if not here:  # nothing moved: not even the aliases' accesses are repointed
+                out.functions[k] = module.functions[k].copy()
                 continue
             fn, old = out.functions[k], module.functions[k]
             if FnAttr.KERNEL_SCOPE in fn.attrs:
@@ -310,6 +321,7 @@ class AddressRotation(Pass):
         jobs, why = self.jobs(module)
         if why is not None:
             return None
+        module = self._unaliased(module, jobs)
         parts: list[Module] = []
         for job in jobs:
             fn = module.functions[job.fn]
@@ -341,11 +353,12 @@ class AddressRotation(Pass):
         return out, {"rotations": moved}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
-        out = module.copy()
+        base = self._unaliased(module, self.jobs(module)[0])  # as split and run start from
+        out = base.copy()
         for part in parts:
             marker = part.attributes[PART_KEY]
             fn = out.functions[int(marker["job"])]
-            orig = module.functions[int(marker["job"])]
+            orig = base.functions[int(marker["job"])]
             if fn.name != marker["function"]:
                 raise PassError(f"{self.name}: part for function {marker['function']} does not match {fn.name}")
             names = {orig.strings[s]: m for m, s in enumerate(orig.memlocs["name"].tolist())}
