@@ -617,3 +617,24 @@ def test_aliases_that_live_one_after_the_other_rotate_as_one_buffer():
     m = _per_tile_locations(overlap=True)
     out, stats = apply("address_rotation_sb", m)
     assert stats["rotations"] == 0 and out == m
+
+
+def test_split_and_merge_rotate_per_tile_aliases_as_the_serial_run_does():
+    b = Builder("main", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    x = b.dram("x", (32 * 4, 4 * 64), kind="ExternalInput")
+    y = b.dram("y", (32 * 4, 4 * 64), kind="ExternalOutput")
+    for i in range(4):
+        for k in range(4):  # band k, tile i: a memory location of its own, at the band's one place
+            t = b.sbuf(f"t{k}_{i}", (32, 64), addr=0, base=32 * k)
+            b.dma(t.ap(), x.tile(32 * i, 32, 64 * k, 64))
+            b.activation(t.ap(), t.ap(), "Exp")
+            b.dma(y.tile(32 * i, 32, 64 * k, 64), t.ap())
+    m = b.module()
+    p = stages.make_pass("address_rotation_sb")
+    serial, stats = p.run(m)
+    parts = p.split(m)
+    assert parts is not None and len(parts) == 4 and stats["rotations"] > 0
+    results = [p.run(part) for part in parts]
+    merged, _ = p.merge(m, [r[0] for r in results], [r[1] for r in results])
+    assert content_hash(merged) == content_hash(serial)
+    assert same_meaning(m, merged)
