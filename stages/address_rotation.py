@@ -353,7 +353,8 @@ class AddressRotation(Pass):
         return out, {"rotations": moved}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
-        base = self._unaliased(module, self.jobs(module)[0])  # as split and run start from
+        jobs = self.jobs(module)[0]
+        base = self._unaliased(module, jobs)  # as split and run start from
         out = base.copy()
         for part in parts:
             marker = part.attributes[PART_KEY]
@@ -364,11 +365,12 @@ class AddressRotation(Pass):
             names = {orig.strings[s]: m for m, s in enumerate(orig.memlocs["name"].tolist())}
             members = np.array([names[n] for n in marker["memlocs"]], dtype=np.int64)
             _merge_part(fn, orig, part.functions[0], part_rows(orig, members))
-        moved: dict[int, int] = {}
+        moved: dict[int, int] = {j.fn: 0 for j in jobs}  # a job without parts is left as it came, as in run
         for part, st in zip(parts, part_stats):
             k = int(part.attributes[PART_KEY]["job"])
             moved[k] = moved.get(k, 0) + int(st.get("rotations", 0))
-        stats: Stats = {**self._settle(out, module, moved), "functions": len(moved), "parts": len(parts)}
+        stats: Stats = {**self._settle(out, module, moved), "parts": len(parts),
+                        "functions": len({int(p.attributes[PART_KEY]["job"]) for p in parts})}
         return out, stats
 
 

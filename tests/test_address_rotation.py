@@ -638,3 +638,28 @@ def test_split_and_merge_rotate_per_tile_aliases_as_the_serial_run_does():
     merged, _ = p.merge(m, [r[0] for r in results], [r[1] for r in results])
     assert content_hash(merged) == content_hash(serial)
     assert same_meaning(m, merged)
+
+
+def test_merge_leaves_a_function_without_work_as_it_came_like_the_serial_run():
+    """Band-split work in one function; in another, per-tile aliases that a partial overlap pins (nothing to
+    rotate): run restores that function untouched, and so must merge."""
+    main = _banded(4).functions[0]
+    b = Builder("other", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    x = b.dram("x", (256, 64), kind="ExternalInput")
+    y = b.dram("y", (256, 64), kind="ExternalOutput")
+    t0, t1 = b.sbuf("t0", (128, 64), addr=0), b.sbuf("t1", (128, 64), addr=0)
+    u = b.sbuf("u", (128, 64), addr=128)           # overlaps the second half of t's bytes
+    for i, t in enumerate((t0, t1)):
+        b.dma(t.ap(), x.tile(128 * i, 128, 0, 64))
+        b.dma(y.tile(128 * i, 128, 0, 64), t.ap())
+    b.dma(u.ap(), x.tile(0, 128, 0, 64))
+    b.dma(y.tile(0, 128, 0, 64), u.ap())
+    m = Module([main, b.function()])
+    p = stages.make_pass("address_rotation_sb")
+    serial, _ = p.run(m)
+    parts = p.split(m)
+    assert parts is not None
+    results = [p.run(part) for part in parts]
+    merged, _ = p.merge(m, [r[0] for r in results], [r[1] for r in results])
+    assert content_hash(merged) == content_hash(serial)
+    assert content_hash(Module([merged.functions[1]])) == content_hash(Module([m.functions[1]]))
