@@ -66,7 +66,7 @@ from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
 from tusk.stages.rotation_psum import psum_rotation
 from tusk.stages.rotation_rings import analyse, unalias
 from tusk.stages.rotation_sb import Region, batches, part_rows, sb_rotation_batch, sb_schedule
-from tusk.stages.schedule import COMPARE_LIMIT, MAX_SEGMENT, schedule_function, slower
+from tusk.stages.schedule import COMPARE_LIMIT, MAX_SEGMENT, TIE, makespan_or_none, schedule_timed
 
 SKIP = "Skipping pass due to no instruction or uncovered structure."
 IF_ELSE = "Detected If else structure, skip DMA optimization for now"
@@ -302,17 +302,26 @@ class AddressRotation(Pass):
                 out.functions[k] = module.functions[k].copy()
                 continue
             fn, old = out.functions[k], module.functions[k]
-            if FnAttr.KERNEL_SCOPE in fn.attrs:
-                fn = schedule_function(build_fdeps(fn), max_segment=MAX_SEGMENT, compare_limit=self.compare_limit)[0]
+            t_new: float | None = None
+            if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
+                fn, _, t_new = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
+                                              compare_limit=self.compare_limit)
                 out.functions[k] = fn
                 rescheduled += 1
-            if fn.n_insts <= self.compare_limit and slower(build_fdeps(fn), build_fdeps(old)):
+            if fn.n_insts <= self.compare_limit and self._slower(fn, old, t_new):
                 self.log.info("Rotation of %s reverted: the timing model finds it slower", fn.name)
                 out.functions[k] = old.copy()
                 reverted += 1
                 continue
             kept += here
         return {"rotations": kept, "rescheduled": rescheduled, "reverted": reverted}
+
+    @staticmethod
+    def _slower(fn: Function, old: Function, t_fn: float | None) -> bool:
+        """Is ``fn`` (makespan ``t_fn`` when known) slower than ``old``, both with their edges rebuilt?"""
+        t_new = t_fn if t_fn is not None else makespan_or_none(build_fdeps(fn))
+        t_old = makespan_or_none(build_fdeps(old)) if t_new is not None else None
+        return t_new is not None and t_old is not None and t_new > t_old * (1 + TIE)
 
     # ------------------------------------------------------------ split / merge (SB batches)
     def split(self, module: Module) -> list[Module] | None:

@@ -89,10 +89,17 @@ def schedule_function(fn: Function, costs: CostTable = DEFAULT_COSTS, max_segmen
                       compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int]:
     """(scheduled copy of ``fn``, number of rows that moved): the fastest on the timing model of the
     list schedules by each priority and the input order (:func:`fastest`)."""
+    out, moved, _ = schedule_timed(fn, costs, max_segment, compare_limit)
+    return out, moved
+
+
+def schedule_timed(fn: Function, costs: CostTable = DEFAULT_COSTS, max_segment: int = 1 << 62,
+                   compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int, float | None]:
+    """:func:`schedule_function`, and the kept function's makespan when it was timed (None otherwise)."""
     edges = dependence_edges(fn)
     tries = [schedule_with_edges(fn, edges, costs, max_segment, priority=p)
              for p in priorities(len(fn.insts), compare_limit)]
-    return fastest(fn, tries, costs, compare_limit)
+    return fastest_timed(fn, tries, costs, compare_limit)
 
 
 def priorities(n: int, compare_limit: int) -> tuple[str, ...]:
@@ -110,12 +117,6 @@ def makespan_or_none(fn: Function, costs: CostTable = DEFAULT_COSTS) -> float | 
         return None
 
 
-def slower(a: Function, b: Function, costs: CostTable = DEFAULT_COSTS) -> bool:
-    """Is ``a`` slower than ``b`` on the timing model?  False when either cannot be timed."""
-    ta, tb = makespan_or_none(a, costs), makespan_or_none(b, costs)
-    return ta is not None and tb is not None and ta > tb * (1 + TIE)
-
-
 def fastest(fn: Function, tries: list[tuple[Function, int, np.ndarray]], costs: CostTable = DEFAULT_COSTS,
             compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int]:
     """(function, rows moved) of the fastest candidate: each try (a copy of ``fn`` with its rows
@@ -123,9 +124,16 @@ def fastest(fn: Function, tries: list[tuple[Function, int, np.ndarray]], costs: 
     the first try's edges and attributes.  A candidate wins only when it is faster than every earlier one
     (ties keep the earlier); beyond ``compare_limit`` rows, or when the model cannot time ``fn``, the first
     try."""
+    out, moved, _ = fastest_timed(fn, tries, costs, compare_limit)
+    return out, moved
+
+
+def fastest_timed(fn: Function, tries: list[tuple[Function, int, np.ndarray]], costs: CostTable = DEFAULT_COSTS,
+                  compare_limit: int = COMPARE_LIMIT) -> tuple[Function, int, float | None]:
+    """:func:`fastest`, and the winner's makespan (None when nothing was timed)."""
     out, moved, order = tries[0]
     if len(order) > compare_limit:
-        return out, moved
+        return out, moved, None
     kept = fn.copy()
     d = out.deps
     kept.deps = sorted_edges(order[d["src"].astype(np.int64)], order[d["dst"].astype(np.int64)], d["kind"],
@@ -136,11 +144,11 @@ def fastest(fn: Function, tries: list[tuple[Function, int, np.ndarray]], costs: 
     for cand, m in [(f, m) for f, m, _ in tries] + [(kept, 0)]:
         t = makespan_or_none(cand, costs)
         if t is None:
-            return out, moved
+            return out, moved, None
         if best is None or t < best_t * (1 - TIE):
             best, best_t = (cand, m), t
     assert best is not None
-    return best
+    return best[0], best[1], best_t
 
 
 def schedule_with_edges(fn: Function, edges, costs: CostTable = DEFAULT_COSTS, max_segment: int = 1 << 62,
