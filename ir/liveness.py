@@ -21,6 +21,12 @@ A write is a kill when it
 Accesses before a memory location's first kill form instance 0; if it reads,
 it reads what was there before the function (*live-in*).
 
+With ``groups=True`` (address rotation asks for it), a *group kill* starts an
+instance too: a write that would be a kill but covers only part of the
+location (one 1-bank matmul half of a 2-bank PSUM tile, say), when the
+location's next accesses overwrite the rest the same way before anything
+reads an element not yet overwritten (:func:`group_kills`).
+
 Only *simple* memory locations get instances: allocated SB/PSUM locations
 whose every access is a physical access pattern (no symbolic, register or
 dynamic addressing) outside loop bodies, in a function without branches or
@@ -115,8 +121,9 @@ def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[new], back
 
 
-def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
-    """The instances of every simple memory location of ``fn`` in ``spaces``."""
+def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> Instances:
+    """The instances of every simple memory location of ``fn`` in ``spaces`` (``groups``: group kills
+    start instances too)."""
     ins, ops, ml = fn.insts, fn.operands, fn.memlocs
     n, n_ml = len(ins), len(ml)
     nops = ins["nops"].astype(np.int64)
@@ -167,6 +174,8 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM)) -> Instances:
         prev = np.concatenate([[False], same])
         nxt = np.concatenate([same, [False]])
         kill[cand] = ~(pred | rmw | prev[cand] | nxt[cand])
+    if groups and na:
+        kill |= group_kills(fn, a_memloc, a_row, a_write, a_op, kill)
     # ---- instances: a new one at each kill and at each memory location's first access
     start = kill.copy()
     if na:
@@ -225,3 +234,67 @@ def overlapping_pairs(fn: Function, memlocs: np.ndarray) -> list[tuple[int, int]
             out.append((min(x, y), max(x, y)))
     return sorted(set(out))
 
+
+
+def _clean_writes(fn: Function, a_memloc, a_row, a_write) -> np.ndarray:
+    """Writes that overwrite what they address without reading it: not read-modify-write, unpredicated,
+    and their instruction does not also access the memory location (the kill conditions but the cover)."""
+    ins = fn.insts
+    clean = np.zeros(len(a_row), dtype=bool)
+    w = np.flatnonzero(a_write)
+    if not len(w):
+        return clean
+    r = a_row[w]
+    first, back = _groups(ins["attrs"][r].astype(np.int64) * 256 + ins["opcode"][r])
+    rmw = np.array([_rmw(fn, int(r[f])) for f in first.tolist()], dtype=bool)[back]
+    same = (a_memloc[1:] == a_memloc[:-1]) & (a_row[1:] == a_row[:-1])
+    prev = np.concatenate([[False], same])
+    nxt = np.concatenate([same, [False]])
+    clean[w] = ~((ins["pred"][r] >= 0) | rmw | prev[w] | nxt[w])
+    return clean
+
+
+def _elements(fn: Function, op: int) -> np.ndarray:
+    """Element indices an access pattern operand addresses (offset + sum(i_k * step_k))."""
+    pid = int(fn.operands.get("pattern", op))
+    idx = np.array([int(fn.operands.get("offset", op))], dtype=np.int64)
+    for step, num in (fn.patterns[pid] if pid >= 0 else ()):
+        idx = (idx[:, None] + int(step) * np.arange(int(num), dtype=np.int64)[None, :]).ravel()
+    return idx
+
+
+def group_kills(fn: Function, a_memloc, a_row, a_write, a_op, kill) -> np.ndarray:
+    """Accesses that start a group kill: a clean write (:func:`_clean_writes`) from which the memory
+    location's accesses, in order, overwrite every element by clean writes before any access reads
+    (a read, or a read-modify-write) an element not yet overwritten.  Then nothing from before the write
+    is read again, so an instance may start there.  Memory locations accessed with more than one data type
+    are left alone (their elements are not one index space)."""
+    out = np.zeros(len(a_op), dtype=bool)
+    clean = _clean_writes(fn, a_memloc, a_row, a_write) & ~kill
+    if not clean.any():
+        return out
+    ml, ops = fn.memlocs, fn.operands
+    bounds = np.flatnonzero(np.concatenate([[True], a_memloc[1:] != a_memloc[:-1], [True]]))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if not clean[lo:hi].any():
+            continue
+        m = int(a_memloc[lo])
+        dts = np.unique(ops["dtype"][a_op[lo:hi]])
+        if len(dts) != 1:
+            continue
+        size = int(DTYPE_SIZE_ARRAY[dts[0]])
+        cap = int(ml.get("pbytes", m)) // size * int(ml.get("nparts", m))
+        elems = [_elements(fn, int(a_op[j])) for j in range(lo, hi)]
+        if any(len(e) and (e.min() < 0 or e.max() >= cap) for e in elems):
+            continue
+        for c in (lo + np.flatnonzero(clean[lo:hi])).tolist():
+            covered = np.zeros(cap, dtype=bool)
+            for j in range(c, hi):
+                e = elems[j - lo]
+                if not clean[j] and not covered[e].all():
+                    break  # reads (or updates) something from before c
+                covered[e] = True
+                if covered.all():
+                    out[c] = True
+                    break
+    return out

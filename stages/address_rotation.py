@@ -25,11 +25,26 @@ second (``post_schedule``).  ``run`` follows the seed's rotateAddrs:
 
 3. nothing to do: "Skipping pass due to no instruction or uncovered structure.".
 
+What follows a rotation (:meth:`AddressRotation._settle`), per function it
+changed:
+
+* a scheduled function (attribute 12) has its edges dropped and rebuilt
+  against the new addresses (the seed's clearInstDeps, then build_fdeps) and
+  is scheduled again: the seed's downstream list scheduler is what turns the
+  freed slots into overlap (load(i+1) with compute(i)); without it the
+  order the first schedule chose around the aliasing buffers stays, and the
+  rotation gains nothing (add_tiles.klr: 319 instances moved, 559,027 ->
+  559,027 cycles);
+* a function of at most ``compare_limit`` rows is then timed (edges rebuilt,
+  as the build times it) against the function as it came in, and keeps what
+  it had when rotation made it slower ("reverted"): rotation never makes a
+  makespan worse.
+
 The SB pass splits into one part per independent partition-band batch
 (:mod:`stages.rotation_sb`); the parts' results merge into exactly what
-``run`` computes.  Every pass reports ``rotations`` (instances moved) and
-nothing it did not do: makespans are the build's own cached steps
-(``tusk.workflows.timings``), computed once per kernel, not inside a pass.
+``run`` computes.  Every pass reports ``rotations`` (instances moved and kept),
+``reverted`` and ``rescheduled`` (functions); the makespans the summary shows
+are the build's own cached steps (``tusk.workflows.timings``).
 """
 
 from __future__ import annotations
@@ -49,8 +64,9 @@ from tusk.stages.base import OptionError, Pass, Stats, option
 from tusk.stages.deps import build_fdeps
 from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
 from tusk.stages.rotation_psum import psum_rotation
-from tusk.stages.rotation_rings import analyse
+from tusk.stages.rotation_rings import analyse, unalias
 from tusk.stages.rotation_sb import Region, batches, part_rows, sb_rotation_batch, sb_schedule
+from tusk.stages.schedule import COMPARE_LIMIT, MAX_SEGMENT, TIE, makespan_or_none, schedule_timed
 
 SKIP = "Skipping pass due to no instruction or uncovered structure."
 IF_ELSE = "Detected If else structure, skip DMA optimization for now"
@@ -151,7 +167,10 @@ class AddressRotation(Pass):
 
     space: ClassVar[str] = "sb"
     post_schedule: ClassVar[bool] = False
-    version = "1"
+    version = "2"
+
+    compare_limit: int = option(COMPARE_LIMIT, "functions up to this many rows are timed before and after "
+                                               "rotation and keep what they had when rotation is slower")
 
     # ------------------------------------------------------------ dispatch
     def jobs(self, module: Module) -> tuple[list[Job], str | None]:
@@ -230,23 +249,36 @@ class AddressRotation(Pass):
         if marker is not None:
             return self._run_part(module, marker)
         jobs, why = self.jobs(module)
-        out = module.copy()
+        out = self._unaliased(module, jobs)
         stats: Stats = {"rotations": 0, "functions": 0}
         if why is not None:
             self.log.info(why)
             stats["skipped"] = why
         else:
-            stats["rotations"] = self._rotate(out, jobs)
+            stats.update(self._settle(out, module, self._rotate(out, jobs)))
             stats["functions"] = len({j.fn for j in jobs})
         return out, stats
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> int:
+    def _unaliased(self, module: Module, jobs: list[Job]) -> Module:
+        """A copy of ``module`` whose SB / PSUM jobs' aliases that live one after the other are one memory
+        location (rotation_rings.unalias): what run, split and merge all start from."""
+        out = module.copy()
+        if self.space in ("sb", "psum"):
+            mtype = Mem.SB if self.space == "sb" else Mem.PSUM
+            for k in sorted({j.fn for j in jobs}):
+                unalias(out.functions[k], mtype)
+        return out
+
+    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+        """Rotate in place; instances moved per function."""
         arch = get_arch(out.arch)
-        moved = 0
+        moved: dict[int, int] = {}
         dram = [j.fn for j in jobs if j.kind == "dram"]
         if dram:
-            moved += dram_rotation(out, dram, getattr(self, "dram_rotation_size", -1), self.log)
-        scheduled: set[int] = set()  # functions whose edges must be rebuilt: scheduled ones that changed
+            before = {k: out.functions[k].memlocs["addr"].copy() for k in dram}
+            dram_rotation(out, dram, getattr(self, "dram_rotation_size", -1), self.log)
+            for k in dram:
+                moved[k] = int((out.functions[k].memlocs["addr"] != before[k]).sum())
         for job in jobs:
             fn = out.functions[job.fn]
             here = 0
@@ -258,11 +290,38 @@ class AddressRotation(Pass):
                 rules = sb_schedule(job.kind, job.region.partitions)
                 for batch in batches(sp):
                     here += sb_rotation_batch(sp, batch, rules, job.region, self.log)
-            if here and FnAttr.KERNEL_SCOPE in fn.attrs:
-                scheduled.add(job.fn)
-            moved += here
-        _rebuild_edges(out, scheduled)
+            moved[job.fn] = moved.get(job.fn, 0) + here
         return moved
+
+    def _settle(self, out: Module, module: Module, moved: dict[int, int]) -> Stats:
+        """What follows rotation in each function it changed (the module docstring): edges rebuilt and
+        scheduled again after scheduling, and the input kept where rotation is slower."""
+        kept = rescheduled = reverted = 0
+        for k, here in sorted(moved.items()):
+            if not here:  # nothing moved: not even the aliases' accesses are repointed
+                out.functions[k] = module.functions[k].copy()
+                continue
+            fn, old = out.functions[k], module.functions[k]
+            t_new: float | None = None
+            if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
+                fn, _, t_new = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
+                                              compare_limit=self.compare_limit)
+                out.functions[k] = fn
+                rescheduled += 1
+            if fn.n_insts <= self.compare_limit and self._slower(fn, old, t_new):
+                self.log.info("Rotation of %s reverted: the timing model finds it slower", fn.name)
+                out.functions[k] = old.copy()
+                reverted += 1
+                continue
+            kept += here
+        return {"rotations": kept, "rescheduled": rescheduled, "reverted": reverted}
+
+    @staticmethod
+    def _slower(fn: Function, old: Function, t_fn: float | None) -> bool:
+        """Is ``fn`` (makespan ``t_fn`` when known) slower than ``old``, both with their edges rebuilt?"""
+        t_new = t_fn if t_fn is not None else makespan_or_none(build_fdeps(fn))
+        t_old = makespan_or_none(build_fdeps(old)) if t_new is not None else None
+        return t_new is not None and t_old is not None and t_new > t_old * (1 + TIE)
 
     # ------------------------------------------------------------ split / merge (SB batches)
     def split(self, module: Module) -> list[Module] | None:
@@ -271,6 +330,7 @@ class AddressRotation(Pass):
         jobs, why = self.jobs(module)
         if why is not None:
             return None
+        module = self._unaliased(module, jobs)
         parts: list[Module] = []
         for job in jobs:
             fn = module.functions[job.fn]
@@ -302,29 +362,25 @@ class AddressRotation(Pass):
         return out, {"rotations": moved}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
-        out = module.copy()
+        jobs = self.jobs(module)[0]
+        base = self._unaliased(module, jobs)  # as split and run start from
+        out = base.copy()
         for part in parts:
             marker = part.attributes[PART_KEY]
             fn = out.functions[int(marker["job"])]
-            orig = module.functions[int(marker["job"])]
+            orig = base.functions[int(marker["job"])]
             if fn.name != marker["function"]:
                 raise PassError(f"{self.name}: part for function {marker['function']} does not match {fn.name}")
             names = {orig.strings[s]: m for m, s in enumerate(orig.memlocs["name"].tolist())}
             members = np.array([names[n] for n in marker["memlocs"]], dtype=np.int64)
             _merge_part(fn, orig, part.functions[0], part_rows(orig, members))
-        _rebuild_edges(out, {int(p.attributes[PART_KEY]["job"]) for p, s in zip(parts, part_stats)
-                             if s.get("rotations") and FnAttr.KERNEL_SCOPE in out.functions[int(
-                                 p.attributes[PART_KEY]["job"])].attrs})
-        stats: Stats = {"rotations": int(sum(s.get("rotations", 0) for s in part_stats)),
-                        "functions": len({int(p.attributes[PART_KEY]["job"]) for p in parts}), "parts": len(parts)}
+        moved: dict[int, int] = {j.fn: 0 for j in jobs}  # a job without parts is left as it came, as in run
+        for part, st in zip(parts, part_stats):
+            k = int(part.attributes[PART_KEY]["job"])
+            moved[k] = moved.get(k, 0) + int(st.get("rotations", 0))
+        stats: Stats = {**self._settle(out, module, moved), "parts": len(parts),
+                        "functions": len({int(p.attributes[PART_KEY]["job"]) for p in parts})}
         return out, stats
-
-
-def _rebuild_edges(module: Module, functions: set[int]) -> None:
-    """After scheduling (attribute 12) edges are kept, not rebuilt by a later step: where rotation moved a
-    buffer, the function's edges are rebuilt so they order the instances that now share a slot."""
-    for k in sorted(functions):
-        module.functions[k] = build_fdeps(module.functions[k])
 
 
 def _has_work(sp, batch) -> bool:

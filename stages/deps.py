@@ -188,8 +188,38 @@ def footprints(fn: Function) -> Footprints:
     if not chunks:
         z = np.zeros(0, np.int64)
         return Footprints(z, z.astype(np.int8), z, z, z, z, z)
-    return Footprints(*(np.concatenate([getattr(c, f) for c in chunks])
-                        for f in ("inst", "rw", "space", "plo", "phi", "blo", "bhi")))
+    fp = Footprints(*(np.concatenate([getattr(c, f) for c in chunks])
+                      for f in ("inst", "rw", "space", "plo", "phi", "blo", "bhi")))
+    return _with_loop_bodies(fn, fp)
+
+
+def _with_loop_bodies(fn: Function, fp: Footprints) -> Footprints:
+    """``fp`` where every kept loop row also accesses what its body (nested loops included) accesses.
+
+    The loop row is the last row of the region before the loop, and the body runs after it starts: a DMA
+    of that region still in flight when the loop starts must be waited for when the body reads what it
+    writes (Flow), writes it too (Output) or overwrites what it reads (Anti).  Edges stay inside a region,
+    so these accesses order the loop only against the rows before it."""
+    loops = np.isin(fn.insts["opcode"], list(LOOP_OPCODES))
+    if not loops.any() or not len(fp):
+        return fp
+    owner = fn.blocks["parent"][fn.insts["block"]].astype(np.int64)  # loop row owning each row's block
+    rows = np.arange(len(owner), dtype=np.int64)
+    pairs_row, pairs_loop = [], []
+    anc = owner
+    while (anc >= 0).any():  # one step up the loop nest per round
+        inside = anc >= 0
+        pairs_row.append(rows[inside])
+        pairs_loop.append(anc[inside])
+        anc = np.where(inside, owner[np.maximum(anc, 0)], -1)
+    r, loop = np.concatenate(pairs_row), np.concatenate(pairs_loop)
+    lo, hi = np.searchsorted(fp.inst, r, "left"), np.searchsorted(fp.inst, r, "right")
+    acc = _ranges(lo, hi - lo)
+    summary = _take(fp, acc)
+    summary.inst = np.repeat(loop, hi - lo)
+    cols = [np.concatenate([getattr(fp, f), getattr(summary, f)]) for f in FP_FIELDS]
+    order = np.argsort(cols[0] * 2 + cols[1], kind="stable")
+    return Footprints(*(c[order] for c in cols))
 
 
 def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:

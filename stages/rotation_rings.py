@@ -18,6 +18,14 @@ put and occupy their box for the whole function.
 A slot other than the original becomes a new memory location (and set),
 named ``<name>_rot<k>``, at the slot's address; the accesses of the instances
 bound to it are repointed there.
+
+A front end may give every tile a memory location of its own at the same
+bytes (tensor_add_spmd's trace: ``sbuf``, ``sbuf.4``, ``sbuf.7`` ... all at
+byte 0).  Those aliases would be pinned; :func:`unalias` first repoints the
+accesses of such a group -- same box, same tensor type, live one after the
+other -- to its first member, which then has one instance per tile and gets a
+ring like any recurring buffer.  Same bytes, so the meaning cannot change;
+a memory location no instruction accesses occupies nothing.
 """
 
 from __future__ import annotations
@@ -58,12 +66,13 @@ def analyse(fn: Function, mtype: int, pinned_names: frozenset[str] | None = None
     ``pinned_names`` adds memory locations to pin (a split part passes what
     the whole function decided, since a part does not see all of it).
     """
-    inst = instances(fn, (mtype,))
+    inst = instances(fn, (mtype,), groups=True)
     ml = fn.memlocs
     n = len(fn.insts)
     memlocs = np.flatnonzero((ml["mtype"] == mtype) & (ml["addr"] >= 0)).astype(np.int64)
     pinned = ~inst.simple[memlocs]
-    for a, b in overlapping_pairs(fn, memlocs):
+    used = memlocs[np.isin(memlocs, fn.operands["memloc"])]
+    for a, b in overlapping_pairs(fn, used):
         pinned[np.searchsorted(memlocs, a)] = True
         pinned[np.searchsorted(memlocs, b)] = True
     if pinned_names:
@@ -184,3 +193,38 @@ def first_writer_engine(space: Space, m: int) -> int:
     if not len(sel):
         return -1
     return int(space.fn.insts.get("engine", int(inst.a_row[sel[0]])))
+
+
+def unalias(fn: Function, mtype: int) -> int:
+    """Repoint the accesses of aliases that live one after the other to the group's first member (in place;
+    see the module docstring); returns how many memory locations lost their accesses."""
+    inst = instances(fn, (mtype,), groups=True)
+    if not len(inst):
+        return 0
+    ml, sets = fn.memlocs, fn.sets
+    first = np.where(inst.i_live_in, 0, inst.i_first)
+    span: dict[int, tuple[int, int]] = {}
+    for m, a, b in zip(inst.i_memloc.tolist(), first.tolist(), inst.i_last.tolist()):
+        lo, hi = span.get(m, (a, b))
+        span[m] = (min(lo, a), max(hi, b))
+    groups: dict[tuple, list[int]] = {}
+    for m in sorted(span):
+        if not inst.simple[m]:
+            continue
+        s = int(ml.get("set", m))
+        key = (int(ml.get("addr", m)), int(ml.get("base", m)), int(ml.get("nparts", m)), int(ml.get("pbytes", m)),
+               int(ml.get("bank", m)), int(sets.get("kind", s)), int(sets.get("dtype", s)), repr(fn.value(sets.get("shape", s))))
+        groups.setdefault(key, []).append(m)
+    target = np.arange(len(ml), dtype=np.int64)
+    merged = 0
+    for members in groups.values():
+        members.sort(key=lambda m: span[m])
+        if len(members) < 2 or any(span[a][1] >= span[b][0] for a, b in zip(members, members[1:])):
+            continue  # live at the same time: real aliases
+        target[members[1:]] = members[0]
+        merged += len(members) - 1
+    if merged:
+        ops = fn.operands["memloc"]
+        sel = np.flatnonzero(ops >= 0)
+        ops[sel] = target[ops[sel]]
+    return merged

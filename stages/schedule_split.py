@@ -47,8 +47,9 @@ def split(p, module: Module) -> list[Module] | None:
 
 
 def run_part(p, module: Module):
-    """Schedule one part on its own graph; the marker gains its new row order and exposed rows."""
-    from tusk.stages.schedule import schedule_with_edges
+    """Schedule one part on its own graph by every priority; the marker gains the new row orders and the
+    exposed rows (the part's function is in the first priority's order)."""
+    from tusk.stages.schedule import PRIORITIES, schedule_with_edges
 
     marker = module.attributes[PART_KEY]
     fn = module.functions[0]
@@ -56,16 +57,18 @@ def run_part(p, module: Module):
     osrc, odst = _extra_edges(fn, True)  # DMA queue and random-generator order, as dependence_edges
     edges = (np.concatenate([src, osrc]), np.concatenate([dst, odst]),
              np.concatenate([kind, np.full(len(osrc), Edge.Ordered, np.uint8)]))
-    new, moved, order = schedule_with_edges(fn, edges, max_segment=p.max_segment)
+    tries = [schedule_with_edges(fn, edges, max_segment=p.max_segment, priority=q) for q in PRIORITIES]
+    new, moved, _ = tries[0]
+    orders = {q: _pack(order) for q, (_, _, order) in zip(PRIORITIES, tries)}
     out = Module([p.marked(fn, new)], module.arch, module.version,
                  module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist(),
-                                                       "order": _pack(order)}}),
+                                                       "orders": orders}}),
                  module.artifact_dir, module.queues, module.extras)
     return out, {"moved": moved}
 
 
 def merge(p, module: Module, parts: list[Module]):
-    from tusk.stages.schedule import schedule_function
+    from tusk.stages.schedule import fastest, priorities, schedule_function
 
     by_fn: dict[int, list] = {}
     for part in parts:
@@ -76,26 +79,26 @@ def merge(p, module: Module, parts: list[Module]):
     for k, fn in enumerate(module.functions):
         got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
         if not got:
-            new, m = schedule_function(fn, max_segment=p.max_segment)
+            new, m = schedule_function(fn, max_segment=p.max_segment, compare_limit=p.compare_limit)
             new = p.marked(fn, new)
         else:
-            new, m = _merge_function(fn, got)
-            if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
-                new.attrs |= {FnAttr.KERNEL_SCOPE}
+            tries = [_merge_function(fn, got, q) for q in priorities(len(fn.insts), p.compare_limit)]
+            new, m = fastest(fn, tries, compare_limit=p.compare_limit)  # as the unsplit run decides
         out.functions[k] = new
         moved += m
         marked += int(FnAttr.KERNEL_SCOPE in new.attrs and FnAttr.KERNEL_SCOPE not in fn.attrs)
     return out, {"moved": moved, "marked": marked, "parts": len(parts)}
 
 
-def _merge_function(fn, got):
-    from tusk.stages.schedule import sorted_edges
+def _merge_function(fn, got, priority: str):
+    """(fn reordered as the parts scheduled it by ``priority``, rows moved, order)."""
+    from tusk.stages.schedule import PRIORITIES, sorted_edges
 
     n = len(fn.insts)
     ranges = [(int(m["lo"]), int(m["hi"])) for m, _ in got]
     if [a for a, _ in ranges][1:] != [b for _, b in ranges][:-1] or ranges[0][0] != 0 or ranges[-1][1] != n:
         raise InternalError(f"schedule merge: the parts of {fn.name} do not tile its {n} rows")
-    order = np.concatenate([a + _unpack(m["order"]) for (m, _), (a, _) in zip(got, ranges)])
+    order = np.concatenate([a + _unpack(m["orders"][priority]) for (m, _), (a, _) in zip(got, ranges)])
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
     part_of = lambda rows: np.searchsorted(starts, rows, side="right")
     # edges between parts, in the old numbering: data edges, the function's own, Ordered
@@ -107,18 +110,18 @@ def _merge_function(fn, got):
     k_all = np.concatenate([ck, d["kind"], np.full(len(osrc), Edge.Ordered, np.uint8)])
     cross = part_of(s_all) != part_of(d_all)
     s_all, d_all, k_all = _merge(s_all[cross], d_all[cross], k_all[cross], n)
-    pos = np.empty(n, np.int64)
-    pos[order] = np.arange(n, dtype=np.int64)
-    # the parts' own edges are numbered in their new rows already
-    ps = [g.deps["src"].astype(np.int64) + a for (_, g), (a, _) in zip(got, ranges)]
-    pd = [g.deps["dst"].astype(np.int64) + a for (_, g), (a, _) in zip(got, ranges)]
+    # the parts' own edges are numbered in their first priority's rows: back to the old numbering
+    first = [_unpack(m["orders"][PRIORITIES[0]]) for m, _ in got]
+    ps = [a + o[g.deps["src"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
+    pd = [a + o[g.deps["dst"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
     pk = [g.deps["kind"] for _, g in got]
     moved = int((order != np.arange(n)).sum())
     new = fn.take_insts(order) if moved else fn.copy()
-    ident = np.arange(n, dtype=np.int64)
-    new.deps = sorted_edges(np.concatenate([pos[s_all], *ps]), np.concatenate([pos[d_all], *pd]),
-                            np.concatenate([k_all, *pk]), ident)
-    return new, moved
+    new.deps = sorted_edges(np.concatenate([s_all, *ps]), np.concatenate([d_all, *pd]),
+                            np.concatenate([k_all, *pk]), order)
+    if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
+        new.attrs |= {FnAttr.KERNEL_SCOPE}
+    return new, moved, order
 
 
 def _pack(order: np.ndarray) -> str:

@@ -313,6 +313,39 @@ def test_a_kept_dynamic_loop_waits_for_its_bound_and_counter():
     assert len(build_fdeps(out).carried) == len(c)
 
 
+def test_a_kept_dynamic_loop_is_ordered_after_what_its_body_overwrites_or_reads():
+    """Top-level DMAs that write y (or x) before a kept loop whose body writes y (reads x) may still be in
+    flight when the loop starts: the loop row stands for its body, so it waits for them (WAW, RAW), and it
+    waits for a read of y before it (WAR)."""
+    from tusk.stages.lower_dynamic import lower_dynamic_exprs
+    b = Builder()
+    x = b.dram("x", (128, 8), kind="ExternalInput")
+    y = b.dram("y", (128, 8), kind="ExternalOutput")
+    z = b.dram("z", (128, 8), kind="ExternalOutput")
+    cnt = b.sbuf("cnt", (1, 1), "int32", addr=4096)
+    t = b.sbuf("t", (128, 8), addr=0)
+    u = b.sbuf("u", (128, 8), addr=1024)
+    n = b.register("n")
+    b.memset(cnt.ap(), 3)                      # 0
+    b.tensor_load(n, cnt.ap())                 # 1
+    b.dma(u.ap(), x.ap())                      # 2 writes u, which the body reads
+    b.dma(y.ap(), u.ap())                      # 3 writes y, which the body writes too
+    b.dma(z.ap(), t.ap())                      # 4 reads t, which the body writes
+    with b.dynamic_loop("k", 0, n):
+        b.tensor_scalar(t.ap(), u.ap(), "add", 1.0)
+        b.dma(y.ap(), t.ap())
+    fn = lower_dynamic_exprs(b.function())
+    names = fn.inst_names()
+    loop = next(k for k in range(fn.n_insts) if fn.inst(k).opname == "DynamicForLoop")
+    dma = [k for k in range(loop) if fn.inst(k).opname == "DMACopy"]
+    assert len(dma) == 3, names
+    e = _edges(build_fdeps(fn))
+    assert e[(dma[1], loop)] == Edge.Output                   # y: write after write
+    assert e[(dma[0], loop)] == Edge.Flow                     # u: the body reads what the DMA writes
+    assert e[(dma[2], loop)] == Edge.Anti                     # t: the body overwrites what the DMA reads
+    assert all(d <= loop for s_, d in e if s_ < loop)         # nothing crosses into the body's region
+
+
 def test_pass_does_not_mutate_its_input_and_counts_edges():
     fn = _pipeline()
     m = Module([fn])

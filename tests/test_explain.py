@@ -67,3 +67,26 @@ def test_a_host_reports_what_limits_its_kernel():
 def test_a_function_the_model_cannot_time_gives_the_reason():
     out = explain_makespan(tiled_exp_module())
     assert out == {"ok": False, "function": "main", "why": out["why"]} and "not straight-line" in out["why"]
+
+
+def test_a_build_records_what_limits_each_kernel_in_stats_json_and_json_output(tmp_path):
+    """stats.json (and --json, which prints it) carry explain_makespan per timed module, and the unit summary
+    the final module's lower bound, binding resource and utilisation, in cycles; a rebuild reads them back."""
+    from tests.test_workflow_timings import EXAMPLES, build
+
+    kdir = tmp_path / "k"
+    kdir.mkdir()
+    for name in ("tiled_exp.json", "rmsnorm.klr"):
+        (kdir / name).write_bytes((EXAMPLES / name).read_bytes())
+    for _ in range(2):  # built, then from the store
+        build(kdir, tmp_path / "o", tmp_path / "cache")
+        for kernel in ("tiled_exp", "rmsnorm"):
+            data = json.loads((tmp_path / "o" / kernel / "stats.json").read_text())
+            unit = data["units"][0]
+            summary, after = unit["summary"], unit["timings"][-1]
+            assert summary["unit"] == "cycles" and summary["binding"]["kind"] in (
+                "engine", "DMA queues", "DRAM", "DMA engines", "dependence chain", "kernel calls")
+            assert summary["lower_bound"] <= summary["makespan_after"] * (1 + 1e-9)
+            assert set(summary["utilisation"]) >= {"PE", "Activation", "Pool", "DVE", "SP"}
+            assert all(0.0 <= v <= 1.0 + 1e-9 for v in summary["utilisation"].values())
+            assert after["explain"]["makespan"]["cycles"] == pytest.approx(after["makespan"])

@@ -128,6 +128,9 @@ CASES = {
     "mult_form": (lambda: klr_loops.tiles(form="mult"), 1, 0),
     "jump_latch": (lambda: klr_loops.tiles(latch="jump"), 1, 0),
     "step_2": (lambda: klr_loops.tiles(step=2), 1, 0),
+    # steps that do not divide the range: a `<` / `>` loop runs ceil(range / step) times (0, 2, 4; 4, 2, 0)
+    "step_2_uneven": (lambda: klr_loops.tiles(n_tiles=5, step=2), 1, 0),
+    "reversed_step_2_uneven": (lambda: klr_loops.tiles(n_tiles=5, start=4, step=-2, stop=-1, rel="gt_reg"), 1, 0),
     "reversed_gt": (lambda: klr_loops.tiles(start=3, step=-1, stop=-1, rel="gt_reg"), 1, 0),
     "le": (lambda: klr_loops.tiles(stop=2, rel="le_reg"), 1, 0),
     "ne": (lambda: klr_loops.tiles(rel="ne_reg"), 1, 0),

@@ -120,3 +120,30 @@ def test_tile_counts_and_ring_depths(tiles, slots):
     out, _ = schedule_function(fn)
     assert simulate(out).makespan <= simulate(fn).makespan * 1.0001
     assert _same(Module([fn]), Module([out]))
+
+
+def _pairs(src, dst) -> set[tuple[int, int]]:
+    return set(zip(np.asarray(src).tolist(), np.asarray(dst).tolist()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**16))
+def test_the_scheduled_functions_edges_are_complete(insts, seed):
+    """The edges the pass installs must be the whole graph of the new order (Flow, Output and Anti): a
+    later pass trusts them (the timing model, the post-schedule rotations), so every pair build_fdeps
+    finds in the scheduled order must be there, and any order that keeps them computes the same."""
+    from tests.legal_orders import random_topological_order
+    from tusk.stages.deps import dependence_edges
+
+    m = Module([_build(insts, io=True)])
+    out = Schedule().run(m)[0]
+    fn = out.functions[0]
+    src, dst, kind = dependence_edges(fn)
+    have = _pairs(fn.deps["src"], fn.deps["dst"])
+    assert _pairs(src, dst) <= have
+    kinds = {(s, d): k for s, d, k in zip(fn.deps["src"].tolist(), fn.deps["dst"].tolist(),
+                                          fn.deps["kind"].tolist())}
+    assert all(kinds[(s, d)] >= k for s, d, k in zip(src.tolist(), dst.tolist(), kind.tolist()))
+    order = random_topological_order(fn.n_insts, fn.deps["src"].astype(np.int64), fn.deps["dst"].astype(np.int64),
+                                     np.random.default_rng(seed))
+    assert _same(out, Module([fn.take_insts(order)]), seed % 7)

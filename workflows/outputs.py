@@ -356,10 +356,22 @@ def summarize(u: UnitReport) -> dict[str, Any]:
     return {
         "insts_before_unroll": unroll[0].insts_in if unroll else None,
         "insts_after_unroll": unroll[-1].insts_out if unroll else None,
-        "rotations": rotations, "makespan_before": before, "makespan_after": after,
+        "rotations": rotations, "makespan_before": before, "makespan_after": after, **explained(u),
         "cache_hits": len(u.cached), "steps": len(u.steps), "seconds": u.seconds,
         "pass_seconds": sum(s.seconds for s in u.steps if s.status == "executed"),
     }
+
+
+def explained(u: UnitReport) -> dict[str, Any]:
+    """What limits the final module (tusk.sim.explain, cycles): its lower bound, the binding resource and the
+    utilisation per engine; None each when it was not timed."""
+    e = next((t.explain for t in u.timings if t.summary == "makespan_after" and t.explain), None)
+    if e is None:
+        e = next((t.explain for t in reversed(u.timings) if t.explain), None)
+    if e is None:
+        return {"lower_bound": None, "binding": None, "efficiency": None, "utilisation": None, "unit": None}
+    return {"lower_bound": round(e["lower_bound"]["cycles"]), "binding": e["binding"],
+            "efficiency": e["efficiency"], "utilisation": e["utilisation"], "unit": e["unit"]}
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -10,14 +10,17 @@ about a kernel's speed is measured here, once per kernel:
 * **what**: the timing model (``tusk.sim.timing``) on the module with its
   dependences rebuilt by ``build_fdeps`` (as the backend would), giving the
   module's makespan in cycles (the summary's ``makespan`` / ``rotated``
-  columns) and, when the report is written, each kernel function's engine
+  columns), what binds it and how busy each engine is
+  (``tusk.sim.explain.explain_makespan``: the lower bound, its binding
+  resource, utilisation per engine, queue and shared DMA resource, in
+  cycles; in stats.json and ``--json``) and, when the report is written, each kernel function's engine
   timeline (``tusk.workflows.trace.engine_timeline``);
 * **where**: a ``timing-<kernel>`` task on a worker, submitted as soon as the
   module's hash is known -- in parallel with the unit's later passes and
   with other kernels;
 * **cache**: two store notes keyed by the module's content hash and the code
   that measures it (every source file of tusk.ir, tusk.stages, tusk.sim and
-  the timeline module): ``makespan`` (a few bytes of JSON) and
+  the timeline module): ``makespan`` (a few bytes of JSON), ``makespan-explain`` (what binds it) and
   ``engine-timeline`` (the timelines).  No pickle.  A rebuild finds them
   and runs nothing; the report only reads them, it never recomputes.
 
@@ -32,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TIMING_FORMAT = 1
+TIMING_FORMAT = 2  # 2: the makespan note holds explain_makespan's record
 MAKESPAN_NOTE = "makespan"
+EXPLAIN_NOTE = "makespan-explain"  # explain_makespan's record, beside the few bytes of the makespan note
 TIMELINE_NOTE = "engine-timeline"  # the kind earlier builds used for their report timelines
 
 # what a build measures: nothing, makespans for the summary, or makespans and timelines for the report
@@ -72,6 +76,7 @@ class Timed:
     why: str = ""                      # why not timed
     status: str = ""                   # "cached" | "executed" | "skipped"
     seconds: float = 0.0
+    explain: dict | None = None        # tusk.sim.explain.explain_makespan of the module (cycles); None: not timed
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -111,7 +116,8 @@ def lookup(store, module_hash: str, timelines: bool) -> dict | None:
         return None
     if timelines and store.get_note(TIMELINE_NOTE, key) is None:
         return None
-    return note
+    explain = store.get_note(EXPLAIN_NOTE, key)
+    return {**note, "explain": explain if isinstance(explain, dict) else None}
 
 
 def makespan_of(module) -> float | None:
@@ -131,22 +137,28 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
         note = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model", "timelines": False}
         store.put_note(MAKESPAN_NOTE, note_key(module_hash), note)
         return note
+    from tusk.sim.explain import explain_makespan
     from tusk.sim.timing import makespan
     from tusk.stages.deps import BuildFDeps
 
     timed = BuildFDeps().run(module)[0]  # the model follows dependence edges: rebuilt, as the backend would
     lines = [engine_timeline(fn, timed) for fn in kernel_functions(timed)] if timelines else []
+    explain = explain_makespan(timed) if timed.functions else {"ok": False, "why": "no functions"}
     span = _only_call(timed, lines)
+    if span is None and explain.get("ok"):
+        span = explain["makespan"]["cycles"]
     if span is None:
         span = makespan(timed)
     note = {"format": TIMING_FORMAT, "makespan": None if span is None else float(span),
             "why": "" if span is not None else "the timing model cannot time it (loops kept?)",
             "timelines": bool(timelines), "instructions": module.n_insts()}
     key = note_key(module_hash)
+    if explain.get("ok"):
+        store.put_note(EXPLAIN_NOTE, key, explain)
     if timelines:
         store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": lines})
     store.put_note(MAKESPAN_NOTE, key, note)  # last: a makespan note that promises timelines has them
-    return note
+    return {**note, "explain": explain if explain.get("ok") else None}
 
 
 def _only_call(module, lines: list[dict]) -> float | None:
@@ -166,8 +178,10 @@ def _only_call(module, lines: list[dict]) -> float | None:
 
 def timed_from(spec: PhaseSpec, module_hash: str, note: dict, status: str, seconds: float = 0.0) -> Timed:
     span = note.get("makespan")
+    explain = note.get("explain")
     return Timed(spec.title, module_hash, spec.summary, float(span) if isinstance(span, (int, float)) else None,
-                 note_key(module_hash) if note.get("timelines") else None, str(note.get("why") or ""), status, seconds)
+                 note_key(module_hash) if note.get("timelines") else None, str(note.get("why") or ""), status, seconds,
+                 explain if isinstance(explain, dict) else None)
 
 
 def load_phase(store, unit: str, t: Timed):
