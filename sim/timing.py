@@ -340,7 +340,14 @@ def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[n
 
 class Calendar:
     """Capacities per time bucket of the shared DMA resources: engine-cycles of the DMA engines
-    and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate."""
+    and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate.
+
+    Most buckets a transfer walks through are already full (the engines are the bottleneck of a
+    DMA-bound kernel): a bucket whose engine capacity is exactly 0 and whose DRAM capacity is not
+    negative can never give anything again (booking it changes nothing), so ``skip`` jumps over runs
+    of them (union-find with path compression, absolute bucket numbers).  The arithmetic on every
+    bucket that is visited is unchanged: the timeline is the same to the last bit.
+    """
 
     def __init__(self, costs: CostTable):
         self.B = float(costs.bucket)
@@ -349,13 +356,16 @@ class Calendar:
         self.base = 0          # bucket index of pool[0]
         self.pool: list[float] = []
         self.dram: list[float] = []
+        self.skip: list[int] = []  # absolute number of the first bucket at or after this one that may give
 
     def _grow(self, k: int) -> None:
         extra = k + 1 - len(self.pool)
         if extra > 0:
             extra = max(extra, 4096)
+            first = self.base + len(self.pool)
             self.pool.extend([self.pool_cap] * extra)
             self.dram.extend([self.dram_cap] * extra)
+            self.skip.extend(range(first, first + extra))
 
     def forget_before(self, t: float) -> None:
         """No booking will start before ``t``: drop older buckets (bounded memory)."""
@@ -363,7 +373,23 @@ class Calendar:
         if cut > 4096:
             del self.pool[:cut]
             del self.dram[:cut]
+            del self.skip[:cut]
             self.base += cut
+
+    def _live(self, k: int) -> int:
+        """The first bucket at or after ``k`` (relative) that is not exhausted for good."""
+        skip, base, n = self.skip, self.base, len(self.skip)
+        r = k
+        while r < n:
+            j = skip[r] - base
+            if j == r:
+                break
+            r = j
+        while k < n and k != r:  # path compression
+            j = skip[k] - base
+            skip[k] = r + base
+            k = j
+        return r
 
     def book(self, t: float, work: float, nbytes: float, rate: float) -> float:
         """Book ``work`` engine-cycles (``nbytes`` of them through DRAM) from time ``t``; return the end."""
@@ -374,14 +400,20 @@ class Calendar:
         b = max(int(t // B), base)
         ratio = nbytes / work
         remaining = work
-        pool, dram = self.pool, self.dram
+        pool, dram, skip = self.pool, self.dram, self.skip
+        n = len(pool)
         k = b - base
         lo = t if t > b * B else b * B
         while True:
-            if k >= len(pool):
+            if k >= n:
                 self._grow(k)
-            can = rate * ((k + base + 1) * B - lo)
+                n = len(pool)
             pk = pool[k]
+            if pk == 0.0 and skip[k] != k + base:
+                k = self._live(k)  # exhausted buckets give nothing and are left as they are
+                lo = (k + base) * B
+                continue
+            can = rate * ((k + base + 1) * B - lo)
             if pk < can:
                 can = pk
             if ratio > 0.0:
@@ -392,13 +424,17 @@ class Calendar:
                     pool[k] = pk - remaining
                     dram[k] = dk - remaining * ratio
                     return lo + remaining / rate
-                pool[k] = pk - can
-                dram[k] = dk - can * ratio
+                left = pool[k] = pk - can
+                dk = dram[k] = dk - can * ratio
+                if left == 0.0 and dk >= 0.0:
+                    skip[k] = k + base + 1
             else:
                 if can >= remaining:
                     pool[k] = pk - remaining
                     return lo + remaining / rate
-                pool[k] = pk - can
+                left = pool[k] = pk - can
+                if left == 0.0 and dram[k] >= 0.0:
+                    skip[k] = k + base + 1
             remaining -= can
             k += 1
             lo = (k + base) * B
