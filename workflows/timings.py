@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TIMING_FORMAT = 1
+TIMING_FORMAT = 2  # 2: a timeline note holds its trace events rendered (trace.stored_timeline)
 MAKESPAN_NOTE = "makespan"
 TIMELINE_NOTE = "engine-timeline"  # the kind earlier builds used for their report timelines
 
@@ -125,7 +125,7 @@ def makespan_of(module) -> float | None:
 def measure(store, module_hash: str, module, timelines: bool) -> dict:
     """Time ``module`` (content hash ``module_hash``; the body of the timing task): store the notes, return
     the makespan note."""
-    from tusk.workflows.trace import _model, engine_timeline, kernel_functions
+    from tusk.workflows.trace import _model, engine_timeline, kernel_functions, stored_timeline
 
     if _model() is None:
         note = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model", "timelines": False}
@@ -144,7 +144,7 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
             "timelines": bool(timelines), "instructions": module.n_insts()}
     key = note_key(module_hash)
     if timelines:
-        store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": lines})
+        store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": [stored_timeline(tl) for tl in lines]})
     store.put_note(MAKESPAN_NOTE, key, note)  # last: a makespan note that promises timelines has them
     return note
 
