@@ -114,6 +114,7 @@ class Timeline:
     # bandwidth): over the makespan, their utilisation
     demand: dict[str, float] = field(default_factory=dict)
     calls: dict[int, Timeline] = field(default_factory=dict)  # kernel-call row -> the callee's timeline
+    plan: Plan | None = None         # the per-instruction inputs it ran on (drawing DMAs needs them again)
 
     @property
     def efficiency(self) -> float:
@@ -566,7 +567,7 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     bounds = lower_bound_terms(p, src, dst, cost_table, call_bound)
     lower = max(bounds.values())
     return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound,
-                    demand, call_tl)
+                    demand, call_tl, p)
 
 
 def makespan(module: Module, costs: CostTable = DEFAULT_COSTS) -> float | None:

@@ -249,7 +249,7 @@ def _segments(fn, tl, timing):
     what = label[np.clip(opcodes, 0, len(OPCODE_NAMES))]
     idx = np.arange(len(start))
     if hasattr(timing, "plan") and len(start):
-        p = timing.plan(fn)
+        p = getattr(tl, "plan", None) or timing.plan(fn)  # the model keeps the plan it ran on
         is_dma = np.asarray(p.is_dma, dtype=bool)
         queue = np.asarray(p.queue, dtype=np.int64)
         trig_end = np.minimum(start + np.asarray(p.cost, dtype=np.float64), end)
