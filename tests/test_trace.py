@@ -113,7 +113,7 @@ def test_timeline_json_is_the_trace_encoded_and_rendered_events_join_into_it(lim
     assert trace.timeline_json("k", phases, {"_signature": "s"}) == want
     # what a timing step stores: the events rendered, no per-segment columns; joined, the same bytes
     stored = json.loads(json.dumps(trace.stored_timeline(tl)))
-    assert "detail" not in stored and stored["events_z"]
+    assert "detail" not in stored and stored["events_zstd"]
     assert trace.timeline_json("k", [trace.Phase("k", "before", "0" * 64, [stored, bad]),
                                      trace.Phase("k", "after", "1" * 64, [stored])], {"_signature": "s"}) == want
     pids = {e["pid"] for e in json.loads(want)["traceEvents"]}

@@ -422,25 +422,28 @@ def timeline_events(tl: dict[str, Any]) -> str:
 
 def stored_timeline(tl: dict[str, Any]) -> dict[str, Any]:
     """What the store keeps of a timeline: the report's part (overview or utilisation, figures) and the
-    trace events already rendered instead of the per-segment columns, as zlib + base64 (``events_z``):
-    JSON-encoding, checksumming and decoding millions of escaped quotes took 0.5 s a note, this ~0.1 s."""
+    trace events already rendered instead of the per-segment columns, as Zstandard (level 1) + base64
+    (``events_zstd``): JSON-encoding, checksumming and decoding millions of escaped quotes took 0.5 s a note;
+    this 0.05 s to write and 0.02 s to read back (11 MB of events -> 1.1 MB; zlib took 0.14 / 0.08 s)."""
     import base64
-    import zlib
+
+    from numcodecs import Zstd
 
     if not tl.get("ok") or "detail" not in tl:
         return tl
     out = {k: v for k, v in tl.items() if k != "detail"}
-    out["events_z"] = base64.b64encode(zlib.compress(timeline_events(tl).encode("utf-8"), 1)).decode("ascii")
+    out["events_zstd"] = base64.b64encode(Zstd(1).encode(timeline_events(tl).encode("utf-8"))).decode("ascii")
     return out
 
 
 def _events_of(tl: dict[str, Any]) -> str:
     """The rendered events of a timeline as stored (:func:`stored_timeline`), else rendered now."""
     import base64
-    import zlib
 
-    if "events_z" in tl:
-        return zlib.decompress(base64.b64decode(tl["events_z"])).decode("utf-8")
+    if "events_zstd" in tl:
+        from numcodecs import Zstd
+
+        return bytes(Zstd().decode(base64.b64decode(tl["events_zstd"]))).decode("utf-8")
     return timeline_events(tl)
 
 
