@@ -492,6 +492,8 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     barrier = 0.0
     horizon = 0.0
     trig_lanes = sorted({lane_l[i] for i in range(n) if dma_l[i]})
+    engine_queues, book, has_calls = p.engine_queues, cal.book, bool(call_cost)
+    # ``x if x > y else y`` is max(y, x) for these floats (no NaN), without a builtin call per instruction
     for i in range(n):
         a, b = ptr[i], ptr[i + 1]
         ready = barrier
@@ -503,14 +505,18 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 e += sync
             if e > ready:
                 ready = e
-        if i in call_cost:
-            s = max(ready, horizon)
+        if has_calls and i in call_cost:
+            s = horizon if horizon > ready else ready
             f = s + call_cost[i]
             start[i], end[i] = s, f
             barrier = horizon = f
             continue
         if not dma_l[i]:
-            s = ready if me < 0 else max(ready, free[me])
+            if me < 0:
+                s = ready
+            else:
+                fm = free[me]
+                s = fm if fm > ready else ready
             f = s + cost_l[i]
             start[i], end[i], where[i] = s, f, me
             if me >= 0:
@@ -519,18 +525,21 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 horizon = f
             continue
         # ---- DMA: trigger, queue, latency, data
-        ts = max(ready, free[me])
+        fm = free[me]
+        ts = fm if fm > ready else ready
         te = ts + cost_l[i]
         free[me] = te
-        qs = [queue_l[i]] if queue_l[i] >= 0 else p.engine_queues[me]
+        qi = queue_l[i]
+        qs = (qi,) if qi >= 0 else engine_queues[me]
         best, best_t = -1, 0.0
         for q in qs:
             h = inflight[q]
             while h and h[0] <= te:
                 heapq.heappop(h)
-            t = max(te, last_issue[q])
-            if len(h) >= K:
-                t = max(t, h[0])
+            li = last_issue[q]
+            t = li if li > te else te
+            if len(h) >= K and h[0] > t:
+                t = h[0]
             if best < 0 or t < best_t:
                 best, best_t = q, t
         q = best
@@ -538,7 +547,7 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
         while h and h[0] <= best_t:
             heapq.heappop(h)
         last_issue[q] = best_t
-        f = cal.book(best_t + lat_l[i], work_l[i], dram_l[i], rate_l[i])
+        f = book(best_t + lat_l[i], work_l[i], dram_l[i], rate_l[i])
         heapq.heappush(h, f)
         qbusy[q] += f - best_t
         start[i], end[i], where[i] = ts, f, q
