@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import traceback
 from collections import OrderedDict
@@ -330,7 +331,10 @@ def _unchanged(module, out) -> bool:
 
 
 def _worker_address() -> str | None:
-    """The Dask worker this task runs on (the client asks for it again for the kernel's next step)."""
+    """The Dask worker this task runs on (the client asks for it again for the kernel's next step).  A worker
+    has imported distributed long before; an in-process build must not import it for this (0.9 s)."""
+    if "distributed" not in sys.modules:
+        return None
     try:
         from distributed import get_worker
 
