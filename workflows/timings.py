@@ -18,7 +18,8 @@ about a kernel's speed is measured here, once per kernel:
 * **cache**: two store notes keyed by the module's content hash and the code
   that measures it (every source file of tusk.ir, tusk.stages, tusk.sim and
   the timeline module): ``makespan`` (a few bytes of JSON) and
-  ``engine-timeline`` (the timelines).  No pickle.  A rebuild finds them
+  ``engine-timeline`` (the timelines, with their trace events rendered by the step:
+  ``trace.stored_timeline``).  No pickle.  A rebuild finds them
   and runs nothing; the report only reads them, it never recomputes.
 
 Modules above the timeline limit (setting ``timeline_limit``) are not timed
