@@ -460,6 +460,16 @@ def _meta_events(pid: int, name: str, lanes: list[str]) -> list[dict]:
     return events
 
 
+def _processes(phases: list[Phase]):
+    """(process id, timeline, its metadata events) of every timed function, numbered 1, 2, ... in order."""
+    pid = 0
+    for ph in phases:
+        for tl in ph.timelines:
+            if tl.get("ok"):
+                pid += 1
+                yield pid, tl, _meta_events(pid, f"{ph.unit} {tl['function']}: {ph.title}", tl["lanes"])
+
+
 def _other(kernel: str, phases: list[Phase]) -> dict[str, Any]:
     return {"tusk_trace": "engine-timeline", "kernel": kernel, "time_unit": "microseconds at the model's clock",
             "phases": [{"unit": p.unit, "title": p.title, "module": p.hash, "note": p.note,
@@ -478,16 +488,11 @@ def timeline_json(kernel: str, phases: list[Phase], extra: dict[str, Any] | None
         return json.dumps(x, sort_keys=True, separators=(",", ":"))
 
     texts: list[str] = []
-    pid = 0
-    for ph in phases:
-        for tl in ph.timelines:
-            if not tl.get("ok"):
-                continue
-            pid += 1
-            texts.extend(dumps(e) for e in _meta_events(pid, f"{ph.unit} {tl['function']}: {ph.title}", tl["lanes"]))
-            events = _events_of(tl)
-            if events:
-                texts.append(events.replace(PID_MARK, f'"pid":{pid},'))
+    for pid, tl, meta in _processes(phases):
+        texts.extend(dumps(e) for e in meta)
+        events = _events_of(tl)
+        if events:
+            texts.append(events.replace(PID_MARK, f'"pid":{pid},'))
     other = {**(extra or {}), **_other(kernel, phases)}
     return f'{{"displayTimeUnit":"ns","otherData":{dumps(other)},"traceEvents":[{",".join(texts)}]}}'
 
@@ -496,25 +501,20 @@ def timeline_trace(kernel: str, phases: list[Phase]) -> dict[str, Any]:
     """A kernel's engine timelines (every unit and phase) in the Chrome trace-event format (the reference
     form of :func:`timeline_json`; needs the timelines' ``detail``)."""
     events: list[dict] = []
-    pid = 0
-    for ph in phases:
-        for tl in ph.timelines:
-            if not tl.get("ok"):
-                continue
-            pid += 1
-            us = 1.0 / (tl["ghz"] * 1000.0)  # cycles -> microseconds
-            events.extend(_meta_events(pid, f"{ph.unit} {tl['function']}: {ph.title}", tl["lanes"]))
-            d = tl["detail"]
-            ts, dur = _ts_dur(d, us)
-            for ln, s, e, n, label, t, du in zip(d["lane"], d["start"], d["end"], d["n"], d["label"], ts, dur):
-                events.append({"ph": "X", "pid": pid, "tid": ln + 1, "name": label,
-                               "cat": tl["lanes"][ln], "ts": t, "dur": du,
-                               "args": {"cycles": [s, e], "instructions": n}})
-            u = tl.get("utilization")
-            if u:  # merged segments hide how busy a lane is: a counter track per lane says it
-                when = _counter_ts(u, us)
-                for ln, row in enumerate(u["lanes"]):
-                    for x, t in zip(row, when):
-                        events.append({"ph": "C", "pid": pid, "name": f"{tl['lanes'][ln]} busy",
-                                       "ts": t, "args": {"busy": x}})
+    for pid, tl, meta in _processes(phases):
+        us = 1.0 / (tl["ghz"] * 1000.0)  # cycles -> microseconds
+        events.extend(meta)
+        d = tl["detail"]
+        ts, dur = _ts_dur(d, us)
+        for ln, s, e, n, label, t, du in zip(d["lane"], d["start"], d["end"], d["n"], d["label"], ts, dur):
+            events.append({"ph": "X", "pid": pid, "tid": ln + 1, "name": label,
+                           "cat": tl["lanes"][ln], "ts": t, "dur": du,
+                           "args": {"cycles": [s, e], "instructions": n}})
+        u = tl.get("utilization")
+        if u:  # merged segments hide how busy a lane is: a counter track per lane says it
+            when = _counter_ts(u, us)
+            for ln, row in enumerate(u["lanes"]):
+                for x, t in zip(row, when):
+                    events.append({"ph": "C", "pid": pid, "name": f"{tl['lanes'][ln]} busy",
+                                   "ts": t, "args": {"busy": x}})
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": _other(kernel, phases)}
