@@ -410,8 +410,9 @@ class Calendar:
                 self._grow(k)
                 n = len(pool)
             pk = pool[k]
-            if pk == 0.0 and skip[k] != k + base:
-                k = self._live(k)  # exhausted buckets give nothing and are left as they are
+            if pk == 0.0 and skip[k] != k + base:  # exhausted buckets give nothing and are left as they are
+                r = skip[k] - base
+                k = r if r >= n or skip[r] == r + base else self._live(k)  # compressed: mostly one hop
                 lo = (k + base) * B
                 continue
             can = rate * ((k + base + 1) * B - lo)
