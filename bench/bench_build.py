@@ -78,6 +78,12 @@ def pass_time(report: dict) -> dict[str, float]:
     return out
 
 
+def timing_steps(report: dict) -> float:
+    """Seconds of the timing steps that ran (makespans and engine timelines, on workers)."""
+    return sum(float(t.get("seconds") or 0.0) for k in report["kernels"] for u in k.get("units", [])
+               for t in u.get("timings", []) if t.get("status") == "executed")
+
+
 def fresh(*dirs: Path) -> None:
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
@@ -105,7 +111,9 @@ def describe(runs: list) -> str:
     rep = min(runs, key=lambda r: abs(r[0] - wall))
     t = pass_time(rep[2])
     return (f"wall {wall:7.2f} s  CPU {cpu:7.2f} s  (steps' own run {t['run']:.2f} s; fetch {t['fetch']:.2f}, "
-            f"hash {t['hash']:.2f}, store {t['store']:.2f}, hand-over {t['handover']:.2f}; {rep[2]['executed']} steps; "
+            f"hash {t['hash']:.2f}, store {t['store']:.2f}, hand-over {t['handover']:.2f}; timing steps "
+            f"{timing_steps(rep[2]):.2f} s; outside the build (start-up, report, shutdown) "
+            f"{rep[0] - float(rep[2].get('seconds') or 0.0):.2f} s; {rep[2]['executed']} steps; "
             f"{rep[2]['executor']}; {rep[3]})")
 
 

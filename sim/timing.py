@@ -114,6 +114,7 @@ class Timeline:
     # bandwidth): over the makespan, their utilisation
     demand: dict[str, float] = field(default_factory=dict)
     calls: dict[int, Timeline] = field(default_factory=dict)  # kernel-call row -> the callee's timeline
+    plan: Plan | None = None         # the per-instruction inputs it ran on (drawing DMAs needs them again)
 
     @property
     def efficiency(self) -> float:
@@ -340,7 +341,14 @@ def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[n
 
 class Calendar:
     """Capacities per time bucket of the shared DMA resources: engine-cycles of the DMA engines
-    and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate."""
+    and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate.
+
+    Most buckets a transfer walks through are already full (the engines are the bottleneck of a
+    DMA-bound kernel): a bucket whose engine capacity is exactly 0 and whose DRAM capacity is not
+    negative can never give anything again (booking it changes nothing), so ``skip`` jumps over runs
+    of them (union-find with path compression, absolute bucket numbers).  The arithmetic on every
+    bucket that is visited is unchanged: the timeline is the same to the last bit.
+    """
 
     def __init__(self, costs: CostTable):
         self.B = float(costs.bucket)
@@ -349,13 +357,16 @@ class Calendar:
         self.base = 0          # bucket index of pool[0]
         self.pool: list[float] = []
         self.dram: list[float] = []
+        self.skip: list[int] = []  # absolute number of the first bucket at or after this one that may give
 
     def _grow(self, k: int) -> None:
         extra = k + 1 - len(self.pool)
         if extra > 0:
             extra = max(extra, 4096)
+            first = self.base + len(self.pool)
             self.pool.extend([self.pool_cap] * extra)
             self.dram.extend([self.dram_cap] * extra)
+            self.skip.extend(range(first, first + extra))
 
     def forget_before(self, t: float) -> None:
         """No booking will start before ``t``: drop older buckets (bounded memory)."""
@@ -363,7 +374,23 @@ class Calendar:
         if cut > 4096:
             del self.pool[:cut]
             del self.dram[:cut]
+            del self.skip[:cut]
             self.base += cut
+
+    def _live(self, k: int) -> int:
+        """The first bucket at or after ``k`` (relative) that is not exhausted for good."""
+        skip, base, n = self.skip, self.base, len(self.skip)
+        r = k
+        while r < n:
+            j = skip[r] - base
+            if j == r:
+                break
+            r = j
+        while k < n and k != r:  # path compression
+            j = skip[k] - base
+            skip[k] = r + base
+            k = j
+        return r
 
     def book(self, t: float, work: float, nbytes: float, rate: float) -> float:
         """Book ``work`` engine-cycles (``nbytes`` of them through DRAM) from time ``t``; return the end."""
@@ -374,14 +401,21 @@ class Calendar:
         b = max(int(t // B), base)
         ratio = nbytes / work
         remaining = work
-        pool, dram = self.pool, self.dram
+        pool, dram, skip = self.pool, self.dram, self.skip
+        n = len(pool)
         k = b - base
         lo = t if t > b * B else b * B
         while True:
-            if k >= len(pool):
+            if k >= n:
                 self._grow(k)
-            can = rate * ((k + base + 1) * B - lo)
+                n = len(pool)
             pk = pool[k]
+            if pk == 0.0 and skip[k] != k + base:  # exhausted buckets give nothing and are left as they are
+                r = skip[k] - base
+                k = r if r >= n or skip[r] == r + base else self._live(k)  # compressed: mostly one hop
+                lo = (k + base) * B
+                continue
+            can = rate * ((k + base + 1) * B - lo)
             if pk < can:
                 can = pk
             if ratio > 0.0:
@@ -392,13 +426,17 @@ class Calendar:
                     pool[k] = pk - remaining
                     dram[k] = dk - remaining * ratio
                     return lo + remaining / rate
-                pool[k] = pk - can
-                dram[k] = dk - can * ratio
+                left = pool[k] = pk - can
+                dk = dram[k] = dk - can * ratio
+                if left == 0.0 and dk >= 0.0:
+                    skip[k] = k + base + 1
             else:
                 if can >= remaining:
                     pool[k] = pk - remaining
                     return lo + remaining / rate
-                pool[k] = pk - can
+                left = pool[k] = pk - can
+                if left == 0.0 and dram[k] >= 0.0:
+                    skip[k] = k + base + 1
             remaining -= can
             k += 1
             lo = (k + base) * B
@@ -455,6 +493,8 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     barrier = 0.0
     horizon = 0.0
     trig_lanes = sorted({lane_l[i] for i in range(n) if dma_l[i]})
+    engine_queues, book, has_calls = p.engine_queues, cal.book, bool(call_cost)
+    # ``x if x > y else y`` is max(y, x) for these floats (no NaN), without a builtin call per instruction
     for i in range(n):
         a, b = ptr[i], ptr[i + 1]
         ready = barrier
@@ -466,14 +506,18 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 e += sync
             if e > ready:
                 ready = e
-        if i in call_cost:
-            s = max(ready, horizon)
+        if has_calls and i in call_cost:
+            s = horizon if horizon > ready else ready
             f = s + call_cost[i]
             start[i], end[i] = s, f
             barrier = horizon = f
             continue
         if not dma_l[i]:
-            s = ready if me < 0 else max(ready, free[me])
+            if me < 0:
+                s = ready
+            else:
+                fm = free[me]
+                s = fm if fm > ready else ready
             f = s + cost_l[i]
             start[i], end[i], where[i] = s, f, me
             if me >= 0:
@@ -482,18 +526,21 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
                 horizon = f
             continue
         # ---- DMA: trigger, queue, latency, data
-        ts = max(ready, free[me])
+        fm = free[me]
+        ts = fm if fm > ready else ready
         te = ts + cost_l[i]
         free[me] = te
-        qs = [queue_l[i]] if queue_l[i] >= 0 else p.engine_queues[me]
+        qi = queue_l[i]
+        qs = (qi,) if qi >= 0 else engine_queues[me]
         best, best_t = -1, 0.0
         for q in qs:
             h = inflight[q]
             while h and h[0] <= te:
                 heapq.heappop(h)
-            t = max(te, last_issue[q])
-            if len(h) >= K:
-                t = max(t, h[0])
+            li = last_issue[q]
+            t = li if li > te else te
+            if len(h) >= K and h[0] > t:
+                t = h[0]
             if best < 0 or t < best_t:
                 best, best_t = q, t
         q = best
@@ -501,7 +548,7 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
         while h and h[0] <= best_t:
             heapq.heappop(h)
         last_issue[q] = best_t
-        f = cal.book(best_t + lat_l[i], work_l[i], dram_l[i], rate_l[i])
+        f = book(best_t + lat_l[i], work_l[i], dram_l[i], rate_l[i])
         heapq.heappush(h, f)
         qbusy[q] += f - best_t
         start[i], end[i], where[i] = ts, f, q
@@ -530,7 +577,7 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     bounds = lower_bound_terms(p, src, dst, cost_table, call_bound)
     lower = max(bounds.values())
     return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound,
-                    demand, call_tl)
+                    demand, call_tl, p)
 
 
 def makespan(module: Module, costs: CostTable = DEFAULT_COSTS) -> float | None:

@@ -91,3 +91,30 @@ def test_build_trace_puts_each_task_on_its_worker():
     assert set(xs) == {"k: unroll", "k: write_bir_json"}
     assert xs["k: unroll"]["tid"] == xs["k: write_bir_json"]["tid"]  # writing runs where the unit's last step ran
     assert xs["k: unroll"]["dur"] == pytest.approx(0.3e6, rel=1e-3) and xs["k: unroll"]["args"]["run_s"] == 0.2
+
+
+@pytest.mark.parametrize("limits", [(200_000, 2_500), (40, 10)])  # exact; merged segments + utilisation counters
+def test_timeline_json_is_the_trace_encoded_and_rendered_events_join_into_it(limits, monkeypatch):
+    if trace._model() is None:
+        pytest.skip("no timing model")
+    monkeypatch.setattr(trace, "DETAIL_LIMIT", limits[0])
+    monkeypatch.setattr(trace, "OVERVIEW_LIMIT", limits[1])
+    m = tiled_exp_module(tiles=4)
+    for p in ("unroll", "build_fdeps"):
+        m = make_pass(p).run(m)[0]
+    fn = trace.kernel_functions(m)[0]
+    tl = trace.engine_timeline(fn, m)
+    assert tl["detail"]["merged"] == (limits[0] < len(fn.insts)) and ("utilization" in tl) == (limits[1] < 100)
+    bad = {"ok": False, "function": "f", "why": "loops"}
+    phases = [trace.Phase("k", "before", "0" * 64, [tl, bad]), trace.Phase("k", "after", "1" * 64, [tl])]
+    reference = trace.timeline_trace("k", phases)
+    reference["otherData"] = {"_signature": "s", **reference["otherData"]}
+    want = json.dumps(reference, sort_keys=True, separators=(",", ":"))
+    assert trace.timeline_json("k", phases, {"_signature": "s"}) == want
+    # what a timing step stores: the events rendered, no per-segment columns; joined, the same bytes
+    stored = json.loads(json.dumps(trace.stored_timeline(tl)))
+    assert "detail" not in stored and stored["events_zstd"]
+    assert trace.timeline_json("k", [trace.Phase("k", "before", "0" * 64, [stored, bad]),
+                                     trace.Phase("k", "after", "1" * 64, [stored])], {"_signature": "s"}) == want
+    pids = {e["pid"] for e in json.loads(want)["traceEvents"]}
+    assert pids == {1, 2}

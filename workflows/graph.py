@@ -587,8 +587,10 @@ class Build:
         if task_key is None:  # the same action for two units runs once
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
             self._submitted[task_key] = (time.time(), action)
-            # the chain's own steps first: a timing step is off the critical path, and its module is in the store
-            self.executor.submit(task_key, fn, *args, worker=None if kind == "timing" else st.worker,
+            # the chain's own steps first: a timing step is off the critical path, and its module is in the store.
+            # Parts go to whichever worker is free (their inputs are in the store): pinned to the unit's last
+            # worker, every part of a big kernel ran on that one worker while the others stood idle
+            self.executor.submit(task_key, fn, *args, worker=None if kind in ("timing", "part") else st.worker,
                                  priority=-1 if kind == "timing" else 0)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tusk.workflows.compile import LOG_FILE, BuildEvents
 from tusk.workflows.progress import History, State
-from tusk.workflows.trace import Phase, TaskLog, _model, build_trace, model_digest, timeline_trace
+from tusk.workflows.trace import Phase, TaskLog, _model, build_trace, model_digest, timeline_json
 
 REPORT = "report.html"
 BUILD_TRACE = "build-trace.json"
@@ -206,11 +206,9 @@ class Reporter(BuildEvents):
                 path = kdir / TIMELINE
                 sig = _signature(kernel_phases)
                 if not _current(path, sig):
-                    trace = timeline_trace(kr.kernel.name, kernel_phases)
-                    trace = {"otherData": {"_signature": sig, **trace["otherData"]},
-                             **{k: v for k, v in trace.items() if k != "otherData"}}
-                    _write(path, json.dumps(trace, separators=(",", ":"), sort_keys=True))  # same bytes whether
-                    # the timings were computed now or read back from the store's notes
+                    # the events come rendered by the timing steps: the same bytes whether they were computed
+                    # now or read back from the store's notes
+                    _write(path, timeline_json(kr.kernel.name, kernel_phases, {"_signature": sig}))
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
         self._phase("trace")
         if self.log.finished():

@@ -21,7 +21,8 @@ about a kernel's speed is measured here, once per kernel:
 * **cache**: two store notes keyed by the module's content hash and the code
   that measures it (every source file of tusk.ir, tusk.stages, tusk.sim and
   the timeline module): ``makespan`` (a few bytes of JSON), ``makespan-explain`` (what binds it) and
-  ``engine-timeline`` (the timelines).  No pickle.  A rebuild finds them
+  ``engine-timeline`` (the timelines, with their trace events rendered by the step:
+  ``trace.stored_timeline``).  No pickle.  A rebuild finds them
   and runs nothing; the report only reads them, it never recomputes.
 
 Modules above the timeline limit (setting ``timeline_limit``) are not timed
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TIMING_FORMAT = 2  # 2: the makespan note holds explain_makespan's record
+TIMING_FORMAT = 3  # 2: explain_makespan's record beside the makespan; 3: timeline notes hold rendered trace events
 MAKESPAN_NOTE = "makespan"
 EXPLAIN_NOTE = "makespan-explain"  # explain_makespan's record, beside the few bytes of the makespan note
 TIMELINE_NOTE = "engine-timeline"  # the kind earlier builds used for their report timelines
@@ -131,7 +132,7 @@ def makespan_of(module) -> float | None:
 def measure(store, module_hash: str, module, timelines: bool) -> dict:
     """Time ``module`` (content hash ``module_hash``; the body of the timing task): store the notes, return
     the makespan note."""
-    from tusk.workflows.trace import _model, engine_timeline, kernel_functions
+    from tusk.workflows.trace import _model, engine_timeline, kernel_functions, stored_timeline
 
     if _model() is None:
         note = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model", "timelines": False}
@@ -156,7 +157,7 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
     if explain.get("ok"):
         store.put_note(EXPLAIN_NOTE, key, explain)
     if timelines:
-        store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": lines})
+        store.put_note(TIMELINE_NOTE, key, {"format": TIMING_FORMAT, "timelines": [stored_timeline(tl) for tl in lines]})
     store.put_note(MAKESPAN_NOTE, key, note)  # last: a makespan note that promises timelines has them
     return {**note, "explain": explain if explain.get("ok") else None}
 
