@@ -291,6 +291,12 @@ class Emitter:
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
+    def op_quantize_mx(self, **p: Any) -> None:
+        self._klr_operator("quantizeMX", **p)
+
+    def op_nc_matmul_mx(self, **p: Any) -> None:
+        self._klr_operator("ncMatMulMX", **p)
+
     # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
     def op_register_move(self, **p: Any) -> None:
         self._klr_operator("registerMove", **p)
@@ -333,7 +339,8 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count"})
+    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count",
+    "quantize_mx", "nc_matmul_mx"})
 
 
 def merged(v: View) -> View:
