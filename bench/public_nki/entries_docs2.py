@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .entry import Entry
-from .refs import mamba, pool2d
+from .refs import mamba, mx_matmul, pool2d
 
 X = "aws-neuron+aws-neuron-sdk/nki/examples"
 MX = "aws-neuron+aws-neuron-sdk/nki/deep-dives/src/mxfp-matmul"
@@ -24,6 +24,10 @@ def _transpose2d(x, a):
     rows, cols = (int(v) for v in a["shape2D"].split(","))
     p = x[0].shape[0]
     return [x[0].reshape(p, rows, cols).transpose(0, 2, 1).reshape(p, rows * cols)]
+
+
+def _mx(x, a):
+    return [mx_matmul(x[0], x[1], a["mx_dtype"])]
 
 
 def _matmul(x, a):
@@ -84,7 +88,7 @@ ENTRIES = [
       args=("stationary_mx_dtype=float8_e5m2_x4", "moving_mx_dtype=float8_e5m2_x4"),
       ranges=((0, 255), (120, 130)), ints=(0, 1), note=MX_NOTE),
     e("d2_mx_copy_strided", f"{MX}/mx_kernels.py", "kernel_copy_strided_quantize_matmul_mx",
-      ["bf16[512,128]", "bf16[512,512]"], None, args=("mx_dtype=float8_e5m2_x4",), note=MX_NOTE),
+      ["bf16[512,128]", "bf16[512,512]"], _mx, args=("mx_dtype=float8_e5m2_x4",), rtol=1e-2, atol=1e-2),
     e("d2_mx_copy_strided_packed_scale", f"{MX}/mx_kernels.py", "kernel_copy_strided_quantize_matmul_mx_packed_scale",
-      ["bf16[512,128]", "bf16[512,512]"], None, args=("mx_dtype=float8_e5m2_x4",), note=MX_NOTE),
+      ["bf16[512,128]", "bf16[512,512]"], _mx, args=("mx_dtype=float8_e5m2_x4",), rtol=1e-2, atol=1e-2),
 ]

@@ -87,3 +87,32 @@ def mamba(delta, u, A, B, C) -> np.ndarray:
         dBu = delta * u * B[:, s : s + 1, :]
         out += scan(dA, dBu, 0.0) * C[:, s : s + 1, :]
     return out
+
+
+# MX: (mantissa bits, largest exponent of a normal value, smallest normal exponent) per element kind
+MX_KINDS = {"float8_e4m3fn_x4": (3, 8, -6), "float8_e5m2_x4": (2, 15, -14)}
+
+
+def mx_round(v: np.ndarray, kind: str) -> np.ndarray:
+    """Round to the nearest value of the fp8 kind (ties to even): a quantum of 2^(e - mantissa bits)."""
+    man, _, emin = MX_KINDS[kind]
+    mag = np.abs(v)
+    e = np.maximum(np.floor(np.log2(np.where(mag > 0, mag, 1.0))), emin)
+    q = np.exp2(e - man)
+    return np.round(v / q) * q
+
+
+def mx_dequantized(x: np.ndarray, kind: str) -> np.ndarray:
+    """quantize_mx then dequantization of an unquantized [4P, F] tile laid out as copy_data_strided lays it
+    (value t of a packed element on row t * P + p): each 32-value group (8 partitions, the 4 rows of a packed
+    element) shares the scale 2^(floor(log2 amax) - emax + 1)."""
+    four_p, f = x.shape
+    g = x.astype(np.float64).reshape(4, four_p // 32, 8, f)  # (t, group, partition in group, column)
+    amax = np.abs(g).max(axis=(0, 2), keepdims=True)
+    e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - MX_KINDS[kind][1] + 1, -127)
+    return (mx_round(g / np.exp2(e), kind) * np.exp2(e)).reshape(four_p, f)
+
+
+def mx_matmul(st: np.ndarray, mv: np.ndarray, kind: str) -> np.ndarray:
+    """nc_matmul_mx of the two quantized tiles, rounded to the bf16 result."""
+    return bf16((mx_dequantized(st, kind).T @ mx_dequantized(mv, kind)).astype(np.float32))
