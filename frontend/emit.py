@@ -13,6 +13,7 @@ loop exits.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from tusk.frontend.errors import TraceError
 from tusk.frontend.klr_writer import AP, KernelWriter
 from tusk.frontend.tensors import PARTITIONS, Tensor, View
 from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
+from tusk.ir.klr import types as T
 
 Form = tuple[tuple[LoopVar, int], ...]
 
@@ -63,6 +65,9 @@ class Emitter:
 
     # ------------------------------------------------------------------ tensors and accesses
     def klr_tensor(self, t: Tensor) -> Any:
+        if t.klr is None and t.alias_of is not None:  # the same TensorName read as another dtype
+            base = self.klr_tensor(t.alias_of)
+            t.klr = type(base)(base.writer, dataclasses.replace(base.tn, dtype=T.Dtype[t.dtype]))
         if t.klr is None:
             k = self.k
             shape = t.physical_shape

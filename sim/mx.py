@@ -126,11 +126,21 @@ def h_quantize_mx(fr: Frame, i: int) -> None:
     mark_partitions(acc, np.asarray(rows))
 
 
+def _scale_bytes(fr: Frame, j: int, partitions: int) -> np.ndarray:
+    """The scale tile's bytes; strict mode checks only the partitions the groups read."""
+    from tusk.sim.ops_isa import partitions_written
+    acc = fr.access(j)
+    rows = np.unique([mx.scale_row(p) for p in range(partitions)])
+    if fr.m.strict and rows[-1] < acc.count and not partitions_written(acc, rows):
+        raise TuskError(f"strict mode: MX scales read from uninitialised memory of {acc.loc.name}")
+    return _rows(acc.read())
+
+
 def dequantized(fr: Frame, data: int, scale: int) -> np.ndarray:
     """(K, F, 4) float64 values of a packed tile times its group scales."""
     raw = _rows(fr.read_raw(data))
     vals = unpack(raw, _kind(fr, data)).astype(np.float64)
-    return vals * scales_of(_rows(fr.read_raw(scale)), raw.shape[0])[:, :, None]
+    return vals * scales_of(_scale_bytes(fr, scale, raw.shape[0]), raw.shape[0])[:, :, None]
 
 
 def h_matmul_mx(fr: Frame, i: int) -> None:
