@@ -100,6 +100,8 @@ class Tensor:
         read as a packed MX dtype); other widths would change the shape's meaning and are refused."""
         if dtype == self.dtype:
             return self
+        if self.on_chip:
+            raise unsupported(f"{what} of on-chip tile {self.name} (only an HBM tensor is read as another dtype)")
         if dtype.itemsize != self.dtype.itemsize:
             raise unsupported(f"{what}: {self.dtype} storage read as {dtype} (a different element width)")
         base = self.alias_of or self
