@@ -59,10 +59,8 @@ def unpack(raw: np.ndarray, kind: str) -> np.ndarray:
     raw = np.ascontiguousarray(raw)
     if kind == "float4_e2m1fn":
         b = raw.astype(np.uint16)[..., None]
-        codes = (b >> (4 * np.arange(4, dtype=np.uint16))) & 0xF
-    else:
-        codes = raw.astype("<u4").view(np.uint8).reshape(*raw.shape, 4)
-    return TABLES[kind][codes]
+        return TABLES[kind][(b >> (4 * np.arange(4, dtype=np.uint16))) & 0xF]
+    return TABLES[kind][raw.astype("<u4").view(np.uint8).reshape(*raw.shape, 4)]
 
 
 def pack8(codes: np.ndarray) -> np.ndarray:

@@ -52,7 +52,8 @@ def nc_matmul_mx(call: str, dst: View, stationary: View, moving: View, stationar
         _on_chip(call, what, v)
         _dtype(call, what, v, tuple(mx.PACKED) if what in ("stationary", "moving") else mx.SCALE_DTYPES)
     _dtype(call, "dst", dst, ("float32", "bfloat16"))
-    _refuse_problems(call, mx.matmul_problems(*(_flat(v) for _, v in named), _flat(dst)))
+    _refuse_problems(call, mx.matmul_problems(_flat(stationary), _flat(moving), _flat(stationary_scale),
+                                              _flat(moving_scale), _flat(dst)))
     position = None if tile_position in (None, ()) else [int(x) for x in tile_position]
     size = None if tile_size in (None, ()) else [int(x) for x in tile_size]
 
