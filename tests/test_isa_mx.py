@@ -212,3 +212,29 @@ def test_matmul_shape_rules():
     assert any("contracts 64" in p for p in mx.matmul_problems((64, 32), (32, 16), (36, 32), (4, 16), (32, 16)))
     assert any("[32, 16]" in p for p in mx.matmul_problems((64, 32), (64, 16), (36, 32), (36, 16), (16, 32)))
     assert [mx.scale_row(p) for p in (0, 7, 8, 31, 32, 127)] == [0, 0, 1, 3, 32, 99]
+
+
+def _operand(dtype: str, parts: int, free: int):
+    from types import SimpleNamespace
+
+    from tusk.ir.enums import DTYPE_BY_NAME, Kind
+    return SimpleNamespace(kind=Kind.PHYSICAL, pattern=((free, parts), (1, free)), dtype=DTYPE_BY_NAME[dtype])
+
+
+def test_the_verifier_checks_mx_dtypes_and_shapes():
+    from types import SimpleNamespace
+
+    from tusk.ir.enums import OPCODE_BY_NAME
+    from tusk.ir.verify_isa import RULES
+    quantize, matmul = RULES[OPCODE_BY_NAME["QuantizeMx"]], RULES[OPCODE_BY_NAME["MatmultMx"]]
+    good = SimpleNamespace(ins=[_operand("bfloat16", 64, 32)],
+                           outs=[_operand("float8_e4m3fn_x4", 64, 8), _operand("uint8", 36, 8)])
+    assert quantize(good) == []
+    bad = SimpleNamespace(ins=[_operand("float32", 64, 32)],
+                          outs=[_operand("float8_e4m3fn_x4", 64, 4), _operand("uint8", 4, 8)])
+    problems = quantize(bad)
+    assert any("src is float32" in p for p in problems) and any("[64, 8]" in p for p in problems)
+    assert any("at least 36 partitions" in p for p in problems)
+    mm = SimpleNamespace(ins=[_operand("float8_e5m2_x4", 32, 16), _operand("bfloat16", 32, 8),
+                              _operand("uint8", 4, 16), _operand("uint8", 4, 8)], outs=[_operand("float32", 16, 8)])
+    assert matmul(mm) == ["nc_matmul_mx moving is bfloat16; one of float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4"]
