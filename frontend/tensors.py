@@ -509,10 +509,13 @@ class View:
         return self[(slice(None),) * int(dim) + (index,)]
 
     def view(self, dtype: Any) -> View:
-        """The same view when ``dtype`` is its own; a reinterpretation is refused."""
-        if as_dtype(dtype) != self.dtype:
-            raise unsupported(f"view({dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
-        return self
+        """The same elements read as ``dtype``: an HBM tensor's storage of the same element width
+        (Tensor.reinterpreted); other reinterpretations are refused."""
+        d = as_dtype(dtype)
+        if d == self.dtype:
+            return self
+        return View(self.tensor.reinterpreted(d, f"view({dtype!r})"), self.offset, self.dims, self.axes,
+                    self.checks, self.vector)
 
     reinterpret_cast = view
 

@@ -238,3 +238,24 @@ def test_the_verifier_checks_mx_dtypes_and_shapes():
     mm = SimpleNamespace(ins=[_operand("float8_e5m2_x4", 32, 16), _operand("bfloat16", 32, 8),
                               _operand("uint8", 4, 16), _operand("uint8", 4, 8)], outs=[_operand("float32", 16, 8)])
     assert matmul(mm) == ["nc_matmul_mx moving is bfloat16; one of float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4"]
+
+
+def test_view_reads_hbm_words_as_packed_values_and_refuses_tiles(tmp_path):
+    words = RNG.integers(0, 2 ** 32, (32, 8), dtype=np.uint64).astype(np.uint32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(w):
+            t = nl.ndarray((32, 8), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=w.view(nl.float8_e4m3fn_x4))
+            out = nl.ndarray((32, 8), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"w": words}, ["u32[32,8]"])["out"]
+    np.testing.assert_array_equal(got, words)  # bytes moved as they are
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(w):
+            t = nl.ndarray((32, 8), dtype=nl.uint32, buffer=nl.sbuf)
+            u = t.view(nl.float8_e4m3fn_x4)
+    """, ["u32[32,8]"])
+    assert "bad.py:9" in msg and "on-chip tile" in msg, msg
