@@ -13,6 +13,7 @@ loop exits.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from tusk.frontend.errors import TraceError
 from tusk.frontend.klr_writer import AP, KernelWriter
 from tusk.frontend.tensors import PARTITIONS, Tensor, View
 from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
+from tusk.ir.klr import types as T
 
 Form = tuple[tuple[LoopVar, int], ...]
 
@@ -63,6 +65,9 @@ class Emitter:
 
     # ------------------------------------------------------------------ tensors and accesses
     def klr_tensor(self, t: Tensor) -> Any:
+        if t.klr is None and t.alias_of is not None:  # the same TensorName read as another dtype
+            base = self.klr_tensor(t.alias_of)
+            t.klr = type(base)(base.writer, dataclasses.replace(base.tn, dtype=T.Dtype[t.dtype]))
         if t.klr is None:
             k = self.k
             shape = t.physical_shape
@@ -291,6 +296,12 @@ class Emitter:
     def op_sequence_bounds(self, **p: Any) -> None:
         self._klr_operator("sequenceBounds", **p)
 
+    def op_quantize_mx(self, **p: Any) -> None:
+        self._klr_operator("quantizeMX", **p)
+
+    def op_nc_matmul_mx(self, **p: Any) -> None:
+        self._klr_operator("ncMatMulMX", **p)
+
     # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
     def op_register_move(self, **p: Any) -> None:
         self._klr_operator("registerMove", **p)
@@ -333,7 +344,8 @@ WHOLE_TILE = frozenset({
     "activation_reduce", "tensor_scalar_reduce", "affine_select", "tensor_tensor_scan", "transpose",
     "batch_norm_stats", "batch_norm_aggregate", "tensor_partition_reduce", "select_reduce", "range_select",
     "max8", "find_index8", "match_replace8", "local_gather", "dma_transpose", "tensor_scalar_cumulative",
-    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count"})
+    "shuffle", "sequence_bounds", "exponential", "activate2", "nc_n_gather", "nonzero_with_count",
+    "quantize_mx", "nc_matmul_mx"})
 
 
 def merged(v: View) -> View:

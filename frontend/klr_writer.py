@@ -42,7 +42,9 @@ from tusk.ir.klr.wire import round_to_float32
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float32r": 4, "int8": 1, "int16": 2, "int32": 4,
                "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-               "float8e3": 1, "float8e4": 1, "float8e5": 1, "float8_e4m3": 1, "float8_e4m3fn": 1}
+               "float8e3": 1, "float8e4": 1, "float8e5": 1, "float8_e4m3": 1, "float8_e4m3fn": 1,
+               # MX packed containers: four fp8 in 4 bytes, four fp4 in 2 bytes (docs/semantics.md, MX)
+               "float8_e5m2_x4": 4, "float8_e4m3fn_x4": 4, "float4_e2m1fn_x4": 2}
 
 Pairs = Sequence[Sequence[int]]
 

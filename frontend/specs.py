@@ -20,6 +20,10 @@ DTYPES: dict[str, str] = {
     "uint8": "uint8", "u8": "uint8",
     "float8_e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3",
     "float8_e5m2": "float8e5", "fp8_e5m2": "float8e5", "float8e5": "float8e5",
+    "float8_e4m3fn": "float8_e4m3fn",
+    # MX: packed containers and the E8M0 scale byte (KLR has no E8M0 dtype)
+    "float8_e4m3fn_x4": "float8_e4m3fn_x4", "float8_e5m2_x4": "float8_e5m2_x4",
+    "float4_e2m1fn_x4": "float4_e2m1fn_x4", "float8_e8m0fnu": "uint8",
 }
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9][0-9\s,]*)\]\s*$")

@@ -93,6 +93,20 @@ class Tensor:
     arg_index: int = -1
     klr: Any = field(default=None, repr=False)  # set by the emitter
     addr: int | None = None        # byte offset in the partition (SBUF/PSUM), set by the placer
+    alias_of: Tensor | None = field(default=None, repr=False)  # the same storage read as another dtype
+
+    def reinterpreted(self, dtype: Dtype, what: str) -> Tensor:
+        """This tensor's storage as ``dtype`` of the same width (``t.ap(dtype=)``: a uint32 HBM argument
+        read as a packed MX dtype); other widths would change the shape's meaning and are refused."""
+        if dtype == self.dtype:
+            return self
+        if self.on_chip:
+            raise unsupported(f"{what} of on-chip tile {self.name} (only an HBM tensor is read as another dtype)")
+        if dtype.itemsize != self.dtype.itemsize:
+            raise unsupported(f"{what}: {self.dtype} storage read as {dtype} (a different element width)")
+        base = self.alias_of or self
+        return Tensor(base.name, base.shape, dtype, base.memory, base.par_axis, base.role, base.site,
+                      base.arg_index, alias_of=base, addr=base.addr)
 
     @property
     def on_chip(self) -> bool:
@@ -374,8 +388,7 @@ class View:
     def ap(self, pattern: Any, offset: Any = None, scalar_offset: Any = None, vector_offset: Any = None,
            indirect_dim: int = 0, dtype: Any = None) -> View:
         """``t.ap([[stride, count], ...], offset=)``: an explicit access pattern over the storage of ``t``."""
-        if dtype is not None and as_dtype(dtype) != self.dtype:
-            raise unsupported(f"ap(dtype={dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
+        tensor = self.tensor if dtype is None else self.tensor.reinterpreted(as_dtype(dtype), f"ap(dtype={dtype!r})")
         if vector_offset is not None:
             raise unsupported("ap(vector_offset=...) (per-partition indirect offsets read at run time)")
         try:
@@ -393,7 +406,7 @@ class View:
                 runtime = scalar_offset  # read at run time: frontend/scalar_offset.py
             else:
                 base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
-        v = View(self.tensor, base, dims, ())
+        v = View(tensor, base, dims, ())
         v.check_extent("ap")
         if runtime is not None:
             from tusk.frontend.scalar_offset import runtime_offset_view
@@ -496,10 +509,13 @@ class View:
         return self[(slice(None),) * int(dim) + (index,)]
 
     def view(self, dtype: Any) -> View:
-        """The same view when ``dtype`` is its own; a reinterpretation is refused."""
-        if as_dtype(dtype) != self.dtype:
-            raise unsupported(f"view({dtype!r}) of a {self.dtype} tensor (reinterpreting storage)")
-        return self
+        """The same elements read as ``dtype``: an HBM tensor's storage of the same element width
+        (Tensor.reinterpreted); other reinterpretations are refused."""
+        d = as_dtype(dtype)
+        if d == self.dtype:
+            return self
+        return View(self.tensor.reinterpreted(d, f"view({dtype!r})"), self.offset, self.dims, self.axes,
+                    self.checks, self.vector)
 
     reinterpret_cast = view
 

@@ -13,6 +13,7 @@ from math import prod
 
 import numpy as np
 
+from tusk.ir import mx
 from tusk.ir.enums import AP_KINDS, DTYPE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.module import Function, InstView, OperandView
 
@@ -218,6 +219,28 @@ def _nonzero(v: InstView) -> list[str]:
     return [f"nonzero_with_count of {s} writes ({s[0]}, {int(prod(s[1:]))} + 1), not {d}"]
 
 
+def _mx_dtypes(pairs: list[tuple[str, OperandView, tuple[str, ...]]]) -> list[str]:
+    return [f"{what} is {_dt(o)}; one of {', '.join(ok)}" for what, o, ok in pairs if _dt(o) not in ok]
+
+
+def _quantize_mx(v: InstView) -> list[str]:
+    src, dst, scale = v.ins[0], v.outs[0], v.outs[1]
+    out = _mx_dtypes([("quantize_mx src", src, ("bfloat16", "float16")),
+                      ("quantize_mx dst", dst, mx.QUANTIZE_TARGETS),
+                      ("quantize_mx dst_scale", scale, mx.SCALE_DTYPES)])
+    shapes = (shape(src), shape(dst), shape(scale))
+    return out if None in shapes else out + mx.quantize_problems(*shapes)  # type: ignore[arg-type]
+
+
+def _matmul_mx(v: InstView) -> list[str]:
+    st, mv, ss, ms = v.ins[:4]
+    out = _mx_dtypes([("nc_matmul_mx stationary", st, tuple(mx.PACKED)), ("nc_matmul_mx moving", mv, tuple(mx.PACKED)),
+                      ("nc_matmul_mx stationary_scale", ss, mx.SCALE_DTYPES),
+                      ("nc_matmul_mx moving_scale", ms, mx.SCALE_DTYPES)])
+    shapes = (shape(st), shape(mv), shape(ss), shape(ms), shape(v.outs[0]))
+    return out if None in shapes else out + mx.matmul_problems(*shapes)  # type: ignore[arg-type]
+
+
 def _dma(v: InstView) -> list[str]:
     if v.attrs.get("mode") != "Transpose":
         return []
@@ -257,6 +280,8 @@ RULES: dict[int, Callable[[InstView], list[str]]] = {
     OPCODE_BY_NAME["GetSequenceBounds"]: _sequence_bounds,
     Op.DMACopy: _dma,
     OPCODE_BY_NAME["NonzeroWithCount"]: _nonzero,
+    OPCODE_BY_NAME["QuantizeMx"]: _quantize_mx,
+    OPCODE_BY_NAME["MatmultMx"]: _matmul_mx,
 }
 # operand counts each rule reads (fewer is reported, never indexed past)
 _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: (1, 1),
@@ -266,7 +291,8 @@ _ARITY = {OPCODE_BY_NAME["StreamTranspose"]: (1, 1), OPCODE_BY_NAME["BNStats"]: 
           OPCODE_BY_NAME["RangeSelect"]: (3, 1), Op.TensorScalarPtr: (2, 1), Op.TensorReduce: (1, 1),
           OPCODE_BY_NAME["Rng"]: (0, 1), OPCODE_BY_NAME["Dropout"]: (2, 1), OPCODE_BY_NAME["StreamShuffle"]: (1, 1),
           OPCODE_BY_NAME["SetRandState"]: (1, 0), Op.Gather: (2, 1), OPCODE_BY_NAME["GetSequenceBounds"]: (1, 1),
-          Op.DMACopy: (0, 0), Op.Exponential: (2, 1), OPCODE_BY_NAME["NonzeroWithCount"]: (1, 1)}
+          Op.DMACopy: (0, 0), Op.Exponential: (2, 1), OPCODE_BY_NAME["NonzeroWithCount"]: (1, 1),
+          OPCODE_BY_NAME["QuantizeMx"]: (1, 2), OPCODE_BY_NAME["MatmultMx"]: (4, 1)}
 
 
 def check_isa_shapes(fn: Function, limit: int) -> list[str]:

@@ -25,6 +25,7 @@ from tusk.ir.errors import TuskError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
 from tusk.sim.memory import from_compute, to_compute
+from tusk.sim.mx import h_matmul_mx, h_quantize_mx
 from tusk.sim.ops import (
     ACTIVATIONS,
     F32,
@@ -568,5 +569,7 @@ ISA_HANDLERS: dict[int, Handler] = {
     OPCODE_BY_NAME["Rng"]: h_rng,
     OPCODE_BY_NAME["Rand2"]: h_rand2,
     OPCODE_BY_NAME["Dropout"]: h_dropout,
+    OPCODE_BY_NAME["QuantizeMx"]: h_quantize_mx,
+    OPCODE_BY_NAME["MatmultMx"]: h_matmul_mx,
 }
 

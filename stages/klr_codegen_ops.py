@@ -335,6 +335,25 @@ def sequence_bounds(cg: Any, p: Any) -> None:
     cg._emit("GetSequenceBounds", "Pool", [ids], [dst])
 
 
+def quantize_mx(cg: Any, p: Any) -> None:
+    src = cg.operand(p.src, Role.IN)
+    dst, scale = cg.operand(p.dst, Role.OUT), cg.operand(p.dstScale, Role.OUT)
+    cg._emit("QuantizeMx", "DVE", [src], [dst, scale])
+
+
+def nc_mat_mul_mx(cg: Any, p: Any) -> None:
+    """MatmultMx: the Matmult keys; the scales are its third and fourth inputs (bir-json.md 5.3)."""
+    ins = [cg.operand(x, Role.IN) for x in (p.stationary, p.moving, p.stationaryScale, p.movingScale)]
+    dst = cg.operand(p.dst, Role.OUT)
+    attrs = {"accumulation_flag": 0, "psum_zero_region": 0, "replication_resolution": 0,
+             "replication_shift_amnt": 0, "replication_num_rows": 0, "is_transpose": False,
+             "is_fmap_onezero": False, "is_weight_onezero": False,
+             "tile_size": list(p.tileSize) if p.tileSize else [128, 128],
+             "tile_position": list(p.tilePosition) if p.tilePosition else [0, 0],
+             "perf_mode": "None", "ifmap_quant_offset": 0, "weights_quant_offset": 0}
+    cg._emit("MatmultMx", "PE", ins, [dst], attrs)
+
+
 def nonzero_with_count(cg: Any, p: Any) -> None:
     src = cg.operand(p.src, Role.IN)
     dst = cg.operand(p.dst, Role.OUT)
@@ -409,6 +428,8 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "ncNGather": nc_n_gather,
     "sequenceBounds": sequence_bounds,
     "nonzeroWithCount": nonzero_with_count,
+    "quantizeMX": quantize_mx,
+    "ncMatMulMX": nc_mat_mul_mx,
     "dmaTranspose": dma_transpose,
     "dropout": dropout,
     "rng": rng,

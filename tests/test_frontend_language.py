@@ -324,7 +324,7 @@ def test_unknown_keywords_are_named(tmp_path):
     assert "k.py:9" in msg and "dtyp=" in msg
 
 
-def test_while_loop_and_packed_dtypes_are_refused_by_name(tmp_path):
+def test_while_loop_and_packed_dtype_misuse_are_refused_by_name(tmp_path):
     msg = refused(tmp_path, """
         @nki.jit
         def k(a):
@@ -334,9 +334,9 @@ def test_while_loop_and_packed_dtypes_are_refused_by_name(tmp_path):
     msg = refused(tmp_path, """
         @nki.jit
         def k(a):
-            t = nl.ndarray((128, 8), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+            t = a.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[8, 128], [1, 8]])
     """, ["f32[128,8]"])
-    assert "k.py:8" in msg and "float4_e2m1fn_x4" in msg
+    assert "k.py:8" in msg and "float4_e2m1fn_x4" in msg and "element width" in msg
 
 
 def test_partition_and_free_broadcasts_in_binary_ops(tmp_path):

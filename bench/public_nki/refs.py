@@ -87,3 +87,57 @@ def mamba(delta, u, A, B, C) -> np.ndarray:
         dBu = delta * u * B[:, s : s + 1, :]
         out += scan(dA, dBu, 0.0) * C[:, s : s + 1, :]
     return out
+
+
+
+# MX: (mantissa bits, largest exponent of a normal value, smallest normal exponent) per element kind
+MX_KINDS = {"float8_e4m3fn_x4": (3, 8, -6), "float8_e5m2_x4": (2, 15, -14)}
+
+
+def mx_round(v: np.ndarray, kind: str) -> np.ndarray:
+    """Round to the nearest value of the fp8 kind (ties to even): a quantum of 2^(e - mantissa bits)."""
+    man, _, emin = MX_KINDS[kind]
+    mag = np.abs(v)
+    e = np.maximum(np.floor(np.log2(np.where(mag > 0, mag, 1.0))), emin)
+    q = np.exp2(e - man)
+    return np.round(v / q) * q
+
+
+def mx_quantized_rows(x: np.ndarray, kind: str) -> np.ndarray:
+    """quantize_mx of a [P, 4F] tile, dequantized, as (P, F, 4): each group of 8 partitions x 4 neighbours
+    shares the scale 2^(floor(log2 amax) - emax + 1)."""
+    p, f4 = x.shape
+    g = x.astype(np.float64).reshape(p // 8, 8, f4 // 4, 4)
+    amax = np.abs(g).max(axis=(1, 3), keepdims=True)
+    e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - MX_KINDS[kind][1] + 1, -127)
+    return (mx_round(g / np.exp2(e), kind) * np.exp2(e)).reshape(p, f4 // 4, 4)
+
+
+def mx_strided(x: np.ndarray) -> np.ndarray:
+    """A [4P, F] tile as copy_data_strided lays it out: [P, 4F], value t of element f from row t * P + p."""
+    four_p, f = x.shape
+    return x.reshape(4, four_p // 4, f).transpose(1, 2, 0).reshape(four_p // 4, 4 * f)
+
+
+def fp8_value(code: np.ndarray, kind: str) -> np.ndarray:
+    man, _, emin = MX_KINDS[kind]
+    code = code.astype(np.int64)
+    e, m = (code >> man) & ((1 << (7 - man)) - 1), code & ((1 << man) - 1)
+    mag = np.where(e == 0, m / 2 ** man * 2.0 ** emin, (1 + m / 2 ** man) * np.exp2(e + emin - 1))
+    return np.where(code & 0x80, -mag, mag)
+
+
+def mx_packed(data: np.ndarray, scale: np.ndarray, kind: str) -> np.ndarray:
+    """uint32 [P, F] words of four fp8 bytes (little-endian) and contiguous [P / 8, F] E8M0 scales -> (P, F, 4)."""
+    codes = np.ascontiguousarray(data.astype(np.uint32)).view(np.uint8).reshape(*data.shape, 4)
+    return fp8_value(codes, kind) * np.exp2(scale.astype(np.float64) - 127).repeat(8, axis=0)[:, :, None]
+
+
+def mx_product(st: np.ndarray, mv: np.ndarray) -> np.ndarray:
+    """nc_matmul_mx of two dequantized (K, F, 4) tiles, rounded to the bf16 result."""
+    return bf16(np.einsum("kmt,knt->mn", st, mv).astype(np.float32))
+
+
+def mx_matmul(st: np.ndarray, mv: np.ndarray, kind: str) -> np.ndarray:
+    """The copy-strided MX kernels: both [4K, F] tiles strided, quantized and multiplied."""
+    return mx_product(mx_quantized_rows(mx_strided(st), kind), mx_quantized_rows(mx_strided(mv), kind))

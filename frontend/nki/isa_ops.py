@@ -408,12 +408,13 @@ def reduce_shape(data: View, axis: Any, keepdims: bool, call: str) -> tuple[int,
 
 # ---------------------------------------------------------------------------- matmul and transpose
 def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: Any,
-              transpose: bool = False) -> None:
+              transpose: bool = False, emit: Any = None) -> None:
     """``dst = stationary.T @ moving`` (``accumulate=False``), ``dst += ...`` (True), or as NKI infers
     it (None): the first matmul into a PSUM tile overwrites it, later ones accumulate, and one inside a
     loop that started after the tile was made accumulates over that loop's iterations (the tile is
     zeroed before the loop, so iteration 0 adds to zero: the same sums).  Accumulation is an ncMatMul
-    into a fresh PSUM bank plus a DVE add (docs/frontend.md, PSUM accumulation)."""
+    into a fresh PSUM bank plus a DVE add (docs/frontend.md, PSUM accumulation).  ``emit(target)``
+    records another matmul (nc_matmul_mx) in place of the ncMatMul."""
     if dst.memory != "psum":
         raise unsupported(f"{call} into {dst.memory} tensor {dst.tensor.name} (dst is a PSUM tile)")
     k, m = stationary.shape[0], free(stationary)
@@ -432,11 +433,14 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
     if not isinstance(accumulate, (bool, np.bool_)):
         raise refuse(call, "accumulate", accumulate, "True, False or None; a loop index comparison is a "
                      "runtime predicate")
+    if emit is None:
+        def emit(target: View) -> None:
+            nl_matmul_into(target, stationary, moving, call, transpose)
     if not accumulate:
-        nl_matmul_into(dst, stationary, moving, call, transpose)
+        emit(dst)
         return
     part = tr.tile(dst.shape, dst.dtype, "psum")
-    nl_matmul_into(part, stationary, moving, call, transpose)
+    emit(part)
     tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tusk.frontend.nki import isa_mx
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, tile
@@ -62,6 +63,22 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     # tile_position / tile_size place the matmul on part of the PE array: the same products
     ops.perf_matmul(call, tile(dst, f"{call} dst"), st, mv, accumulate, bool(is_transpose),
                     ops.double_row(call, perf_mode, st, mv))
+
+
+@documented("nisa.nc_matmul_mx")
+def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None,
+                 accumulate=None, name=None):
+    call = "nisa.nc_matmul_mx"
+    isa_mx.nc_matmul_mx(call, tile(dst, f"{call} dst"), tile(stationary, f"{call} stationary"),
+                        tile(moving, f"{call} moving"), tile(stationary_scale, f"{call} stationary_scale"),
+                        tile(moving_scale, f"{call} moving_scale"), tile_position, tile_size, accumulate)
+
+
+@documented("nisa.quantize_mx")
+def quantize_mx(dst, src, dst_scale, name=None):
+    call = "nisa.quantize_mx"
+    isa_mx.quantize_mx(call, tile(dst, f"{call} dst"), tile(src, f"{call} src"),
+                       tile(dst_scale, f"{call} dst_scale"))
 
 
 @documented("nisa.nc_transpose")

@@ -28,9 +28,9 @@ uint32, uint16, uint8 = Dtype("uint32"), Dtype("uint16"), Dtype("uint8")
 tfloat32 = float32
 float8_e4m3, float8_e5m2 = Dtype("float8_e4m3"), Dtype("float8e5")  # KLR's names (float8e5: E5M2)
 float8_e4m3fn = Dtype("float8_e4m3fn")
-# packed MX types and the E8M0 scale type: named so kernels import, refused where a tensor uses them
+# packed MX types (nisa.quantize_mx / nc_matmul_mx).  KLR has no E8M0 dtype: an MX scale is its byte, uint8
 float8_e5m2_x4, float8_e4m3fn_x4 = Dtype("float8_e5m2_x4"), Dtype("float8_e4m3fn_x4")
-float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), Dtype("float8_e8m0fnu")
+float4_e2m1fn_x4, float8_e8m0fnu = Dtype("float4_e2m1fn_x4"), uint8
 bool_ = uint8
 bool = bool_
 tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
