@@ -438,6 +438,12 @@ def _loop_ranges(fn: Function):
     return lambda i: of_block(int(blocks[i]))
 
 
+def live_overlap_problems(fn: Function) -> list[str]:
+    """The verifier's check that no two memory locations sharing bytes are live at once, alone (a pass that
+    reorders a function asks it before keeping the new order)."""
+    return _check_live_overlap(fn)
+
+
 def _check_live_overlap(fn: Function) -> list[str]:
     """Two allocated SB/PSUM memory locations that overlap must not be live at the same time.
 

@@ -60,6 +60,7 @@ from tusk.ir.columns import Record
 from tusk.ir.enums import FnAttr, Mem, Op
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module, _ranges
+from tusk.ir.verify import live_overlap_problems
 from tusk.stages.base import OptionError, Pass, Stats, option
 from tusk.stages.deps import build_fdeps
 from tusk.stages.rotation_dram import MAX_GIB, TOO_BIG, dram_rotation
@@ -303,11 +304,22 @@ class AddressRotation(Pass):
                 continue
             fn, old = out.functions[k], module.functions[k]
             t_new: float | None = None
+            if live_overlap_problems(fn) and not live_overlap_problems(old):
+                # a ring slot that shares bytes with a location live at the same time: never kept (the verifier
+                # would refuse the module); the function stays as it came
+                self.log.info("Rotation of %s reverted: it would overlap live memory locations", fn.name)
+                out.functions[k] = old.copy()
+                reverted += 1
+                continue
             if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
-                fn, _, t_new = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
-                                              compare_limit=self.compare_limit)
-                out.functions[k] = fn
-                rescheduled += 1
+                again, _, t_again = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
+                                                   compare_limit=self.compare_limit)
+                # the new order must keep locations that share bytes live one after the other (the verifier's
+                # rule); where it does not, the rotated function keeps the order it was rotated in
+                if not live_overlap_problems(again):
+                    fn, t_new = again, t_again
+                    out.functions[k] = fn
+                    rescheduled += 1
             if fn.n_insts <= self.compare_limit and self._slower(fn, old, t_new):
                 self.log.info("Rotation of %s reverted: the timing model finds it slower", fn.name)
                 out.functions[k] = old.copy()
