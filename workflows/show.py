@@ -33,7 +33,8 @@ from tusk.ir.listing import iter_listing as iter_listing
 from tusk.ir.listing import predicate_text as predicate_text
 from tusk.ir.listing import value_text as value_text
 
-KLR_HINT = "a KLR file starts with the bytes 'KLR' followed by a version (the NKI front end writes them)"
+KLR_HINT = ("a KLR file starts with the bytes d9 d9 f7 (CBOR's self-describe tag), and the metadata string "
+            "'KLR' or 'NKI' follows at byte 12")
 
 
 # ====================================================================== reading any kernel file
