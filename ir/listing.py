@@ -42,6 +42,7 @@ from tusk.ir.enums import (
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json
 from tusk.ir.module import Function, Module
+from tusk.ir.wire import WIRE
 
 _REL = {"ge": ">=", "gt": ">", "eq": "==", "ne": "!=", "le": "<=", "lt": "<"}
 
@@ -65,7 +66,7 @@ def _value(v: Any) -> str:
                 return repr(expr_from_json(v))
             except Exception:  # noqa: BLE001 - not an expression after all: show it as a table
                 pass
-        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items() if k != WIRE) + "}"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, AffinePredicate):
@@ -117,7 +118,7 @@ def engine_codes(names: Iterable[str]) -> frozenset[int]:
 def iter_listing(module, flt: Filter | None = None) -> Iterator[str]:
     """The module's listing, line by line (see the module docstring)."""
     flt = flt or Filter()
-    attrs = " ".join(f"{k}={value_text(v)}" for k, v in sorted(dict(module.attributes).items()))
+    attrs = " ".join(f"{k}={value_text(v)}" for k, v in sorted(dict(module.attributes).items()) if k != WIRE)
     yield f"module arch={module.arch}" + (f" {attrs}" if attrs else "")
     budget = [flt.limit if flt.limit is not None else -1]
     matched = False
@@ -195,7 +196,7 @@ def _function_lines(fn, flt: Filter, budget: list[int]) -> Iterator[str]:
             return
 
 
-SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis"}
+SKIP_ATTRS = {"LoopAxis", "DynamicForLoopAxis", WIRE}  # WIRE: the reader's record of the input's spelling
 
 
 def inst_text(fn, i: int) -> str:
@@ -204,7 +205,7 @@ def inst_text(fn, i: int) -> str:
     text = f"{v.name}  {OPCODE_NAMES[v.opcode]}@{ENGINE_NAMES[v.engine]}"
     ax = attrs.get("LoopAxis") or attrs.get("DynamicForLoopAxis")
     if isinstance(ax, dict):
-        text += f"  {ax.get('name')} in [{_value(ax.get('lb'))}, {_value(ax.get('ub'))}) step {ax.get('stride', 1)}"
+        text += f"  {ax.get('name')} in [{_value(ax.get('lb'))}, {_value(ax.get('ub'))}) step {_value(ax.get('stride', 1))}"
     rows = list(v.operand_rows())
     role = fn.operands["role"]
     outs = [operand_text(fn, j) for j in rows if role[j] == Role.OUT]

@@ -38,6 +38,7 @@ from tusk.ir import enums
 from tusk.ir.columns import EMPTY, Pool, Record, Table
 from tusk.ir.enums import Kind
 from tusk.ir.errors import TuskError
+from tusk.ir.expr import expr_from_json
 
 # the schemas are defined below this module (tusk.ir.schema) and imported from here as before
 from tusk.ir.schema import AUX_VALUE_KINDS as AUX_VALUE_KINDS
@@ -324,7 +325,19 @@ class LoopAxis:
         ax = rec.get("LoopAxis") or rec.get("DynamicForLoopAxis")
         if ax is None:
             raise TuskError("loop instruction has no LoopAxis")
-        return LoopAxis(ax["name"], ax["lb"], ax["ub"], ax.get("stride", 1))
+        return LoopAxis(ax["name"], _folded_bound(ax["lb"]), _folded_bound(ax["ub"]),
+                        _folded_bound(ax.get("stride", 1)))
+
+
+def _folded_bound(b: Any) -> Any:
+    """A bound written as a constant expression (docs/bir-json.md allows ``{"kind": "AffExprKind", "c": 1,
+    "terms": []}``) is its integer, so passes see the same axis as for the plain-integer spelling;
+    register names and expressions over registers stay as written."""
+    if isinstance(b, (dict, Record)):
+        e = expr_from_json(dict(b))
+        if e.is_const:
+            return e.c
+    return b
 
 
 @dataclass(eq=False)

@@ -313,7 +313,10 @@ class Frame:
         if k in (Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM, Kind.REGISTER):
             v = self.scalar(j)
             floats = any(isinstance(x, float) for x in v) if isinstance(v, tuple) else isinstance(v, float)
-            return np.asarray(v, dtype=np.float32 if floats else np.int64)
+            if floats:
+                return np.asarray(v, dtype=np.float32)
+            # a uint64 immediate of 2**63 or more keeps its bits in the int64 compute domain, as uint64 data does
+            return np.asarray(tuple(map(_int64_bits, v)) if isinstance(v, tuple) else _int64_bits(v), dtype=np.int64)
         return to_compute(self.read_raw(j), self.dtype[j])
 
     def store(self, j: int, vals: np.ndarray) -> None:
@@ -340,3 +343,7 @@ class Frame:
     def same_storage_dtype(self, a: int, b: int) -> bool:
         return self.dtype[a] == self.dtype[b] or (NP_DTYPES[self.dtype[a]] == NP_DTYPES[self.dtype[b]]
                                                   and self.dtype[a] in (16, 17) and self.dtype[b] in (16, 17))
+
+
+def _int64_bits(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x

@@ -85,6 +85,7 @@ class _Staging:
     art: str
     stage: bool
     const_dir: str = ""
+    by_reference: bool = False     # name const files as written, never look for them (a listing needs no data)
     artifacts: dict[str, str] = field(default_factory=dict)
 
     def claim(self, rel: str, src: str) -> str:
@@ -97,6 +98,8 @@ class _Staging:
 
     def const(self, written: str, kernel_dir: str) -> str:
         """The const_file_path for a const file the kernel names ``written``; stages it (see the docstring)."""
+        if self.by_reference:
+            return written
         src = _find_const(written, kernel_dir, self.const_dir)
         if not self.art:
             return os.path.abspath(src)
@@ -135,14 +138,16 @@ class TranslateNKIASTToBIR(Pass):
     stage_files: bool = option(True, "copy the kernel file and its const files into the artifact directory")
     const_dir: str = option("", "a directory besides the kernel's own that const files may be read from "
                                 "(absolute const paths elsewhere are refused)")
+    const_by_reference: bool = option(False, "name const files as the kernel wrote them without reading them "
+                                             "(tusk show: a listing needs no constant data)")
 
     def run(self, module: Module) -> tuple[Module, Stats]:
         t0 = time.perf_counter()
         out = module.copy()
         stats: Stats = {"placeholders": 0, "expanded": 0, "skipped": 0, "klir_operators": 0,
                         "kernel_instructions": 0, "read_seconds": 0.0}
-        staging = _Staging(module.artifact_dir, self.stage_files, os.path.abspath(self.const_dir) if self.const_dir
-                           else "")
+        staging = _Staging(module.artifact_dir, self.stage_files and not self.const_by_reference,
+                           os.path.abspath(self.const_dir) if self.const_dir else "", self.const_by_reference)
         log.info("Started running Lower KLIR Kernel into NKI kernel instruction")
         taken = {f.name for f in out.functions}
         for k, fn in enumerate(list(out.functions)):

@@ -551,7 +551,7 @@ def show(
         if klr_form:
             out.write_all(sh.klr_lines(target))
             return
-        out.write_all(sh.iter_listing(sh.load(target, core), flt))
+        out.write_all(sh.file_listing(target, core, flt))
     except TuskError as e:
         out.flush()
         raise _fail(e)

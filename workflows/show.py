@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, PassError, TuskError
 from tusk.ir.klr.magic import is_klr_bytes
 from tusk.ir.listing import Filter as Filter  # the listing is tusk.ir.listing's; imported from here as before
 from tusk.ir.listing import engine_codes as engine_codes
@@ -33,7 +33,8 @@ from tusk.ir.listing import iter_listing as iter_listing
 from tusk.ir.listing import predicate_text as predicate_text
 from tusk.ir.listing import value_text as value_text
 
-KLR_HINT = "a KLR file starts with the bytes 'KLR' followed by a version (the NKI front end writes them)"
+KLR_HINT = ("a KLR file starts with the bytes d9 d9 f7 (CBOR's self-describe tag), and the metadata string "
+            "'KLR' or 'NKI' follows at byte 12")
 
 
 # ====================================================================== reading any kernel file
@@ -96,8 +97,25 @@ def load(path: str | os.PathLike, core: int | None = 0) -> Any:
     klr.load_lnc_kernel(path)  # what the backend rejects (version, contents) is an error here too
     with tempfile.TemporaryDirectory(prefix="tusk-show-") as tmp:
         host = host_module_for(str(path.resolve()), core, tmp)
-        module, _ = make_pass("translate_nki_ast_to_bir").run(host)
+        module, _ = make_pass("translate_nki_ast_to_bir", const_by_reference=True).run(host)
     return module
+
+
+CODEGEN_GAP = "is not supported by the KLR -> BIR codegen"
+
+
+def file_listing(path: Path, core: int | None = 0, flt: Filter | None = None) -> Iterator[str]:
+    """The listing of a kernel file.  A KLR file that KLR wrote is always showable: when it holds a
+    construct the KLR -> BIR codegen does not translate, its KLR statements are listed, after a note."""
+    try:
+        module = load(path, core)
+    except PassError as e:
+        if CODEGEN_GAP not in e.message or file_format(path) != "klr":
+            raise
+        yield f"# note: {e.message}; listing the KLR statements instead (tusk show --klr)"
+        yield from klr_lines(path)
+        return
+    yield from iter_listing(module, flt)
 
 
 def klr_lines(path: Path) -> Iterator[str]:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from tusk.ir import wire
 from tusk.ir.columns import Record
+from tusk.ir.enums import Dt
 from tusk.ir.errors import FormatError
 from tusk.ir.expr import QuasiAffine, expr_from_json
 from tusk.ir.values import DynamicAPInfo
@@ -19,6 +20,7 @@ from tusk.ir.wire import WIRE
 MAX_AP_DIMS = 4
 MAX_DEPTH = 200  # nesting of unmodelled values; deeper documents are refused
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+U64_MAX = (1 << 64) - 1
 I32_MAX = (1 << 31) - 1
 
 
@@ -111,11 +113,17 @@ def read_pattern(x: Any, where: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def read_number(x: Any, where: str) -> int | float:
+def imm_maximum(dtype: int) -> int:
+    """The largest integer an immediate of ``dtype`` may spell: BIR writes uint64 immediates unsigned."""
+    return U64_MAX if dtype == Dt.uint64 else I64_MAX
+
+
+def read_number(x: Any, where: str, *, maximum: int = I64_MAX) -> int | float:
+    """A number of an immediate; ``maximum`` is U64_MAX for a uint64 immediate (BIR writes those unsigned)."""
     if type(x) is str and x in NONFINITE:
         return NONFINITE[x]
     if type(x) is int:
-        return expect_int(x, where)
+        return expect_int(x, where, maximum=maximum)
     if type(x) is float:
         return x
     raise format_error(f"expected a number (or \"inf\", \"-inf\", \"nan\"), got {typename(x)}", where)

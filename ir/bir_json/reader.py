@@ -26,6 +26,7 @@ from tusk.ir.bir_json.fields import (
     expect_str,
     format_error,
     frozen_record,
+    imm_maximum,
     read_dyn_info,
     read_expr,
     read_number,
@@ -464,12 +465,12 @@ class Reader:
             handled.add("regref")
         elif kind == Kind.IMM:
             raw = required(o, "value", where)
-            value = read_number(raw, where + ".value")
+            value = read_number(raw, where + ".value", maximum=imm_maximum(dtype))
             aux = fn.intern(ImmValue(value))
             handled.add("value")
         elif kind == Kind.IMM_ARRAY:
             vals = expect_list(required(o, "value_array", where), where + ".value_array")
-            aux = fn.intern(ImmValue(tuple(read_number(v, f"{where}.value_array[{k}]") for k, v in enumerate(vals))))
+            aux = fn.intern(ImmValue(tuple(read_number(v, f"{where}.value_array[{k}]", maximum=imm_maximum(dtype)) for k, v in enumerate(vals))))
             handled.add("value_array")
         elif kind == Kind.SYMBOLIC_IMM:
             raw = required(o, "expr", where)

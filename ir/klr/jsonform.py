@@ -8,7 +8,9 @@ Conventions (fixtures README):
 * an enum value is its C++ enumerator name, e.g. ``"float32"``;
 * ``Option`` none is ``null`` and some is the bare value; a ``List`` is an array;
 * a Float is its exact binary32 value as a JSON number (rounded back through
-  binary32 when read);
+  binary32 when read); a NaN or an infinity, which standard JSON cannot spell,
+  is the string ``"float32:0x7fc00001"`` of its binary32 bits, so NaN payloads
+  and signs survive (a Tusk extension: the fixtures hold finite floats only);
 * the top level is ``{"header": ..., "metadata": ..., "contents": ...}``.
 
 ``to_json`` returns plain Python data for :func:`json.dumps`; ``from_json``
@@ -43,6 +45,27 @@ def to_json(obj: Any) -> Any:
 
 
 _PLAIN = (type(None), bool, int, float, str)
+FLOAT_BITS_TAG = "float32:"  # a non-finite Float as its bits: "float32:0x7fc00001"
+
+
+def _plain(x: Any) -> Any:
+    """A plain value as JSON data: NaN and infinities as their tagged binary32 bits (standard JSON)."""
+    if type(x) is float and not math.isfinite(x):
+        buf = bytearray()
+        wire.write_float(buf, x, "Float")
+        return f"{FLOAT_BITS_TAG}0x{bytes(buf[1:5]).hex()}"
+    return x
+
+
+def _float_from_bits(text: str, path: Any) -> float:
+    digits = text[len(FLOAT_BITS_TAG):]
+    if not digits.startswith("0x") or len(digits) != 10:
+        raise _bad(path, 'Float bits "float32:0x" + 8 hex digits', text)
+    try:
+        raw = bytes.fromhex(digits[2:])
+    except ValueError:
+        raise _bad(path, 'Float bits "float32:0x" + 8 hex digits', text) from None
+    return wire.read_float(b"\xfa" + raw + wire.PAD, 0, "Float")[0]
 
 
 def _to_json(obj: Any) -> Nested:
@@ -57,7 +80,7 @@ def _to_json(obj: Any) -> Nested:
     if isinstance(obj, tuple):
         items = []
         for x in obj:
-            items.append(x if type(x) in _PLAIN else (yield _to_json(x)))
+            items.append(_plain(x) if type(x) in _PLAIN else (yield _to_json(x)))
         return items
     if dataclasses.is_dataclass(obj) and hasattr(obj, "klr_type"):
         out: dict[str, Any] = {"_type": obj.klr_type}
@@ -65,10 +88,10 @@ def _to_json(obj: Any) -> Nested:
             out["_ctor"] = obj.klr_ctor
         for f in dataclasses.fields(obj):
             x = getattr(obj, f.name)
-            out[f.name] = x if type(x) in _PLAIN else (yield _to_json(x))
+            out[f.name] = _plain(x) if type(x) in _PLAIN else (yield _to_json(x))
         return out
     if type(obj) in _PLAIN:
-        return obj
+        return _plain(obj)
     raise TypeError(f"not a KLIR value: {type(obj).__name__}")
 
 
@@ -171,6 +194,8 @@ def _primitive(name: str, v: Any, path: JsonPath) -> Any:
             raise _bad(path, "String", v)
         return v
     if name == "Float":
+        if type(v) is str and v.startswith(FLOAT_BITS_TAG):
+            return _float_from_bits(v, path)
         if type(v) not in (int, float):
             raise _bad(path, "Float (a number)", v)
         x = float(v)

@@ -17,6 +17,11 @@ from tusk.ir.klr import types as T
 from tusk.ir.klr.reader import read_header, read_klr
 from tusk.ir.klr.schema import FORMAT_VERSION, LNC_CONTENTS, SCHEMA, ListOf, OptionOf, Ref
 
+#: The KLR commit whose format Tusk reads and writes (KLR still writes header 0.0.12, 390 commits past that tag).
+KLR_COMMIT = "7ccd18c"
+GENERATION = (f"Tusk reads the format of KLR commit {KLR_COMMIT} (header 0.0.12, contents lnc); other KLR "
+              "generations write other formats under the same or another header")
+
 
 def load_lnc_kernel(path: str | os.PathLike) -> Any:
     """Read a ``.klr`` file and return its ``LncKernel``.
@@ -38,14 +43,21 @@ def load_lnc_kernel(path: str | os.PathLike) -> Any:
     if version != FORMAT_VERSION:
         raise FormatError(
             f"Wrong KLR version {'.'.join(map(str, version))} "
-            f"(expecting {'.'.join(map(str, FORMAT_VERSION))})",
+            f"(expecting {'.'.join(map(str, FORMAT_VERSION))}): written by "
+            f"{'an older' if version < FORMAT_VERSION else 'a newer'} KLR; {GENERATION}",
             file=name,
         )
-    contents = read_klr(data, file=name).contents
+    try:
+        contents = read_klr(data, file=name).contents
+    except FormatError as e:  # the header was right: a damaged file, or one of another generation
+        raise FormatError(f"{e.message} (a damaged file, or one written by another KLR generation: {GENERATION})",
+                          file=e.file, where=e.where) from None
     if contents.klr_ctor != LNC_CONTENTS:
         raise FormatError(
             f"Wrong KLIR content type {contents.klr_ctor} (C++ tag {contents.klr_index + 1}; "
-            f"expecting lnc, C++ tag 4)",
+            f"expecting lnc, C++ tag 4)"
+            + f": perhaps written by another KLR generation (the PyPI release klr-lang 0.0.12 writes another "
+              f"content type); {GENERATION}",
             file=name,
         )
     return contents.kernel

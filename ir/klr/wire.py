@@ -16,6 +16,7 @@ position, and the ``Type.field`` being read — and return ``(value, new_p)``.
 from __future__ import annotations
 
 import struct
+import warnings
 
 from tusk.ir.errors import FormatError
 from tusk.ir.klr.magic import MAGIC, is_klr_bytes  # noqa: F401 (re-exported)
@@ -244,15 +245,35 @@ def write_head(out: bytearray, major: int, arg: int) -> None:
         out += arg.to_bytes(8, "big")
 
 
+WIDTH_WARNED: set[str] = set()  # the field kinds warned about in the current write (reset by the writer)
+
+
+class KlrWidthWarning(UserWarning):
+    """A value is written that KLR's C++ reader truncates (its Nat is uint32, its Int int32; spec §2.2)."""
+
+
+def _warn_width(kind: str, v: int, where: str) -> None:
+    # every occurrence would flood a large kernel's build: the first per kind and write_klr call (writer.py)
+    if kind in WIDTH_WARNED:
+        return
+    WIDTH_WARNED.add(kind)
+    warnings.warn(KlrWidthWarning(f"a KLR {kind} beyond the C++ reader's 32-bit field is written (first: {v} at "
+                                  f"{where}); KLR's C++ reader truncates it"), stacklevel=3)
+
+
 def write_nat(out: bytearray, v: object, where: str) -> None:
     if type(v) is not int or not 0 <= v < 1 << 64:
         cannot_write(v, "Nat (an int in 0 .. 2**64-1)", where)
+    if v >= 1 << 32:
+        _warn_width("Nat", v, where)
     write_head(out, 0, v)
 
 
 def write_int(out: bytearray, v: object, where: str) -> None:
     if type(v) is not int or not -(1 << 63) <= v < 1 << 64:
         cannot_write(v, "Int (an int in -2**63 .. 2**64-1)", where)
+    if not -(1 << 31) <= v < 1 << 31:
+        _warn_width("Int", v, where)
     if v >= 0:
         write_head(out, 0, v)
     else:

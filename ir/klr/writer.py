@@ -218,6 +218,7 @@ def write_value(type_name: str, value: Any) -> bytes:
     if type_name not in SCHEMA:
         raise KeyError(f"unknown KLR type {type_name!r}")
     out = bytearray()
+    wire.WIDTH_WARNED.clear()
     _guarded(_NS[f"put_{type_name}"], value, out)
     return bytes(out)
 
@@ -241,6 +242,7 @@ def write_klr(obj: Any) -> bytes:
     if not isinstance(obj, T.KLRFileContents):
         raise FormatError(f"write_klr needs KLRFileContents or LncKernel, got {type(obj).__name__}")
     out = bytearray()
+    wire.WIDTH_WARNED.clear()
     _guarded(_NS["put_KLRFile"], obj.header, out)
     _guarded(_NS["put_KLRMetaData"], obj.metadata, out)
     _guarded(_NS["put_Contents"], obj.contents, out)
