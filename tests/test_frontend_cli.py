@@ -1,6 +1,6 @@
 """NKI kernels in Python from the command line: `tusk trace`, and `tusk compile` of tusk.toml [kernels.X].
 
-Tracing runs the kernel's Python in this process (CliRunner, --workers 0).
+Tracing runs the kernel's Python in a child process of the build (tusk.workflows.trace_child; CliRunner, --workers 0).
 """
 
 from __future__ import annotations
@@ -458,3 +458,25 @@ def test_trace_of_a_launcher_and_of_a_grid_past_the_ceiling(tmp_path, cache, mon
                              inputs=["f32[512,64]", "f32[512,64]"]))
     assert res.exit_code == 1 and "Compiler generated too many instructions" in res.stderr
     assert "k.py" in res.stderr and not (tmp_path / "g.klr").exists()
+
+
+EXITS = ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n    import os\n    os._exit(0)\n")
+INTERRUPTS = ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n    raise KeyboardInterrupt\n")
+
+
+def test_a_kernel_exiting_the_tracer_or_raising_keyboard_interrupt_fails_alone(project):
+    """os._exit(0) in a kernel cannot end the build with exit 0; its KeyboardInterrupt is not Ctrl-C."""
+    k = project["k"]
+    (k / "exits.py").write_text(EXITS)
+    (k / "interrupts.py").write_text(INTERRUPTS)
+    (k / "tusk.toml").write_text(toml_kernel() + toml_kernel(name="exits", file="exits.py")
+                                 + toml_kernel(name="stops", file="interrupts.py"))
+    code, rep = compile_json(k, project["out"])
+    assert code == 1
+    assert kernel(rep, "tadd")["status"] == "written" and (project["out"] / "tadd" / "tadd.klr").exists()
+    exits, stops = kernel(rep, "exits"), kernel(rep, "stops")
+    assert exits["status"] == "failed" and exits["fault"] == "input"
+    assert "exits.py" in exits["error"] and "os._exit(0)" in exits["error"], exits["error"]
+    assert stops["status"] == "failed" and stops["fault"] == "input"
+    assert "interrupts.py:7" in stops["error"] and "KeyboardInterrupt" in stops["error"], stops["error"]
+    assert "interrupted" not in json.dumps(rep).lower()
