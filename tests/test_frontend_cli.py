@@ -480,3 +480,19 @@ def test_a_kernel_exiting_the_tracer_or_raising_keyboard_interrupt_fails_alone(p
     assert stops["status"] == "failed" and stops["fault"] == "input"
     assert "interrupts.py:7" in stops["error"] and "KeyboardInterrupt" in stops["error"], stops["error"]
     assert "interrupted" not in json.dumps(rep).lower()
+
+
+def test_tracing_in_the_child_writes_the_same_bytes_as_in_this_process(project, tmp_path):
+    from tusk.workflows.project import load
+    from tusk.workflows.traced import Tracer, trace_kernel
+
+    spec = next(s for s in load(project["k"]).kernels if s.name == "tadd")
+    here, child = tmp_path / "here", tmp_path / "child"
+    here.mkdir()
+    child.mkdir()
+    a = trace_kernel(spec, None, here, "gen3")
+    with Tracer() as tracer:
+        b = trace_kernel(spec, None, child, "gen3", tracer)
+        assert tracer.last_seconds is not None and b.trace["seconds"] == tracer.last_seconds
+    assert a.error is None and b.error is None
+    assert (here / "tadd.klr").read_bytes() == (child / "tadd.klr").read_bytes()

@@ -21,6 +21,7 @@ import pickle
 import signal
 import struct
 import sys
+import time
 import traceback
 from typing import Any, BinaryIO
 
@@ -29,6 +30,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     from tusk.ir.errors import InputError, TuskError, fault_of
     from tusk.workflows.traced import escaped_message, run_frontend
 
+    t0 = time.perf_counter()
     try:
         traced = run_frontend(**request)
     except TuskError as e:
@@ -39,7 +41,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "fault": fault_of(err) if isinstance(err, InputError) else "internal",
                 "message": str(err), "traceback": "".join(traceback.format_exception(e))}
     return {"ok": True, "klr": base64.b64encode(bytes(traced.klr)).decode("ascii"),
-            "sources": [os.fspath(s) for s in traced.sources]}
+            "sources": [os.fspath(s) for s in traced.sources], "seconds": round(time.perf_counter() - t0, 6)}
 
 
 def _read_request(stream: BinaryIO) -> dict[str, Any] | None:
@@ -58,6 +60,7 @@ def main() -> None:
     os.dup2(devnull, 0)   # the kernel cannot read the requests
     os.dup2(2, 1)         # what the kernel prints goes to the build's stderr, never into the answers
     sys.stdout = sys.stderr
+    import tusk.frontend.trace  # noqa: F401 -- start-up, not the first kernel's trace time
     while (request := _read_request(requests)) is not None:
         answers.write(json.dumps(_answer(request)) + "\n")
         answers.flush()
