@@ -181,15 +181,17 @@ class Tracer:
     def __enter__(self) -> Tracer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.close(at_once=kind is not None)  # Ctrl-C: the child (which ignores SIGINT) ends now
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         child, self._child = self._child, None
         if child is not None:
             with contextlib.suppress(OSError):
                 child.stdin.close()
             try:
+                if at_once:
+                    child.kill()
                 child.wait(timeout=5)
             except Exception:  # noqa: BLE001 -- a child that does not end is killed
                 child.kill()
