@@ -496,3 +496,42 @@ def test_tracing_in_the_child_writes_the_same_bytes_as_in_this_process(project, 
         assert tracer.last_seconds is not None and b.trace["seconds"] == tracer.last_seconds
     assert a.error is None and b.error is None
     assert (here / "tadd.klr").read_bytes() == (child / "tadd.klr").read_bytes()
+
+
+def test_ctrl_c_while_a_kernel_traces_stops_the_build_and_its_tracer(project, tmp_path):
+    """The tracer child ignores SIGINT (a KeyboardInterrupt there is the kernel's): a real Ctrl-C to the build
+    still ends it at once, exit 130, and leaves no tracer behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    k = project["k"]
+    marker = tmp_path / "tracing"
+    (k / "slow.py").write_text(ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n"
+                                           f"    open({str(marker)!r}, 'w').close()\n"
+                                           "    import time\n    time.sleep(120)\n"))
+    (k / "tusk.toml").write_text(toml_kernel(name="slow", file="slow.py"))
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "tusk.workflows.cli", "compile", str(k), "-o", str(project["out"]),
+                             "--workers", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), proc.communicate(timeout=10)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        _, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 4.5, elapsed  # not the 5 s a polite wait for the child would add
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    left = subprocess.run(["ps", "-o", "pid=", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == [], left
