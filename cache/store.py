@@ -347,7 +347,9 @@ class Store:
         }
 
     def verify(self, remove: bool = False) -> dict[str, Any]:
-        """Read and re-hash every object; check every record.  Optionally remove what is damaged."""
+        """Read and re-hash every object; check every record and note.  With ``remove`` (``tusk cache verify
+        --repair``) drop what is damaged, the records whose output was a dropped object and the notes naming
+        one, so that the next verify finds nothing."""
         self._refuse_foreign("verifying")
         damaged_objects, bad_records, ok = [], [], 0
         for h in list(self.object_hashes()):
@@ -371,13 +373,30 @@ class Store:
             bad_records.append((key, reason))
             if remove:
                 self.drop_action(key)
+        gone = {h for h, _ in damaged_objects} if remove else set()
         for kind, key in list(self.note_keys()):
-            if self.fs.read_bytes(self.note_path(kind, key)) is not None and self.get_note(kind, key) is None:
-                bad_records.append((f"note {kind}/{key}", "damaged or edited note (its checksum does not match)"))
+            reason = self._bad_note(kind, key, gone)
+            if reason is not None:
+                bad_records.append((f"note {kind}/{key}", reason))
                 if remove:
                     self.fs.remove_file(self.note_path(kind, key))
         return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,
                 "removed": remove}
+
+    def _bad_note(self, kind: str, key: str, gone: set[str]) -> str | None:
+        """Why note ``kind/key`` is bad -- damaged, or naming an object in ``gone`` (removed as damaged) --
+        else None.  Notes are read without touching them (verify is not a use)."""
+        if self.fs.read_bytes(self.note_path(kind, key)) is None:
+            return None
+        value = self.get_note(kind, key, touch=False)
+        if value is None:
+            return "damaged or edited note (its checksum does not match)"
+        if gone:
+            text = json.dumps(value)
+            named = next((h for h in gone if h in text), None)
+            if named is not None:
+                return f"names the damaged object {named}"
+        return None
 
     def gc(self, max_bytes: int, grace: float = 60.0) -> dict[str, Any]:
         """Shrink the whole store (objects, records, notes) to ``max_bytes`` on disk, least recently used

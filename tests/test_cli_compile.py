@@ -269,3 +269,25 @@ def test_failed_kernel_leaves_nothing_a_pass_staged_in_out(env):
     assert not (env["out"] / "k2").exists() and (env["out"] / "k0" / "k0.bir.json").exists()
     failed = next(k for k in rep["kernels"] if k["kernel"] == "k2")
     assert [s["status"] for s in failed["units"][0]["steps"]] == ["failed"]
+
+
+def test_cache_verify_repair_drops_a_damaged_object_and_what_names_it(env):
+    """A damaged object no rebuild needs would be reported for ever: --repair drops it, its records and the
+    notes naming it, so the next verify is clean and a rebuild works."""
+    compile_json(env)
+    store = Store(env["cache"])
+    named = {h: (kind, key) for kind, key in store.note_keys() for h in store.object_hashes()
+             if h in json.dumps(store.get_note(kind, key, touch=False))}
+    assert named, "no note names an object: the test needs one"
+    victim, (kind, key) = next(iter(named.items()))
+    flip_a_byte(store.object_path(victim))
+    res = runner.invoke(app, ["cache", "verify"])
+    assert res.exit_code == 1 and victim in res.output
+    res = runner.invoke(app, ["cache", "verify", "--repair"])
+    assert res.exit_code == 0 and f"note {kind}/{key}" in res.output and "(removed)" in res.output, res.output
+    assert not store.has(victim) and store.get_note(kind, key) is None
+    res = runner.invoke(app, ["cache", "verify"])
+    assert res.exit_code == 0 and "0 damaged, 0 bad record(s)" in res.output, res.output
+    code, rep = compile_json(env)
+    assert code == 0
+    assert runner.invoke(app, ["cache", "verify"]).exit_code == 0

@@ -429,3 +429,20 @@ def test_the_summary_time_includes_writing_the_report(cache, tmp_path, monkeypat
     said = float(re.search(r"; ([0-9.]+)s; cache ", res.stdout).group(1))
     assert res.exit_code == 0 and said >= 2.2 and took - 0.3 <= said <= took, (said, took)
     assert re.search(r"^\[1/1\] writing report\.html: 2\.\ds$", res.stdout, re.M), res.stdout  # it took long
+
+
+def test_a_rebuild_that_ran_no_task_says_whose_build_trace_it_keeps(cache, tmp_path):
+    """An output restored from the cache rewrites report.html; the build-trace.json left in OUT is of the
+    earlier build that ran the tasks, and the report says so instead of passing it off as this build's."""
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    out = tmp_path / "o"
+    assert run("compile", str(k), "-o", str(out), "--workers", "0").exit_code == 0
+    trace_bytes = (out / "build-trace.json").read_bytes()
+    assert "NOT of this build" not in (out / "report.html").read_text()
+    (out / "tiled_exp" / "tiled_exp.bir.json").unlink()
+    assert run("compile", str(k), "-o", str(out), "--workers", "0").exit_code == 0
+    assert (out / "tiled_exp" / "tiled_exp.bir.json").is_file()
+    assert (out / "build-trace.json").read_bytes() == trace_bytes  # the pictures of the work are kept
+    html = " ".join((out / "report.html").read_text().split())
+    assert "No task ran in this build" in html
+    assert "build-trace.json: NOT of this build" in html and "that ran them, written" in html

@@ -1,6 +1,6 @@
 """NKI kernels in Python from the command line: `tusk trace`, and `tusk compile` of tusk.toml [kernels.X].
 
-Tracing runs the kernel's Python in this process (CliRunner, --workers 0).
+Tracing runs the kernel's Python in a child process of the build (tusk.workflows.trace_child; CliRunner, --workers 0).
 """
 
 from __future__ import annotations
@@ -458,3 +458,80 @@ def test_trace_of_a_launcher_and_of_a_grid_past_the_ceiling(tmp_path, cache, mon
                              inputs=["f32[512,64]", "f32[512,64]"]))
     assert res.exit_code == 1 and "Compiler generated too many instructions" in res.stderr
     assert "k.py" in res.stderr and not (tmp_path / "g.klr").exists()
+
+
+EXITS = ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n    import os\n    os._exit(0)\n")
+INTERRUPTS = ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n    raise KeyboardInterrupt\n")
+
+
+def test_a_kernel_exiting_the_tracer_or_raising_keyboard_interrupt_fails_alone(project):
+    """os._exit(0) in a kernel cannot end the build with exit 0; its KeyboardInterrupt is not Ctrl-C."""
+    k = project["k"]
+    (k / "exits.py").write_text(EXITS)
+    (k / "interrupts.py").write_text(INTERRUPTS)
+    (k / "tusk.toml").write_text(toml_kernel() + toml_kernel(name="exits", file="exits.py")
+                                 + toml_kernel(name="stops", file="interrupts.py"))
+    code, rep = compile_json(k, project["out"])
+    assert code == 1
+    assert kernel(rep, "tadd")["status"] == "written" and (project["out"] / "tadd" / "tadd.klr").exists()
+    exits, stops = kernel(rep, "exits"), kernel(rep, "stops")
+    assert exits["status"] == "failed" and exits["fault"] == "input"
+    assert "exits.py" in exits["error"] and "os._exit(0)" in exits["error"], exits["error"]
+    assert stops["status"] == "failed" and stops["fault"] == "input"
+    assert "interrupts.py:7" in stops["error"] and "KeyboardInterrupt" in stops["error"], stops["error"]
+    assert "interrupted" not in json.dumps(rep).lower()
+
+
+def test_tracing_in_the_child_writes_the_same_bytes_as_in_this_process(project, tmp_path):
+    from tusk.workflows.project import load
+    from tusk.workflows.traced import Tracer, trace_kernel
+
+    spec = next(s for s in load(project["k"]).kernels if s.name == "tadd")
+    here, child = tmp_path / "here", tmp_path / "child"
+    here.mkdir()
+    child.mkdir()
+    a = trace_kernel(spec, None, here, "gen3")
+    with Tracer() as tracer:
+        b = trace_kernel(spec, None, child, "gen3", tracer)
+        assert tracer.last_seconds is not None and b.trace["seconds"] == tracer.last_seconds
+    assert a.error is None and b.error is None
+    assert (here / "tadd.klr").read_bytes() == (child / "tadd.klr").read_bytes()
+
+
+def test_ctrl_c_while_a_kernel_traces_stops_the_build_and_its_tracer(project, tmp_path):
+    """The tracer child ignores SIGINT (a KeyboardInterrupt there is the kernel's): a real Ctrl-C to the build
+    still ends it at once, exit 130, and leaves no tracer behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    k = project["k"]
+    marker = tmp_path / "tracing"
+    (k / "slow.py").write_text(ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n"
+                                           f"    open({str(marker)!r}, 'w').close()\n"
+                                           "    import time\n    time.sleep(120)\n"))
+    (k / "tusk.toml").write_text(toml_kernel(name="slow", file="slow.py"))
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "tusk.workflows.cli", "compile", str(k), "-o", str(project["out"]),
+                             "--workers", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), proc.communicate(timeout=10)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        _, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 4.5, elapsed  # not the 5 s a polite wait for the child would add
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    left = subprocess.run(["ps", "-o", "pid=", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == [], left

@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=No
                        "Run 'tusk COMMAND -h' for a command's options and examples.")
 cache_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, context_settings=CONTEXT,
                         help="Inspect and maintain the module cache (TUSK_CACHE_DIR).",
-                        epilog="\b\nExamples:\n  tusk cache info\n  tusk cache verify --remove\n"
+                        epilog="\b\nExamples:\n  tusk cache info\n  tusk cache verify --repair\n"
                                "  tusk cache gc --max-size 2G\n  tusk cache clear --cache-dir /tmp/tusk-cache")
 app.add_typer(cache_app, name="cache")
 
@@ -683,10 +683,12 @@ def cache_info(cache_dir: Optional[str] = CacheDir,
                f"what 'tusk cache gc --max-size' limits")
 
 
-@cache_app.command("verify", epilog="\b\nExamples:\n  tusk cache verify\n  tusk cache verify --remove")
+@cache_app.command("verify", epilog="\b\nExamples:\n  tusk cache verify\n  tusk cache verify --repair")
 def cache_verify(cache_dir: Optional[str] = CacheDir,
-                 remove: bool = typer.Option(False, "--remove", help="Remove damaged objects and bad records")) -> None:
-    """Read and re-hash every object; report (and with --remove delete) damaged ones."""
+                 remove: bool = typer.Option(False, "--repair", "--remove",
+                                             help="Drop damaged objects and the records and notes naming them")
+                 ) -> None:
+    """Read and re-hash every object; report (and with --repair drop) damaged ones and what names them."""
     try:
         res = _store(cache_dir).verify(remove=remove)
     except TuskError as e:

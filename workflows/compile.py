@@ -480,7 +480,7 @@ def _with_traced(kernels: list[Kernel], skipped: list[Skipped], req: CompileRequ
         specs = load(directory).kernels
     if not specs:
         return kernels, skipped
-    from tusk.workflows.traced import trace_kernel
+    from tusk.workflows.traced import Tracer
 
     taken = {k.name: k for k in kernels}
     for spec in specs:
@@ -489,14 +489,22 @@ def _with_traced(kernels: list[Kernel], skipped: list[Skipped], req: CompileRequ
                              f"{taken[spec.name].path}; rename one of them")
     named = {os.path.realpath(spec.file) for spec in specs}
     skipped = [s for s in skipped if os.path.realpath(s.path) not in named]
+    with Tracer() as tracer:
+        _trace_all(specs, kernels, directory, store, writer, arch, tracer)
+    return kernels, skipped
+
+
+def _trace_all(specs, kernels: list[Kernel], directory: Path, store, writer: OutputWriter, arch: str | None,
+               tracer) -> None:
+    from tusk.workflows.traced import trace_kernel
+
     for spec in specs:
         problem = output_problem(writer.out / spec.name, Path(os.path.realpath(directory)),
                                  Kernel(path=Path(spec.file), name=spec.name, origin=Path(spec.file)))
         if problem:  # checked again by the caller; no staging directory for a kernel that cannot be written
             kernels.append(Kernel(path=Path(spec.file), name=spec.name, origin=Path(spec.file)))
             continue
-        kernels.append(trace_kernel(spec, store, writer.staging_for(spec.name), arch))
-    return kernels, skipped
+        kernels.append(trace_kernel(spec, store, writer.staging_for(spec.name), arch, tracer))
 
 
 def _units(k: Kernel, out: Path, core_id: int | None, cfg, store=None, art: str | None = None) -> list[BuildUnit]:

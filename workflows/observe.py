@@ -112,6 +112,13 @@ def _changed_nothing(result) -> bool:
     return (Path(result.out) / REPORT).is_file()
 
 
+def kept_trace_note(path: Path) -> str:
+    """What the report says of a build-trace.json that a build which ran no task left in place."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+    return (f"NOT of this build, which ran no task (every step came from the cache): the tasks of the "
+            f"earlier build into this directory that ran them, written {when} (Chrome trace format)")
+
+
 class Reporter(BuildEvents):
     """Writes report.html, build-trace.json and timeline.json files when the build is over."""
 
@@ -214,6 +221,8 @@ class Reporter(BuildEvents):
         if self.log.finished():
             _write(out / BUILD_TRACE, json.dumps(build_trace(self.log, result), separators=(",", ":")))
             self.files[BUILD_TRACE] = "the build's tasks by worker (Chrome trace format)"
+        elif (out / BUILD_TRACE).is_file():  # this build ran no task: the one there is of another build
+            self.files[BUILD_TRACE] = kept_trace_note(out / BUILD_TRACE)
         self.files[REPORT] = "this page"
         self._phase("report")
         _write(out / REPORT, render(result, self.phases, self.log, {k: v for k, v in self.files.items()

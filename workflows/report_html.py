@@ -338,11 +338,12 @@ def _headline(timed: list, phases: list[Phase]) -> str:
     return text
 
 
-def _build_timeline(log: TaskLog | None, figs: _Figures) -> str:
+def _build_timeline(log: TaskLog | None, figs: _Figures, kept_trace: str | None = None) -> str:
     tasks = log.finished() if log else []
     if not tasks:
+        kept = f" build-trace.json: {_e(kept_trace)}." if kept_trace else ""
         return ('<section><h2>Build timeline</h2><p class="note">No task ran in this build (everything was '
-                'cached, or it ran in this process without tasks).</p></section>')
+                f'cached, or it ran in this process without tasks).{kept}</p></section>')
     t0 = min(t.submitted for t in tasks)
     workers = sorted({t.worker for t in tasks})
     passes: list[str] = []
@@ -454,7 +455,7 @@ def render(result, phases: dict[str, list[Phase]] | None = None, log: TaskLog | 
     units = _units(result)
     body = [_header(result, len(units)), _failures(result), _kernels(result), _pass_time(result, figs),
             _cache(result), _instructions(result, figs), _timelines(result, phases or {}, figs, model_note),
-            _build_timeline(log, figs), _files(files or {})]
+            _build_timeline(log, figs, (files or {}).get("build-trace.json")), _files(files or {})]
     blob = json.dumps(_finite(figs.figs), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>tusk compile: {_e(result.out)}</title>"

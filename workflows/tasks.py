@@ -470,8 +470,10 @@ def warm_up(targets: list[str]) -> dict:
     from tusk.cache.keys import package_digest
     from tusk.stages import resolve_target
 
-    for name in ("numcodecs", "tusk.cache.store", "tusk.ir.bir_json", "tusk.ir.verify", "tusk.ir.klr.reader",
-                 "tusk.sim.timing", "tusk.stages.deps"):  # what the first tasks import (the codec: every load)
+    # what the first tasks import (the codec: every load; numpy.ma: numpy imports it on the first np.unique,
+    # 0.1-0.3 s that the verifier would charge to the first pass of each process)
+    for name in ("numcodecs", "numpy.ma", "tusk.cache.store", "tusk.ir.bir_json", "tusk.ir.verify",
+                 "tusk.ir.liveness", "tusk.ir.klr.reader", "tusk.sim.timing", "tusk.stages.deps"):
         try:
             importlib.import_module(name)
         except ImportError:

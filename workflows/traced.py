@@ -38,7 +38,10 @@ An import that the edit of a helper adds or removes is found by the
 re-trace the edit causes.  Installed packages (numpy) are not part of the
 key: they are the environment, like Python itself.
 
-Tracing runs in the build's own process, before the build graph starts.  A
+Tracing runs before the build graph starts, in one child process of the
+build (:mod:`tusk.workflows.trace_child`): a kernel whose Python exits that
+process (``os._exit(0)``) or raises ``KeyboardInterrupt`` fails alone, and
+cannot end the build or pass for Ctrl-C.  A
 kernel that cannot be traced fails alone (its message starts with the
 kernel's ``file:line``); the other kernels are built.
 """
@@ -56,7 +59,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, InputError, InternalError, TuskError, fault_of
+from tusk.ir.errors import (
+    ENVIRONMENT,
+    INPUT,
+    INTERNAL,
+    EnvError,
+    InputError,
+    InternalError,
+    TuskError,
+    UsageError,
+    fault_of,
+)
 from tusk.workflows.kernels import Kernel, read_kernel
 
 TRACE_FORMAT = 2                 # bump when what a trace key stands for changes
@@ -111,15 +124,21 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
     except TuskError:
         raise
     except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything
-        line = _kernel_line(e, path)
-        what = f"the kernel called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
-            f"{type(e).__name__}: {e}"
-        if line is not None:
-            raise InputError(f"{path}:{line}: {what}") from None
-        raise InternalError(f"the NKI front end failed on {path}: {what}") from e
+        raise escaped_message(e, path) from (None if _kernel_line(e, path) is not None else e)
     if not isinstance(traced.klr, (bytes, bytearray)) or not traced.klr:
         raise InternalError(f"the NKI front end returned no KLR bytes for {path}")
     return traced
+
+
+def escaped_message(e: BaseException, path: str | os.PathLike) -> TuskError:
+    """What escaped the front end as an error: the kernel's (at its file's innermost line in the traceback),
+    else an internal error of the front end."""
+    line = _kernel_line(e, path)
+    what = f"the kernel called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+        f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if line is not None:
+        return InputError(f"{path}:{line}: {what}")
+    return InternalError(f"the NKI front end failed on {path}: {what}")
 
 
 def _kernel_line(e: BaseException, path: str | os.PathLike) -> int | None:
@@ -145,6 +164,87 @@ def kernel_name(data: bytes) -> str | None:
         return None
     name = getattr(contents, "name", None)
     return name if isinstance(name, str) else None
+
+
+# ====================================================================== the tracing process
+
+
+class Tracer:
+    """Runs :func:`run_frontend` in one child process for the build's traces (:mod:`tusk.workflows.trace_child`),
+    started when the first trace is needed; a child the kernel's Python ended fails that kernel only, and the
+    next trace starts a new one.  Use as a context manager (the child is ended on exit)."""
+
+    def __init__(self) -> None:
+        self._child: Any = None
+        self.last_seconds: float | None = None  # the last trace's own time, measured in the child
+
+    def __enter__(self) -> Tracer:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.close(at_once=kind is not None)  # Ctrl-C: the child (which ignores SIGINT) ends now
+
+    def close(self, at_once: bool = False) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.stdin.close()
+            try:
+                if at_once:
+                    child.kill()
+                child.wait(timeout=5)
+            except Exception:  # noqa: BLE001 -- a child that does not end is killed
+                child.kill()
+                child.wait()
+
+    def _start(self):
+        import subprocess
+
+        if self._child is None or self._child.poll() is not None:
+            self._child = subprocess.Popen([sys.executable, "-m", "tusk.workflows.trace_child"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
+        return self._child
+
+    def trace(self, **request: Any):
+        """:func:`run_frontend`'s result (a Traced) for ``request``; its errors raised as TuskErrors."""
+        import json
+        import pickle
+        import struct
+
+        from tusk.frontend.trace import Traced
+
+        self.last_seconds = None
+        child = self._start()
+        data = pickle.dumps(request)
+        try:
+            child.stdin.write(struct.pack(">Q", len(data)) + data)
+            child.stdin.flush()
+            line = child.stdout.readline()
+        except OSError:
+            line = b""
+        if not line:
+            code = child.wait()
+            self._child = None
+            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}, as by os._exit({code})"
+            raise InputError(f"{request['path']}: the kernel's Python exited the tracer ({how}) before its "
+                             f"trace was done")
+        try:
+            answer = json.loads(line)
+            if answer.get("ok"):
+                seconds = answer.get("seconds")
+                self.last_seconds = float(seconds) if isinstance(seconds, (int, float)) else None
+                return Traced(base64.b64decode(answer["klr"], validate=True),
+                              tuple(Path(s) for s in answer["sources"] if isinstance(s, str)))
+            fault, message = str(answer["fault"]), str(answer["message"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise InputError(f"{request['path']}: the tracer's answer cannot be read ({e}); did the kernel's "
+                             f"Python write to it?") from None
+        error = _ERRORS.get(fault, InternalError)(message)
+        error.child_traceback = str(answer.get("traceback") or "")  # type: ignore[attr-defined]
+        raise error
+
+
+_ERRORS = {INPUT: InputError, "usage": UsageError, ENVIRONMENT: EnvError, INTERNAL: InternalError}
 
 
 # ====================================================================== the build step
@@ -189,10 +289,11 @@ def _cached(store, key: str, kernel_file: Path) -> tuple[bytes, float, dict] | N
     return data, float(seconds) if isinstance(seconds, (int, float)) else 0.0, dict(note["sources"])
 
 
-def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kernel:
+def trace_kernel(spec, store, directory: Path, arch: str | None = None, tracer: Tracer | None = None) -> Kernel:
     """Kernel ``spec`` (a :class:`tusk.workflows.project.PythonKernel`) traced for ``arch`` (the build's
     setting: on-chip tensors are placed for its memories) -- or taken from the store -- and written as
-    ``directory/<name>.klr``; a failure is recorded on the returned kernel."""
+    ``directory/<name>.klr``; a failure is recorded on the returned kernel.  With ``tracer`` the kernel's
+    Python runs in its child process, else in this one."""
     from tusk.cache.keys import file_digest
 
     k = Kernel(path=Path(directory) / f"{spec.name}.klr", name=spec.name, entry=f"{spec.name}.klr",
@@ -216,14 +317,20 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None) -> Kerne
     else:
         t0 = time.perf_counter()
         try:
-            with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output (--json)
-                traced = run_frontend(spec.file, spec.function, spec.inputs, spec.grid, arch=arch, args=args,
-                                      paths=getattr(spec, "paths", ()), api=getattr(spec, "nki_api", None))
+            request = dict(path=spec.file, function=spec.function, inputs=list(spec.inputs), grid=spec.grid,
+                           arch=arch, args=args, paths=getattr(spec, "paths", ()), api=getattr(spec, "nki_api", None))
+            if tracer is not None:
+                traced = tracer.trace(**request)
+            else:
+                with contextlib.redirect_stdout(sys.stderr):  # what the kernel prints is not the build's output
+                    traced = run_frontend(**request)
         except TuskError as e:
             k.trace.update(status="failed", seconds=round(time.perf_counter() - t0, 6))
             _fail(k, e, spec)
             return k
         seconds = time.perf_counter() - t0
+        if tracer is not None and tracer.last_seconds is not None:
+            seconds = tracer.last_seconds  # the trace's own time: the child's start-up is not the kernel's
         data, sources = traced.klr, _source_digests(spec.file, traced.sources)
         k.trace.update(status="executed", seconds=round(seconds, 6), sources=sources)
         if store is not None:
@@ -258,4 +365,4 @@ def _fail(k: Kernel, e: TuskError, spec) -> None:
     k.error = text
     k.fault = INPUT if fault in (INPUT, "usage") else fault
     if fault == INTERNAL:
-        k.traceback = "".join(traceback.format_exception(e))
+        k.traceback = getattr(e, "child_traceback", "") or "".join(traceback.format_exception(e))
