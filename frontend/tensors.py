@@ -254,9 +254,11 @@ class View:
         offset = self.offset
         checks: list[tuple[tuple[tuple[int, int], ...], Affine, int, int]] = []
         placed: list[tuple[int, tuple[int, int], int]] = []  # (order, (stride, n), axis)
+        moved: list[tuple[Any, list[tuple[int, int]]]] = []  # per old dim: (first index, [(placed, step)])
         for pos, (k, (stride, n), axis) in enumerate(zip(key, self.dims, self.axes or range(self.ndim))):
             if isinstance(k, slice):
                 start, stop, step = _slice_bounds(k, n)
+                moved.append((start, [(len(placed), step)]))
                 offset = offset + start * stride
                 if not start.is_static:  # nl.ds(i * 128, 128): checked over every value of the loop indices
                     checks.append((((len(placed), step),), start, n, pos))
@@ -264,6 +266,8 @@ class View:
             elif isinstance(k, IndexGrid):
                 # checked when an operation uses the view: a mask= may cut the runs short
                 runs = []
+                grid_steps = [step for _, (_, step) in sorted(k.axes.items())]
+                moved.append((k.const, [(len(placed) + j, step) for j, step in enumerate(grid_steps)]))
                 for d, (cnt, step) in sorted(k.axes.items()):
                     runs.append((len(placed), step))
                     placed.append((d if by_axis else pos, (stride * step, cnt), axis))
@@ -277,6 +281,7 @@ class View:
                 if a.is_static and not 0 <= a.const < n:
                     raise unsupported(f"index {a.const} is outside axis {pos} of size {n}")
                 offset = offset + a * stride
+                moved.append((a, []))
                 if self.tensor.on_chip and axis == self.tensor.par_axis:
                     placed.append((pos, (stride, 1), axis))  # a single partition: keep the partition dim
         order = sorted(range(len(placed)), key=lambda j: placed[j][0])
@@ -286,7 +291,7 @@ class View:
         if not dims:
             dims, axes = ((1, 1),), (-1,)
         checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
-        v = View(self.tensor, offset, dims, axes, self.checks + tuple(checks))
+        v = View(self.tensor, offset, dims, axes, _moved_checks(self.checks, moved, where) + tuple(checks))
         v.check_partition_first(blocks_first=True)
         return v
 
@@ -582,6 +587,23 @@ class View:
 
     def __repr__(self) -> str:
         return f"<view of {self.tensor.name} {list(self.shape)} @ {self.offset}>"
+
+
+def _moved_checks(checks: tuple, moved: list[tuple[Any, list[tuple[int, int]]]], where: dict[int, int]) -> tuple:
+    """A view's arange run checks carried through a subscript of it: each run on an old output dim becomes
+    the first index the subscript picks plus runs on the new dims it walks (a dropped dim: none), so
+    ``tile[i_k, 2 * 128 * b + i_t * 128 + i_m][:, row, :]`` checks row ``row``'s run, not a stale dim's."""
+    out = []
+    for runs, first, size, axis in checks:
+        new_runs = []
+        for dim, step in runs:
+            if dim >= len(moved):
+                continue  # a unit dim the view no longer has: its run walks nothing
+            start, walks = moved[dim]
+            first = first + start * step
+            new_runs += [(where[j], step * mult) for j, mult in walks]
+        out.append((tuple(new_runs), first, size, axis))
+    return tuple(out)
 
 
 def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:
