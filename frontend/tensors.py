@@ -230,6 +230,9 @@ class View:
 
     def __getitem__(self, key: Any) -> View:
         if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it
+            if key.row is not None:
+                raise unsupported("subscripting with a mask that cuts a row part way (no one view holds it; "
+                                  "give it as an instruction's mask=)")
             return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
@@ -521,6 +524,16 @@ class View:
         if vector is not None and dims[0][1] != vector.shape[0]:
             vector = vector.narrowed({0: dims[0][1]})
         return View(self.tensor, self.offset, dims, self.axes, self.checks, vector)
+
+    def row_window(self, dim: int, row: int) -> View:
+        """Index ``row`` of output dim ``dim`` alone, the dim kept with one index (a mask's row piece)."""
+        if self.vector is not None:
+            raise unsupported("a mask that cuts a row part way on an indirect (index-tile) access")
+        stride, _ = self.dims[dim]
+        dims = tuple((s, 1) if d == dim else (s, n) for d, (s, n) in enumerate(self.dims))
+        checks = tuple((runs, first + sum(row * step for d, step in runs if d == dim), size, axis)
+                       for runs, first, size, axis in self.checks)
+        return View(self.tensor, self.offset + row * stride, dims, self.axes, checks)
 
     def with_dims(self, dims: tuple[tuple[int, int], ...]) -> View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),

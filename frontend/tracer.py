@@ -27,6 +27,7 @@ class Op:
     line: int
     reads: tuple[View, ...] = ()
     writes: tuple[View, ...] = ()
+    split: bool = False            # one of the two pieces of a call whose mask= cuts a row part way
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Tracer:
     vregs: int = 0                 # nisa.register_alloc: virtual registers handed out
     weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
     instructions: int = 0          # instructions the statements so far unroll to (at least one each)
+    row_pieces: dict[int, View] = field(default_factory=dict)  # id(masked view) -> its mask's row piece
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -116,7 +118,26 @@ class Tracer:
         return where[1] if where else 0
 
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
-        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
+        pieces, self.row_pieces = self.row_pieces, {}
+        if not pieces:
+            return self._op(kind, tuple(reads), tuple(writes), params)
+        if not all(id(v) in pieces for v in (*reads, *writes)):
+            raise unsupported(f"a mask= that cuts a row part way on an instruction ({kind}) that reads or writes "
+                              "tiles the mask does not narrow (only whole rows can be masked there)")
+        # a mask= that cuts a row part way: the call on the whole rows, then on the cut row
+
+        def sub(x: Any) -> Any:
+            if isinstance(x, (tuple, list)):
+                return type(x)(sub(y) for y in x)
+            return pieces.get(id(x), x) if isinstance(x, View) else x
+        first = self._op(kind, tuple(reads), tuple(writes), params, split=True)
+        row = self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
+                       split=True)
+        return row
+
+    def _op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], params: dict[str, Any],
+            split: bool = False) -> Op:
+        o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
             return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
@@ -148,6 +169,9 @@ class Tracer:
         if not self.prog or not isinstance(self.prog[-1], Op):
             return False
         last = self.prog[-1]
+        if last.split and any(w.tensor is value.tensor for w in last.writes):
+            raise unsupported("assigning the result of a call whose mask= cuts a row part way to a view "
+                              "(the call writes two pieces; give the destination to the call, or nl.store it)")
         target = _retargeted(last, value, dst)
         if (target is None or "dst" not in last.params
                 or value.tensor.site != len(self.prog) - 1 or value.shape != dst.shape
