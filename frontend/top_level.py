@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,7 +44,7 @@ def stop_at_script_call(values: Any) -> None:
     """Inside a kernel file's top level, a kernel call on raw-byte arrays ends the top level (see above)."""
     if not _LOADING or not holds_no_numbers(values):
         return
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_code.co_filename == _LOADING[-1]:
             raise TopLevelStop(frame.f_globals, frame.f_lineno)

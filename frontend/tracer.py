@@ -130,10 +130,9 @@ class Tracer:
             if isinstance(x, (tuple, list)):
                 return type(x)(sub(y) for y in x)
             return pieces.get(id(x), x) if isinstance(x, View) else x
-        first = self._op(kind, tuple(reads), tuple(writes), params, split=True)
-        row = self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
-                       split=True)
-        return row
+        self._op(kind, tuple(reads), tuple(writes), params, split=True)
+        return self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
+                        split=True)
 
     def _op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], params: dict[str, Any],
             split: bool = False) -> Op:
