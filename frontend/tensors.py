@@ -301,8 +301,8 @@ class View:
     def _gather(self, key: tuple) -> View:
         """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset)."""
         index = key[0].view() if isinstance(key[0], Tensor) else key[0]
-        if self.tensor.on_chip or not index.tensor.on_chip:
-            raise unsupported("indexing with a tile (only an HBM tensor's first axis, by an SBUF index tile)")
+        if not index.tensor.on_chip:  # an SBUF tile's partitions gather too, for a DMA (tracer.Tracer.op)
+            raise unsupported("indexing with a tile (only a tensor's first axis, by an SBUF index tile)")
         if self.vector is not None or not self.offset.is_static or self.dims != self.tensor._user_view().dims:
             raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
         if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
@@ -600,6 +600,7 @@ class View:
 
     def __repr__(self) -> str:
         return f"<view of {self.tensor.name} {list(self.shape)} @ {self.offset}>"
+
 
 
 def _moved_checks(checks: tuple, moved: list[tuple[Any, list[tuple[int, int]]]], where: dict[int, int]) -> tuple:

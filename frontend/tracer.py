@@ -20,6 +20,9 @@ from tusk.frontend.tensors import PARTITIONS, Dtype, Tensor, View
 from tusk.stages.limits import CEILING, TOO_MANY  # the backend's ceiling and its message
 
 
+DMA_KINDS = frozenset({"dma", "dma_transpose"})  # the instructions whose access may gather on-chip rows
+
+
 @dataclass
 class Op:
     kind: str                      # an emit.py handler: dma, tensor_tensor, tensor_scalar, activation, ...
@@ -136,6 +139,9 @@ class Tracer:
 
     def _op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], params: dict[str, Any],
             split: bool = False) -> Op:
+        if kind not in DMA_KINDS and any(v.vector is not None and v.tensor.on_chip for v in (*reads, *writes)):
+            raise unsupported(f"an instruction ({kind}) on a tile indexed by a tile (on chip only a DMA gathers: "
+                              "nisa.dma_copy, nisa.dma_transpose)")
         o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
             return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
