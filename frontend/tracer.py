@@ -69,6 +69,7 @@ class Tracer:
     weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
     instructions: int = 0          # instructions the statements so far unroll to (at least one each)
     row_pieces: dict[int, View] = field(default_factory=dict)  # id(masked view) -> its mask's row piece
+    piece_writes: tuple[int, set[int]] = (0, set())  # the line and the tensors the last split call wrote
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -123,6 +124,7 @@ class Tracer:
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
         pieces, self.row_pieces = self.row_pieces, {}
         if not pieces:
+            self._after_pieces(kind, (*reads, *writes))
             return self._op(kind, tuple(reads), tuple(writes), params)
         if not all(id(v) in pieces for v in (*reads, *writes)):
             raise unsupported(f"a mask= that cuts a row part way on an instruction ({kind}) that reads or writes "
@@ -134,8 +136,18 @@ class Tracer:
                 return type(x)(sub(y) for y in x)
             return pieces.get(id(x), x) if isinstance(x, View) else x
         self._op(kind, tuple(reads), tuple(writes), params, split=True)
+        self.piece_writes = (self.line(), {id(w.tensor) for w in writes})
         return self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
                         split=True)
+
+    def _after_pieces(self, kind: str, views: tuple[View, ...]) -> None:
+        """A call lowered to several instructions runs only its first in pieces: a later instruction of the
+        same line on what the pieces wrote would miss the cut row, so it is refused."""
+        line, written = self.piece_writes
+        if written and line == self.line() and any(id(v.tensor) in written for v in views):
+            raise unsupported(f"a mask= that cuts a row part way, then an instruction ({kind}) of the same line "
+                              "on its result (only a call of one instruction runs in two pieces; put the "
+                              "rest on a line of its own)")
 
     def _op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], params: dict[str, Any],
             split: bool = False) -> Op:

@@ -634,3 +634,17 @@ def test_hostile_nl_calls_are_refused_at_their_line(tmp_path, call):
             nl.store(a, x)
     """, ["f32[128,8]"])
     assert "k.py:9" in msg, msg
+
+
+def test_a_row_cut_call_of_several_instructions_is_refused_not_run_on_whole_rows_only(tmp_path):
+    # load with dtype= is a DMA then a copy: only the DMA would run on the cut row
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+            ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+            t = nl.load(a[ix, iy], dtype=nl.bfloat16, mask=64 * ix + iy < 1000)
+            nl.store(out[ix, iy], t, mask=64 * ix + iy < 1000)
+            return out
+    """, ["f32[128,64]"])
+    assert "k.py:10" in msg and "same line" in msg

@@ -246,7 +246,7 @@ def _masked(views: list[View], mask: Any) -> list[View]:
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
     out = [v.narrowed(mask.counts(v.ndim)) for v in views]
     tr = current()
-    tr.row_pieces = {}
+    tr.row_pieces, tr.piece_writes = {}, (0, set())  # a new masked call: an earlier split is behind it
     for v, full in zip(views, out):
         piece = mask.row_piece(v.ndim)
         if piece is not None:  # the next instruction on these views runs a second time, on the cut row
