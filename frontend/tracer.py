@@ -19,7 +19,6 @@ from tusk.frontend.specs import MAX_ELEMENTS
 from tusk.frontend.tensors import PARTITIONS, Dtype, Tensor, View
 from tusk.stages.limits import CEILING, TOO_MANY  # the backend's ceiling and its message
 
-
 DMA_KINDS = frozenset({"dma", "dma_transpose"})  # the instructions whose access may gather on-chip rows
 
 
