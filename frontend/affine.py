@@ -366,9 +366,17 @@ class IndexGrid:
             elif first >= limit:
                 break
             else:
-                raise unsupported(f"a mask on a sum of nl.arange indices that cuts row {r} of axis {outer} "
-                                  "part way (only whole rows can be masked)")
+                return self._cut_row(outer, r, first, limit)
         return Mask({(self.ndim, outer): keep})
+
+    def _cut_row(self, outer: int, r: int, first: int, limit: int) -> Mask:
+        """Rows before ``r`` whole and a prefix of row ``r`` (a 2-axis flattened index): two pieces."""
+        if len(self.axes) != 2:
+            raise unsupported(f"a mask on a sum of {len(self.axes)} nl.arange indices that cuts row {r} of axis "
+                              f"{outer} part way (only whole rows, or a row of a 2-axis index, can be cut)")
+        inner, (n, step) = next((d, v) for d, v in self.axes.items() if d != outer)
+        cut = min(n, -(-(limit - first) // step))
+        return Mask({(self.ndim, outer): r}, row=((self.ndim, outer), r, {(self.ndim, inner): cut}))
 
     def __lt__(self, other: Any) -> Mask:
         return self._mask(other, True)
@@ -417,10 +425,39 @@ class AffinePredicate:
 
 
 class Mask:
-    """``mask=`` as a prefix kept on some axes: {(ndim, axis): count}; ``&`` intersects."""
+    """``mask=`` as a prefix kept on some axes: {(ndim, axis): count}; ``&`` intersects.
 
-    def __init__(self, keep: dict[tuple[int, int], int]):
+    ``row``: a second piece, row ``r`` of axis ``key`` with the prefix ``piece`` on other axes (a flattened
+    index that cuts a row part way: ``512 * ix + iy < n``); the call runs once per piece.
+    """
+
+    def __init__(self, keep: dict[tuple[int, int], int],
+                 row: tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None = None):
         self.keep = dict(keep)
+        self.row = row
+
+    def _row_and(self, other: Mask) -> tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None:
+        """(prefix | row) & other's prefix = (prefix & other) | (row & other)."""
+        if self.row is None:
+            return None
+        if other.row is not None:
+            raise unsupported("two masks that each cut a row part way, joined with &")
+        key, r, piece = self.row
+        if other.keep.get(key, r + 1) <= r:
+            return None
+        merged = dict(piece)
+        for k, v in other.keep.items():
+            if k != key:
+                merged[k] = min(merged.get(k, v), v)
+        return key, r, merged
+
+    def row_piece(self, ndim: int) -> tuple[int, int, dict[int, int]] | None:
+        """The row piece for an ``ndim``-axis tile: (output axis, row, kept counts on the other axes)."""
+        if self.row is None:
+            return None
+        key, r, piece = self.row
+        axis = Mask({key: 0}).counts(ndim)
+        return next(iter(axis)), r, Mask(piece).counts(ndim)
 
     def __and__(self, other: Mask) -> Mask:
         if isinstance(other, (bool, np.bool_)):  # `(i_p < n) & (2 * i * 128 < m)`: a predicate of static indices
@@ -433,7 +470,7 @@ class Mask:
         out = dict(self.keep)
         for k, v in other.keep.items():
             out[k] = min(out.get(k, v), v)
-        return Mask(out)
+        return Mask(out, self._row_and(other) if self.row is not None else other._row_and(self))
 
     __rand__ = __and__
 

@@ -244,6 +244,9 @@ class View:
 
     def __getitem__(self, key: Any) -> View:
         if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it
+            if key.row is not None:
+                raise unsupported("subscripting with a mask that cuts a row part way (no one view holds it; "
+                                  "give it as an instruction's mask=)")
             return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
@@ -268,9 +271,11 @@ class View:
         offset = self.offset
         checks: list[tuple[tuple[tuple[int, int], ...], Affine, int, int]] = []
         placed: list[tuple[int, tuple[int, int], int]] = []  # (order, (stride, n), axis)
+        moved: list[tuple[Any, list[tuple[int, int]]]] = []  # per old dim: (first index, [(placed, step)])
         for pos, (k, (stride, n), axis) in enumerate(zip(key, self.dims, self.axes or range(self.ndim))):
             if isinstance(k, slice):
                 start, stop, step = _slice_bounds(k, n)
+                moved.append((start, [(len(placed), step)]))
                 offset = offset + start * stride
                 if not start.is_static:  # nl.ds(i * 128, 128): checked over every value of the loop indices
                     checks.append((((len(placed), step),), start, n, pos))
@@ -278,6 +283,8 @@ class View:
             elif isinstance(k, IndexGrid):
                 # checked when an operation uses the view: a mask= may cut the runs short
                 runs = []
+                grid_steps = [step for _, (_, step) in sorted(k.axes.items())]
+                moved.append((k.const, [(len(placed) + j, step) for j, step in enumerate(grid_steps)]))
                 for d, (cnt, step) in sorted(k.axes.items()):
                     runs.append((len(placed), step))
                     placed.append((d if by_axis else pos, (stride * step, cnt), axis))
@@ -291,6 +298,7 @@ class View:
                 if a.is_static and not 0 <= a.const < n:
                     raise unsupported(f"index {a.const} is outside axis {pos} of size {n}")
                 offset = offset + a * stride
+                moved.append((a, []))
                 if self.tensor.on_chip and axis == self.tensor.par_axis:
                     placed.append((pos, (stride, 1), axis))  # a single partition: keep the partition dim
         order = sorted(range(len(placed)), key=lambda j: placed[j][0])
@@ -300,15 +308,15 @@ class View:
         if not dims:
             dims, axes = ((1, 1),), (-1,)
         checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
-        v = View(self.tensor, offset, dims, axes, self.checks + tuple(checks))
+        v = View(self.tensor, offset, dims, axes, _moved_checks(self.checks, moved, where) + tuple(checks))
         v.check_partition_first(blocks_first=True)
         return v
 
     def _gather(self, key: tuple) -> View:
         """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset)."""
         index = key[0].view() if isinstance(key[0], Tensor) else key[0]
-        if self.tensor.on_chip or not index.tensor.on_chip:
-            raise unsupported("indexing with a tile (only an HBM tensor's first axis, by an SBUF index tile)")
+        if not index.tensor.on_chip:  # an SBUF tile's partitions gather too, for a DMA (tracer.Tracer.op)
+            raise unsupported("indexing with a tile (only a tensor's first axis, by an SBUF index tile)")
         if self.vector is not None or not self.offset.is_static or self.dims != self.tensor._user_view().dims:
             raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
         if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
@@ -533,6 +541,16 @@ class View:
             vector = vector.narrowed({0: dims[0][1]})
         return View(self.tensor, self.offset, dims, self.axes, self.checks, vector)
 
+    def row_window(self, dim: int, row: int) -> View:
+        """Index ``row`` of output dim ``dim`` alone, the dim kept with one index (a mask's row piece)."""
+        if self.vector is not None:
+            raise unsupported("a mask that cuts a row part way on an indirect (index-tile) access")
+        stride, _ = self.dims[dim]
+        dims = tuple((s, 1) if d == dim else (s, n) for d, (s, n) in enumerate(self.dims))
+        checks = tuple((runs, first + sum(row * step for d, step in runs if d == dim), size, axis)
+                       for runs, first, size, axis in self.checks)
+        return View(self.tensor, self.offset + row * stride, dims, self.axes, checks)
+
     def with_dims(self, dims: tuple[tuple[int, int], ...]) -> View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
                     tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])), self.vector)
@@ -598,6 +616,24 @@ class View:
 
     def __repr__(self) -> str:
         return f"<view of {self.tensor.name} {list(self.shape)} @ {self.offset}>"
+
+
+
+def _moved_checks(checks: tuple, moved: list[tuple[Any, list[tuple[int, int]]]], where: dict[int, int]) -> tuple:
+    """A view's arange run checks carried through a subscript of it: each run on an old output dim becomes
+    the first index the subscript picks plus runs on the new dims it walks (a dropped dim: none), so
+    ``tile[i_k, 2 * 128 * b + i_t * 128 + i_m][:, row, :]`` checks row ``row``'s run, not a stale dim's."""
+    out = []
+    for runs, first, size, axis in checks:
+        new_runs = []
+        for dim, step in runs:
+            if dim >= len(moved):
+                continue  # a unit dim the view no longer has: its run walks nothing
+            start, walks = moved[dim]
+            first = first + start * step
+            new_runs += [(where[j], step * mult) for j, mult in walks]
+        out.append((tuple(new_runs), first, size, axis))
+    return tuple(out)
 
 
 def _slice_bounds(k: slice, n: int) -> tuple[Affine, Any, int]:

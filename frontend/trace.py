@@ -29,6 +29,7 @@ from tusk.frontend.imports import KernelImports, kernel_imports, nki_modules
 from tusk.frontend.nki import Kernel
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
+from tusk.frontend.top_level import TopLevelStop, loading
 from tusk.frontend.tracer import CEILING, Op, Projection, Tracer, python_range, too_many, tracing
 from tusk.ir.errors import InternalError, TuskError
 
@@ -58,8 +59,14 @@ def load_kernel(path: str | Path, function: str | None,
         with kernel_imports(path) as own:
             return load_kernel(path, function, own)
     linecache.cache.pop(str(path), None)  # a relative name may be another directory's file of a former trace
+    stopped = ""
     try:
-        namespace = _execute(path, ki)
+        with loading(str(path.resolve())):
+            namespace = _execute(path, ki)
+    except TopLevelStop as stop:  # the script calls its kernel on raw-byte arrays: its kernels are defined
+        namespace = stop.namespace
+        stopped = (f" (the file's top level stopped at line {stop.line}, where it runs a kernel on arrays numpy "
+                   "holds as raw bytes)")
     except TraceError as e:
         if isinstance(e, Unsupported):  # `from nki.isa import NAME` of a name Tusk does not have
             raise _located(e, path, "") from None
@@ -76,7 +83,7 @@ def load_kernel(path: str | Path, function: str | None,
         if obj is None:
             kernels = sorted(n for n, v in namespace.items() if isinstance(v, Kernel))
             raise TraceError(f"{path}: no function {function!r}"
-                             + (f" (its @nki.jit kernels: {', '.join(kernels)})" if kernels else ""))
+                             + (f" (its @nki.jit kernels: {', '.join(kernels)})" if kernels else "") + stopped)
     else:
         kernels = [(n, v) for n, v in namespace.items() if isinstance(v, Kernel)]
         own = [(n, v) for n, v in kernels if getattr(v.fn, "__module__", None) == namespace.get("__name__")]

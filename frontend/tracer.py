@@ -19,6 +19,8 @@ from tusk.frontend.specs import MAX_ELEMENTS
 from tusk.frontend.tensors import PARTITIONS, Dtype, Tensor, View
 from tusk.stages.limits import CEILING, TOO_MANY  # the backend's ceiling and its message
 
+DMA_KINDS = frozenset({"dma", "dma_transpose"})  # the instructions whose access may gather on-chip rows
+
 
 @dataclass
 class Op:
@@ -27,6 +29,7 @@ class Op:
     line: int
     reads: tuple[View, ...] = ()
     writes: tuple[View, ...] = ()
+    split: bool = False            # one of the two pieces of a call whose mask= cuts a row part way
 
 
 @dataclass
@@ -64,6 +67,8 @@ class Tracer:
     vregs: int = 0                 # nisa.register_alloc: virtual registers handed out
     weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
     instructions: int = 0          # instructions the statements so far unroll to (at least one each)
+    row_pieces: dict[int, View] = field(default_factory=dict)  # id(masked view) -> its mask's row piece
+    piece_writes: tuple[int, set[int]] = (0, set())  # the line and the tensors the last split call wrote
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -116,7 +121,39 @@ class Tracer:
         return where[1] if where else 0
 
     def op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], **params: Any) -> Op:
-        o = Op(kind, params, self.line(), tuple(reads), tuple(writes))
+        pieces, self.row_pieces = self.row_pieces, {}
+        if not pieces:
+            self._after_pieces(kind, (*reads, *writes))
+            return self._op(kind, tuple(reads), tuple(writes), params)
+        if not all(id(v) in pieces for v in (*reads, *writes)):
+            raise unsupported(f"a mask= that cuts a row part way on an instruction ({kind}) that reads or writes "
+                              "tiles the mask does not narrow (only whole rows can be masked there)")
+        # a mask= that cuts a row part way: the call on the whole rows, then on the cut row
+
+        def sub(x: Any) -> Any:
+            if isinstance(x, (tuple, list)):
+                return type(x)(sub(y) for y in x)
+            return pieces.get(id(x), x) if isinstance(x, View) else x
+        self._op(kind, tuple(reads), tuple(writes), params, split=True)
+        self.piece_writes = (self.line(), {id(w.tensor) for w in writes})
+        return self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
+                        split=True)
+
+    def _after_pieces(self, kind: str, views: tuple[View, ...]) -> None:
+        """A call lowered to several instructions runs only its first in pieces: a later instruction of the
+        same line on what the pieces wrote would miss the cut row, so it is refused."""
+        line, written = self.piece_writes
+        if written and line == self.line() and any(id(v.tensor) in written for v in views):
+            raise unsupported(f"a mask= that cuts a row part way, then an instruction ({kind}) of the same line "
+                              "on its result (only a call of one instruction runs in two pieces; put the "
+                              "rest on a line of its own)")
+
+    def _op(self, kind: str, reads: tuple[View, ...], writes: tuple[View, ...], params: dict[str, Any],
+            split: bool = False) -> Op:
+        if kind not in DMA_KINDS and any(v.vector is not None and v.tensor.on_chip for v in (*reads, *writes)):
+            raise unsupported(f"an instruction ({kind}) on a tile indexed by a tile (on chip only a DMA gathers: "
+                              "nisa.dma_copy, nisa.dma_transpose)")
+        o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
             return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
         for v in (*reads, *writes):
@@ -148,6 +185,9 @@ class Tracer:
         if not self.prog or not isinstance(self.prog[-1], Op):
             return False
         last = self.prog[-1]
+        if last.split and any(w.tensor is value.tensor for w in last.writes):
+            raise unsupported("assigning the result of a call whose mask= cuts a row part way to a view "
+                              "(the call writes two pieces; give the destination to the call, or nl.store it)")
         target = _retargeted(last, value, dst)
         if (target is None or "dst" not in last.params
                 or value.tensor.site != len(self.prog) - 1 or value.shape != dst.shape

@@ -445,3 +445,38 @@ def test_a_file_checking_itself_with_nki_simulate_loads_and_torch_neuronx_nki_ji
     """)
     data = trace_file(path, "k", ["f32[128,512]", "f32[128,512]"])
     assert np.allclose(run_klr(data, {"a": A, "b": A})["out"], A * A)
+
+
+def test_a_script_calling_its_kernel_on_bfloat16_arrays_stops_its_top_level_there(tmp_path):
+    # numpy holds nl.bfloat16 as raw bytes: the file's own check cannot run, so the top level ends at the call
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.multiply(nl.load(a), 3.0))
+            return out
+
+        x = np.random.rand(128, 64).astype(nl.bfloat16)
+        try:
+            o = k(x)
+        except Exception:
+            raise SystemExit("the kernel call raised")
+        raise SystemExit("the top level ran on")
+    """)
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": A[:, :64]})["out"]
+    np.testing.assert_allclose(got, A[:, :64] * 3.0, rtol=1e-6)
+    # a kernel defined after the call is not there: named, not traced from a half-run file silently
+    after = write(tmp_path, """
+        @nki.jit
+        def first(a):
+            return a
+
+        o = first(np.zeros((128, 64), np.float32).astype(nl.bfloat16))
+
+        @nki.jit
+        def later(a):
+            return a
+    """)
+    with pytest.raises(TraceError) as e:
+        trace_file(after, "later", ["f32[128,64]"])
+    assert "no function 'later'" in str(e.value) and "stopped at line 9" in str(e.value)

@@ -243,3 +243,35 @@ def test_e5m2_rounds_to_nearest_even_and_overflows_to_infinity():
     got = e5m2_to_f32(f32_to_e5m2(x))
     np.testing.assert_array_equal(got[:6], [1.0, 1.5, -1.75, 57344.0, 57344.0, np.inf])
     assert got[6] == 0.0 and np.isnan(got[7])  # 2**-17 is halfway to the smallest subnormal: even, zero
+
+
+def test_double_row_matmul_of_tiles_picked_by_a_flattened_grid_index(tmp_path):
+    # the [K, 2, M] operand indexes a [K, 2 * M] tile by i_t * M + i_m: each packed row's run is checked as
+    # that row's, not against a dim the row subscript dropped
+    sa, sb = rand(128, 32), rand(128, 2, 64)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(sa, sb):
+            out = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            a, b = nl.load(sa), nl.load(sb)
+            i_k, i_t, i_m = nl.mgrid[0:128, 0:2, 0:8]
+            c = nisa.nc_matmul(a[i_k, 16 + i_t * 8 + i_m], b, perf_mode='double_row_gen3')
+            nl.store(out, c)
+            return out
+    """, {"sa": sa, "sb": sb})["out"]
+    want = np.einsum("kli,klj->ij", sa[:, 16:32].reshape(128, 2, 8), sb)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("order", ["t, col", "col, t"])
+def test_tensor_tensor_broadcasts_a_column_along_the_free_axis(tmp_path, order):
+    x, s = rand(16, 40), rand(16, 1)
+    got = run(tmp_path, V1, f"""
+        @nki.jit
+        def k(x, s):
+            out = nl.ndarray((16, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+            t, col = nl.load(x), nl.load(s)
+            nl.store(out, nisa.tensor_tensor({order}, nl.subtract))
+            return out
+    """, {"x": x, "s": s})["out"]
+    np.testing.assert_allclose(got, x - s if order == "t, col" else s - x, rtol=1e-6)

@@ -317,3 +317,33 @@ def test_gathered_rows_subscripted_with_aranges_then_transposed(tmp_path):
     """))
     got = run_klr(trace_file(path, "k", ["f32[20,3,16]", "i32[8,1]"]), {"src": src, "idx_t": idx})["out"]
     np.testing.assert_array_equal(got, np.transpose(src[idx[:, 0]], (2, 1, 0)))
+
+
+SBUF_GATHER = """
+@nki.jit
+def k(a, idx):
+    out = nl.ndarray((16, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    rows = nl.load(idx)
+    g = nl.ndarray((16, 64), dtype=a.dtype, buffer=nl.sbuf)
+    {use}
+    nl.store(out, g)
+    return out
+"""
+
+
+def test_a_dma_gathers_partitions_of_an_sbuf_tile_by_an_index_tile(tmp_path):
+    a = RNG.standard_normal((32, 64)).astype(np.float32)
+    idx = RNG.permutation(32)[:16].reshape(16, 1).astype(np.int32)
+    path = tmp_path / "k.py"
+    path.write_text(V1 + SBUF_GATHER.format(use="nisa.dma_copy(dst=g, src=t[rows, nl.arange(64)[None, :]])"))
+    got = run_klr(trace_file(path, "k", ["f32[32,64]", "i32[16,1]"]), {"a": a, "idx": idx})["out"]
+    np.testing.assert_array_equal(got, a[idx[:, 0]])
+
+
+def test_a_compute_instruction_on_a_gathered_sbuf_view_is_refused(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V1 + SBUF_GATHER.format(use="g[...] = nl.exp(t[rows, nl.arange(64)[None, :]])"))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[32,64]", "i32[16,1]"])
+    assert "k.py:13" in str(e.value) and "indexed by a tile" in str(e.value)

@@ -165,3 +165,18 @@ def test_refusals_name_the_call_at_its_line(tmp_path, call, message):
     with pytest.raises(TraceError) as err:
         trace_file(path, "k", ["f32[128,8]"])
     assert message in str(err.value) and "bad.py:10:" in str(err.value)
+
+
+def test_an_instruction_label_name_is_accepted_and_changes_nothing(tmp_path):
+    x = rand(32, 48)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((32, 48), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+            t = nisa.tensor_scalar_reduce(data=nl.load(x), op0=nl.multiply, operand0=2.0, reduce_op=nl.add,
+                                          reduce_res=s, name="scaled")
+            nl.store(out, nisa.tensor_tensor(t, s, nl.add, name="plus_sum"))
+            return out
+    """, {"x": x})
+    np.testing.assert_allclose(out["out"], 2 * x + (2 * x).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)

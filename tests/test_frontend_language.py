@@ -482,8 +482,37 @@ def test_masks_on_a_flattened_index_keep_whole_rows(tmp_path):
     want = np.zeros_like(a)
     want[:2], want[2, :10] = a[:2] + 1, a[2, :10] + 1
     assert np.array_equal(got, want)
-    msg = refused(tmp_path, body, ["f32[4,128,64]", "u8[100]"])
-    assert "k.py:15" in msg and "cuts row 1 of axis 0 part way" in msg
+    # 100 elements: row 0 whole and 36 of row 1 -- each masked call runs on the whole rows, then on the cut row
+    got = run_klr(trace_file(path, "k", ["f32[4,128,64]", "u8[100]"]), {"a": a, "n": np.zeros(100, np.uint8)})
+    want = np.zeros_like(a).reshape(-1)
+    want[:100] = a.reshape(-1)[:100] + 1
+    assert np.array_equal(got["out"], want.reshape(a.shape))
+
+
+def test_a_mask_cutting_a_row_part_way_is_refused_where_one_call_cannot_hold_it(tmp_path):
+    into_buffer = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+            buf = nl.zeros((128, 64), dtype=a.dtype)
+            buf[ix, iy] = nl.load(a[ix, iy], mask=64 * ix + iy < 1000)
+            nl.store(out, buf)
+            return out
+    """
+    msg = refused(tmp_path, into_buffer, ["f32[128,64]"])
+    assert "k.py:11" in msg and "cuts a row part way" in msg
+    three_axes = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 4, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+            ip, ij, ik = nl.mgrid[0:128, 0:4, 0:16]
+            t = nl.load(a[ip, ij, ik], mask=64 * ip + 16 * ij + ik < 1000)
+            nl.store(out, t)
+            return out
+    """
+    msg = refused(tmp_path, three_axes, ["f32[128,4,16]"])
+    assert "k.py:10" in msg and "cuts row 15 of axis 0 part way" in msg
 
 
 def test_a_one_axis_column_broadcasts_along_the_free_axis(tmp_path):
@@ -605,3 +634,17 @@ def test_hostile_nl_calls_are_refused_at_their_line(tmp_path, call):
             nl.store(a, x)
     """, ["f32[128,8]"])
     assert "k.py:9" in msg, msg
+
+
+def test_a_row_cut_call_of_several_instructions_is_refused_not_run_on_whole_rows_only(tmp_path):
+    # load with dtype= is a DMA then a copy: only the DMA would run on the cut row
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+            ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+            t = nl.load(a[ix, iy], dtype=nl.bfloat16, mask=64 * ix + iy < 1000)
+            nl.store(out[ix, iy], t, mask=64 * ix + iy < 1000)
+            return out
+    """, ["f32[128,64]"])
+    assert "k.py:10" in msg and "same line" in msg

@@ -42,6 +42,9 @@ class Kernel:
             from tusk.frontend.trace import launch
             return launch(_CURRENT[-1], self.fn, args, kwargs, self.grid)
         import numpy as np
+
+        from tusk.frontend.top_level import stop_at_script_call
+        stop_at_script_call((*args, *kwargs.values()))  # `tusk trace` running a script's own check
         if all(isinstance(a, np.ndarray) or not _tensor_like(a) for a in (*args, *kwargs.values())):
             # on numpy arrays, as NKI's simulation and baremetal modes run a kernel: in Tusk's interpreter
             return simulate_kernel(self, *args, **kwargs)

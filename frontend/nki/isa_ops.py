@@ -180,6 +180,11 @@ def iota(call: str, dst: View, pattern: Any, offset: Any, channel_multiplier: An
 
 # ---------------------------------------------------------------------------- elementwise
 def tensor_tensor(call: str, dst: View, a: View, b: View, op: Any) -> None:
+    if a.shape[0] == b.shape[0] and free(a) != free(b) and 1 in (free(a), free(b)):
+        # a [P, 1] operand broadcast along the free axis (as numpy would): the column is tensor_scalar's operand
+        tile_, column, reverse = (a, b, False) if free(b) == 1 else (b, a, True)
+        tensor_scalar(call, dst, tile_, op, column, reverse, None, None, False)
+        return
     if a.shape[0] != b.shape[0] or free(a) != free(b):
         raise unsupported(f"{call} of {list(a.shape)} and {list(b.shape)} tiles")
     same_size(call, dst, a, "data1")

@@ -32,6 +32,8 @@ def documented(call: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def entry(*args: Any, **kwargs: Any) -> Any:
             # NKI 2.x tutorials still pass 1.x's dtype= beside dst; it can only restate dst's dtype
             restated = kwargs.pop("dtype", None) if "dst" in names and "dtype" not in names else None
+            if "name" not in names:
+                kwargs.pop("name", None)  # an instruction's label (1.x kernels pass it too): no effect here
             unknown = [k for k in kwargs if k not in names]
             if unknown:
                 raise Unsupported(f"{call}: unknown keyword argument {unknown[0]!r} (its parameters: "

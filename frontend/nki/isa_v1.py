@@ -129,7 +129,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown):
     call = "nisa.tensor_tensor"
     a, b = tile(data1, call), tile(data2, call)
-    out = _result(a, dtype if dtype is not None else nl._out_dtype(None, a, b))
+    wide = b if ops.free(a) == 1 and ops.free(b) > 1 else a  # a [P, 1] data1 broadcast along data2's free axis
+    out = _result(wide, dtype if dtype is not None else nl._out_dtype(None, a, b))
     d, a, b = _masked(mask, out, a, b)
     ops.tensor_tensor(call, d, a, b, op)
     return out

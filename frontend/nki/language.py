@@ -244,7 +244,15 @@ def _masked(views: list[View], mask: Any) -> list[View]:
                           "skip it with an if)")
     if not isinstance(mask, Mask):
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
-    return [v.narrowed(mask.counts(v.ndim)) for v in views]
+    out = [v.narrowed(mask.counts(v.ndim)) for v in views]
+    tr = current()
+    tr.row_pieces, tr.piece_writes = {}, (0, set())  # a new masked call: an earlier split is behind it
+    for v, full in zip(views, out):
+        piece = mask.row_piece(v.ndim)
+        if piece is not None:  # the next instruction on these views runs a second time, on the cut row
+            axis, row, counts = piece
+            tr.row_pieces[id(full)] = v.row_window(axis, row).narrowed(counts)
+    return out
 
 
 def _out_dtype(dtype: Any, *xs: Any) -> Dtype:
