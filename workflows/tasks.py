@@ -626,16 +626,14 @@ def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> d
 
 def join_parts(parts: list[str], path: str) -> int:
     """Concatenate the part files into ``path`` (atomically) and remove them; the file's size."""
-    tmp = f"{path}.tmp{os.getpid()}"
+    from tusk.ir.atomic import atomic_output
+
     try:
-        with open(tmp, "wb") as out:
+        with atomic_output(path) as out:
             for p in parts:
                 with open(p, "rb") as fh:
                     _append(fh, out)
-        os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         for p in parts:
             try:
                 os.unlink(p)

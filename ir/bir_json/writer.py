@@ -13,6 +13,7 @@ import os
 from typing import IO, Any
 
 from tusk.ir import enums, wire
+from tusk.ir.atomic import atomic_output
 from tusk.ir.bir_json.column_writer import write_blocks
 from tusk.ir.bir_json.policy import (
     ABSENT,
@@ -44,18 +45,12 @@ def save(module: Module, path: str | os.PathLike, *, flatten: bool = False) -> N
     path = os.fspath(path)
     if flatten:
         module = flatten_kernel(module)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
+    with atomic_output(path) as raw:
         if path.endswith(".gz"):
-            with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as fh:
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as fh:
                 write(module, fh)
         else:
-            with open(tmp, "wb") as fh:
-                write(module, fh)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            write(module, raw)
 
 
 def dumps(module: Module, *, flatten: bool = False) -> str:
