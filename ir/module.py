@@ -58,6 +58,7 @@ from tusk.ir.schema import SCHEMAS as SCHEMAS
 from tusk.ir.schema import SET_SCHEMA as SET_SCHEMA
 from tusk.ir.schema import STRING_REFS as STRING_REFS
 from tusk.ir.schema import VALUE_REFS as VALUE_REFS
+from tusk.ir.schema import BlockCol, CarriedCol, DepCol, InstCol, MemlocCol, OperandCol, RegCol, SetCol
 from tusk.ir.schema import clone_name as clone_name
 from tusk.ir.schema import split_clone_name as split_clone_name
 from tusk.ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
@@ -78,14 +79,14 @@ class Function:
             setattr(self, table, Table(schema))
         self._name_index: dict[str, int] | None = None
 
-    insts: Table
-    operands: Table
-    memlocs: Table
-    sets: Table
-    regs: Table
-    blocks: Table
-    deps: Table
-    carried: Table
+    insts: Table[InstCol]
+    operands: Table[OperandCol]
+    memlocs: Table[MemlocCol]
+    sets: Table[SetCol]
+    regs: Table[RegCol]
+    blocks: Table[BlockCol]
+    deps: Table[DepCol]
+    carried: Table[CarriedCol]
 
     # ------------------------------------------------------------ copying
     def copy(self) -> "Function":
