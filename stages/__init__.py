@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InternalError, UsageError
 from tusk.stages.base import OptionError, Pass, parse_spec
 
 # name -> "module:Class", imported on first use
@@ -54,7 +54,7 @@ def pass_class(name: str) -> type[Pass]:
         raise UnknownPass(f"unknown pass {name!r} (known: {', '.join(sorted(REGISTRY))})")
     cls = _import(target)
     if cls.name != name:
-        raise TuskError(f"pass class {target} is registered as {name!r} but calls itself {cls.name!r}")
+        raise InternalError(f"pass class {target} is registered as {name!r} but calls itself {cls.name!r}")
     return cls
 
 
@@ -79,10 +79,10 @@ def load_external(ref: str) -> type[Pass]:
     try:
         cls = _import(ref)
     except (ImportError, AttributeError, ValueError) as e:
-        raise TuskError(f"pass {ref!r} cannot be imported: {e}") from None
+        raise UsageError(f"pass {ref!r} cannot be imported: {e}") from None
     if not (isinstance(cls, type) and issubclass(cls, Pass) and cls.name):
-        raise TuskError(f"pass {ref!r} is not a pass (a frozen dataclass subclass of tusk.stages.base.Pass "
-                        f"with a name)")
+        raise UsageError(f"pass {ref!r} is not a pass (a frozen dataclass subclass of tusk.stages.base.Pass "
+                         f"with a name)")
     return cls
 
 
