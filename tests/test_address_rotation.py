@@ -22,10 +22,10 @@ from tusk.ir.serial import content_hash
 from tusk.ir.verify import live_overlap_problems, verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.address_rotation import IF_ELSE, SKIP
+from tusk.stages.address_rotation_psum import prefer_bank_alignment, psum_bank_alignment
+from tusk.stages.address_rotation_sb import sb_budget, sb_schedule
 from tusk.stages.base import OptionError
-from tusk.stages.rotation_psum import prefer_bank_alignment, psum_bank_alignment
 from tusk.stages.rotation_rings import unalias
-from tusk.stages.rotation_sb import sb_budget, sb_schedule
 from tusk.stages.unroll import Unroll
 from tusk.workflows.timings import makespan_of
 
