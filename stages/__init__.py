@@ -28,12 +28,12 @@ REGISTRY: dict[str, str] = {
     "heuristic_unroll": "tusk.stages.heuristic_unroll:HeuristicUnroll",
     "unroll": "tusk.stages.unroll:Unroll",
     "full_unroll": "tusk.stages.full_unroll:FullUnroll",
-    "build_fdeps": "tusk.stages.deps:BuildFDeps",
-    "clear_inst_deps": "tusk.stages.deps:ClearInstDeps",
-    "address_rotation_psum": "tusk.stages.address_rotation:AddressRotationPSUM",
-    "address_rotation_sb": "tusk.stages.address_rotation:AddressRotationSB",
-    "address_rotation_dram": "tusk.stages.address_rotation:AddressRotationDRAM",
-    "address_rotation_psum_post_schedule": "tusk.stages.address_rotation:AddressRotationPSUMPostSchedule",
+    "build_fdeps": "tusk.stages.build_fdeps:BuildFDeps",
+    "clear_inst_deps": "tusk.stages.clear_inst_deps:ClearInstDeps",
+    "address_rotation_psum": "tusk.stages.address_rotation_psum:AddressRotationPSUM",
+    "address_rotation_sb": "tusk.stages.address_rotation_sb:AddressRotationSB",
+    "address_rotation_dram": "tusk.stages.address_rotation_dram:AddressRotationDRAM",
+    "address_rotation_psum_post_schedule": "tusk.stages.address_rotation_psum_post_schedule:AddressRotationPSUMPostSchedule",
     "schedule": "tusk.stages.schedule:Schedule",
 }
 
