@@ -12,6 +12,7 @@ import pytest
 
 from bench.nests import tusk_nest
 from tests.programs import every_family_module, tiled_exp_module
+from tusk.examples import bir_kernels
 from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
@@ -53,14 +54,10 @@ def assert_exact(p, m):
 
 
 def large_matmul_like(mt=4, nt=3, kt=5):
-    """large_matmul.json's shape: mi > ni > (ki > load, load, matmul), evict, store; small trip counts."""
-    m = bir_json.load(LARGE)
-    text = bir_json.dumps(m)
-    for axis, n in (("mi", mt), ("ni", nt), ("ki", kt)):
-        text = text.replace(f'"name":"{axis}","stride":1,"ub":{ {"mi": 64, "ni": 64, "ki": 100}[axis]}',
-                            f'"name":"{axis}","stride":1,"ub":{n}')
-    small = bir_json.loads(text)
-    assert small.n_insts() == m.n_insts()
+    """large_matmul.json's program (mi > ni > (ki > load, load, matmul), evict, store) with small trip counts
+    and tensors sized to them (the interpreter then runs megabytes, not large_matmul's gigabytes)."""
+    small = bir_kernels.large_matmul(mt=mt, kt=kt, nt=nt)[0]
+    assert small.n_insts() == bir_json.load(LARGE).n_insts()
     return small
 
 
