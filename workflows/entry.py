@@ -1,6 +1,7 @@
 """The ``tusk`` command's entry point: a rebuild that would change nothing is answered from the no-op
-index (``tusk.workflows.noop``) before anything heavy is imported; every other command goes to the
-typer application in ``tusk.workflows.cli``."""
+index (``tusk.workflows.noop``), and the same build into a new ``-o`` from the reuse note
+(``tusk.workflows.reuse``), before anything heavy is imported; every other command goes to the typer
+application in ``tusk.workflows.cli``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ def main() -> None:
     if index is not None:
         sys.stdout.flush()
         sys.exit(noop.print_summary(index, time.perf_counter() - started))
+    if argv[:1] == ["compile"]:
+        from tusk.workflows import reuse
+
+        code = reuse.attempt(argv, started)
+        if code is not None:
+            sys.exit(code)
     noop.ARGV = argv  # the build writes the index for this command line when it succeeds
     from tusk.workflows.cli import main as cli_main
 
