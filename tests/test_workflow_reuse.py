@@ -96,7 +96,7 @@ def test_a_second_out_is_copied_without_importing_the_build_and_equals_the_real_
     spelled = lambda s, out: re.sub(r"\d+\.\d\ds; cache", "Ts; cache", s.replace(str(out), "OUT"))  # noqa: E731
     assert spelled(printed, d) == spelled(real_printed, e)
     _, again, imported = tusk(project, d)
-    assert not _heavy(imported) and "up to date" in again
+    assert not _heavy(imported) and "rich" not in imported and "up to date" in again
 
 
 def test_a_changed_kernel_a_used_out_or_a_lost_record_builds_for_real(project, tmp_path):
@@ -121,3 +121,18 @@ def test_a_changed_kernel_a_used_out_or_a_lost_record_builds_for_real(project, t
     _, ref, _ = tusk(project, tmp_path / "D", "--json", "--no-cache")
     final = lambda r: {u["unit"]: u["final"] for kk in r["kernels"] for u in kk["units"]}  # noqa: E731
     assert final(report) == final(json.loads(ref))
+
+
+def test_the_no_op_summary_off_a_terminal_is_the_text_rich_draws(capsys):
+    from tusk.workflows import noop
+
+    summary = {"before": ["skipped README.md: not a kernel file"], "title": "tusk compile -> /o",
+               "columns": [["kernel", "left"], ["insts", "right"], ["status", "left"]],
+               "rows": [["a_kernel[0]", "1,234", "up to date"], ["b", "5", "up to date"]], "caption": "cycles",
+               "closing": "0 pass execution(s), 24 cached; {seconds}s; cache /c", "after": ["report: /o/report.html"]}
+    noop.print_summary({"summary": summary}, 0.5)
+    drawn = capsys.readouterr().out
+    noop.print_summary({"summary": {**summary, "plain": noop.plain_text(summary)}}, 0.5)
+    assert capsys.readouterr().out == drawn and "0.50s; cache /c\nreport: /o/report.html\n" in drawn
+    noop.print_summary({"summary": {**summary, "plain": "PLAIN\n"}}, 0.5)
+    assert capsys.readouterr().out.startswith("PLAIN\n0 pass execution(s)")  # the stored text is what is printed

@@ -204,7 +204,8 @@ def write(argv: list[str], directory: Path, out: Path, read_files: list[str], su
     if parsed is None:
         return
     index = {"format": INDEX_FORMAT, "fingerprint": fingerprint(argv), "directory": str(directory),
-             "inputs": inputs(parsed[2], directory, read_files), "summary": summary}
+             "inputs": inputs(parsed[2], directory, read_files),
+             "summary": {**summary, "plain": plain_text(summary)}}
     path = out / INDEX
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,15 +225,38 @@ def forget(out: Path) -> None:
         pass
 
 
+PLAIN_WIDTH = 120  # what the summary is drawn at when stdout is not a terminal (as tusk.workflows.cli does)
+
+
 def print_summary(index: dict, seconds: float) -> int:
-    """Print what a rebuild that changed nothing prints (``seconds``: this command's so far); exit code 0."""
+    """Print what a rebuild that changed nothing prints (``seconds``: this command's so far); exit code 0.
+
+    Not on a terminal the table is the text :func:`write` drew (rich, and drawing, cost more than the rest
+    of a no-op); on one it is drawn for the terminal's width."""
     s = index.get("summary") or {}
+    plain = s.get("plain")
+    if isinstance(plain, str) and not sys.stdout.isatty() and not {"FORCE_COLOR", "TTY_COMPATIBLE"} & set(os.environ):
+        closing = [s["closing"].replace("{seconds}", f"{seconds:.2f}")] if s.get("closing") else []
+        sys.stdout.write(plain + "".join(line + "\n" for line in [*closing, *s.get("after", [])]))
+        return 0
     from rich.console import Console
+
+    tty = sys.stdout.isatty()
+    console = Console(highlight=False, width=None if tty else PLAIN_WIDTH)
+    _table(console, s)
+    if s.get("closing"):
+        console.print(s["closing"].replace("{seconds}", f"{seconds:.2f}"), soft_wrap=True, markup=False,
+                      highlight=False)
+    for line in s.get("after", []):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+def _table(console, s: dict) -> None:
+    """The lines before the summary table, and the table."""
     from rich.markup import escape
     from rich.table import Table
 
-    tty = sys.stdout.isatty()
-    console = Console(highlight=False, width=None if tty else 120)
     for line in s.get("before", []):
         console.print(escape(line), soft_wrap=True)
     table = Table(title=s.get("title", ""), title_justify="left")
@@ -243,9 +267,14 @@ def print_summary(index: dict, seconds: float) -> int:
     if s.get("caption"):
         table.caption = s["caption"]
     console.print(table)
-    if s.get("closing"):
-        console.print(s["closing"].replace("{seconds}", f"{seconds:.2f}"), soft_wrap=True, markup=False,
-                      highlight=False)
-    for line in s.get("after", []):
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
-    return 0
+
+
+def plain_text(summary: dict) -> str:
+    """The lines before the closing one as :func:`print_summary` draws them off a terminal."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    _table(Console(file=buf, highlight=False, width=PLAIN_WIDTH, force_terminal=False, color_system=None), summary)
+    return buf.getvalue()
