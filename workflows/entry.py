@@ -12,19 +12,22 @@ import time
 def main() -> None:
     started = time.perf_counter()
     argv = sys.argv[1:]
-    from tusk.workflows import noop
+    if argv[:1] == ["compile"]:  # the other commands need neither (nor noop's hashlib and json)
+        shortcut(argv, started)
+    from tusk.workflows.cli import main as cli_main
+
+    cli_main()
+
+
+def shortcut(argv: list[str], started: float) -> None:
+    """Exit here if the no-op index or the reuse note answers this ``tusk compile`` command."""
+    from tusk.workflows import noop, reuse
 
     index = noop.check(argv)
     if index is not None:
         sys.stdout.flush()
         sys.exit(noop.print_summary(index, time.perf_counter() - started))
-    if argv[:1] == ["compile"]:
-        from tusk.workflows import reuse
-
-        code = reuse.attempt(argv, started)
-        if code is not None:
-            sys.exit(code)
+    code = reuse.attempt(argv, started)
+    if code is not None:
+        sys.exit(code)
     noop.ARGV = argv  # the build writes the index for this command line when it succeeds
-    from tusk.workflows.cli import main as cli_main
-
-    cli_main()
