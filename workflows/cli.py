@@ -269,7 +269,7 @@ def compile(
         else:
             print_result(console, result, verbose, err, extra=reporter.lines(result.out))
         if noop.ARGV is not None and result.exit_code == 0 and not events.errors:
-            _write_index(noop.ARGV, req, result, reporter.lines(result.out))
+            _write_index(noop.ARGV, req, result, reporter)
     except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(result.exit_code)
@@ -296,12 +296,13 @@ def _process_age() -> float | None:
         return None
 
 
-def _write_index(argv: list[str], req, result, extra: list[str]) -> None:
-    """The no-op index of this command line (``tusk.workflows.noop``): what it read and printed."""
-    from tusk.workflows import noop
+def _write_index(argv: list[str], req, result, reporter) -> None:
+    """The no-op index of this command line (``tusk.workflows.noop``): what it read and printed; the reuse
+    note of its outputs (``tusk.workflows.reuse``)."""
+    from tusk.workflows import noop, reuse
     from tusk.workflows.report import noop_summary
 
-    summary = noop_summary(result, extra)
+    summary = noop_summary(result, reporter.lines(result.out))
     if summary is None:
         return
     read = []
@@ -309,6 +310,7 @@ def _write_index(argv: list[str], req, result, extra: list[str]) -> None:
         k = kr.kernel
         read += [str(k.path), *map(str, k.refs), *([str(k.origin)] if k.origin else [])]
     noop.write(argv, Path(req.directory), Path(req.out), read, summary)
+    reuse.record(argv, req, result, reporter, read)
 
 
 def _drop_if_empty(out: Path, existed: bool) -> None:

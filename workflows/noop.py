@@ -47,8 +47,10 @@ VALUED = {"-o", "--out", "--workers", "--scheduler", "--cache-dir", "--core-id",
 NOT_FROM_INDEX = {"--json", "--no-cache", "--scheduler", "--dashboard", "-h", "--help", "-v", "--verbose"}
 
 
-def parse(argv: list[str]) -> tuple[Path, Path, dict[str, list[str]]] | None:
-    """(DIR, OUT, options) of a ``tusk compile`` command line, or None when the index cannot answer it."""
+def parse(argv: list[str], allow: set[str] | frozenset[str] = frozenset()
+          ) -> tuple[Path, Path, dict[str, list[str]]] | None:
+    """(DIR, OUT, options) of a ``tusk compile`` command line, or None when the index cannot answer it
+    (``allow``: options of NOT_FROM_INDEX the caller can answer)."""
     if not argv or argv[0] != "compile":
         return None
     opts: dict[str, list[str]] = {}
@@ -58,7 +60,7 @@ def parse(argv: list[str]) -> tuple[Path, Path, dict[str, list[str]]] | None:
     while i < len(args):
         a = args[i]
         name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
-        if name in NOT_FROM_INDEX:
+        if name in NOT_FROM_INDEX and name not in allow:
             return None
         if name in VALUED:
             if not eq:
@@ -87,9 +89,19 @@ def parse(argv: list[str]) -> tuple[Path, Path, dict[str, list[str]]] | None:
     return directory, out, opts
 
 
+_CODE_STATE: list = []
+
+
 def _code_state() -> list:
     """The (path, size, mtime) of every source file of the installed package, and Python's version.  (Not
-    ``tusk.__version__``: reading a distribution's metadata costs more than this whole check.)"""
+    ``tusk.__version__``: reading a distribution's metadata costs more than this whole check.)  Walked once
+    per process: the no-op check and the reuse check (``tusk.workflows.reuse``) both ask."""
+    if not _CODE_STATE:
+        _CODE_STATE.append(_walk_code())
+    return _CODE_STATE[0]
+
+
+def _walk_code() -> list:
     import importlib.util
 
     import tusk
@@ -117,7 +129,7 @@ def fingerprint(argv: list[str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def _stat(path: str) -> list[int] | None:
+def stat(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -127,11 +139,11 @@ def _stat(path: str) -> list[int] | None:
 
 def _listing(directory: Path) -> dict[str, Any]:
     """The kernel directory's own entries (a new, removed or touched file changes it)."""
-    out: dict[str, Any] = {str(directory): _stat(str(directory))}
+    out: dict[str, Any] = {str(directory): stat(str(directory))}
     try:
         with os.scandir(directory) as it:
             for e in it:
-                out[os.path.join(str(directory), e.name)] = _stat(e.path)
+                out[os.path.join(str(directory), e.name)] = stat(e.path)
     except OSError:
         pass
     return out
@@ -143,7 +155,7 @@ def _outputs(out: Path) -> dict[str, Any]:
         dirnames[:] = [d for d in dirnames if d != ".tusk"]
         for f in filenames:
             p = os.path.join(dirpath, f)
-            files[p] = _stat(p)
+            files[p] = stat(p)
     return files
 
 
@@ -160,15 +172,30 @@ def check(argv: list[str]) -> dict | None:
     if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT or not index.get("summary") or \
             index.get("fingerprint") != fingerprint(argv):
         return None
-    directory = Path(index.get("directory", ""))
-    inputs = index.get("inputs") or {}
-    listing = _listing(directory)
-    if any(inputs.get(p) != s for p, s in listing.items()) or \
-            any(_stat(p) != s for p, s in inputs.items() if p not in listing):
-        return None
-    if _outputs(out) != index.get("outputs"):
+    if not inputs_unchanged(index) or _outputs(out) != index.get("outputs"):
         return None
     return index
+
+
+def inputs_unchanged(index: dict) -> bool:
+    """Every input ``index`` recorded (see :func:`inputs`) still has its size and mtime, and the kernel
+    directory has no new entry."""
+    directory = Path(index.get("directory", ""))
+    recorded = index.get("inputs") or {}
+    listing = _listing(directory)
+    return not (any(recorded.get(p) != s for p, s in listing.items()) or
+                any(stat(p) != s for p, s in recorded.items() if p not in listing))
+
+
+def inputs(opts: dict[str, list[str]], directory: Path, read_files: list[str]) -> dict[str, Any]:
+    """path -> [size, mtime_ns] of everything a build of ``directory`` read (see the module docstring)."""
+    found = _listing(directory)
+    extra = [directory / "tusk.toml", directory / "pyproject.toml", *read_files]
+    for p in opts.get("--pipeline", []):
+        extra.append(Path(p))
+    for p in extra:
+        found[str(p)] = stat(str(p))
+    return found
 
 
 def write(argv: list[str], directory: Path, out: Path, read_files: list[str], summary: dict) -> None:
@@ -176,14 +203,9 @@ def write(argv: list[str], directory: Path, out: Path, read_files: list[str], su
     parsed = parse(argv)
     if parsed is None:
         return
-    inputs = _listing(directory)
-    extra = [directory / "tusk.toml", directory / "pyproject.toml", *read_files]
-    for p in parsed[2].get("--pipeline", []):
-        extra.append(Path(p))
-    for p in extra:
-        inputs[str(p)] = _stat(str(p))
     index = {"format": INDEX_FORMAT, "fingerprint": fingerprint(argv), "directory": str(directory),
-             "inputs": inputs, "summary": summary}
+             "inputs": inputs(parsed[2], directory, read_files),
+             "summary": {**summary, "plain": plain_text(summary)}}
     path = out / INDEX
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,15 +225,38 @@ def forget(out: Path) -> None:
         pass
 
 
+PLAIN_WIDTH = 120  # what the summary is drawn at when stdout is not a terminal (as tusk.workflows.cli does)
+
+
 def print_summary(index: dict, seconds: float) -> int:
-    """Print what a rebuild that changed nothing prints (``seconds``: this command's so far); exit code 0."""
+    """Print what a rebuild that changed nothing prints (``seconds``: this command's so far); exit code 0.
+
+    Not on a terminal the table is the text :func:`write` drew (rich, and drawing, cost more than the rest
+    of a no-op); on one it is drawn for the terminal's width."""
     s = index.get("summary") or {}
+    plain = s.get("plain")
+    if isinstance(plain, str) and not sys.stdout.isatty() and not {"FORCE_COLOR", "TTY_COMPATIBLE"} & set(os.environ):
+        closing = [s["closing"].replace("{seconds}", f"{seconds:.2f}")] if s.get("closing") else []
+        sys.stdout.write(plain + "".join(line + "\n" for line in [*closing, *s.get("after", [])]))
+        return 0
     from rich.console import Console
+
+    tty = sys.stdout.isatty()
+    console = Console(highlight=False, width=None if tty else PLAIN_WIDTH)
+    _table(console, s)
+    if s.get("closing"):
+        console.print(s["closing"].replace("{seconds}", f"{seconds:.2f}"), soft_wrap=True, markup=False,
+                      highlight=False)
+    for line in s.get("after", []):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+def _table(console, s: dict) -> None:
+    """The lines before the summary table, and the table."""
     from rich.markup import escape
     from rich.table import Table
 
-    tty = sys.stdout.isatty()
-    console = Console(highlight=False, width=None if tty else 120)
     for line in s.get("before", []):
         console.print(escape(line), soft_wrap=True)
     table = Table(title=s.get("title", ""), title_justify="left")
@@ -222,9 +267,14 @@ def print_summary(index: dict, seconds: float) -> int:
     if s.get("caption"):
         table.caption = s["caption"]
     console.print(table)
-    if s.get("closing"):
-        console.print(s["closing"].replace("{seconds}", f"{seconds:.2f}"), soft_wrap=True, markup=False,
-                      highlight=False)
-    for line in s.get("after", []):
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
-    return 0
+
+
+def plain_text(summary: dict) -> str:
+    """The lines before the closing one as :func:`print_summary` draws them off a terminal."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    _table(Console(file=buf, highlight=False, width=PLAIN_WIDTH, force_terminal=False, color_system=None), summary)
+    return buf.getvalue()

@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
-from tusk.workflows.graph import BuildUnit, UnitReport
-from tusk.workflows.kernels import Kernel, file_digests
-from tusk.workflows.pipeline import ROTATION_PASSES, UNROLL_PASSES
 
-if TYPE_CHECKING:
-    from tusk.workflows.compile import KernelResult
+if TYPE_CHECKING:  # at run time imported where used: the reuse of outputs (tusk.workflows.reuse) imports this
+    from tusk.workflows.compile import KernelResult  # module without numpy, the store or the passes
+    from tusk.workflows.graph import BuildUnit, UnitReport
+    from tusk.workflows.kernels import Kernel
 
 STATS_FILE = "stats.json"
 STATS_FORMAT = 2
@@ -320,16 +319,21 @@ def _message(u: UnitReport) -> str:
     return msg
 
 
+def unit_stats(u: UnitReport) -> dict[str, Any]:
+    """One unit's record in its kernel's stats.json."""
+    return {
+        "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
+        "final": u.final, "seconds": u.seconds, "repairs": u.repairs, "consts": u.outputs.get("consts", []),
+        "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
+        "steps": [s.to_json() for s in u.steps], "timings": [t.to_json() for t in u.timings],
+    }
+
+
 def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[str, Any]:
+    from tusk.workflows.kernels import file_digests
+
     k = kr.kernel
-    units = []
-    for u in kr.units:
-        units.append({
-            "unit": u.unit.name, "core": u.unit.core, "output": u.unit.data["output"], "host": u.unit.host_hash,
-            "final": u.final, "seconds": u.seconds, "repairs": u.repairs, "consts": u.outputs.get("consts", []),
-            "cache_hits": len(u.cached), "executed": len(u.executed), "summary": summarize(u),
-            "steps": [s.to_json() for s in u.steps], "timings": [t.to_json() for t in u.timings],
-        })
+    units = [unit_stats(u) for u in kr.units]
     stats = {"tusk_stats": STATS_FORMAT, "kernel": k.name, "source": str(k.source),
              "source_sha256": k.trace.get("py_sha256", k.digest) if k.origin else k.digest,
              "format": k.fmt, "cores": k.ncores, "files": file_digests(k), "stages": stages,
@@ -342,6 +346,8 @@ def _kernel_stats(kr: KernelResult, resolved, stages: bool | list[str]) -> dict[
 
 def summarize(u: UnitReport) -> dict[str, Any]:
     """The summary-table figures of one unit; None where the pipeline has no such stat."""
+    from tusk.workflows.pipeline import ROTATION_PASSES, UNROLL_PASSES
+
     unroll = [s for s in u.steps if s.name in UNROLL_PASSES]
     rot = [s for s in u.steps if s.name in ROTATION_PASSES]
     rotations = None
