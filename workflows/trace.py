@@ -169,9 +169,10 @@ def kernel_functions(module) -> list:
     return [module.function(n) for n in called] or [entry]
 
 
-def engine_timeline(fn, module=None) -> dict[str, Any]:
+def engine_timeline(fn, module=None, timeline=None) -> dict[str, Any]:
     """The timing model's timeline of ``fn``: ``{"ok": True, lanes, makespan, detail, overview, ...}``,
-    or ``{"ok": False, "why": ...}`` when it cannot be timed."""
+    or ``{"ok": False, "why": ...}`` when it cannot be timed.  ``timeline``: ``simulate(fn)``'s result when
+    the caller has it already (a kernel's, from its module's run), so the model does not run twice."""
     timing = _model()
     n = len(fn.insts)
     if timing is None:
@@ -183,7 +184,7 @@ def engine_timeline(fn, module=None) -> dict[str, Any]:
     from tusk.ir.errors import TuskError
 
     try:
-        tl = timing.simulate(fn)
+        tl = timing.simulate(fn) if timeline is None else timeline
         segs = _segments(fn, tl, timing)
     except TuskError as e:
         return {"ok": False, "function": fn.name, "why": str(e)}
