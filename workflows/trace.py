@@ -395,8 +395,10 @@ def _counter_ts(u: dict, us: float) -> list[float]:
 
 
 PID_MARK = '"pid":0,'  # the process of a rendered timeline until its kernel's file numbers it
-_X_EVENT = ('{"args":{"cycles":[%r,%r],"instructions":%d},"cat":%s,"dur":%r,"name":%s,"ph":"X","pid":0,'
-            '"tid":%d,"ts":%r}')
+# a segment: cycles, instruction count, the lane's category + "dur" key, duration, name, the lane's thread + "ts"
+# key, time (timeline_events)
+_X_EVENT = '{"args":{"cycles":[%s,%s],"instructions":%s%s%s,"name":%s%s%s}'
+
 
 
 def timeline_events(tl: dict[str, Any]) -> str:
@@ -407,13 +409,16 @@ def timeline_events(tl: dict[str, Any]) -> str:
     from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
 
     us = 1.0 / (tl["ghz"] * 1000.0)
-    cats = [js(name) for name in tl["lanes"]]
     d = tl["detail"]
     ts, dur = _ts_dur(d, us)
     lane = d["lane"]
-    # one C-level pass: every field comes as a column (floats as Python floats: %r is their JSON spelling)
-    parts = list(map(_X_EVENT.__mod__, zip(d["start"], d["end"], d["n"], [cats[k] for k in lane],
-                                            dur, map(js, d["label"]), [k + 1 for k in lane], ts)))
+    # C-level passes: every field comes as a column of text (repr is a Python float's JSON spelling); what
+    # depends only on the lane (its category and thread) is one text per lane, looked up per segment
+    cat = [f'}},"cat":{js(name)},"dur":' for name in tl["lanes"]]
+    tid = [f',"ph":"X","pid":0,"tid":{k + 1},"ts":' for k in range(len(tl["lanes"]))]
+    parts = list(map(_X_EVENT.__mod__, zip(map(repr, d["start"]), map(repr, d["end"]), map(str, d["n"]),
+                                            map(cat.__getitem__, lane), map(repr, dur), map(js, d["label"]),
+                                            map(tid.__getitem__, lane), map(repr, ts))))
     u = tl.get("utilization")
     if u:
         when = _counter_ts(u, us)
