@@ -270,9 +270,9 @@ def _segments(fn, tl, timing):
     else:
         keep = lane >= 0
         seg_lane, seg_start, seg_end, seg_what, seg_idx = lane[keep], start[keep], end[keep], what[keep], idx[keep]
-    used = sorted(set(seg_lane.tolist()))
-    remap = {old: new for new, old in enumerate(used)}
-    seg_lane = np.asarray([remap[x] for x in seg_lane.tolist()], dtype=np.int64)
+    used_a, seg_lane = np.unique(seg_lane, return_inverse=True)  # lanes renumbered in order, the unused dropped
+    used = used_a.tolist()
+    seg_lane = seg_lane.reshape(-1).astype(np.int64)
     inst_names = None
     if len(seg_idx) <= DETAIL_LIMIT:
         all_names = fn.inst_names() if hasattr(fn, "inst_names") else [fn.inst_name(i) for i in range(len(fn.insts))]
