@@ -141,15 +141,19 @@ def _heads_and_tails(n: int, src: np.ndarray, dst: np.ndarray, dur: np.ndarray, 
     head = [0.0] * n
     tail = [0.0] * n
     dur_l = dur.tolist()
+    done = [0.0] * n  # head + dur of the rows already placed: the same sum, once per row instead of per edge
     by_dst = np.argsort(dst, kind="stable")
     s_l, h_l = src[by_dst].tolist(), hop[by_dst].tolist()
     ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).tolist()
+    # ``if v > best`` is max(best, v) for these floats (no NaN), without a builtin call per edge
     for i in range(n):
         best = 0.0
         for k in range(ptr[i], ptr[i + 1]):
-            q = s_l[k]
-            best = max(best, head[q] + dur_l[q] + h_l[k])
+            v = done[s_l[k]] + h_l[k]
+            if v > best:
+                best = v
         head[i] = best
+        done[i] = best + dur_l[i]
     by_src = np.argsort(src, kind="stable")
     d_l, h_l = dst[by_src].tolist(), hop[by_src].tolist()
     ptr = np.searchsorted(src[by_src], np.arange(n + 1)).tolist()
@@ -157,6 +161,8 @@ def _heads_and_tails(n: int, src: np.ndarray, dst: np.ndarray, dur: np.ndarray, 
         best = 0.0
         for k in range(ptr[i], ptr[i + 1]):
             j = d_l[k]
-            best = max(best, h_l[k] + dur_l[j] + tail[j])
+            v = h_l[k] + dur_l[j] + tail[j]
+            if v > best:
+                best = v
         tail[i] = best
     return np.array(head), np.array(tail)

@@ -461,11 +461,14 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     p = plan(fn, cost_table)
     calls = np.flatnonzero(opc == Op.NKIKernel).tolist()
     call_cost, call_bound, call_tl = {}, {}, {}
+    by_callee: dict[str, Timeline] = {}  # a kernel called again runs the same timeline: simulated once
     for i in calls:
         callee = fn.inst(i).attrs.get("func")
         if module is None or not isinstance(callee, str):
             raise PassError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
-        inner = simulate(module.function(callee), cost_table, module=module)
+        inner = by_callee.get(callee)
+        if inner is None:
+            inner = by_callee[callee] = simulate(module.function(callee), cost_table, module=module)
         call_cost[i], call_bound[i], call_tl[i] = inner.makespan, inner.lower_bound, inner
     d = fn.deps
     src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)

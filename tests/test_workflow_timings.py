@@ -110,3 +110,52 @@ def test_a_summary_only_build_keeps_no_timelines_and_a_report_build_adds_them(kd
     second, ran = build(kdir, tmp_path / "o", cache, report=True)
     assert len(ran) == 4 and figures(second) == figures(first)
     assert store.get_note(timings.TIMELINE_NOTE, timings.note_key(u.timings[0].hash)) is not None
+
+
+class Notes:
+    """A store's note shelf in memory (all measure needs)."""
+
+    def __init__(self):
+        self.notes: dict = {}
+
+    def put_note(self, kind, key, value):
+        self.notes[kind] = value
+
+    def get_note(self, kind, key):
+        return self.notes.get(kind)
+
+
+def test_a_timing_step_runs_the_model_once_per_kernel_and_gives_what_separate_runs_give(monkeypatch):
+    """The entry's run holds its kernel's timeline: the timeline, explain record and makespan are those of
+    separate runs, and a kernel called twice is simulated once."""
+    from tests.test_explain import _dve_bound
+    from tusk.ir.builder import Builder
+    from tusk.ir.module import Module
+    from tusk.sim import timing
+    from tusk.sim.explain import explain_makespan
+    from tusk.stages.build_fdeps import BuildFDeps
+    from tusk.workflows.trace import engine_timeline, stored_timeline
+
+    kernel = _dve_bound()
+    kernel.name = "k"
+    b = Builder("main")
+    for _ in range(2):
+        b.emit("NKIKernel", "Unassigned", attrs={"func": "k", "func_args": {}, "func_outs": {}})
+    module = Module([b.function(), kernel])
+    timed = BuildFDeps().run(module)[0]
+    want_line = stored_timeline(engine_timeline(timed.function("k"), timed))
+    want_explain = explain_makespan(timed)
+    runs: list[str] = []
+    real = timing.simulate
+
+    def counted(x, *a, **k):
+        runs.append(timing.entry(x).name)
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(timing, "simulate", counted)
+    store = Notes()
+    note = timings.measure(store, "h", module, True)
+    assert sorted(runs) == ["k", "main"]
+    assert store.notes[timings.TIMELINE_NOTE]["timelines"] == [want_line]
+    assert store.notes[timings.EXPLAIN_NOTE] == want_explain == note["explain"]
+    assert note["makespan"] == want_explain["makespan"]["cycles"] == 2 * want_line["makespan"]

@@ -139,17 +139,21 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
         store.put_note(MAKESPAN_NOTE, note_key(module_hash), note)
         return note
     from tusk.sim.explain import explain_makespan
-    from tusk.sim.timing import makespan
     from tusk.stages.build_fdeps import BuildFDeps
 
     timed = BuildFDeps().run(module)[0]  # the model follows dependence edges: rebuilt, as the backend would
-    lines = [engine_timeline(fn, timed) for fn in kernel_functions(timed)] if timelines else []
-    explain = explain_makespan(timed) if timed.functions else {"ok": False, "why": "no functions"}
-    span = _only_call(timed, lines)
-    if span is None and explain.get("ok"):
-        span = explain["makespan"]["cycles"]
-    if span is None:
-        span = makespan(timed)
+    # one run of the model: the entry's timeline holds its kernels' (a second run per kernel for the timelines
+    # was a third of a build of the large_matmul variants)
+    whole, why = _simulated(timed)
+    lines = [engine_timeline(fn, timed, timeline=_kernel_timeline(timed, whole, fn))
+             for fn in kernel_functions(timed)] if timelines else []
+    if not timed.functions:
+        explain: dict = {"ok": False, "why": "no functions"}
+    elif whole is None:
+        explain = {"ok": False, "function": _entry_name(timed), "why": why}
+    else:
+        explain = explain_makespan(timed, timeline=whole)
+    span = None if whole is None else whole.makespan
     note = {"format": TIMING_FORMAT, "makespan": None if span is None else float(span),
             "why": "" if span is not None else "the timing model cannot time it (loops kept?)",
             "timelines": bool(timelines), "instructions": module.n_insts()}
@@ -162,19 +166,39 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
     return {**note, "explain": explain if explain.get("ok") else None}
 
 
-def _only_call(module, lines: list[dict]) -> float | None:
-    """The module's makespan without simulating it again, when its entry function is one call of a kernel
-    whose timeline was just taken (a host module as the build makes it): the call lasts as long as the
-    kernel, so the entry's makespan is the kernel's.  None otherwise."""
+def _simulated(module):
+    """(the timing model's timeline of the module's entry, "") or (None, why it cannot be timed)."""
+    from tusk.ir.errors import TuskError
+    from tusk.sim.timing import simulate
+
+    try:
+        return simulate(module), ""
+    except TuskError as e:
+        return None, str(e)
+
+
+def _entry_name(module) -> str:
+    from tusk.sim.timing import entry
+
+    return entry(module).name
+
+
+def _kernel_timeline(module, whole, fn):
+    """``simulate(fn)`` taken from the entry's timeline ``whole`` (the entry itself, or a kernel it calls),
+    or None when it holds none: a function that calls kernels is timed alone, and refused, by the timeline."""
     from tusk.ir.enums import Op
     from tusk.sim.timing import entry
 
-    main = entry(module)
-    if len(main.insts) != 1 or int(main.insts["opcode"][0]) != Op.NKIKernel:
+    if whole is None:
         return None
-    callee = main.inst(0).attrs.get("func")
-    line = next((tl for tl in lines if tl.get("function") == callee), None)
-    return float(line["makespan"]) if line and line.get("ok") else None
+    main = entry(module)
+    if fn is main:
+        tl = whole
+    else:
+        rows = (main.insts["opcode"] == Op.NKIKernel).nonzero()[0].tolist()
+        tl = next((whole.calls[r] for r in rows if r in whole.calls and main.inst(r).attrs.get("func") == fn.name),
+                  None)
+    return tl if tl is not None and not tl.calls else None
 
 
 def timed_from(spec: PhaseSpec, module_hash: str, note: dict, status: str, seconds: float = 0.0) -> Timed:

@@ -169,9 +169,10 @@ def kernel_functions(module) -> list:
     return [module.function(n) for n in called] or [entry]
 
 
-def engine_timeline(fn, module=None) -> dict[str, Any]:
+def engine_timeline(fn, module=None, timeline=None) -> dict[str, Any]:
     """The timing model's timeline of ``fn``: ``{"ok": True, lanes, makespan, detail, overview, ...}``,
-    or ``{"ok": False, "why": ...}`` when it cannot be timed."""
+    or ``{"ok": False, "why": ...}`` when it cannot be timed.  ``timeline``: ``simulate(fn)``'s result when
+    the caller has it already (a kernel's, from its module's run), so the model does not run twice."""
     timing = _model()
     n = len(fn.insts)
     if timing is None:
@@ -183,7 +184,7 @@ def engine_timeline(fn, module=None) -> dict[str, Any]:
     from tusk.ir.errors import TuskError
 
     try:
-        tl = timing.simulate(fn)
+        tl = timing.simulate(fn) if timeline is None else timeline
         segs = _segments(fn, tl, timing)
     except TuskError as e:
         return {"ok": False, "function": fn.name, "why": str(e)}
@@ -269,9 +270,9 @@ def _segments(fn, tl, timing):
     else:
         keep = lane >= 0
         seg_lane, seg_start, seg_end, seg_what, seg_idx = lane[keep], start[keep], end[keep], what[keep], idx[keep]
-    used = sorted(set(seg_lane.tolist()))
-    remap = {old: new for new, old in enumerate(used)}
-    seg_lane = np.asarray([remap[x] for x in seg_lane.tolist()], dtype=np.int64)
+    used_a, seg_lane = np.unique(seg_lane, return_inverse=True)  # lanes renumbered in order, the unused dropped
+    used = used_a.tolist()
+    seg_lane = seg_lane.reshape(-1).astype(np.int64)
     inst_names = None
     if len(seg_idx) <= DETAIL_LIMIT:
         all_names = fn.inst_names() if hasattr(fn, "inst_names") else [fn.inst_name(i) for i in range(len(fn.insts))]
@@ -394,8 +395,10 @@ def _counter_ts(u: dict, us: float) -> list[float]:
 
 
 PID_MARK = '"pid":0,'  # the process of a rendered timeline until its kernel's file numbers it
-_X_EVENT = ('{"args":{"cycles":[%r,%r],"instructions":%d},"cat":%s,"dur":%r,"name":%s,"ph":"X","pid":0,'
-            '"tid":%d,"ts":%r}')
+# a segment: cycles, instruction count, the lane's category + "dur" key, duration, name, the lane's thread + "ts"
+# key, time (timeline_events)
+_X_EVENT = '{"args":{"cycles":[%s,%s],"instructions":%s%s%s,"name":%s%s%s}'
+
 
 
 def timeline_events(tl: dict[str, Any]) -> str:
@@ -406,13 +409,16 @@ def timeline_events(tl: dict[str, Any]) -> str:
     from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
 
     us = 1.0 / (tl["ghz"] * 1000.0)
-    cats = [js(name) for name in tl["lanes"]]
     d = tl["detail"]
     ts, dur = _ts_dur(d, us)
     lane = d["lane"]
-    # one C-level pass: every field comes as a column (floats as Python floats: %r is their JSON spelling)
-    parts = list(map(_X_EVENT.__mod__, zip(d["start"], d["end"], d["n"], [cats[k] for k in lane],
-                                            dur, map(js, d["label"]), [k + 1 for k in lane], ts)))
+    # C-level passes: every field comes as a column of text (repr is a Python float's JSON spelling); what
+    # depends only on the lane (its category and thread) is one text per lane, looked up per segment
+    cat = [f'}},"cat":{js(name)},"dur":' for name in tl["lanes"]]
+    tid = [f',"ph":"X","pid":0,"tid":{k + 1},"ts":' for k in range(len(tl["lanes"]))]
+    parts = list(map(_X_EVENT.__mod__, zip(map(repr, d["start"]), map(repr, d["end"]), map(str, d["n"]),
+                                            map(cat.__getitem__, lane), map(repr, dur), map(js, d["label"]),
+                                            map(tid.__getitem__, lane), map(repr, ts))))
     u = tl.get("utilization")
     if u:
         when = _counter_ts(u, us)
