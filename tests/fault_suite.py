@@ -61,12 +61,14 @@ class Counts:
     hangs: int = 0            # environment cases: commands that did not end (hostile inputs: in verdicts)
     tracebacks: int = 0       # environment cases
     kills: int = 0            # kill_rounds: signals sent
+    disks_filled: int = 0     # full_disk: first builds that ran out of room
+    disks_recovered: int = 0  # of them, rebuilt into the same cache with the clean outputs
     interrupted: int = 0      # of them, those that reached a build still running (not one already finished)
     notes: list[str] = field(default_factory=list)
 
     def add(self, other: "Counts") -> None:
         for k in ("inputs", "builds", "watched", "semaphores", "differing_outputs", "hangs", "tracebacks", "kills",
-                  "interrupted"):
+                  "interrupted", "disks_filled", "disks_recovered"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.verdicts.update(other.verdicts)
         self.bad_inputs += other.bad_inputs
@@ -96,6 +98,7 @@ class Counts:
                 f"environment cases: tracebacks      {self.tracebacks}   [0]"]
         if self.kills:
             out.append(f"builds interrupted by kills        {self.interrupted} of {self.kills}")
+        out.append(f"full disks, rebuilt into that cache {self.disks_recovered} of {self.disks_filled} that filled")
         return out
 
 
@@ -770,30 +773,39 @@ def full_disk(box: Sandbox, slack_fractions: tuple[float, ...] = (0.5,), kernels
         c.notes.append("full disk: NOT RUN (no mount namespace here: unshare -m and mount -t tmpfs refused)")
         return c
     want = reference(box, c, kernels)
-    need_kib = sum(p.stat().st_size for p in _reference_cache(box, kernels).rglob("*") if p.is_file()) // 1024
+    # what the cache occupies, not the sum of its file sizes: a tmpfs gives each small file a whole page
+    need_kib = sum(p.stat().st_blocks * 512 for p in _reference_cache(box, kernels).rglob("*")) // 1024
     for k, frac in enumerate(slack_fractions):
-        slack = max(64, int(need_kib * frac))
-        size = slack + 4096  # a tmpfs's own blocks and the pad's rounding
-        tag = f"{_tag(kernels)}-{k}"
-        mnt, out, res = box.root / f"full-{tag}", box.root / f"out-full-{tag}", box.root / f"full-res-{tag}"
-        mnt.mkdir()
-        res.mkdir()
-        script = ["unshare", "-m", "--propagation", "private", "sh", "-c", _FULL_DISK, "sh", str(mnt), str(size),
-                  str(slack), *tusk_cmd(_corpus(box, kernels), out, mnt / "store", "--workers", "0")]
-        r = run(box, script, [mnt, out, res], 700, c, {"R": str(res)})
-        what = f"full disk ({slack} KiB free of the {need_kib} KiB the cache needs)"
-        _judge_full(c, r, res, out, want, what)
+        slack = max(16, int(need_kib * frac))
+        for attempt in range(4):  # a build that fitted tested nothing: again with half the room
+            if _full_disk_once(box, c, kernels, want, need_kib, slack, f"{k}-{attempt}") is not False:
+                break
+            slack //= 2
     return c
 
 
-def _judge_full(c: Counts, r: Run, res: Path, out: Path, want: dict[str, bytes], what: str) -> None:
+def _full_disk_once(box: Sandbox, c: Counts, kernels: Kernels, want: dict[str, bytes], need_kib: int, slack: int,
+                    tag: str) -> bool | None:
+    """One filled tmpfs: whether the first build ran out of room (None: it could not be told)."""
+    size = 2 * need_kib + 4096  # once the pad is gone: room for the build twice over
+    tag = f"{_tag(kernels)}-{tag}"
+    mnt, out, res = box.root / f"full-{tag}", box.root / f"out-full-{tag}", box.root / f"full-res-{tag}"
+    mnt.mkdir()
+    res.mkdir()
+    script = ["unshare", "-m", "--propagation", "private", "sh", "-c", _FULL_DISK, "sh", str(mnt), str(size),
+              str(slack), *tusk_cmd(_corpus(box, kernels), out, mnt / "store", "--workers", "0")]
+    r = run(box, script, [mnt, out, res], 700, c, {"R": str(res)})
+    return _judge_full(c, r, res, out, want, f"full disk ({slack} KiB free of the {need_kib} KiB the cache needs)")
+
+
+def _judge_full(c: Counts, r: Run, res: Path, out: Path, want: dict[str, bytes], what: str) -> bool | None:
     def read(name: str) -> str:
         p = res / name
         return p.read_text(errors="replace") if p.exists() else ""
 
     if r.returncode == 97:
         c.notes.append(f"{what}: NOT RUN (the tmpfs mount failed)")
-        return
+        return None
     first, second = read("1.rc").strip(), read("2.rc").strip()
     text1 = read("1.out") + read("1.err")
     filled = "No space left" in text1 or "ENOSPC" in text1 or "Errno 28" in text1
@@ -802,7 +814,7 @@ def _judge_full(c: Counts, r: Run, res: Path, out: Path, want: dict[str, bytes],
                    f"{second or '?'}")
     if r.returncode is None or first in ("", "137") or second in ("", "137"):
         c.hangs += 1
-        return
+        return None
     if "Traceback (most recent call last)" in text1 + read("2.out") + read("2.err"):
         c.tracebacks += 1
         c.notes.append(f"{what}: {(text1 + read('2.err'))[-1500:]}")
@@ -810,8 +822,11 @@ def _judge_full(c: Counts, r: Run, res: Path, out: Path, want: dict[str, bytes],
         c.differing_outputs += 1
         c.notes.append(f"{what}: the full disk gave exit {first}, not 2 (an environment error): {text1[-600:]}")
     got = outputs(out)
+    c.disks_filled += filled
+    c.disks_recovered += filled and second == "0" and got == want
     if second != "0" or got != want:
         c.differing_outputs += 1
         diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
         c.notes.append(f"{what}: the rebuild did not recover: exit {second}, differing {diff[:6]}: "
                        f"{read('2.err')[-600:]}")
+    return filled
