@@ -92,6 +92,7 @@ def test_a_full_disk_fails_cleanly_and_the_same_cache_recovers(box):
         pytest.skip("no mount namespace here")
     c = fs.full_disk(box, (0.5,), SMALL)
     _clean(c)
+    assert c.disks_filled >= 1 and c.disks_recovered == c.disks_filled, c.notes
     assert any("ran out of room" in n and "first build exit 2" in n and "same cache exit 0" in n
                for n in c.notes), c.notes
 
@@ -106,3 +107,14 @@ def test_killed_builds_rebuild_to_the_clean_result(box):
 
 def test_two_builds_at_once_on_one_cache_and_one_output(box):
     _clean(fs.concurrent_builds(box, SMALL))
+
+
+def test_the_defects_the_full_suite_found_are_clean_refusals(box):
+    # each was a traceback of the whole command (KLR shapes whose bytes pass int64, in the host module),
+    # an 'environment' failure with exit 2 (an OverflowError in the verifier: access-pattern extents and
+    # symbolic offsets past int64) or an internal error (a KLR SB address near 2^63 wrapped in build_fdeps)
+    files = fs.bir_product_mutations(("ap_extent_2p80", "coeff_wraps"), SMALL)
+    files += [f for f in fs.klr_product_mutations() if "shape_2p" in f[0] or "addr_wraps" in f[0]]
+    assert len(files) == 5
+    c = fs.hostile(box, files, "defects", group=8)
+    assert c.verdicts == {"clean refusal": 5} and c.builds == 1, c.bad_inputs + c.notes
