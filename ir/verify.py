@@ -249,19 +249,24 @@ def _check_memlocs(fn: Function, arch) -> list[str]:
     return out
 
 
+EXTENT_LIMIT = 1 << 62
+
+
+def _finite(x) -> bool:
+    """Not an infinite bound (np.isfinite refuses a Python int past int64, which a file's coefficients make)."""
+    return not isinstance(x, float) or math.isfinite(x)
+
+
 def _pattern_extents(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     """Per pattern id: lowest and highest relative element index it touches."""
     lo = np.zeros(len(fn.patterns), dtype=np.int64)
     hi = np.zeros(len(fn.patterns), dtype=np.int64)
     for p, pairs in enumerate(fn.patterns.items):
-        for step, num in pairs:
-            if num <= 0:
-                continue
-            span = step * (num - 1)
-            if span < 0:
-                lo[p] += span
-            else:
-                hi[p] += span
+        spans = [int(step) * (int(num) - 1) for step, num in pairs if num > 0]
+        # summed as Python ints, then held to +-2^62: an extent past that is outside every location
+        # anyway, and an offset added to it must stay inside int64 (a file's [2^40, 2^40] pairs overflowed)
+        lo[p] = max(sum(x for x in spans if x < 0), -EXTENT_LIMIT)
+        hi[p] = min(sum(x for x in spans if x >= 0), EXTENT_LIMIT)
     return lo, hi
 
 
@@ -306,15 +311,15 @@ def _check_operands(fn: Function) -> list[str]:
             lo, hi = _guarded_bounds(sa.offset, ranges, values, preds)
             cap = int(_capacity(fn, np.array([m]), np.array([ops["dtype"][j]]))[0])
             name = fn.strings[fn.memlocs.get("name", m)]
-            if lo is not None and (lo + lo_p[p] < 0 or hi + hi_p[p] >= cap):
-                if np.isfinite(lo) and np.isfinite(hi):
+            if lo is not None and (lo + int(lo_p[p]) < 0 or hi + int(hi_p[p]) >= cap):  # Python ints: cannot wrap
+                if _finite(lo) and _finite(hi):
                     out.append(f"instruction {fn.inst_name(i)}: symbolic operand reaches elements "
-                               f"[{lo + lo_p[p]}, {hi + hi_p[p]}] outside memory location {name} ({cap} elements)")
+                               f"[{lo + int(lo_p[p])}, {hi + int(hi_p[p])}] outside memory location {name} ({cap} elements)")
             if sa.block is not None:
                 s = fn.memlocs.get("set", m)
                 nb = fn.sets.get("n_blocks", s)
                 blo, bhi = _guarded_bounds(sa.block, ranges, values, preds)
-                if blo is not None and np.isfinite(blo) and np.isfinite(bhi) and (blo < 0 or bhi >= nb):
+                if blo is not None and _finite(blo) and _finite(bhi) and (blo < 0 or bhi >= nb):
                     out.append(f"instruction {fn.inst_name(i)}: block index {sa.block!r} ranges over "
                                f"[{blo}, {bhi}] but tensor {fn.strings[fn.sets.get('name', s)]} has {nb} blocks")
                     continue

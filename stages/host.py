@@ -23,14 +23,16 @@ A BIR-JSON file that already holds placeholders is a host module itself
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from tusk.ir.columns import Record
-from tusk.ir.enums import DTYPE_NAMES, INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op
+from tusk.ir.enums import DTYPE_BY_NAME, DTYPE_NAMES, DTYPE_SIZES, INPUT_KINDS, OUTPUT_KINDS, FnKind, Mem, Op
 from tusk.ir.errors import FormatError
+from tusk.ir.input_checks import MAX_BYTES
 from tusk.ir.module import Function, Module
 
 
@@ -71,7 +73,11 @@ def _klr_tensor(t: Any, path: Path) -> list:
     dname = t.dtype.name
     if dname not in KLR_TO_BIR_DTYPE:
         raise FormatError(f"tensor {t.name}: KLR dtype {dname} has no BIR equivalent", file=str(path))
-    return [t.name, KLR_TO_BIR_DTYPE[dname], [int(t.shape.parDim), *(int(d) for d in t.shape.freeDims)]]
+    shape = [int(t.shape.parDim), *(int(d) for d in t.shape.freeDims)]
+    # the host module's DRAM argument holds this shape's bytes: past int64 that crashed the whole build
+    if math.prod(shape) * DTYPE_SIZES[DTYPE_BY_NAME[KLR_TO_BIR_DTYPE[dname]]] > MAX_BYTES:
+        raise FormatError(f"tensor {t.name}: shape {shape} holds more than 2^62 bytes", file=str(path))
+    return [t.name, KLR_TO_BIR_DTYPE[dname], shape]
 
 
 def _bir_json_interface(path: Path) -> dict[str, Any]:

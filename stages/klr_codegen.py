@@ -55,7 +55,8 @@ from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES
 from tusk.ir.columns import Record
 from tusk.ir.enums import ALU_OP_NAMES, DTYPE_BY_NAME, DTYPE_SIZES, Dt, Kind, Mem, Role, TensorKind
-from tusk.ir.errors import PassError
+from tusk.ir.errors import FormatError, PassError
+from tusk.ir.input_checks import MAX_BYTES
 from tusk.ir.klr import types as T
 from tusk.ir.module import Function
 from tusk.ir.values import ImmValue, Pattern
@@ -245,6 +246,10 @@ class KlirToBirCodegen:
             a = addr.freeOffset if placed else -1
             bank = a // PSUM_BANK_BYTES if (mtype == Mem.PSUM and a >= 0) else -1
             name = self._unique(addr.name)
+            if max(a, 0) + addr.freeSize > MAX_BYTES or addr.parSize * addr.freeSize > MAX_BYTES:
+                # as the BIR-JSON reader refuses: an address near 2^63 wrapped in build_fdeps (an internal error)
+                raise FormatError(f"tensor {t.name}: address {a} + {addr.freeSize} bytes x {addr.parSize} "
+                                  f"partitions ends past 2^62{self._where}")
             s = fn.add_set(f"{name}_set", TensorKind.Internal, bir_dtype(t.dtype),
                            (t.shape.parDim, *t.shape.freeDims))
             m = fn.add_memloc(s, name, mtype, addr=a, pbytes=addr.freeSize, nparts=addr.parSize, base=base, bank=bank)
