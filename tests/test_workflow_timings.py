@@ -159,3 +159,26 @@ def test_a_timing_step_runs_the_model_once_per_kernel_and_gives_what_separate_ru
     assert store.notes[timings.TIMELINE_NOTE]["timelines"] == [want_line]
     assert store.notes[timings.EXPLAIN_NOTE] == want_explain == note["explain"]
     assert note["makespan"] == want_explain["makespan"]["cycles"] == 2 * want_line["makespan"]
+
+
+def test_figures_a_full_disk_cost_are_measured_again_by_the_next_build(kdir, tmp_path, monkeypatch):
+    """A timing step that fails (ENOSPC) costs its figures, not the kernel; the next build into the same
+    OUT and cache must not keep the failure as "up to date" (bench/faults.py's full-disk rounds found it)."""
+    cache, out = tmp_path / "cache", tmp_path / "o"
+    real = timings.measure
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(timings, "measure", full_disk)
+    first, _ = build(kdir, out, cache, report=True)
+    assert all(v == (None, None) for v in figures(first).values())
+    assert "No space left" in (out / "tiled_exp" / "timeline.json").read_text()
+    assert "No space left" in (out / "tiled_exp" / "stats.json").read_text()
+    monkeypatch.setattr(timings, "measure", real)
+    again, ran = build(kdir, out, cache, report=True)
+    assert len(ran) == 4
+    assert all(isinstance(a, float) and isinstance(b, float) for a, b in figures(again).values())
+    for kernel in ("tiled_exp", "rmsnorm"):
+        assert "No space left" not in (out / kernel / "stats.json").read_text()
+        assert "No space left" not in (out / kernel / "timeline.json").read_text()

@@ -147,7 +147,10 @@ class OutputWriter:
         for u in data.get("units", []):
             if u.get("unit") == unit.name:
                 ok = u.get("final") == final and (dest / unit.data["output"]).is_file()
-                return u if ok else None
+                # a timing step that failed (a full disk) lost figures of stats.json and timeline.json: the
+                # next build measures again and rewrites them, even though the module is the same
+                lost = any(isinstance(t, dict) and t.get("status") == "failed" for t in u.get("timings") or [])
+                return u if ok and not lost else None
         return None
 
     def on_final(self, ur: UnitReport, final: str) -> list[tuple[str, Path, str]] | None:
