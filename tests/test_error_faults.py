@@ -183,3 +183,25 @@ def test_each_fault_class_exits_with_its_documented_code(cls, code):
 def test_diff_exits_2_on_any_error_as_diff1(cls):
     """tusk diff's 1 means "the listings differ", so every error is trouble (2)."""
     assert _invoke(cls, exits_by_fault(DIFF_EXIT_CODES)).exit_code == 2
+
+
+@pytest.mark.parametrize("exception", ["OverflowError", "ValueError", "OSError"])
+def test_whatever_storing_a_host_module_raises_the_other_kernels_are_written(exception, tmp_path, monkeypatch):
+    """Storing the host module is part of the kernel's isolation (an int64 overflow in a hostile BIR-JSON
+    kernel's columns once crashed the whole build there, with a traceback and nothing written)."""
+    from tusk.cache.store import Store
+    from tusk.ir import bir_json
+
+    real = Store.put
+
+    def flaky(self, module, *args, **kwargs):
+        if '"k1' in bir_json.dumps(module):
+            raise make_exception(exception, f"simulated {exception} while storing")
+        return real(self, module, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "put", flaky)
+    res = _build(tmp_path, pipeline_toml(("test_expand", {}), ("test_count", {})))
+    _check_others_written(res, tmp_path)
+    (bad,) = res.failed
+    assert bad.fault == ("environment" if exception == "OSError" else "internal")
+    assert "simulated" in bad.error and "Traceback" not in bad.error

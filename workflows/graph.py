@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -970,9 +971,11 @@ class Build:
                 elif unit.host_hash is None:
                     raise EnvError(f"{unit.source or unit.name}: host module is not available")
                 st.hashes = [unit.host_hash]
-            except (TuskError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - one kernel's host module fails that kernel, never the build
                 st.hashes = [unit.host_hash or ""]
-                self._fail(st, str(e), fault=fault_of(e, kernel=True))
+                tb = "" if isinstance(e, (TuskError, OSError)) else traceback.format_exc()
+                msg = str(e) if tb == "" else f"internal error storing the host module: {type(e).__name__}: {e}"
+                self._fail(st, msg, fault=fault_of(e, kernel=True), tb=tb)
         try:
             for st in states:
                 if not st.done:
