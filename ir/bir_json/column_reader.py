@@ -198,13 +198,19 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not len(vary):
         return a[:1], np.zeros(len(a), dtype=np.int64), zero
     sub = a[:, vary]
-    bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
-    if sum(bits) <= 62:  # one exact integer per row
-        key = np.zeros(len(a), dtype=np.int64)
-        for j, b in enumerate(bits):
-            key = (key << b) | sub[:, j]
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return a[first], inv.reshape(-1), first
+    bits = [int(b).bit_length() for b in sub.max(axis=0).tolist()]
+    if sum(bits) <= 62:  # one exact integer per row (the columns' bits side by side)
+        shifts = np.cumsum([0, *bits[:0:-1]])[::-1].astype(np.int64)
+        key = (sub.astype(np.int64) << shifts).sum(axis=1)
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        new = np.empty(len(sk), dtype=bool)
+        new[0] = True
+        np.not_equal(sk[1:], sk[:-1], out=new[1:])
+        first = order[new]                       # the first row of each distinct key, keys ascending
+        inv = np.empty(len(a), dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        return a[first], inv, first
     _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
     return a[first], inv.reshape(-1), first
 
