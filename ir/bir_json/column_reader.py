@@ -198,13 +198,19 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not len(vary):
         return a[:1], np.zeros(len(a), dtype=np.int64), zero
     sub = a[:, vary]
-    bits = [int(sub[:, j].max()).bit_length() for j in range(sub.shape[1])]
-    if sum(bits) <= 62:  # one exact integer per row
-        key = np.zeros(len(a), dtype=np.int64)
-        for j, b in enumerate(bits):
-            key = (key << b) | sub[:, j]
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return a[first], inv.reshape(-1), first
+    bits = [int(b).bit_length() for b in sub.max(axis=0).tolist()]
+    if sum(bits) <= 62:  # one exact integer per row (the columns' bits side by side)
+        shifts = np.cumsum([0, *bits[:0:-1]])[::-1].astype(np.int64)
+        key = (sub.astype(np.int64) << shifts).sum(axis=1)
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        new = np.empty(len(sk), dtype=bool)
+        new[0] = True
+        np.not_equal(sk[1:], sk[:-1], out=new[1:])
+        first = order[new]                       # the first row of each distinct key, keys ascending
+        inv = np.empty(len(a), dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        return a[first], inv, first
     _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
     return a[first], inv.reshape(-1), first
 
@@ -378,17 +384,16 @@ class ColumnLoad:
             if not len(members):
                 continue
             ukeys, inv, ufirst = _distinct_rows(V[:, fam.const_cols])
-            sub_of = np.empty(len(ukeys), dtype=np.int32)
-            for u, k in enumerate(map(bytes, ukeys)):
-                sub = fam.subs.get(k)
-                if sub is None:
-                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
-                        raise Fallback("not clone-shaped: most lines would be read one by one anyway")
-                    i = int(members[ufirst[u]])
-                    sub = fam.subs[k] = len(self.sub_lines)
-                    self.sub_lines.append(chunk[ls[i]:core[i]])
-                    self.sub_family.append(f)
-                sub_of[u] = sub
+            sigs = list(map(bytes, ukeys))
+            found = list(map(fam.subs.get, sigs))   # the sub-templates seen before: one C-level pass
+            for u in [u for u, x in enumerate(found) if x is None]:
+                if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                    raise Fallback("not clone-shaped: most lines would be read one by one anyway")
+                i = int(members[ufirst[u]])
+                found[u] = fam.subs[sigs[u]] = len(self.sub_lines)
+                self.sub_lines.append(chunk[ls[i]:core[i]])
+                self.sub_family.append(f)
+            sub_of = np.array(found, dtype=np.int32)
             tids[members] = sub_of[inv]
         run.tids.append(tids)
         if len(slots) and np.abs(slots).max() < (1 << 31):
@@ -431,27 +436,40 @@ class ColumnLoad:
             else:
                 self.build(reader, fn, tids[a:b], slots[a:b], where, block)
 
-    def proto(self, reader: Any, fn: Function, sub: int, where: str, block: int) -> dict:
-        """Read a sub-template's first line with the ordinary reader; keep its rows as a prototype."""
-        p = self.protos.get(sub)
-        if p is not None:
-            return p
-        fam = self.fams[self.sub_family[sub]]
+    def read_protos(self, reader: Any, fn: Function, subs: list[int], where: str, block: int) -> None:
+        """Read the first lines of sub-templates ``subs`` with the ordinary reader, one after another, and
+        keep each one's rows as its prototype: the rows are taken out of the tables once for all of them
+        (one flush, one truncation, one rollback of references), not once per prototype."""
+        subs = [s for s in subs if s not in self.protos]
+        if not subs:
+            return
         n_ins, n_ops, mark = len(fn.insts), len(fn.operands), reader.refs.mark()
         checks = (len(reader.deps_to_check), len(reader.carried_to_check))
-        reader.inst(fn, orjson.loads(self.sub_lines[sub]), where, block)
-        if len(fn.insts) != n_ins + 1 or (len(reader.deps_to_check), len(reader.carried_to_check)) != checks:
+        op_end = []
+        for k, sub in enumerate(subs):
+            reader.inst(fn, orjson.loads(self.sub_lines[sub]), where, block)
+            if len(fn.insts) != n_ins + k + 1:
+                raise Fallback("a template is not one plain instruction")
+            op_end.append(len(fn.operands) - n_ops)
+        if (len(reader.deps_to_check), len(reader.carried_to_check)) != checks:
             raise Fallback("a template is not one plain instruction")
-        row = {c: fn.insts[c][n_ins] for c in fn.insts.names}
+        ins = {c: fn.insts[c][n_ins:].copy() for c in fn.insts.names}
         ops = {c: fn.operands[c][n_ops:].copy() for c in fn.operands.names}
         refs = reader.refs.rollback(mark)
         fn.insts.truncate(n_ins)
         fn.operands.truncate(n_ops)
         if any(refs["flavour"]):
             raise Fallback("carried references in a template")
-        p = {"row": row, "ops": ops, "refs": refs, "fam": fam}
-        self.protos[sub] = p
-        return p
+        # references come in the order of their instructions: each prototype's are one stretch
+        ref_cut = np.searchsorted(np.asarray(refs["dst"], dtype=np.int64), n_ins + np.arange(len(subs) + 1)).tolist()
+        op_cut = [0, *op_end]
+        for k, sub in enumerate(subs):
+            a, b = op_cut[k], op_cut[k + 1]
+            r0, r1 = ref_cut[k], ref_cut[k + 1]
+            self.protos[sub] = {"row": {c: v[k] for c, v in ins.items()},
+                                "ops": {c: v[a:b] for c, v in ops.items()},
+                                "refs": {f: v[r0:r1] for f, v in refs.items()},
+                                "fam": self.fams[self.sub_family[sub]]}
 
     def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
         """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
@@ -459,7 +477,8 @@ class ColumnLoad:
         subs = np.unique(tids)
         index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
         index[subs] = np.arange(len(subs))
-        P = _Prototypes([self.proto(reader, fn, int(s), where, block) for s in subs.tolist()])
+        self.read_protos(reader, fn, subs.tolist(), where, block)
+        P = _Prototypes([self.protos[s] for s in subs.tolist()])
         nops_all = P.inst["nops"][index[tids]]
         fn.insts.reserve(len(fn.insts) + len(tids))
         fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from tusk.ir import wire
-from tusk.ir.bir_json.digits import digit_count
+from tusk.ir.bir_json.digits import ndigits
 from tusk.ir.bir_json.layouts import SEP, Layout, Template, assemble
 from tusk.ir.bir_json.policy import SPLICE, SPLICE_JSON, derived_keys, json_bytes, jsonable
 from tusk.ir.enums import EDGE_NAMES, Kind
@@ -321,13 +321,12 @@ class Templates:
         self._sign_dependencies(ch)
         self._group(ch)
         groups = self._templates_of_groups(ch)
-        layouts, values, var_w, lengths = self._fill_slots(ch, groups)
+        sl = self._fill_slots(ch, groups)
         generic_rows = np.flatnonzero(~ch.templ)
         texts = [json_bytes(self.render.inst(int(ch.R[i]))) for i in generic_rows.tolist()]
         if texts:
-            lengths[generic_rows] = [len(t) for t in texts]
-        cls = _layout_classes(ch.n, ch.inv, ch.templ, var_w)
-        return assemble(ch.n, cls, ch.inv, layouts, values, var_w, lengths, generic_rows, texts, self.skeletons)
+            sl.lengths[generic_rows] = [len(t) for t in texts]
+        return assemble(ch.n, sl, generic_rows, texts, self.skeletons)
 
     def _sign_operands(self, ch: _Chunk) -> None:
         """Each row's operands as one signature: (role, kind, dtype, memloc, pattern, aux, dyn, extra,
@@ -420,26 +419,23 @@ class Templates:
             ch.templ &= has_t[ch.inv]
         return groups
 
-    def _fill_slots(self, ch: _Chunk, groups: dict[int, Template]) -> tuple[dict[int, Layout], np.ndarray,
-                                                                            np.ndarray, np.ndarray]:
+    def _fill_slots(self, ch: _Chunk, groups: dict[int, Template]) -> _Slots:
         """Slot values of templated rows, and this chunk's layout of each group: a slot whose value is the
         same in every member is spelled into the template; an offset (or an attribute integer) is
         right-aligned in a field as wide as its widest value (JSON allows the spaces); an iteration inside
         a name is spelled as it is, and its width joins the group to make the row's layout class.
 
-        Slots are columns by their place in the template, every group's at once: the work per group is
-        one dictionary lookup of its layout, and digits are counted only for the slots that vary (most
-        do not).  Returns (layouts by group, values, widths of variable slots (2 x characters + sign),
-        line lengths)."""
+        Slots are columns by their place in the template, every group's at once, and the templated rows
+        stay in group order (``order``) from here to the assembly: the work per group is one dictionary
+        lookup of its layout, and no (rows, slots) table is scattered back to row order."""
         n = ch.n
         trows = np.flatnonzero(ch.templ)
         order = trows[np.argsort(ch.inv[trows], kind="stable")]
         gr_inv = ch.inv[order]
         bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
-        layouts: dict[int, Layout] = {}
+        out = _Slots(n, order, gr_inv)
         if not len(order):
-            z = np.zeros((n, 1), dtype=np.int64)
-            return layouts, z, z.copy(), np.zeros(n, dtype=np.int64)
+            return out
         bgroups = gr_inv[bnd].tolist()                                   # the group of each boundary
         tids = np.array([self._tid(groups[g]) for g in bgroups], dtype=np.int64)
         S = max(int(self.t_nslots[tids].max()), 1)
@@ -449,56 +445,40 @@ class Templates:
         RV = self._slot_values(ch, order, K, self.t_k[tids, :S][at_group])
         gmin = np.minimum.reduceat(RV, bnd, axis=0)
         const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (tk < 0)
-        vary = np.flatnonzero(~const[at_group])                           # cells (flat) of varying slots
-        v = RV.reshape(-1)[vary]
-        nd = digit_count(np.abs(v)) + (v < 0)
-        ND = np.zeros(RV.shape, dtype=np.int64)
-        ND.reshape(-1)[vary] = nd
+        vary = ~const[at_group]                                           # cells of varying slots
+        ND = np.where(vary, ndigits(RV), 0)
         wmax = np.where(~const & (tk >= 2), np.maximum.reduceat(ND, bnd, axis=0), 0)  # offsets, attribute ints
         # a layout is its template with the constant slots' values and the fields' widths
         lkey = np.concatenate([tids[:, None], const, np.where(const, gmin, 0), wmax], axis=1)
         lay_len = np.zeros(len(bnd), dtype=np.int64)
-        for b_, g in enumerate(bgroups):
-            key = lkey[b_].tobytes()
+        for b_, (g, key) in enumerate(zip(bgroups, map(bytes, lkey))):
             lay = self.layouts.get(key)
             if lay is None:
                 lay = self.layouts[key] = _layout(groups[g], const[b_], gmin[b_], wmax[b_])
-            layouts[g] = lay
+            out.layouts[g] = lay
             lay_len[b_] = lay.const_len
-        values = np.zeros((n, S), dtype=np.int64)
-        var_w = np.zeros((n, S), dtype=np.int64)
-        lengths = np.zeros(n, dtype=np.int64)
-        cells = np.zeros(RV.shape, dtype=np.int64)
-        cells.reshape(-1)[vary] = v
-        values[order] = cells
-        var = K.reshape(-1)[vary] < 2                                     # names and dependencies: no padding
-        cells[:] = 0
-        cells.reshape(-1)[vary[var]] = nd[var] * 2 + (v[var] < 0)
-        var_w[order] = cells
-        lengths[order] = lay_len[at_group] + (cells >> 1).sum(axis=1)
-        return layouts, values, var_w, lengths
+        # names and dependencies are not padded: their widths (2 x characters + sign) make layout classes
+        var_w = np.where(vary & (K < 2), ND * 2 + (RV < 0), 0)
+        out.values, out.var_w = RV, var_w
+        out.lengths[order] = lay_len[at_group] + (var_w >> 1).sum(axis=1)
+        return out
 
     def _slot_values(self, ch: _Chunk, order: np.ndarray, K: np.ndarray, KK: np.ndarray) -> np.ndarray:
         """The value of every slot of every templated row (in ``order``; kinds ``K``: 0 name, 1 dependency,
-        2 offset, 3 attribute integer, -1 none (0); ``KK`` the slot's index among its kind's), each kind
-        gathered only where it is."""
-        RV = np.zeros(K.shape, dtype=np.int64)
-        flat, S = RV.reshape(-1), K.shape[1]
-        kinds, index = K.reshape(-1), KK.reshape(-1)
-        for code in range(len(SLOT_KINDS)):
-            sel = np.flatnonzero(kinds == code)
-            if not len(sel):
-                continue
-            rows, k = order[sel // S], index[sel]
-            if code == 0:
-                flat[sel] = ch.it[rows]
-            elif code == 1:
-                flat[sel] = self.iter_col[self.dep_src[np.minimum(ch.dlo[rows] + k, len(self.dep_src) - 1)]]
-            elif code == 2:
-                flat[sel] = self.op["offset"][np.minimum(ch.start[rows] + k, len(self.op["offset"]) - 1)]
-            else:
-                flat[sel] = ch.leafvals[rows, np.minimum(k, ch.leafvals.shape[1] - 1)]
-        return RV
+        2 offset, 3 attribute integer, -1 none (0); ``KK`` the slot's index among its kind's): one gather
+        from the chunk's values of all four kinds laid end to end (each row's base in each kind's part,
+        plus the slot's index)."""
+        n, nd, nj, L = ch.n, len(ch.d_iter), len(ch.oj["offset"]), ch.leafvals.shape[1]
+        pool = np.concatenate([ch.it.astype(np.int64), ch.d_iter.astype(np.int64),
+                               ch.oj["offset"].astype(np.int64), ch.leafvals.reshape(-1).astype(np.int64),
+                               np.zeros(1, np.int64)])
+        rows = np.arange(n, dtype=np.int64)
+        base = np.stack([rows, n + ch.dep_starts, n + nd + ch.op_starts, n + nd + nj + rows * L], axis=1)[order]
+        idx = np.take_along_axis(base, np.maximum(K, 0).astype(np.intp), axis=1)
+        idx += KK
+        np.minimum(idx, len(pool) - 1, out=idx)
+        idx[K < 0] = len(pool) - 1
+        return pool[idx]
 
     def _tid(self, t: Template) -> int:
         """The row of template ``t`` in the tables of slot kinds and indices (added on first sight)."""
@@ -655,23 +635,33 @@ def _layout(t: Template, const: np.ndarray, value: np.ndarray, width: np.ndarray
     return Layout(t, consts, modes, cols)
 
 
-def _layout_classes(n: int, inv: np.ndarray, templ: np.ndarray, var_w: np.ndarray) -> np.ndarray:
-    """The layout class of each row (-1: rendered one by one): its group, then the width of each
-    variable slot, packed into one integer."""
-    cls = np.full(n, -1, dtype=np.int64)
-    if not templ.any():
-        return cls
-    key = inv[templ].astype(np.int64)
-    span = int(key.max()) + 1
-    for j in range(var_w.shape[1]):
-        col = var_w[templ, j]
-        if col.any():
+class _Slots:
+    """A chunk's templated rows in group order (``order``; their groups ``gr_inv``), their slot values and
+    the widths of their variable slots; each group's layout; every row's line length."""
+
+    def __init__(self, n: int, order: np.ndarray, gr_inv: np.ndarray):
+        self.n, self.order, self.gr_inv = n, order, gr_inv
+        self.layouts: dict[int, Layout] = {}
+        self.values = self.var_w = np.zeros((len(order), 1), dtype=np.int64)
+        self.lengths = np.zeros(n, dtype=np.int64)
+
+    def classes(self) -> np.ndarray:
+        """The layout class of each row (-1: rendered one by one): its group, then the width of each
+        variable slot, packed into one integer."""
+        cls = np.full(self.n, -1, dtype=np.int64)
+        if not len(self.order):
+            return cls
+        key = self.gr_inv.astype(np.int64)
+        span = int(key.max()) + 1
+        for col in self.var_w.T:
             top = int(col.max()) + 1
+            if top == 1:
+                continue
             if span * top >= 1 << 62:  # no room left: renumber densely first
                 _, key = np.unique(key, return_inverse=True)
                 key = key.reshape(-1)
                 span = int(key.max()) + 1
             key = key * top + col
             span *= top
-    cls[templ] = key
-    return cls
+        cls[self.order] = key
+        return cls

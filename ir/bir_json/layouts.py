@@ -8,6 +8,7 @@ offsets, integers of attribute records); a :class:`Layout` is a template as one 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -48,35 +49,41 @@ class Layout:
 
 
 
-def assemble(n: int, cls: np.ndarray, inv: np.ndarray, layouts: dict, values: np.ndarray, widths: np.ndarray,
-              lengths: np.ndarray, generic_rows: np.ndarray, texts: list[bytes],
-              skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
-    """The chunk's lines, each followed by ",\n", in one byte array.
+def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
+             skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
+    """The chunk's lines, each followed by ",\n", in one byte array (``sl``: the chunk's slots, see
+    ``column_writer._Slots``).
 
     Each layout class has one skeleton line (its constant bytes, blanks where its numbers go); the chunk
     is its rows' skeletons (and the one-by-one rendered lines) joined in order, then every number of
     every row is written into it at once, digit position by digit position.  The work per class is a
     little Python; the work per row and per number is numpy over the whole chunk, so many small classes
     (rotated buffers, per-clone records) cost no more than a few large ones."""
+    cls = sl.classes()
     classes, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
+    cinv = cinv.reshape(-1)
+    pos = np.full(n, -1, dtype=np.int64)      # each row's place in the slots' (group) order
+    pos[sl.order] = np.arange(len(sl.order))
     skels: list[bytes] = []
     f_col: list[list[int]] = []
     f_width: list[list[int]] = []
     f_slot: list[list[int]] = []
     for k, r0 in zip(classes.tolist(), first.tolist()):
         if k >= 0:
-            lay = layouts[int(inv[r0])]
-            key = (id(lay), *widths[r0].tolist())
+            p0 = int(pos[r0])
+            lay = sl.layouts[int(sl.gr_inv[p0])]
+            w = sl.var_w[p0]
+            key = (id(lay), *w.tolist())
             hit = skeletons.get(key)
             if hit is None:
-                hit = skeletons[key] = _skeleton(lay, widths[r0])
+                hit = skeletons[key] = _skeleton(lay, w)
         else:
             hit = (b"", [], [], [])
         skels.append(hit[0])
         f_col.append(hit[1])
         f_width.append(hit[2])
         f_slot.append(hit[3])
-    lines = list(map(skels.__getitem__, cinv.reshape(-1).tolist()))
+    lines = list(map(skels.__getitem__, cinv.tolist()))
     for r, text in zip(generic_rows.tolist(), texts):
         lines[r] = text + SEP
     buf = bytearray().join(lines)
@@ -84,16 +91,15 @@ def assemble(n: int, cls: np.ndarray, inv: np.ndarray, layouts: dict, values: np
     if counts.any():
         starts = np.zeros(len(counts), dtype=np.int64)
         np.cumsum(counts[:-1], out=starts[1:])
-        cinv = cinv.reshape(-1)
         per_row = counts[cinv]
         idx = concat_ranges(starts[cinv], per_row)
         owner = np.repeat(np.arange(n), per_row)
         row_start = np.zeros(n, dtype=np.int64)
-        np.cumsum(lengths[:-1] + 2, out=row_start[1:])
-        flat = list(itertools.chain.from_iterable(f_col))
+        np.cumsum(sl.lengths[:-1] + 2, out=row_start[1:])
         fw = np.asarray(list(itertools.chain.from_iterable(f_width)), dtype=np.int64)[idx]
-        end = row_start[owner] + np.asarray(flat, dtype=np.int64)[idx] + fw - 1  # last character of the field
-        v = values[owner, np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
+        col = np.asarray(list(itertools.chain.from_iterable(f_col)), dtype=np.int64)[idx]
+        end = row_start[owner] + col + fw - 1  # last character of the field
+        v = sl.values[pos[owner], np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
         write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
     return [buf]
 
