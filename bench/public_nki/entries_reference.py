@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .entry import Entry
-from .refs import bf16, fp8_e4m3
+from .refs import bf16, fp8_e4m3, fp8_e4m3_value
 
 R = "aws-neuron+nki-samples@8370e11/src/nki_samples/reference"
 
@@ -95,6 +95,25 @@ def double_row_matmul(x, a):
     return [bf16(bf16(bf16(codes @ rhs) * lhs_scale) * scale)]
 
 
+def rmsnorm_quant(x, a):
+    """RMS-normalized rows (bf16 tiles: x * 1/rms * gamma rounded to bf16) quantized to float8_e4m3 by
+    240 / max |row| (the product a bf16 tile first, then copied into the fp8 one); each row's float32
+    dequantization scale (max |row| / 240, at least 1e-6) follows as four fp8 codes, its little-endian bytes."""
+    h, g = (np.asarray(t, np.float32) for t in x)
+    rows = h.reshape(-1, h.shape[-1])
+    eps = np.float32(bf16(np.float32(1e-6)))  # the kernel's eps bias column is a bf16 memset
+    # activation_reduce's squares are its result tile, of the data's dtype (bf16), and the row sum reads them
+    squares = bf16((rows * rows).astype(np.float32)).astype(np.float64)
+    mean_sq = squares.sum(axis=1, keepdims=True).astype(np.float32) * np.float32(1 / 512)
+    inv_rms = (np.float32(1) / np.sqrt(mean_sq + eps)).astype(np.float32)
+    y = bf16((rows * inv_rms).astype(np.float32) * g[None, :])
+    amax = np.abs(y).max(axis=1, keepdims=True)
+    scale = np.maximum((amax * np.float32(1 / 240)).astype(np.float32), np.float32(1e-6)).astype(np.float32)
+    quant = fp8_e4m3(bf16((y * (np.float32(1) / scale)).astype(np.float32)))
+    scale_bytes = fp8_e4m3_value(np.ascontiguousarray(scale).view(np.uint8))
+    return [np.concatenate([quant, scale_bytes], axis=1).reshape(*h.shape[:-1], -1)]
+
+
 def select_and_scatter(x, a):
     """3x3 windows, stride 2, padding 1 over each (n, c) plane: source[i, j] is added at the window's maximum."""
     op, src = x
@@ -166,7 +185,9 @@ ENTRIES = [
     Entry("ref_adaptive_avg_pool2d", "reference", f"{R}/vision.py", "adaptive_avg_pool2d_kernel",
           ("f32[2,8,10,10]",), adaptive_avg_pool, args=("output_size=4,3",)),
     Entry("ref_rmsnorm_quant", "reference", f"{R}/rmsnorm_quant/rmsnorm_quant.py", "rmsnorm_quant_kernel",
-          ("bf16[1,128,512]", "bf16[512]"), None,
-          args=("kargs=RmsNormQuantKernelArgs(lower_bound=0.0)",),
-          note="its third parameter is a dataclass of the kernel's module; fp8 output with packed fp32 scales"),
+          ("bf16[1,128,512]", "bf16[512]"), rmsnorm_quant,
+          args=("kargs=RmsNormQuantKernelArgs(lower_bound=0.0)",), rtol=0.13, atol=1e-3,
+          note="its third parameter is a dataclass of the kernel's module; fp8 output with packed fp32 scales "
+               "(a float32 [P, 1] tile viewed as float8 [P, 4]); tolerance: one e4m3 step, as a row sum of squares in "
+               "another order can move a tie (the scale bytes must then differ too, and do not, at this seed)"),
 ]

@@ -107,6 +107,14 @@ def fp8_e4m3(x: np.ndarray) -> np.ndarray:
     return fp8_round(x, "float8_e4m3")
 
 
+def fp8_e4m3_value(code: np.ndarray) -> np.ndarray:
+    """A float8_e4m3 code's value: exponent 15 is infinity (mantissa 0) or NaN, as in IEEE formats."""
+    code = np.asarray(code).astype(np.int64)
+    top = ((code >> 3) & 0xF) == 0xF
+    special = np.where(code & 7, np.nan, np.where(code & 0x80, -np.inf, np.inf))
+    return np.where(top, special, fp8_value(code, "float8_e4m3"))
+
+
 def mx_round(v: np.ndarray, kind: str) -> np.ndarray:
     """Round to the nearest value of the fp8 kind (ties to even): a quantum of 2^(e - mantissa bits)."""
     man, _, emin = MX_KINDS[kind]
