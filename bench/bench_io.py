@@ -57,7 +57,7 @@ from nests import shape_for, tusk_nest  # noqa: E402
 
 from tusk.ir import bir_json  # noqa: E402
 from tusk.ir.module import SCHEMAS, Module  # noqa: E402
-from tusk.stages.deps import BuildFDeps  # noqa: E402
+from tusk.stages.build_fdeps import BuildFDeps  # noqa: E402
 from tusk.stages.unroll import unroll_function  # noqa: E402
 
 WRITER_TARGET, LOADER_TARGET, MEMORY_TARGET = 2.0, 5.0, 3.0

@@ -43,7 +43,7 @@ from typing import Any, Iterator
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
 from tusk.ir.canonical import canonical_bytes
-from tusk.ir.errors import EnvError, TuskError, UsageError
+from tusk.ir.errors import EnvError, UsageError
 from tusk.ir.module import Module
 
 STORE_FORMAT = 1
@@ -234,8 +234,8 @@ class Store:
         self._damaged.add(h)
         self.fs.remove_tree(self.object_path(h))
         if self.fs.exists(self.object_path(h)):
-            raise TuskError(f"damaged object {h} ({reason}) cannot be removed from the store {self.url}; "
-                            f"remove {self.object_path(h)} or run tusk cache clear")
+            raise EnvError(f"damaged object {h} ({reason}) cannot be removed from the store {self.url}; "
+                           f"remove {self.object_path(h)} or run tusk cache clear")
 
     def object_hashes(self) -> Iterator[str]:
         for prefix in self.fs.listdir(self.fs.path("objects")):
@@ -462,7 +462,7 @@ def parse_size(text: str | int) -> int:
         return text
     m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?)(i?b)?\s*$", text, re.IGNORECASE)
     if not m:
-        raise TuskError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
+        raise UsageError(f"not a size: {text!r} (examples: 500M, 2G, 1048576)")
     scale = 1024 ** " kmgtp".index(m.group(2).lower() or " ")
     return int(float(m.group(1)) * scale)
 

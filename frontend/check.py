@@ -15,10 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from tusk.ir import klr
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError
 
 
-class UnwrittenOutput(TuskError):
+class UnwrittenOutput(InputError):
     """The kernel left elements of an output unwritten."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tusk.ir.errors import PassError, TuskError
+from tusk.ir.errors import PassError, UsageError
 
 PARTITIONS = 128
 PSUM_BANK_BYTES = 2048
@@ -53,7 +53,7 @@ def get_arch(name: str | None) -> Arch:
     key = ALIASES.get(key, key)
     if key not in ARCHS:
         known = ", ".join(sorted(ARCHS) + sorted(ALIASES))
-        raise TuskError(f"unknown arch {name!r} (known: {known})")
+        raise UsageError(f"unknown arch {name!r} (known: {known})")
     return ARCHS[key]
 
 

@@ -38,7 +38,7 @@ from tusk.ir.enums import (
     Mem,
     Role,
 )
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, as_expr, expr_to_json
 from tusk.ir.module import Function, Module
 from tusk.ir.values import ImmValue, Pattern, SymAddr
@@ -50,7 +50,7 @@ def _dtype(d: str | int) -> int:
     if isinstance(d, int):
         return d
     if d not in DTYPE_BY_NAME:
-        raise TuskError(f"unknown dtype {d!r}")
+        raise InputError(f"unknown dtype {d!r}")
     return DTYPE_BY_NAME[d]
 
 
@@ -174,7 +174,7 @@ class Builder:
             if (block is None or block.is_const) and offset.is_const:
                 b = 0 if block is None else block.c
                 if not 0 <= b < len(x.tensor.memlocs):
-                    raise TuskError(f"block {b} out of range for tensor {x.tensor.name}")
+                    raise InputError(f"block {b} out of range for tensor {x.tensor.name}")
                 off = offset.c
                 return (role, Kind.PHYSICAL, x.dtype, x.tensor.memlocs[b], off, pat, -1, -1, -1)
             aux = fn.intern(SymAddr(offset, block))
@@ -184,7 +184,7 @@ class Builder:
         if isinstance(x, QuasiAffine):
             return (Role.IN, Kind.SYMBOLIC_IMM, enums.Dt.int32, -1, 0, -1, fn.intern(x), -1, -1)
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise TuskError(f"not an operand: {x!r}")
+            raise InputError(f"not an operand: {x!r}")
         dt = enums.Dt.int32 if isinstance(x, int) else enums.Dt.float32
         return (Role.IN, Kind.IMM, dt, -1, 0, -1, fn.intern(ImmValue(x)), -1, -1)
 
@@ -193,7 +193,7 @@ class Builder:
              indirect: Sequence[Operand] = ()) -> int:
         """Append any instruction; the typed helpers below call this."""
         if opname not in OPCODE_BY_NAME:
-            raise TuskError(f"unknown opcode {opname!r}")
+            raise InputError(f"unknown opcode {opname!r}")
         rows = [self._operand(x, Role.IN) for x in ins]
         rows += [self._operand(x, Role.INDIRECT) for x in indirect]
         rows += [self._operand(x, Role.OUT) for x in outs]

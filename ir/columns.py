@@ -20,13 +20,17 @@ import numpy as np
 from tusk.ir.canonical import canonical_json
 
 T = TypeVar("T")
+C = TypeVar("C", bound=str)  # a table's column names (tusk.ir.schema's Literal types)
 
 Schema = tuple[tuple[str, Any], ...]
 FLUSH_ROWS = 1 << 18  # bound the temporary of a flush
 
 
-class Table:
-    """Columns of equal length; each row is one IR object (instruction, operand, ...)."""
+class Table(Generic[C]):
+    """Columns of equal length; each row is one IR object (instruction, operand, ...).
+
+    ``Table[InstCol]``: the column names are a Literal type, so reads by a misspelt name fail the type
+    check; code that walks columns by a name it computed uses :meth:`column`."""
 
     __slots__ = ("schema", "names", "_cols", "_n", "_pending", "_npend")
 
@@ -128,41 +132,45 @@ class Table:
         return start
 
     # ------------------------------------------------------------- reads
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: C) -> np.ndarray:
         """A live view of one column (invalidated by later appends)."""
+        return self.column(name)
+
+    def column(self, name: str) -> np.ndarray:
+        """``self[name]`` for a name computed at run time (a schema walk); unknown names raise KeyError."""
         if self._npend:
             self.flush()
         return self._cols[name][: self._n]
 
     def row(self, i: int) -> dict[str, Any]:
-        return {name: self[name][i].item() for name in self.names}
+        return {name: self.column(name)[i].item() for name in self.names}
 
-    def get(self, name: str, i: int) -> Any:
+    def get(self, name: C, i: int) -> Any:
         if self._npend and i >= self._n:
             self.flush()
         return self._cols[name][i].item()
 
-    def set(self, name: str, i: int, value: Any) -> None:
+    def set(self, name: C, i: int, value: Any) -> None:
         if self._npend and i >= self._n:
             self.flush()
         self._cols[name][i] = value
 
     # ------------------------------------------------------------- whole-table
-    def copy(self) -> "Table":
+    def copy(self) -> "Table[C]":
         self.flush()
-        out = Table(self.schema, capacity=max(self._n, 1))
+        out: Table[C] = Table(self.schema, capacity=max(self._n, 1))
         for name in self.names:
             out._cols[name][: self._n] = self._cols[name][: self._n]
         out._n = self._n
         return out
 
-    def take(self, rows: np.ndarray | Sequence[int]) -> "Table":
+    def take(self, rows: np.ndarray | Sequence[int]) -> "Table[C]":
         """A new table holding the given rows, in the given order."""
         rows = np.asarray(rows, dtype=np.int64)
-        return Table.from_arrays(self.schema, {name: self[name][rows] for name in self.names})
+        return Table.from_arrays(self.schema, {name: self.column(name)[rows] for name in self.names})
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: self[name] for name in self.names}
+        return {name: self.column(name) for name in self.names}
 
     @staticmethod
     def from_arrays(schema: Schema, arrays: Mapping[str, np.ndarray]) -> "Table":

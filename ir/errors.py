@@ -8,7 +8,7 @@ Which subclass it is says whose fault it is, and so what a build does:
 * :class:`InputError` -- the kernel's (a malformed file, a program a pass
   refuses: :class:`FormatError`, :class:`PassError`).  That kernel fails
   with file, location and problem; the others are built and written.
-  Exit code 1.
+  Exit code 1 (also a directory holding no kernel file).
 * :class:`UsageError` -- the command's (a bad option, pipeline or
   directory).  Found before anything is built; exit code 2.
 * :class:`EnvError` -- the machine's (the store, the file system, the
@@ -20,6 +20,10 @@ Which subclass it is says whose fault it is, and so what a build does:
 
 :class:`VerifyError` (an IR invariant broken) is the kernel's when the
 verifier checks a kernel as read, Tusk's when it checks a pass's output.
+
+:class:`TuskError` itself cannot be raised (a TypeError): every raise says
+whose fault it is, and :func:`fault_of` is the one rule that reads it --
+the build's tasks, the kernel reader and the command line all ask it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class TuskError(Exception):
     """
 
     def __init__(self, message: str, *, file: str | None = None, where: str | None = None):
+        if type(self) is TuskError:
+            # the base says nothing about whose fault it is, so fault_of could only guess
+            raise TypeError("TuskError is the base class: raise its fault class (InputError, FormatError, "
+                            "PassError, VerifyError, UsageError, EnvError or InternalError)")
         self.message = message
         self.file = None if file is None else str(file)
         self.where = where
@@ -61,7 +69,7 @@ class InputError(TuskError):
 
 
 class FormatError(InputError):
-    """Malformed input file (BIR-JSON, KLR, pipeline TOML)."""
+    """Malformed kernel file (BIR-JSON, KLR); a bad pipeline or tusk.toml is the command's (UsageError)."""
 
 
 class PassError(InputError):
@@ -88,12 +96,24 @@ class InternalError(TuskError):
 INPUT, USAGE, ENVIRONMENT, INTERNAL = "input", "usage", "environment", "internal"
 
 
-def fault_of(e: BaseException) -> str:
-    """Whose fault ``e`` is (see the module docstring); OSError is the environment's, anything else a bug."""
-    if isinstance(e, InputError):
+def fault_of(e: BaseException, *, kernel: bool = False, read: bool = False) -> str:
+    """Whose fault ``e`` is (see the module docstring); OSError is the environment's, anything else a bug.
+
+    ``kernel``: ``e`` failed one kernel of a build, which starts only once the
+    command has been checked, so a UsageError then (an option that kernel's
+    program cannot take, its tusk.toml table) is that kernel's.  ``read``:
+    ``e`` was raised bringing the kernel in (a reader, a pass that
+    ``reads_files``), so a broken invariant (VerifyError) is the kernel's,
+    not a pass's.
+    """
+    if isinstance(e, InputError) or (kernel and isinstance(e, UsageError)) or (read and isinstance(e, VerifyError)):
         return INPUT
     if isinstance(e, UsageError):
         return USAGE
     if isinstance(e, (EnvError, OSError)):
         return ENVIRONMENT
     return INTERNAL
+
+
+#: exit code by fault (README): 1 a kernel (or the file shown) is at fault, or Tusk; 2 the command or the machine
+EXIT_CODES = {INPUT: 1, INTERNAL: 1, USAGE: 2, ENVIRONMENT: 2}

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, InputError
 
 # Pelican in-memory kinds (spec §4.1), kept for the wire tags and for users
 # who know the backend's numbering.
@@ -58,7 +58,7 @@ def _lookup(table: Mapping, key, what: str):
     try:
         return table[key]
     except KeyError:
-        raise TuskError(f"cannot evaluate expression: {what} {key!r} has no value") from None
+        raise InputError(f"cannot evaluate expression: {what} {key!r} has no value") from None
 
 
 # --------------------------------------------------------------------------- atoms
@@ -190,7 +190,7 @@ class ShardIdx(Atom):
 
     def eval(self, env: Env) -> int:
         if env.shard is None:
-            raise TuskError("cannot evaluate expression: shard id has no value")
+            raise InputError("cannot evaluate expression: shard id has no value")
         return env.shard
 
     eval_np = eval
@@ -467,7 +467,7 @@ def floordiv(e: "QuasiAffine | int", d: int) -> QuasiAffine:
     e = as_expr(e)
     d = int(d)
     if d <= 0:
-        raise TuskError(f"floordiv by non-positive denominator {d}")
+        raise InputError(f"floordiv by non-positive denominator {d}")
     if d == 1:
         return e
     if not e.terms:
@@ -482,7 +482,7 @@ def mod(e: "QuasiAffine | int", d: int) -> QuasiAffine:
     e = as_expr(e)
     d = int(d)
     if d <= 0:
-        raise TuskError(f"modulo by non-positive denominator {d}")
+        raise InputError(f"modulo by non-positive denominator {d}")
     if d == 1:
         return const(0)
     # (k*x + c) mod d == ((k mod d)*x + c mod d) mod d: reduce coefficients first.
@@ -509,7 +509,7 @@ class AffinePredicate:
 
     def __init__(self, expr: QuasiAffine | int, rel: str = "ge"):
         if rel not in _RELS:
-            raise TuskError(f"unknown predicate relation {rel!r} (expected one of {sorted(_RELS)})")
+            raise InputError(f"unknown predicate relation {rel!r} (expected one of {sorted(_RELS)})")
         self.expr = as_expr(expr)
         self.rel = rel
         self._hash = hash((self.expr, rel))

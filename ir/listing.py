@@ -39,7 +39,7 @@ from tusk.ir.enums import (
     Mem,
     Role,
 )
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import UsageError
 from tusk.ir.expr import AffinePredicate, QuasiAffine, expr_from_json
 from tusk.ir.module import Function, Module
 from tusk.ir.wire import WIRE
@@ -110,7 +110,7 @@ def engine_codes(names: Iterable[str]) -> frozenset[int]:
     for name in names:
         key = aliases.get(name.strip().lower(), name.strip().lower())
         if key not in by_name:
-            raise TuskError(f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})")
+            raise UsageError(f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})")
         out.add(by_name[key])
     return frozenset(out)
 
@@ -131,7 +131,7 @@ def iter_listing(module, flt: Filter | None = None) -> Iterator[str]:
             break
     if not matched and flt.function is not None:
         names = ", ".join(fn.name for fn in module.functions)
-        raise TuskError(f"no function {flt.function!r} (functions: {names})")
+        raise UsageError(f"no function {flt.function!r} (functions: {names})")
 
 
 def _function_lines(fn, flt: Filter, budget: list[int]) -> Iterator[str]:

@@ -55,7 +55,7 @@ class Instances:
     """Accesses grouped into instances.  Per access (sorted by memloc, row, read before write):
     ``memloc``, ``row``, ``write``, ``op`` (operand row), ``inst`` (instance id).  Per instance:
     ``memloc``, ``first``/``last`` access rows, ``first_write`` (-1: none), ``last_read`` (-1: none),
-    ``live_in``.  Per memory location: ``simple``."""
+    ``live_in``, ``kill`` (it starts with a kill).  Per memory location: ``simple``."""
 
     a_memloc: np.ndarray
     a_row: np.ndarray
@@ -68,6 +68,7 @@ class Instances:
     i_first_write: np.ndarray
     i_last_read: np.ndarray
     i_live_in: np.ndarray
+    i_kill: np.ndarray
     simple: np.ndarray
 
     def __len__(self) -> int:
@@ -197,7 +198,7 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
     starts_with_kill = kill[firsts]
     i_live_in = ~starts_with_kill & (i_last_read >= 0) & ((i_first_write < 0) | (first_read <= i_first_write))
     return Instances(a_memloc, a_row, a_write, a_op, a_inst, i_memloc, i_first, i_last, i_first_write, i_last_read,
-                     i_live_in, simple)
+                     i_live_in, starts_with_kill, simple)
 
 
 def boxes(fn: Function, memlocs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

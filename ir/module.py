@@ -37,7 +37,7 @@ import numpy as np
 from tusk.ir import enums
 from tusk.ir.columns import EMPTY, Pool, Record, Table
 from tusk.ir.enums import Kind
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError
 from tusk.ir.expr import expr_from_json
 
 # the schemas are defined below this module (tusk.ir.schema) and imported from here as before
@@ -58,6 +58,7 @@ from tusk.ir.schema import SCHEMAS as SCHEMAS
 from tusk.ir.schema import SET_SCHEMA as SET_SCHEMA
 from tusk.ir.schema import STRING_REFS as STRING_REFS
 from tusk.ir.schema import VALUE_REFS as VALUE_REFS
+from tusk.ir.schema import BlockCol, CarriedCol, DepCol, InstCol, MemlocCol, OperandCol, RegCol, SetCol
 from tusk.ir.schema import clone_name as clone_name
 from tusk.ir.schema import split_clone_name as split_clone_name
 from tusk.ir.values import DynamicAPInfo, ImmValue, Pattern, SymAddr
@@ -78,14 +79,14 @@ class Function:
             setattr(self, table, Table(schema))
         self._name_index: dict[str, int] | None = None
 
-    insts: Table
-    operands: Table
-    memlocs: Table
-    sets: Table
-    regs: Table
-    blocks: Table
-    deps: Table
-    carried: Table
+    insts: Table[InstCol]
+    operands: Table[OperandCol]
+    memlocs: Table[MemlocCol]
+    sets: Table[SetCol]
+    regs: Table[RegCol]
+    blocks: Table[BlockCol]
+    deps: Table[DepCol]
+    carried: Table[CarriedCol]
 
     # ------------------------------------------------------------ copying
     def copy(self) -> "Function":
@@ -152,7 +153,7 @@ class Function:
                  *, attrs: Record | int | None = None, pred: int = -1, iteration: int = -1) -> int:
         """Append an instruction and its operand rows (tuples in OPERAND_SCHEMA order)."""
         if len(operands) > MAX_OPERANDS:
-            raise TuskError(f"instruction {name!r} has {len(operands)} operands; at most {MAX_OPERANDS} fit")
+            raise InputError(f"instruction {name!r} has {len(operands)} operands; at most {MAX_OPERANDS} fit")
         ops = self.operands.append_rows(operands)
         name_id = name if isinstance(name, int) else self.s(name)
         attr_id = attrs if isinstance(attrs, int) else self.intern_record(attrs)
@@ -190,23 +191,23 @@ class Function:
             self._name_index = index
         row = self._name_index.get(name, -1) if name else -1
         if row == -2:
-            raise TuskError(f"function {self.name}: several instructions are named {name!r}")
+            raise InputError(f"function {self.name}: several instructions are named {name!r}")
         if row < 0:
-            raise TuskError(f"function {self.name}: no instruction named {name!r}")
+            raise InputError(f"function {self.name}: no instruction named {name!r}")
         return row
 
     def memloc_by_name(self, name: str) -> int:
         sid = self.strings.find(name)
         hits = np.nonzero(self.memlocs["name"] == sid)[0] if sid >= 0 else ()
         if len(hits) == 0:
-            raise TuskError(f"function {self.name}: no memory location named {name!r}")
+            raise InputError(f"function {self.name}: no memory location named {name!r}")
         return int(hits[0])
 
     def set_by_name(self, name: str) -> int:
         sid = self.strings.find(name)
         hits = np.nonzero(self.sets["name"] == sid)[0] if sid >= 0 else ()
         if len(hits) == 0:
-            raise TuskError(f"function {self.name}: no memory location set named {name!r}")
+            raise InputError(f"function {self.name}: no memory location set named {name!r}")
         return int(hits[0])
 
     def reg_by_name(self, name: str) -> int:
@@ -324,7 +325,7 @@ class LoopAxis:
     def from_record(rec: Record) -> "LoopAxis":
         ax = rec.get("LoopAxis") or rec.get("DynamicForLoopAxis")
         if ax is None:
-            raise TuskError("loop instruction has no LoopAxis")
+            raise InputError("loop instruction has no LoopAxis")
         return LoopAxis(ax["name"], _folded_bound(ax["lb"]), _folded_bound(ax["ub"]),
                         _folded_bound(ax.get("stride", 1)))
 
@@ -366,7 +367,7 @@ class Module:
         for f in self.functions:
             if f.name == name:
                 return f
-        raise TuskError(f"module has no function named {name!r}")
+        raise InputError(f"module has no function named {name!r}")
 
     @property
     def neuron_core_id(self) -> int | None:

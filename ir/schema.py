@@ -7,6 +7,7 @@ modules -- their identity (:mod:`tusk.ir.identity`) -- needs no import of the cl
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 
@@ -29,6 +30,18 @@ DEP_SCHEMA = (("src", i4), ("dst", i4), ("kind", u1))
 # flavour 1: loop_carried_dependencies (payload: distances), 2: unroll_dependencies
 # (payload: (exprs, predicates)).
 CARRIED_SCHEMA = (("src", i4), ("dst", i4), ("kind", u1), ("flavour", u1), ("payload", i4))
+
+# The column names as types, so the type checker refuses a misspelt column (``fn.insts["opcod"]``);
+# tests/test_ir_columns.py checks each against its schema.
+InstCol = Literal["opcode", "engine", "block", "name", "iter", "attrs", "ops", "nops", "pred"]
+OperandCol = Literal["role", "kind", "dtype", "memloc", "offset", "pattern", "aux", "dyn", "extra"]
+MemlocCol = Literal["set", "name", "mtype", "bank", "base", "nparts", "addr", "pbytes", "tensor_id", "const_path",
+                    "extra"]
+SetCol = Literal["name", "kind", "tclass", "dtype", "shape", "is_block", "n_blocks", "extra"]
+RegCol = Literal["name", "extra"]
+BlockCol = Literal["name", "parent", "extra"]
+DepCol = Literal["src", "dst", "kind"]
+CarriedCol = Literal["src", "dst", "kind", "flavour", "payload"]
 
 SCHEMAS = {"insts": INST_SCHEMA, "operands": OPERAND_SCHEMA, "memlocs": MEMLOC_SCHEMA,
            "sets": SET_SCHEMA, "regs": REG_SCHEMA, "blocks": BLOCK_SCHEMA, "deps": DEP_SCHEMA,

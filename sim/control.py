@@ -24,7 +24,7 @@ import numpy as np
 
 from tusk.ir.columns import thaw
 from tusk.ir.enums import LOOP_OPCODES, OPAQUE_OPCODES, OPCODE_NAMES, Mem, Op
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError, TuskError
 from tusk.ir.expr import expr_from_json
 from tusk.sim.machine import Frame, InterpError
 from tusk.sim.ops import HANDLERS
@@ -112,7 +112,7 @@ def _run_rows(fr: Frame, rows) -> str | None:
             h = table[opc[i]]
             if h is None:
                 opaque = " (an opcode of KLR's producer, kept opaque)" if opc[i] in OPAQUE_OPCODES else ""
-                raise TuskError(f"opcode {OPCODE_NAMES[opc[i]]}{opaque} is not supported by the interpreter")
+                raise PassError(f"opcode {OPCODE_NAMES[opc[i]]}{opaque} is not supported by the interpreter")
             p = pred[i]
             if p >= 0 and not fr.preds_hold(p):
                 continue
@@ -151,7 +151,7 @@ def _body(fr: Frame, i: int) -> list[list[int]]:
 def _run_body(fr: Frame, i: int, body: list[list[int]]) -> None:
     for rows in body:
         if _run_rows(fr, rows) is not None:
-            raise TuskError("branches inside loop bodies are not supported by the interpreter")
+            raise PassError("branches inside loop bodies are not supported by the interpreter")
 
 
 def _run_loop(fr: Frame, i: int) -> None:
@@ -161,7 +161,7 @@ def _run_loop(fr: Frame, i: int) -> None:
     if op == Op.DoWhile:
         cond = attrs.get("cond")
         if not isinstance(cond, str):
-            raise TuskError(f"DoWhile needs a register name in 'cond', got {cond!r}")
+            raise InputError(f"DoWhile needs a register name in 'cond', got {cond!r}")
         while True:
             _run_body(fr, i, body)
             fr.m.count(1, fr.fn)
@@ -170,11 +170,11 @@ def _run_loop(fr: Frame, i: int) -> None:
         return
     ax = attrs.get("LoopAxis") if op == Op.Loop else attrs.get("DynamicForLoopAxis", attrs.get("LoopAxis"))
     if ax is None:
-        raise TuskError("loop instruction has no loop axis")
+        raise InputError("loop instruction has no loop axis")
     name = ax["name"]
     lb, ub, stride = _bound(fr, ax["lb"]), _bound(fr, ax["ub"]), _bound(fr, ax.get("stride", 1))
     if stride == 0:
-        raise TuskError("loop stride is 0")
+        raise InputError("loop stride is 0")
     axes = fr.axes
     had, old = name in axes, axes.get(name)
     try:
@@ -208,12 +208,12 @@ def _branch(fr: Frame, i: int) -> str | None:
     else:
         rel, kind = op[:2], op[2:]
         if rel not in _RELS or kind not in ("REG", "IMM"):
-            raise TuskError(f"comparison {attrs.get('comp_op')!r} is not supported by the interpreter")
+            raise PassError(f"comparison {attrs.get('comp_op')!r} is not supported by the interpreter")
         vals = [fr.scalar(j) for j in ins]
         if kind == "IMM" and "imm" in attrs:
             vals = vals[:1] + [attrs["imm"]]
         if len(vals) < 2:
-            raise TuskError(f"{attrs.get('comp_op')} needs two operands, has {len(vals)}")
+            raise InputError(f"{attrs.get('comp_op')} needs two operands, has {len(vals)}")
         taken = _RELS[rel](vals[0], vals[1])
     return _target(attrs.get("on_true")) if taken else _target(attrs.get("on_false"))
 
@@ -234,7 +234,7 @@ def _run_branching(fr: Frame) -> None:
             k += 1
             continue
         if target not in names:
-            raise TuskError(f"function {fn.name}: branch to {target!r}, which is not a top-level block")
+            raise InputError(f"function {fn.name}: branch to {target!r}, which is not a top-level block")
         k = names[target]
 
 
@@ -245,7 +245,7 @@ def _call(fr: Frame, i: int) -> None:
     attrs = fr.attrs(i)
     fname = attrs.get("func")
     if not isinstance(fname, str):
-        raise TuskError("NKIKernel has no 'func' naming the called function")
+        raise InputError("NKIKernel has no 'func' naming the called function")
     callee = fr.m.module.function(fname)
     caller = fr.fn
     maps = dict(attrs.get("func_args") or {})
@@ -262,12 +262,12 @@ def _call(fr: Frame, i: int) -> None:
         m = _caller_memloc(caller, target)
         if m < 0:
             if maps:
-                raise TuskError(f"call of {fname}: {kname} is bound to {target!r}, which names no memory location "
+                raise InputError(f"call of {fname}: {kname} is bound to {target!r}, which names no memory location "
                                 f"of {caller.name}")
             continue
         bindings[r] = fr.loc(m)
     if fr.m.depth >= MAX_CALL_DEPTH:
-        raise TuskError(f"call depth above {MAX_CALL_DEPTH} (recursive kernels?)")
+        raise InputError(f"call depth above {MAX_CALL_DEPTH} (recursive kernels?)")
     fr.m.depth += 1
     try:
         from tusk.sim.interp import load_consts  # interp imports this module

@@ -31,7 +31,7 @@ from typing import Mapping
 import numpy as np
 
 from tusk.ir.enums import DTYPE_NAMES, INPUT_KINDS, OUTPUT_KINDS, Mem, TensorKind
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, UsageError
 from tusk.ir.module import Function, Module
 from tusk.sim.control import run_function
 from tusk.sim.machine import Frame, Machine, memloc_elems
@@ -46,7 +46,7 @@ def entry_function(module: Module, name: str | None = None) -> Function:
     if name is not None:
         return module.function(name)
     if not module.functions:
-        raise TuskError("module has no functions")
+        raise InputError("module has no functions")
     for fn in module.functions:
         if fn.name == "main":
             return fn
@@ -66,7 +66,7 @@ def _dram_tensors(fn: Function, kinds) -> list[int]:
 def _to_storage(value, dt: int, n: int, name: str) -> np.ndarray:
     arr = np.asarray(value)
     if arr.size != n:
-        raise TuskError(f"input {name} has {arr.size} elements; its tensor has {n}")
+        raise UsageError(f"input {name} has {arr.size} elements; its tensor has {n}")
     npdt = NP_DTYPES[dt]
     c = DT_CLASS[dt]
     if c == BF16:
@@ -78,7 +78,7 @@ def _to_storage(value, dt: int, n: int, name: str) -> np.ndarray:
     if c == FP8 and arr.dtype.kind == "f":  # values: rounded to the format (raw uint8 codes are taken as they are)
         return from_compute(arr.reshape(-1), dt)
     if arr.dtype.itemsize != npdt.itemsize or arr.dtype.kind not in "iu":
-        raise TuskError(f"input {name} is {DTYPE_NAMES[dt]}: give its raw bytes as {npdt} (got {arr.dtype})")
+        raise UsageError(f"input {name} is {DTYPE_NAMES[dt]}: give its raw bytes as {npdt} (got {arr.dtype})")
     return arr.astype(npdt).reshape(-1)
 
 
@@ -114,11 +114,11 @@ def run(module: Module, inputs: Mapping[str, np.ndarray] | None = None, *, stric
     for name in inputs:
         m = by_name.get(name)
         if m is None or int(mtype[m]) != Mem.DRAM:
-            raise TuskError(f"input {name!r} names no DRAM memory location of function {fn.name}")
+            raise UsageError(f"input {name!r} names no DRAM memory location of function {fn.name}")
     need = _dram_tensors(fn, INPUT_KINDS)
     missing = [ml_names[m] for m in need if ml_names[m] not in inputs]
     if missing:
-        raise TuskError(f"function {fn.name}: missing input(s) {', '.join(missing)}")
+        raise UsageError(f"function {fn.name}: missing input(s) {', '.join(missing)}")
     for m in _dram_tensors(fn, {TensorKind.Const}):
         if ml_names[m] not in inputs:
             inputs[ml_names[m]] = _const_file(module, fn, m, ml_names[m])
@@ -150,8 +150,8 @@ def _const_file(module: Module, fn: Function, m: int, name: str) -> np.ndarray:
         try:
             return np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise TuskError(f"const tensor {name}: cannot read {path}: {e}") from None
-    raise TuskError(f"const tensor {name} has no value: pass it in inputs (or give a .npy const_file_path)")
+            raise InputError(f"const tensor {name}: cannot read {path}: {e}") from None
+    raise UsageError(f"const tensor {name} has no value: pass it in inputs (or give a .npy const_file_path)")
 
 
 def load_consts(frame: Frame, bound: set[int]) -> None:

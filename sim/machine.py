@@ -22,7 +22,7 @@ import numpy as np
 from tusk.ir.arch import PARTITIONS, get_arch
 from tusk.ir.columns import thaw
 from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES, OPCODE_NAMES, Kind, Mem, Role
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError
 from tusk.ir.expr import Env, IndirectArgExpr, QuasiAffine, expr_from_json
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
@@ -31,7 +31,7 @@ from tusk.sim.memory import NP_DTYPES, Access, Loc, Storage, from_compute, make_
 CACHE_LIMIT = 1 << 17  # cached accesses per frame before the cache is reset
 
 
-class InterpError(TuskError):
+class InterpError(InputError):
     """An error already located at an instruction (so callers do not prefix it twice)."""
 
 
@@ -64,7 +64,7 @@ class Machine:
     def count(self, n: int, fn: Function) -> None:
         self.steps += n
         if self.steps > self.max_steps:
-            raise TuskError(f"function {fn.name}: step limit of {self.max_steps} executed instructions exceeded "
+            raise InputError(f"function {fn.name}: step limit of {self.max_steps} executed instructions exceeded "
                             f"(an infinite loop?)")
 
 
@@ -146,7 +146,7 @@ class Frame:
     def loc(self, m: int) -> Loc:
         loc = self.locs[m]
         if loc is None:
-            raise TuskError(f"memory location {self.fn.strings[self.fn.memlocs.get('name', m)]} is not allocated "
+            raise InputError(f"memory location {self.fn.strings[self.fn.memlocs.get('name', m)]} is not allocated "
                             f"(SB/PSUM tensors need an address to run)")
         return loc
 
@@ -211,7 +211,7 @@ class Frame:
 
     def reg_name(self, j: int) -> str:
         if self.kind[j] not in (Kind.REGISTER, Kind.REGISTER_AP):
-            raise TuskError("expected a register operand")
+            raise InputError("expected a register operand")
         return self.reg_names[self.aux[j]]
 
     def access(self, j: int) -> Access:
@@ -239,7 +239,7 @@ class Frame:
                 else:
                     m = locs.get(blk, -1)
                 if m < 0:
-                    raise TuskError(f"block index {blk} selects no memory location of tensor "
+                    raise InputError(f"block index {blk} selects no memory location of tensor "
                                     f"{self.fn.strings[self.fn.sets.get('name', s)]}")
             key = (m, self.dtype[j], off, self.pattern[j])
             acc = self.cache.get(key)
@@ -248,7 +248,7 @@ class Frame:
             return acc
         if k == Kind.REGISTER_AP:
             if self.aux[j] < 0:
-                raise TuskError("a register_ap without regref (its address register is not named) is not "
+                raise PassError("a register_ap without regref (its address register is not named) is not "
                                 "supported by the interpreter")
             # Tusk's reading: the register holds a runtime element offset added to the static one.
             off = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]]
@@ -258,9 +258,9 @@ class Frame:
                 acc = self._remember(key, make_access(self.loc(key[0]), key[1], off, self.patterns[key[3]]))
             return acc
         if k == Kind.SYMBOLIC_DIMS:
-            raise TuskError("a symbolic_ap with one address per dimension (KLR's form) is not supported by the "
+            raise PassError("a symbolic_ap with one address per dimension (KLR's form) is not supported by the "
                             "interpreter")
-        raise TuskError(f"operand {j} is not an access pattern")
+        raise InputError(f"operand {j} is not an access pattern")
 
     def _remember(self, key, acc: Access) -> Access:
         if len(self.cache) >= CACHE_LIMIT:
@@ -279,12 +279,12 @@ class Frame:
                 off += coef * expr.eval(self.env)
                 continue
             if len(expr.terms) != 1 or expr.terms[0][1] != 1 or expr.c != 0:
-                raise TuskError(f"dynamic offset term {expr!r} mixes a gather index with other terms")
+                raise InputError(f"dynamic offset term {expr!r} mixes a gather index with other terms")
             idx = self._indirect_values(ind[0].arg_id)
             if idx.size == 1:
                 off += coef * int(idx[0])
             elif gather is not None:
-                raise TuskError("an access pattern with two gather indices")
+                raise InputError("an access pattern with two gather indices")
             else:
                 gather = (d.indirect_dim, idx)
         return make_access(self.loc(self.memloc[j]), self.dtype[j], off, self.patterns[self.pattern[j]], gather)
@@ -294,7 +294,7 @@ class Frame:
         _, ind, _ = self.split(self.cur)
         k = arg_id - 1 if arg_id >= 1 else 0
         if k >= len(ind):
-            raise TuskError(f"IndirectArgExpr({arg_id}) but the instruction has {len(ind)} indirection_ins operand(s)")
+            raise InputError(f"IndirectArgExpr({arg_id}) but the instruction has {len(ind)} indirection_ins operand(s)")
         v = self.value(ind[k]).reshape(-1)
         if v.dtype.kind == "f":
             v = np.rint(v)
@@ -304,7 +304,7 @@ class Frame:
     def read_raw(self, j: int) -> np.ndarray:
         acc = self.access(j)
         if self.m.strict and not acc.all_written():
-            raise TuskError(f"strict mode: reads uninitialised memory of memory location {acc.loc.name}")
+            raise InputError(f"strict mode: reads uninitialised memory of memory location {acc.loc.name}")
         return acc.read()
 
     def value(self, j: int) -> np.ndarray:
@@ -324,7 +324,7 @@ class Frame:
         acc = self.access(j)
         vals = np.asarray(vals)
         if vals.size != acc.count:
-            raise TuskError(f"result has {vals.size} elements but the output access pattern has {acc.count}")
+            raise InputError(f"result has {vals.size} elements but the output access pattern has {acc.count}")
         acc.write(from_compute(vals.reshape(-1), self.dtype[j]))
         if self.m.strict:
             acc.mark_written()
@@ -332,7 +332,7 @@ class Frame:
     def store_raw(self, j: int, raw: np.ndarray) -> None:
         acc = self.access(j)
         if raw.size != acc.count:
-            raise TuskError(f"copies {raw.size} elements into an access pattern of {acc.count}")
+            raise InputError(f"copies {raw.size} elements into an access pattern of {acc.count}")
         acc.write(raw.reshape(-1))
         if self.m.strict:
             acc.mark_written()

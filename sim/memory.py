@@ -34,7 +34,7 @@ import numpy as np
 
 from tusk.ir.arch import PARTITIONS
 from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError, TuskError
 from tusk.sim.minifloat import FORMATS
 
 # --------------------------------------------------------------------------- dtypes
@@ -60,7 +60,7 @@ assert len(NP_DTYPES) == len(DT_CLASS) == len(DTYPE_NAMES)
 
 
 def unsupported(dt: int) -> TuskError:
-    return TuskError(f"dtype {DTYPE_NAMES[dt]} not supported by the interpreter (only byte-for-byte copies)")
+    return PassError(f"dtype {DTYPE_NAMES[dt]} not supported by the interpreter (only byte-for-byte copies)")
 
 
 def is_int(dt: int) -> bool:
@@ -160,7 +160,7 @@ class Storage:
         """Write raw bytes at ``byte`` (inputs) and mark them written."""
         b = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
         if byte < 0 or byte + len(b) > len(self.data):
-            raise TuskError(f"{self.name}: {len(b)} bytes at {byte} do not fit")
+            raise InputError(f"{self.name}: {len(b)} bytes at {byte} do not fit")
         self.data[byte:byte + len(b)] = b
         if self.written is not None:
             self.written[byte:byte + len(b)] = True
@@ -220,7 +220,7 @@ class Access:
         if vals.dtype != self.npdt:
             vals = vals.astype(self.npdt)
         if vals.size != self.count:
-            raise TuskError(f"writes {vals.size} elements into an access pattern of {self.count} elements "
+            raise InputError(f"writes {vals.size} elements into an access pattern of {self.count} elements "
                             f"(memory location {self.loc.name})")
         if self.view is not None:
             self.view[...] = vals.reshape(self.shape)
@@ -291,7 +291,7 @@ def _range_of(steps, shape) -> tuple[int, int]:
 
 
 def _outside(loc: Loc, what: str) -> TuskError:
-    return TuskError(f"access pattern reaches {what} outside memory location {loc.name}'s memory "
+    return InputError(f"access pattern reaches {what} outside memory location {loc.name}'s memory "
                      f"({loc.storage.name})")
 
 
@@ -311,7 +311,7 @@ def _affine(loc: Loc, npdt, size, offset, shape, steps) -> Access | None:
         return Access(loc, npdt, shape, view=view, start=start, strides=strides)
     pitch = loc.pbytes // size
     if pitch <= 0:
-        raise TuskError(f"memory location {loc.name} rows ({loc.pbytes} bytes) hold no element of {size} bytes")
+        raise InputError(f"memory location {loc.name} rows ({loc.pbytes} bytes) hold no element of {size} bytes")
     q0, r0 = divmod(offset, pitch)
     strides = []
     plo = phi = clo = chi = 0
@@ -358,7 +358,7 @@ def element_indices(offset: int, shape, steps, gather=None) -> np.ndarray:
         if gather is not None and gather[0] == k:
             idx = np.asarray(gather[1], dtype=np.int64).reshape(-1)
             if idx.size != n:
-                raise TuskError(f"gather index has {idx.size} elements but the indirect dimension has {n}")
+                raise InputError(f"gather index has {idx.size} elements but the indirect dimension has {n}")
             e = e + (idx * s).reshape(axis_shape)
         else:
             e = e + (np.arange(n, dtype=np.int64) * s).reshape(axis_shape)
@@ -367,7 +367,7 @@ def element_indices(offset: int, shape, steps, gather=None) -> np.ndarray:
 
 def _indexed(loc: Loc, npdt, size, offset, shape, steps, gather) -> Access:
     if gather is not None and not 0 <= gather[0] < len(shape):
-        raise TuskError(f"indirect dimension {gather[0]} outside a {len(shape)}-dimensional access pattern")
+        raise InputError(f"indirect dimension {gather[0]} outside a {len(shape)}-dimensional access pattern")
     e = element_indices(offset, shape, steps, gather)
     st = loc.storage
     if not loc.partitioned:
@@ -377,7 +377,7 @@ def _indexed(loc: Loc, npdt, size, offset, shape, steps, gather) -> Access:
         return Access(loc, npdt, shape, addr=addr)
     pitch = loc.pbytes // size
     if pitch <= 0:
-        raise TuskError(f"memory location {loc.name} rows ({loc.pbytes} bytes) hold no element of {size} bytes")
+        raise InputError(f"memory location {loc.name} rows ({loc.pbytes} bytes) hold no element of {size} bytes")
     part = loc.base + e // pitch
     col = e % pitch
     if part.size and (part.min() < 0 or part.max() >= PARTITIONS):

@@ -12,7 +12,7 @@ import numpy as np
 
 from tusk.ir import mx
 from tusk.ir.enums import DTYPE_NAMES
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError
 from tusk.sim.machine import Frame
 from tusk.sim.minifloat import FORMATS
 
@@ -46,14 +46,14 @@ def scales_of(raw: np.ndarray, partitions: int) -> np.ndarray:
     """(S, F) scale bytes -> (partitions, F) float64 factors, each data partition's group's."""
     rows = [mx.scale_row(p) for p in range(partitions)]
     if raw.shape[0] <= rows[-1]:
-        raise TuskError(f"MX scales of {raw.shape[0]} partitions for {partitions} data partitions")
+        raise InputError(f"MX scales of {raw.shape[0]} partitions for {partitions} data partitions")
     return np.exp2(raw[rows].astype(np.float64) - 127.0)
 
 
 def _operands(fr: Frame, i: int, n_in: int, n_out: int) -> tuple[list[int], list[int]]:
     ins, _, outs = fr.split(i)
     if len(ins) != n_in or len(outs) != n_out:
-        raise TuskError(f"{fr.opname(i)} with {len(ins)} "
+        raise InputError(f"{fr.opname(i)} with {len(ins)} "
                         f"inputs and {len(outs)} outputs; {n_in} and {n_out} are needed")
     return ins, outs
 
@@ -61,7 +61,7 @@ def _operands(fr: Frame, i: int, n_in: int, n_out: int) -> tuple[list[int], list
 def _kind(fr: Frame, j: int) -> str:
     name = DTYPE_NAMES[fr.dtype[j]]
     if name not in mx.PACKED:
-        raise TuskError(f"an MX operand of dtype {name}; a packed _x4 dtype is needed")
+        raise InputError(f"an MX operand of dtype {name}; a packed _x4 dtype is needed")
     return mx.PACKED[name]
 
 
@@ -91,7 +91,7 @@ def h_quantize_mx(fr: Frame, i: int) -> None:
     old = _rows(acc.read()).copy()  # rows outside the groups' keep their bytes
     rows = [mx.scale_row(p) for p in range(0, x.shape[0], mx.GROUP_PARTITIONS)]
     if old.shape[0] <= rows[-1] or old.shape[1] != scale.shape[1]:
-        raise TuskError(f"QuantizeMx scales {list(old.shape)} for {list(scale.shape)} groups")
+        raise InputError(f"QuantizeMx scales {list(old.shape)} for {list(scale.shape)} groups")
     old[rows] = scale
     acc.write(old.reshape(-1))
     from tusk.sim.ops_isa import mark_partitions  # ops_isa registers this module's handlers
@@ -104,7 +104,7 @@ def _scale_bytes(fr: Frame, j: int, partitions: int) -> np.ndarray:
     acc = fr.access(j)
     rows = np.unique([mx.scale_row(p) for p in range(partitions)])
     if fr.m.strict and rows[-1] < acc.count and not partitions_written(acc, rows):
-        raise TuskError(f"strict mode: MX scales read from uninitialised memory of {acc.loc.name}")
+        raise InputError(f"strict mode: MX scales read from uninitialised memory of {acc.loc.name}")
     return _rows(acc.read())
 
 
@@ -120,7 +120,7 @@ def h_matmul_mx(fr: Frame, i: int) -> None:
     ins, outs = _operands(fr, i, 4, 1)
     st, mv = dequantized(fr, ins[0], ins[2]), dequantized(fr, ins[1], ins[3])
     if st.shape[0] != mv.shape[0]:
-        raise TuskError(f"MatmultMx contracts {st.shape[0]} stationary partitions with {mv.shape[0]} moving ones")
+        raise InputError(f"MatmultMx contracts {st.shape[0]} stationary partitions with {mv.shape[0]} moving ones")
     prod = np.einsum("kmt,knt->mn", st, mv).astype(np.float32)
     attrs = fr.attrs(i)
     if fr.maybe_affine(attrs.get("accumulation_flag", 0)):

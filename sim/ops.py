@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tusk.ir.enums import ALU_OP_NAMES, Kind, Op
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError
 from tusk.sim.machine import Frame
 from tusk.sim.memory import DT_CLASS, RAW, is_int, unsupported
 
@@ -122,7 +122,7 @@ def op_name(op) -> str:
     if isinstance(op, int) and not isinstance(op, bool):
         if 0 <= op < len(ALU_OP_NAMES):
             return ALU_OP_NAMES[op]
-        raise TuskError(f"unknown ALU op ordinal {op}")
+        raise InputError(f"unknown ALU op ordinal {op}")
     return str(op)
 
 
@@ -134,13 +134,13 @@ def alu(op, a: np.ndarray, b) -> np.ndarray:
     if a.dtype.kind in "iu" and b.dtype.kind in "iu" and name not in _FLOAT_ONLY:
         f = _INT_OPS.get(name)
         if f is None:
-            raise TuskError(f"ALU op {name!r} is not supported by the interpreter")
+            raise PassError(f"ALU op {name!r} is not supported by the interpreter")
         return np.asarray(f(a.astype(_I64, copy=False), b.astype(_I64, copy=False)))
     f = _FLOAT_OPS.get(name)
     if f is None:
         if name in _INT_OPS:
-            raise TuskError(f"ALU op {name!r} needs integer operands")
-        raise TuskError(f"ALU op {name!r} is not supported by the interpreter")
+            raise InputError(f"ALU op {name!r} needs integer operands")
+        raise PassError(f"ALU op {name!r} is not supported by the interpreter")
     return np.asarray(f(a.astype(F32, copy=False), b.astype(F32, copy=False)), dtype=F32)
 
 
@@ -224,20 +224,20 @@ def _broadcast(a: np.ndarray, b: np.ndarray, what: str) -> np.ndarray:
         return b.reshape(())
     if a.ndim >= 1 and b.size == a.shape[0]:
         return b.reshape((a.shape[0],) + (1,) * (a.ndim - 1))
-    raise TuskError(f"{what} has {b.size} elements; expected {a.size}, one per partition "
+    raise InputError(f"{what} has {b.size} elements; expected {a.size}, one per partition "
                     f"({a.shape[0] if a.ndim else 1}) or one")
 
 
 def _one(ops: list[int], what: str, n: int = 1) -> None:
     if len(ops) < n:
-        raise TuskError(f"needs {n} {what} operand(s), has {len(ops)}")
+        raise InputError(f"needs {n} {what} operand(s), has {len(ops)}")
 
 
 def _require_idle(attrs, *keys: str) -> None:
     for k in keys:
         v = attrs.get(k)
         if v not in (None, "Idle", "bypass", 0, False):
-            raise TuskError(f"{k}={v!r} is not supported by the interpreter")
+            raise PassError(f"{k}={v!r} is not supported by the interpreter")
 
 
 # --------------------------------------------------------------------------- handlers
@@ -255,7 +255,7 @@ def h_copy(fr: Frame, i: int) -> None:
         fr.store(dst, alu(attrs.get("cce_op", "add"), old, _broadcast(old, fr.value(src), "in0")))
         return
     if mode not in ("Copy", 0):
-        raise TuskError(f"copy mode {mode!r} is not supported by the interpreter")
+        raise PassError(f"copy mode {mode!r} is not supported by the interpreter")
     if fr.same_storage_dtype(src, dst):
         fr.store_raw(dst, fr.read_raw(src))  # byte for byte (also fp8 and NaN payloads)
         return
@@ -313,7 +313,7 @@ def h_activation(fr: Frame, i: int) -> None:
     func = attrs.get("func", "Identity")
     f = ACTIVATIONS.get(func)
     if f is None:
-        raise TuskError(f"activation function {func!r} is not supported by the interpreter")
+        raise PassError(f"activation function {func!r} is not supported by the interpreter")
     x = fr.value(ins[0]).astype(F32, copy=False)
     scale = attrs.get("scale", 1.0)
     if not isinstance(scale, (int, float)):
@@ -343,7 +343,7 @@ def h_tensor_reduce(fr: Frame, i: int) -> None:
     op = op_name(attrs.get("op", "add"))
     axis = attrs.get("axis", "X")
     if axis not in _AXES:
-        raise TuskError(f"reduction axis {axis!r} is not supported by the interpreter")
+        raise PassError(f"reduction axis {axis!r} is not supported by the interpreter")
     x = fr.value(ins[0])
     k = min(_AXES[axis], max(x.ndim - 1, 0))  # never reduce across partitions
     axes = tuple(range(x.ndim - k, x.ndim))
@@ -352,7 +352,7 @@ def h_tensor_reduce(fr: Frame, i: int) -> None:
     else:
         uf = _REDUCE.get(op)
         if uf is None:
-            raise TuskError(f"reduce op {op!r} is not supported by the interpreter")
+            raise PassError(f"reduce op {op!r} is not supported by the interpreter")
         r = uf.reduce(x, axis=axes) if axes else x
     if fr.maybe_affine(attrs.get("negate", False)):
         r = -r
@@ -368,7 +368,7 @@ def h_matmul(fr: Frame, i: int) -> None:
     mv = fr.value(ins[1]).astype(F32, copy=False)
     k = st.shape[0] if st.ndim else 1
     if (mv.shape[0] if mv.ndim else 1) != k:
-        raise TuskError(f"matmul contracts {k} stationary partitions with {mv.shape[0] if mv.ndim else 1} moving ones")
+        raise InputError(f"matmul contracts {k} stationary partitions with {mv.shape[0] if mv.ndim else 1} moving ones")
     st2, mv2 = st.reshape(k, -1), mv.reshape(k, -1)
     # Products summed in float64 and rounded once to float32: deterministic and order-independent
     # to well below float32 precision.
@@ -380,7 +380,7 @@ def h_matmul(fr: Frame, i: int) -> None:
     if accumulate:
         old = fr.value(outs[0]).astype(F32, copy=False).reshape(-1)
         if old.size != prod.size:
-            raise TuskError(f"matmul result has {prod.size} elements but the PSUM tile has {old.size}")
+            raise InputError(f"matmul result has {prod.size} elements but the PSUM tile has {old.size}")
         prod = old + prod.reshape(-1)
     fr.store(outs[0], prod)
 
@@ -391,7 +391,7 @@ def h_memset(fr: Frame, i: int) -> None:
     attrs = fr.attrs(i)
     mode = attrs.get("mode", "Const")
     if mode not in ("Const", 0):
-        raise TuskError(f"Memset mode {mode!r} is not supported by the interpreter")
+        raise PassError(f"Memset mode {mode!r} is not supported by the interpreter")
     c = fr.maybe_affine(attrs.get("constant", 0))
     acc = fr.access(outs[0])
     dt = fr.dtype[outs[0]]
@@ -461,7 +461,7 @@ def h_tensor_load(fr: Frame, i: int) -> None:
     _one(outs, "output")
     v = fr.value(ins[0]).reshape(-1)
     if v.size != 1:
-        raise TuskError(f"TensorLoad reads {v.size} elements; a register takes one")
+        raise InputError(f"TensorLoad reads {v.size} elements; a register takes one")
     fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(v[0].item()))
 
 
@@ -472,7 +472,7 @@ def h_tensor_save(fr: Frame, i: int) -> None:
     v = _as_int(fr.scalar(ins[0]))
     acc = fr.access(outs[0])
     if acc.count != 1:
-        raise TuskError(f"TensorSave writes a register into {acc.count} elements; expected one")
+        raise InputError(f"TensorSave writes a register into {acc.count} elements; expected one")
     fr.store(outs[0], np.array([v], dtype=np.int64))
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.machine import Frame
 from tusk.sim.memory import from_compute, to_compute
@@ -60,7 +60,7 @@ def _io(fr: Frame, i: int, n_in: int, n_out: int = 1) -> tuple[list[int], list[i
 def _lookup(table: dict, name: object, what: str):
     got = table.get(name)
     if got is None:
-        raise TuskError(f"{what} {name!r} is not supported by the interpreter")
+        raise PassError(f"{what} {name!r} is not supported by the interpreter")
     return got
 
 
@@ -75,7 +75,7 @@ def _per_partition(fr: Frame, j: int, like: np.ndarray, what: str) -> np.ndarray
         return v.reshape(())
     if v.size == like.shape[0]:
         return v.reshape(like.shape[0], 1)
-    raise TuskError(f"{what} has {v.size} elements; expected one, or one per partition ({like.shape[0]})")
+    raise InputError(f"{what} has {v.size} elements; expected one, or one per partition ({like.shape[0]})")
 
 
 def _ordered(op: str, x, y, reverse: bool):
@@ -104,7 +104,7 @@ def h_tensor_tensor_scan(fr: Frame, i: int) -> None:
     attrs = fr.attrs(i)
     a, b = _f32(fr, ins[0]), _f32(fr, ins[1])
     if a.shape != b.shape:
-        raise TuskError(f"tensor_tensor_scan inputs have shapes {a.shape} and {b.shape}")
+        raise InputError(f"tensor_tensor_scan inputs have shapes {a.shape} and {b.shape}")
     prev = np.broadcast_to(_per_partition(fr, ins[2], a, "the scan's initial value"), (a.shape[0], 1))[:, 0]
     op0, op1 = attrs.get("op0", "add"), attrs.get("op1", "add")
     r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
@@ -120,7 +120,7 @@ def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
     ins, outs = _io(fr, i, 2)
     attrs = fr.attrs(i)
     if attrs.get("mode", "Cumulative") != "Cumulative":
-        raise TuskError(f"TensorScalarCache mode {attrs.get('mode')!r} is not supported by the interpreter")
+        raise PassError(f"TensorScalarCache mode {attrs.get('mode')!r} is not supported by the interpreter")
     x = _f32(fr, ins[0])
     s0 = _per_partition(fr, ins[1], x, "imm0")
     op0, op1 = op_name(attrs.get("op0", "bypass")), op_name(attrs.get("op1", "add"))
@@ -130,7 +130,7 @@ def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
         reg = np.broadcast_to(_per_partition(fr, ins[2], x, "imm1"), (x.shape[0], 1))[:, 0].astype(F32)
     else:
         if op1 not in _IDENTITY:
-            raise TuskError(f"cumulative op {op1!r} has no reset value (add, subtract, mult, max, min)")
+            raise InputError(f"cumulative op {op1!r} has no reset value (add, subtract, mult, max, min)")
         reg = np.full(x.shape[0], _IDENTITY[op1], dtype=F32)
     t = _ordered(op0, x, s0, r0)
     out = np.empty_like(x)
@@ -179,7 +179,7 @@ def h_affine_select(fr: Frame, i: int) -> None:
         vals += (np.arange(n, dtype=np.int64) * s).reshape(shape)
     vals = rows(vals)
     if vals.shape != on_true.shape:
-        raise TuskError(f"affine_select: the pattern has {vals.shape[1]} elements per partition, the tile "
+        raise InputError(f"affine_select: the pattern has {vals.shape[1]} elements per partition, the tile "
                         f"{on_true.shape[1]}")
     pred = alu(attrs.get("compare_op", "is_equal"), vals, np.int64(0)) != 0
     fr.store(outs[0], np.where(pred, on_true, F32(attrs.get("fill_value", 0.0))))
@@ -188,7 +188,7 @@ def h_affine_select(fr: Frame, i: int) -> None:
 def _mask(fr: Frame, j: int, like: np.ndarray, reverse: bool) -> np.ndarray:
     p = rows(fr.value(j))
     if p.shape != like.shape:
-        raise TuskError(f"predicate has shape {p.shape}; the data {like.shape}")
+        raise InputError(f"predicate has shape {p.shape}; the data {like.shape}")
     return (p != 0) ^ bool(reverse)
 
 
@@ -248,7 +248,7 @@ def h_bn_aggr(fr: Frame, i: int) -> None:
     ins, outs = _io(fr, i, 1)
     x = _f32(fr, ins[0]).astype(np.float64)
     if x.shape[1] % 3:
-        raise TuskError(f"bn_aggr reads {x.shape[1]} elements per partition; a multiple of three is needed")
+        raise InputError(f"bn_aggr reads {x.shape[1]} elements per partition; a multiple of three is needed")
     t = x.reshape(x.shape[0], -1, 3)
     count, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
     with np.errstate(all="ignore"):
@@ -277,7 +277,7 @@ def h_partition_reduce(fr: Frame, i: int) -> None:
     elif op in reducers:
         r = reducers[op](x, axis=0)
     else:
-        raise TuskError(f"partition reduce op {op!r} is not supported by the interpreter")
+        raise PassError(f"partition reduce op {op!r} is not supported by the interpreter")
     fr.store(outs[0], r)
 
 
@@ -286,7 +286,7 @@ def h_max8(fr: Frame, i: int) -> None:
     ins, outs = _io(fr, i, 1)
     x = _f32(fr, ins[0])
     if x.shape[1] < 8:
-        raise TuskError(f"max8 reads {x.shape[1]} elements per partition; at least 8 are needed")
+        raise InputError(f"max8 reads {x.shape[1]} elements per partition; at least 8 are needed")
     fr.store(outs[0], -np.sort(-x, axis=1, kind="stable")[:, :8])
 
 
@@ -307,7 +307,7 @@ def _match_positions(data: np.ndarray, vals: np.ndarray, order: range) -> np.nda
 def _data_and_vals(fr: Frame, ins: list[int]) -> tuple[np.ndarray, np.ndarray]:
     data, vals = _f32(fr, ins[0]), _f32(fr, ins[1])
     if vals.shape != (data.shape[0], 8):
-        raise TuskError(f"vals has shape {vals.shape}; expected ({data.shape[0]}, 8)")
+        raise InputError(f"vals has shape {vals.shape}; expected ({data.shape[0]}, 8)")
     return data, vals
 
 
@@ -340,7 +340,7 @@ def h_stream_shuffle(fr: Frame, i: int) -> None:
     # dst is read only where a partition keeps its value (255): a full mask overwrites every partition
     old = rows(fr.value(outs[0])) if keeps else np.empty(rows(fr.access(outs[0]).read()).shape, np.float32)
     if src.shape[1] != old.shape[1]:
-        raise TuskError(f"shuffle: {src.shape[1]} source elements per partition, {old.shape[1]} destination")
+        raise InputError(f"shuffle: {src.shape[1]} source elements per partition, {old.shape[1]} destination")
     out = old.copy()
     for q in range(old.shape[0]):
         m = mask[q % 32] if q % 32 < len(mask) else 255
@@ -348,7 +348,7 @@ def h_stream_shuffle(fr: Frame, i: int) -> None:
             continue
         s = 32 * (q // 32) + m
         if not 0 <= s < src.shape[0]:
-            raise TuskError(f"shuffle: destination partition {q} reads source partition {s} of {src.shape[0]}")
+            raise InputError(f"shuffle: destination partition {q} reads source partition {s} of {src.shape[0]}")
         out[q] = src[s]
     fr.store(outs[0], out)
 
@@ -362,7 +362,7 @@ def h_gather(fr: Frame, i: int) -> None:
     nepi = int(attrs.get("num_elem_per_idx", 1))
     parts = src.shape[0]
     if parts % 16 or index.shape[0] != parts:
-        raise TuskError(f"local_gather of {parts} source and {index.shape[0]} index partitions; equal multiples "
+        raise InputError(f"local_gather of {parts} source and {index.shape[0]} index partitions; equal multiples "
                         "of 16 are needed")
     valid = int(attrs.get("num_valid_indices", index.size // (parts // 16)))
     out = np.empty((parts, valid * nepi), dtype=src.dtype)
@@ -370,7 +370,7 @@ def h_gather(fr: Frame, i: int) -> None:
         flat = index[c:c + 16].flatten(order="F")[:valid]
         cols = (flat[:, None] + np.arange(nepi)[None, :]).reshape(-1)
         if cols.size and (cols.min() < 0 or cols.max() >= src.shape[1]):
-            raise TuskError(f"local_gather reads element {int(cols.max())} of partitions with {src.shape[1]}")
+            raise InputError(f"local_gather reads element {int(cols.max())} of partitions with {src.shape[1]}")
         out[c:c + 16] = src[c:c + 16][:, cols]
     fr.store(outs[0], out)
 
@@ -380,9 +380,9 @@ def h_n_gather(fr: Frame, i: int) -> None:
     ins, outs = _io(fr, i, 2)
     data, idx = rows(fr.value(ins[0])), rows(fr.value(ins[1])).astype(np.int64)
     if idx.shape[0] != data.shape[0]:
-        raise TuskError(f"nc_n_gather of {data.shape[0]} data and {idx.shape[0]} index partitions")
+        raise InputError(f"nc_n_gather of {data.shape[0]} data and {idx.shape[0]} index partitions")
     if idx.size and (idx.min() < 0 or idx.max() >= data.shape[1]):
-        raise TuskError(f"nc_n_gather index {int(idx.max())} outside the {data.shape[1]} elements of a partition")
+        raise InputError(f"nc_n_gather index {int(idx.max())} outside the {data.shape[1]} elements of a partition")
     fr.store(outs[0], np.take_along_axis(data, idx, axis=1))
 
 
@@ -437,7 +437,7 @@ def h_nonzero_with_count(fr: Frame, i: int) -> None:
     n = src.shape[1]
     out = rows(to_compute(acc.read(), fr.dtype[outs[0]])).copy()
     if out.shape != (parts, n + 1):
-        raise TuskError(f"nonzero_with_count of {src.shape} source elements writes {out.shape}")
+        raise InputError(f"nonzero_with_count of {src.shape} source elements writes {out.shape}")
     for p in keep.tolist():
         nz = np.flatnonzero(src[p])
         out[p] = int(fr.maybe_affine(attrs.get("padding_val", -1)))
@@ -455,9 +455,9 @@ def h_dma_transpose(fr: Frame, i: int) -> None:
     axes = _lookup(TRANSPOSE_AXES, attrs.get("transpose_op", "None"), "DMA transpose_op")
     src = fr.read_raw(ins[0])
     if src.ndim != 4:
-        raise TuskError(f"a DMA transpose reads a {src.ndim}-dimensional pattern; four dimensions are needed")
+        raise InputError(f"a DMA transpose reads a {src.ndim}-dimensional pattern; four dimensions are needed")
     if not fr.same_storage_dtype(ins[0], outs[0]):
-        raise TuskError("a DMA transpose cannot change the dtype")
+        raise InputError("a DMA transpose cannot change the dtype")
     fr.store_raw(outs[0], np.ascontiguousarray(src.transpose(axes)))
 
 
@@ -506,7 +506,7 @@ def h_set_rand_state(fr: Frame, i: int) -> None:
     engine = attrs.get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
     gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
     if seeds.size > 128:
-        raise TuskError(f"a seed tile of {seeds.size} values; one, or one per partition, is needed")
+        raise InputError(f"a seed tile of {seeds.size} values; one, or one per partition, is needed")
     gen.seeds[:] = seeds[0]
     gen.seeds[:seeds.size] = seeds.astype(np.uint64)
     gen.counters[:] = 0

@@ -43,7 +43,7 @@ import numpy as np
 
 from tusk.ir.arch import HWDGE_DESCRIPTORS, MAX_SPLIT_FACTOR, SWDGE_DESCRIPTORS, get_largest_factor_with_threshold
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Mem, Op
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InputError, PassError, TuskError, UsageError
 from tusk.ir.module import Function, Module, _ranges
 from tusk.ir.verify_isa import TRANSPOSE_AXES
 from tusk.sim.bound import CHAIN, lower_bound_terms
@@ -135,7 +135,7 @@ def entry(x: Function | Module) -> Function:
         if fn.name == "main":
             return fn
     if not x.functions:
-        raise TuskError("module has no functions")
+        raise InputError("module has no functions")
     return x.functions[0]
 
 
@@ -281,7 +281,7 @@ def plan(fn: Function, costs: CostTable = DEFAULT_COSTS) -> Plan:
     rate = np.ones(n)
     dma = np.flatnonzero(is_dma)
     if costs.dma_trigger_engine not in TRIGGER_ENGINES:
-        raise TuskError(f"timing: DMAs are triggered by SP, Activation or Pool, not {costs.dma_trigger_engine!r}")
+        raise UsageError(f"timing: DMAs are triggered by SP, Activation or Pool, not {costs.dma_trigger_engine!r}")
     engine_queues: dict[int, list[int]] = {}
     for name in TRIGGER_ENGINES:
         k = COMPUTE_ENGINES.index(name)
@@ -455,7 +455,7 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     bad = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise TuskError(f"timing: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} "
+        raise PassError(f"timing: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} "
                         f"(unroll loops first)")
     n = len(fn.insts)
     p = plan(fn, cost_table)
@@ -464,13 +464,13 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     for i in calls:
         callee = fn.inst(i).attrs.get("func")
         if module is None or not isinstance(callee, str):
-            raise TuskError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
+            raise PassError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
         inner = simulate(module.function(callee), cost_table, module=module)
         call_cost[i], call_bound[i], call_tl[i] = inner.makespan, inner.lower_bound, inner
     d = fn.deps
     src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)
     if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
-        raise TuskError(f"timing: function {fn.name} has dependencies against program order")
+        raise InputError(f"timing: function {fn.name} has dependencies against program order")
     order = np.argsort(dst, kind="stable")
     src_sorted = src[order].tolist()
     ptr = np.searchsorted(dst[order], np.arange(n + 1)).tolist()

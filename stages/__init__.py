@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import InternalError, UsageError
 from tusk.stages.base import OptionError, Pass, parse_spec
 
 # name -> "module:Class", imported on first use
@@ -28,12 +28,12 @@ REGISTRY: dict[str, str] = {
     "heuristic_unroll": "tusk.stages.heuristic_unroll:HeuristicUnroll",
     "unroll": "tusk.stages.unroll:Unroll",
     "full_unroll": "tusk.stages.full_unroll:FullUnroll",
-    "build_fdeps": "tusk.stages.deps:BuildFDeps",
-    "clear_inst_deps": "tusk.stages.deps:ClearInstDeps",
-    "address_rotation_psum": "tusk.stages.address_rotation:AddressRotationPSUM",
-    "address_rotation_sb": "tusk.stages.address_rotation:AddressRotationSB",
-    "address_rotation_dram": "tusk.stages.address_rotation:AddressRotationDRAM",
-    "address_rotation_psum_post_schedule": "tusk.stages.address_rotation:AddressRotationPSUMPostSchedule",
+    "build_fdeps": "tusk.stages.build_fdeps:BuildFDeps",
+    "clear_inst_deps": "tusk.stages.clear_inst_deps:ClearInstDeps",
+    "address_rotation_psum": "tusk.stages.address_rotation_psum:AddressRotationPSUM",
+    "address_rotation_sb": "tusk.stages.address_rotation_sb:AddressRotationSB",
+    "address_rotation_dram": "tusk.stages.address_rotation_dram:AddressRotationDRAM",
+    "address_rotation_psum_post_schedule": "tusk.stages.address_rotation_psum_post_schedule:AddressRotationPSUMPostSchedule",
     "schedule": "tusk.stages.schedule:Schedule",
 }
 
@@ -54,7 +54,7 @@ def pass_class(name: str) -> type[Pass]:
         raise UnknownPass(f"unknown pass {name!r} (known: {', '.join(sorted(REGISTRY))})")
     cls = _import(target)
     if cls.name != name:
-        raise TuskError(f"pass class {target} is registered as {name!r} but calls itself {cls.name!r}")
+        raise InternalError(f"pass class {target} is registered as {name!r} but calls itself {cls.name!r}")
     return cls
 
 
@@ -79,10 +79,10 @@ def load_external(ref: str) -> type[Pass]:
     try:
         cls = _import(ref)
     except (ImportError, AttributeError, ValueError) as e:
-        raise TuskError(f"pass {ref!r} cannot be imported: {e}") from None
+        raise UsageError(f"pass {ref!r} cannot be imported: {e}") from None
     if not (isinstance(cls, type) and issubclass(cls, Pass) and cls.name):
-        raise TuskError(f"pass {ref!r} is not a pass (a frozen dataclass subclass of tusk.stages.base.Pass "
-                        f"with a name)")
+        raise UsageError(f"pass {ref!r} is not a pass (a frozen dataclass subclass of tusk.stages.base.Pass "
+                         f"with a name)")
     return cls
 
 

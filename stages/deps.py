@@ -1,6 +1,7 @@
-"""build_fdeps and clear_inst_deps: the dependence edges of a straight-line function.
+"""Dependence analysis: the edges of a straight-line function, from the memory each instruction touches.
 
-``build_fdeps`` rebuilds ``fn.deps`` from the memory each instruction touches.
+:func:`build_fdeps` rebuilds ``fn.deps``; the passes that use it are
+:mod:`~tusk.stages.build_fdeps` and :mod:`~tusk.stages.clear_inst_deps` (which drops them).
 
 Footprints.  Every access-pattern operand becomes one box in one memory
 *space*: rows ``[p_lo, p_hi]`` x bytes ``[b_lo, b_hi)``.  Spaces are SBUF,
@@ -61,27 +62,21 @@ loop or branch row closes the region before it and reads the registers of
 its bounds, induction register or condition.  A kept loop whose body is one
 straight-line region also gets loop-carried edges (``fn.carried``, distance
 1) from iteration k to iteration k + 1: the graph of the body run twice.
-
-``clear_inst_deps`` is the seed's ``clearInstDeps``: in every function with
-attribute 12 (``FnAttr.KERNEL_SCOPE``) every edge of every kind (deps and
-loop-carried / predicated edges) is dropped; other functions are untouched.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS
 from tusk.ir.columns import Table, thaw
-from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, FnAttr, Kind, Mem, Op, Role
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, Kind, Mem, Op, Role
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import IntRuntimeValue, QuasiAffine, expr_from_json
-from tusk.ir.module import CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, Function, Module, _ranges
-from tusk.stages.base import Pass, Stats, option
+from tusk.ir.module import CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, Function, _ranges
 
 SPACE_SB, SPACE_PSUM, SPACE_DRAM = 0, 1, 2
 WHOLE = 1 << 42  # "every byte" of a space
@@ -887,130 +882,3 @@ def build_fdeps(fn: Function, *, ordered: bool = True, keep_existing: bool = Fal
 def edge_counts(fn: Function) -> dict[str, int]:
     kinds = fn.deps["kind"]
     return {name: int((kinds == k).sum()) for k, name in enumerate(EDGE_KINDS, start=1)}
-
-
-@dataclass(frozen=True)
-class BuildFDeps(Pass):
-    """Rebuild every function's dependence edges from physical address overlap (straight-line code)."""
-
-    name = "build_fdeps"
-    version = "1"
-    splittable = True
-
-    ordered: bool = option(True, "Ordered edges between consecutive DMAs of one queue")
-    keep_existing: bool = option(False, "merge with the edges already present instead of replacing them")
-
-    # a straight-line function is cut into row ranges (stages/deps_split.py) only from this many rows, into
-    # parts of about ``split_part_size`` (at most ``split_max_parts``); class attributes, so the output never
-    # depends on them (tests lower them)
-    split_min: ClassVar[int] = 200_000
-    split_part_size: ClassVar[int] = 300_000
-    split_max_parts: ClassVar[int] = 8
-
-    def run(self, module: Module) -> tuple[Module, Stats]:
-        if PART_KEY in module.attributes:
-            return self._run_part(module)
-        out = module.copy()
-        for fn in out.functions:
-            src, dst, kind = dependence_edges(fn, ordered=self.ordered)
-            _install(fn, src, dst, kind, self.keep_existing)
-        return out, _edge_stats(out)
-
-    def split(self, module: Module) -> list[Module] | None:
-        from tusk.stages.deps_split import plan_ranges, range_parts, splits
-
-        if PART_KEY in module.attributes:
-            return None
-        parts = []
-        for k, fn in enumerate(module.functions):
-            ranges = plan_ranges(len(fn.insts), self.split_min, self.split_part_size,
-                                 self.split_max_parts) if splits(fn) else None
-            parts += range_parts(module, k, ranges or [], PART_KEY)
-        return parts or None
-
-    def _run_part(self, module: Module) -> tuple[Module, Stats]:
-        """A part's own edges, and its exposed rows in its marker for the merge."""
-        from tusk.stages.deps_split import part_edges
-
-        marker = module.attributes[PART_KEY]
-        out = module.copy()
-        fn = out.functions[0]
-        src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
-        fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
-                                                 "kind": kind.astype(np.uint8)})
-        out = out.with_attributes(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}})
-        return out, {"edges": len(src), "exposed": len(exposed)}
-
-    def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
-        from tusk.stages.deps_split import merged_edges
-
-        by_fn: dict[int, list] = {}
-        for p in parts:
-            marker = p.attributes[PART_KEY]
-            by_fn.setdefault(int(marker["function"]), []).append((marker, p.functions[0]))
-        out = module.copy()
-        for k, fn in enumerate(out.functions):
-            got = sorted(by_fn.get(k, ()), key=lambda mp: int(mp[0]["lo"]))
-            if got:
-                src, dst, kind = merged_edges(fn, [(int(m["lo"]), int(m["hi"])) for m, _ in got],
-                                              [g.deps for _, g in got], [m["exposed"] for m, _ in got],
-                                              self.ordered)
-            else:
-                src, dst, kind = dependence_edges(fn, ordered=self.ordered)
-            _install(fn, src, dst, kind, self.keep_existing)
-        return out, {**_edge_stats(out), "parts": len(parts)}
-
-
-# module attribute of a part of build_fdeps: the function and row range it holds (see stages/deps_split.py)
-PART_KEY = "build_fdeps_part"
-
-
-def _edge_stats(module: Module) -> Stats:
-    stats: Stats = {"functions": 0, "edges": 0, **{k: 0 for k in EDGE_KINDS}}
-    for fn in module.functions:
-        stats["functions"] += 1
-        stats["edges"] += len(fn.deps)
-        for k, v in edge_counts(fn).items():
-            stats[k] += v
-    return stats
-
-
-def _clear_targets(module: Module, entry_gate: bool) -> list[int]:
-    fns = module.functions
-    if entry_gate:
-        entry = next((f for f in fns if f.name == "main"), fns[0] if fns else None)
-        return list(range(len(fns))) if entry is not None and FnAttr.KERNEL_SCOPE in entry.attrs else []
-    return [k for k, f in enumerate(fns) if FnAttr.KERNEL_SCOPE in f.attrs]
-
-
-def clear_inst_deps(module: Module, *, entry_gate: bool = False) -> Module:
-    """The seed's clearInstDeps on a copy of ``module``.
-
-    Default: every function with attribute 12 loses all its edges (deps and
-    carried, every kind); other functions are untouched.  ``entry_gate=True``
-    follows the binary literally: when the entry function ("main", else the
-    first) has attribute 12, every function is cleared.
-    """
-    out = module.copy()
-    for k in _clear_targets(out, entry_gate):
-        fn = out.functions[k]
-        fn.deps = Table(fn.deps.schema)
-        fn.carried = Table(fn.carried.schema)
-    return out
-
-
-@dataclass(frozen=True)
-class ClearInstDeps(Pass):
-    """Drop every dependence edge of attribute-12 (kernel-scope / post-schedule) functions."""
-
-    name = "clear_inst_deps"
-    version = "1"
-
-    entry_gate: bool = option(False, "gate on the entry function's attribute 12 and then clear every function "
-                                     "(the binary's literal behaviour)")
-
-    def run(self, module: Module) -> tuple[Module, Stats]:
-        targets = _clear_targets(module, self.entry_gate)
-        removed = sum(len(module.functions[k].deps) + len(module.functions[k].carried) for k in targets)
-        return clear_inst_deps(module, entry_gate=self.entry_gate), {"functions_cleared": len(targets),
-                                                                        "edges_removed": removed}

@@ -23,8 +23,9 @@ A front end may give every tile a memory location of its own at the same
 bytes (tensor_add_spmd's trace: ``sbuf``, ``sbuf.4``, ``sbuf.7`` ... all at
 byte 0).  Those aliases would be pinned; :func:`unalias` first repoints the
 accesses of such a group -- same box, same tensor type, live one after the
-other -- to its first member, which then has one instance per tile and gets a
-ring like any recurring buffer.  Same bytes, so the meaning cannot change;
+other, each after the first starting with a kill (else its accesses would
+join the instance before it) -- to its first member, which then has one
+instance per tile and gets a ring like any recurring buffer.  Same bytes, so the meaning cannot change;
 a memory location no instruction accesses occupies nothing.
 """
 
@@ -195,6 +196,17 @@ def first_writer_engine(space: Space, m: int) -> int:
     return int(space.fn.insts.get("engine", int(inst.a_row[sel[0]])))
 
 
+def _starts_with_kill(fn: Function, mtype: int) -> set[int]:
+    """Memory locations of memory ``mtype`` whose first access overwrites all of them (a kill as the verifier
+    sees it: no group kills).  Kills do not change when aliases that never share an instruction are merged,
+    so such a member starts an instance of its own in the merged location too."""
+    inst = instances(fn, (mtype,))
+    if not len(inst):
+        return set()
+    first = np.flatnonzero(np.concatenate([[True], inst.i_memloc[1:] != inst.i_memloc[:-1]]))  # sorted by memloc
+    return set(inst.i_memloc[first[inst.i_kill[first]]].tolist())
+
+
 def unalias(fn: Function, mtype: int) -> int:
     """Repoint the accesses of aliases that live one after the other to the group's first member (in place;
     see the module docstring); returns how many memory locations lost their accesses."""
@@ -215,14 +227,22 @@ def unalias(fn: Function, mtype: int) -> int:
         key = (int(ml.get("addr", m)), int(ml.get("base", m)), int(ml.get("nparts", m)), int(ml.get("pbytes", m)),
                int(ml.get("bank", m)), int(sets.get("kind", s)), int(sets.get("dtype", s)), repr(fn.value(sets.get("shape", s))))
         groups.setdefault(key, []).append(m)
+    killed = _starts_with_kill(fn, mtype)
     target = np.arange(len(ml), dtype=np.int64)
     merged = 0
     for members in groups.values():
         members.sort(key=lambda m: span[m])
         if len(members) < 2 or any(span[a][1] >= span[b][0] for a, b in zip(members, members[1:])):
             continue  # live at the same time: real aliases
-        target[members[1:]] = members[0]
-        merged += len(members) - 1
+        head = members[0]
+        for m in members[1:]:
+            # a member whose first access is not a kill would join the instance before it (of another member),
+            # stretching that live range over whatever else used these bytes in between: it heads a new group
+            if m in killed:
+                target[m] = head
+                merged += 1
+            else:
+                head = m
     if merged:
         ops = fn.operands["memloc"]
         sel = np.flatnonzero(ops >= 0)

@@ -54,7 +54,7 @@ import numpy as np
 from tusk.ir import enums
 from tusk.ir.columns import Record
 from tusk.ir.enums import FnKind, Mem, Op, Role, TensorKind
-from tusk.ir.errors import FormatError, PassError, TuskError
+from tusk.ir.errors import FormatError, InputError, PassError
 from tusk.ir.module import Function, Module
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.host import dram_arguments
@@ -220,7 +220,7 @@ def _from_bir_json(path: str, core: int | None, taken: set[str]) -> _Lowered | N
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as e:
-        raise TuskError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
+        raise InputError(f"cannot open BIR JSON kernel file {path} ({e.strerror or e})") from None
     obj = parse_json(data, file=path)  # a FormatError for anything it cannot read (deep nesting included)
     read = time.perf_counter() - t0
     if not isinstance(obj, dict):

@@ -95,7 +95,7 @@ def _unrolled(m: Module, *attrs: int) -> Module:
 
 def _rotation_input(kind: str) -> Callable[[], Module]:
     from tusk.examples import bir_kernels
-    from tusk.stages.deps import BuildFDeps
+    from tusk.stages.build_fdeps import BuildFDeps
 
     def build() -> Module:
         if kind == "sb":

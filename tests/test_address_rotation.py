@@ -15,15 +15,17 @@ from tusk.examples import bir_kernels
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr, Mem, Op
 from tusk.ir.errors import PassError, VerifyError
+from tusk.ir.expr import AffinePredicate
 from tusk.ir.liveness import instances
 from tusk.ir.module import Module
 from tusk.ir.serial import content_hash
-from tusk.ir.verify import verify
+from tusk.ir.verify import live_overlap_problems, verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.address_rotation import IF_ELSE, SKIP
+from tusk.stages.address_rotation_psum import prefer_bank_alignment, psum_bank_alignment
+from tusk.stages.address_rotation_sb import sb_budget, sb_schedule
 from tusk.stages.base import OptionError
-from tusk.stages.rotation_psum import prefer_bank_alignment, psum_bank_alignment
-from tusk.stages.rotation_sb import sb_budget, sb_schedule
+from tusk.stages.rotation_rings import unalias
 from tusk.stages.unroll import Unroll
 from tusk.workflows.timings import makespan_of
 
@@ -663,3 +665,66 @@ def test_merge_leaves_a_function_without_work_as_it_came_like_the_serial_run():
     merged, _ = p.merge(m, [r[0] for r in results], [r[1] for r in results])
     assert content_hash(merged) == content_hash(serial)
     assert content_hash(Module([merged.functions[1]])) == content_hash(Module([m.functions[1]]))
+
+
+def _alias_filled_in_halves() -> Module:
+    """``r``, a recurring buffer, rotates; apart from it ``a0``, then ``u`` -- 64 partitions over ``a0``'s
+    bytes -- and then ``a1``, ``a0``'s box exactly, first written under a predicate: no kill, so
+    merged into ``a0`` its accesses would join ``a0``'s instance and stretch it over ``u``
+    (flash_attention_fwd's ``s`` / ``p_t`` / ``q_t`` after scheduling, reduced)."""
+    b = Builder("main", attrs=(FnAttr.ROTATE_PSUM_AND_SB,))
+    x = b.dram("x", (512, 64), kind="ExternalInput")
+    y = b.dram("y", (512, 64), kind="ExternalOutput")
+    a0, a1 = b.sbuf("a0", (128, 64), addr=0), b.sbuf("a1", (128, 64), addr=0)
+    u, r = b.sbuf("u", (64, 64), addr=0), b.sbuf("r", (128, 64), addr=4096)
+    for i in range(2):
+        b.dma(r.ap(), x.tile(128 * i, 128, 0, 64))
+        b.activation(r.ap(), r.ap(), "Exp")
+        b.dma(y.tile(128 * i, 128, 0, 64), r.ap())
+    b.dma(a0.ap(), x.tile(0, 128, 0, 64))
+    b.dma(y.tile(0, 128, 0, 64), a0.ap())
+    b.dma(u.ap(), x.tile(256, 64, 0, 64))
+    b.dma(y.tile(256, 64, 0, 64), u.ap())
+    w = b.sbuf("w", (128, 64), addr=8192)
+    b.dma(w.ap(), x.tile(384, 128, 0, 64))
+    b.activation(a1.ap(), w.ap(), "Exp", pred=[AffinePredicate(1, "ge")])
+    b.dma(y.tile(384, 128, 0, 64), a1.ap())
+    return b.module()
+
+
+def test_an_alias_whose_first_write_is_no_kill_is_not_merged():
+    m = _alias_filled_in_halves()
+    fn = m.functions[0].copy()
+    assert not live_overlap_problems(fn)
+    unalias(fn, Mem.SB)
+    assert not live_overlap_problems(fn)        # the merge must not make a live range the verifier refuses
+    out, stats = apply("address_rotation_sb", m)
+    assert stats["rotations"] >= 1 and stats["reverted"] == 0
+
+
+def _flash_attention_before_the_last_rotation() -> Module:
+    from tests.test_rotation_gain import traced
+    from tusk.workflows.pipeline import DEFAULT_ORDER
+
+    m = traced("flash_attention_fwd")
+    for name in DEFAULT_ORDER[:-1]:
+        m, _ = stages.make_pass(name).run(m)
+    assert DEFAULT_ORDER[-1] == "address_rotation_sb"
+    return m
+
+
+def test_flash_attention_is_rotated_after_scheduling_without_overlapping_live_slots():
+    """The traced corpus kernel's post-schedule SB rotation used to merge ``p_t`` and ``s.3`` into ``s``
+    (``s.3``'s first write is no kill), one live range over ``q_t.2``'s bytes: the guard reverted it."""
+    m = _flash_attention_before_the_last_rotation()
+    p = stages.make_pass("address_rotation_sb")
+    jobs, why = p.jobs(m)
+    assert why is None and jobs
+    rotated = p._unaliased(m, jobs)
+    assert p._rotate(rotated, jobs)[jobs[0].fn] > 0
+    for k in {j.fn for j in jobs}:              # the ring assignment itself, before any guard
+        assert not live_overlap_problems(rotated.functions[k])
+    out, stats = p.run(m)
+    verify(out)
+    assert stats["rotations"] > 0 and stats["reverted"] == 0
+    assert same_meaning(m, out) and same_meaning(m, rotated)

@@ -21,7 +21,7 @@ from tusk.ir.bir_json import column_reader, column_writer, digits, writer
 from tusk.ir.builder import Builder
 from tusk.ir.errors import FormatError
 from tusk.ir.module import Module
-from tusk.stages.deps import BuildFDeps
+from tusk.stages.build_fdeps import BuildFDeps
 from tusk.stages.full_unroll import FullUnroll
 from tusk.stages.unroll import unroll_function
 

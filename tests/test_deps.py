@@ -16,7 +16,9 @@ from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages import make_pass, pass_class
-from tusk.stages.deps import BuildFDeps, ClearInstDeps, build_fdeps, clear_inst_deps, edge_counts
+from tusk.stages.build_fdeps import BuildFDeps
+from tusk.stages.clear_inst_deps import ClearInstDeps, clear_inst_deps
+from tusk.stages.deps import build_fdeps, edge_counts
 
 # --------------------------------------------------------------------------- the reference
 

@@ -46,6 +46,15 @@ def test_every_registered_pass_is_a_frozen_typed_dataclass_named_as_registered(n
         assert info.help, f"{name}.{info.name} has no help line"
 
 
+@pytest.mark.parametrize("name", sorted(stages.REGISTRY))
+def test_every_pass_lives_in_the_module_named_after_it(name):
+    """Find any pass in one hop: the backend's pass name is its module, stages/<name>.py (no exceptions)."""
+    cls = stages.pass_class(name)
+    assert cls.__module__ == f"tusk.stages.{name}"
+    assert stages.REGISTRY[name] == f"tusk.stages.{name}:{cls.__qualname__}"
+    assert (Path(stages.__file__).parent / f"{name}.py").is_file()
+
+
 @pytest.mark.parametrize("name", sorted(stages.get_all_passes()))
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())

@@ -31,7 +31,7 @@ from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.sim.timing import makespan, simulate
 from tusk.stages import raise_loops as rl
-from tusk.stages.deps import BuildFDeps
+from tusk.stages.build_fdeps import BuildFDeps
 from tusk.stages.host import host_module_for
 from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
 

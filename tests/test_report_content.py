@@ -48,3 +48,32 @@ def test_report_and_summary_give_the_same_makespans_in_cycles(tmp_path, monkeypa
             assert f"before rotation: {before} cycles" in head.group(1)
             assert f"after rotation: {after} cycles" in head.group(1)
     assert any(c[headers.index("makespan")] == "-" for c in rows)  # dynamic_loop keeps its loop
+    # what bounds each kernel: the summary's limit column, the report's table, the same resource and share
+    limits = page[page.index("<h2>What limits each kernel</h2>"):page.index("</section>",
+                                                                              page.index("What limits each"))]
+    for cells in rows:
+        unit, limit = cells[0], cells[headers.index("limit")]
+        row = re.search(rf"<tr><td>{re.escape(unit)}</td>(.*?)</tr>", limits)
+        if limit == "-":
+            assert row is None, unit  # not timed: no bound to explain
+            continue
+        assert row, unit
+        tds = re.findall(r"<td[^>]*>([^<]*)</td>", row.group(1))
+        rotated, bound, words = tds[0], tds[1], tds[3]
+        assert rotated == cells[headers.index("rotated")]
+        assert int(bound.replace(",", "")) <= int(rotated.replace(",", "")), unit  # a lower bound
+        share = limit.rsplit(" ", 1)[-1]
+        assert words.endswith(share) if share.endswith("%") else words == "dependence chain", (unit, limit, words)
+
+
+def test_limit_label_names_the_binding_resource_and_its_busy_share():
+    from tusk.workflows.report import limit_label
+
+    util = {"PE": 0.5, "SP.q0": 0.8, "SP.q1": 0.94, "DMA engines": 0.949}
+    assert limit_label({"term": "engine PE", "resource": "PE"}, util) == "PE 50%"
+    assert limit_label({"term": "DMA queues of SP", "resource": "DMA queues of SP"}, util) == "SP queues 94%"
+    assert limit_label({"term": "DMA queues of SP", "resource": "x"}, util, short=True) == "SP q 94%"
+    assert limit_label({"term": "DMA queue SP.q0", "resource": "DMA queue SP.q0"}, util) == "SP.q0 queue 80%"
+    assert limit_label({"term": "DMA engines", "resource": "DMA engines"}, util, short=True) == "DMA 95%"
+    assert limit_label({"term": "dependence chain", "resource": "dependence chain"}, util) == "dependence chain"
+    assert limit_label(None, util) is None

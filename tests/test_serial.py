@@ -41,7 +41,7 @@ def test_a_module_read_back_from_its_parts_writes_the_same_bir_json():
     from tusk.ir import bir_json
     from tusk.ir.columns import Table
     from tusk.ir.module import DEP_SCHEMA
-    from tusk.stages.deps import BuildFDeps
+    from tusk.stages.build_fdeps import BuildFDeps
     from tusk.stages.full_unroll import FullUnroll
 
     m, _ = BuildFDeps().run(FullUnroll(level=2).run(tiled_exp_module())[0])

@@ -22,7 +22,7 @@ from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import Module
 from tusk.sim.interp import random_inputs, run, same_outputs
-from tusk.stages.deps import BuildFDeps
+from tusk.stages.build_fdeps import BuildFDeps
 from tusk.stages.deps_split import plan_ranges, splits, written_spaces
 from tusk.stages.schedule import Schedule, segments
 from tusk.stages.unroll import Unroll

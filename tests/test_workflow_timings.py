@@ -91,9 +91,9 @@ def test_the_report_reads_timelines_from_the_store_and_never_recomputes(kdir, tm
         raise AssertionError("measured again")
 
     monkeypatch.setattr(timings, "measure", refuse)
-    from tusk.stages import deps
+    from tusk.stages.build_fdeps import BuildFDeps
 
-    monkeypatch.setattr(deps.BuildFDeps, "run", refuse)  # the report rebuilds no dependences either
+    monkeypatch.setattr(BuildFDeps, "run", refuse)  # the report rebuilds no dependences either
     _, ran = build(kdir, tmp_path / "o2", cache, report=True)
     assert ran == []
     assert json.loads((tmp_path / "o2" / "tiled_exp" / "timeline.json").read_text())["traceEvents"] == \

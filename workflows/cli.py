@@ -9,17 +9,18 @@ that the directory holds kernel files): a refused command creates nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Mapping, Optional, TypeVar
 
 import typer
 
-from tusk.ir.errors import InputError, TuskError
+from tusk.ir.errors import EXIT_CODES, InternalError, TuskError, UsageError, fault_of
 from tusk.workflows.project import EXAMPLES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -40,12 +41,23 @@ def _err(text: str) -> None:
     typer.echo(f"error: {text}", err=True)
 
 
-def _fail(e: TuskError | str, code: int | None = None) -> typer.Exit:
-    """Print the error on stderr; the exit: 1 for the kernel's fault (a bad file), else 2."""
-    _err(str(e))
-    if code is None:
-        code = 1 if isinstance(e, InputError) else 2
-    return typer.Exit(code)
+_Command = TypeVar("_Command", bound=Callable)
+
+
+def exits_by_fault(codes: Mapping[str, int] = EXIT_CODES) -> Callable[[_Command], _Command]:
+    """The command's TuskError goes to stderr as ``error: ...`` and sets the exit code by whose fault it is
+    (:func:`tusk.ir.errors.fault_of`; ``codes``: README's 1 a kernel or the file shown, 2 the command or the
+    machine): the one place a command turns an error into its exit."""
+    def decorate(command: _Command) -> _Command:
+        @functools.wraps(command)
+        def run(*args, **kwargs):
+            try:
+                return command(*args, **kwargs)
+            except TuskError as e:
+                _err(str(e))
+                raise typer.Exit(codes[fault_of(e)]) from None
+        return run  # type: ignore[return-value]
+    return decorate
 
 
 def _version(value: bool) -> None:
@@ -97,6 +109,13 @@ class _Out:
             sys.stdout.flush()
             self.buf.clear()
 
+    def __enter__(self) -> "_Out":
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        if isinstance(error, TuskError):
+            self.flush()  # what was listed before the error stays above it
+
 
 # ====================================================================== compile
 
@@ -128,6 +147,7 @@ class ProgressMode(str, Enum):
 
 
 @app.command(epilog=COMPILE_EPILOG)
+@exits_by_fault()
 def compile(
     directory: Optional[Path] = typer.Argument(None, metavar="DIR",
                                                help="Directory of kernels (default: the shipped examples)"),
@@ -181,22 +201,17 @@ def compile(
     from tusk.workflows.compile import compile_directory
     from tusk.workflows.observe import Reporter, Tee
     from tusk.workflows.progress import History, Terminal, make_display, route_dask_logs
-    from tusk.workflows.project import NoKernels, prepare_request
+    from tusk.workflows.project import prepare_request
     from tusk.workflows.report import print_result, result_json
 
     _STARTED["command"] = time.perf_counter()
     directory = directory or EXAMPLES
-    try:
-        req, cfg, pf = prepare_request(
-            directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
-            workers=workers, scheduler=scheduler, cache_dir=cache_dir,
-            verify=None if verify is None else ("all" if verify else "none"), arch=arch,
-            instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
-            core_id=core_id, flatten=flatten)
-    except NoKernels as e:
-        raise _fail(e, 1)
-    except TuskError as e:
-        raise _fail(e, 2)
+    req, cfg, pf = prepare_request(
+        directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
+        workers=workers, scheduler=scheduler, cache_dir=cache_dir,
+        verify=None if verify is None else ("all" if verify else "none"), arch=arch,
+        instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
+        core_id=core_id, flatten=flatten)
     from tusk.workflows import timings
 
     if not (report or makespans):
@@ -224,10 +239,10 @@ def compile(
         with route_dask_logs(out / "tusk.log"), interrupts.handled(), \
                 interrupts.children_write_to(str((out / "tusk.log").resolve())):
             result = compile_directory(req, events=events)
-    except TuskError as e:
+    except TuskError:
         display.stop()
         _drop_if_empty(out, existed)
-        raise _fail(e, 2)
+        raise
     except KeyboardInterrupt:
         display.stop()
         err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
@@ -327,6 +342,7 @@ in DIR/tusk.toml ([kernels.NAME] file, function, inputs, args, grid; see README)
 
 
 @app.command(epilog=TRACE_EPILOG)
+@exits_by_fault()
 def trace(
     target: str = typer.Argument(..., metavar="FILE.py[::FUNCTION]",
                                  help="The kernel's Python file and its @nki.jit function (optional when the file "
@@ -357,17 +373,17 @@ def trace(
 
     Tracing runs the file's Python (its top level, then the kernel once), as NKI itself does.
     """
-    from tusk.ir.errors import InternalError
     from tusk.workflows.trace_cmd import trace as run_trace
 
     try:
         res = run_trace(target, inputs, grid, name, out, arch, args, paths, nki_api)
     except InternalError as e:
-        raise _fail(f"{e} [internal error of the NKI front end: please report it]", 1)
-    except TuskError as e:
-        raise _fail(e)
+        raise InternalError(f"{e} [internal error of the NKI front end: please report it]") from None
+    except TuskError:
+        raise
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
-        raise _fail(f"internal error while tracing {target}: {type(e).__name__}: {e} [please report it]", 1)
+        raise InternalError(f"internal error while tracing {target}: {type(e).__name__}: {e} "
+                            "[please report it]") from None
     typer.echo(f"wrote {res.path} (kernel {res.kernel}, {res.size:,} bytes of KLR)")
 
 
@@ -429,6 +445,7 @@ def _text(v) -> str:
 
 
 @app.command(epilog=PASSES_EPILOG)
+@exits_by_fault()
 def passes(directory: Optional[Path] = typer.Argument(None, metavar="DIR",
                                                       help="Show the settings as DIR's tusk.toml sets them"),
            as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
@@ -437,10 +454,7 @@ def passes(directory: Optional[Path] = typer.Argument(None, metavar="DIR",
     from rich.markup import escape
     from rich.table import Table
 
-    try:
-        data = _passes_data(directory)
-    except TuskError as e:
-        raise _fail(e, 2)
+    data = _passes_data(directory)
     if as_json:
         typer.echo(json.dumps(data, indent=1, default=str))
         return
@@ -501,6 +515,7 @@ def _filter(function: Optional[str], engine: List[str], limit: Optional[int], te
 
 
 @app.command(epilog=SHOW_EPILOG)
+@exits_by_fault()
 def show(
     target: Path = typer.Argument(..., metavar="FILE|OUT/KERNEL",
                                   help="A .klr or BIR-JSON file, or a kernel's output directory"),
@@ -527,14 +542,13 @@ def show(
     """List a kernel file (KLR or BIR-JSON) in one readable notation, or a step of a build."""
     from tusk.workflows import show as sh
 
-    out = _Out()
-    try:
+    with _Out() as out:
         flt = _filter(function, engine, limit, tensors)
         if sh.is_kernel_output(target):
             all_stages = sh.stages(target, unit)
             if stage is None:
                 if diff:
-                    raise TuskError("--diff needs --stage (the step whose change to show)")
+                    raise UsageError("--diff needs --stage (the step whose change to show)")
                 out.write_all(sh.stage_table(all_stages))
                 return
             st = sh.find_stage(all_stages, stage)
@@ -547,14 +561,11 @@ def show(
                 out.write_all(sh.iter_listing(after, flt))
             return
         if stage is not None or diff:
-            raise TuskError("--stage and --diff read a kernel's output directory (OUT/<kernel>), not a file")
+            raise UsageError("--stage and --diff read a kernel's output directory (OUT/<kernel>), not a file")
         if klr_form:
             out.write_all(sh.klr_lines(target))
             return
         out.write_all(sh.file_listing(target, core, flt))
-    except TuskError as e:
-        out.flush()
-        raise _fail(e)
 
 
 def _kernel_cache_dir(kernel_dir: Path) -> Optional[str]:
@@ -606,11 +617,16 @@ def _module_of(spec: str, cache_dir: Optional[str], core: int, unit: Optional[st
             st = sh.find_stage(sh.stages(Path(base), unit), which)
             return sh.stage_module(Path(base), st, _store(cache_dir or _kernel_cache_dir(Path(base))))
     if sh.is_kernel_output(p):
-        raise TuskError(f"{spec} is a kernel's output directory: name a step, {spec}@PASS")
+        raise UsageError(f"{spec} is a kernel's output directory: name a step, {spec}@PASS")
     return sh.load(p, core)
 
 
+#: like diff(1), exit 1 means the listings differ: every error is trouble (2)
+DIFF_EXIT_CODES = dict.fromkeys(EXIT_CODES, 2)
+
+
 @app.command("diff", epilog=DIFF_EPILOG)
+@exits_by_fault(DIFF_EXIT_CODES)
 def diff_cmd(
     a: str = typer.Argument(..., metavar="A", help="A kernel file, or OUT/<kernel>@STEP"),
     b: str = typer.Argument(..., metavar="B", help="A kernel file, or OUT/<kernel>@STEP"),
@@ -624,8 +640,7 @@ def diff_cmd(
     """Show what changed between two modules: counts per function, then a diff of their listings."""
     from tusk.workflows import show as sh
 
-    out = _Out()
-    try:
+    with _Out() as out:
         flt = _filter(function, engine, None, True)
         ma = _module_of(a, cache_dir, core, unit)
         mb = _module_of(b, cache_dir, core, unit)
@@ -637,9 +652,6 @@ def diff_cmd(
                 yield line
 
         out.write_all(_colour(noting(sh.diff_lines(ma, mb, a, b, flt, context=context))))
-    except TuskError as e:
-        out.flush()
-        raise _fail(e, 2)
     raise typer.Exit(0 if same[0] else 1)  # as diff(1): 0 the same, 1 different, 2 trouble
 
 
@@ -650,10 +662,7 @@ def _store(cache_dir: Optional[str]):
     from tusk.cache.store import Store
     from tusk.workflows import config
 
-    try:
-        return Store(config.load({"cache_dir": cache_dir}).cache_dir)
-    except TuskError as e:
-        raise _fail(e, 2)
+    return Store(config.load({"cache_dir": cache_dir}).cache_dir)
 
 
 CacheDir = typer.Option(None, "--cache-dir", metavar="DIR|URL",
@@ -669,6 +678,7 @@ def _size(n: int) -> str:
 
 
 @cache_app.command("info", epilog="\b\nExamples:\n  tusk cache info\n  tusk cache info --json")
+@exits_by_fault()
 def cache_info(cache_dir: Optional[str] = CacheDir,
                as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
     """Objects, action records and bytes in the cache."""
@@ -684,15 +694,13 @@ def cache_info(cache_dir: Optional[str] = CacheDir,
 
 
 @cache_app.command("verify", epilog="\b\nExamples:\n  tusk cache verify\n  tusk cache verify --repair")
+@exits_by_fault()
 def cache_verify(cache_dir: Optional[str] = CacheDir,
                  remove: bool = typer.Option(False, "--repair", "--remove",
                                              help="Drop damaged objects and the records and notes naming them")
                  ) -> None:
     """Read and re-hash every object; report (and with --repair drop) damaged ones and what names them."""
-    try:
-        res = _store(cache_dir).verify(remove=remove)
-    except TuskError as e:
-        raise _fail(e, 1)
+    res = _store(cache_dir).verify(remove=remove)
     for h, why in res["damaged_objects"]:
         typer.echo(f"damaged object {h}: {why}" + (" (removed)" if remove else ""))
     for k, why in res["bad_records"]:
@@ -703,6 +711,7 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
 
 
 @cache_app.command("gc", epilog="\b\nExamples:\n  tusk cache gc --max-size 2G\n  tusk cache gc --max-size 500M")
+@exits_by_fault()
 def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
                                           help="Keep at most this much, e.g. 2G, 500M"),
              cache_dir: Optional[str] = CacheDir) -> None:
@@ -710,14 +719,8 @@ def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
     --max-size on disk."""
     from tusk.cache.store import parse_size
 
-    try:
-        limit = parse_size(max_size)
-    except TuskError as e:
-        raise _fail(e, 2)
-    try:
-        res = _store(cache_dir).gc(limit)
-    except TuskError as e:
-        raise _fail(e, 1)
+    limit = parse_size(max_size)
+    res = _store(cache_dir).gc(limit)
     typer.echo(f"removed {res['removed_objects']} object(s), {res['removed_actions']} action record(s) and "
                f"{res['removed_notes']} note(s); {_size(res['bytes_before'])} -> {_size(res['bytes_after'])} "
                f"on disk (limit {_size(limit)})")
@@ -727,13 +730,11 @@ def cache_gc(max_size: str = typer.Option(..., "--max-size", metavar="SIZE",
 
 
 @cache_app.command("clear", epilog="\b\nExamples:\n  tusk cache clear\n  tusk cache clear --cache-dir /tmp/c")
+@exits_by_fault()
 def cache_clear(cache_dir: Optional[str] = CacheDir) -> None:
     """Remove everything from the cache."""
     store = _store(cache_dir)
-    try:
-        store.clear()
-    except TuskError as e:
-        raise _fail(e, 1)
+    store.clear()
     typer.echo(f"cleared {store.url}")
 
 

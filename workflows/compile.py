@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tusk import __version__
-from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, TuskError, UsageError
+from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, UsageError
 from tusk.workflows import config as config_mod
 from tusk.workflows import why
 from tusk.workflows.graph import (
@@ -280,7 +280,7 @@ class _Plan:
         cfg = config_mod.load({**req.settings, "cache_dir": req.cache_dir, "workers": req.workers,
                                "scheduler": req.scheduler, "verify": req.verify})
         if req.core_id is not None and req.core_id < 0:
-            raise TuskError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
+            raise UsageError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
         entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
         apply_defaults(entries, config_mod.pass_defaults(cfg))
         apply_sets(entries, req.sets)
@@ -288,16 +288,16 @@ class _Plan:
         events.pipeline(resolved)
         directory = Path(req.directory)
         if not directory.is_dir():
-            raise TuskError(f"{directory}: no such directory" if not directory.exists() else
-                            f"{directory} is not a directory")
+            raise UsageError(f"{directory}: no such directory" if not directory.exists() else
+                             f"{directory} is not a directory")
         src = Path(os.path.realpath(directory))
         out = Path(req.out).resolve()
         if out.exists() and not out.is_dir():
-            raise TuskError(f"{req.out}: the output directory is an existing file")
+            raise UsageError(f"{req.out}: the output directory is an existing file")
         if out == src:
             # OUT inside the input directory is fine (the input is not searched recursively), OUT == input is
             # not: every kernel's output directory would sit among the kernels
-            raise TuskError(f"the output directory {out} is the input directory; choose another -o")
+            raise UsageError(f"the output directory {out} is the input directory; choose another -o")
         memory = not req.no_cache and str(cfg.cache_dir).startswith("memory://")
         plan = cls(req, cfg, resolved, directory, src, out, memory)
         if cfg.scheduler and not memory:

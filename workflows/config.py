@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
             values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
         except ValueError:
             expected = _EXPECTED_BY_NAME.get(s.name) or _EXPECTED.get(s.parse, "a valid value")
-            raise TuskError(f"environment variable {s.env}={raw!r} is not valid: expected {expected} "
-                            f"({s.help})") from None
+            raise UsageError(f"environment variable {s.env}={raw!r} is not valid: expected {expected} "
+                             f"({s.help})") from None
     for k, v in (overrides or {}).items():
         if k not in BY_NAME:
             raise KeyError(f"unknown setting {k!r}")

@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from tusk.ir.errors import InputError, TuskError
+from tusk.ir.errors import EXIT_CODES, TuskError, fault_of
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         bir_json.save(out, args.output)
     except TuskError as e:
         print(f"full_unroll: error: {e}", file=sys.stderr)
-        return 1 if isinstance(e, InputError) else 2  # as tusk: 1 the file is at fault, 2 the command or machine
+        return EXIT_CODES[fault_of(e)]  # as tusk: 1 the file is at fault, 2 the command or the machine
     logging.getLogger("tusk.full_unroll").info("wrote %s (%d instructions)", args.output, stats["insts_after"])
     return 0
 

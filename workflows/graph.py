@@ -757,7 +757,7 @@ class Build:
                 return
             except TuskError as e:
                 st.report.final = None
-                self._fail(st, str(e), fault=_client_fault(e, INPUT))
+                self._fail(st, str(e), fault=fault_of(e, kernel=True))
                 return
         if items:
             self._write(st, [[str(x) for x in item] for item in items])
@@ -968,11 +968,11 @@ class Build:
                 if unit.module is not None:
                     unit.host_hash = self.store.put(unit.module)
                 elif unit.host_hash is None:
-                    raise TuskError(f"{unit.source or unit.name}: host module is not available")
+                    raise EnvError(f"{unit.source or unit.name}: host module is not available")
                 st.hashes = [unit.host_hash]
             except (TuskError, OSError) as e:
                 st.hashes = [unit.host_hash or ""]
-                self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
+                self._fail(st, str(e), fault=fault_of(e, kernel=True))
         try:
             for st in states:
                 if not st.done:
@@ -981,7 +981,7 @@ class Build:
                     except ExecutorUnavailable:
                         raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
+                        self._fail(st, str(e), fault=fault_of(e, kernel=True))
             while self.waiting:
                 task_key, res = self.executor.next()
                 if task_key in self._tasks:  # before _received drops the worker's start time
@@ -999,7 +999,7 @@ class Build:
                     except ExecutorUnavailable:
                         raise
                     except (TuskError, OSError) as e:
-                        self._fail(st, str(e), fault=_client_fault(e, ENVIRONMENT))
+                        self._fail(st, str(e), fault=fault_of(e, kernel=True))
         finally:
             if self.executor is not None:
                 self.executor.close()
@@ -1013,9 +1013,6 @@ def timing_start(res: dict) -> float:
     return float(res["timing"]["started"])
 
 
-def _client_fault(e: BaseException, plain: str) -> str:
-    """Whose fault an error raised on the client is; ``plain`` for a TuskError of no particular kind."""
-    return plain if type(e) is TuskError else fault_of(e)
 
 
 def build(units: Iterable[BuildUnit], steps: list[Step], store: Store, **kwargs: Any) -> BuildReport:

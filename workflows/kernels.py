@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tusk.ir.errors import INPUT, INTERNAL, EnvError, InternalError, TuskError, fault_of
+from tusk.ir.errors import INPUT, INTERNAL, InputError, TuskError, UsageError, fault_of
 from tusk.ir.klr.magic import is_klr_bytes
 from tusk.stages import host as stages_host
 from tusk.stages.host import NotAKernel
@@ -96,12 +96,9 @@ class Kernel:
         return self.origin or self.path
 
     def fail(self, e: BaseException) -> None:
-        """Record that reading this kernel raised ``e`` (a TuskError names the file; anything else is a bug,
-        or for OSError the machine)."""
-        if isinstance(e, (EnvError, InternalError)) or not isinstance(e, (TuskError, OSError)):
-            fault = fault_of(e)
-        else:
-            fault = INPUT  # the file is malformed, or cannot be read
+        """Record that reading this kernel raised ``e``: whose fault is :func:`fault_of`'s for a kernel being
+        read, except that a file that cannot be read (OSError) is the kernel's, not the machine's."""
+        fault = INPUT if isinstance(e, OSError) else fault_of(e, kernel=True, read=True)
         if isinstance(e, TuskError) and fault != INTERNAL:
             self.error = str(e) if e.file else f"{self.path}: {e}"
         elif isinstance(e, OSError):
@@ -124,8 +121,8 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
 
     directory = Path(directory)
     if not directory.is_dir():
-        raise TuskError(f"{directory}: no such directory" if not directory.exists() else
-                        f"{directory} is not a directory")
+        raise UsageError(f"{directory}: no such directory" if not directory.exists() else
+                         f"{directory} is not a directory")
     kernels: list[Kernel] = []
     skipped: list[Skipped] = []
     for p in sorted(directory.iterdir()):
@@ -136,7 +133,7 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
         k = Kernel(path=Path(os.path.abspath(p)) if kind.startswith("error:") else p.resolve(), name=p.stem,
                    entry=p.name)
         if kind.startswith("error:"):
-            k.error = str(TuskError(kind[6:], file=str(p)))
+            k.error = str(InputError(kind[6:], file=str(p)))
             kernels.append(k)
             continue
         k.digest = file_digest(k.path)
@@ -261,9 +258,9 @@ def _refs(k: Kernel, info: dict[str, Any], store) -> list[str]:
     for written in info["refs"]:
         found = _placeholder_file(written, k.path, art)
         if found is None:
-            raise TuskError(f"a kernel placeholder names kernel file {written}, which does not exist (looked "
-                            f"next to the module{' and in its artifact directory ' + art if art else ''})",
-                            file=str(k.path))
+            raise InputError(f"a kernel placeholder names kernel file {written}, which does not exist (looked "
+                             f"next to the module{' and in its artifact directory ' + art if art else ''})",
+                             file=str(k.path))
         k.placeholders[written] = found
         refs.add(found)
         try:  # the placeholder kernel's own const files are inputs of this build too
@@ -292,18 +289,18 @@ def _checked_const(written: str, kernel_path: Path) -> str:
         base = os.path.realpath(kernel_path.parent)
         real = os.path.realpath(path)
         if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-            raise TuskError(f"refusing const file {written!r}: {path} resolves outside the kernel file's "
-                            f"directory {kernel_path.parent}", file=str(kernel_path))
+            raise InputError(f"refusing const file {written!r}: {path} resolves outside the kernel file's "
+                             f"directory {kernel_path.parent}", file=str(kernel_path))
     try:
         st = os.stat(path)
     except OSError:
         return path
     if not stat.S_ISREG(st.st_mode):
-        raise TuskError(f"refusing const file {written!r}: {path} is not a regular file (a device, FIFO or "
-                        "directory)", file=str(kernel_path))
+        raise InputError(f"refusing const file {written!r}: {path} is not a regular file (a device, FIFO or "
+                         "directory)", file=str(kernel_path))
     if st.st_size > MAX_CONST_BYTES:
-        raise TuskError(f"refusing const file {written!r}: {path} is {st.st_size} bytes (at most "
-                        f"{MAX_CONST_BYTES})", file=str(kernel_path))
+        raise InputError(f"refusing const file {written!r}: {path} is {st.st_size} bytes (at most "
+                         f"{MAX_CONST_BYTES})", file=str(kernel_path))
     return path
 
 

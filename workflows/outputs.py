@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError
+from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
 from tusk.workflows.graph import BuildUnit, UnitReport
 from tusk.workflows.kernels import Kernel, file_digests
 from tusk.workflows.pipeline import ROTATION_PASSES, UNROLL_PASSES
@@ -244,9 +244,9 @@ class OutputWriter:
 
         def add(rel: str, src: Path, what: str) -> None:
             if rel in own or rel.split("/", 1)[0] == "stages":
-                raise TuskError(f"{what} {rel} would overwrite an output of the build")
+                raise InputError(f"{what} {rel} would overwrite an output of the build")
             if rel in wanted and os.path.realpath(wanted[rel]) != os.path.realpath(src):
-                raise TuskError(f"two files would be staged as {rel}: {wanted[rel]} and {src}")
+                raise InputError(f"two files would be staged as {rel}: {wanted[rel]} and {src}")
             wanted[rel] = src
 
         add(k.path.name, k.path, "the kernel file")
@@ -260,10 +260,10 @@ class OutputWriter:
                 if os.path.isabs(rel) or rel in wanted:
                     continue  # an absolute const path is used where it is
                 if ".." in Path(rel).parts:
-                    raise TuskError(f"{u.unit.data['output']} names const file {rel}, outside its directory")
+                    raise InputError(f"{u.unit.data['output']} names const file {rel}, outside its directory")
                 src = k.path.parent / rel
                 if not src.is_file():
-                    raise TuskError(f"{u.unit.data['output']} names const file {rel}, which was not found "
+                    raise InputError(f"{u.unit.data['output']} names const file {rel}, which was not found "
                                     f"(looked for {src})")
                 add(rel, src, "the const file")
         return wanted
@@ -282,7 +282,7 @@ class OutputWriter:
                 if not (target.exists() and os.path.samefile(src, target)):  # a traced kernel is written there
                     shutil.copy2(src, target)
             except OSError as e:
-                raise TuskError(f"cannot stage {src} as {rel}: {e.strerror or e}") from None
+                raise EnvError(f"cannot stage {src} as {rel}: {e.strerror or e}") from None
             sizes[rel] = target.stat().st_size
         return sizes
 
@@ -417,7 +417,7 @@ def _swap_dir(staging: Path, dest: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
         return
     shutil.rmtree(staging, ignore_errors=True)
-    raise TuskError(f"could not move the output of {dest.name} into place (concurrent writers?)")
+    raise EnvError(f"could not move the output of {dest.name} into place (concurrent writers?)")
 
 
 OWNER_FILE = ".tusk-owner"

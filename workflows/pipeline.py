@@ -45,7 +45,7 @@ from typing import Any
 
 from tusk import stages
 from tusk.cache.keys import code_digest
-from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.errors import TuskError, UsageError
 
 DEFAULT_ORDER: tuple[str, ...] = (
     "translate_nki_ast_to_bir",
@@ -113,6 +113,10 @@ class Resolved:
     warnings: list[str] = field(default_factory=list)
 
 
+class PipelineFileError(UsageError):
+    """A --pipeline file that cannot be read or used: the command's fault (exit 2), as a bad tusk.toml is."""
+
+
 def default_pipeline() -> list[Entry]:
     return _labelled([Entry(name) for name in DEFAULT_ORDER])
 
@@ -142,29 +146,29 @@ def load_pipeline(path: str | Path) -> list[Entry]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise FormatError(f"cannot read pipeline file: {e.strerror}", file=str(path)) from None
+        raise PipelineFileError(f"cannot read pipeline file: {e.strerror}", file=str(path)) from None
     except tomllib.TOMLDecodeError as e:
-        raise FormatError(f"malformed TOML: {e}", file=str(path)) from None
+        raise PipelineFileError(f"malformed TOML: {e}", file=str(path)) from None
     steps = data.get("step", data.get("steps"))
     if not isinstance(steps, list):
-        raise FormatError("a pipeline file needs [[step]] tables", file=str(path))
+        raise PipelineFileError("a pipeline file needs [[step]] tables", file=str(path))
     entries = []
     for i, s in enumerate(steps):
         where = f"step[{i}]"
         if not isinstance(s, dict):
-            raise FormatError("expected a table", file=str(path), where=where)
+            raise PipelineFileError("expected a table", file=str(path), where=where)
         ref = s.get("pass", s.get("name"))
         if not isinstance(ref, str) or not ref:
-            raise FormatError("missing 'pass'", file=str(path), where=where)
+            raise PipelineFileError("missing 'pass'", file=str(path), where=where)
         opts = s.get("options", {})
         if not isinstance(opts, dict):
-            raise FormatError("'options' must be a table", file=str(path), where=where)
+            raise PipelineFileError("'options' must be a table", file=str(path), where=where)
         enabled = s.get("enabled", True)
         if not isinstance(enabled, bool):
-            raise FormatError("'enabled' must be true or false", file=str(path), where=where)
+            raise PipelineFileError("'enabled' must be true or false", file=str(path), where=where)
         unknown = set(s) - {"pass", "name", "options", "enabled"}
         if unknown:
-            raise FormatError(f"unknown keys {sorted(unknown)}", file=str(path), where=where)
+            raise PipelineFileError(f"unknown keys {sorted(unknown)}", file=str(path), where=where)
         entries.append(Entry(ref, dict(opts), enabled))
     return _labelled(entries)
 
@@ -173,7 +177,7 @@ def apply_sets(entries: list[Entry], assignments: list[str]) -> list[Entry]:
     """Apply ``pass.option=value`` (or ``pass#2.option=value``) assignments in order."""
     for text in assignments:
         if "=" not in text or "." not in text.split("=", 1)[0]:
-            raise TuskError(f"--set expects pass.option=value, got {text!r}")
+            raise UsageError(f"--set expects pass.option=value, got {text!r}")
         lhs, value = text.split("=", 1)
         target, option = lhs.rsplit(".", 1)
         target, option = target.strip(), option.strip()
@@ -181,12 +185,12 @@ def apply_sets(entries: list[Entry], assignments: list[str]) -> list[Entry]:
                 if target in (e.label, e.ref, _short(e.ref)) or ("#" not in target and display_name(e.ref) == target)]
         if not hits:
             labels = ", ".join(e.label for e in entries)
-            raise TuskError(f"--set {text}: the pipeline has no pass {target!r} (passes: {labels})")
+            raise UsageError(f"--set {text}: the pipeline has no pass {target!r} (passes: {labels})")
         for e in hits:
             if option == "enabled" and "enabled" not in _option_names(e.ref):
                 low = value.strip().lower()
                 if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                    raise TuskError(f"--set {text}: enabled expects true or false")
+                    raise UsageError(f"--set {text}: enabled expects true or false")
                 e.enabled = low in ("true", "1", "yes", "on")
             else:
                 e.options[option] = value

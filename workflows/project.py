@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tusk.ir.errors import TuskError, UsageError
+from tusk.ir.errors import InputError, TuskError, UsageError
 from tusk.workflows import config
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"  # the shipped corpus (tusk.examples)
@@ -347,7 +347,7 @@ def _kernel_grid(table: dict, where: str, key: str) -> tuple[int, ...]:
 # ====================================================================== a request, checked before it runs
 
 
-class NoKernels(TuskError):
+class NoKernels(InputError):
     """The directory holds no file that may be a kernel (exit 1: nothing to compile, nothing created)."""
 
 
@@ -377,7 +377,7 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
     """Everything a build can be refused for, checked before it starts; ``(CompileRequest, config, file)``.
 
     ``settings`` are the command-line values of :data:`SETTING_ARGS` (None:
-    not given).  Raises a UsageError-like TuskError with the reason, or
+    not given).  Raises a UsageError with the reason, or
     :class:`NoKernels`.  Nothing is created.
     """
     from tusk.workflows import config as config_mod

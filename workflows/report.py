@@ -14,9 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tusk.sim.bound import queue_term, queues_term
 from tusk.workflows.compile import CompileResult
 from tusk.workflows.outputs import summarize
 
+QUEUES_OF, ONE_QUEUE = queues_term(""), queue_term("")  # how the bound names its DMA-queue terms
 JSON_SCHEMA = 2  # version of `tusk compile --json` (1: the unversioned form before it)
 TRANSLATE = "translate_nki_ast_to_bir"
 
@@ -84,7 +86,35 @@ def unit_figures(kr, u) -> dict[str, Any]:
         if isinstance(s[k], int):
             s[k] -= host
     s["status"] = unit_status(kr, u)
+    s["limit"] = limit_label(s.get("binding"), s.get("utilisation"))
+    s["limit_short"] = limit_label(s.get("binding"), s.get("utilisation"), short=True)
     return s
+
+
+SHORT = {"DMA engines": "DMA", "dependence chain": "chain", "kernel calls": "calls", "Activation": "Act"}
+
+
+def limit_label(binding: dict | None, utilisation: dict | None, short: bool = False) -> str | None:
+    """What sets a kernel's lower bound, and how busy it is over the rotated makespan: ``PE 91%``,
+    ``SP queues 88%``, ``DMA engines 95%``, ``dependence chain`` (tusk.sim.explain's binding record); the
+    share is busy cycles / makespan cycles, the MFU/MBU figure of neuron-profile's summary.  ``short``: the
+    summary table's narrow form (``DMA 95%``, ``SP q 88%``, ``chain``)."""
+    if not binding:
+        return None
+    util = utilisation or {}
+    term, resource = str(binding.get("term", "")), str(binding.get("resource", ""))
+    share: float | None
+    if term.startswith(QUEUES_OF):
+        engine = term[len(QUEUES_OF):]
+        label = f"{engine} q" if short else f"{engine} queues"
+        share = max((v for k, v in util.items() if k.startswith(f"{engine}.q")), default=None)
+    elif term.startswith(ONE_QUEUE):
+        label = term[len(ONE_QUEUE):] if short else f"{term[len(ONE_QUEUE):]} queue"
+        share = util.get(term[len(ONE_QUEUE):])
+    else:
+        label, share = resource or term, util.get(resource)
+        label = SHORT.get(label, label) if short else label
+    return f"{label} {share:.0%}" if isinstance(share, (int, float)) else label
 
 
 # ====================================================================== the table
@@ -97,11 +127,13 @@ COLUMNS = (  # (header, figure, justify); "optional" columns are shown only when
     ("rotations", "rotations", "right"),
     ("makespan", "makespan_before", "right"),
     ("rotated", "makespan_after", "right"),
+    ("limit", "limit_short", "left"),
     ("cached", None, "right"),
     ("seconds", None, "right"),
     ("status", None, "left"),
 )
-OPTIONAL = {"rotations", "makespan_before", "makespan_after", "insts_before_unroll", "insts_after_unroll"}
+OPTIONAL = {"rotations", "makespan_before", "makespan_after", "limit_short", "insts_before_unroll",
+            "insts_after_unroll"}
 
 
 def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[list[str]], list[str]]:
@@ -136,7 +168,8 @@ def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[
     return shown, cells_of, [status for _, _, status in rows]
 
 
-CAPTION = "makespan: timing-model cycles before rotation; rotated: after"
+CAPTION = ("makespan: timing-model cycles before rotation; rotated: after; limit: what bounds the rotated "
+           "makespan, and its busy share (report.html: the bound)")
 
 
 def summary_table(result: CompileResult) -> Table:
@@ -251,6 +284,8 @@ def result_json(result: CompileResult, files: dict[str, str] | None = None) -> d
                 ku["status"] = f["status"]
                 ku["kernel_instructions"] = {"before_unroll": f["insts_before_unroll"],
                                              "after_unroll": f["insts_after_unroll"]}
+                if isinstance(ku.get("summary"), dict):
+                    ku["summary"]["limit"] = f["limit"]  # the summary table's words for the binding record
     if files:
         data["files"] = files
     return data

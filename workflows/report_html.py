@@ -114,6 +114,41 @@ def _kernels(result) -> str:
                'summary\'s figures)</p>' if spans else "") + "</section>")
 
 
+# the utilisation columns of "What limits each kernel", after neuron-profile's summary (MFU/MBU)
+LIMIT_LANES = ("PE", "Activation", "Pool", "DVE", "SP", "DMA engines", "DRAM")
+
+
+def _limits(result) -> str:
+    """Per unit: the rotated makespan, the lower bound, what sets it and how busy each engine and shared DMA
+    resource is (busy cycles / makespan cycles; tusk.sim.explain's record, the summary's bound and limit)."""
+    figures = [(u, unit_figures(kr, u)) for kr in result.kernels for u in kr.units]
+    figures = [(u, f) for u, f in figures if f.get("lower_bound") is not None]
+    if not figures:
+        return ""
+    rows = []
+    for u, f in figures:
+        util = f.get("utilisation") or {}
+        queues = [v for k, v in util.items() if ".q" in k]
+        shares = [util.get(lane) for lane in LIMIT_LANES] + [max(queues, default=None)]
+        span = f["makespan_after"]
+        eff = f'{f["efficiency"]:.0%}' if isinstance(f.get("efficiency"), float) else "-"
+        rows.append(f'<tr><td>{_e(u.unit.name)}</td><td class="n">{_num(span)}</td>'
+                    f'<td class="n">{_num(f["lower_bound"])}</td><td class="n">{eff}</td>'
+                    f'<td>{_e(f.get("limit") or "-")}</td>'
+                    + "".join(f'<td class="n">{_pct(v)}</td>' for v in shares) + "</tr>")
+    lanes = "".join(f"<th>{_e(lane)}</th>" for lane in (*LIMIT_LANES, "busiest DMA queue"))
+    return ('<section><h2>What limits each kernel</h2><table class="grid"><thead><tr><th>unit</th>'
+            '<th>rotated (cycles)</th><th>lower bound (cycles)</th><th>bound / makespan</th><th>limited by</th>'
+            f'{lanes}</tr></thead><tbody>' + "".join(rows) + '</tbody></table><p class="note">lower bound: no '
+            'legal order of the final program takes fewer cycles (engine work, DMA queues and their in-flight '
+            'slots, DMA engines, DRAM, the dependence chain: the largest sets it); the shares are busy cycles '
+            'over the rotated makespan</p></section>')
+
+
+def _pct(v: Any) -> str:
+    return f"{v:.0%}" if isinstance(v, (int, float)) else "-"
+
+
 def _num(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) else "-"
 
@@ -453,7 +488,8 @@ def render(result, phases: dict[str, list[Phase]] | None = None, log: TaskLog | 
     """The whole page as text."""
     figs = _Figures()
     units = _units(result)
-    body = [_header(result, len(units)), _failures(result), _kernels(result), _pass_time(result, figs),
+    body = [_header(result, len(units)), _failures(result), _kernels(result), _limits(result),
+            _pass_time(result, figs),
             _cache(result), _instructions(result, figs), _timelines(result, phases or {}, figs, model_note),
             _build_timeline(log, figs, (files or {}).get("build-trace.json")), _files(files or {})]
     blob = json.dumps(_finite(figs.figs), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")

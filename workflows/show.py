@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from tusk.ir.errors import FormatError, PassError, TuskError
+from tusk.ir.errors import EnvError, FormatError, PassError, UsageError
 from tusk.ir.klr.magic import is_klr_bytes
 from tusk.ir.listing import Filter as Filter  # the listing is tusk.ir.listing's; imported from here as before
 from tusk.ir.listing import engine_codes as engine_codes
@@ -45,7 +45,7 @@ def _head(path: Path, n: int = 64) -> bytes:
         with open(path, "rb") as fh:
             return fh.read(n)
     except OSError as e:
-        raise TuskError(f"cannot be read ({e.strerror or e})", file=str(path)) from None
+        raise EnvError(f"cannot be read ({e.strerror or e})", file=str(path)) from None
 
 
 def is_klr(path: Path) -> bool:
@@ -56,12 +56,12 @@ def file_format(path: Path) -> str:
     """"klr" or "bir-json", by content (a KLR magic) and name; a TuskError naming what was expected."""
     path = Path(path)
     if not path.exists():
-        raise TuskError("no such file", file=str(path))
+        raise UsageError("no such file", file=str(path))
     if path.is_dir():
-        raise TuskError("a directory, not a file: tusk show lists one .klr or BIR-JSON file, or a kernel's "
-                        "output directory (OUT/<kernel>, with its stats.json)", file=str(path))
+        raise UsageError("a directory, not a file: tusk show lists one .klr or BIR-JSON file, or a kernel's "
+                         "output directory (OUT/<kernel>, with its stats.json)", file=str(path))
     if not path.is_file():
-        raise TuskError("not a regular file", file=str(path))
+        raise UsageError("not a regular file", file=str(path))
     head = _head(path)
     if is_klr_bytes(head[:4]):
         return "klr"
@@ -162,18 +162,20 @@ def stages(kernel_dir: Path, unit: str | None = None) -> list[Stage]:
     path = Path(kernel_dir) / "stats.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise TuskError(f"cannot read the build record ({e})", file=str(path)) from None
+    except OSError as e:
+        raise EnvError(f"cannot read the build record ({e})", file=str(path)) from None
+    except ValueError as e:
+        raise FormatError(f"cannot read the build record ({e})", file=str(path)) from None
     units = data.get("units") or []
     if not units:
-        raise TuskError("the build record names no unit", file=str(path))
+        raise FormatError("the build record names no unit", file=str(path))
     if unit is None:
         chosen = units[0]
     else:
         chosen = next((u for u in units if u.get("unit") == unit or str(u.get("core")) == unit), None)
         if chosen is None:
-            raise TuskError(f"no unit {unit!r} (units: {', '.join(str(u.get('unit')) for u in units)})",
-                            file=str(path))
+            raise UsageError(f"no unit {unit!r} (units: {', '.join(str(u.get('unit')) for u in units)})",
+                             file=str(path))
     out = []
     for n, s in enumerate(chosen.get("steps") or [], 1):
         out.append(Stage(str(chosen.get("unit")), n, s.get("label", "?"), s.get("name", "?"), s.get("input", ""),
@@ -191,7 +193,7 @@ def find_stage(all_stages: list[Stage], which: str) -> Stage:
         if which in (s.label, s.name):
             return s
     names = ", ".join(f"{s.index}:{s.label}" for s in all_stages)
-    raise TuskError(f"no stage {which!r} (stages: {names})")
+    raise UsageError(f"no stage {which!r} (stages: {names})")
 
 
 def stage_module(kernel_dir: Path, stage: Stage, store, side: str = "output") -> Any:
@@ -210,9 +212,9 @@ def stage_module(kernel_dir: Path, stage: Stage, store, side: str = "output") ->
             from tusk.ir import bir_json
 
             return bir_json.load(f)
-    raise TuskError(f"the module {side == 'input' and 'before' or 'after'} stage {stage.label} ({h[:12] or '?'}) "
-                    f"is not in the cache {store.url} any more; rebuild the kernel, or compile with "
-                    f"--stage {stage.label} to keep it as a file", file=str(kernel_dir))
+    raise EnvError(f"the module {side == 'input' and 'before' or 'after'} stage {stage.label} ({h[:12] or '?'}) "
+                   f"is not in the cache {store.url} any more; rebuild the kernel, or compile with "
+                   f"--stage {stage.label} to keep it as a file", file=str(kernel_dir))
 
 
 def stage_table(all_stages: list[Stage]) -> list[str]:

@@ -47,7 +47,7 @@ import traceback
 from collections import OrderedDict
 from typing import Any
 
-from tusk.ir.errors import TuskError
+from tusk.ir.errors import EnvError, TuskError
 
 _STORES: dict[str, Any] = {}
 
@@ -68,8 +68,8 @@ def _pass(step: dict):
     cls = resolve_target(step["target"])
     # A worker running other code than the client would file results under the wrong key.
     if "version" in step and (str(cls.version) != step["version"] or code_digest(cls) != step["code"]):
-        raise TuskError(f"worker {_where()} has a different version of pass {step['name']} than the client "
-                        f"(restart the workers after updating Tusk)")
+        raise EnvError(f"worker {_where()} has a different version of pass {step['name']} than the client "
+                       f"(restart the workers after updating Tusk)")
     return cls.with_options(step["options"])
 
 
@@ -213,7 +213,7 @@ def _relative(path: str, directory: str) -> str | None:
 
 
 class _PassRefused(Exception):
-    """A TuskError raised by the pass itself (run/split/merge) on this input: the kernel's fault."""
+    """The pass itself (run/split/merge) refused this input (an InputError or UsageError): the kernel's fault."""
 
     def __init__(self, error: TuskError):
         super().__init__(str(error))
@@ -230,32 +230,31 @@ class _PassCrashed(Exception):
 
 
 def _call(fn, *args):
-    """Call a pass method; what it raises becomes :class:`_PassRefused` or :class:`_PassCrashed`."""
-    from tusk.ir.errors import EnvError, InternalError, VerifyError
+    """Call a pass method; what it raises becomes :class:`_PassRefused` or :class:`_PassCrashed`, by
+    :func:`tusk.ir.errors.fault_of`."""
+    from tusk.ir.errors import INPUT, VerifyError, fault_of
 
     try:
         return fn(*args)
     except (VerifyError, EnvError):
-        raise
-    except InternalError as e:
-        raise _PassCrashed(e, traceback.format_exc()) from None
-    except TuskError as e:  # an InputError, or a plain TuskError about the program
-        raise _PassRefused(e) from None
+        raise  # whose fault depends on who verified (_error) / is the machine's
     except Exception as e:  # noqa: BLE001 - Ctrl-C (BaseException) still stops the build
+        if isinstance(e, TuskError) and fault_of(e, kernel=True) == INPUT:
+            raise _PassRefused(e) from None
         raise _PassCrashed(e, traceback.format_exc()) from None
 
 
 def _error(step: dict, e: BaseException, store_url: str | None = None, key: str | None = None,
            parts: dict | None = None) -> dict:
-    """The error record of a failed task, with whose fault it is; a deterministic failure is also
-    recorded under its key.
+    """The error record of a failed task, with whose fault it is (:func:`tusk.ir.errors.fault_of`); a
+    deterministic failure is also recorded under its key.
 
-    * The pass refused the program (a TuskError it raised): ``input``.  That
-      depends only on what the key covers (pass, version, code, options,
-      input, kernel files), so it is cached like a result: a rebuild reports
-      it again without running the pass -- except for a pass that reads
-      files (``reads_files``, translate): the artifact directory it stages
-      into is not in the key, so its failures may not repeat.
+    * The pass refused the program (an InputError or UsageError it raised):
+      ``input``.  That depends only on what the key covers (pass, version,
+      code, options, input, kernel files), so it is cached like a result: a
+      rebuild reports it again without running the pass -- except for a pass
+      that reads files (``reads_files``, translate): the artifact directory
+      it stages into is not in the key, so its failures may not repeat.
     * Any other exception of the pass: ``internal`` (a bug; the traceback
       goes with the record), or ``environment`` for OSError and EnvError.
     * The verifier rejected a pass's output: ``internal`` -- unless the pass
@@ -264,7 +263,7 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
 
     Only the first kind is recorded; the others run again next time.
     """
-    from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, VerifyError, fault_of
+    from tusk.ir.errors import ENVIRONMENT, INPUT, VerifyError, fault_of
 
     name = step.get("name", "?")
     if isinstance(e, _PassRefused):
@@ -281,14 +280,13 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
                 pass
         return res
     if isinstance(e, _PassCrashed):
-        fault = ENVIRONMENT if fault_of(e.error) == ENVIRONMENT else INTERNAL
         return {"status": "error", "error": f"pass {name} failed: {type(e.error).__name__}: {e.error}",
-                "kind": type(e.error).__name__, "fault": fault, "traceback": e.tb}
+                "kind": type(e.error).__name__, "fault": fault_of(e.error, kernel=True), "traceback": e.tb}
     if isinstance(e, VerifyError):
-        if step.get("reads_files"):
+        if fault_of(e, kernel=True, read=bool(step.get("reads_files"))) == INPUT:
             return {"status": "error", "error": str(e), "kind": type(e).__name__, "fault": INPUT}
         return {"status": "error", "error": f"pass {name} produced invalid IR: {e}", "kind": type(e).__name__,
-                "fault": INTERNAL, "traceback": traceback.format_exc()}
+                "fault": fault_of(e, kernel=True), "traceback": traceback.format_exc()}
     where = f"{name}: " if isinstance(e, TuskError) else f"{name} failed: {type(e).__name__}: "
     return {"status": "error", "error": f"{where}{e}", "kind": type(e).__name__, "fault": ENVIRONMENT,
             "traceback": traceback.format_exc()}

@@ -124,7 +124,7 @@ def lookup(store, module_hash: str, timelines: bool) -> dict | None:
 def makespan_of(module) -> float | None:
     """The module's makespan on the timing model with its dependences rebuilt (what the summary shows)."""
     from tusk.sim.timing import makespan
-    from tusk.stages.deps import BuildFDeps
+    from tusk.stages.build_fdeps import BuildFDeps
 
     return makespan(BuildFDeps().run(module)[0])
 
@@ -140,7 +140,7 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
         return note
     from tusk.sim.explain import explain_makespan
     from tusk.sim.timing import makespan
-    from tusk.stages.deps import BuildFDeps
+    from tusk.stages.build_fdeps import BuildFDeps
 
     timed = BuildFDeps().run(module)[0]  # the model follows dependence edges: rebuilt, as the backend would
     lines = [engine_timeline(fn, timed) for fn in kernel_functions(timed)] if timelines else []

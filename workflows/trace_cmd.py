@@ -37,11 +37,11 @@ def parse_target(target: str) -> tuple[Path, str | None]:
         raise UsageError(f"{target}: expected FILE.py or FILE.py::FUNCTION")
     path = Path(text)
     if not path.exists():
-        raise TuskError("no such file", file=text)
+        raise UsageError("no such file", file=text)
     if path.is_dir():
-        raise TuskError("a directory, not a file: tusk trace takes a kernel's .py file", file=text)
+        raise UsageError("a directory, not a file: tusk trace takes a kernel's .py file", file=text)
     if not path.is_file():
-        raise TuskError("not a regular file", file=text)
+        raise UsageError("not a regular file", file=text)
     return path, function
 
 

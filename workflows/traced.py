@@ -358,11 +358,11 @@ def trace_kernel(spec, store, directory: Path, arch: str | None = None, tracer: 
 
 def _fail(k: Kernel, e: TuskError, spec) -> None:
     """A trace failed: the message keeps the front end's ``file:line`` start (else names the file)."""
-    fault = fault_of(e)
+    fault = fault_of(e, kernel=True)
     text = str(e)
     if str(spec.file) not in text and os.path.basename(str(spec.file)) not in text:
         text = f"{spec.file}: {text}"
     k.error = text
-    k.fault = INPUT if fault in (INPUT, "usage") else fault
+    k.fault = fault
     if fault == INTERNAL:
         k.traceback = getattr(e, "child_traceback", "") or "".join(traceback.format_exception(e))

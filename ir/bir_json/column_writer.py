@@ -243,7 +243,7 @@ class Templates:
         self.fn, self.render = fn, render
         ins, ops = fn.insts, fn.operands
         self.cols = {c: ins[c] for c in ("opcode", "engine", "name", "iter", "attrs", "pred", "nops", "ops")}
-        self.op = {c: ops[c] for c in ops.names}
+        self.op = ops.arrays()
         self.dep_dst, self.dep_src, self.dep_kind = render.dep_dst, render.dep_src, render.dep_kind
         self.name_col, self.iter_col = ins["name"], ins["iter"]
         self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)

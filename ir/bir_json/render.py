@@ -37,8 +37,8 @@ class InstRender:
         self.dep_dst = dst
         carried = fn.carried
         corder = np.argsort(carried["dst"], kind="stable")
-        self.carried_cols = {c: carried[c][corder] for c in carried.names}
-        self.op = {c: fn.operands[c] for c in fn.operands.names}
+        self.carried_cols = {c: carried.column(c)[corder] for c in carried.names}
+        self.op = fn.operands.arrays()
         self.ml_name, self.ml_set = fn.memlocs["name"], fn.memlocs["set"]
         self.set_names = fn.sets["name"]
         self._set_first = _first_memloc_of_sets(fn)

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any, Iterator
 
-from tusk.ir.errors import FormatError, TuskError
+from tusk.ir.errors import FormatError, InputError
 from tusk.ir.klr import types as T
 from tusk.ir.klr.reader import read_header, read_klr
 from tusk.ir.klr.schema import FORMAT_VERSION, LNC_CONTENTS, SCHEMA, ListOf, OptionOf, Ref
@@ -37,7 +37,7 @@ def load_lnc_kernel(path: str | os.PathLike) -> Any:
         with open(name, "rb") as fh:
             data = fh.read()
     except OSError as e:
-        raise TuskError(f"fail to locate KLIR artifact {name} ({e.strerror or e})") from None
+        raise InputError(f"fail to locate KLIR artifact {name} ({e.strerror or e})") from None
     header = read_header(data, file=name)
     version = (header.major, header.minor, header.patch)
     if version != FORMAT_VERSION:

@@ -1,4 +1,8 @@
-"""PSUM rotation: a ring of banks over a [band][bank] occupancy grid (seed 002, psum_rotation).
+"""address_rotation_psum: a ring of banks over a [band][bank] occupancy grid (seed 002, psum_rotation).
+
+The driver (dispatch, what follows a rotation) is :mod:`~tusk.stages.address_rotation`'s; the
+post-schedule variant (:mod:`~tusk.stages.address_rotation_psum_post_schedule`) is this pass on
+scheduled functions too.
 
 PSUM is a row of 2 KiB banks; a memory location spans ``width`` banks and
 its partitions fall in 32-partition *bands* (``get_psum_partition``: band =
@@ -16,13 +20,17 @@ the backend does (no convergence loop).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
-from tusk.ir.arch import BAND_PARTITIONS, PSUM_BANK_BYTES, Arch
-from tusk.ir.enums import Mem
-from tusk.ir.module import Function
+from tusk.ir.arch import BAND_PARTITIONS, PSUM_BANK_BYTES, Arch, get_arch
+from tusk.ir.enums import FnAttr, Mem
+from tusk.ir.module import Function, Module
+from tusk.stages.address_rotation import AddressRotation, Job, _accessed_unallocated
 from tusk.stages.rotation_rings import analyse, bucket_range, buckets, grow_rings, new_location, rebind, ring_of
+
+PSUM_SWEEPS = 3
 
 
 def prefer_bank_alignment(s: int, align: int) -> bool:
@@ -102,3 +110,45 @@ def psum_rotation(fn: Function, arch: Arch, log: logging.Logger, target: int = 0
             moved += rebind(sp, m, slot_of, mems)
     log.info("PSUM Rotation rotated %d PSUM address for target %d", moved, target)
     return moved
+
+
+def _uncovered_psum(fn: Function) -> bool:
+    """has_uncovered_live_range: some PSUM buffer's instances cannot be followed."""
+    if _accessed_unallocated(fn, Mem.PSUM):
+        return True
+    sp = analyse(fn, Mem.PSUM)
+    used = np.isin(sp.memlocs, fn.operands["memloc"])
+    return bool((used & ~sp.inst.simple[sp.memlocs]).any())
+
+
+@dataclass(frozen=True)
+class AddressRotationPSUM(AddressRotation):
+    """address_rotation_psum: rings of PSUM banks for recurring PSUM buffers (attribute 9 without 10)."""
+
+    name = "address_rotation_psum"
+    space = "psum"
+    mtype = Mem.PSUM
+
+    @staticmethod
+    def selects(flags: set[int]) -> bool:
+        """Do a function's rotation flags ask for PSUM rotation?"""
+        return FnAttr.ROTATE_PSUM_AND_SB in flags and FnAttr.ROTATE_SB_ONLY not in flags
+
+    def _jobs(self, module: Module) -> list[Job]:
+        jobs: list[Job] = []
+        for k, fn in enumerate(module.functions):
+            if not self.selects(self.flags(module, fn)):
+                continue
+            if _uncovered_psum(fn):
+                self.log.info("PSUM rotation of %s skipped: a PSUM live range is not covered", fn.name)
+            else:
+                jobs.append(Job(k, "psum"))
+        return jobs
+
+    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+        arch = get_arch(out.arch)
+        moved: dict[int, int] = {}
+        for job in jobs:
+            here = sum(psum_rotation(out.functions[job.fn], arch, self.log) for _ in range(PSUM_SWEEPS))
+            moved[job.fn] = moved.get(job.fn, 0) + here
+        return moved

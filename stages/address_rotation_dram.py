@@ -1,4 +1,6 @@
-"""DRAM rotation: internal DRAM buffers laid out consecutively in a capped window (seed 002, dram_rotation).
+"""address_rotation_dram: internal DRAM buffers laid out in a capped window (seed 002, dram_rotation).
+
+The driver (dispatch, what follows a rotation) is :mod:`~tusk.stages.address_rotation`'s.
 
 Candidates are internal DRAM memory locations (tensor kind Internal 7 or
 InternalInterface 9) accessed from more than one basic block (live across
@@ -13,12 +15,15 @@ alias, possibly in another function) stays put.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
-from tusk.ir.enums import Mem, TensorKind
+from tusk.ir.enums import FnAttr, Mem, TensorKind
 from tusk.ir.errors import PassError
 from tusk.ir.module import Function, Module
+from tusk.stages.address_rotation import AddressRotation, Job
+from tusk.stages.base import OptionError, option
 
 PAGE_MB = 64          # runtime page size (assumption: the window starts on a page boundary)
 ALIGNMENT = 64        # bytes between consecutive buffers (assumption; the backend's default is 8)
@@ -86,3 +91,32 @@ def dram_rotation(module: Module, functions: list[int], size_gib: int, log: logg
             cursor += size
             moved += 1
     return moved
+
+
+@dataclass(frozen=True)
+class AddressRotationDRAM(AddressRotation):
+    """address_rotation_dram: internal DRAM buffers live across blocks laid out in a capped window."""
+
+    name = "address_rotation_dram"
+    space = "dram"
+
+    dram_rotation_size: int = option(-1, "window in GiB for rotated DRAM buffers (at most 8; -1: the DRAM "
+                                          "high-water mark before rotation)")
+    disable_dram_rotation: bool = option(False, "leave DRAM buffers where they are")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.dram_rotation_size, int) and self.dram_rotation_size > MAX_GIB:
+            raise OptionError(f"option {self.name}.dram_rotation_size: {TOO_BIG}")
+
+    def _jobs(self, module: Module) -> list[Job]:
+        if self.disable_dram_rotation:
+            return []
+        return [Job(k, "dram") for k, fn in enumerate(module.functions) if FnAttr.ROTATE_DRAM in self.flags(module, fn)]
+
+    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+        """All the jobs' functions in one layout: the window is the module's."""
+        dram = [j.fn for j in jobs]
+        before = {k: out.functions[k].memlocs["addr"].copy() for k in dram}
+        dram_rotation(out, dram, self.dram_rotation_size, self.log)
+        return {k: int((out.functions[k].memlocs["addr"] != before[k]).sum()) for k in dram}
