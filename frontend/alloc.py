@@ -41,7 +41,7 @@ def live_ranges(tr: Tracer) -> list[Live]:
             loops.append((open_.pop(), pos))
         elif isinstance(entry, Op):
             for v in (*entry.reads, *entry.writes, *(x.vector for x in (*entry.reads, *entry.writes) if x.vector is not None)):
-                t = v.tensor
+                t = v.tensor.alias_of or v.tensor  # a reinterpretation is its tile's bytes
                 if t.on_chip:
                     key = id(t)
                     by_id[key] = t

@@ -97,6 +97,8 @@ def _uses(tr: Tracer):
             for v in _views(e):
                 if v.vector is not None:
                     uses[v.vector.tensor] = None
+                if v.tensor.alias_of is not None:  # reinterpreted bytes: left as they are
+                    uses[v.tensor.alias_of] = uses[v.tensor] = None
                 found = uses.setdefault(v.tensor, [])
                 if found is not None:
                     found.append((pos, e, v, tuple(var for var, _ in open_)))

@@ -14,6 +14,7 @@ loop exits.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,10 @@ class Emitter:
     def klr_tensor(self, t: Tensor) -> Any:
         if t.klr is None and t.alias_of is not None:  # the same TensorName read as another dtype
             base = self.klr_tensor(t.alias_of)
-            t.klr = type(base)(base.writer, dataclasses.replace(base.tn, dtype=T.Dtype[t.dtype]))
+            phys = t.physical_shape  # another element width rescales the last axis (the address stays)
+            tn = dataclasses.replace(base.tn, dtype=T.Dtype[t.dtype], freeElements=math.prod(phys[1:]),
+                                     shape=T.Shape(parDim=phys[0], freeDims=tuple(phys[1:])))
+            t.klr = type(base)(base.writer, tn)
         if t.klr is None:
             k = self.k
             shape = t.physical_shape

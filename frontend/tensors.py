@@ -96,16 +96,23 @@ class Tensor:
     alias_of: Tensor | None = field(default=None, repr=False)  # the same storage read as another dtype
 
     def reinterpreted(self, dtype: Dtype, what: str) -> Tensor:
-        """This tensor's storage as ``dtype`` of the same width (``t.ap(dtype=)``: a uint32 HBM argument
-        read as a packed MX dtype); other widths would change the shape's meaning and are refused."""
+        """This tensor's bytes as ``dtype`` (``t.view(dtype)``, ``t.ap(dtype=)``): the same storage (an HBM
+        tensor's name, an on-chip tile's address) whose last axis holds as many ``dtype`` elements as its
+        bytes make; an on-chip tile's partition axis never changes."""
         if dtype == self.dtype:
             return self
-        if self.on_chip:
-            raise unsupported(f"{what} of on-chip tile {self.name} (only an HBM tensor is read as another dtype)")
+        shape = self.shape
         if dtype.itemsize != self.dtype.itemsize:
-            raise unsupported(f"{what}: {self.dtype} storage read as {dtype} (a different element width)")
+            row = shape[-1] * self.dtype.itemsize if shape else 0
+            if not shape or (self.on_chip and self.par_axis == len(shape) - 1):
+                raise unsupported(f"{what} of {self.name} {self.dtype}{list(shape)}: its last axis is the "
+                                  f"partition axis, which a reinterpretation to another element width cannot change")
+            if row % dtype.itemsize:
+                raise unsupported(f"{what} of {self.name} {self.dtype}{list(shape)}: its last axis has {row} bytes, "
+                                  f"not a whole number of {dtype} elements")
+            shape = (*shape[:-1], row // dtype.itemsize)
         base = self.alias_of or self
-        return Tensor(base.name, base.shape, dtype, base.memory, base.par_axis, base.role, base.site,
+        return Tensor(base.name, shape, dtype, base.memory, base.par_axis, base.role, base.site,
                       base.arg_index, alias_of=base, addr=base.addr)
 
     @property
@@ -397,6 +404,9 @@ class View:
            indirect_dim: int = 0, dtype: Any = None) -> View:
         """``t.ap([[stride, count], ...], offset=)``: an explicit access pattern over the storage of ``t``."""
         tensor = self.tensor if dtype is None else self.tensor.reinterpreted(as_dtype(dtype), f"ap(dtype={dtype!r})")
+        if tensor.dtype.itemsize != self.dtype.itemsize and not (self.offset.is_static and self.offset.const == 0):
+            raise unsupported(f"ap(dtype={dtype!r}) of a view at an offset of {self.tensor.name} (another element "
+                              f"width: the pattern and offset count elements of the whole reinterpreted tensor)")
         if vector_offset is not None:
             raise unsupported("ap(vector_offset=...) (per-partition indirect offsets read at run time)")
         try:
@@ -517,13 +527,24 @@ class View:
         return self[(slice(None),) * int(dim) + (index,)]
 
     def view(self, dtype: Any) -> View:
-        """The same elements read as ``dtype``: an HBM tensor's storage of the same element width
-        (Tensor.reinterpreted); other reinterpretations are refused."""
+        """The same bytes read as ``dtype``; another element width rescales the whole tensor's last axis.
+
+        A view of the same width keeps its pattern; one of another width must be the whole tensor, and is
+        the whole reinterpreted tensor (Tensor.reinterpreted), to subscript."""
         d = as_dtype(dtype)
         if d == self.dtype:
             return self
-        return View(self.tensor.reinterpreted(d, f"view({dtype!r})"), self.offset, self.dims, self.axes,
-                    self.checks, self.vector)
+        what = f"view({dtype!r})"
+        t = self.tensor
+        if d.itemsize == self.dtype.itemsize:
+            return View(t.reinterpreted(d, what), self.offset, self.dims, self.axes, self.checks, self.vector)
+        new = t.reinterpreted(d, what)
+        for whole, of_new in ((t.view(), new.view), (t._user_view(), new._user_view)):
+            if self.offset.is_static and self.offset.const == 0 and self.vector is None \
+                    and (self.dims, self.axes) == (whole.dims, whole.axes):
+                return of_new()
+        raise unsupported(f"{what} of part of {t.name} {t.dtype}{list(t.shape)} (another element width "
+                          f"reinterprets a whole tensor; subscript the result)")
 
     reinterpret_cast = view
 

@@ -12,8 +12,10 @@ their set's ``tensor_shape`` (a block tensor's memory locations flat).
 
 Representation of the dtypes numpy lacks: bfloat16 inputs may be float
 arrays (rounded to nearest even) or uint16 bit patterns; bfloat16 outputs are
-float32 arrays (exact).  fp8 and packed fp4 tensors are raw unsigned
-integers of their byte size, in and out.
+float32 arrays (exact).  fp8 inputs may be float arrays (rounded to the
+format, sim/minifloat.py) or uint8 codes; fp8 outputs are uint8 codes (decode
+them with ``decode``).  Packed MX tensors are raw unsigned integers of their
+byte size, in and out.
 
 Module layout: :mod:`sim.memory` (storages, dtypes, addressing),
 :mod:`sim.machine` (machine state, frames, operands), :mod:`sim.ops`
@@ -33,9 +35,10 @@ from tusk.ir.errors import InputError, UsageError
 from tusk.ir.module import Function, Module
 from tusk.sim.control import run_function
 from tusk.sim.machine import Frame, Machine, memloc_elems
-from tusk.sim.memory import BF16, DT_CLASS, FLOAT, FP8E5, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16, from_compute
+from tusk.sim.memory import BF16, DT_CLASS, FLOAT, FP8, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16, from_compute
+from tusk.sim.minifloat import FORMATS
 
-__all__ = ["run", "random_inputs", "same_outputs", "entry_function"]
+__all__ = ["run", "random_inputs", "same_outputs", "entry_function", "decode"]
 
 
 def entry_function(module: Module, name: str | None = None) -> Function:
@@ -72,11 +75,16 @@ def _to_storage(value, dt: int, n: int, name: str) -> np.ndarray:
         return f32_to_bf16(arr.astype(np.float32).reshape(-1))
     if c in (FLOAT, INT):
         return arr.astype(npdt).reshape(-1)
-    if c == FP8E5 and arr.dtype.kind == "f":  # values: rounded to e5m2 (raw uint8 bytes are taken as they are)
+    if c == FP8 and arr.dtype.kind == "f":  # values: rounded to the format (raw uint8 codes are taken as they are)
         return from_compute(arr.reshape(-1), dt)
     if arr.dtype.itemsize != npdt.itemsize or arr.dtype.kind not in "iu":
         raise UsageError(f"input {name} is {DTYPE_NAMES[dt]}: give its raw bytes as {npdt} (got {arr.dtype})")
     return arr.astype(npdt).reshape(-1)
+
+
+def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """An output's float32 values from its fp8 codes (``dtype``: the BIR dtype name, e.g. ``float8e4``)."""
+    return FORMATS[dtype].decode(raw)
 
 
 def _from_storage(raw: np.ndarray, dt: int, shape) -> np.ndarray:

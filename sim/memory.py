@@ -20,8 +20,10 @@ patterns and gathers fall back to an array of byte addresses.
 
 Values: float dtypes compute in float32, integer dtypes in int64.  bfloat16
 is stored as uint16 (the upper half of a float32) and rounded to nearest even
-on store.  The fp8 / packed-fp4 dtypes are raw bytes: copied byte for byte,
-anything else raises "dtype X not supported by the interpreter".
+on store.  The fp8 dtypes (float8e3/e4/e5, float8_e4m3fn) are stored as their
+codes and computed through exact tables (:mod:`sim.minifloat`).  The packed MX
+dtypes and the E8M0 scale are raw bytes: copied byte for byte, anything else
+raises "dtype X not supported by the interpreter".
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ import numpy as np
 from tusk.ir.arch import PARTITIONS
 from tusk.ir.enums import DTYPE_NAMES, DTYPE_SIZES
 from tusk.ir.errors import InputError, PassError, TuskError
+from tusk.sim.minifloat import FORMATS
 
 # --------------------------------------------------------------------------- dtypes
 
-FLOAT, BF16, INT, RAW, FP8E5 = range(5)
+FLOAT, BF16, INT, RAW, FP8 = range(5)
 
 _u1, _i1, _u2, _i2, _u4, _i4, _u8, _i8 = (np.dtype(t) for t in ("u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8"))
 _f2, _f4 = np.dtype("f2"), np.dtype("f4")
@@ -49,7 +52,7 @@ NP_DTYPES: tuple[np.dtype, ...] = (
 )
 #: value class per dtype ordinal
 DT_CLASS: tuple[int, ...] = (
-    INT, INT, RAW, RAW, RAW, RAW, RAW, FP8E5, RAW, RAW,
+    INT, INT, RAW, FP8, FP8, FP8, RAW, FP8, RAW, RAW,
     INT, INT, BF16, FLOAT, INT, INT, FLOAT, FLOAT, INT, INT,
     INT,
 )
@@ -79,31 +82,6 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def e5m2_to_f32(bits: np.ndarray) -> np.ndarray:
-    """float8 e5m2 is the top byte of an IEEE float16 (5 exponent bits, 2 mantissa bits)."""
-    return (np.asarray(bits, dtype=np.uint8).astype(np.uint16) << 8).view(np.float16).astype(np.float32)
-
-
-_E5M2 = e5m2_to_f32(np.arange(256, dtype=np.uint8))
-_E5M2_POS = np.flatnonzero(np.isfinite(_E5M2) & (np.arange(256) < 0x80))  # 0x00 .. 0x7B, increasing values
-
-
-def f32_to_e5m2(x: np.ndarray) -> np.ndarray:
-    """Round to the nearest float8 e5m2 (ties to even), past the largest finite one to infinity at its
-    rounding midpoint; NaN stays NaN."""
-    x = np.asarray(x, dtype=np.float32).reshape(-1)
-    mag = np.abs(x).astype(np.float64)
-    vals = _E5M2[_E5M2_POS].astype(np.float64)
-    hi = np.clip(np.searchsorted(vals, mag), 1, len(vals) - 1)
-    lo = hi - 1
-    d_lo, d_hi = mag - vals[lo], vals[hi] - mag
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (_E5M2_POS[hi] % 2 == 0))
-    code = np.where(pick_hi, _E5M2_POS[hi], _E5M2_POS[lo]).astype(np.uint8)
-    code = np.where(mag >= 61440.0, np.uint8(0x7C), code)  # halfway from 57344 to 2**16: infinity
-    code = np.where(np.signbit(x), code | np.uint8(0x80), code)
-    return np.where(np.isnan(x), np.uint8(0x7E), code).astype(np.uint8)
-
-
 def to_compute(raw: np.ndarray, dt: int) -> np.ndarray:
     """Storage values -> float32 (float dtypes) or int64 (integer dtypes)."""
     c = DT_CLASS[dt]
@@ -113,8 +91,8 @@ def to_compute(raw: np.ndarray, dt: int) -> np.ndarray:
         return raw.astype(np.int64, copy=False)
     if c == BF16:
         return bf16_to_f32(raw)
-    if c == FP8E5:
-        return e5m2_to_f32(raw)
+    if c == FP8:
+        return FORMATS[DTYPE_NAMES[dt]].decode(raw)
     raise unsupported(dt)
 
 
@@ -146,8 +124,8 @@ def from_compute(vals: np.ndarray, dt: int) -> np.ndarray:
         return vals.astype(npdt)
     if c == BF16:
         return f32_to_bf16(vals.astype(np.float32, copy=False))
-    if c == FP8E5:
-        return f32_to_e5m2(vals).reshape(vals.shape)
+    if c == FP8:
+        return FORMATS[DTYPE_NAMES[dt]].encode(vals).reshape(vals.shape)
     raise unsupported(dt)
 
 

@@ -14,44 +14,18 @@ from tusk.ir import mx
 from tusk.ir.enums import DTYPE_NAMES
 from tusk.ir.errors import InputError
 from tusk.sim.machine import Frame
+from tusk.sim.minifloat import FORMATS
 
 # largest normal exponent of each element kind (e4m3fn: 448 = 1.75 * 2^8, e5m2: 57344 = 1.75 * 2^15)
 _EMAX = {"float8_e4m3fn": 8, "float8_e5m2": 15, "float4_e2m1fn": 2}
 
 
-def _fp_table(exp_bits: int, man_bits: int, kind: str) -> np.ndarray:
-    """The float32 value of every code of a small float (no infinities; e5m2 keeps IEEE's)."""
-    n = 1 + exp_bits + man_bits
-    codes = np.arange(1 << n)
-    sign = np.where(codes >> (n - 1), -1.0, 1.0)
-    e, m = (codes >> man_bits) & ((1 << exp_bits) - 1), codes & ((1 << man_bits) - 1)
-    bias = (1 << (exp_bits - 1)) - 1
-    mag = np.where(e == 0, m / (1 << man_bits) * 2.0 ** (1 - bias), (1 + m / (1 << man_bits)) * 2.0 ** (e - bias))
-    if kind == "float8_e5m2":
-        top = e == (1 << exp_bits) - 1
-        mag = np.where(top, np.where(m == 0, np.inf, np.nan), mag)
-    elif kind == "float8_e4m3fn":
-        mag = np.where((e == 15) & (m == 7), np.nan, mag)
-    return (sign * mag).astype(np.float32)
-
-
-TABLES = {"float8_e4m3fn": _fp_table(4, 3, "float8_e4m3fn"), "float8_e5m2": _fp_table(5, 2, "float8_e5m2"),
-          "float4_e2m1fn": _fp_table(2, 1, "float4_e2m1fn")}
+TABLES = {kind: FORMATS[kind].table for kind in ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")}
 
 
 def encode(x: np.ndarray, kind: str) -> np.ndarray:
-    """Round to the nearest finite value of ``kind`` (ties to the even code), saturating at the largest."""
-    table = TABLES[kind]
-    pos = np.flatnonzero(np.isfinite(table) & (np.arange(table.size) < table.size // 2))  # increasing values
-    vals = table[pos].astype(np.float64)
-    x = np.asarray(x, dtype=np.float64)
-    mag = np.abs(x)
-    hi = np.clip(np.searchsorted(vals, mag), 1, len(vals) - 1)
-    lo = hi - 1
-    d_lo, d_hi = mag - vals[lo], vals[hi] - mag
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (pos[hi] % 2 == 0))
-    code = np.where(mag >= vals[-1], pos[-1], np.where(pick_hi, pos[hi], pos[lo]))
-    return np.where(np.signbit(x) & (code != 0), code | (table.size // 2), code).astype(np.uint8)
+    """Round to the nearest value of ``kind`` (ties to the even code), saturating at the largest."""
+    return FORMATS[kind].encode(x, saturate=True)
 
 
 def unpack(raw: np.ndarray, kind: str) -> np.ndarray:

@@ -96,6 +96,9 @@ def test_references_agree_with_plain_numpy_on_small_cases():
     y = reference.mamba(d, u, np.zeros((1, 1), np.float32), np.ones((1, 1, 3), np.float32),
                         np.full((1, 1, 3), 2.0, np.float32))
     np.testing.assert_allclose(y, [[[1.0, 3.0, 6.0]]])
+    # e4m3: 1.0625 ties to 1.0, 1.1875 to 1.25 (even codes), 2^-10 to 0, 247 to 240, 248 overflows
+    fp8 = reference.round_fp8_e4m3(np.array([1.0625, 1.1875, -3.3, 2.0 ** -10, 3 * 2.0 ** -10, 247.0, 248.0]))
+    np.testing.assert_array_equal(fp8, [1.0, 1.25, -3.25, 0.0, 2 * 2.0 ** -9, 240.0, np.inf])
 
 
 @pytest.mark.parametrize("name", NAMES)

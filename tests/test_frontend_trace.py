@@ -286,12 +286,11 @@ def test_float8_tiles_trace_to_klr_dtypes_and_translate(tmp_path):
         dtypes = {s.op.op.dst.access.access.tensor.dtype.name for s in statements(data)
                   if type(s.op.op).__name__ == "NcCopy"}
         assert klr_name in dtypes
-        if klr_name == "float8e5":  # e5m2 computes in the interpreter (the upper byte of float16)
-            a = np.full((128, 8), 1.3, np.float32)
-            assert (run_klr(data, {"a": a})["out"] == 1.25).all()  # 1.3 rounds to e5m2's 1.25
-            continue
-        with pytest.raises(TuskError, match="not supported by the interpreter"):  # translated and verified first
-            run_klr(data, {"a": np.ones((128, 8), np.float32)})
+        # both compute in the interpreter: 1.3 rounds to e5m2's 1.25 and to e4m3's 1.25 (steps of 1/8)
+        a = np.full((128, 8), 1.3, np.float32)
+        assert (run_klr(data, {"a": a})["out"] == 1.25).all()
+        a = np.full((128, 8), 300.0, np.float32)  # e4m3: past 240 + 8, infinity; e5m2: 320 (steps of 64)
+        assert (run_klr(data, {"a": a})["out"] == (np.inf if klr_name == "float8_e4m3" else 320.0)).all()
 
 
 def test_assigning_a_tile_of_another_size_is_refused(tmp_path):

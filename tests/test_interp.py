@@ -74,16 +74,40 @@ def test_bfloat16_storage_rounds_to_nearest_even():
     assert out.dtype == np.float32 and out.reshape(-1).tolist() == [1.0, 1 + 2**-6, 1.0, -2.0, np.inf]
 
 
-def test_fp8_is_copied_byte_for_byte_but_not_computed():
+def test_fp8_is_copied_byte_for_byte_and_computed_in_float32():
     b, x, y, t, u = _unary_program(shape=(2, 4), dtype="float8e4")
     b.copy(u.ap(), t.ap())
     m = _finish(b, y, u)
     raw = np.arange(8, dtype=np.uint8).reshape(2, 4) * 17
+    raw[1, 3] = 0x7D  # a NaN code with its own payload
     assert np.array_equal(run(m, {"x": raw})["y"], raw)
-    b, x, y, t, u = _unary_program(shape=(2, 4), dtype="float8e4")
+    # e4m3 (Neuron's, largest 240): exp(1) = 2.718 -> 2.75 (steps of 1/4 in [2, 4)), exp(2) = 7.389 -> 7.5,
+    # exp(6) = 403 overflows to infinity, exp(-10) = 4.5e-5 is under half the smallest subnormal (2^-9)
+    b, x, y, t, u = _unary_program(shape=(1, 5), dtype="float8e4")
     b.activation(u.ap(), t.ap(), "Exp")
-    with pytest.raises(TuskError, match="dtype float8e4 not supported by the interpreter"):
-        run(_finish(b, y, u), {"x": raw})
+    vals = np.array([[0.0, 1.0, 2.0, 6.0, -10.0]], np.float32)
+    got = run(_finish(b, y, u), {"x": vals})["y"]
+    assert got.dtype == np.uint8
+    assert got.tolist() == [[0x38, 0x43, 0x4F, 0x78, 0x00]]
+
+
+def test_fp8_kinds_overflow_as_their_format_says():
+    vals = np.array([[15.5, 16.0, 448.0, 464.0, 470.0, -1e6]], np.float32)
+    b, x, y, t, u = _unary_program(shape=(1, 6), dtype="float32", out_dtype="float8_e4m3fn")
+    b.copy(u.ap(), t.ap())
+    # e4m3fn has no infinity (15.5 ties to the even 16); 464 is the tie between 448 (even code) and NaN; past it, NaN
+    assert run(_finish(b, y, u), {"x": vals})["y"].tolist() == [[0x58, 0x58, 0x7E, 0x7E, 0x7F, 0xFF]]
+    b, x, y, t, u = _unary_program(shape=(1, 6), dtype="float32", out_dtype="float8e3")
+    b.copy(u.ap(), t.ap())
+    # e3m4 (IEEE-like, bias 3): 15.5 is the largest, 15.75 and up are infinity
+    assert run(_finish(b, y, u), {"x": vals})["y"].tolist() == [[0x6F, 0x70, 0x70, 0x70, 0x70, 0xF0]]
+
+
+def test_packed_mx_dtypes_are_moved_but_not_computed():
+    b, x, y, t, u = _unary_program(shape=(2, 4), dtype="float8_e4m3fn_x4")
+    b.activation(u.ap(), t.ap(), "Exp")
+    with pytest.raises(TuskError, match="dtype float8_e4m3fn_x4 not supported by the interpreter"):
+        run(_finish(b, y, u), {"x": np.zeros((2, 4), np.uint32)})
 
 
 def test_partition_offset_tile_copy():

@@ -192,7 +192,7 @@ def test_fp4_containers_unpack_low_nibble_first(tmp_path):
     ("nisa.quantize_mx(dst=q, src=xb, dst_scale=s[0:32, :])", "at least 36 partitions"),
     ("nisa.quantize_mx(dst=q, src=nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf), dst_scale=s)",
      "src of dtype float32"),
-    ("x.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[32, 64], [1, 32]])", "a different element width"),
+    ("x[1:33, :].ap(dtype=nl.float4_e2m1fn_x4, pattern=[[32, 64], [1, 32]])", "another element width"),
 ])
 def test_mx_refusals_name_the_call_and_line(tmp_path, line, what):
     msg = refused(tmp_path, f"""
@@ -240,7 +240,7 @@ def test_the_verifier_checks_mx_dtypes_and_shapes():
     assert matmul(mm) == ["nc_matmul_mx moving is bfloat16; one of float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4"]
 
 
-def test_view_reads_hbm_words_as_packed_values_and_refuses_tiles(tmp_path):
+def test_view_reads_hbm_words_as_packed_values_and_refuses_part_of_a_tile(tmp_path):
     words = RNG.integers(0, 2 ** 32, (32, 8), dtype=np.uint64).astype(np.uint32)
     got = run(tmp_path, """
         @nki.jit
@@ -256,6 +256,31 @@ def test_view_reads_hbm_words_as_packed_values_and_refuses_tiles(tmp_path):
         @nki.jit
         def k(w):
             t = nl.ndarray((32, 8), dtype=nl.uint32, buffer=nl.sbuf)
-            u = t.view(nl.float8_e4m3fn_x4)
+            u = t[:, 2:4].view(nl.float8_e4m3)
     """, ["u32[32,8]"])
-    assert "bad.py:9" in msg and "on-chip tile" in msg, msg
+    assert "bad.py:9" in msg and "part of" in msg and "another element width" in msg, msg
+
+
+def test_view_of_an_on_chip_tile_reads_its_bytes_as_another_dtype(tmp_path):
+    # rmsnorm_quant's layout: each row's fp8 codes, then its float32 scale's four bytes as four fp8 codes
+    x = RNG.uniform(-3, 3, (16, 8)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            t = nl.load(x)
+            q = nl.ndarray((16, 8), dtype=nl.float8_e4m3, buffer=nl.sbuf)
+            q[...] = nl.copy(t, dtype=nl.float8_e4m3)
+            s = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            s[...] = nl.max(t, axis=1, keepdims=True)
+            out = nl.ndarray((16, 12), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out[:, 0:8], src=q)
+            nisa.dma_copy(dst=out[:, 8:12], src=s.view(nl.float8_e4m3)[:, 0:4])
+            w = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=w, src=q.view(nl.float32))
+            return out, w
+    """, {"x": x}, ["f32[16,8]"])
+    out, w = got["out"], got["w"]
+    np.testing.assert_array_equal(out[:, 8:].copy().view(np.float32)[:, 0], x.max(axis=1))
+    np.testing.assert_array_equal(w.view(np.uint8).reshape(16, 8), out[:, :8])
+    from tusk.sim.interp import decode as values
+    np.testing.assert_allclose(values(out[:, :8], "float8e4"), x, rtol=2.0 ** -4)  # e4m3: half a step is 1/16

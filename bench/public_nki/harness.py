@@ -18,8 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from .entry import Entry
+from .refs import FP8_INFINITE_FROM, fp8_round
 
 TRACE_TIMEOUT = 300
+FP8_BIR = {"float8e3": "float8e3", "float8e4": "float8e4", "float8e5": "float8e5", "float8_e4m3": "float8e4",
+           "float8_e4m3fn": "float8_e4m3fn"}  # KLR fp8 dtype -> the BIR dtype the interpreter decodes
 EXPECTED_REFUSAL = "expected refusal"  # Entry.note prefix: the kernel is wrong on purpose; refusing it is right
 
 
@@ -89,17 +92,21 @@ def inputs_for(entry: Entry, specs, seed: int) -> list[np.ndarray]:
             x = x.astype(np.uint32).view(np.float32)
         elif spec.dtype == "float16":
             x = x.astype(np.float16).astype(np.float32)
+        elif spec.dtype in FP8_INFINITE_FROM:  # the interpreter rounds float inputs so: the reference sees them
+            x = fp8_round(x, spec.dtype).astype(np.float32)
         arrays.append(x)
     return arrays
 
 
 def compile_and_run(klr_path: Path, art: Path, inputs: dict[str, np.ndarray], out_shapes: dict[str, tuple],
-                    ncores: int, pipeline: bool, strict: bool = True) -> dict[str, np.ndarray]:
+                    ncores: int, pipeline: bool, strict: bool = True, fp8_outputs: dict[str, str] | None = None
+                    ) -> dict[str, np.ndarray]:
     """``strict=False``: memory starts as random bytes instead, and reads of bytes nothing wrote are allowed
-    (a kernel that computes garbage into elements it never lets reach the compared outputs)."""
+    (a kernel that computes garbage into elements it never lets reach the compared outputs).  ``fp8_outputs``:
+    output name -> BIR fp8 dtype, whose codes are decoded to their values (the NaN sentinel is a NaN code)."""
     from tusk import stages
     from tusk.ir.verify import verify
-    from tusk.sim.interp import run
+    from tusk.sim.interp import decode, run
     from tusk.stages.host import host_module_for
     from tusk.workflows.pipeline import DEFAULT_ORDER
 
@@ -112,6 +119,7 @@ def compile_and_run(klr_path: Path, art: Path, inputs: dict[str, np.ndarray], ou
         verify(module)
         sentinel = {n: np.full(s, np.nan, np.float32) for n, s in out_shapes.items()}
         res = run(module, {**inputs, **sentinel}, strict=strict, seed=None if strict else 12345)
+        res = {n: decode(r, fp8_outputs[n]) if n in (fp8_outputs or {}) else r for n, r in res.items()}
         for n in out_shapes:
             written = ~np.isnan(res[n])
             got[n][written] = res[n][written]
@@ -168,10 +176,12 @@ def run_entry(entry: Entry, repos: Path, work: Path, pipeline: bool = True) -> d
     if fed is None:
         return {**result, "status": "error", "detail": f"the kernel has inputs {in_names}, the entry {len(specs)}"}
     out_shapes = {t.name: (int(t.shape.parDim), *map(int, t.shape.freeDims)) for t in kernel.outputs}
+    fp8_outputs = {t.name: FP8_BIR[t.dtype.name] for t in kernel.outputs if t.dtype.name in FP8_BIR}
     t0 = time.perf_counter()
     try:
         got = compile_and_run(klr_path, work / entry.name, fed, out_shapes,
-                              max(1, len(kernel.bodies)), pipeline, strict=entry.options.get("strict", True))
+                              max(1, len(kernel.bodies)), pipeline, strict=entry.options.get("strict", True),
+                              fp8_outputs=fp8_outputs)
     except Exception as e:  # noqa: BLE001 - the bench reports every failure by kind
         return {**result, "status": "compile-failed", "detail": f"{type(e).__name__}: {e}"[:400]}
     result["run_s"] = round(time.perf_counter() - t0, 2)
@@ -199,7 +209,7 @@ def run_entry(entry: Entry, repos: Path, work: Path, pipeline: bool = True) -> d
         if unwritten > 0 and not entry.partial:
             return {**result, "status": "partial", "detail": f"{n}: {unwritten} of {g.size} elements never written"}
         mask = ~np.isnan(g) & ~np.isnan(w)
-        err = np.abs(g[mask] - w[mask])
+        err = np.where(g[mask] == w[mask], 0.0, np.abs(g[mask] - w[mask]))  # equal infinities: no error
         bad = err > entry.atol + entry.rtol * np.abs(w[mask])
         if bad.any():
             return {**result, "status": "mismatch",

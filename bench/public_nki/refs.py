@@ -91,7 +91,28 @@ def mamba(delta, u, A, B, C) -> np.ndarray:
 
 
 # MX: (mantissa bits, largest exponent of a normal value, smallest normal exponent) per element kind
-MX_KINDS = {"float8_e4m3fn_x4": (3, 8, -6), "float8_e5m2_x4": (2, 15, -14)}
+# mantissa bits, largest and smallest normal exponent
+MX_KINDS = {"float8_e4m3fn_x4": (3, 8, -6), "float8_e5m2_x4": (2, 15, -14), "float8_e4m3": (3, 7, -6),
+            "float8e5": (2, 15, -14)}
+FP8_INFINITE_FROM = {"float8_e4m3": 248.0, "float8e5": 61440.0}  # largest + half a step: the IEEE-like kinds
+
+
+def fp8_round(x: np.ndarray, kind: str) -> np.ndarray:
+    """Round to Neuron's float8_e4m3 (largest 240) / float8e5 (e5m2) by quanta, past the largest to infinity."""
+    r = mx_round(np.asarray(x, np.float64), kind)
+    return np.where(np.abs(x) >= FP8_INFINITE_FROM[kind], np.copysign(np.inf, x), r)
+
+
+def fp8_e4m3(x: np.ndarray) -> np.ndarray:
+    return fp8_round(x, "float8_e4m3")
+
+
+def fp8_e4m3_value(code: np.ndarray) -> np.ndarray:
+    """A float8_e4m3 code's value: exponent 15 is infinity (mantissa 0) or NaN, as in IEEE formats."""
+    code = np.asarray(code).astype(np.int64)
+    top = ((code >> 3) & 0xF) == 0xF
+    special = np.where(code & 7, np.nan, np.where(code & 0x80, -np.inf, np.inf))
+    return np.where(top, special, fp8_value(code, "float8_e4m3"))
 
 
 def mx_round(v: np.ndarray, kind: str) -> np.ndarray:

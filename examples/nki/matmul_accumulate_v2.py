@@ -5,8 +5,7 @@ overwrite it on the first iteration and add to it on the others (NKI's inferred 
 Shows: `nl.ndarray` on `nl.sbuf` / `nl.psum` / `nl.shared_hbm`, `nisa.dma_copy` of HBM slices,
 `nisa.nc_matmul(dst, stationary, moving)`, `nisa.tensor_copy` out of PSUM, `nl.tile_size`.
 
-(The 2.x `perf_mode=nisa.matmul_perf_mode.double_row` form is refused by the front end, so this is the
-plain-mode kernel.)
+(This is the plain-mode kernel; matmul_fp8_double_row.py is the fp8 `perf_mode=double_row` one.)
 """
 
 import nki

@@ -28,6 +28,16 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint32).view(np.float32)
 
 
+def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
+    """float values rounded to Neuron's float8_e4m3 (4 exponent bits, bias 7, 3 mantissa bits, largest 240;
+    subnormals below 2^-6), ties to even, as the interpreter stores an fp8 input given as floats."""
+    x = np.asarray(x, dtype=np.float64)
+    exp = np.maximum(np.floor(np.log2(np.where(x == 0, 1.0, np.abs(x)))), -6.0)
+    quantum = np.exp2(exp - 3)
+    out = np.round(x / quantum) * quantum  # numpy rounds halves to even
+    return np.where(np.abs(x) >= 248.0, np.copysign(np.inf, x), out)
+
+
 def _f64(*arrays: np.ndarray) -> list[np.ndarray]:
     return [np.asarray(a, dtype=np.float64) for a in arrays]
 
@@ -53,6 +63,12 @@ def matmul(lhsT, rhs):
 def matmul_bf16(lhsT, rhs):
     """The bfloat16 kernel: float32 PSUM result, rounded to bfloat16 by the copy out of PSUM."""
     return round_bf16(matmul(round_bf16(lhsT), round_bf16(rhs)))
+
+
+def matmul_fp8_double_row(lhsT, rhs, row_scale):
+    """fp8 inputs (the kernel's float8_e4m3 tensors), exact products summed in float32 PSUM, times the row scale."""
+    a, b = round_fp8_e4m3(lhsT), round_fp8_e4m3(rhs)
+    return ((a.T @ b).astype(F32).astype(np.float64) * np.asarray(row_scale, np.float64)).astype(F32)
 
 
 def rmsnorm(a, g):
@@ -211,6 +227,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "select_and_scatter": select_and_scatter,
     "adaptive_avgpool": adaptive_avgpool,
     "attention_bwd": attention_bwd,
+    "matmul_fp8_double_row": matmul_fp8_double_row,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -246,6 +263,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "resize_nearest": _EXACT,
     "select_and_scatter": _EXACT,  # comparisons and copies only
     "adaptive_avgpool": _REDUCE,   # a mean of row means: float32 sums in another order than numpy's
+    "matmul_fp8_double_row": _MATMUL,  # fp8 products are exact in float32; sums over 512 rows
     "attention_bwd": (1e-5, 1e-6),  # float32 matmuls over 256 keys / queries: measured max abs error 1.8e-7 on
     #                                 outputs up to 1.4 (a few ulps), the reference checked by finite differences
 }
@@ -257,6 +275,7 @@ RANGES: dict[str, tuple[tuple[float, float], ...]] = {
     # delta > 0 (a softplus output), A < 0 (a decay), so exp(delta A) < 1
     "mamba": ((0.01, 0.2), (-1.0, 1.0), (-2.0, -0.1), (-1.0, 1.0), (-1.0, 1.0)),
     "activations": ((-3.0, 3.0), (0.25, 4.0)),
+    "matmul_fp8_double_row": ((-4.0, 4.0), (-4.0, 4.0), (0.01, 0.1)),
 }
 
 
