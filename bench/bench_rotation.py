@@ -47,7 +47,7 @@ from tusk.ir.serial import content_hash, module_from_parts, module_to_parts
 from tusk.sim.timing import simulate
 from tusk.stages.deps import build_fdeps
 from tusk.stages.host import host_module_for
-from tusk.stages.schedule import schedule_function
+from tusk.stages.schedule import COMPARE_LIMIT, schedule_function
 from tusk.stages.unroll import Unroll
 from tusk.workflows.pipeline import DEFAULT_ORDER, ROTATION_PASSES
 
@@ -156,7 +156,8 @@ def matmul(mt: int, nt: int, kt: int) -> Module:
 
 def section_scaling(quick: bool) -> None:
     print("2. pass time against size (tiled matmul, edges built), without the timing-model comparisons "
-          "(compare_limit=0: what every function above 400,000 rows gets), then with them at the smaller size")
+          f"(compare_limit=0: what every function above {COMPARE_LIMIT:,} rows gets), then with them at the smaller "
+          "size")
     sizes = [(16, 16, 130), (32, 32, 325)] if not quick else [(4, 4, 130), (8, 8, 163)]
     times = []
     for k, (mt, nt, kt) in enumerate(sizes):
