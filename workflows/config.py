@@ -87,6 +87,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("timeline_limit", "TUSK_TIMELINE_LIMIT", lambda: 400_000, False, _int,
             help="kernels with more instructions get no engine timeline in the build report (the timing model "
                  "takes ~10 s per million instructions)"),
+    Setting("memory", "TUSK_MEMORY", lambda: None, False, _int_or_none,
+            help="bytes of RAM a build may use (default: the machine's): each local worker's Dask memory_limit "
+                 "is this / workers, and a process keeps modules for its next step in 1/16 of its own budget"),
     Setting("maxhu", "MAXHU", lambda: None, False, _int_or_none, option="heuristic_unroll.maxhu",
             help="cap on the loops heuristic_unroll marks (the backend's variable)"),
 )

@@ -341,7 +341,8 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
                            ) -> DaskExecutor:
     """A ``LocalCluster`` of ``workers`` single-threaded processes (real parallelism past the GIL).
 
-    Every server binds to 127.0.0.1; the scheduler serves its dashboard (a
+    Each worker's ``memory_limit`` is the ``memory`` setting (default: the
+    machine's RAM) divided by ``workers``.  Every server binds to 127.0.0.1; the scheduler serves its dashboard (a
     free port, when bokeh is installed) only with ``dashboard``.
     ``local_directory`` is where workers keep their scratch space and their
     lock files (default: Dask's, under the system temporary directory).
@@ -349,7 +350,14 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
     import dask
     from distributed import Client, LocalCluster
 
-    extra = {"local_directory": local_directory} if local_directory else {}
+    extra: dict[str, Any] = {"local_directory": local_directory} if local_directory else {}
+    from tusk.workflows import config
+    from tusk.workflows.tasks import machine_memory
+
+    # an explicit budget per worker (the memory setting, else the machine's RAM, shared out): each worker
+    # sizes its module memo from it (tasks.memory_budget)
+    total = config.load().memory or machine_memory()
+    extra["memory_limit"] = max(1, total // max(1, workers))
     settings: dict[str, Any] = {
         # Dask's default sets MALLOC_TRIM_THRESHOLD_ in each worker, which turns off glibc's adaptive mmap
         # threshold: every large numpy temporary is then mmapped and page-faulted afresh, and build_fdeps

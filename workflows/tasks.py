@@ -19,7 +19,7 @@ worst an unreferenced object behind; Dask then runs the task again
 elsewhere and it is idempotent.
 
 **Hand-off in memory.**  A process keeps the modules it produced or loaded
-last (:data:`MEMORY_BUDGET` bytes of columns, least recently used out), so
+last (:func:`memory_budget` bytes of columns, least recently used out), so
 the next step of the same kernel placed on the same worker -- the client
 asks the scheduler for that worker -- starts from memory instead of reading
 and re-hashing the object.  Passes never mutate their input, so sharing is
@@ -102,23 +102,56 @@ def _slim(rec: dict) -> dict:
 
 # ---------------------------------------------------------------- modules kept in this process
 
-MEMORY_BUDGET = 1 << 30  # bytes of columns kept per process (a 1.2M-instruction module is ~155 MB)
+MEMO_FRACTION = 16  # a process keeps modules in 1/MEMO_FRACTION of its memory budget
 _MEMORY: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
+_BUDGET: list[int] = []  # this process's memo budget, once known
+
+
+def machine_memory() -> int:
+    """Bytes of physical RAM (the default of the ``memory`` setting)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def memory_budget() -> int:
+    """Bytes of modules this process keeps: 1/:data:`MEMO_FRACTION` of its Dask worker's ``memory_limit``
+    (``local_cluster_executor`` sets it from the ``memory`` setting), or of the ``memory`` setting itself
+    in-process.  Read once per process."""
+    if not _BUDGET:
+        limit = None
+        if "distributed" in sys.modules:
+            try:
+                from distributed import get_worker
+
+                limit = get_worker().memory_manager.memory_limit
+            except (ImportError, ValueError, AttributeError):
+                limit = None
+        if not limit:
+            from tusk.workflows import config
+
+            limit = config.load().memory or machine_memory()
+        _BUDGET.append(int(limit) // MEMO_FRACTION)
+    return _BUDGET[0]
 
 
 def _module_bytes(module) -> int:
-    return sum(getattr(fn, t).nbytes() for fn in module.functions for t in ("insts", "operands", "memlocs", "deps"))
+    """The columns of every table (the pools are small beside them)."""
+    from tusk.ir.schema import SCHEMAS
+
+    return sum(getattr(fn, t).nbytes() for fn in module.functions for t in SCHEMAS)
 
 
-def remember(h: str, module) -> None:
-    """Keep ``module`` (content hash ``h``) for the next step that reads it in this process."""
-    size = _module_bytes(module)
-    if size > MEMORY_BUDGET:
-        return
-    _MEMORY[h] = (module, size)
+def remember(h: str, module, budget: int | None = None) -> None:
+    """Keep ``module`` (content hash ``h``) for the next step that reads it in this process, least recently
+    used out beyond ``budget`` bytes (default :func:`memory_budget`).  The module just remembered stays even
+    alone over budget: it is the one the kernel's next step reads, and the task holds it anyway."""
+    budget = memory_budget() if budget is None else budget
+    _MEMORY[h] = (module, _module_bytes(module))
     _MEMORY.move_to_end(h)
     total = sum(sz for _, sz in _MEMORY.values())
-    while total > MEMORY_BUDGET and len(_MEMORY) > 1:
+    while total > budget and len(_MEMORY) > 1:
         _, (_, sz) = _MEMORY.popitem(last=False)
         total -= sz
 
