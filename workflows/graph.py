@@ -539,6 +539,7 @@ class Build:
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
         self._submitted: dict[str, tuple[float, str]] = {}  # task key -> (submit time, action)
+        self._warm_modules: list[str] = []           # modules every process imports at start-up (run() decides)
 
     # ------------------------------------------------------------ keys
     def _key(self, st: _State, i: int) -> tuple[str, dict]:
@@ -587,7 +588,7 @@ class Build:
             self.executor.started_seconds = time.perf_counter() - t_start  # type: ignore[union-attr]
             self.emit(ExecutorReady(self.executor))
             t_warm = time.perf_counter()
-            warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}))
+            warm = self.executor.warm_up(sorted({s.task_spec()["target"] for s in self.steps}) + self._warm_modules)
             self.executor.workers_ready = warm  # type: ignore[union-attr]
             self.emit(StartUp(self.executor.description, self.executor.started_seconds,
                               time.perf_counter() - t_warm, warm))
@@ -967,6 +968,9 @@ class Build:
     def run(self, units: Iterable[BuildUnit]) -> BuildReport:
         t0 = time.perf_counter()
         tasks.forget_all()  # an in-process build starts from the store, as a fresh `tusk compile` does
+        units = list(units)
+        # a kernel that is not BIR-JSON (a .klr file, a traced .py) is read by the KLR reader: import it up front
+        self._warm_modules = ["tusk.ir.klr.reader"] if any(not u.source.endswith(".json") for u in units) else []
         states = []
         for unit in units:
             st = _State(UnitReport(unit), hashes=[], started=time.perf_counter())

@@ -24,38 +24,51 @@ from typing import Any, Callable
 TOPIC = "tusk-tasks"
 PLUGIN = "tusk-task-states"
 
-try:
-    from distributed.diagnostics.plugin import WorkerPlugin as _Base
-except ImportError:  # pragma: no cover - dask is a dependency; the in-process path needs none of this
-    _Base = object  # type: ignore[assignment,misc]
+def _task_states_class() -> type:
+    """The worker plugin class, made on first use: an in-process build never imports distributed (1-2 s)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class TaskStates(WorkerPlugin):
+        """A Dask worker plugin: each task's entry into and exit from ``executing``, as an event."""
+
+        name = PLUGIN
+
+        def setup(self, worker) -> None:
+            self.worker = worker
+            try:
+                running = [ts.key for ts in list(worker.state.executing)]
+            except Exception:  # noqa: BLE001 - an older worker state layout: only later transitions are seen
+                running = []
+            for key in running:
+                self._say(key, "executing")
+
+        def transition(self, key, start, finish, **kwargs: Any) -> None:
+            if finish == "executing":
+                self._say(key, "executing")
+            elif start == "executing":
+                self._say(key, "done")
+
+        def _say(self, key, state: str) -> None:
+            try:
+                self.worker.log_event(TOPIC, {"key": str(key), "state": state, "t": time.time(),
+                                              "worker": str(self.worker.address)})
+            except Exception:  # noqa: BLE001 - progress never costs a task
+                pass
+
+    TaskStates.__module__, TaskStates.__qualname__ = __name__, "TaskStates"  # pickled by reference: workers
+    # find it through the module __getattr__ below
+    return TaskStates
 
 
-class TaskStates(_Base):  # type: ignore[misc,valid-type]
-    """A Dask worker plugin: each task's entry into and exit from ``executing``, as an event."""
+_CLASSES: dict[str, type] = {}
 
-    name = PLUGIN
 
-    def setup(self, worker) -> None:
-        self.worker = worker
-        try:
-            running = [ts.key for ts in list(worker.state.executing)]
-        except Exception:  # noqa: BLE001 - an older worker state layout: only later transitions are seen
-            running = []
-        for key in running:
-            self._say(key, "executing")
-
-    def transition(self, key, start, finish, **kwargs: Any) -> None:
-        if finish == "executing":
-            self._say(key, "executing")
-        elif start == "executing":
-            self._say(key, "done")
-
-    def _say(self, key, state: str) -> None:
-        try:
-            self.worker.log_event(TOPIC, {"key": str(key), "state": state, "t": time.time(),
-                                          "worker": str(self.worker.address)})
-        except Exception:  # noqa: BLE001 - progress never costs a task
-            pass
+def __getattr__(name: str) -> Any:
+    if name == "TaskStates":
+        if name not in _CLASSES:
+            _CLASSES[name] = _task_states_class()
+        return _CLASSES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 OnState = Callable[[str, str, str, float], None]
@@ -82,7 +95,7 @@ def _observe_dask(client, on_state: OnState) -> Callable[[], None] | None:
 
     try:
         client.subscribe_topic(TOPIC, handler)
-        client.register_plugin(TaskStates(), name=PLUGIN)
+        client.register_plugin(__getattr__("TaskStates")(), name=PLUGIN)
     except Exception:  # noqa: BLE001 - then nothing is known about which task runs
         return None
 

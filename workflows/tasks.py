@@ -503,14 +503,19 @@ def warm_up(targets: list[str]) -> dict:
 
     # what the first tasks import (the codec: every load; numpy.ma: numpy imports it on the first np.unique,
     # 0.1-0.3 s that the verifier would charge to the first pass of each process)
+    # ``targets`` also names whole modules (no ":"): the KLR reader (1-1.5 s of generated dataclasses and
+    # decoders) only when the build has KLR kernels
+    modules = [t for t in targets if ":" not in t]
     for name in ("numcodecs", "numpy.ma", "tusk.cache.store", "tusk.ir.bir_json", "tusk.ir.verify",
-                 "tusk.ir.liveness", "tusk.ir.klr.reader", "tusk.sim.timing", "tusk.stages.deps"):
+                 "tusk.ir.liveness", "tusk.sim.timing", "tusk.stages.deps", *modules):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
 
     for target in targets:
+        if ":" not in target:
+            continue
         try:
             resolve_target(target)
         except Exception:  # noqa: BLE001, S110 - the task that needs it reports the problem
