@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector, Mask
-from tusk.frontend.errors import TraceError, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, unsupported
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
 PARTITIONS = 128
@@ -257,8 +257,9 @@ class View:
             return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
-        if key and isinstance(key[0], (View, Tensor)):
-            return self._gather(key)
+        tiles = [j for j, k in enumerate(key) if isinstance(k, (View, Tensor))]
+        if tiles:
+            return self._gather(key) if tiles[0] == 0 else self._gather_inner(key, tiles[0])
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
             key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
@@ -319,18 +320,48 @@ class View:
         v.check_partition_first(blocks_first=True)
         return v
 
-    def _gather(self, key: tuple) -> View:
-        """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset)."""
+    def _gather_inner(self, key: tuple, axis: int) -> View:
+        """``data[b, idx_tile, ...]``: a gather along ``axis`` > 0 under single indices of the axes before it.
+
+        Those indices pick one block of rows, so this is the axis-0 gather of that block: the static base
+        offset plus the index tile's values times the axis's stride (the pattern's first step).  KLR's
+        access carries a vector offset with a static base only (a scalar and a vector offset exclude each
+        other), so a loop index among the leading indices unrolls its loop (a re-trace, as a Python int
+        use does): the iterations of an nl.affine_range are independent, so the kernel is the same.
+        """
+        if self.tensor.on_chip:
+            raise unsupported(f"indexing axis {axis} of an on-chip tile with a tile (an SBUF tile gathers its "
+                              "partitions only, by an index tile on its first axis)")
+        self._check_gather_base()
+        lead = []
+        for pos, k in enumerate(key[:axis]):
+            if isinstance(k, (slice, IndexVector, IndexGrid)) or k is None or k is Ellipsis:
+                raise unsupported(f"an index tile on axis {axis} after a slice or nl.arange on axis {pos} (only "
+                                  "single indices may come before the index tile's axis)")
+            lead.append(_static_for_gather(k, pos, axis))
+        return self[tuple(lead)]._gather(key[axis:], whole=False)
+
+    def _check_gather_base(self) -> None:
+        """A gather indexes the whole tensor, or a row-major reshape of it (``t.reshape((b, h * w, c))``)."""
+        whole = self.dims == self.tensor._user_view().dims or (
+            self.offset.is_static and self.offset.const == 0
+            and merge_contiguous(self.dims) == (1, math.prod(self.tensor.shape)))
+        if self.vector is not None or not self.offset.is_static or not whole:
+            raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
+
+    def _gather(self, key: tuple, whole: bool = True) -> View:
+        """``data[idx_tile, ...]``: the rows of axis 0 that a [P, 1] index tile names (KLR's vector offset).
+        ``whole=False``: ``self`` is a block of a whole tensor that :meth:`_gather_inner` checked."""
         index = key[0].view() if isinstance(key[0], Tensor) else key[0]
         if not index.tensor.on_chip:  # an SBUF tile's partitions gather too, for a DMA (tracer.Tracer.op)
             raise unsupported("indexing with a tile (only a tensor's first axis, by an SBUF index tile)")
-        if self.vector is not None or not self.offset.is_static or self.dims != self.tensor._user_view().dims:
-            raise unsupported("indexing a view of an HBM tensor with a tile (index the whole tensor)")
+        if whole:
+            self._check_gather_base()
         if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
                 or not index.offset.is_static:
             raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
         if any(isinstance(k, (View, Tensor)) for k in key[1:]):
-            raise unsupported("more than one index tile in a subscript (only the first axis)")
+            raise unsupported("more than one index tile in a subscript (one axis gathers)")
         vectors = [k for k in key[1:] if isinstance(k, IndexVector)]
         # the rows axis as a one-row index of the same kind as the others: nl.arange indices do not mix with
         # slices (``t[idx[i_p, 0], iy, iz]`` with 3-D aranges)
@@ -340,7 +371,10 @@ class View:
             raise unsupported("an index tile together with a loop-index offset in one subscript")
         rows = index.shape[0]
         col = index.with_dims((index.dims[0], (1, 1))) if index.ndim == 1 else index
-        return View(self.tensor, rest.offset, ((rest.dims[0][0], rows),) + rest.dims[1:], rest.axes, rest.checks, col)
+        # the one-row stand-in's bound check would count the index tile's partitions as rows of the axis:
+        # which rows the gather reads is known only at run time
+        checks = tuple(c for c in rest.checks if all(dim != 0 for dim, _ in c[0]))
+        return View(self.tensor, rest.offset, ((rest.dims[0][0], rows),) + rest.dims[1:], rest.axes, checks, col)
 
     def check_partition_first(self, blocks_first: bool = False) -> None:
         """An on-chip view walks the partition axis first.  ``blocks_first``: leading block axes are fine too
@@ -681,6 +715,22 @@ def _int(v: Any, what: str) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise unsupported(f"{what} argument {v!r} (an int)")
     return int(v.__index__())
+
+
+def _static_for_gather(k: Any, pos: int, axis: int) -> int:
+    """A single index before a gather's axis as an int: a loop index unrolls its loop (Affine._unrolled)."""
+    try:
+        a = Affine.of(k)
+    except TraceError:
+        raise unsupported(f"a subscript of type {type(k).__name__} on axis {pos} before an index tile") from None
+    if not a.is_static:
+        try:
+            a = Affine(a._unrolled())
+        except Unsupported:
+            raise unsupported(f"an index tile on axis {axis} under a loop index on axis {pos} that cannot unroll: "
+                              "KLR's vector-offset access (a gather) has a static base offset only, a scalar "
+                              "(loop register) offset and a vector offset exclude each other") from None
+    return a.const
 
 
 def merge_contiguous(dims: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:

@@ -270,6 +270,24 @@ def _pattern_extents(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def _gather_extents(fn: Function, dyn: np.ndarray, pat: np.ndarray, lo_p: np.ndarray,
+                    hi_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each operand's pattern extents; a gather's indirect dim left out: its rows are index values read at
+    run time (the interpreter checks those), not ``i * step`` (a gather of more rows than the table holds)."""
+    lo, hi = lo_p[pat].copy(), hi_p[pat].copy()
+    for k in np.nonzero(dyn >= 0)[0].tolist():
+        d = fn.values[int(dyn[k])]
+        if getattr(d, "indirect_dim_max_index", 0) <= 1:
+            continue  # a scalar offset: the static pattern is walked as written
+        pairs = fn.patterns.items[int(pat[k])]
+        if d.indirect_dim < len(pairs):
+            step, num = (int(x) for x in pairs[d.indirect_dim])
+            span = step * (num - 1) if num > 0 else 0
+            lo[k] -= min(span, 0)
+            hi[k] -= max(span, 0)
+    return lo, hi
+
+
 def _capacity(fn: Function, ops_memloc: np.ndarray, ops_dtype: np.ndarray) -> np.ndarray:
     """Elements of the operand's dtype that fit in its memory location."""
     ml = fn.memlocs
@@ -292,11 +310,12 @@ def _check_operands(fn: Function) -> list[str]:
         m, dt = ops["memloc"][phys], ops["dtype"][phys]
         pat, off = ops["pattern"][phys], ops["offset"][phys]
         cap = _capacity(fn, m, dt)
-        bad = (off + lo_p[pat] < 0) | (off + hi_p[pat] >= cap)
+        lo_k, hi_k = _gather_extents(fn, ops["dyn"][phys], pat, lo_p, hi_p)
+        bad = (off + lo_k < 0) | (off + hi_k >= cap)
         for k in _first(bad):
             j = int(phys[k])
             out.append(f"instruction {fn.inst_name(int(owner[j]))}: operand touches elements "
-                       f"[{off[k] + lo_p[pat[k]]}, {off[k] + hi_p[pat[k]]}] outside memory location "
+                       f"[{off[k] + lo_k[k]}, {off[k] + hi_k[k]}] outside memory location "
                        f"{fn.strings[fn.memlocs.get('name', int(m[k]))]} ({cap[k]} elements)")
     sym = np.nonzero(kinds == Kind.SYMBOLIC)[0]
     if len(sym):
