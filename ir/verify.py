@@ -236,6 +236,12 @@ def _check_memlocs(fn: Function, arch) -> list[str]:
     for m in _first(alloc & (mtype == Mem.SB) & (end > arch.sb_bytes_per_partition)):
         out.append(f"SB memory location {fn.strings[ml.get('name', m)]} ends at byte {end[m]}, past the "
                    f"{arch.sb_bytes_per_partition} bytes of a partition")
+    # unplaced ones too: no address can make room for more bytes than a partition has
+    for word, space, cap in (("SB", Mem.SB, arch.sb_bytes_per_partition),
+                             ("PSUM", Mem.PSUM, arch.psum_bytes_per_partition)):
+        for m in _first(~alloc & (mtype == space) & (ml["pbytes"] > cap)):
+            out.append(f"{word} memory location {fn.strings[ml.get('name', m)]} holds {ml['pbytes'][m]} "
+                       f"bytes per partition, more than the {cap} bytes of a partition")
     psum = alloc & (mtype == Mem.PSUM)
     for m in _first(psum & (end > arch.psum_bytes_per_partition)):
         out.append(f"PSUM memory location {fn.strings[ml.get('name', m)]} ends at byte {end[m]}, past the "
@@ -317,6 +323,7 @@ def _check_operands(fn: Function) -> list[str]:
             out.append(f"instruction {fn.inst_name(int(owner[j]))}: operand touches elements "
                        f"[{off[k] + lo_k[k]}, {off[k] + hi_k[k]}] outside memory location "
                        f"{fn.strings[fn.memlocs.get('name', int(m[k]))]} ({cap[k]} elements)")
+    out += _check_partition_steps(fn, owner, hi_p - lo_p)
     sym = np.nonzero(kinds == Kind.SYMBOLIC)[0]
     if len(sym):
         ranges_of = _loop_ranges(fn)
@@ -344,6 +351,40 @@ def _check_operands(fn: Function) -> list[str]:
                     continue
             if len(out) >= MAX_REPORTED:
                 break
+    return out
+
+
+def _check_partition_steps(fn: Function, owner: np.ndarray, span: np.ndarray) -> list[str]:
+    """An SB/PSUM operand that reaches past one partition row must step whole partitions.
+
+    Its elements map to (partition, byte) through the location's pitch (``dims``' bytes per partition), and
+    the backend writes the partition pair as ``[pitch * k, nparts]``: an operand whose pattern spans a row or
+    more yet has no pair stepping a multiple of the pitch was written for other ``dims``.  It smears over
+    partition rows onto bytes its neighbours hold (issue 22: ``dims`` enlarged under unchanged patterns),
+    which only the unrolled kernel's live-overlap check would otherwise find, after the costliest passes.
+    """
+    ops, ml = fn.operands, fn.memlocs
+    m = ops["memloc"].astype(np.int64)
+    pat = ops["pattern"].astype(np.int64)
+    on = np.isin(ops["kind"], (Kind.PHYSICAL, Kind.SYMBOLIC)) & (m >= 0) & (pat >= 0)
+    on[on] = np.isin(ml["mtype"][m[on]], (Mem.SB, Mem.PSUM)) & (ml["nparts"][m[on]] > 1)
+    js = np.flatnonzero(on)
+    pitch = ml["pbytes"][m[js]] // DTYPE_SIZE_ARRAY[ops["dtype"][js]]
+    js, pitch = js[(pitch > 0) & (span[pat[js]] >= pitch)], pitch[(pitch > 0) & (span[pat[js]] >= pitch)]
+    out: list[str] = []
+    seen: set[int] = set()  # one line per location: every access of a resized location says the same
+    for j, p in zip(js.tolist(), pitch.tolist()):
+        pairs = fn.patterns[int(pat[j])]
+        k = int(m[j])
+        if k in seen or any(int(num) > 1 and int(step) != 0 and int(step) % p == 0 for step, num in pairs):
+            continue
+        seen.add(k)
+        out.append(f"instruction {fn.inst_name(int(owner[j]))}: operand pattern {[list(x) for x in pairs]} "
+                   f"spans more than a partition of memory location {fn.strings[ml.get('name', k)]} "
+                   f"({p} elements per partition, dims [{ml['nparts'][k]}, {ml['pbytes'][k]}]) but no pair "
+                   "steps whole partitions")
+        if len(out) >= MAX_REPORTED:
+            break
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,55 @@ def test_reusing_the_bytes_of_a_location_no_longer_live_is_still_fine(tmp_path):
     (k / "reuse.json").write_text(json.dumps(doc))
     code, text = _compile(k, tmp_path / "out")
     assert code == 0, text
+
+
+# --------------------------------------------------------------------------- on-chip dims resized under their accesses
+
+
+def _onchip_dims_enlarged() -> tuple[str, bytes]:
+    """fault_suite's ``sum_of_onchip_sizes``: every SB location of tiled_rmsnorm at dims [128, 2^15], its
+    access patterns unchanged (each location still fits a partition; together they overlap while live)."""
+    from tests import fault_suite as fs
+
+    [(name, data)] = fs.bir_product_mutations(names=("sum_of_onchip_sizes",), kernels=("tiled_rmsnorm.json",))
+    return name, data
+
+
+def test_onchip_dims_resized_under_their_patterns_are_refused_by_the_read_step(tmp_path):
+    # was refused only after both address_rotation_sb runs (74 s, 61 s CPU) by the unrolled live-overlap check
+    name, data = _onchip_dims_enlarged()
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / name).write_bytes(data)
+    res = runner.invoke(app, ["compile", str(k), "-o", str(tmp_path / "out"), "--workers", "0", "--json",
+                              "--progress", "off"])
+    assert res.exit_code == 1, res.output
+    rep = json.loads(res.stdout)
+    [failed] = rep["failed"]
+    assert failed["fault"] == "input" and name in failed["error"], failed
+    assert "memory location xt" in failed["error"] and "dims [128, 32768]" in failed["error"], failed
+    [unit] = rep["kernels"][0]["units"]
+    assert [s["name"] for s in unit["steps"] if s["status"] == "failed"] == ["translate_nki_ast_to_bir"], unit
+    assert unit["executed"] == 0, unit  # no pass after the read ran
+
+
+def test_the_check_of_resized_onchip_dims_is_cheap():
+    from tusk.ir.errors import VerifyError
+    from tusk.ir.verify import verify
+
+    name, data = _onchip_dims_enlarged()
+    t0 = time.process_time()
+    with pytest.raises(VerifyError, match="no pair steps whole partitions"):
+        verify(bir_json.loads(data, file=name))
+    assert time.process_time() - t0 < 1.0
+
+
+def test_an_unplaced_location_larger_than_a_partition_is_refused():
+    from tusk.ir.errors import VerifyError
+    from tusk.ir.verify import verify
+
+    doc = _doc("tiled_rmsnorm.json")
+    _set(doc, "ss_set")["memorylocations"][0].update(allocated=False, dims=[128, 300_000])
+    with pytest.raises(VerifyError, match="SB memory location ss holds 300000 bytes per partition, more than"):
+        verify(bir_json.loads(json.dumps(doc)))
+    verify(bir_json.loads((EXAMPLES / "tiled_rmsnorm.json").read_bytes()))  # the kernel as shipped passes
