@@ -32,30 +32,39 @@ def live_ranges(tr: Tracer) -> list[Live]:
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     by_id: dict[int, Tensor] = {}
-    loops: list[tuple[int, int]] = []
-    open_: list[int] = []
+    # the dynamic loops open at a tile's first and last reference, outermost first: only those can stretch
+    # its range (looking at every loop for every tile grew with the product of the two)
+    at_first: dict[int, tuple[int, ...]] = {}
+    at_last: dict[int, tuple[int, ...]] = {}
+    spans: list[list[int]] = []  # [begin, end] positions, in the order the loops begin
+    open_: tuple[int, ...] = ()
     for pos, entry in enumerate(tr.prog):
         if isinstance(entry, LoopBegin):
-            open_.append(pos)
+            open_ = (*open_, len(spans))
+            spans.append([pos, pos])
         elif isinstance(entry, LoopEnd):
-            loops.append((open_.pop(), pos))
+            spans[open_[-1]][1] = pos
+            open_ = open_[:-1]
         elif isinstance(entry, Op):
             for v in (*entry.reads, *entry.writes, *(x.vector for x in (*entry.reads, *entry.writes) if x.vector is not None)):
                 t = v.tensor.alias_of or v.tensor  # a reinterpretation is its tile's bytes
                 if t.on_chip:
                     key = id(t)
                     by_id[key] = t
-                    first.setdefault(key, pos)
-                    last[key] = pos
+                    if key not in first:
+                        first[key], at_first[key] = pos, open_
+                    last[key], at_last[key] = pos, open_
     out = []
     for key, t in by_id.items():
         s, e = first[key], last[key]
+        outside = at_first[key]
         if t is tr.identity:
-            s = -1
-        for b, le in loops:
-            refs_inside = s < le and e > b
-            if refs_inside and t.site <= b:  # site: the position of the next entry when it was made
-                s, e = min(s, b), max(e, le)
+            s, outside = -1, ()
+        # a loop made after the tile (site: the position of the next entry when it was made) that holds a
+        # reference holds the tile for all its iterations; the outermost such loop covers the inner ones
+        for chain in (outside, at_last[key]):
+            b, le = next((spans[k] for k in chain if t.site <= spans[k][0]), (s, e))
+            s, e = min(s, b), max(e, le)
         out.append(Live(t, s, e, t.site))
     if tr.identity is not None and id(tr.identity) in by_id:
         out.append(Live(tr.identity_iota, -1, -1, -1))  # the identity is built from it before anything else

@@ -306,3 +306,31 @@ def test_assigning_a_tile_of_another_size_is_refused(tmp_path):
     """)
     with pytest.raises(TraceError, match="assigning a"):
         trace_file(path, "k", ["f32[128,8]"])
+
+
+def test_full_collections_wait_for_the_end_of_a_trace(tmp_path):
+    # the trace's heap grows with the kernel: full collections rescanning it made time per statement grow
+    import gc
+
+    from tusk.frontend import trace_function
+
+    seen = []
+
+    def k(a):
+        import neuronxcc.nki.language as nl
+        seen.append(gc.get_threshold())
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a))
+        if len(seen) == 2:
+            raise ValueError("the kernel's own error")
+        return out
+
+    before = gc.get_threshold()
+    assert before[2] < 1 << 20
+    trace_function(k, ["f32[128,8]"])
+    young, middle, full = seen[0]
+    assert (young, middle) == before[:2] and full >= 1 << 30   # young collections run as before
+    assert gc.get_threshold() == before
+    with pytest.raises(TraceError, match="the kernel's own error"):
+        trace_function(k, ["f32[128,8]"])
+    assert gc.get_threshold() == before
