@@ -57,6 +57,7 @@ class Counts:
     watched: int = 0                                      # of them, under strace
     stray_writes: list[str] = field(default_factory=list)
     semaphores: int = 0       # POSIX semaphores made and removed again in /dev/shm (not stray files)
+    semaphores_killed: int = 0  # left in /dev/shm by builds SIGKILLed before they could remove them
     differing_outputs: int = 0
     hangs: int = 0            # environment cases: commands that did not end (hostile inputs: in verdicts)
     tracebacks: int = 0       # environment cases
@@ -67,7 +68,7 @@ class Counts:
     notes: list[str] = field(default_factory=list)
 
     def add(self, other: "Counts") -> None:
-        for k in ("inputs", "builds", "watched", "semaphores", "differing_outputs", "hangs", "tracebacks", "kills",
+        for k in ("inputs", "builds", "watched", "semaphores", "semaphores_killed", "differing_outputs", "hangs", "tracebacks", "kills",
                   "interrupted", "disks_filled", "disks_recovered"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.verdicts.update(other.verdicts)
@@ -93,6 +94,8 @@ class Counts:
                 f"writes outside OUT and cache       {len(self.stray_writes)}   [0]"
                 + ("" if self.watched == self.builds else f"  (over the {self.watched} watched commands only)"),
                 f"  semaphores made and removed      {self.semaphores}  (/dev/shm/sem.*, not counted as writes)",
+                f"  semaphores left by SIGKILL       {self.semaphores_killed}  (Python's multiprocessing, in processes "
+                "killed before they could remove them; not counted as writes)",
                 f"outputs differing from clean build {self.differing_outputs}   [0]",
                 f"environment cases: hangs           {self.hangs}   [0]",
                 f"environment cases: tracebacks      {self.tracebacks}   [0]"]
@@ -227,10 +230,16 @@ def run(box: Sandbox, cmd: list[str], allowed: list[Path], timeout: float, c: Co
 
 
 def finish(box: Sandbox, c: Counts, rc: int | None, stdout: str, stderr: str, log: Path | None,
-           allowed: list[Path], seconds: float) -> Run:
+           allowed: list[Path], seconds: float, sigkilled: bool = False) -> Run:
+    """Count one finished command; ``sigkilled``: it was killed with SIGKILL (no process can remove its
+    multiprocessing semaphores then: those are counted apart, every other write outside is still a stray)."""
     c.builds += 1
     c.watched += log is not None
     strays, sems = stray_writes(log, allowed, box.root / "cwd")
+    if sigkilled:
+        left = [w for w in strays if _SEMAPHORE.match(w.split("  (")[0])]
+        strays = [w for w in strays if w not in left]
+        c.semaphores_killed += len(left)
     c.stray_writes += strays
     c.semaphores += sems
     return Run(rc, stdout, stderr, strays, seconds)
@@ -695,7 +704,8 @@ def _kill_once(box: Sandbox, corpus: Path, out: Path, cache: Path, workers: str,
         stdout, stderr = p.communicate()
         c.hangs += 1
         c.notes.append(f"kill round {r}: the build did not end within 60 s of {sig.name}")
-    finish(box, c, p.returncode, stdout, stderr, log, [out, cache], time.monotonic() - t)
+    finish(box, c, p.returncode, stdout, stderr, log, [out, cache], time.monotonic() - t,
+           sigkilled=sig == signal.SIGKILL)
     interrupted = running and p.returncode != 0
     c.interrupted += interrupted
     if not interrupted:
