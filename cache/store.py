@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
 from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
-from tusk.ir.canonical import canonical_bytes
+from tusk.ir.canonical import content_checksum as _checksum
 from tusk.ir.errors import EnvError, UsageError
 from tusk.ir.module import Module
 
@@ -439,16 +439,6 @@ class Store:
         self._refuse_foreign("clearing")
         for sub in ("objects", "actions", "notes", "tmp", "trash"):
             self.fs.remove_tree(self.fs.path(sub))
-
-
-def _checksum(kind: str, key: str, content: dict) -> str:
-    """The digest a record or note carries of its own key and content (everything but the checksum):
-    an edit or a record moved to another key is detected.  Not a signature: whoever can write the
-    store can recompute it (see the trust model in docs/architecture.md)."""
-    import hashlib
-
-    body = {k: v for k, v in content.items() if k != "checksum"}
-    return hashlib.sha256(f"{kind}:{key}:".encode() + canonical_bytes(body)).hexdigest()
 
 
 def _check_name(name: str) -> None:

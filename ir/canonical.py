@@ -19,3 +19,14 @@ def canonical_json(obj: Any, default: Callable[[Any], Any] | None = None, allow_
 
 def canonical_bytes(obj: Any, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> bytes:
     return canonical_json(obj, default, allow_nan).encode()
+
+
+def content_checksum(kind: str, key: str, content: dict) -> str:
+    """The digest a cache record or note carries of its own key and content (everything but its
+    ``checksum`` field): an edit or a record moved to another key is detected.  Here, beside the canonical
+    form it hashes, so that a reader that must not import the store (``tusk.workflows.reuse``) checks it
+    the same way.  Not a signature: whoever can write the store can recompute it (docs/architecture.md)."""
+    import hashlib
+
+    body = {k: v for k, v in content.items() if k != "checksum"}
+    return hashlib.sha256(f"{kind}:{key}:".encode() + canonical_bytes(body)).hexdigest()

@@ -86,8 +86,7 @@ def _header(result, n_units: int) -> str:
             f'<p class="sub">Tusk {_e(__version__)}, {when}</p><div class="facts">{items}</div></header>')
 
 
-def _kernels(result) -> str:
-    figures = [(kr, u, unit_figures(kr, u)) for kr in result.kernels for u in kr.units]
+def _kernels(result, figures: list[tuple[Any, Any, dict]]) -> str:
     spans = any(f.get(k) is not None for _, _, f in figures for k in ("makespan_before", "makespan_after"))
     rows = []
     for kr in result.kernels:
@@ -118,15 +117,14 @@ def _kernels(result) -> str:
 LIMIT_LANES = ("PE", "Activation", "Pool", "DVE", "SP", "DMA engines", "DRAM")
 
 
-def _limits(result) -> str:
+def _limits(figures: list[tuple[Any, Any, dict]]) -> str:
     """Per unit: the rotated makespan, the lower bound, what sets it and how busy each engine and shared DMA
     resource is (busy cycles / makespan cycles; tusk.sim.explain's record, the summary's bound and limit)."""
-    figures = [(u, unit_figures(kr, u)) for kr in result.kernels for u in kr.units]
-    figures = [(u, f) for u, f in figures if f.get("lower_bound") is not None]
-    if not figures:
+    timed = [(u, f) for _, u, f in figures if f.get("lower_bound") is not None]
+    if not timed:
         return ""
     rows = []
-    for u, f in figures:
+    for u, f in timed:
         util = f.get("utilisation") or {}
         queues = [v for k, v in util.items() if ".q" in k]
         shares = [util.get(lane) for lane in LIMIT_LANES] + [max(queues, default=None)]
@@ -488,7 +486,8 @@ def render(result, phases: dict[str, list[Phase]] | None = None, log: TaskLog | 
     """The whole page as text."""
     figs = _Figures()
     units = _units(result)
-    body = [_header(result, len(units)), _failures(result), _kernels(result), _limits(result),
+    figures = [(kr, u, unit_figures(kr, u)) for kr in result.kernels for u in kr.units]
+    body = [_header(result, len(units)), _failures(result), _kernels(result, figures), _limits(figures),
             _pass_time(result, figs),
             _cache(result), _instructions(result, figs), _timelines(result, phases or {}, figs, model_note),
             _build_timeline(log, figs, (files or {}).get("build-trace.json")), _files(files or {})]

@@ -31,7 +31,6 @@ tests/test_workflow_reuse.py).
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import os
@@ -94,7 +93,7 @@ def _note_path(root: str, key: str) -> str:
 
 def _read_note(root: str, key: str) -> dict | None:
     """The note's value if its checksum holds (``tusk.cache.store`` writes notes; read here without it)."""
-    from tusk.ir.canonical import canonical_bytes
+    from tusk.ir.canonical import content_checksum
 
     try:
         with open(_note_path(root, key), "rb") as fh:
@@ -103,9 +102,7 @@ def _read_note(root: str, key: str) -> dict | None:
         return None
     if not isinstance(note, dict) or not isinstance(note.get("value"), dict):
         return None
-    body = {k: v for k, v in note.items() if k != "checksum"}
-    digest = hashlib.sha256(f"note:{REUSE_NOTE}:{key}:".encode() + canonical_bytes(body)).hexdigest()
-    return note["value"] if note.get("checksum") == digest else None
+    return note["value"] if note.get("checksum") == content_checksum(f"note:{REUSE_NOTE}", key, note) else None
 
 
 def _fresh(out: Path) -> bool:

@@ -18,12 +18,14 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
 TOPIC = "tusk-tasks"
 PLUGIN = "tusk-task-states"
 
+@functools.cache
 def _task_states_class() -> type:
     """The worker plugin class, made on first use: an in-process build never imports distributed (1-2 s)."""
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -60,14 +62,9 @@ def _task_states_class() -> type:
     return TaskStates
 
 
-_CLASSES: dict[str, type] = {}
-
-
 def __getattr__(name: str) -> Any:
     if name == "TaskStates":
-        if name not in _CLASSES:
-            _CLASSES[name] = _task_states_class()
-        return _CLASSES[name]
+        return _task_states_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -95,7 +92,7 @@ def _observe_dask(client, on_state: OnState) -> Callable[[], None] | None:
 
     try:
         client.subscribe_topic(TOPIC, handler)
-        client.register_plugin(__getattr__("TaskStates")(), name=PLUGIN)
+        client.register_plugin(_task_states_class()(), name=PLUGIN)
     except Exception:  # noqa: BLE001 - then nothing is known about which task runs
         return None
 
