@@ -182,3 +182,34 @@ def test_figures_a_full_disk_cost_are_measured_again_by_the_next_build(kdir, tmp
     for kernel in ("tiled_exp", "rmsnorm"):
         assert "No space left" not in (out / kernel / "stats.json").read_text()
         assert "No space left" not in (out / kernel / "timeline.json").read_text()
+
+
+def test_each_kernels_timeline_is_written_by_a_build_task_with_the_bytes_the_report_writes(kdir, tmp_path,
+                                                                                           monkeypatch):
+    """timeline.json is written by one write_timeline task per kernel as soon as the kernel is timed (on a
+    worker when a cluster runs), into its staging directory; the report only checks it.  Without the task
+    the report writes the same bytes."""
+    from tusk.workflows import observe, trace
+
+    tasks, written = Tasks(), []
+    real = trace.write_kernel_timeline
+    spy = lambda path, *a: (written.append(Path(path)), real(path, *a))  # noqa: E731
+    monkeypatch.setattr(trace, "write_kernel_timeline", spy)
+    monkeypatch.setattr(observe, "write_kernel_timeline", spy)
+    req = CompileRequest(kdir, tmp_path / "o", workers=0, cache_dir=str(tmp_path / "cache"))
+    result = compile_directory(req, events=Tee(tasks, Reporter(report=True)))
+    assert not result.failed
+    assert sorted(w for w in tasks.what if w == "write_timeline") == ["write_timeline"] * 2
+    # into the kernels' staging directories (OUT/.tusk-staging-...), never into OUT/<kernel>
+    assert len(written) == 2 and all(p.parent.parent == tmp_path / "o" for p in written)
+    assert {p.parent.name for p in written}.isdisjoint({"tiled_exp", "rmsnorm"})
+    by_task = {k: (tmp_path / "o" / k / "timeline.json").read_bytes() for k in ("tiled_exp", "rmsnorm")}
+
+    # the same build with no kernel task: the report writes them, byte for byte the same
+    monkeypatch.setattr("tusk.workflows.outputs.OutputWriter.timeline_task", lambda self, reports: None)
+    written.clear()
+    req = CompileRequest(kdir, tmp_path / "o2", workers=0, cache_dir=str(tmp_path / "cache"))
+    compile_directory(req, events=Reporter(report=True))
+    assert {p.parent.name for p in written} == {"tiled_exp", "rmsnorm"}
+    assert {k: (tmp_path / "o2" / k / "timeline.json").read_bytes() for k in by_task} == by_task
+    assert observe.TIMELINE == trace.TIMELINE_FILE

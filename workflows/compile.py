@@ -30,7 +30,7 @@ from typing import Any
 from tusk import __version__
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, UsageError
 from tusk.workflows import config as config_mod
-from tusk.workflows import why
+from tusk.workflows import timings, why
 from tusk.workflows.graph import (
     BuildReport,
     BuildUnit,
@@ -215,13 +215,14 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
         kernels, skipped = _with_traced(kernels, skipped, req, plan.directory, store, plan.writer, plan.cfg.arch)
         results, units = plan.units(kernels, skipped, store)
         events.start(len(units), len(plan.resolved.steps))
+        timing = req.timing if req.timing is not None else events.timing()
         report = build(units, plan.resolved.steps, store, env=config_mod.output_key(plan.cfg),
                        executor=plan.executor(executor, units, store, events), verify=plan.cfg.verify,
                        previous={u.name: why.previous_parts(plan.out, store, u) for u in units},
                        on_final=plan.writer.on_final,
                        on_event=lambda e: dispatch(events, e),
-                       timing=req.timing if req.timing is not None else events.timing(),
-                       timeline_limit=int(plan.cfg.timeline_limit))
+                       timing=timing, timeline_limit=int(plan.cfg.timeline_limit),
+                       on_kernel_done=plan.writer.timeline_task if timing == timings.TIMELINES else None)
         report.unavailable = plan.resolved.unavailable
         events.phase("outputs")
         why.remember(store, report)
@@ -273,6 +274,7 @@ class _Plan:
     scratch: str | None = None
     writer: OutputWriter | None = None
     dashboard: list[str] = field(default_factory=list)
+    made: list[Any] = field(default_factory=list)  # the executors this build made
 
     @classmethod
     def checked(cls, req: CompileRequest, events: BuildEvents) -> _Plan:
@@ -382,6 +384,7 @@ class _Plan:
 
         def make() -> Any:
             ex = _announcing_close(factory(), events)
+            self.made.append(ex)  # a cluster the build closes "soon" has closed when the command ends
             if not getattr(ex, "reason", ""):
                 ex.reason = choice.reason if self.connected is None else "the scheduler given with --scheduler"
             link = getattr(ex, "dashboard_link", None)
@@ -392,6 +395,8 @@ class _Plan:
         return make
 
     def close(self) -> None:
+        for ex in self.made:
+            getattr(ex, "closed", lambda: None)()
         if self.writer is not None:
             self.writer.discard_staging()  # left only when the build stopped half-way
         if self.connected is not None:
@@ -402,18 +407,21 @@ class _Plan:
 
 def _announcing_close(ex: Any, events: BuildEvents) -> Any:
     """``ex`` whose ``close`` first tells ``events`` (closing a cluster takes seconds: a phase of its own)."""
-    close = getattr(ex, "close", None)
-    if close is None or not getattr(ex, "is_cluster", False):
+    if not getattr(ex, "is_cluster", False):
         return ex
+    for name in ("close", "close_soon"):
+        close = getattr(ex, name, None)
+        if close is None:
+            continue
 
-    def announced() -> None:
-        events.phase("close")
-        close()
+        def announced(close=close) -> None:
+            events.phase("close")
+            close()
 
-    try:
-        ex.close = announced
-    except AttributeError:  # an executor that does not take attributes: closed silently, as before
-        pass
+        try:
+            setattr(ex, name, announced)
+        except AttributeError:  # an executor that does not take attributes: closed silently, as before
+            pass
     return ex
 
 

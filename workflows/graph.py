@@ -311,13 +311,17 @@ class DaskExecutor:
     def close(self) -> None:
         """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
         worker processes of a local cluster that are still alive then are killed: none outlives a build."""
-        import signal
+        self.close_soon()
+        self.closed()
+
+    def close_soon(self) -> None:
+        """Start closing and return: the caller writes the build's outputs and report meanwhile (half a
+        second of a 2-worker build's tail) and calls :meth:`closed` before it ends."""
         import threading
 
         self._futures.clear()
-        if not self.owns_client or getattr(self, "_closed", False):
+        if not self.owns_client or getattr(self, "_closing", None) is not None:
             return
-        self._closed = True
 
         def shutdown() -> None:
             for close in (lambda: self.client.close(timeout=3),
@@ -327,8 +331,17 @@ class DaskExecutor:
                 except Exception:  # noqa: BLE001 - closing is best effort; the processes are killed below
                     pass
 
-        t = threading.Thread(target=shutdown, name="tusk-cluster-close", daemon=True)
-        t.start()
+        self._closing = threading.Thread(target=shutdown, name="tusk-cluster-close", daemon=True)
+        self._closing.start()
+
+    def closed(self) -> None:
+        """Wait for :meth:`close_soon` (10 s at most), then kill what is left of a local cluster."""
+        import signal
+
+        t = getattr(self, "_closing", None)
+        if t is None or getattr(self, "_closed", False):
+            return
+        self._closed = True
         t.join(10)
         for pid in self.worker_pids:
             try:
@@ -518,7 +531,8 @@ class Build:
                  previous: dict[str, dict[str, dict]] | None = None,
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  on_event: Callable[["BuildEvent"], None] | None = None,
-                 timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None):
+                 timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None,
+                 on_kernel_done: Callable[[list[UnitReport]], tuple[Callable, tuple, str] | None] | None = None):
         self.store = store
         self.steps = steps
         # the timing steps: which modules of each chain are measured, and whether timelines are kept
@@ -535,6 +549,10 @@ class Build:
         self.on_final = on_final
         self.emit = on_event or (lambda event: None)  # every BuildEvent, in the order things happen
         self.write_parts = write_parts                # None: by size and workers (tests force a number)
+        # called when every unit of a kernel is done: a task that writes the kernel's own files (its timeline.json)
+        # while the build goes on, on a worker, instead of one kernel after another when the build is over
+        self.on_kernel_done = on_kernel_done
+        self._kernels: dict[str, list[_State]] = {}   # kernel -> its units' states
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
         self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
@@ -600,7 +618,7 @@ class Build:
             # the chain's own steps first: a timing step is off the critical path, and its module is in the store.
             # Parts go to whichever worker is free (their inputs are in the store): pinned to the unit's last
             # worker, every part of a big kernel ran on that one worker while the others stood idle
-            self.executor.submit(task_key, fn, *args, worker=None if kind in ("timing", "part") else st.worker,
+            self.executor.submit(task_key, fn, *args, worker=None if kind in ("timing", "part", "kernel") else st.worker,
                                  priority=-1 if kind == "timing" else 0)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
@@ -857,6 +875,22 @@ class Build:
         st.report.seconds = time.perf_counter() - st.started
         st.done = True
         self.emit(StepEvent("done", st.report, ""))
+        self._kernel_task(st)
+
+    def _kernel_task(self, st: _State) -> None:
+        """Once the last unit of ``st``'s kernel is done, submit the kernel's own task (``on_kernel_done``) to
+        the executor already running; a build that started none leaves the work to its caller."""
+        states = self._kernels.get(st.report.unit.kernel, [st])
+        if self.on_kernel_done is None or self.executor is None or not all(s.done for s in states):
+            return
+        task = self.on_kernel_done([s.report for s in states])
+        if task is None:
+            return
+        from tusk.cache.keys import digest
+
+        fn, args, what = task
+        self._submit(what, digest([st.report.unit.kernel, [s.report.final for s in states], repr(args)]), st,
+                     "kernel", 0, fn, *args, what=what)
 
     def _on_written(self, st: _State, items: list, res: dict) -> None:
         """Outputs were written (maybe on a worker): check they are here, else write them on the client."""
@@ -885,7 +919,7 @@ class Build:
 
     # ------------------------------------------------------------ task results
     def _on_result(self, st: _State, kind: str, j: int, res: dict) -> None:
-        if st.done:
+        if st.done:  # a kernel task's answer among them: the caller checks the files it wrote
             return
         status = res.get("status")
         if kind == "timing":
@@ -975,6 +1009,7 @@ class Build:
         for unit in units:
             st = _State(UnitReport(unit), hashes=[], started=time.perf_counter())
             states.append(st)
+            self._kernels.setdefault(unit.kernel, []).append(st)
             try:
                 if unit.module is None and (unit.host_hash is None or not self.store.has(unit.host_hash)):
                     unit.module = unit.reload() if unit.reload else None
@@ -1017,7 +1052,9 @@ class Build:
                         self._fail(st, str(e), fault=fault_of(e, kernel=True))
         finally:
             if self.executor is not None:
-                self.executor.close()
+                # a cluster closes while the caller puts the outputs in place (it calls closed() on the executor
+                # it made); any other executor closes now
+                getattr(self.executor, "close_soon", self.executor.close)()
         report = BuildReport([st.report for st in states], cluster_started=bool(getattr(self.executor, "is_cluster", False)),
                              executor=getattr(self.executor, "description", "none (everything cached)"),
                              seconds=time.perf_counter() - t0)

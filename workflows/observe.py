@@ -22,11 +22,19 @@ from pathlib import Path
 
 from tusk.workflows.compile import LOG_FILE, BuildEvents
 from tusk.workflows.progress import History, State
-from tusk.workflows.trace import Phase, TaskLog, _model, build_trace, model_digest, timeline_json
+from tusk.workflows.trace import (
+    TIMELINE_FILE,
+    Phase,
+    TaskLog,
+    _model,
+    build_trace,
+    timeline_signature,
+    write_kernel_timeline,
+)
 
 REPORT = "report.html"
 BUILD_TRACE = "build-trace.json"
-TIMELINE = "timeline.json"
+TIMELINE = TIMELINE_FILE
 
 
 class Tee(BuildEvents):
@@ -83,12 +91,6 @@ def _write(path: Path, text: str) -> None:
     from tusk.workflows.outputs import write_atomic
 
     write_atomic(path, text.encode("utf-8"))
-
-
-def _signature(phases: list[Phase]) -> str:
-    from tusk.cache.keys import digest
-
-    return digest({"phases": [[p.unit, p.title, p.hash] for p in phases], "model": model_digest()})
 
 
 def _current(path: Path, signature: str) -> bool:
@@ -211,11 +213,10 @@ class Reporter(BuildEvents):
             kdir = out / kr.kernel.name
             if kernel_phases and kdir.is_dir():
                 path = kdir / TIMELINE
-                sig = _signature(kernel_phases)
-                if not _current(path, sig):
-                    # the events come rendered by the timing steps: the same bytes whether they were computed
-                    # now or read back from the store's notes
-                    _write(path, timeline_json(kr.kernel.name, kernel_phases, {"_signature": sig}))
+                # a write_timeline task of the build has mostly written it (into the staging directory, on a
+                # worker); the events come rendered by the timing steps: the same bytes either way
+                if not _current(path, timeline_signature(kernel_phases)):
+                    write_kernel_timeline(path, kr.kernel.name, kernel_phases)
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
         self._phase("trace")
         if self.log.finished():

@@ -34,7 +34,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
 
@@ -177,6 +177,21 @@ class OutputWriter:
                     continue
                 items.append((s.output, d / f"{n:02d}-{s.label.replace('#', '_')}.bir.json", art))
         return items
+
+    def timeline_task(self, reports: list[UnitReport]) -> tuple[Callable, tuple, str] | None:
+        """The build's task that writes the kernel's timeline.json into its staging directory (every unit
+        of the kernel done and built; see ``Build.on_kernel_done``), or None: the report writes or keeps it."""
+        from tusk.workflows import tasks
+        from tusk.workflows.trace import TIMELINE_FILE
+
+        kernel = reports[0].unit.kernel
+        staging = self.staging.get(kernel)
+        if staging is None or not all(u.ok for u in reports) or all(self.up_to_date.get(u.unit.name) for u in reports):
+            return None
+        units = [(u.unit.name, [t.to_json() for t in u.timings]) for u in reports]
+        if not any(timed for _, timed in units):
+            return None
+        return tasks.write_timeline, (self.store.url, kernel, units, str(staging / TIMELINE_FILE)), "write_timeline"
 
     def finish_kernel(self, kr: KernelResult, resolved) -> None:
         """Move the kernel's staged directory into place, or on failure leave or remove the old one."""

@@ -45,6 +45,7 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from tusk.ir.errors import EnvError, TuskError
@@ -489,6 +490,27 @@ def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
                 "ended": time.time()}
     except Exception as e:  # noqa: BLE001 - a figure lost, never the kernel
         return {"status": "error", "error": f"timing failed: {type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+
+
+def write_timeline(store_url: str, kernel: str, units: list, path: str) -> dict:
+    """A kernel's timeline.json, written into its staging directory once every unit is timed (a task: the
+    client only checks the file's signature afterwards).  ``units``: [(unit name, [Timed.to_json(), ...]),
+    ...] in the kernel's order, as the report reads them."""
+    from tusk.workflows import timings, trace
+
+    clock: dict = {"started": time.time()}
+    t0 = time.perf_counter()
+    try:
+        store = _store(store_url)
+        phases = [timings.load_phase(store, name, timings.Timed(**t)) for name, timed in units for t in timed]
+        if not phases or trace._model() is None:
+            return {"status": "skipped"}
+        trace.write_kernel_timeline(Path(path), kernel, phases)
+        clock["run"] = round(time.perf_counter() - t0, 6)
+        return {"status": "written", "seconds": clock["run"], "timing": clock, "worker_address": _worker_address(),
+                "ended": time.time()}
+    except Exception as e:  # noqa: BLE001 - the report writes it instead
+        return {"status": "error", "error": f"timeline failed: {type(e).__name__}: {e}"}
 
 
 def warm_up(targets: list[str]) -> dict:

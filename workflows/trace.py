@@ -503,6 +503,26 @@ def timeline_json(kernel: str, phases: list[Phase], extra: dict[str, Any] | None
     return f'{{"displayTimeUnit":"ns","otherData":{dumps(other)},"traceEvents":[{",".join(texts)}]}}'
 
 
+TIMELINE_FILE = "timeline.json"  # OUT/<kernel>/timeline.json
+
+
+def timeline_signature(phases: list[Phase]) -> str:
+    """What a kernel's timeline.json is made of (its modules and the model); its head names it, so a build
+    that finds the same signature there leaves the file alone."""
+    from tusk.cache.keys import digest
+
+    return digest({"phases": [[p.unit, p.title, p.hash] for p in phases], "model": model_digest()})
+
+
+def write_kernel_timeline(path: Path, kernel: str, phases: list[Phase]) -> None:
+    """The one writer of a kernel's timeline.json (a build task into the kernel's staging directory, or the
+    report when no task did), atomically."""
+    from tusk.workflows.outputs import write_atomic
+
+    sig = timeline_signature(phases)
+    write_atomic(path, timeline_json(kernel, phases, {"_signature": sig}).encode("utf-8"))
+
+
 def timeline_trace(kernel: str, phases: list[Phase]) -> dict[str, Any]:
     """A kernel's engine timelines (every unit and phase) in the Chrome trace-event format (the reference
     form of :func:`timeline_json`; needs the timelines' ``detail``)."""
