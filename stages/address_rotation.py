@@ -51,7 +51,7 @@ own cached steps (``tusk.workflows.timings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
@@ -231,9 +231,13 @@ class AddressRotation(Pass):
                 unalias(out.functions[k], self.mtype)
         return out
 
-    def _settle(self, out: Module, module: Module, moved: dict[int, int]) -> Stats:
+    def _settle(self, out: Module, module: Module, moved: dict[int, int],
+                rescheduled_by: Callable[[int, Function], tuple[Function, float | None] | None] | None = None
+                ) -> Stats:
         """What follows rotation in each function it changed (the module docstring): edges rebuilt and
-        scheduled again after scheduling, and the input kept where rotation is slower."""
+        scheduled again after scheduling, and the input kept where rotation is slower.  ``rescheduled_by(k,
+        fn)`` gives function ``k`` rescheduled (and its makespan when timed) where that was done in parts
+        (:mod:`~tusk.stages.rotation_split`), None where it is to be done here."""
         kept = rescheduled = reverted = 0
         for k, here in sorted(moved.items()):
             if not here:  # nothing moved: not even the aliases' accesses are repointed
@@ -249,8 +253,12 @@ class AddressRotation(Pass):
                 reverted += 1
                 continue
             if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
-                again, _, t_again = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
-                                                   compare_limit=self.compare_limit)
+                done = rescheduled_by(k, fn) if rescheduled_by is not None else None
+                if done is None:
+                    again, _, t_again = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
+                                                       compare_limit=self.compare_limit)
+                else:
+                    again, t_again = done
                 # the new order must keep locations that share bytes live one after the other (the verifier's
                 # rule); where it does not, the rotated function keeps the order it was rotated in
                 if not live_overlap_problems(again):

@@ -66,16 +66,18 @@ def splits(fn: Function) -> bool:
     return straight_line_regions(fn) is None
 
 
-def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str) -> list[Module]:
+def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str,
+                extra: dict | None = None) -> list[Module]:
     """One module per row range of function ``k``: those rows, and a marker under ``key`` naming the range
-    and the memory the function writes (what a merge needs to find the edges between ranges)."""
+    and the memory the function writes (what a merge needs to find the edges between ranges), with
+    ``extra``'s entries."""
     if not ranges:
         return []  # no parts: the writes are not worth collecting
     fn = module.functions[k]
     written = written_spaces(fn)
     return [Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
                    module.attributes.with_(**{key: {"function": k, "name": fn.name, "lo": a, "hi": b,
-                                                    "written": written}}),
+                                                    "written": written, **(extra or {})}}),
                    module.artifact_dir, module.queues, module.extras)
             for a, b in ranges]
 
