@@ -36,6 +36,7 @@ from tusk.ir.arch import PARTITIONS, band_of, get_arch
 from tusk.ir.columns import Record
 from tusk.ir.enums import Engine, FnAttr, Mem, Op
 from tusk.ir.errors import InternalError, PassError
+from tusk.ir.liveness import Instances
 from tusk.ir.module import Function, Module, _ranges
 from tusk.stages import rotation_split
 from tusk.stages.address_rotation import AddressRotation, Job, _accessed_unallocated, _scope, callee_of
@@ -279,11 +280,11 @@ class AddressRotationSB(AddressRotation):
             out[callee] = Job(callee, "standard", Region(nparts, size, size))
         return out
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+    def _rotate(self, out: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> dict[int, int]:
         moved: dict[int, int] = {}
         for job in jobs:
             region = _region(job)
-            sp = analyse(out.functions[job.fn], Mem.SB)
+            sp = analyse(out.functions[job.fn], Mem.SB, inst=(known or {}).pop(job.fn, None))
             rules = sb_schedule(job.kind, region.partitions)
             here = sum(sb_rotation_batch(sp, batch, rules, region, self.log) for batch in batches(sp))
             moved[job.fn] = moved.get(job.fn, 0) + here

@@ -77,8 +77,9 @@ def split(p: AddressRotation, module: Module, jobs: list[Job]) -> list[Module] |
     rotation moves no such function (``run`` then does it all)."""
     from tusk.stages.schedule_split import function_parts
 
-    out = p._unaliased(module, jobs)
-    moved = p._rotate(out, jobs)
+    known: dict = {}
+    out = p._unaliased(module, jobs, known)
+    moved = p._rotate(out, jobs, known)
     s = _scheduler(p)
     parts: list[Module] = []
     for k in sorted(moved):
