@@ -70,6 +70,7 @@ class Instances:
     i_live_in: np.ndarray
     i_kill: np.ndarray
     simple: np.ndarray
+    a_plain_kill: np.ndarray | None = None  # per access: a kill without group kills (``groups`` only)
 
     def __len__(self) -> int:
         return len(self.i_memloc)
@@ -175,6 +176,7 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
         prev = np.concatenate([[False], same])
         nxt = np.concatenate([same, [False]])
         kill[cand] = ~(pred | rmw | prev[cand] | nxt[cand])
+    plain = kill.copy() if groups else None
     if groups and na:
         kill |= group_kills(fn, a_memloc, a_row, a_write, a_op, kill)
     # ---- instances: a new one at each kill and at each memory location's first access
@@ -198,7 +200,7 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
     starts_with_kill = kill[firsts]
     i_live_in = ~starts_with_kill & (i_last_read >= 0) & ((i_first_write < 0) | (first_read <= i_first_write))
     return Instances(a_memloc, a_row, a_write, a_op, a_inst, i_memloc, i_first, i_last, i_first_write, i_last_read,
-                     i_live_in, starts_with_kill, simple)
+                     i_live_in, starts_with_kill, simple, plain)
 
 
 def boxes(fn: Function, memlocs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

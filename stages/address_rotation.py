@@ -51,7 +51,7 @@ own cached steps (``tusk.workflows.timings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
@@ -62,10 +62,11 @@ from tusk.ir.module import Function, Module
 from tusk.ir.verify import live_overlap_problems
 from tusk.stages.base import Pass, Stats, option
 from tusk.stages.deps import build_fdeps
-from tusk.stages.rotation_rings import unalias
+from tusk.stages.rotation_rings import unalias_known
 from tusk.stages.schedule import COMPARE_LIMIT, MAX_SEGMENT, TIE, makespan_or_none, schedule_timed
 
 if TYPE_CHECKING:
+    from tusk.ir.liveness import Instances
     from tusk.stages.address_rotation_sb import Region
 
 SKIP = "Skipping pass due to no instruction or uncovered structure."
@@ -190,8 +191,9 @@ class AddressRotation(Pass):
         """The functions this pass's flags select, in the order they are rotated."""
         raise NotImplementedError
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
-        """Rotate the jobs' functions of ``out`` in place; instances moved per function."""
+    def _rotate(self, out: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> dict[int, int]:
+        """Rotate the jobs' functions of ``out`` in place; instances moved per function.  ``known``: instances
+        of functions as they are now (:meth:`_unaliased`), taken out as a rotation changes its function."""
         raise NotImplementedError
 
     @staticmethod
@@ -212,28 +214,36 @@ class AddressRotation(Pass):
     # ------------------------------------------------------------ the work
     def run(self, module: Module) -> tuple[Module, Stats]:
         jobs, why = self.jobs(module)
-        out = self._unaliased(module, jobs)
+        known: dict[int, Instances] = {}
+        out = self._unaliased(module, jobs, known)
         stats: Stats = {"rotations": 0, "functions": 0}
         if why is not None:
             self.log.info(why)
             stats["skipped"] = why
         else:
-            stats.update(self._settle(out, module, self._rotate(out, jobs)))
+            stats.update(self._settle(out, module, self._rotate(out, jobs, known)))
             stats["functions"] = len({j.fn for j in jobs})
         return out, stats
 
-    def _unaliased(self, module: Module, jobs: list[Job]) -> Module:
+    def _unaliased(self, module: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> Module:
         """A copy of ``module`` whose SB / PSUM jobs' aliases that live one after the other are one memory
-        location (rotation_rings.unalias): what run, split and merge all start from."""
+        location (rotation_rings.unalias): what run, split and merge all start from.  ``known`` gets the
+        instances of each function that unaliasing left as it was (the rotation's analysis starts from them)."""
         out = module.copy()
         if self.mtype is not None:
             for k in sorted({j.fn for j in jobs}):
-                unalias(out.functions[k], self.mtype)
+                _, inst = unalias_known(out.functions[k], self.mtype)
+                if known is not None and inst is not None:
+                    known[k] = inst
         return out
 
-    def _settle(self, out: Module, module: Module, moved: dict[int, int]) -> Stats:
+    def _settle(self, out: Module, module: Module, moved: dict[int, int],
+                rescheduled_by: Callable[[int, Function], tuple[Function, float | None] | None] | None = None
+                ) -> Stats:
         """What follows rotation in each function it changed (the module docstring): edges rebuilt and
-        scheduled again after scheduling, and the input kept where rotation is slower."""
+        scheduled again after scheduling, and the input kept where rotation is slower.  ``rescheduled_by(k,
+        fn)`` gives function ``k`` rescheduled (and its makespan when timed) where that was done in parts
+        (:mod:`~tusk.stages.rotation_split`), None where it is to be done here."""
         kept = rescheduled = reverted = 0
         for k, here in sorted(moved.items()):
             if not here:  # nothing moved: not even the aliases' accesses are repointed
@@ -249,8 +259,12 @@ class AddressRotation(Pass):
                 reverted += 1
                 continue
             if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
-                again, _, t_again = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
-                                                   compare_limit=self.compare_limit)
+                done = rescheduled_by(k, fn) if rescheduled_by is not None else None
+                if done is None:
+                    again, _, t_again = schedule_timed(build_fdeps(fn), max_segment=MAX_SEGMENT,
+                                                       compare_limit=self.compare_limit)
+                else:
+                    again, t_again = done
                 # the new order must keep locations that share bytes live one after the other (the verifier's
                 # rule); where it does not, the rotated function keeps the order it was rotated in
                 if not live_overlap_problems(again):

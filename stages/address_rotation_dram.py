@@ -114,7 +114,7 @@ class AddressRotationDRAM(AddressRotation):
             return []
         return [Job(k, "dram") for k, fn in enumerate(module.functions) if FnAttr.ROTATE_DRAM in self.flags(module, fn)]
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+    def _rotate(self, out: Module, jobs: list[Job], known: dict | None = None) -> dict[int, int]:
         """All the jobs' functions in one layout: the window is the module's."""
         dram = [j.fn for j in jobs]
         before = {k: out.functions[k].memlocs["addr"].copy() for k in dram}

@@ -26,6 +26,7 @@ import numpy as np
 
 from tusk.ir.arch import BAND_PARTITIONS, PSUM_BANK_BYTES, Arch, get_arch
 from tusk.ir.enums import FnAttr, Mem
+from tusk.ir.liveness import Instances
 from tusk.ir.module import Function, Module
 from tusk.stages.address_rotation import AddressRotation, Job, _accessed_unallocated
 from tusk.stages.rotation_rings import analyse, bucket_range, buckets, grow_rings, new_location, rebind, ring_of
@@ -57,9 +58,11 @@ def _search(free: np.ndarray, width: int, align: int) -> int | None:
     return found[0] if found else None
 
 
-def psum_rotation(fn: Function, arch: Arch, log: logging.Logger, target: int = 0) -> int:
-    """One sweep over ``fn`` in place; returns the number of instances moved to another bank."""
-    sp = analyse(fn, Mem.PSUM)
+def psum_rotation(fn: Function, arch: Arch, log: logging.Logger, target: int = 0,
+                  inst: Instances | None = None) -> int:
+    """One sweep over ``fn`` in place; returns the number of instances moved to another bank.  ``inst``:
+    ``fn``'s PSUM instances (with group kills) when already known."""
+    sp = analyse(fn, Mem.PSUM, inst=inst)
     ml = fn.memlocs
     nbanks = arch.psum_banks
     nbands = max(1, arch.psum_partitions // BAND_PARTITIONS)
@@ -145,10 +148,11 @@ class AddressRotationPSUM(AddressRotation):
                 jobs.append(Job(k, "psum"))
         return jobs
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+    def _rotate(self, out: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> dict[int, int]:
         arch = get_arch(out.arch)
         moved: dict[int, int] = {}
         for job in jobs:
-            here = sum(psum_rotation(out.functions[job.fn], arch, self.log) for _ in range(PSUM_SWEEPS))
+            here = sum(psum_rotation(out.functions[job.fn], arch, self.log, inst=(known or {}).pop(job.fn, None))
+                       for _ in range(PSUM_SWEEPS))
             moved[job.fn] = moved.get(job.fn, 0) + here
         return moved

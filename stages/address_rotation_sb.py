@@ -36,7 +36,9 @@ from tusk.ir.arch import PARTITIONS, band_of, get_arch
 from tusk.ir.columns import Record
 from tusk.ir.enums import Engine, FnAttr, Mem, Op
 from tusk.ir.errors import InternalError, PassError
+from tusk.ir.liveness import Instances
 from tusk.ir.module import Function, Module, _ranges
+from tusk.stages import rotation_split
 from tusk.stages.address_rotation import AddressRotation, Job, _accessed_unallocated, _scope, callee_of
 from tusk.stages.base import Stats
 from tusk.stages.rotation_rings import (
@@ -111,12 +113,23 @@ class Region:
 def batches(sp: Space) -> list[np.ndarray]:
     """Entries of ``sp.memlocs`` grouped into independent batches: connected groups of overlapping
     32-partition band ranges (is_memloc_in_batch), in order of their first band."""
-    ml = sp.fn.memlocs
-    if not len(sp.memlocs):
+    return band_batches(sp.fn, sp.memlocs)
+
+
+def sb_memlocs(fn: Function) -> np.ndarray:
+    """The allocated SB memory locations of ``fn`` (``analyse``'s entries; unaliasing keeps them all)."""
+    ml = fn.memlocs
+    return np.flatnonzero((ml["mtype"] == Mem.SB) & (ml["addr"] >= 0)).astype(np.int64)
+
+
+def band_batches(fn: Function, memlocs: np.ndarray) -> list[np.ndarray]:
+    """:func:`batches` of the memory locations ``memlocs`` of ``fn``: boxes alone decide them."""
+    ml = fn.memlocs
+    if not len(memlocs):
         return []
-    base = ml["base"][sp.memlocs].astype(np.int64)
+    base = ml["base"][memlocs].astype(np.int64)
     b0 = np.array([band_of(int(p)) for p in base.tolist()], dtype=np.int64)
-    b1 = np.array([band_of(int(p)) for p in (base + ml["nparts"][sp.memlocs] - 1).tolist()], dtype=np.int64)
+    b1 = np.array([band_of(int(p)) for p in (base + ml["nparts"][memlocs] - 1).tolist()], dtype=np.int64)
     order = np.lexsort((b1, b0))
     groups: list[list[int]] = []
     reach = -1
@@ -267,11 +280,11 @@ class AddressRotationSB(AddressRotation):
             out[callee] = Job(callee, "standard", Region(nparts, size, size))
         return out
 
-    def _rotate(self, out: Module, jobs: list[Job]) -> dict[int, int]:
+    def _rotate(self, out: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> dict[int, int]:
         moved: dict[int, int] = {}
         for job in jobs:
             region = _region(job)
-            sp = analyse(out.functions[job.fn], Mem.SB)
+            sp = analyse(out.functions[job.fn], Mem.SB, inst=(known or {}).pop(job.fn, None))
             rules = sb_schedule(job.kind, region.partitions)
             here = sum(sb_rotation_batch(sp, batch, rules, region, self.log) for batch in batches(sp))
             moved[job.fn] = moved.get(job.fn, 0) + here
@@ -281,14 +294,24 @@ class AddressRotationSB(AddressRotation):
         marker = module.attributes.get(PART_KEY)
         if marker is not None:
             return self._run_part(module, marker)
-        return super().run(module)
+        return rotation_split.run_part(self, module) or super().run(module)
 
     def split(self, module: Module) -> list[Module] | None:
-        if PART_KEY in module.attributes:
+        """One part per band batch with work; else, after scheduling, the rotation done here and the
+        rescheduling of a big function in parts (:mod:`~tusk.stages.rotation_split`); else None."""
+        if PART_KEY in module.attributes or rotation_split.is_part(module):
             return None
         jobs, why = self.jobs(module)
         if why is not None:
             return None
+        # batches depend on boxes only: with fewer than two, unaliasing and analysing here would be wasted
+        if sum(len(band_batches(module.functions[j.fn], sb_memlocs(module.functions[j.fn]))) for j in jobs) >= 2:
+            parts = self._batch_parts(module, jobs)
+            if parts is not None:
+                return parts
+        return rotation_split.split(self, module, jobs) if rotation_split.worth_it(self, module, jobs) else None
+
+    def _batch_parts(self, module: Module, jobs: list[Job]) -> list[Module] | None:
         module = self._unaliased(module, jobs)
         parts: list[Module] = []
         for job in jobs:
@@ -322,6 +345,8 @@ class AddressRotationSB(AddressRotation):
         return out, {"rotations": moved}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
+        if any(rotation_split.is_part(p) for p in parts):
+            return rotation_split.merge(self, module, parts)
         jobs = self.jobs(module)[0]
         base = self._unaliased(module, jobs)  # as split and run start from
         out = base.copy()

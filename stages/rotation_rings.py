@@ -61,13 +61,15 @@ class Space:
         return self.inst.of_memloc(m)
 
 
-def analyse(fn: Function, mtype: int, pinned_names: frozenset[str] | None = None) -> Space:
+def analyse(fn: Function, mtype: int, pinned_names: frozenset[str] | None = None,
+            inst: Instances | None = None) -> Space:
     """Instances, pinned memory locations and spans of memory ``mtype`` in ``fn``.
 
     ``pinned_names`` adds memory locations to pin (a split part passes what
     the whole function decided, since a part does not see all of it).
+    ``inst``: ``fn``'s instances with group kills, when already known (:func:`unalias_known`).
     """
-    inst = instances(fn, (mtype,), groups=True)
+    inst = inst if inst is not None else instances(fn, (mtype,), groups=True)
     ml = fn.memlocs
     n = len(fn.insts)
     memlocs = np.flatnonzero((ml["mtype"] == mtype) & (ml["addr"] >= 0)).astype(np.int64)
@@ -196,23 +198,28 @@ def first_writer_engine(space: Space, m: int) -> int:
     return int(space.fn.insts.get("engine", int(inst.a_row[sel[0]])))
 
 
-def _starts_with_kill(fn: Function, mtype: int) -> set[int]:
-    """Memory locations of memory ``mtype`` whose first access overwrites all of them (a kill as the verifier
-    sees it: no group kills).  Kills do not change when aliases that never share an instruction are merged,
-    so such a member starts an instance of its own in the merged location too."""
-    inst = instances(fn, (mtype,))
-    if not len(inst):
+def _starts_with_kill(inst: Instances) -> set[int]:
+    """Memory locations whose first access overwrites all of them (a kill as the verifier sees it: no group
+    kills), from instances with group kills.  Kills do not change when aliases that never share an
+    instruction are merged, so such a member starts an instance of its own in the merged location too."""
+    if not len(inst.a_memloc) or inst.a_plain_kill is None:
         return set()
-    first = np.flatnonzero(np.concatenate([[True], inst.i_memloc[1:] != inst.i_memloc[:-1]]))  # sorted by memloc
-    return set(inst.i_memloc[first[inst.i_kill[first]]].tolist())
+    first = np.flatnonzero(np.concatenate([[True], inst.a_memloc[1:] != inst.a_memloc[:-1]]))  # sorted by memloc
+    return set(inst.a_memloc[first[inst.a_plain_kill[first]]].tolist())
 
 
 def unalias(fn: Function, mtype: int) -> int:
     """Repoint the accesses of aliases that live one after the other to the group's first member (in place;
     see the module docstring); returns how many memory locations lost their accesses."""
+    return unalias_known(fn, mtype)[0]
+
+
+def unalias_known(fn: Function, mtype: int) -> tuple[int, Instances | None]:
+    """:func:`unalias`, and ``fn``'s instances (with group kills) when it left ``fn`` as it was: the
+    rotation's analysis (:func:`analyse`) then need not find them again."""
     inst = instances(fn, (mtype,), groups=True)
     if not len(inst):
-        return 0
+        return 0, inst
     ml, sets = fn.memlocs, fn.sets
     first = np.where(inst.i_live_in, 0, inst.i_first)
     span: dict[int, tuple[int, int]] = {}
@@ -227,7 +234,7 @@ def unalias(fn: Function, mtype: int) -> int:
         key = (int(ml.get("addr", m)), int(ml.get("base", m)), int(ml.get("nparts", m)), int(ml.get("pbytes", m)),
                int(ml.get("bank", m)), int(sets.get("kind", s)), int(sets.get("dtype", s)), repr(fn.value(sets.get("shape", s))))
         groups.setdefault(key, []).append(m)
-    killed = _starts_with_kill(fn, mtype)
+    killed = _starts_with_kill(inst)
     target = np.arange(len(ml), dtype=np.int64)
     merged = 0
     for members in groups.values():
@@ -247,4 +254,4 @@ def unalias(fn: Function, mtype: int) -> int:
         ops = fn.operands["memloc"]
         sel = np.flatnonzero(ops >= 0)
         ops[sel] = target[ops[sel]]
-    return merged
+    return merged, None if merged else inst

@@ -33,22 +33,32 @@ PART_KEY = "schedule_part"
 
 
 def split(p, module: Module) -> list[Module] | None:
-    from tusk.stages.schedule import segments
-
     if PART_KEY in module.attributes:
         return None
     parts = []
-    for k, fn in enumerate(module.functions):
-        segs = segments(fn, p.max_segment) if splits(fn) else []
-        ranges = plan_ranges(len(fn.insts), p.split_min, p.split_part_size, p.split_max_parts,
-                             starts=np.array([a for a, _ in segs], dtype=np.int64)) if segs else None
-        parts += range_parts(module, k, ranges or [], PART_KEY)
+    for k in range(len(module.functions)):
+        parts += function_parts(p, module, k)
     return parts or None
 
 
+def function_parts(p, module: Module, k: int) -> list[Module]:
+    """The parts of function ``k`` (none when it is too small or not straight-line).  Each marker names the
+    priorities the merge will compare (:func:`tusk.stages.schedule.priorities` of the whole function): a
+    part alone cannot tell, and a function beyond ``compare_limit`` keeps the first priority's order."""
+    from tusk.stages.schedule import priorities, segments
+
+    fn = module.functions[k]
+    segs = segments(fn, p.max_segment) if splits(fn) else []
+    ranges = plan_ranges(len(fn.insts), p.split_min, p.split_part_size, p.split_max_parts,
+                         starts=np.array([a for a, _ in segs], dtype=np.int64)) if segs else None
+    return range_parts(module, k, ranges or [], PART_KEY,
+                       {"priorities": list(priorities(len(fn.insts), p.compare_limit))})
+
+
 def run_part(p, module: Module):
-    """Schedule one part on its own graph by every priority; the marker gains the new row orders and the
-    exposed rows (the part's function is in the first priority's order)."""
+    """Schedule one part on its own graph by each priority its marker names (all of them when it names
+    none); the marker gains the new row orders and the exposed rows (the part's function is in the first
+    priority's order)."""
     from tusk.stages.schedule import PRIORITIES, schedule_with_edges
 
     marker = module.attributes[PART_KEY]
@@ -57,9 +67,10 @@ def run_part(p, module: Module):
     osrc, odst = _extra_edges(fn, True)  # DMA queue and random-generator order, as dependence_edges
     edges = (np.concatenate([src, osrc]), np.concatenate([dst, odst]),
              np.concatenate([kind, np.full(len(osrc), Edge.Ordered, np.uint8)]))
-    tries = [schedule_with_edges(fn, edges, max_segment=p.max_segment, priority=q) for q in PRIORITIES]
+    wanted = [q for q in PRIORITIES if q in marker.get("priorities", PRIORITIES)]
+    tries = [schedule_with_edges(fn, edges, max_segment=p.max_segment, priority=q) for q in wanted]
     new, moved, _ = tries[0]
-    orders = {q: _pack(order) for q, (_, _, order) in zip(PRIORITIES, tries)}
+    orders = {q: _pack(order) for q, (_, _, order) in zip(wanted, tries)}
     out = Module([p.marked(fn, new)], module.arch, module.version,
                  module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist(),
                                                        "orders": orders}}),

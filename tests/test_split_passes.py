@@ -22,10 +22,16 @@ from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import Module
 from tusk.sim.interp import random_inputs, run, same_outputs
+from tusk.stages import address_rotation
 from tusk.stages.build_fdeps import BuildFDeps
 from tusk.stages.deps_split import plan_ranges, splits, written_spaces
+from tusk.stages.rotation_split import CARRIER_KEY
 from tusk.stages.schedule import Schedule, segments
 from tusk.stages.unroll import Unroll
+
+
+def is_carrier(m: Module) -> bool:
+    return CARRIER_KEY in m.attributes
 
 
 @pytest.fixture
@@ -51,7 +57,8 @@ def _rotated(m: Module) -> Module:
 def test_ranges_are_few_large_and_tile_the_rows():
     assert plan_ranges(199_999, 200_000, 300_000, 8) is None
     r = plan_ranges(1_236_992, 200_000, 300_000, 8)
-    assert len(r) == 5 and r[0][0] == 0 and r[-1][1] == 1_236_992
+    assert len(r) == 4 and r[0][0] == 0 and r[-1][1] == 1_236_992  # 5 by size: an even count for the workers
+    assert len(plan_ranges(650_000, 200_000, 300_000, 8)) == 2 and len(plan_ranges(2_600_000, 1, 300_000, 8)) == 8
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(r))
     assert plan_ranges(10, 2, 3, 8, starts=np.array([0, 6])) == [(0, 6), (6, 10)]
 
@@ -103,8 +110,9 @@ def test_small_kernels_stay_one_task():
     assert BuildFDeps().split(_rotated(large_matmul_like(2, 2, 2))) is None
 
 
-def test_a_cross_part_conflict_through_an_untouched_middle(low_threshold):
+def test_a_cross_part_conflict_through_an_untouched_middle(low_threshold, monkeypatch):
     """A value written in the first part and read in the last one, with parts between that never touch it."""
+    monkeypatch.setattr(BuildFDeps, "split_part_size", 4)  # 4 parts of 15 rows (by 5: 3, made an even 2)
     b = Builder("far")
     x = b.dram("x", (128, 64), kind="ExternalInput")
     y = b.dram("y", (128, 64), kind="ExternalOutput")
@@ -187,3 +195,45 @@ def test_a_long_segment_is_scheduled_in_pieces():
     assert segments(fn) == [(0, len(fn.insts))]
     pieces = segments(fn, 50)
     assert pieces[0] == (0, 50) and pieces[-1][1] == len(fn.insts) and len(pieces) == -(-len(fn.insts) // 50)
+
+
+# ----------------------------------------------------------------------------- address_rotation_sb after schedule
+
+
+@pytest.fixture
+def low_rotation(monkeypatch, low_schedule):
+    """The rotation's rescheduling splits small kernels, in segments of 20 rows (the serial run alike)."""
+    monkeypatch.setattr(address_rotation, "MAX_SEGMENT", 20)
+
+
+def _post_schedule_input(m: Module) -> Module:
+    """A kernel as the post-schedule SB pass meets it: scheduled (attribute 12), PSUM rotated again."""
+    out = Schedule().run(_scheduled_input(m))[0]
+    return stages.make_pass("address_rotation_psum_post_schedule").run(out)[0]
+
+
+@pytest.mark.parametrize("compare_limit", [0, 20_000])
+def test_post_schedule_rotation_reschedules_in_parts(low_rotation, compare_limit):
+    """One band batch: the split rotates, the schedule parts reschedule, the carrier brings the rotated
+    module to the merge; the result is run's (and computes what the input computes)."""
+    m = _post_schedule_input(large_matmul_like(4, 3, 5))
+    p = stages.make_pass("address_rotation_sb", compare_limit=compare_limit)
+    parts, serial, merged = assert_exact(p, m)
+    assert parts is not None and sum(is_carrier(x) for x in parts) == 1 and len(parts) > 2
+    assert p.run(m)[1]["rescheduled"] == 1
+    inputs = random_inputs(m, seed=5)
+    assert same_outputs(run(m, inputs), run(merged, inputs))
+
+
+def test_post_schedule_rotation_of_a_small_kernel_stays_one_task(low_schedule):
+    m = _post_schedule_input(large_matmul_like(2, 2, 2))
+    assert stages.make_pass("address_rotation_sb").split(m) is None  # one segment: nothing to cut
+
+
+def test_schedule_parts_beyond_the_compare_limit_run_one_priority(low_schedule):
+    m = _scheduled_input(large_matmul_like(4, 3, 5))
+    for limit, wanted in ((0, 1), (10**6, 2)):
+        parts = Schedule(max_segment=20, compare_limit=limit).split(m)
+        assert parts is not None
+        out, _ = Schedule(max_segment=20, compare_limit=limit).run(parts[0])
+        assert len(out.attributes["schedule_part"]["orders"]) == wanted

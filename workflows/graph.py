@@ -618,7 +618,10 @@ class Build:
             # the chain's own steps first: a timing step is off the critical path, and its module is in the store.
             # Parts go to whichever worker is free (their inputs are in the store): pinned to the unit's last
             # worker, every part of a big kernel ran on that one worker while the others stood idle
-            self.executor.submit(task_key, fn, *args, worker=None if kind in ("timing", "part", "kernel") else st.worker,
+            # so do the final module's write parts but the first (pinned to one worker, the second waited ~2 s for
+            # work stealing while the other worker stood idle)
+            free = kind in ("timing", "part", "kernel") or (kind == "emit-part" and j > 0)
+            self.executor.submit(task_key, fn, *args, worker=None if free else st.worker,
                                  priority=-1 if kind == "timing" else 0)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",

