@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tusk.ir.bir_json.digits import POW10
+from tusk.ir.bir_json.digits import run_values
 from tusk.ir.bir_json.reader import Reader, guarded, open_read
 from tusk.ir.errors import TuskError
-from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, split_clone_name
+from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, distinct, split_clone_name
 
 # ====================================================================== loading
 
@@ -350,17 +350,13 @@ class ColumnLoad:
         rl = re_ - rs
         if len(rl) and rl.max() > 18:
             raise Fallback("a number too long for the columnar path")
-        vals = seg[re_ - 1].astype(np.int64) - 48
-        live = np.flatnonzero(rl > 1)
-        for k in range(1, int(rl.max()) if len(rl) else 0):
-            vals[live] += (seg[re_[live] - 1 - k].astype(np.int64) - 48) * POW10[k]
-            live = live[rl[live] > k + 1]
+        vals = run_values(seg, re_, rl)
         lead0 = (seg[rs] == 48) & (rl > 1)
         first_run = np.searchsorted(rs, ls - lo)
         tids = np.empty(len(ls), dtype=np.int32)
-        width = max((len(self.fams[f].slots) for f in np.unique(fid).tolist()), default=0)
+        width = max((len(self.fams[f].slots) for f in distinct(fid).tolist()), default=0)
         slots = np.zeros((len(ls), max(width, 1)), dtype=np.int64)
-        for f in np.unique(fid).tolist():
+        for f in distinct(fid).tolist():
             fam = self.fams[f]
             members = np.flatnonzero(fid == f)
             if fam.generic:
@@ -474,7 +470,7 @@ class ColumnLoad:
     def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
         """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
         of lines at a time, so the temporaries stay small)."""
-        subs = np.unique(tids)
+        subs = distinct(tids)
         index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
         index[subs] = np.arange(len(subs))
         self.read_protos(reader, fn, subs.tolist(), where, block)
