@@ -207,3 +207,15 @@ def test_digit_run_values_at_every_length_and_place():
     got = digits.run_values(buf, np.array(ends), np.array(lengths))
     assert got.tolist() == want
     assert digits.run_values(buf[:4], np.array([1]), np.array([1])).tolist() == [int(chr(text[0]))]
+
+
+def test_numbers_written_into_blank_fields_right_aligned():
+    """The writer's digits go from the units up into fields that are blanks already: any width at least the
+    number's, negatives and zero, 32- and 64-bit values; the bytes between fields are left alone."""
+    rng = np.random.default_rng(11)
+    v = np.concatenate([rng.integers(-10**12, 10**12, 500), rng.integers(-999, 1000, 500), [0, -1, 2**40, -(2**40)]])
+    w = np.array([len(str(x)) + k % 3 for k, x in enumerate(v.tolist())])
+    end = np.cumsum(w + 2) - 1
+    buf = np.frombuffer(b"".join(b", " + b" " * n for n in w.tolist()), dtype=np.uint8).copy()
+    digits.write_numbers(buf, end, w, v)
+    assert buf.tobytes() == b"".join(b", " + str(x).rjust(n).encode() for x, n in zip(v.tolist(), w.tolist()))

@@ -30,40 +30,32 @@ def digit_count(a: np.ndarray) -> np.ndarray:
 
 
 def write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.ndarray) -> None:
-    """Spell integers ``v`` right-aligned (blanks before them) in the fields ending at ``end``.
+    """Spell integers ``v`` right-aligned in the fields ending at ``end``, whose bytes are blanks already
+    (``width`` characters each, as many as the value needs or more).
 
-    Fields are taken by width, so that each width's fields are one (width, fields) array of characters
-    filled digit position by digit position (32-bit arithmetic where the numbers allow) and stored with
-    one assignment."""
-    if not len(v):
+    Digits are stored from the units up, one position a step, each step for the numbers that still
+    have digits left (32-bit arithmetic where the numbers allow): the work is the digits written, not
+    the fields' widths, and the blanks before a number are left as they are."""
+    keep = np.flatnonzero(width > 0)
+    if not len(keep):
         return
-    for w in np.flatnonzero(np.bincount(width)).tolist():
-        if w == 0:
-            continue
-        sel = np.flatnonzero(width == w)
-        x = v[sel]
-        a = np.abs(x)
-        q = a.astype(np.uint32 if int(a.max()) < (1 << 32) else np.uint64)  # 32-bit division is much faster
-        chars = np.empty((w, len(sel)), dtype=np.uint8)
-        for d in range(w - 1, -1, -1):
-            nq = q // 10
-            q -= nq * 10
-            q += 48
-            chars[d] = q
-            q = nq
-        # positions before a number's first digit are blanks, and the one just before it its sign
-        short = a < 10 ** (w - 1) if w <= 18 else np.zeros(len(a), dtype=bool)
-        if short.any():
-            for d in range(w - 1):
-                blank = a < 10 ** (w - 1 - d) if w - 1 - d <= 18 else np.ones(len(a), dtype=bool)
-                if not blank.any():
-                    break
-                chars[d, blank] = 32
-        neg = np.flatnonzero(x < 0)
-        if len(neg):
-            chars[w - 1 - digit_count(a[neg]), neg] = 45
-        out[(end[sel] - (w - 1))[None, :] + np.arange(w)[:, None]] = chars
-
+    x = v[keep]
+    e = end[keep]
+    a = np.abs(x)
+    q = a.astype(np.uint32 if int(a.max()) < (1 << 32) else np.uint64)
+    pos = e
+    while True:
+        nq = q // 10
+        out[pos] = (q - nq * 10) + 48
+        more = np.flatnonzero(nq)
+        if not len(more):
+            break
+        if len(more) < len(nq):
+            nq, pos = nq[more], pos[more]
+        q, pos = nq, pos - 1
+    neg = np.flatnonzero(x < 0)
+    if len(neg):
+        out[e[neg] - digit_count(a[neg])] = 45
 
 
 
