@@ -300,6 +300,19 @@ def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return offsets + np.arange(total, dtype=np.int64)
 
 
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, ascending, as ``np.unique(a)`` gives them; sort-based
+    (numpy's hash-based unique is slow on millions of int64, and in numpy 2 its first plain call imports
+    numpy.ma: 7 ms of a command that unrolls 1e5 instructions in 0.3 s)."""
+    s = np.sort(a.reshape(-1), kind="stable")  # numpy's stable sort (radix/timsort) beats its quicksort here
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 _ranges = concat_ranges  # the name passes outside tusk.ir still import
 
 

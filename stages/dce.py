@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, RNG_OPCODES, Kind, Mem, Op, Role, TensorKind
-from tusk.ir.module import Function
+from tusk.ir.module import Function, distinct
 
 SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
                                   Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,
@@ -70,7 +70,7 @@ def dce(fn: Function) -> tuple[Function, int]:
         live_reads = reads & alive[owner]
         read_memlocs = observable.copy()
         read_memlocs[memloc[live_reads]] = True
-        sym_sets = np.unique(mset[memloc[live_reads & symbolic]])
+        sym_sets = distinct(mset[memloc[live_reads & symbolic]])
         read_memlocs |= np.isin(mset, sym_sets)
         touched = overlap[:, read_memlocs].any(axis=1) if read_memlocs.any() else np.zeros(len(fn.memlocs), bool)
         # a candidate stays alive if one of its outputs lands in (or overlaps) something read

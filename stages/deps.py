@@ -77,6 +77,7 @@ from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Eng
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import IntRuntimeValue, QuasiAffine, expr_from_json
 from tusk.ir.module import CARRIED_LOOP, CARRIED_SCHEMA, DEP_SCHEMA, Function, _ranges
+from tusk.ir.module import distinct as _unique
 
 SPACE_SB, SPACE_PSUM, SPACE_DRAM = 0, 1, 2
 WHOLE = 1 << 42  # "every byte" of a space
@@ -436,17 +437,6 @@ def _exact_boxes(fn: Function, inst, rw, memloc, offset, dtype, pattern, tables)
 
 
 # =========================================================================== edges
-
-
-def _unique(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (sort-based: numpy's hash-based unique is slow on millions of int64)."""
-    s = np.sort(a, kind="stable")  # numpy's stable sort (radix/timsort) beats its quicksort here
-    if len(s) < 2:
-        return s
-    keep = np.empty(len(s), dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
 
 
 def _lookup(ids: np.ndarray, fn_of_id) -> np.ndarray:

@@ -44,6 +44,7 @@ from tusk.ir.module import (
     Function,
     _ranges,
     clone_name,
+    distinct,
 )
 from tusk.ir.values import ImmValue, SymAddr
 from tusk.stages.unroll_expand import IDX, Expander, Expansion
@@ -224,7 +225,7 @@ class OperandFolder:
     def fold(self, cols: dict[str, np.ndarray], src_ops: np.ndarray, pos: np.ndarray) -> None:
         """Rewrite ``cols`` (operand columns of the output) in place."""
         kind = cols["kind"]
-        for j in np.unique(src_ops[kind == Kind.SYMBOLIC_DIMS]).tolist():
+        for j in distinct(src_ops[kind == Kind.SYMBOLIC_DIMS]).tolist():
             exprs = self.fn.values[int(self.fn.operands["aux"][j])]
             if any(a.axis in self.plan.axis_names for e in exprs for a in e.walk() if isinstance(a, AffineIdx)):
                 raise PassError("a symbolic_ap with one address per access-pattern dimension (KLR's form) "
@@ -309,7 +310,7 @@ class OperandFolder:
                 cols["kind"][idx[members[folded]]] = Kind.IMM
                 continue
             vals = np.broadcast_to(e.eval_np(plan.env(pos[members])), members.shape)
-            ids = {v: self.out.intern(ImmValue(int(v))) for v in np.unique(vals).tolist()}
+            ids = {v: self.out.intern(ImmValue(int(v))) for v in distinct(vals).tolist()}
             cols["aux"][idx[members]] = [ids[v] for v in vals.tolist()]
             cols["kind"][idx[members]] = Kind.IMM
 

@@ -187,3 +187,35 @@ def test_digit_counts_at_every_power_of_ten():
     v = np.array([0] + [s * (10**k + d) for k in range(19) for d in (-1, 0, 1) for s in (1, -1)
                         if 0 < 10**k + d < 2**63], dtype=np.int64)
     assert digits.ndigits(v).tolist() == [len(str(x)) for x in v.tolist()]
+
+
+def test_digit_run_values_at_every_length_and_place():
+    """The loader's eight-digits-at-a-time values equal int() of each run: runs of 1 to 18 digits, after any
+    byte (a space or a quote below '0' borrows in a plain subtraction), and one at the buffer's first byte."""
+    rng = np.random.default_rng(7)
+    text, ends, lengths, want = bytearray(), [], [], []
+    for k in range(3000):
+        if k:
+            text += bytes(rng.choice(list(b' ",-:[x{}\x00\xff'), int(rng.integers(1, 6))))
+        n = k % 18 + 1
+        run = "".join(str(d) for d in rng.integers(0, 10, n))
+        text += run.encode()
+        ends.append(len(text))
+        lengths.append(n)
+        want.append(int(run))
+    buf = np.frombuffer(bytes(text), dtype=np.uint8)
+    got = digits.run_values(buf, np.array(ends), np.array(lengths))
+    assert got.tolist() == want
+    assert digits.run_values(buf[:4], np.array([1]), np.array([1])).tolist() == [int(chr(text[0]))]
+
+
+def test_numbers_written_into_blank_fields_right_aligned():
+    """The writer's digits go from the units up into fields that are blanks already: any width at least the
+    number's, negatives and zero, 32- and 64-bit values; the bytes between fields are left alone."""
+    rng = np.random.default_rng(11)
+    v = np.concatenate([rng.integers(-10**12, 10**12, 500), rng.integers(-999, 1000, 500), [0, -1, 2**40, -(2**40)]])
+    w = np.array([len(str(x)) + k % 3 for k, x in enumerate(v.tolist())])
+    end = np.cumsum(w + 2) - 1
+    buf = np.frombuffer(b"".join(b", " + b" " * n for n in w.tolist()), dtype=np.uint8).copy()
+    digits.write_numbers(buf, end, w, v)
+    assert buf.tobytes() == b"".join(b", " + str(x).rjust(n).encode() for x, n in zip(v.tolist(), w.tolist()))

@@ -206,7 +206,7 @@ def test_the_command_imports_only_what_it_needs(tmp_path):
     src, out = tmp_path / "in.json", tmp_path / "out.json"
     bir_json.save(tiled_exp_module(tiles=3), src)
     heavy = ("numpy.random", "psutil", "importlib.metadata", "dask", "distributed", "zarr", "typer", "rich",
-             "plotly", "tusk.workflows.graph", "tusk.sim")
+             "plotly", "tusk.workflows.graph", "tusk.sim", "numpy.ma")
     code = ("import sys\nfrom tusk.workflows.full_unroll_cli import main\n"
             f"rc = main([{str(src)!r}, '-o', {str(out)!r}, '-unrollLevel', '2'])\n"
             f"print(rc, [m for m in {heavy!r} if m in sys.modules])")

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tusk.ir.bir_json.digits import POW10
+from tusk.ir.bir_json.digits import run_values
 from tusk.ir.bir_json.reader import Reader, guarded, open_read
 from tusk.ir.errors import TuskError
-from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, split_clone_name
+from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, distinct, split_clone_name
 
 # ====================================================================== loading
 
@@ -69,7 +69,7 @@ def try_load(path: str) -> Module | None:
 class _Family:
     """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
 
-    __slots__ = ("nruns", "slots", "slot_cols", "const_cols", "sign", "generic", "subs")
+    __slots__ = ("nruns", "slots", "slot_cols", "const_cols", "sign", "iter_slots", "generic", "subs")
 
     def __init__(self, line: bytes):
         self.subs: dict[bytes, int] = {}
@@ -107,6 +107,7 @@ class _Family:
         self.slot_cols = np.asarray(cols, dtype=np.int64)
         self.const_cols = np.setdiff1d(np.arange(self.nruns), self.slot_cols)
         self.sign = np.asarray(sign, dtype=np.int64)
+        self.iter_slots = np.asarray([j for j, (k, _) in enumerate(slots) if k != "off"], dtype=np.int64)
 
 
 def _canonical_deps(deps: Any) -> bool:
@@ -350,40 +351,40 @@ class ColumnLoad:
         rl = re_ - rs
         if len(rl) and rl.max() > 18:
             raise Fallback("a number too long for the columnar path")
-        vals = seg[re_ - 1].astype(np.int64) - 48
-        live = np.flatnonzero(rl > 1)
-        for k in range(1, int(rl.max()) if len(rl) else 0):
-            vals[live] += (seg[re_[live] - 1 - k].astype(np.int64) - 48) * POW10[k]
-            live = live[rl[live] > k + 1]
+        vals = run_values(seg, re_, rl)
         lead0 = (seg[rs] == 48) & (rl > 1)
         first_run = np.searchsorted(rs, ls - lo)
         tids = np.empty(len(ls), dtype=np.int32)
-        width = max((len(self.fams[f].slots) for f in np.unique(fid).tolist()), default=0)
+        # each family's lines: one stable sort of the lines by family, not one scan of them per family
+        by_fam = np.argsort(fid, kind="stable")
+        sf = fid[by_fam]
+        cut = np.flatnonzero(sf[1:] != sf[:-1]) + 1
+        fam_ids = sf[np.concatenate([[0], cut])].tolist() if len(sf) else []
+        fam_rows = np.split(by_fam, cut)
+        width = max((len(self.fams[f].slots) for f in fam_ids), default=0)
         slots = np.zeros((len(ls), max(width, 1)), dtype=np.int64)
-        for f in np.unique(fid).tolist():
+        for f, members in zip(fam_ids, fam_rows):
             fam = self.fams[f]
-            members = np.flatnonzero(fid == f)
             if fam.generic:
                 self._generic(run, chunk, ls, core, members, tids)
                 continue
-            idx = first_run[members][:, None] + np.arange(fam.nruns)
-            if fam.nruns and idx.max() >= len(vals):
+            first = first_run[members][:, None]
+            if fam.nruns and int(first[-1, 0]) + fam.nruns > len(vals):  # (members ascend, and so do their runs)
                 raise Fallback("digit runs do not line up")
-            V = vals[idx] if fam.nruns else np.zeros((len(members), 0), np.int64)
             bad = np.zeros(len(members), dtype=bool)
-            if len(fam.slot_cols):
-                sc = idx[:, fam.slot_cols]
+            if len(fam.slot_cols):  # the slots' runs and the constant runs, gathered apart
+                sc = first + fam.slot_cols
                 bad |= lead0[sc].any(axis=1)
-                for j, (kind, _) in enumerate(fam.slots):
-                    if kind != "off":
-                        bad |= rl[sc[:, j]] > 9  # a clone iteration has at most 9 digits
-                slots[members, :len(fam.slot_cols)] = V[:, fam.slot_cols] * fam.sign
+                if len(fam.iter_slots):
+                    bad |= (rl[sc[:, fam.iter_slots]] > 9).any(axis=1)  # a clone iteration has at most 9 digits
+                slots[members, :len(fam.slot_cols)] = vals[sc] * fam.sign
+            C = vals[first + fam.const_cols]
             if bad.any():
                 self._generic(run, chunk, ls, core, members[bad], tids)
-                members, V = members[~bad], V[~bad]
+                members, C = members[~bad], C[~bad]
             if not len(members):
                 continue
-            ukeys, inv, ufirst = _distinct_rows(V[:, fam.const_cols])
+            ukeys, inv, ufirst = _distinct_rows(C)
             sigs = list(map(bytes, ukeys))
             found = list(map(fam.subs.get, sigs))   # the sub-templates seen before: one C-level pass
             for u in [u for u, x in enumerate(found) if x is None]:
@@ -474,7 +475,7 @@ class ColumnLoad:
     def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
         """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
         of lines at a time, so the temporaries stay small)."""
-        subs = np.unique(tids)
+        subs = distinct(tids)
         index = np.full(int(subs.max()) + 1, -1, dtype=np.int64)
         index[subs] = np.arange(len(subs))
         self.read_protos(reader, fn, subs.tolist(), where, block)

@@ -23,7 +23,7 @@ from tusk.ir.bir_json.digits import ndigits
 from tusk.ir.bir_json.layouts import SEP, Layout, Template, assemble
 from tusk.ir.bir_json.policy import SPLICE, SPLICE_JSON, derived_keys, json_bytes, jsonable
 from tusk.ir.enums import EDGE_NAMES, Kind
-from tusk.ir.module import Function, concat_ranges
+from tusk.ir.module import Function, concat_ranges, distinct
 
 CHUNK = 16384          # instructions rendered at once
 MIN_GROUP = 6          # smaller groups are rendered one by one
@@ -192,7 +192,7 @@ class _RecordFacts:
         a = np.where(a < 0, self.n + opc, a)     # (the empty record's shape depends on the opcode alone)
         miss = self.opcode[a] != opc
         if miss.any():
-            ro = np.unique(a[miss] * 256 + opc[miss])
+            ro = distinct(a[miss] * 256 + opc[miss])
             for x in ro.tolist():
                 at, o = x // 256, x % 256
                 rid = at if at < self.n else -1
@@ -230,7 +230,7 @@ class _RecordFacts:
         e = np.where(e < 0, self.n, e)
         f = self.fixed[e]
         if (f < 0).any():
-            for x in np.unique(e[f < 0]).tolist():
+            for x in distinct(e[f < 0]).tolist():
                 self.fixed[x] = self.owner.offset_fixed(x if x < self.n else -1)
             f = self.fixed[e]
         return f.astype(bool)
@@ -246,7 +246,7 @@ class Templates:
         self.op = ops.arrays()
         self.dep_dst, self.dep_src, self.dep_kind = render.dep_dst, render.dep_src, render.dep_kind
         self.name_col, self.iter_col = ins["name"], ins["iter"]
-        self.carried_dst = np.unique(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
+        self.carried_dst = distinct(fn.carried["dst"]) if len(fn.carried) else np.zeros(0, np.int64)
         self.templates: dict[tuple, Template | None] = {}
         self.by_signature: dict[bytes, Template | None] = {}
         self.records = _RecordFacts(self, len(fn.values))
@@ -391,7 +391,7 @@ class Templates:
         group's identity is the bytes of its first member's columns (what :meth:`template` keys on), so
         that a template seen in an earlier chunk costs a few slices, not a tuple of Python integers."""
         groups: dict[int, Template] = {}
-        gs = np.unique(ch.inv[ch.templ])
+        gs = distinct(ch.inv[ch.templ])
         reps = ch.first[gs]
         ins_key = np.stack([c[reps] for c in ch.ins_cols()], axis=1).astype(np.int64)
         ona, dnb = ch.nops[reps], ch.ndeps[reps]
@@ -445,8 +445,14 @@ class Templates:
         RV = self._slot_values(ch, order, K, self.t_k[tids, :S][at_group])
         gmin = np.minimum.reduceat(RV, bnd, axis=0)
         const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (tk < 0)
-        vary = ~const[at_group]                                           # cells of varying slots
-        ND = np.where(vary, ndigits(RV), 0)
+        # characters of the cells of varying slots (a quarter of the cells on real kernels): counted for
+        # those alone, as small integers
+        vary = ~const[at_group]
+        vi = np.flatnonzero(vary)
+        v = RV.reshape(-1)[vi]
+        nd = ndigits(v).astype(np.int8)
+        ND = np.zeros(RV.shape, dtype=np.int8)
+        ND.reshape(-1)[vi] = nd
         wmax = np.where(~const & (tk >= 2), np.maximum.reduceat(ND, bnd, axis=0), 0)  # offsets, attribute ints
         # a layout is its template with the constant slots' values and the fields' widths
         lkey = np.concatenate([tids[:, None], const, np.where(const, gmin, 0), wmax], axis=1)
@@ -458,7 +464,9 @@ class Templates:
             out.layouts[g] = lay
             lay_len[b_] = lay.const_len
         # names and dependencies are not padded: their widths (2 x characters + sign) make layout classes
-        var_w = np.where(vary & (K < 2), ND * 2 + (RV < 0), 0)
+        var_w = np.zeros(RV.shape, dtype=np.int8)
+        named = K.reshape(-1)[vi] < 2
+        var_w.reshape(-1)[vi[named]] = nd[named] * 2 + (v[named] < 0)
         out.values, out.var_w = RV, var_w
         out.lengths[order] = lay_len[at_group] + (var_w >> 1).sum(axis=1)
         return out
@@ -642,7 +650,8 @@ class _Slots:
     def __init__(self, n: int, order: np.ndarray, gr_inv: np.ndarray):
         self.n, self.order, self.gr_inv = n, order, gr_inv
         self.layouts: dict[int, Layout] = {}
-        self.values = self.var_w = np.zeros((len(order), 1), dtype=np.int64)
+        self.values: np.ndarray = np.zeros((len(order), 1), dtype=np.int64)
+        self.var_w: np.ndarray = np.zeros((len(order), 1), dtype=np.int8)
         self.lengths = np.zeros(n, dtype=np.int64)
 
     def classes(self) -> np.ndarray:

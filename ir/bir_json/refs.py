@@ -147,11 +147,17 @@ def resolve_refs(fn: Function, refs: "Refs", fn_where: str, may_repeat: bool = T
 def _lookup(fn: Function, skey: np.ndarray, order: np.ndarray, key: np.ndarray, blk: np.ndarray, dst: np.ndarray,
             fn_where: str, where_of: Callable[[int], str]) -> np.ndarray:
     """The instruction row each reference names (see :func:`resolve_refs`)."""
+    # one search: a key names one row when it is at lo and not at lo + 1 (the right end is searched only
+    # for the keys that name several)
     lo = np.searchsorted(skey, key, "left")
-    hi = np.searchsorted(skey, key, "right")
-    src = np.where(hi - lo == 1, order[np.minimum(lo, len(order) - 1)] if len(order) else -1, -1)
-    several = np.flatnonzero(hi - lo > 1)
+    n = len(skey)
+    at = skey[np.minimum(lo, n - 1)] == key if n else np.zeros(len(key), dtype=bool)
+    again = at & (skey[np.minimum(lo + 1, n - 1)] == key) & (lo + 1 < n) if n else at
+    src = np.where(at & ~again, order[np.minimum(lo, n - 1)] if n else -1, -1)
+    several = np.flatnonzero(again)
     if len(several):
+        hi = lo.copy()
+        hi[several] = np.searchsorted(skey, key[several], "right")
         iblock = fn.insts["block"]
         for r in several.tolist():
             matches = order[lo[r]:hi[r]]
