@@ -436,6 +436,10 @@ class Mask:
         self.keep = dict(keep)
         self.row = row
 
+    def __repr__(self) -> str:  # named in refusals: which prefix of which axis the predicate keeps
+        kept = ", ".join(f"the first {n} of axis {axis}" for (_, axis), n in sorted(self.keep.items()))
+        return f"<a mask keeping {kept or 'every index'}{' and a cut row' if self.row else ''}>"
+
     def _row_and(self, other: Mask) -> tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None:
         """(prefix | row) & other's prefix = (prefix & other) | (row & other)."""
         if self.row is None:
