@@ -1,0 +1,45 @@
+"""Subscripts public kernels write on tiles: ``[:, None]`` makes a reduced [P] column a [P, 1] tile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.test_frontend_entry import write
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+"""
+
+X = np.random.default_rng(9).standard_normal((64, 96)).astype(np.float32)
+
+
+def test_a_reduced_column_gets_its_unit_axis_back(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def centred(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            total = nl.sum(t, axis=1)
+            nl.store(out, value=nl.subtract(t, nl.multiply(total[:, None], 1.0 / x.shape[1])))
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "centred", ["f32[64,96]"]), {"x": X})["out"]
+    assert np.allclose(got, X - X.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_a_new_axis_without_a_colon_per_axis_is_refused(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            nl.store(out, value=t[:, None])
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:8: not supported: 2 subscripts with None \(newaxis\) for a "
+                                         r"2-axis tile"):
+        trace_file(path, "k", ["f32[64,96]"])
