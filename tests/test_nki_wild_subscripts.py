@@ -17,29 +17,26 @@ import neuronxcc.nki.language as nl
 X = np.random.default_rng(9).standard_normal((64, 96)).astype(np.float32)
 
 
-def test_a_reduced_column_gets_its_unit_axis_back(tmp_path):
-    path = write(tmp_path, """
-        @nki.jit
-        def centred(x):
-            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-            t = nl.load(x)
-            total = nl.sum(t, axis=1)
-            nl.store(out, value=nl.subtract(t, nl.multiply(total[:, None], 1.0 / x.shape[1])))
-            return out
-    """, header=HEADER)
-    got = run_klr(trace_file(path, "centred", ["f32[64,96]"]), {"x": X})["out"]
-    assert np.allclose(got, X - X.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
-
-
-def test_a_new_axis_without_a_colon_per_axis_is_refused(tmp_path):
-    path = write(tmp_path, """
+def stored(tmp_path, value: str):
+    """A kernel storing VALUE, an expression of the loaded tile t, to its output."""
+    return write(tmp_path, f"""
         @nki.jit
         def k(x):
             out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
             t = nl.load(x)
-            nl.store(out, value=t[:, None])
+            nl.store(out, value={value})
             return out
     """, header=HEADER)
+
+
+def test_a_reduced_column_gets_its_unit_axis_back(tmp_path):
+    path = stored(tmp_path, "nl.subtract(t, nl.multiply(nl.sum(t, axis=1)[:, None], 1.0 / x.shape[1]))")
+    got = run_klr(trace_file(path, "k", ["f32[64,96]"]), {"x": X})["out"]
+    assert np.allclose(got, X - X.mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_a_new_axis_without_a_colon_per_axis_is_refused(tmp_path):
+    path = stored(tmp_path, "t[:, None]")
     with pytest.raises(TraceError, match=r"k\.py:8: not supported: 2 subscripts with None \(newaxis\) for a "
                                          r"2-axis tile"):
         trace_file(path, "k", ["f32[64,96]"])
