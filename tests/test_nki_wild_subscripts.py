@@ -40,3 +40,22 @@ def test_a_new_axis_without_a_colon_per_axis_is_refused(tmp_path):
     with pytest.raises(TraceError, match=r"k\.py:8: not supported: 2 subscripts with None \(newaxis\) for a "
                                          r"2-axis tile"):
         trace_file(path, "k", ["f32[64,96]"])
+
+
+def test_accumulating_a_narrower_product_into_psum_is_refused_at_its_line(tmp_path):
+    # a course kernel narrows the moving tile with a subscript mask, then adds the narrower product to its
+    # whole PSUM tile: there is no such add (it used to reach the backend as an instruction of mismatched
+    # operands)
+    path = write(tmp_path, """
+        @nki.jit
+        def k(w, x):
+            out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+            acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+            ip, jf = nl.mgrid[0:128, 0:512]
+            xt = nl.load(x)
+            acc += nl.matmul(nl.load(w), xt[ip, jf][jf < 36], transpose_x=True)
+            nl.store(out, value=nl.copy(acc))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"k\.py:10: not supported: \+= of \[128, 512\] and \[128, 36\] tiles"):
+        trace_file(path, "k", ["f32[128,128]", "f32[128,512]"])
