@@ -308,8 +308,30 @@ class IndexVector:
     def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
+    # `c - nl.arange(n) >= 0` (the NKIBench baselines' row-bound masks): the negated index kept below the
+    # negated bound
+    def __ge__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return NotImplemented  # `iy >= ix` is `ix <= iy`, an affine predicate
+        return self._from_below()._mask(_negated(other), False)
+
+    def __gt__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return NotImplemented
+        return self._from_below()._mask(_negated(other), True)
+
+    def _from_below(self) -> IndexVector:
+        if self.step > 0:
+            raise unsupported("a mask keeping a rising nl.arange index from a bound up (`i >= c` keeps a "
+                              "suffix; masks keep prefixes: `i < c`, or `c - i >= 0`)")
+        return -self
+
     def __repr__(self) -> str:
         return f"arange({self.n}) * {self.step} + {self.offset} @ {self.dim}/{self.ndim}"
+
+
+def _negated(bound: Any) -> Any:
+    return bound * -1 if _is_int(bound) or isinstance(bound, Affine) else bound
 
 
 class IndexGrid:

@@ -58,3 +58,25 @@ def test_mask_true_is_no_mask_and_a_narrowing_mask_is_named(tmp_path):
     with pytest.raises(TraceError, match=r"k\.py:12: not supported: nisa\.affine_select mask=<a mask keeping "
                                          r"the first 64 of axis 0> \(Tusk takes mask= here only when it holds"):
         trace_file(path, "lower", ["f32[128,128]"], args={"causal": True})
+
+
+def test_a_negated_row_bound_compared_with_ge_is_the_row_prefix(tmp_path):
+    # NKIBench-style tail masks: `-128 * i - ip + (rows - 1) >= 0` keeps the rows below `rows`
+    path = write(tmp_path, """
+        @nki.jit
+        def doubled(x):
+            rows, cols = x.shape
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            for i in nl.affine_range((rows + 127) // 128):
+                ip, jf = nl.arange(128)[:, None], nl.arange(cols)[None, :]
+                keep = (-128 * i - ip + (rows - 1) >= 0)
+                t = nl.load(x[128 * i + ip, jf], mask=keep)
+                nl.store(out[128 * i + ip, jf], value=nl.multiply(t, 2.0), mask=keep)
+            return out
+    """, header=HEADER)
+    x = np.random.default_rng(8).standard_normal((200, 32)).astype(np.float32)
+    got = run_klr(trace_file(path, "doubled", ["f32[200,32]"]), {"x": x})["out"]
+    assert np.array_equal(got, 2 * x)
+    path.write_text(path.read_text().replace("(-128 * i - ip + (rows - 1) >= 0)", "(ip > 3)"))
+    with pytest.raises(TraceError, match=r"k\.py:12: not supported: a mask keeping a rising nl.arange index from a bound up"):
+        trace_file(path, "doubled", ["f32[200,32]"])
