@@ -498,6 +498,25 @@ class Mask:
             out[k] = min(out.get(k, v), v)
         return Mask(out, self._row_and(other) if self.row is not None else other._row_and(self))
 
+    def __or__(self, other: Any) -> Mask:
+        """``(i_p < n) | (i_f < 0)``: a union is a prefix only when one side keeps nothing (it is the other
+        side), keeps everything, or both are the same prefix."""
+        if isinstance(other, (bool, np.bool_)):
+            return Mask({}) if other else self
+        if not isinstance(other, Mask):
+            return NotImplemented
+        for a, b in ((self, other), (other, self)):
+            if a.row is None and any(n == 0 for n in a.keep.values()):
+                return b
+            if a.row is None and not a.keep:
+                return a
+        if self.row is None and other.row is None and self.keep == other.keep:
+            return self
+        raise unsupported(f"the union {self!r} | {other!r} (masks keep one prefix per axis: join "
+                          "comparisons with &)")
+
+    __ror__ = __or__
+
     __rand__ = __and__
 
     def counts(self, ndim: int) -> dict[int, int]:

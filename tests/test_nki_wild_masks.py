@@ -80,3 +80,24 @@ def test_a_negated_row_bound_compared_with_ge_is_the_row_prefix(tmp_path):
     path.write_text(path.read_text().replace("(-128 * i - ip + (rows - 1) >= 0)", "(ip > 3)"))
     with pytest.raises(TraceError, match=r"k\.py:12: not supported: a mask keeping a rising nl.arange index from a bound up"):
         trace_file(path, "doubled", ["f32[200,32]"])
+
+
+def test_a_union_with_a_mask_that_keeps_nothing_is_the_other_mask(tmp_path):
+    # triton-viz's NKI softmax example: `(i_p < B) | (i_f < 0)`, the second side false everywhere
+    path = write(tmp_path, """
+        @nki.jit
+        def exp_rows(x):
+            rows, cols = x.shape
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            i_p, i_f = nl.arange(128)[:, None], nl.arange(cols)[None, :]
+            keep = (i_p < rows) | (i_f < 0)
+            nl.store(out[i_p, i_f], value=nl.exp(nl.load(x[i_p, i_f], mask=keep), mask=keep), mask=keep)
+            return out
+    """, header=HEADER)
+    x = np.random.default_rng(10).standard_normal((100, 32)).astype(np.float32)
+    got = run_klr(trace_file(path, "exp_rows", ["f32[100,32]"]), {"x": x})["out"]
+    assert np.allclose(got, np.exp(x), rtol=1e-5)
+    path.write_text(path.read_text().replace("(i_f < 0)", "(i_f < 8)"))
+    with pytest.raises(TraceError, match=r"k\.py:11: not supported: the union <a mask keeping the first 100 of "
+                                         r"axis 0> \| <a mask keeping the first 8 of axis 1>"):
+        trace_file(path, "exp_rows", ["f32[100,32]"])
