@@ -308,8 +308,30 @@ class IndexVector:
     def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
+    # `c - nl.arange(n) >= 0` (the NKIBench baselines' row-bound masks): the negated index kept below the
+    # negated bound
+    def __ge__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return NotImplemented  # `iy >= ix` is `ix <= iy`, an affine predicate
+        return self._from_below()._mask(_negated(other), False)
+
+    def __gt__(self, other: Any) -> Any:
+        if isinstance(other, (IndexVector, IndexGrid)):
+            return NotImplemented
+        return self._from_below()._mask(_negated(other), True)
+
+    def _from_below(self) -> IndexVector:
+        if self.step > 0:
+            raise unsupported("a mask keeping a rising nl.arange index from a bound up (`i >= c` keeps a "
+                              "suffix; masks keep prefixes: `i < c`, or `c - i >= 0`)")
+        return -self
+
     def __repr__(self) -> str:
         return f"arange({self.n}) * {self.step} + {self.offset} @ {self.dim}/{self.ndim}"
+
+
+def _negated(bound: Any) -> Any:
+    return bound * -1 if _is_int(bound) or isinstance(bound, Affine) else bound
 
 
 class IndexGrid:
@@ -436,6 +458,10 @@ class Mask:
         self.keep = dict(keep)
         self.row = row
 
+    def __repr__(self) -> str:  # named in refusals: which prefix of which axis the predicate keeps
+        kept = ", ".join(f"the first {n} of axis {axis}" for (_, axis), n in sorted(self.keep.items()))
+        return f"<a mask keeping {kept or 'every index'}{' and a cut row' if self.row else ''}>"
+
     def _row_and(self, other: Mask) -> tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None:
         """(prefix | row) & other's prefix = (prefix & other) | (row & other)."""
         if self.row is None:
@@ -471,6 +497,25 @@ class Mask:
         for k, v in other.keep.items():
             out[k] = min(out.get(k, v), v)
         return Mask(out, self._row_and(other) if self.row is not None else other._row_and(self))
+
+    def __or__(self, other: Any) -> Mask:
+        """``(i_p < n) | (i_f < 0)``: a union is a prefix only when one side keeps nothing (it is the other
+        side), keeps everything, or both are the same prefix."""
+        if isinstance(other, (bool, np.bool_)):
+            return Mask({}) if other else self
+        if not isinstance(other, Mask):
+            return NotImplemented
+        for a, b in ((self, other), (other, self)):
+            if a.row is None and any(n == 0 for n in a.keep.values()):
+                return b
+            if a.row is None and not a.keep:
+                return a
+        if self.row is None and other.row is None and self.keep == other.keep:
+            return self
+        raise unsupported(f"the union {self!r} | {other!r} (masks keep one prefix per axis: join "
+                          "comparisons with &)")
+
+    __ror__ = __or__
 
     __rand__ = __and__
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import importlib.machinery
+import logging
 import os
 import sys
 import types
@@ -334,6 +335,25 @@ def numpy_names() -> Iterator[None]:
             np.sctypeDict.pop(name, None)
 
 
+# The Neuron compiler's logging set-up adds a level above CRITICAL that kernel files name right after
+# importing it (`logging.disable(logging.OFF)`, as the Stanford CS149 Trainium kernels do).
+_LOGGING_NAMES = {"OFF": logging.CRITICAL + 10}
+
+
+@contextlib.contextmanager
+def logging_names() -> Iterator[None]:
+    """The logging levels the Neuron SDK adds, as ``logging`` names while a kernel is traced; names logging
+    already has are left alone, the added ones are removed afterwards."""
+    added = [name for name in _LOGGING_NAMES if not hasattr(logging, name)]
+    for name in added:
+        setattr(logging, name, _LOGGING_NAMES[name])
+    try:
+        yield
+    finally:
+        for name in added:
+            delattr(logging, name)
+
+
 @contextlib.contextmanager
 def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] = (),
                    api: int | None = None) -> Iterator[KernelImports]:
@@ -357,12 +377,15 @@ def kernel_imports(path: str | os.PathLike, paths: Sequence[str | os.PathLike] =
     sys.path[0:0] = [str(d) for d in ki.roots]
     sys.modules.update(aliases(api))
     sys.meta_path.append(finder)
-    names = numpy_names()
-    names.__enter__()
+    # `import neuronxcc.nki.language.constants as c` reads the submodule as an attribute of its package
+    _language.constants = _LANGUAGE_CONSTANTS
+    sdk_names = contextlib.ExitStack()
+    sdk_names.enter_context(numpy_names())
+    sdk_names.enter_context(logging_names())
     try:
         yield ki
     finally:
-        names.__exit__(None, None, None)
+        sdk_names.close()
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
         sys.path[:] = saved_path

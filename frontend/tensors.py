@@ -263,6 +263,8 @@ class View:
         if any(k is Ellipsis for k in key):
             at = key.index(Ellipsis)
             key = key[:at] + (slice(None),) * (self.ndim - len(key) + 1) + key[at + 1:]
+        if any(k is None for k in key) and all(k is None or k == slice(None) for k in key):
+            return self._new_unit_axes(key)
         while len(key) > self.ndim and _unit_index(key[-1]):
             key = key[:-1]  # `col[:, 0]` of a (P,) column (NKI's `buf[:, i]` then `[:, 0]`): its unit axis
         if len(key) > self.ndim:
@@ -388,6 +390,21 @@ class View:
 
     def _what(self) -> str:
         return "tile" if self.tensor.on_chip else "tensor"
+
+    def _new_unit_axes(self, key: tuple) -> View:
+        """``t[:, None]``: whole axes and new unit axes (NKI's ``nl.sum(t, axis=1)[:, None]`` makes a reduced
+        [P] column a [P, 1] tile again): the same elements reshaped, so the partition axis stays first."""
+        whole = sum(k is not None for k in key)
+        if whole != self.ndim:
+            raise unsupported(f"{len(key)} subscripts with None (newaxis) for a {self.ndim}-axis {self._what()} "
+                              f"(one ':' per axis)")
+        if key[0] is None or self.checks:  # a new partition axis, or runs whose checks name output dims
+            sizes = iter(self.shape)
+            return self.reshape(tuple(1 if k is None else next(sizes) for k in key))
+        old = iter(zip(self.dims, self.axes or range(self.ndim)))
+        placed = [((1, 1), -1) if k is None else next(old) for k in key]
+        return View(self.tensor, self.offset, tuple(d for d, _ in placed), tuple(a for _, a in placed),
+                    vector=self.vector)
 
     def reshape(self, shape: Any) -> View:
         """The same elements with another shape, row-major; on chip the partition axis stays."""

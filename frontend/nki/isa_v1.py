@@ -9,9 +9,10 @@ input's dtype unless ``dtype=``; PSUM for the PE array's results) and lets :mod:
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
-from tusk.frontend.affine import AffinePredicate, IndexGrid, IndexVector
+from tusk.frontend.affine import AffinePredicate, IndexGrid, IndexVector, Mask
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_ops import any_view, refuse, tile
@@ -47,6 +48,13 @@ def _result(like: View, dtype: Any, shape: tuple[int, ...] | None = None, memory
 
 def _masked(mask: Any, *views: View) -> list[View]:
     return nl._masked(list(views), mask)
+
+
+def _unmasked(call: str, mask: Any) -> None:
+    """An instruction Tusk runs on whole tiles takes ``mask=`` only when it keeps every element (``mask=True``,
+    as kernels pass ``forward_mask = ... if causal else True``)."""
+    if mask is not None and not nl.always(mask):
+        raise refuse(call, "mask", mask, "Tusk takes mask= here only when it holds for every element")
 
 
 @documented("nisa.dma_copy")
@@ -163,11 +171,16 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
                        mask=None):
     call = "nisa.tensor_tensor_scan"
-    if mask is not None:
-        raise refuse(call, "mask", mask)
     a, b = tile(data0, call), tile(data1, call)
     out = _result(a, dtype)
-    ops.tensor_tensor_scan(call, out, a, b, initial, op0, op1, reverse0, reverse1)
+    if isinstance(mask, Mask) and mask.row is not None:
+        raise refuse(call, "mask", mask, "a flattened-index mask cuts a row; each row scans from its initial")
+    d, x, y = _masked(mask, out, a, b)
+    # a prefix of the free axis scans as the whole row's prefix; fewer partitions take fewer initials
+    rows = d.shape[0]
+    if rows != a.shape[0] and not isinstance(initial, numbers.Number):
+        initial = tile(initial, f"{call} initial").narrowed({0: rows})
+    ops.tensor_tensor_scan(call, d, x, y, initial, op0, op1, reverse0, reverse1)
     return out
 
 
@@ -282,8 +295,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
     call = "nisa.affine_select"
     if not isinstance(pred, AffinePredicate):
         raise ops.unsupported(f"{call} pred={pred!r} (a comparison of two nl.arange / nl.mgrid expressions)")
-    if mask is not None:
-        raise refuse(call, "mask", mask)
+    _unmasked(call, mask)
     src = tile(on_true_tile, call)
     e = pred.expr
     if not e.const.is_static or any(d >= src.ndim or n != src.shape[d] for d, (n, _) in e.axes.items()):
@@ -308,8 +320,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
                  reduce_op=nl.maximum, range_start=0, on_false_value=fp32.min, mask=None, dtype=None):
     call = "nisa.range_select"
-    if mask is not None:
-        raise refuse(call, "mask", mask)
+    _unmasked(call, mask)
     src = tile(on_true_tile, call)
     out = _result(src, dtype)
     ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
@@ -357,8 +368,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
 @documented("nisa.dma_transpose")
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown):
     call = "nisa.dma_transpose"
-    if mask is not None:
-        raise refuse(call, "mask", mask)
+    _unmasked(call, mask)
     s = any_view(src, call)
     order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
     out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
@@ -370,8 +380,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.un
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None):
     """A [P, num_valid_indices, num_elem_per_idx] tile (each 16-partition group gathers by its indices)."""
     call = "nisa.local_gather"
-    if mask is not None:
-        raise refuse(call, "mask", mask)
+    _unmasked(call, mask)
     src, idx = tile(src_buffer, call), tile(index, call)
     valid = num_valid_indices if num_valid_indices is not None else ops.free(idx) * 16
     out = current().tile((src.shape[0], int(valid), int(num_elem_per_idx)), src.dtype)

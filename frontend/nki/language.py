@@ -443,6 +443,8 @@ def _accumulate(dst: View, value: Any) -> None:
         return
     value = _tile(value, "+=")
     dst = _tile(dst, "+=")
+    if value.elements != dst.elements and _broadcast_shape(dst.shape, value.shape, "+=") != dst.shape:
+        raise unsupported(f"+= of a {list(value.shape)} tile into a {list(dst.shape)} one")
     _start_accumulation(dst, value)
     current().op("tensor_tensor", (dst, value), (dst,), dst=dst, a=dst, b=value, op="add")
 
