@@ -118,3 +118,23 @@ def test_timeline_json_is_the_trace_encoded_and_rendered_events_join_into_it(lim
                                      trace.Phase("k", "after", "1" * 64, [stored])], {"_signature": "s"}) == want
     pids = {e["pid"] for e in json.loads(want)["traceEvents"]}
     assert pids == {1, 2}
+
+
+def test_a_timeline_written_in_pieces_is_whole_or_absent(tmp_path):
+    """write_kernel_timeline streams the events (write_atomic of pieces): a failure half-way (a full disk)
+    leaves neither a half file nor its temporary, and a finished file replaces the old one whole."""
+    import pytest
+
+    from tusk.workflows.outputs import write_atomic
+
+    path = tmp_path / "timeline.json"
+    write_atomic(path, [b'{"a":', b"1}"])
+    assert path.read_bytes() == b'{"a":1}'
+
+    def pieces():
+        yield b'{"b":'
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(path, pieces())
+    assert path.read_bytes() == b'{"a":1}' and [p.name for p in tmp_path.iterdir()] == ["timeline.json"]

@@ -34,7 +34,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
 
@@ -398,13 +398,17 @@ def explained(u: UnitReport) -> dict[str, Any]:
             "efficiency": e["efficiency"], "utilisation": e["utilisation"], "unit": e["unit"]}
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write aside, then rename into place: readers see the old file or the new one; a failure
-    (a full disk) leaves neither a half file nor the temporary."""
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write aside (``data``, or its pieces in turn), then rename into place: readers see the old file or
+    the new one; a failure (a full disk) leaves neither a half file nor the temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as fh:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                fh.write(data)
+            else:
+                fh.writelines(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

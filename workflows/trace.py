@@ -26,7 +26,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tusk.workflows.compile import BuildEvents
 
@@ -445,6 +445,17 @@ def stored_timeline(tl: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _event_bytes(tl: dict[str, Any]) -> bytes:
+    """:func:`_events_of` as UTF-8 bytes, straight from the store's compressed text when it is there."""
+    import base64
+
+    if "events_zstd" in tl:
+        from numcodecs import Zstd
+
+        return bytes(Zstd().decode(base64.b64decode(tl["events_zstd"])))
+    return timeline_events(tl).encode("utf-8")
+
+
 def _events_of(tl: dict[str, Any]) -> str:
     """The rendered events of a timeline as stored (:func:`stored_timeline`), else rendered now."""
     import base64
@@ -488,19 +499,32 @@ def timeline_json(kernel: str, phases: list[Phase], extra: dict[str, Any] | None
     """``OUT/<kernel>/timeline.json``: the text of ``json.dumps(timeline_trace(...), sort_keys=True,
     separators=(",", ":"))`` (``extra`` added to its ``otherData``), made by joining the events each timing
     step rendered (:func:`stored_timeline`) instead of building and encoding a dict per segment."""
+    return b"".join(timeline_chunks(kernel, phases, extra)).decode("utf-8")
+
+
+def timeline_chunks(kernel: str, phases: list[Phase], extra: dict[str, Any] | None = None) -> Iterator[bytes]:
+    """The bytes of :func:`timeline_json` in pieces, for writing them as they come: the events stay the bytes
+    the store's notes decompress to (a kernel's 30 MB are not decoded, joined and encoded again)."""
     import json
 
-    def dumps(x: Any) -> str:
-        return json.dumps(x, sort_keys=True, separators=(",", ":"))
+    def dumps(x: Any) -> bytes:
+        return json.dumps(x, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
-    texts: list[str] = []
-    for pid, tl, meta in _processes(phases):
-        texts.extend(dumps(e) for e in meta)
-        events = _events_of(tl)
-        if events:
-            texts.append(events.replace(PID_MARK, f'"pid":{pid},'))
     other = {**(extra or {}), **_other(kernel, phases)}
-    return f'{{"displayTimeUnit":"ns","otherData":{dumps(other)},"traceEvents":[{",".join(texts)}]}}'
+    yield b'{"displayTimeUnit":"ns","otherData":' + dumps(other) + b',"traceEvents":['
+    first = True
+    mark = PID_MARK.encode("ascii")
+    for pid, tl, meta in _processes(phases):
+        texts = [dumps(e) for e in meta]
+        events = _event_bytes(tl)
+        if events:
+            texts.append(events.replace(mark, b'"pid":%d,' % pid))
+        for text in texts:
+            if not first:
+                yield b","
+            yield text
+            first = False
+    yield b"]}"
 
 
 TIMELINE_FILE = "timeline.json"  # OUT/<kernel>/timeline.json
@@ -519,8 +543,7 @@ def write_kernel_timeline(path: Path, kernel: str, phases: list[Phase]) -> None:
     report when no task did), atomically."""
     from tusk.workflows.outputs import write_atomic
 
-    sig = timeline_signature(phases)
-    write_atomic(path, timeline_json(kernel, phases, {"_signature": sig}).encode("utf-8"))
+    write_atomic(path, timeline_chunks(kernel, phases, {"_signature": timeline_signature(phases)}))
 
 
 def timeline_trace(kernel: str, phases: list[Phase]) -> dict[str, Any]:
