@@ -27,8 +27,9 @@ OPS_PER_ITERATION = 4
 
 
 def shape_for(n: int) -> tuple[int, int, int]:
-    """(mt, nt, kt) with about ``n`` instructions once unrolled."""
-    iters = max(n // OPS_PER_ITERATION, 1)
+    """(mt, nt, kt) with about ``n`` instructions once unrolled (``n`` may be written 1e6: loop trip counts
+    must be ints, or the unroller refuses the nest)."""
+    iters = max(int(n) // OPS_PER_ITERATION, 1)
     side = max(int(round(iters ** (1 / 3))), 1)
     return side, side, max(iters // (side * side), 1)
 
