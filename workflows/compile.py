@@ -406,22 +406,21 @@ class _Plan:
 
 
 def _announcing_close(ex: Any, events: BuildEvents) -> Any:
-    """``ex`` whose ``close`` first tells ``events`` (closing a cluster takes seconds: a phase of its own)."""
-    if not getattr(ex, "is_cluster", False):
+    """``ex`` whose closing first tells ``events`` (closing a cluster takes seconds: a phase of its own).
+    ``close_soon`` where the executor has it: its ``close`` starts by calling that, so the phase is told once."""
+    name = "close_soon" if hasattr(ex, "close_soon") else "close"
+    close = getattr(ex, name, None)
+    if close is None or not getattr(ex, "is_cluster", False):
         return ex
-    for name in ("close", "close_soon"):
-        close = getattr(ex, name, None)
-        if close is None:
-            continue
 
-        def announced(close=close) -> None:
-            events.phase("close")
-            close()
+    def announced() -> None:
+        events.phase("close")
+        close()
 
-        try:
-            setattr(ex, name, announced)
-        except AttributeError:  # an executor that does not take attributes: closed silently, as before
-            pass
+    try:
+        setattr(ex, name, announced)
+    except AttributeError:  # an executor that does not take attributes: closed silently, as before
+        pass
     return ex
 
 

@@ -446,7 +446,8 @@ def stored_timeline(tl: dict[str, Any]) -> dict[str, Any]:
 
 
 def _event_bytes(tl: dict[str, Any]) -> bytes:
-    """:func:`_events_of` as UTF-8 bytes, straight from the store's compressed text when it is there."""
+    """The rendered events of a timeline as UTF-8 bytes: as stored (:func:`stored_timeline`, straight from
+    the compressed text), else rendered now."""
     import base64
 
     if "events_zstd" in tl:
@@ -454,17 +455,6 @@ def _event_bytes(tl: dict[str, Any]) -> bytes:
 
         return bytes(Zstd().decode(base64.b64decode(tl["events_zstd"])))
     return timeline_events(tl).encode("utf-8")
-
-
-def _events_of(tl: dict[str, Any]) -> str:
-    """The rendered events of a timeline as stored (:func:`stored_timeline`), else rendered now."""
-    import base64
-
-    if "events_zstd" in tl:
-        from numcodecs import Zstd
-
-        return bytes(Zstd().decode(base64.b64decode(tl["events_zstd"]))).decode("utf-8")
-    return timeline_events(tl)
 
 
 def _meta_events(pid: int, name: str, lanes: list[str]) -> list[dict]:
