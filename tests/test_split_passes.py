@@ -21,6 +21,7 @@ from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import Module
+from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages import address_rotation
 from tusk.stages.build_fdeps import BuildFDeps
@@ -223,6 +224,7 @@ def test_post_schedule_rotation_reschedules_in_parts(low_rotation, compare_limit
     assert p.run(m)[1]["rescheduled"] == 1
     inputs = random_inputs(m, seed=5)
     assert same_outputs(run(m, inputs), run(merged, inputs))
+    verify(merged)  # the verifier's rules hold after the parts' rescheduling too
 
 
 def test_post_schedule_rotation_of_a_small_kernel_stays_one_task(low_schedule):
