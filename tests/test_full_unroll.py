@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -213,3 +214,23 @@ def test_the_command_imports_only_what_it_needs(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.split("\n")[0] == "0 []", proc.stdout + proc.stderr
     assert bir_json.load(out).n_insts() > bir_json.load(src).n_insts()
+
+
+def _numpy_threads(env_value: str | None) -> int:
+    """Threads of a fresh process that imports numpy after the entry points' BLAS setting."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    if env_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_value
+    code = ("import os\nfrom tusk.workflows.blas_threads import one_blas_thread\none_blas_thread()\n"
+            "import numpy\nprint(len(os.listdir('/proc/self/task')))")
+    return int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
+def test_entry_points_start_numpy_with_one_blas_thread_unless_the_user_says_otherwise():
+    assert _numpy_threads(None) == 1
+    cpus = os.cpu_count() or 1
+    if cpus > 1:
+        assert _numpy_threads(str(cpus)) > 1  # the user's setting wins

@@ -8,9 +8,12 @@ from __future__ import annotations
 import sys
 import time
 
+from tusk.workflows.blas_threads import one_blas_thread
+
 
 def main() -> None:
     started = time.perf_counter()
+    one_blas_thread()
     argv = sys.argv[1:]
     if argv[:1] == ["compile"]:  # the other commands need neither (nor noop's hashlib and json)
         shortcut(argv, started)

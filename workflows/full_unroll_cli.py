@@ -15,6 +15,7 @@ import logging
 import sys
 
 from tusk.ir.errors import EXIT_CODES, TuskError, fault_of
+from tusk.workflows.blas_threads import one_blas_thread
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -29,6 +30,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     import os
