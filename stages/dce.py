@@ -23,7 +23,24 @@ SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.Co
 SIDE_EFFECT_OPS |= RNG_OPCODES  # the engines' random generators: seeding sets them, every draw advances them
 
 
-def removable(fn: Function, *, symbolic_writes: bool = False) -> np.ndarray:
+def _table(values) -> np.ndarray:
+    """A lookup table over the uint8 codes (opcodes, operand kinds): one gather, where ``np.isin``
+    sorts."""
+    table = np.zeros(256, dtype=bool)
+    table[list(values)] = True
+    return table
+
+
+_AP = _table(AP_KINDS)
+_SYMBOLIC = _table((Kind.SYMBOLIC, Kind.SYMBOLIC_DIMS))
+_SIDE_EFFECT = _table(SIDE_EFFECT_OPS)
+
+
+def _owners(fn: Function) -> np.ndarray:
+    return np.repeat(np.arange(len(fn.insts), dtype=np.int64), fn.insts["nops"].astype(np.int64))
+
+
+def removable(fn: Function, *, symbolic_writes: bool = False, owner: np.ndarray | None = None) -> np.ndarray:
     """Per instruction: could DCE ever remove it (all its outputs are internal buffers, no side effect)?
 
     ``symbolic_writes``: count writes through symbolic access patterns as
@@ -31,20 +48,19 @@ def removable(fn: Function, *, symbolic_writes: bool = False) -> np.ndarray:
     """
     ins, ops = fn.insts, fn.operands
     n = len(ins)
-    owner = np.repeat(np.arange(n), ins["nops"].astype(np.int64))
-    is_ap = np.isin(ops["kind"], list(AP_KINDS))
-    memloc = ops["memloc"]
+    owner = _owners(fn) if owner is None else owner
+    kind = ops["kind"]
     internal_set = fn.sets["kind"] == TensorKind.Internal
     out_mask = ops["role"] == Role.OUT
-    out_internal = np.ones(n, dtype=bool)  # every output is an internal buffer
-    bad_out = out_mask & (~is_ap | ~internal_set[fn.memlocs["set"][np.maximum(memloc, 0)]])
+    bad_out = out_mask & (~_AP[kind] | ~internal_set[fn.memlocs["set"][np.maximum(ops["memloc"], 0)]])
     if not symbolic_writes:
         # a symbolic access may reach any block of its set: its writer stays
-        bad_out |= out_mask & np.isin(ops["kind"], (Kind.SYMBOLIC, Kind.SYMBOLIC_DIMS))
-    np.logical_and.at(out_internal, owner[bad_out], False)
+        bad_out |= out_mask & _SYMBOLIC[kind]
+    out_internal = np.ones(n, dtype=bool)  # every output is an internal buffer
+    out_internal[owner[bad_out]] = False
     has_out = np.zeros(n, dtype=bool)
     has_out[owner[out_mask]] = True
-    return out_internal & has_out & ~np.isin(ins["opcode"], list(SIDE_EFFECT_OPS))
+    return out_internal & has_out & ~_SIDE_EFFECT[ins["opcode"]]
 
 
 def dce(fn: Function) -> tuple[Function, int]:
@@ -53,28 +69,32 @@ def dce(fn: Function) -> tuple[Function, int]:
     n = len(ins)
     if n == 0:
         return fn, 0
-    owner = np.repeat(np.arange(n), ins["nops"].astype(np.int64))
-    is_ap = np.isin(ops["kind"], list(AP_KINDS))
+    owner = _owners(fn)
+    candidate = removable(fn, owner=owner)
+    if not candidate.any():
+        return fn, 0
+    is_ap = _AP[ops["kind"]]
     memloc = ops["memloc"]
     internal_set = fn.sets["kind"] == TensorKind.Internal
     out_mask = ops["role"] == Role.OUT
     # symbolic reads count for every memloc of their set
-    symbolic = np.isin(ops["kind"], (Kind.SYMBOLIC, Kind.SYMBOLIC_DIMS))
-    candidate = removable(fn)
+    symbolic = _SYMBOLIC[ops["kind"]]
     overlap = _overlap_matrix(fn)
     mset = fn.memlocs["set"]
     observable = ~internal_set[mset]  # outputs, inputs, consts: what the outside sees
     alive = np.ones(n, dtype=bool)
     reads = (ops["role"] != Role.OUT) & is_ap
+    out_ap = out_mask & is_ap
     while True:
-        live_reads = reads & alive[owner]
+        live = alive[owner]
+        live_reads = reads & live
         read_memlocs = observable.copy()
         read_memlocs[memloc[live_reads]] = True
         sym_sets = distinct(mset[memloc[live_reads & symbolic]])
         read_memlocs |= np.isin(mset, sym_sets)
         touched = overlap[:, read_memlocs].any(axis=1) if read_memlocs.any() else np.zeros(len(fn.memlocs), bool)
         # a candidate stays alive if one of its outputs lands in (or overlaps) something read
-        out_rows = np.nonzero(out_mask & is_ap & alive[owner] & candidate[owner])[0]
+        out_rows = np.flatnonzero(out_ap & live & candidate[owner])
         needed = np.zeros(n, dtype=bool)
         needed[owner[out_rows[touched[memloc[out_rows]]]]] = True
         dead = candidate & alive & ~needed
@@ -84,7 +104,7 @@ def dce(fn: Function) -> tuple[Function, int]:
     removed = int((~alive).sum())
     if not removed:
         return fn, 0
-    return fn.take_insts(np.nonzero(alive)[0]), removed
+    return fn.take_insts(np.flatnonzero(alive)), removed
 
 
 def _overlap_matrix(fn: Function) -> np.ndarray:
