@@ -234,3 +234,21 @@ def test_entry_points_start_numpy_with_one_blas_thread_unless_the_user_says_othe
     cpus = os.cpu_count() or 1
     if cpus > 1:
         assert _numpy_threads(str(cpus)) > 1  # the user's setting wins
+
+
+def test_the_console_command_exits_with_mains_code_after_writing_everything(tmp_path):
+    """``command`` leaves with os._exit: the output must be whole and the exit code main's."""
+    src, out, bad = tmp_path / "in.json", tmp_path / "out.json", tmp_path / "bad.json"
+    bir_json.save(tiled_exp_module(tiles=3), src)
+    bad.write_text('{"functions": [')
+    ok = subprocess.run([sys.executable, "-m", "tusk.workflows.full_unroll_cli", str(src), "-o", str(out),
+                         "-unrollLevel", "2", "-verbose", "20"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "wrote" in ok.stderr  # the log line made it out before the process ended
+    expected = tmp_path / "expected.json"
+    assert full_unroll_main([str(src), "-o", str(expected), "-unrollLevel", "2"]) == 0
+    assert out.read_bytes() == expected.read_bytes()
+    failed = subprocess.run([sys.executable, "-m", "tusk.workflows.full_unroll_cli", str(bad), "-o",
+                             str(tmp_path / "never.json")], capture_output=True, text=True)
+    assert failed.returncode == 1 and "bad.json" in failed.stderr
+    assert not (tmp_path / "never.json").exists()

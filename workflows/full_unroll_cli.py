@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from tusk.ir.errors import EXIT_CODES, TuskError, fault_of
@@ -33,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     one_blas_thread()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.verbose, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    import os
-
     from tusk.ir import bir_json
     from tusk.stages.full_unroll import FullUnroll
 
@@ -53,5 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def command() -> None:
+    """The console entry point: ``main``, then leave without tearing the interpreter down.
+
+    Everything is written, closed and flushed by then; freeing a million-instruction module object
+    by object and finalising every imported module costs ~0.1 s of CPU (a quarter of a 1e5 run) and
+    changes nothing on disk, so the process ends as compilers' drivers do (clang's -disable-free).
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
