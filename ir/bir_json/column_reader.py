@@ -72,11 +72,10 @@ def try_load(path: str) -> Module | None:
 class _Family:
     """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
 
-    __slots__ = ("nruns", "slots", "sign", "long_iter", "slot_end", "slot_len", "slot_lead", "const_end", "const_len",
-                 "word_at", "word_mask", "word_run", "generic", "subs")
+    __slots__ = ("nruns", "slots", "sign", "long_iter", "slot_end", "slot_len", "slot_lead", "word_at",
+                 "word_mask", "generic")
 
     def __init__(self, line: bytes):
-        self.subs: dict[bytes, int] = {}
         self.generic = False
         obj = orjson.loads(line)
         if type(obj) is not dict:
@@ -124,14 +123,13 @@ class _Family:
         self.slot_end, self.slot_len = run_end[slot_cols], run_len[slot_cols]
         multi = self.slot_len > 1
         self.slot_lead = (self.slot_end - self.slot_len)[multi]   # where a leading zero would be
-        self.const_end, self.const_len = run_end[const_cols], run_len[const_cols]
+        const_end, const_len = run_end[const_cols], run_len[const_cols]
         # the constant runs' bytes as 64-bit words (a run of more than 8 digits is 2 or 3 of them), masked to
         # the run: lines with the same words have the same constants
-        words = [(int(e) - 8 * w, min(int(n) - 8 * w, 8), k) for k, (e, n) in enumerate(zip(self.const_end,
-                 self.const_len)) for w in range((int(n) + 7) // 8)]
+        words = [(int(e) - 8 * w, min(int(n) - 8 * w, 8), k) for k, (e, n) in enumerate(zip(const_end,
+                 const_len)) for w in range((int(n) + 7) // 8)]
         self.word_at = np.asarray([e - 8 for e, _, _ in words], dtype=np.int64).reshape(-1)
         self.word_mask = np.asarray([_BYTES[n] for _, n, _ in words], dtype=np.uint64).reshape(-1)
-        self.word_run = np.asarray([k for _, _, k in words], dtype=np.int64).reshape(-1)
 
 
 def _canonical_deps(deps: Any) -> bool:
@@ -223,33 +221,6 @@ def _run_values(whole: np.ndarray, end: np.ndarray, length: np.ndarray) -> np.nd
     return run_values(whole, end.reshape(-1), lengths.reshape(-1)).reshape(end.shape)
 
 
-def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(distinct rows, row -> its distinct row, each distinct row's first row) of a 2-D array of
-    non-negative integers."""
-    zero = np.zeros(1, dtype=np.int64)
-    if not a.shape[1]:
-        return a[:1], np.zeros(len(a), dtype=np.int64), zero
-    vary = np.flatnonzero((a != a[0]).any(axis=0))
-    if not len(vary):
-        return a[:1], np.zeros(len(a), dtype=np.int64), zero
-    sub = a[:, vary]
-    bits = [int(b).bit_length() for b in sub.max(axis=0).tolist()]
-    if sum(bits) <= 62:  # one exact integer per row (the columns' bits side by side)
-        shifts = np.cumsum([0, *bits[:0:-1]])[::-1].astype(np.int64)
-        key = (sub.astype(np.int64) << shifts).sum(axis=1)
-        order = np.argsort(key, kind="stable")
-        sk = key[order]
-        new = np.empty(len(sk), dtype=bool)
-        new[0] = True
-        np.not_equal(sk[1:], sk[:-1], out=new[1:])
-        first = order[new]                       # the first row of each distinct key, keys ascending
-        inv = np.empty(len(a), dtype=np.int64)
-        inv[order] = np.cumsum(new) - 1
-        return a[first], inv, first
-    _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
-    return a[first], inv.reshape(-1), first
-
-
 class _Tables:
     """The families' run positions as tables (a row per family, padded to the widest: padding slots are
     valued 0, padding words are masked to 0, padding leading-zero checks look at the line's "{")."""
@@ -307,7 +278,7 @@ class ColumnLoad:
         if self.data is not None:
             with io.BytesIO(self.data) as fh:
                 self.read(fh)
-        else:
+        elif self.path is not None:
             with open_read(self.path) as fh:
                 self.read(fh)
         self.close_run()
@@ -418,9 +389,7 @@ class ColumnLoad:
         # every slot of every line at once, on the families' tables padded to the widest
         slots = _run_values(whole, at[:, None] + T.slot_end[fid], T.slot_len[fid]) * T.sign[fid]
         gen |= (whole[at[:, None] + T.lead[fid]] == 48).any(axis=1)   # a slot with a leading zero
-        for i in np.flatnonzero(gen).tolist():
-            tids[i] = -1 - len(run.generic)
-            run.generic.append(chunk[ls[i]:core[i]])
+        self._generic(run, chunk, ls, core, np.flatnonzero(gen), tids)
         keep = np.flatnonzero(~gen)
         if len(keep):
             # a line's sub-template: its family and the bytes of its constant runs
