@@ -9,6 +9,7 @@ paths build the same module.
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import re
@@ -27,12 +28,14 @@ from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat
 
 BUILD_LINES = 1 << 14     # lines built column-wise at once
 READ_BYTES = 1 << 21       # the file is read this much at a time (temporaries stay below malloc's mmap threshold)
+PAD = 32                   # bytes before the read window: a digit run's value reads the 24 bytes before its end
 MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
 LEAF_MAX = 1 << 16         # longer lines are never one instruction
 MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
 _DIGITS = bytes.maketrans(b"0123456789", b"##########")
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null|[{}\[\]:,]')
 _RUN = re.compile(rb"[0-9]+")
+_BYTES = [((1 << 64) - 1) << 8 * (8 - n) & ((1 << 64) - 1) for n in range(9)]  # the last n bytes of a word
 
 
 class Fallback(Exception):
@@ -69,18 +72,25 @@ def try_load(path: str) -> Module | None:
 class _Family:
     """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
 
-    __slots__ = ("nruns", "slots", "slot_cols", "const_cols", "sign", "iter_slots", "generic", "subs")
+    __slots__ = ("nruns", "slots", "sign", "long_iter", "slot_end", "slot_len", "slot_lead", "word_at",
+                 "word_mask", "generic")
 
     def __init__(self, line: bytes):
-        self.subs: dict[bytes, int] = {}
         self.generic = False
         obj = orjson.loads(line)
         if type(obj) is not dict:
             raise Fallback("not an instruction")
         runs = _runs_with_paths(line)
         self.nruns = len(runs)
-        if self.nruns != len(_RUN.findall(line)):
+        found = [(m.end(), m.end() - m.start()) for m in _RUN.finditer(line)]
+        if self.nruns != len(found):
             raise Fallback("digit runs not accounted for")
+        if found and max(n for _, n in found) > 18:
+            raise Fallback("a number too long for the columnar path")
+        # every line of the family has the same text with digits masked: its digit runs are where this
+        # line's are, as long (offsets from the line's start)
+        run_end = np.asarray([e for e, _ in found], dtype=np.int64).reshape(-1)
+        run_len = np.asarray([n for _, n in found], dtype=np.int64).reshape(-1)
         deps = obj.get("dependencies", [])
         if ("loop_carried_dependencies" in obj or "unroll_dependencies" in obj or "blocks" in obj
                 or not _canonical_deps(deps)):
@@ -104,10 +114,22 @@ class _Family:
                 cols.append(r)
                 sign.append(-1 if neg else 1)
         self.slots = slots
-        self.slot_cols = np.asarray(cols, dtype=np.int64)
-        self.const_cols = np.setdiff1d(np.arange(self.nruns), self.slot_cols)
+        slot_cols = np.asarray(cols, dtype=np.int64)
+        const_cols = np.setdiff1d(np.arange(self.nruns), slot_cols)
         self.sign = np.asarray(sign, dtype=np.int64)
-        self.iter_slots = np.asarray([j for j, (k, _) in enumerate(slots) if k != "off"], dtype=np.int64)
+        iter_slots = [j for j, (k, _) in enumerate(slots) if k != "off"]
+        # a clone iteration has at most 9 digits: lines with a longer one are read one by one
+        self.long_iter = bool(len(iter_slots) and run_len[slot_cols[iter_slots]].max() > 9)
+        self.slot_end, self.slot_len = run_end[slot_cols], run_len[slot_cols]
+        multi = self.slot_len > 1
+        self.slot_lead = (self.slot_end - self.slot_len)[multi]   # where a leading zero would be
+        const_end, const_len = run_end[const_cols], run_len[const_cols]
+        # the constant runs' bytes as 64-bit words (a run of more than 8 digits is 2 or 3 of them), masked to
+        # the run: lines with the same words have the same constants
+        words = [(int(e) - 8 * w, min(int(n) - 8 * w, 8), k) for k, (e, n) in enumerate(zip(const_end,
+                 const_len)) for w in range((int(n) + 7) // 8)]
+        self.word_at = np.asarray([e - 8 for e, _, _ in words], dtype=np.int64).reshape(-1)
+        self.word_mask = np.asarray([_BYTES[n] for _, n, _ in words], dtype=np.uint64).reshape(-1)
 
 
 def _canonical_deps(deps: Any) -> bool:
@@ -189,31 +211,36 @@ def _path(stack: list[list]) -> tuple:
     return tuple(f[1] for f in stack)
 
 
-def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(distinct rows, row -> its distinct row, each distinct row's first row) of a 2-D array of
-    non-negative integers."""
-    zero = np.zeros(1, dtype=np.int64)
-    if not a.shape[1]:
-        return a[:1], np.zeros(len(a), dtype=np.int64), zero
-    vary = np.flatnonzero((a != a[0]).any(axis=0))
-    if not len(vary):
-        return a[:1], np.zeros(len(a), dtype=np.int64), zero
-    sub = a[:, vary]
-    bits = [int(b).bit_length() for b in sub.max(axis=0).tolist()]
-    if sum(bits) <= 62:  # one exact integer per row (the columns' bits side by side)
-        shifts = np.cumsum([0, *bits[:0:-1]])[::-1].astype(np.int64)
-        key = (sub.astype(np.int64) << shifts).sum(axis=1)
-        order = np.argsort(key, kind="stable")
-        sk = key[order]
-        new = np.empty(len(sk), dtype=bool)
-        new[0] = True
-        np.not_equal(sk[1:], sk[:-1], out=new[1:])
-        first = order[new]                       # the first row of each distinct key, keys ascending
-        inv = np.empty(len(a), dtype=np.int64)
-        inv[order] = np.cumsum(new) - 1
-        return a[first], inv, first
-    _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
-    return a[first], inv.reshape(-1), first
+def _run_values(whole: np.ndarray, end: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The values of digit runs of ``whole`` ending (exclusive) at ``end`` (lines x runs), each column's
+    runs ``length`` digits long."""
+    if not end.shape[1]:
+        return np.zeros(end.shape, dtype=np.int64)
+    lengths = np.empty(end.shape, dtype=np.int64)
+    lengths[:] = length
+    return run_values(whole, end.reshape(-1), lengths.reshape(-1)).reshape(end.shape)
+
+
+class _Tables:
+    """The families' run positions as tables (a row per family, padded to the widest: padding slots are
+    valued 0, padding words are masked to 0, padding leading-zero checks look at the line's "{")."""
+
+    def __init__(self, fams: list[_Family]):
+        self.n = len(fams)
+        self.generic = np.array([f.generic or f.long_iter for f in fams], dtype=bool)
+        self.slot_end = _padded([f.slot_end for f in fams], 1)
+        self.slot_len = _padded([f.slot_len for f in fams], 1)
+        self.sign = _padded([f.sign for f in fams], 0)
+        self.lead = _padded([f.slot_lead for f in fams], 0)
+        self.word_at = _padded([f.word_at for f in fams], 0)
+        self.word_mask = _padded([f.word_mask for f in fams], 0).astype(np.uint64)
+
+
+def _padded(rows: list[np.ndarray], fill: int) -> np.ndarray:
+    out = np.full((len(rows), max(1, *map(len, rows))), fill, dtype=rows[0].dtype if rows else np.int64)
+    for k, r in enumerate(rows):
+        out[k, :len(r)] = r
+    return out
 
 
 class _Run:
@@ -241,35 +268,19 @@ class ColumnLoad:
         self.cur: _Run | None = None
         self.comma = False
         self.protos: dict[int, Any] = {}
+        self.subs: dict[bytes, int] = {}         # (family, constant runs' bytes) -> sub-template id
+        self.tabled: _Tables | None = None
         self.used = 0
         self.lines = 0
 
     # ------------------------------------------------------------------ scanning
     def load(self) -> Module:
         if self.data is not None:
-            buf = memoryview(self.data)
-            at = 0
-            while at < len(buf):
-                end = self.data.rfind(b"\n", at, at + READ_BYTES) + 1 if at + READ_BYTES < len(buf) else len(buf)
-                if end <= at:  # a line longer than the window: take it whole
-                    end = self.data.find(b"\n", at + READ_BYTES) + 1 or len(buf)
-                piece = bytes(buf[at:end])
-                self.scan(piece if piece.endswith(b"\n") else piece + b"\n")
-                at = end
-        else:
+            with io.BytesIO(self.data) as fh:
+                self.read(fh)
+        elif self.path is not None:
             with open_read(self.path) as fh:
-                rest = b""
-                while True:
-                    data = fh.read(READ_BYTES)
-                    if not data:
-                        break
-                    data = rest + data
-                    cut = data.rfind(b"\n") + 1
-                    if cut:
-                        self.scan(data[:cut])
-                    rest = data[cut:]
-                if rest:
-                    self.scan(rest + b"\n")
+                self.read(fh)
         self.close_run()
         if not self.runs:
             raise Fallback("no run of one-line instructions")
@@ -283,31 +294,61 @@ class ColumnLoad:
             raise Fallback("a run was not where instructions are")
         return module
 
+    def read(self, fh: Any) -> None:
+        """Scan ``fh`` a window of whole lines at a time, read into one buffer (``PAD`` bytes before the
+        window, so that every digit run has eight bytes before its end; a partial last line moves to the
+        front for the next read)."""
+        area = bytearray(PAD + READ_BYTES)
+        keep = 0   # bytes of a partial line at area[PAD:]
+        while True:
+            if PAD + keep == len(area):   # a line longer than the buffer: a larger one
+                area = area[:PAD + keep] + bytearray(len(area))
+            with memoryview(area) as mv:
+                n = fh.readinto(mv[PAD + keep:])
+            if not n:
+                break
+            end = PAD + keep + n
+            cut = area.rfind(b"\n", PAD, end) + 1
+            if cut:
+                self.scan(area, cut)
+                area[PAD:PAD + end - cut] = area[cut:end]
+                keep = end - cut
+            else:
+                keep = end - PAD
+        if keep:
+            if PAD + keep == len(area):
+                area.append(10)
+            area[PAD + keep] = 10
+            self.scan(area, PAD + keep + 1)
+
     def close_run(self) -> None:
         if self.cur is not None:
             self.skeleton.append(b",\n" if self.comma else b"\n")
             self.cur = None
 
-    def scan(self, chunk: bytes) -> None:
+    def scan(self, area: bytearray, stop: int) -> None:
+        """Scan the lines of ``area[PAD:stop]`` (whole lines, the last ending with a newline)."""
+        with memoryview(area) as mv:
+            chunk = bytes(mv[PAD:stop])
         tchunk = chunk.translate(_DIGITS)
         tlines = tchunk.split(b"\n")[:-1]  # the chunk ends with a newline
         length = np.fromiter(map(len, tlines), dtype=np.int64, count=len(tlines))
         starts = np.zeros(len(length), dtype=np.int64)
         np.cumsum(length[:-1] + 1, out=starts[1:])
         ends = starts + length
-        buf = np.frombuffer(chunk, dtype=np.uint8)
+        whole = np.frombuffer(area, dtype=np.uint8)
+        buf = whole[PAD:stop]
         safe_s = np.minimum(starts + 1, len(buf) - 1)
         last, before = buf[np.maximum(ends - 1, 0)], buf[np.maximum(ends - 2, 0)]
         leaf = ((length >= 2) & (length < LEAF_MAX) & (buf[starts] == 123) & (buf[safe_s] == 34)
                 & ((last == 125) | ((last == 44) & (before == 125))))
-        if chunk.find(b"\\") >= 0:  # lines with an escape are read by the ordinary reader
-            esc = np.flatnonzero(buf == 92)
-            leaf[np.searchsorted(starts, esc, "right") - 1] = False
+        for odd in (92, 35):  # lines with an escape, or a "#" (a digit's mask), are read by the ordinary reader
+            if chunk.find(odd) >= 0:
+                leaf[np.searchsorted(starts, np.flatnonzero(buf == odd), "right") - 1] = False
         if not leaf.any():
             self.close_run()
             self.skeleton.append(chunk)
             return
-        self.hash_free = chunk.find(b"#") < 0
         cuts = np.flatnonzero(np.diff(leaf.astype(np.int8))) + 1
         bounds = [0, *cuts.tolist(), len(leaf)]
         for a, b in zip(bounds[:-1], bounds[1:]):
@@ -320,14 +361,17 @@ class ColumnLoad:
                 self.skeleton.append(b'"\\u0000tusk-run:' + self.nonce.encode() + b":" + str(len(self.runs)).encode()
                                      + b'"')
                 self.runs.append(self.cur)
-            self.batch(chunk, buf, tchunk, tlines[a:b], starts[a:b], ends[a:b])
+            self.batch(chunk, whole, tlines[a:b], starts[a:b], ends[a:b])
             self.comma = bool(buf[ends[b - 1] - 1] == 44)
 
-    def batch(self, chunk: bytes, buf: np.ndarray, tchunk: bytes, keys: list[bytes], ls: np.ndarray,
-              le: np.ndarray) -> None:
+    def batch(self, chunk: bytes, whole: np.ndarray, keys: list[bytes], ls: np.ndarray, le: np.ndarray) -> None:
+        """Lines ``ls``-``le`` of ``chunk`` (``whole[PAD:]``), all one-line instructions: each one's family,
+        slot values and sub-template."""
         run = self.cur
+        assert run is not None
         self.lines += len(ls)
-        core = le - (buf[le - 1] == 44)
+        lanes = np.ndarray((len(whole) - 7,), dtype="<u8", buffer=whole, strides=(1,))  # 8 bytes at every offset
+        core = le - (whole[PAD + le - 1] == 44)
         fid = np.fromiter(map(self.families.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
         for i in np.flatnonzero(fid < 0).tolist():
             f = self.families.get(keys[i])
@@ -338,68 +382,44 @@ class ColumnLoad:
                 self.fams.append(_Family(chunk[ls[i]:core[i]]))
                 self.families[keys[i]] = f
             fid[i] = f
-        # every digit run of these lines, with its value (digit by digit from the run's end)
-        lo, hi = int(ls[0]), int(le[-1])
-        seg = buf[lo:hi]
-        if self.hash_free:
-            isd = np.frombuffer(tchunk, dtype=np.uint8)[lo:hi] == 35
-        else:
-            isd = (seg >= 48) & (seg <= 57)
-        x = isd.view(np.int8)  # the region starts with "{" and ends with "}" or ",": runs alternate start, end
-        edges = np.flatnonzero(x[1:] != x[:-1]) + 1
-        rs, re_ = edges[0::2], edges[1::2]
-        rl = re_ - rs
-        if len(rl) and rl.max() > 18:
-            raise Fallback("a number too long for the columnar path")
-        vals = run_values(seg, re_, rl)
-        lead0 = (seg[rs] == 48) & (rl > 1)
-        first_run = np.searchsorted(rs, ls - lo)
         tids = np.empty(len(ls), dtype=np.int32)
-        # each family's lines: one stable sort of the lines by family, not one scan of them per family
-        by_fam = np.argsort(fid, kind="stable")
-        sf = fid[by_fam]
-        cut = np.flatnonzero(sf[1:] != sf[:-1]) + 1
-        fam_ids = sf[np.concatenate([[0], cut])].tolist() if len(sf) else []
-        fam_rows = np.split(by_fam, cut)
-        width = max((len(self.fams[f].slots) for f in fam_ids), default=0)
-        slots = np.zeros((len(ls), max(width, 1)), dtype=np.int64)
-        for f, members in zip(fam_ids, fam_rows):
-            fam = self.fams[f]
-            if fam.generic:
-                self._generic(run, chunk, ls, core, members, tids)
-                continue
-            first = first_run[members][:, None]
-            if fam.nruns and int(first[-1, 0]) + fam.nruns > len(vals):  # (members ascend, and so do their runs)
-                raise Fallback("digit runs do not line up")
-            bad = np.zeros(len(members), dtype=bool)
-            if len(fam.slot_cols):  # the slots' runs and the constant runs, gathered apart
-                sc = first + fam.slot_cols
-                bad |= lead0[sc].any(axis=1)
-                if len(fam.iter_slots):
-                    bad |= (rl[sc[:, fam.iter_slots]] > 9).any(axis=1)  # a clone iteration has at most 9 digits
-                slots[members, :len(fam.slot_cols)] = vals[sc] * fam.sign
-            C = vals[first + fam.const_cols]
-            if bad.any():
-                self._generic(run, chunk, ls, core, members[bad], tids)
-                members, C = members[~bad], C[~bad]
-            if not len(members):
-                continue
-            ukeys, inv, ufirst = _distinct_rows(C)
-            sigs = list(map(bytes, ukeys))
-            found = list(map(fam.subs.get, sigs))   # the sub-templates seen before: one C-level pass
+        T = self.tables()
+        gen = T.generic[fid]
+        at = ls + PAD   # each line's start in ``whole``
+        # every slot of every line at once, on the families' tables padded to the widest
+        slots = _run_values(whole, at[:, None] + T.slot_end[fid], T.slot_len[fid]) * T.sign[fid]
+        gen |= (whole[at[:, None] + T.lead[fid]] == 48).any(axis=1)   # a slot with a leading zero
+        self._generic(run, chunk, ls, core, np.flatnonzero(gen), tids)
+        keep = np.flatnonzero(~gen)
+        if len(keep):
+            # a line's sub-template: its family and the bytes of its constant runs
+            K = lanes[at[keep, None] + T.word_at[fid[keep]]]
+            K &= T.word_mask[fid[keep]]
+            K = np.concatenate([fid[keep, None].astype(np.uint64), K], axis=1)
+            k = 8 * K.shape[1]
+            packed = K.tobytes()
+            sigs = [packed[j:j + k] for j in range(0, len(packed), k)]
+            found = list(map(self.subs.get, sigs))
             for u in [u for u, x in enumerate(found) if x is None]:
-                if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
-                    raise Fallback("not clone-shaped: most lines would be read one by one anyway")
-                i = int(members[ufirst[u]])
-                found[u] = fam.subs[sigs[u]] = len(self.sub_lines)
-                self.sub_lines.append(chunk[ls[i]:core[i]])
-                self.sub_family.append(f)
-            sub_of = np.array(found, dtype=np.int32)
-            tids[members] = sub_of[inv]
+                x = self.subs.get(sigs[u])   # (a sub-template new in this batch, met again)
+                if x is None:
+                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                        raise Fallback("not clone-shaped: most lines would be read one by one anyway")
+                    i = int(keep[u])
+                    x = self.subs[sigs[u]] = len(self.sub_lines)
+                    self.sub_lines.append(chunk[ls[i]:core[i]])
+                    self.sub_family.append(int(fid[i]))
+                found[u] = x
+            tids[keep] = np.array(found, dtype=np.int32)
         run.tids.append(tids)
         if len(slots) and np.abs(slots).max() < (1 << 31):
             slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
         run.slots.append(slots)
+
+    def tables(self) -> _Tables:
+        if self.tabled is None or self.tabled.n != len(self.fams):
+            self.tabled = _Tables(self.fams)
+        return self.tabled
 
     @staticmethod
     def _generic(run: _Run, chunk: bytes, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
