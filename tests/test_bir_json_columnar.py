@@ -219,3 +219,20 @@ def test_numbers_written_into_blank_fields_right_aligned():
     buf = np.frombuffer(b"".join(b", " + b" " * n for n in w.tolist()), dtype=np.uint8).copy()
     digits.write_numbers(buf, end, w, v)
     assert buf.tobytes() == b"".join(b", " + str(x).rjust(n).encode() for x, n in zip(v.tolist(), w.tolist()))
+
+
+def test_numbers_written_eight_digits_at_a_time_keep_their_neighbours():
+    """Fields far enough apart take the one-word path (numbers 0 to 99,999,999), the rest digit by digit:
+    every digit count and boundary, separators of 1 to 12 bytes (so fields near and far from each other),
+    widths wider than the number; the bytes around each field stay as they were."""
+    rng = np.random.default_rng(5)
+    edges = [0, 1, 9, 10, 99, 100, 9999, 10000, 99_999_999, 100_000_000, 10**12, -1, -99_999_999]
+    v = np.concatenate([edges, rng.integers(0, 10**8, 2000), 10 ** rng.integers(0, 8, 500) - rng.integers(0, 2, 500),
+                        rng.integers(-10**9, 10**9, 200)]).astype(np.int64)
+    w = np.array([len(str(x)) + k % 4 for k, x in enumerate(v.tolist())])
+    seps = [bytes(rng.choice(list(b'x",:{}'), int(rng.integers(1, 13)))) for _ in range(len(v))]
+    text = b"".join(s + b" " * n for s, n in zip(seps, w.tolist()))
+    end = np.cumsum([len(s) + n for s, n in zip(seps, w.tolist())]) - 1
+    buf = np.frombuffer(text, dtype=np.uint8).copy()
+    digits.write_numbers(buf, end, w, v)
+    assert buf.tobytes() == b"".join(s + str(x).rjust(n).encode() for s, x, n in zip(seps, v.tolist(), w.tolist()))

@@ -482,11 +482,13 @@ class Templates:
                                np.zeros(1, np.int64)])
         rows = np.arange(n, dtype=np.int64)
         base = np.stack([rows, n + ch.dep_starts, n + nd + ch.op_starts, n + nd + nj + rows * L], axis=1)[order]
-        idx = np.take_along_axis(base, np.maximum(K, 0).astype(np.intp), axis=1)
+        # each cell's base by its kind: a flat gather (take_along_axis builds 2-D index tuples)
+        pick = np.maximum(K, 0).astype(np.intp)
+        pick += (np.arange(len(order), dtype=np.intp) * 4)[:, None]
+        idx = base.reshape(-1).take(pick)
         idx += KK
-        np.minimum(idx, len(pool) - 1, out=idx)
         idx[K < 0] = len(pool) - 1
-        return pool[idx]
+        return pool.take(idx, mode="clip")
 
     def _tid(self, t: Template) -> int:
         """The row of template ``t`` in the tables of slot kinds and indices (added on first sight)."""

@@ -99,7 +99,8 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
         fw = np.asarray(list(itertools.chain.from_iterable(f_width)), dtype=np.int64)[idx]
         col = np.asarray(list(itertools.chain.from_iterable(f_col)), dtype=np.int64)[idx]
         end = row_start[owner] + col + fw - 1  # last character of the field
-        v = sl.values[pos[owner], np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]]
+        slot = np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]
+        v = sl.values.reshape(-1).take(pos[owner] * sl.values.shape[1] + slot)  # (flat: cheaper than 2-D)
         write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
     return [buf]
 
