@@ -19,6 +19,7 @@ from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages.full_unroll import CEILING, FullUnroll, instruction_limit_check
 from tusk.stages.heuristic_unroll import HeuristicUnroll
+from tusk.workflows.blas_threads import VARIABLES
 from tusk.workflows.full_unroll_cli import main as full_unroll_main
 
 
@@ -218,8 +219,7 @@ def test_the_command_imports_only_what_it_needs(tmp_path):
 
 def _numpy_threads(env_value: str | None) -> int:
     """Threads of a fresh process that imports numpy after the entry points' BLAS setting."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                                            "MKL_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     if env_value is not None:
         env["OPENBLAS_NUM_THREADS"] = env_value
     code = ("import os\nfrom tusk.workflows.blas_threads import one_blas_thread\none_blas_thread()\n"

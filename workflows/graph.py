@@ -353,10 +353,9 @@ class DaskExecutor:
 # Dask's periodic work, in every server of a local cluster (each worker; the scheduler and the nannies in this
 # process): the statistical profiler walks the task thread's stack every 10 ms, the event-loop tick runs every
 # 20 ms, the memory monitors call psutil every 100 ms and the system monitor every 500 ms.  Each wakes its
-# event loop, which takes the GIL from the task thread.  They feed the dashboard; Tusk times its own tasks.
-# Measured (2 workers, each running a 5 s pure-Python task; CPU of each process): 5.53 -> 5.05 s per worker,
-# 0.66 -> 0.10 s in the client; an idle cluster 0.04 -> 0.005 CPU-s per second per worker (load 3.3-4.1).
-# The memory monitor still runs (the terminate threshold), once a second.  Kept as Dask has it with --dashboard.
+# event loop, which takes the GIL from the task thread.  They feed the dashboard; Tusk times its own tasks
+# (figures: docs/architecture.md, "Executors").  The memory monitor still runs (the terminate threshold),
+# once a second.  Kept as Dask has it with --dashboard.
 QUIET_CLUSTER: dict[str, Any] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
