@@ -252,3 +252,13 @@ def test_the_console_command_exits_with_mains_code_after_writing_everything(tmp_
                              str(tmp_path / "never.json")], capture_output=True, text=True)
     assert failed.returncode == 1 and "bad.json" in failed.stderr
     assert not (tmp_path / "never.json").exists()
+
+
+def test_an_output_directory_that_does_not_exist_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    src = tmp_path / "in.json"
+    bir_json.save(tiled_exp_module(tiles=3), src)
+    target = tmp_path / "missing" / "out.json"
+    assert full_unroll_main([str(src), "-o", str(target), "-unrollLevel", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"full_unroll: error: {target}: cannot write" in err and "Traceback" not in err
+    assert not (tmp_path / "missing").exists()

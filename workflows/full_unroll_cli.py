@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except TuskError as e:
         print(f"full_unroll: error: {e}", file=sys.stderr)
         return EXIT_CODES[fault_of(e)]  # as tusk: 1 the file is at fault, 2 the command or the machine
+    except OSError as e:  # the machine's or the command's (a missing output directory, a full disk): exit 2
+        print(f"full_unroll: error: {args.output}: cannot write: {e.strerror or e}", file=sys.stderr)
+        return EXIT_CODES[fault_of(e)]
     logging.getLogger("tusk.full_unroll").info("wrote %s (%d instructions)", args.output, stats["insts_after"])
     return 0
 
