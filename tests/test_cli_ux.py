@@ -446,3 +446,52 @@ def test_a_rebuild_that_ran_no_task_says_whose_build_trace_it_keeps(cache, tmp_p
     html = " ".join((out / "report.html").read_text().split())
     assert "No task ran in this build" in html
     assert "build-trace.json: NOT of this build" in html and "that ran them, written" in html
+
+
+def test_the_tusk_console_command_leaves_with_mains_code_and_everything_written(tmp_path):
+    """``entry.command`` ends with os._exit: the exit codes are main's, the summary and the outputs are
+    whole, the text of sys.exit("...") still reaches stderr, and no worker process outlives it."""
+    import subprocess
+    import sys
+    import time
+
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "tusk", "compile", str(k), "-o", str(out), "--workers", "1",
+                             "--progress", "off", "--cache-dir", str(tmp_path / "c"), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    # the command's session: the worker and the nanny's helpers it started belong to it (a worker the build
+    # killed at its end may take a moment to be gone)
+    deadline = time.monotonic() + 10
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _in_session(proc.pid), "a process of the build outlived the command"
+    summary = json.loads(stdout)  # the whole --json summary was flushed before the process ended
+    assert summary["exit_code"] == 0 and summary["executed"] > 0
+    assert (out / "report.html").read_text().rstrip().endswith("</html>")
+    bad = subprocess.run([sys.executable, "-m", "tusk", "compile", str(tmp_path / "nosuch")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "nosuch" in bad.stderr
+    text = subprocess.run([sys.executable, "-c", "import sys; from tusk.workflows import entry; "
+                           "sys.argv = ['tusk', '--version']; entry.main = lambda: sys.exit('no way'); "
+                           "entry.command()"], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 1 and "no way" in text.stderr
+
+
+def _in_session(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (Linux /proc; field 6 of stat)."""
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(name))
+    return found

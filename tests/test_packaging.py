@@ -37,7 +37,7 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     assert any(n.startswith("tusk/examples/kernels/") and n.endswith(".klr") for n in names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     points = zipfile.ZipFile(wheel).read(entry).decode()
-    assert "tusk = tusk.workflows.entry:main" in points and "full_unroll = tusk.workflows.full_unroll_cli:command" in points
+    assert "tusk = tusk.workflows.entry:command" in points and "full_unroll = tusk.workflows.full_unroll_cli:command" in points
 
 
 def _compile(cwd: Path, out: str, cache: Path) -> dict:

@@ -1,5 +1,5 @@
 """``python -m tusk`` runs the ``tusk`` command line."""
 
-from tusk.workflows.entry import main
+from tusk.workflows.entry import command
 
-main()
+command()

@@ -5,6 +5,8 @@ application in ``tusk.workflows.cli``."""
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 
@@ -20,6 +22,31 @@ def main() -> None:
     from tusk.workflows.cli import main as cli_main
 
     cli_main()
+
+
+def command() -> None:
+    """The console entry point: :func:`main`, then leave without tearing the interpreter down.
+
+    By then every output is written and closed and a local cluster's workers are gone (the build waits
+    for them and kills what is left).  Finalising Dask, numpy and every imported module, and freeing
+    the modules a build held, took 0.1-0.4 s of wall after the last line was printed (the 8-kernel build,
+    2 workers); the process ends as compilers' drivers do.  An interrupt (KeyboardInterrupt) and a
+    stdout that cannot be flushed (a closed pipe) take Python's normal way out.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)  # what sys.exit("text") prints on the normal way out
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        sys.exit(code)
+    os._exit(code)
 
 
 def shortcut(argv: list[str], started: float) -> None:
