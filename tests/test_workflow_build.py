@@ -106,6 +106,10 @@ def test_splittable_pass_runs_one_task_per_part_and_matches_the_serial_run(store
     rep = build([BuildUnit("pair", two_functions())], steps(), store)
     split = rep.unit("pair").steps[3]
     assert split.parts_total == 2 and split.parts_executed == 2
+    # stats.json says where a split step's time went: the split, each part, and (the rest) the merge
+    assert split.split_seconds is not None and len(split.part_seconds) == 2
+    assert all(isinstance(x, float) for x in split.part_seconds)
+    assert split.seconds >= split.split_seconds + sum(split.part_seconds)
     before = store.load(split.input)
     serial, _ = PerFunction(tag="x").run(before)
     assert content_hash(serial) == split.output
@@ -116,6 +120,7 @@ def test_only_the_changed_part_of_a_split_pass_reruns(store):
     rep = build([BuildUnit("pair", two_functions(tiles=3))], steps(), store)
     split = rep.unit("pair").steps[3]
     assert split.status == "executed" and (split.parts_total, split.parts_executed) == (2, 1)
+    assert sum(x is None for x in split.part_seconds) == 1  # the part that came from the cache
 
 
 def test_same_action_in_two_units_runs_once(store):

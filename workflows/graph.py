@@ -96,6 +96,10 @@ class StepResult:
     reason: str = ""                # why it ran (executed steps)
     key_parts: dict[str, Any] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)  # executed: fetch, run, hash, store, handover (s)
+    # a split step that ran: the split's own seconds and each part's (None: the part came from the cache);
+    # ``seconds`` is their sum with the merge's
+    split_seconds: float | None = None
+    part_seconds: list[float | None] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -545,6 +549,7 @@ class _Split:
     outputs: dict[int, tuple[str, dict]] = field(default_factory=dict)
     executed: int = 0
     part_seconds: float = 0.0
+    part_run: dict[int, float] = field(default_factory=dict)  # part number -> seconds, of the parts that ran
 
 
 @dataclass
@@ -713,7 +718,8 @@ class Build:
                          output=rec["output"], seconds=float(rec.get("seconds") or 0.0),
                          stats=dict(rec.get("stats") or {}), insts_in=rec.get("insts_in"),
                          insts_out=rec.get("insts_out"), parts_total=int(rec.get("parts_total") or 0),
-                         parts_executed=int(rec.get("parts_executed") or 0), key_parts=st.parts[i])
+                         parts_executed=int(rec.get("parts_executed") or 0), key_parts=st.parts[i],
+                         split_seconds=rec.get("split_seconds"), part_seconds=list(rec.get("part_seconds") or []))
         if status == "executed":
             res.reason = self._reason(st, i)
             res.timing = dict(rec.get("timing") or {})
@@ -999,7 +1005,9 @@ class Build:
             return
         if kind in ("step", "merge", "split") and status in ("executed", "cached"):
             if kind == "merge" and st.split is not None:
-                res = {**res, "seconds": st.split.seconds + st.split.part_seconds + float(res.get("seconds") or 0)}
+                sp = st.split
+                res = {**res, "seconds": sp.seconds + sp.part_seconds + float(res.get("seconds") or 0),
+                       "split_seconds": sp.seconds, "part_seconds": [sp.part_run.get(j) for j in range(len(sp.parts))]}
             st.split = None
             self._record(st, i, "executed" if status == "executed" else "cached", res)
             self._advance(st)
@@ -1014,6 +1022,7 @@ class Build:
             if status == "executed":
                 st.split.executed += 1
                 st.split.part_seconds += float(res.get("seconds") or 0)
+                st.split.part_run[j] = float(res.get("seconds") or 0)
             self._maybe_merge(st)
             return
         self._fail(st, f"unexpected task result {res!r} for {step.label}")
