@@ -178,37 +178,3 @@ def test_a_worker_that_cannot_see_the_store_is_named_and_nothing_is_built(tmp_pa
     assert "not every Dask worker can use the store" in text and "does not see the probe" in text
     assert "fsspec URL" in text and text.count("worker tcp://") == 1  # the one worker that cannot, named
     assert not out.exists()
-
-
-def _sleep_where(seconds: float) -> dict:
-    from distributed import get_worker
-
-    time.sleep(seconds)
-    return {"worker_address": get_worker().address}
-
-
-def test_a_task_that_may_run_anywhere_goes_to_the_worker_with_the_fewest_waiting_tasks(tmp_path):
-    """The end of a build: one worker busy with a kernel's write, the other idle; the kernel's timing
-    step must not queue behind the write (the scheduler's own estimate put it there)."""
-    from distributed import Client, LocalCluster
-
-    from tusk.workflows.graph import DaskExecutor
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
-        ex = DaskExecutor(client, description="test")
-        ex.owns_client = False
-        a, b = sorted(client.scheduler_info()["workers"])
-        ex.submit("write-a", _sleep_where, 1.0, worker=a)
-        ex.submit("write-a2", _sleep_where, 0.1, worker=a)
-        ex.submit("timing", _sleep_where, 0.1, least_busy=True)
-        assert "timing" in ex._placed[b]  # a has two waiting, b none
-        ex.submit("timing2", _sleep_where, 0.1, least_busy=True)
-        assert "timing2" in ex._placed[b]  # two against one
-        ex.submit("timing3", _sleep_where, 0.1, least_busy=True)
-        assert "timing3" in ex._placed[a]  # two each: a's oldest was sent first, it is likelier to be done first
-        ran = dict(ex.next() for _ in range(5))
-        assert ran["timing"]["worker_address"] == b  # b was free at once: nothing moved it
-        assert ex._placed == {a: {}, b: {}}  # every task came back: none is counted as waiting
-        ex.submit("after", _sleep_where, 0.0, least_busy=True)
-        assert ex.next()[1]["worker_address"] in (a, b)

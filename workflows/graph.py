@@ -237,8 +237,7 @@ class InlineExecutor:
     def __init__(self) -> None:
         self._queue: deque = deque()
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0,
-               least_busy: bool = False) -> None:
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
         self._queue.append((key, fn, args))
 
     def __len__(self) -> int:
@@ -270,8 +269,6 @@ class DaskExecutor:
         self._ac = as_completed()
         self._futures: dict[str, Any] = {}
         self.owns_client = True
-        self._placed: dict[str, dict[str, float]] = {}  # worker -> {task key: submitted}: where tasks were sent
-        self._workers: list[str] = []
 
     serves_dashboard = True  # a local cluster started without --dashboard has none
 
@@ -284,40 +281,12 @@ class DaskExecutor:
         except Exception:  # noqa: BLE001
             return None
 
-    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0,
-               least_busy: bool = False) -> None:
-        """``worker``: the kernel's previous step ran there (its output is in that worker's memory);
-        ``least_busy``: a task that may run anywhere goes where the fewest of this build's tasks wait."""
-        if worker is None and least_busy:
-            worker = self._least_busy()
+    def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0) -> None:
+        # the kernel's previous step ran on ``worker``: its output is in that worker's memory
         hint = {"workers": [worker], "allow_other_workers": True} if worker else {}
         fut = self.client.submit(fn, *args, key=key, pure=False, retries=self.retries, priority=priority, **hint)
         self._futures[key] = fut
         self._ac.add(fut)
-        if worker:
-            self._placed.setdefault(worker, {})[key] = time.monotonic()
-
-    def _least_busy(self) -> str | None:
-        """The worker with the fewest tasks this build sent it and not yet back; of equals, the one whose
-        oldest such task was sent first (it is the likeliest to be free soonest).
-
-        Left to itself, the scheduler places a task without inputs by its estimate of each worker's
-        backlog, and every step of Tusk's has a task prefix of its own (the kernel is in the key), so the
-        estimate is a default: at the end of the 8-kernel build a kernel's last timing step waited 0.6 s
-        behind a BIR-JSON write while the other worker stood idle."""
-        if not self._workers:
-            try:
-                self._workers = sorted(self.client.scheduler_info().get("workers", {}))
-            except Exception:  # noqa: BLE001 - without the list the scheduler places the task
-                return None
-        if not self._workers:
-            return None
-
-        def load(w: str) -> tuple[int, float]:
-            sent = self._placed.get(w, {})
-            return len(sent), min(sent.values(), default=0.0)
-
-        return min(self._workers, key=load)
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -331,8 +300,6 @@ class DaskExecutor:
             result = {"status": "error", "error": f"task {key} failed: {type(e).__name__}: {e}",
                       "fault": ENVIRONMENT}
         self._futures.pop(key, None)
-        for sent in self._placed.values():
-            sent.pop(key, None)
         fut.release()
         return key, result
 
@@ -677,7 +644,7 @@ class Build:
             # work stealing while the other worker stood idle)
             free = kind in ("timing", "part", "kernel") or (kind == "emit-part" and j > 0)
             self.executor.submit(task_key, fn, *args, worker=None if free else st.worker,
-                                 priority=-1 if kind == "timing" else 0, least_busy=kind in ("timing", "kernel"))
+                                 priority=-1 if kind == "timing" else 0)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
                     "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
