@@ -198,11 +198,10 @@ def compile(
 ) -> None:
     """Compile every kernel of DIR (.klr, BIR-JSON, and the NKI .py kernels DIR's tusk.toml names as
     [kernels.NAME]) through the pass pipeline into OUT."""
-    from tusk.workflows.compile import compile_directory
     from tusk.workflows.observe import Reporter, Tee
-    from tusk.workflows.progress import History, Terminal, make_display, route_dask_logs
+    from tusk.workflows.progress import History, Terminal, make_display
     from tusk.workflows.project import prepare_request
-    from tusk.workflows.report import print_result, result_json
+    from tusk.workflows.report import print_result
 
     _STARTED["command"] = time.perf_counter()
     directory = directory or EXAMPLES
@@ -233,12 +232,29 @@ def compile(
 
     noop.forget(out)  # whatever this build does, the index is written again only when it succeeds
     events = Tee(display, reporter)
-    try:
-        from tusk.workflows import interrupts
+    result = _run_build(req, out, existed, events, display, err)
+    result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
+    if not result.kernels:
+        print_result(console, result, verbose, err)
+        _drop_if_empty(out, existed)
+        raise typer.Exit(1)
+    for problem in events.errors:
+        warn(f"progress display or report failed ({problem}); the build is not affected")
+    _answer(result, req, reporter, events, console, err, as_json, verbose)
+    raise typer.Exit(result.exit_code)
 
+
+def _run_build(req, out: Path, existed: bool, events, display, err):
+    """``compile_directory`` with Dask's logs in OUT/tusk.log and Ctrl-C handled: an interrupted build
+    says so and leaves with 130, a refused one leaves no empty OUT behind."""
+    from tusk.workflows import interrupts
+    from tusk.workflows.compile import compile_directory
+    from tusk.workflows.progress import route_dask_logs
+
+    try:
         with route_dask_logs(out / "tusk.log"), interrupts.handled(), \
                 interrupts.children_write_to(str((out / "tusk.log").resolve())):
-            result = compile_directory(req, events=events)
+            return compile_directory(req, events=events)
     except TuskError:
         display.stop()
         _drop_if_empty(out, existed)
@@ -252,13 +268,13 @@ def compile(
         raise typer.Exit(130)
     finally:
         display.stop()
-    result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
-    if not result.kernels:
-        print_result(console, result, verbose, err)
-        _drop_if_empty(out, existed)
-        raise typer.Exit(1)
-    for problem in events.errors:
-        warn(f"progress display or report failed ({problem}); the build is not affected")
+
+
+def _answer(result, req, reporter, events, console, err, as_json: bool, verbose: bool) -> None:
+    """The build's summary (a table, or ``--json`` on stdout), then the no-op index of a clean build."""
+    from tusk.workflows import noop
+    from tusk.workflows.report import print_result, result_json
+
     try:
         if as_json:
             sys.stdout.write(json.dumps(result_json(result, reporter.files), indent=1, sort_keys=True, default=str)
@@ -272,7 +288,6 @@ def compile(
             _write_index(noop.ARGV, req, result, reporter)
     except BrokenPipeError:  # `tusk compile | head`: the build is done, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    raise typer.Exit(result.exit_code)
 
 
 _STARTED: dict[str, float] = {}  # perf_counter of: "process", when `tusk` started; "command", when compile did
