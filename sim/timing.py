@@ -451,29 +451,11 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     if isinstance(fn_or_module, Module):
         module = fn_or_module
     fn = entry(fn_or_module)
-    opc = fn.insts["opcode"]
-    bad = np.isin(opc, list(LOOP_OPCODES | BRANCH_OPCODES))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise PassError(f"timing: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} "
-                        f"(unroll loops first)")
+    src, dst = _straight_line_edges(fn)
     n = len(fn.insts)
     p = plan(fn, cost_table)
-    calls = np.flatnonzero(opc == Op.NKIKernel).tolist()
-    call_cost, call_bound, call_tl = {}, {}, {}
-    by_callee: dict[str, Timeline] = {}  # a kernel called again runs the same timeline: simulated once
-    for i in calls:
-        callee = fn.inst(i).attrs.get("func")
-        if module is None or not isinstance(callee, str):
-            raise PassError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
-        inner = by_callee.get(callee)
-        if inner is None:
-            inner = by_callee[callee] = simulate(module.function(callee), cost_table, module=module)
-        call_cost[i], call_bound[i], call_tl[i] = inner.makespan, inner.lower_bound, inner
-    d = fn.deps
-    src, dst = d["src"].astype(np.int64), d["dst"].astype(np.int64)
-    if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
-        raise InputError(f"timing: function {fn.name} has dependencies against program order")
+    call_tl = _callee_timelines(fn, module, cost_table)
+    call_cost = {i: tl.makespan for i, tl in call_tl.items()}
     order = np.argsort(dst, kind="stable")
     src_sorted = src[order].tolist()
     ptr = np.searchsorted(dst[order], np.arange(n + 1)).tolist()
@@ -497,7 +479,8 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     horizon = 0.0
     trig_lanes = sorted({lane_l[i] for i in range(n) if dma_l[i]})
     engine_queues, book, has_calls = p.engine_queues, cal.book, bool(call_cost)
-    # ``x if x > y else y`` is max(y, x) for these floats (no NaN), without a builtin call per instruction
+    # ``x if x > y else y`` is max(y, x) for these floats (no NaN), without a builtin call per instruction;
+    # the loop is one function on purpose: a call per DMA for its queue choice cost 1-3 % of the model
     for i in range(n):
         a, b = ptr[i], ptr[i + 1]
         ready = barrier
@@ -559,6 +542,44 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
             horizon = f
         if trig_lanes and (i & 1023) == 0:
             cal.forget_before(min(free[t] for t in trig_lanes))
+    return _timeline(p, start, end, qbusy, K, cost_table, call_tl, src, dst)
+
+
+def _straight_line_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
+    """``fn``'s dependence edges (src, dst as int64); an error for a loop or branch, or an edge against
+    program order (the model runs the rows in order)."""
+    bad = np.isin(fn.insts["opcode"], list(LOOP_OPCODES | BRANCH_OPCODES))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise PassError(f"timing: function {fn.name} is not straight-line: instruction {fn.inst_name(i)} "
+                        f"(unroll loops first)")
+    n = len(fn.insts)
+    src, dst = fn.deps["src"].astype(np.int64), fn.deps["dst"].astype(np.int64)
+    if len(src) and ((src >= dst).any() or (dst >= n).any() or (src < 0).any()):
+        raise InputError(f"timing: function {fn.name} has dependencies against program order")
+    return src, dst
+
+
+def _callee_timelines(fn: Function, module: Module | None, cost_table: CostTable) -> dict[int, Timeline]:
+    """Kernel-call row of ``fn`` -> the callee's timeline (a kernel called again is simulated once)."""
+    out: dict[int, Timeline] = {}
+    by_callee: dict[str, Timeline] = {}
+    for i in np.flatnonzero(fn.insts["opcode"] == Op.NKIKernel).tolist():
+        callee = fn.inst(i).attrs.get("func")
+        if module is None or not isinstance(callee, str):
+            raise PassError(f"timing: function {fn.name} calls a kernel ({fn.inst_name(i)}); simulate the module")
+        inner = by_callee.get(callee)
+        if inner is None:
+            inner = by_callee[callee] = simulate(module.function(callee), cost_table, module=module)
+        out[i] = inner
+    return out
+
+
+def _timeline(p: Plan, start: list[float], end: list[float], qbusy: list[float], K: int, cost_table: CostTable,
+              call_tl: dict[int, Timeline], src: np.ndarray, dst: np.ndarray) -> Timeline:
+    """The :class:`Timeline` of a run: per-instruction times, busy time per lane, the demand on the shared
+    DMA resources and the lower bound's terms."""
+    n, lanes = len(start), p.lanes
     start_a, end_a = np.array(start), np.array(end)
     busy = {}
     for k, name in enumerate(lanes):
@@ -573,11 +594,11 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
               "DRAM": float(p.dram.sum() / cost_table.dram_bytes_per_cycle)}
     totals = dict(demand)
     totals["longest DMA"] = float(np.where(p.is_dma, p.latency + p.work / p.rate, 0.0).max()) if n else 0.0
-    if call_cost:
-        totals["calls"] = float(sum(call_cost.values()))
+    if call_tl:
+        totals["calls"] = float(sum(tl.makespan for tl in call_tl.values()))
     makespan = float(end_a.max()) if n else 0.0
     busy_bound = max(list(busy.values()) + list(totals.values()) + [0.0])
-    bounds = lower_bound_terms(p, src, dst, cost_table, call_bound)
+    bounds = lower_bound_terms(p, src, dst, cost_table, {i: tl.lower_bound for i, tl in call_tl.items()})
     lower = max(bounds.values())
     return Timeline(makespan, busy, lower, start_a, end_a, tuple(lanes), p.lane, p.cost, bounds, busy_bound,
                     demand, call_tl, p)
