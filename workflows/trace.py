@@ -457,9 +457,9 @@ def _x_event_bytes(tl: dict[str, Any], us: float) -> bytes | None:
     as x -- is k's digits with the point p places from the right and the fraction's trailing zeros dropped
     (one digit kept); anything else (an int among the floats, a negative or huge number, nan) leaves the
     whole timeline to the per-event form."""
-    import numpy as np
-
     from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
+
+    import numpy as np
 
     d = tl["detail"]
     n_seg = len(d["lane"])
@@ -468,14 +468,17 @@ def _x_event_bytes(tl: dict[str, Any], us: float) -> bytes | None:
     if not (set(map(type, d["start"])) == set(map(type, d["end"])) == {float}
             and set(map(type, d["n"])) == set(map(type, d["lane"])) == {int}):
         return None
-    start = np.asarray(d["start"], dtype=np.float64)
-    end = np.asarray(d["end"], dtype=np.float64)
+    start = np.fromiter(d["start"], dtype=np.float64, count=n_seg)
+    end = np.fromiter(d["end"], dtype=np.float64, count=n_seg)
     ts = np.round(start * us, 4)            # _ts_dur's numbers (the same operations)
     dur = np.round((end - start) * us, 4)
-    count = np.asarray(d["n"], dtype=np.int64) if max(map(abs, d["n"])) < 2 ** 62 else None
-    lane = np.asarray(d["lane"], dtype=np.int64)
+    try:
+        count = np.fromiter(d["n"], dtype=np.int64, count=n_seg)
+    except OverflowError:
+        return None
+    lane = np.fromiter(d["lane"], dtype=np.int64, count=n_seg)
     cols = [_scaled(start, 10), _scaled(end, 10), _scaled(ts, 10_000), _scaled(dur, 10_000)]
-    if count is None or count.min() < 0 or any(c is None for c in cols):
+    if count.min() < 0 or any(c is None for c in cols):
         return None
     k_start, k_end, k_ts, k_dur = cols
     n_lanes = len(tl["lanes"])
@@ -518,7 +521,7 @@ def _x_event_bytes(tl: dict[str, Any], us: float) -> bytes | None:
             elif f[0] == "f":
                 _put_fraction(rows[:, o:o + w], f[1])
             elif f[0] == "t":
-                rows[:, o:o + w] = f[1][ln]
+                rows[:, o:o + w] = f[1].take(ln, axis=0)
             else:
                 rows[:, o:o + w] = np.array(labels[a:b], dtype=f"S{w}").view(np.uint8).reshape(b - a, w)
             o += w
