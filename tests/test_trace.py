@@ -138,3 +138,68 @@ def test_a_timeline_written_in_pieces_is_whole_or_absent(tmp_path):
     with pytest.raises(OSError):
         write_atomic(path, pieces())
     assert path.read_bytes() == b'{"a":1}' and [p.name for p in tmp_path.iterdir()] == ["timeline.json"]
+
+
+AWKWARD_LABELS = ['say "hi"', "back\\slash", "tab\tand\nnewline", "unicode: ÿ é 漢字 \U0001f600", "nul\x00byte", "",
+                  "</script>", "\u2028 line separator"]
+
+
+def timeline(start, end, labels, lanes=("Act", 'the "PE" lane', "Pool DMA queues ü"), ghz=1.4, n=None, lane=None):
+    k = len(start)
+    return {"ok": True, "function": "f", "instructions": k, "makespan": max(end, default=0.0), "ghz": ghz,
+            "lower_bound": 0.0, "busy": {}, "bounds": {}, "lanes": list(lanes),
+            "detail": {"lane": lane if lane is not None else [i % len(lanes) for i in range(k)],
+                       "start": start, "end": end, "n": n if n is not None else [1 + i % 3 for i in range(k)],
+                       "label": labels, "merged": False}}
+
+
+def reference(tl) -> str:
+    """What a kernel's timeline.json must be: json.dumps of timeline_trace."""
+    phases = [trace.Phase("k", "final", "0" * 64, [tl])]
+    return json.dumps(trace.timeline_trace("k", phases), sort_keys=True, separators=(",", ":"))
+
+
+def rendered(tl) -> str:
+    return trace.timeline_json("k", [trace.Phase("k", "final", "0" * 64, [tl])])
+
+
+@pytest.mark.parametrize("chunk", [3, 8192])
+def test_the_column_rendering_is_json_dumps_of_the_trace(chunk, monkeypatch):
+    """Rounded cycles and times (what engine_timeline writes) take the column form: awkward labels, digits
+    of every width (chunks with different layouts), zeros, fractions with and without trailing zeros, the
+    largest number it takes."""
+    monkeypatch.setattr(trace, "_X_CHUNK", chunk)
+    rng = np.random.default_rng(1)
+    start = [0.0, 0.1, 1.0, 10.5, 99.9, 1234.0, 99999999999.9, 5e10, 7.0, 0.0] + \
+        np.round(np.sort(rng.random(40)) * 10.0 ** rng.integers(0, 9, 40), 1).tolist()
+    end = [s + d for s, d in zip(start, [0.0, 0.1, 0.2, 3.0, 0.3, 1e6, 0.0, 1.5, 2.0, 1e9] * 5)]
+    end = np.round(np.asarray(end), 1).tolist()
+    labels = [AWKWARD_LABELS[i % len(AWKWARD_LABELS)] + f" {i}" * (i % 4) for i in range(len(start))]
+    for ghz in (1.4, 1.0, 3.0):
+        tl = timeline(start, end, labels, ghz=ghz, n=[1, 10, 123456789012, 0, 7] * 10)
+        assert trace._x_event_bytes(tl, 1.0 / (ghz * 1000.0)) is not None  # the column form took it
+        assert rendered(tl) == reference(tl)
+        assert trace.timeline_events(tl) == trace._x_event_text(tl, 1.0 / (ghz * 1000.0))
+
+
+@pytest.mark.parametrize("odd", [1e-05, 1e16, -0.0, 3, -2.5, 0.05, 123.45, 2.0 ** -30])
+def test_numbers_the_column_form_does_not_take_are_written_one_by_one(odd):
+    """A number that is not a double nearest to k / 10 in range (an int, a tiny, huge or negative one, more
+    decimals) leaves the timeline to the per-event form: still json.dumps of the trace."""
+    start = [0.0, 1.5, odd, 4.0]
+    end = [1.0, 2.5, 6.0, 4.0]
+    tl = timeline(start, end, AWKWARD_LABELS[:4])
+    assert trace._x_event_bytes(tl, 1.0 / 1400.0) is None
+    assert rendered(tl) == reference(tl)
+
+
+def test_a_long_label_and_no_segments():
+    long = "x\"\\é" * 300  # escaped longer than _X_LABEL_WIDTH: its chunk is written per event
+    start = [float(i) for i in range(20)]
+    tl = timeline(start, [s + 0.5 for s in start], [long if i == 7 else f"i{i}" for i in range(20)])
+    assert rendered(tl) == reference(tl)
+    empty = timeline([], [], [])
+    assert trace.timeline_events(empty) == "" and rendered(empty) == reference(empty)
+    bad = timeline([0.0, 1.0], [1.0, 2.0], ["a", "b"], lane=[0, 5])
+    with pytest.raises(IndexError):
+        trace.timeline_events(bad)

@@ -396,9 +396,11 @@ def _counter_ts(u: dict, us: float) -> list[float]:
 
 PID_MARK = '"pid":0,'  # the process of a rendered timeline until its kernel's file numbers it
 # a segment: cycles, instruction count, the lane's category + "dur" key, duration, name, the lane's thread + "ts"
-# key, time (timeline_events)
+# key, time (the per-event form of timeline_events, for timelines the column form does not take)
 _X_EVENT = '{"args":{"cycles":[%s,%s],"instructions":%s%s%s,"name":%s%s%s}'
-
+_X_CHUNK = 8192          # segments rendered at once by the column form (its byte matrices stay ~2 MB)
+_X_LABEL_WIDTH = 512     # a chunk with a longer escaped label is rendered per event (its matrix would be large)
+_X_BELOW = 1e11          # the column form's numbers: 0 <= x < this (at most 15 significant digits, fixed notation)
 
 
 def timeline_events(tl: dict[str, Any]) -> str:
@@ -406,27 +408,188 @@ def timeline_events(tl: dict[str, Any]) -> str:
     ``json.dumps(..., sort_keys=True, separators=(",", ":"))`` writes :func:`timeline_trace`'s events, with
     process id 0 (:data:`PID_MARK`; :func:`timeline_json` numbers them).  Rendered by the timing step, on a
     worker: the client only joins texts."""
+    return timeline_event_bytes(tl).decode("ascii")
+
+
+def timeline_event_bytes(tl: dict[str, Any]) -> bytes:
+    """:func:`timeline_events` as bytes (ASCII: JSON strings are written escaped)."""
     from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
 
     us = 1.0 / (tl["ghz"] * 1000.0)
-    d = tl["detail"]
-    ts, dur = _ts_dur(d, us)
-    lane = d["lane"]
-    # C-level passes: every field comes as a column of text (repr is a Python float's JSON spelling); what
-    # depends only on the lane (its category and thread) is one text per lane, looked up per segment
-    cat = [f'}},"cat":{js(name)},"dur":' for name in tl["lanes"]]
-    tid = [f',"ph":"X","pid":0,"tid":{k + 1},"ts":' for k in range(len(tl["lanes"]))]
-    parts = list(map(_X_EVENT.__mod__, zip(map(repr, d["start"]), map(repr, d["end"]), map(str, d["n"]),
-                                            map(cat.__getitem__, lane), map(repr, dur), map(js, d["label"]),
-                                            map(tid.__getitem__, lane), map(repr, ts))))
+    segments = _x_event_bytes(tl, us)
+    if segments is None:
+        segments = _x_event_text(tl, us).encode("ascii")
+    parts = [segments] if segments else []
     u = tl.get("utilization")
     if u:
         when = _counter_ts(u, us)
         for ln, row in enumerate(u["lanes"]):
             name = js(f"{tl['lanes'][ln]} busy")
-            parts.extend(f'{{"args":{{"busy":{x!r}}},"name":{name},"ph":"C","pid":0,"ts":{t!r}}}'
-                         for x, t in zip(row, when))
-    return ",".join(parts)
+            parts.append(",".join([f'{{"args":{{"busy":{x!r}}},"name":{name},"ph":"C","pid":0,"ts":{t!r}}}'
+                                   for x, t in zip(row, when)]).encode("ascii"))
+    return b",".join(p for p in parts if p)
+
+
+def _x_event_text(tl: dict[str, Any], us: float) -> str:
+    """The segment events one by one (any timeline: the reference form of :func:`_x_event_bytes`)."""
+    from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
+
+    d = tl["detail"]
+    ts, dur = _ts_dur(d, us)
+    lane = d["lane"]
+    # what depends only on the lane (its category and thread) is one text per lane, looked up per segment
+    cat = [f'}},"cat":{js(name)},"dur":' for name in tl["lanes"]]
+    tid = [f',"ph":"X","pid":0,"tid":{k + 1},"ts":' for k in range(len(tl["lanes"]))]
+    return ",".join(map(_X_EVENT.__mod__, zip(map(repr, d["start"]), map(repr, d["end"]), map(str, d["n"]),
+                                              map(cat.__getitem__, lane), map(repr, dur), map(js, d["label"]),
+                                              map(tid.__getitem__, lane), map(repr, ts))))
+
+
+def _x_event_bytes(tl: dict[str, Any], us: float) -> bytes | None:
+    """The segment events of :func:`_x_event_text`, byte for byte, written a column at a time, or None when
+    the timeline's numbers are not all of the form this writes (the caller renders them one by one).
+
+    Each event is a row of a byte matrix: constant pieces, the lane's texts, the label's escaped bytes and
+    each number's digits in fields of fixed width, padded with NUL bytes, which one ``bytes.translate``
+    drops (no NUL is in the text: JSON strings escape it).  The numbers: a cycle count of the detail
+    (rounded to 0.1 by the timeline) and a time in microseconds (rounded to 4 places) is the double nearest
+    to k / 10 ** p for an integer k, so when 0 <= x < 1e11 its ``repr`` -- the shortest text that reads back
+    as x -- is k's digits with the point p places from the right and the fraction's trailing zeros dropped
+    (one digit kept); anything else (an int among the floats, a negative or huge number, nan) leaves the
+    whole timeline to the per-event form."""
+    from json.encoder import encode_basestring_ascii as js  # type: ignore[attr-defined]
+
+    import numpy as np
+
+    d = tl["detail"]
+    n_seg = len(d["lane"])
+    if n_seg == 0:
+        return b""
+    if not (set(map(type, d["start"])) == set(map(type, d["end"])) == {float}
+            and set(map(type, d["n"])) == set(map(type, d["lane"])) == {int}):
+        return None
+    start = np.fromiter(d["start"], dtype=np.float64, count=n_seg)
+    end = np.fromiter(d["end"], dtype=np.float64, count=n_seg)
+    ts = np.round(start * us, 4)            # _ts_dur's numbers (the same operations)
+    dur = np.round((end - start) * us, 4)
+    try:
+        count = np.fromiter(d["n"], dtype=np.int64, count=n_seg)
+    except OverflowError:
+        return None
+    lane = np.fromiter(d["lane"], dtype=np.int64, count=n_seg)
+    cols = [_scaled(start, 10), _scaled(end, 10), _scaled(ts, 10_000), _scaled(dur, 10_000)]
+    if count.min() < 0 or any(c is None for c in cols):
+        return None
+    k_start, k_end, k_ts, k_dur = cols
+    n_lanes = len(tl["lanes"])
+    if lane.min() < -n_lanes or lane.max() >= n_lanes:
+        raise IndexError("list index out of range")  # as the per-event form's lookup of the lane's texts
+    cat = _text_table([f'}},"cat":{js(name)},"dur":' for name in tl["lanes"]])
+    tid = _text_table([f',"ph":"X","pid":0,"tid":{k + 1},"ts":' for k in range(n_lanes)])
+    labels = list(map(js, d["label"]))
+    label_len = np.fromiter(map(len, labels), dtype=np.int64, count=n_seg)
+    out = []
+    layout: list[int] = []
+    text = np.zeros((0, 0), dtype=np.uint8)
+    for a in range(0, n_seg, _X_CHUNK):
+        b = min(n_seg, a + _X_CHUNK)
+        width = int(label_len[a:b].max())
+        if width > _X_LABEL_WIDTH:  # one long label would make every row of the chunk as wide
+            out.append((_x_event_text(_rows(tl, a, b), us) + ",").encode("ascii"))
+            continue
+        # a row: constant texts and fields: ("d", integers) their digits, ("f", k, p) the fraction k / 10 ** p,
+        # ("t", table) the lane's text, ("s", width) the labels
+        row: list[Any] = [b'{"args":{"cycles":[', ("d", k_start[a:b] // 10), b".", ("f", k_start[a:b] % 10, 1),
+                          b",", ("d", k_end[a:b] // 10), b".", ("f", k_end[a:b] % 10, 1), b'],"instructions":',
+                          ("d", count[a:b]), ("t", cat), ("d", k_dur[a:b] // 10_000), b".",
+                          ("f", k_dur[a:b] % 10_000, 4), b',"name":', ("s", width), ("t", tid),
+                          ("d", k_ts[a:b] // 10_000), b".", ("f", k_ts[a:b] % 10_000, 4), b"},"]
+        widths = [len(f) if isinstance(f, bytes) else _field_width(f) for f in row]
+        fresh = widths != layout or len(text) < b - a
+        if fresh:  # a new layout: its constant texts are written once, the next chunks of the same reuse them
+            layout = widths
+            text = np.zeros((min(n_seg - a, _X_CHUNK), sum(widths)), dtype=np.uint8)
+        rows = text[:b - a]
+        ln = lane[a:b]
+        o = 0
+        for f, w in zip(row, widths):
+            if isinstance(f, bytes):
+                if fresh:
+                    rows[:, o:o + w] = np.frombuffer(f, dtype=np.uint8)
+            elif f[0] == "d":
+                _put_digits(rows[:, o:o + w], f[1])
+            elif f[0] == "f":
+                _put_fraction(rows[:, o:o + w], f[1])
+            elif f[0] == "t":
+                rows[:, o:o + w] = f[1].take(ln, axis=0)
+            else:
+                rows[:, o:o + w] = np.array(labels[a:b], dtype=f"S{w}").view(np.uint8).reshape(b - a, w)
+            o += w
+        out.append(rows.tobytes().translate(None, b"\0"))
+    out[-1] = out[-1][:-1]  # the last event's comma
+    return b"".join(out)
+
+
+def _rows(tl: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    d = tl["detail"]
+    return {"lanes": tl["lanes"], "detail": {k: d[k][a:b] for k in ("lane", "start", "end", "n", "label")}}
+
+
+def _field_width(f) -> int:
+    if f[0] == "d":
+        return len(str(int(f[1].max())))
+    if f[0] == "f":
+        return f[2]
+    if f[0] == "t":
+        return f[1].shape[1]
+    return f[1]
+
+
+def _put_digits(dst, v) -> None:
+    """``dst`` (rows of ``width`` bytes) = the decimal digits of non-negative integers ``v`` (str of each),
+    right-aligned, NUL before the first.  One digit at a time: numpy divides by a scalar quickly."""
+    for j in range(dst.shape[1] - 1, -1, -1):
+        digit = v % 10 + 48
+        if j < dst.shape[1] - 1:
+            digit *= v > 0
+        dst[:, j] = digit
+        v = v // 10
+
+
+def _put_fraction(dst, v) -> None:
+    """``dst`` (rows of ``p`` bytes) = the ``p`` digits of fractions ``v / 10 ** p`` without their trailing
+    zeros (NUL; one digit at least)."""
+    p = dst.shape[1]
+    rest = v
+    for j in range(p - 1, -1, -1):
+        digit = rest % 10 + 48
+        if j > 0:  # written when it or one after it is not 0
+            digit *= v % 10 ** (p - j) != 0
+        dst[:, j] = digit
+        rest = rest // 10
+
+
+def _scaled(x, scale: int):
+    """``x * scale`` as integers when every x is the double nearest to such an integer / scale, with
+    0 <= x < :data:`_X_BELOW` (not -0.0), else None."""
+    import numpy as np
+
+    ok = ~np.signbit(x) & (x < _X_BELOW)  # nan and inf fail the comparison
+    k = np.rint(x * scale)
+    if not (ok.all() and (k / scale == x).all()):
+        return None
+    return k.astype(np.int64)
+
+
+def _text_table(texts: list[str]):
+    """Texts as rows of a byte matrix, NUL after each (looked up by lane)."""
+    import numpy as np
+
+    width = max(map(len, texts), default=0)
+    table = np.zeros((len(texts), width), dtype=np.uint8)
+    for i, t in enumerate(texts):
+        table[i, :len(t)] = np.frombuffer(t.encode("ascii"), dtype=np.uint8)
+    return table
 
 
 def stored_timeline(tl: dict[str, Any]) -> dict[str, Any]:
@@ -441,7 +604,7 @@ def stored_timeline(tl: dict[str, Any]) -> dict[str, Any]:
     if not tl.get("ok") or "detail" not in tl:
         return tl
     out = {k: v for k, v in tl.items() if k != "detail"}
-    out["events_zstd"] = base64.b64encode(Zstd(1).encode(timeline_events(tl).encode("utf-8"))).decode("ascii")
+    out["events_zstd"] = base64.b64encode(Zstd(1).encode(timeline_event_bytes(tl))).decode("ascii")
     return out
 
 
@@ -454,7 +617,7 @@ def _event_bytes(tl: dict[str, Any]) -> bytes:
         from numcodecs import Zstd
 
         return bytes(Zstd().decode(base64.b64decode(tl["events_zstd"])))
-    return timeline_events(tl).encode("utf-8")
+    return timeline_event_bytes(tl)
 
 
 def _meta_events(pid: int, name: str, lanes: list[str]) -> list[dict]:
