@@ -110,6 +110,9 @@ def test_splittable_pass_runs_one_task_per_part_and_matches_the_serial_run(store
     assert split.split_seconds is not None and len(split.part_seconds) == 2
     assert all(isinstance(x, float) for x in split.part_seconds)
     assert split.seconds >= split.split_seconds + sum(split.part_seconds)
+    again = build([BuildUnit("pair", two_functions())], steps(), store).unit("pair").steps[3]
+    assert again.status == "cached" and again.part_seconds == split.part_seconds  # the record keeps them
+    assert again.split_seconds == split.split_seconds
     before = store.load(split.input)
     serial, _ = PerFunction(tag="x").run(before)
     assert content_hash(serial) == split.output

@@ -973,8 +973,7 @@ class Build:
         if kind in ("step", "merge", "split") and status in ("executed", "cached"):
             if kind == "merge" and st.split is not None:
                 sp = st.split
-                res = {**res, "seconds": sp.seconds + sp.part_seconds + float(res.get("seconds") or 0),
-                       "split_seconds": sp.seconds, "part_seconds": [sp.part_run.get(j) for j in range(len(sp.parts))]}
+                res = {**res, "seconds": sp.seconds + sp.part_seconds + float(res.get("seconds") or 0)}
             st.split = None
             self._record(st, i, "executed" if status == "executed" else "cached", res)
             self._advance(st)
@@ -1025,7 +1024,8 @@ class Build:
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
         self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
-                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed)
+                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed,
+                     [sp.part_run.get(j) for j in range(len(sp.parts))])
 
     # ------------------------------------------------------------ driver
     def run(self, units: Iterable[BuildUnit]) -> BuildReport:

@@ -97,7 +97,7 @@ def _cached(store, key: str) -> dict | None:
 
 def _slim(rec: dict) -> dict:
     keep = ("output", "input", "stats", "seconds", "insts_in", "insts_out", "parts_total", "parts_executed",
-            "timing")
+            "timing", "split_seconds", "part_seconds")
     return {k: rec[k] for k in keep if k in rec}
 
 
@@ -445,8 +445,11 @@ def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> di
 
 
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
-               key: str, parts: dict, split_seconds: float, parts_executed: int) -> dict:
-    """Merge the part results of a fan-out pass; records the whole action under ``key``."""
+               key: str, parts: dict, split_seconds: float, parts_executed: int,
+               part_seconds: list[float | None] | None = None) -> dict:
+    """Merge the part results of a fan-out pass; records the whole action under ``key``, with the split's
+    seconds and each part's (None: the part came from the cache), so a build that finds it cached says the
+    same in its stats.json."""
     clock: dict = {"started": time.time()}
     try:
         store, module, early = _open(ctx, key, input_hash, clock)
@@ -463,7 +466,8 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         (out, stats), seconds = _run(_pass(step), step, module, ctx, clock, "merge", outs, part_stats)
         return _finish(ctx, store, key, parts, step, module, out, stats, split_seconds + seconds, clock,
                        {"parts_total": len(part_outputs), "parts_executed": parts_executed,
-                        "refs": list(part_outputs)})
+                        "refs": list(part_outputs), "split_seconds": split_seconds,
+                        "part_seconds": list(part_seconds or [])})
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
 
