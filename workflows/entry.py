@@ -25,13 +25,12 @@ def main() -> None:
 
 
 def command() -> None:
-    """The console entry point: :func:`main`, then leave without tearing the interpreter down.
+    """The console entry point: :func:`main`, then :func:`leave`.
 
     By then every output is written and closed and a local cluster's workers are gone (the build waits
     for them and kills what is left).  Finalising Dask, numpy and every imported module, and freeing
     the modules a build held, took 0.1-0.4 s of wall after the last line was printed (the 8-kernel build,
-    2 workers); the process ends as compilers' drivers do.  An interrupt (KeyboardInterrupt) and a
-    stdout that cannot be flushed (a closed pipe) take Python's normal way out.
+    2 workers).  An interrupt (KeyboardInterrupt) takes Python's normal way out.
     """
     try:
         main()
@@ -40,6 +39,13 @@ def command() -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)  # what sys.exit("text") prints on the normal way out
+    leave(code)
+
+
+def leave(code: int) -> None:
+    """End the process with ``code`` without tearing the interpreter down, as compilers' drivers do
+    (clang's -disable-free): logs closed and streams flushed first; a stream that cannot be flushed
+    (a closed pipe) takes Python's normal way out.  Both console entries (``tusk``, ``full_unroll``)."""
     logging.shutdown()
     try:
         sys.stdout.flush()

@@ -514,8 +514,6 @@ class _Split:
     seconds: float
     insts_in: int | None
     outputs: dict[int, tuple[str, dict]] = field(default_factory=dict)
-    executed: int = 0
-    part_seconds: float = 0.0
     part_run: dict[int, float] = field(default_factory=dict)  # part number -> seconds, of the parts that ran
 
 
@@ -973,7 +971,7 @@ class Build:
         if kind in ("step", "merge", "split") and status in ("executed", "cached"):
             if kind == "merge" and st.split is not None:
                 sp = st.split
-                res = {**res, "seconds": sp.seconds + sp.part_seconds + float(res.get("seconds") or 0)}
+                res = {**res, "seconds": sp.seconds + sum(sp.part_run.values()) + float(res.get("seconds") or 0)}
             st.split = None
             self._record(st, i, "executed" if status == "executed" else "cached", res)
             self._advance(st)
@@ -986,8 +984,6 @@ class Build:
         if kind == "part" and status in ("executed", "cached") and st.split is not None:
             st.split.outputs[j] = (res["output"], dict(res.get("stats") or {}))
             if status == "executed":
-                st.split.executed += 1
-                st.split.part_seconds += float(res.get("seconds") or 0)
                 st.split.part_run[j] = float(res.get("seconds") or 0)
             self._maybe_merge(st)
             return
@@ -1024,7 +1020,7 @@ class Build:
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
         self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
-                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds, sp.executed,
+                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds,
                      [sp.part_run.get(j) for j in range(len(sp.parts))])
 
     # ------------------------------------------------------------ driver

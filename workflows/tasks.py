@@ -445,8 +445,7 @@ def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> di
 
 
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
-               key: str, parts: dict, split_seconds: float, parts_executed: int,
-               part_seconds: list[float | None] | None = None) -> dict:
+               key: str, parts: dict, split_seconds: float, part_seconds: list[float | None]) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``, with the split's
     seconds and each part's (None: the part came from the cache), so a build that finds it cached says the
     same in its stats.json."""
@@ -465,9 +464,10 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
             return {**lost[0], "part": True, "lost": len(lost)}
         (out, stats), seconds = _run(_pass(step), step, module, ctx, clock, "merge", outs, part_stats)
         return _finish(ctx, store, key, parts, step, module, out, stats, split_seconds + seconds, clock,
-                       {"parts_total": len(part_outputs), "parts_executed": parts_executed,
+                       {"parts_total": len(part_outputs),
+                        "parts_executed": sum(x is not None for x in part_seconds),
                         "refs": list(part_outputs), "split_seconds": split_seconds,
-                        "part_seconds": list(part_seconds or [])})
+                        "part_seconds": list(part_seconds)})
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
 

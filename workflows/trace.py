@@ -385,9 +385,15 @@ def _ts_dur(detail: dict, us: float) -> tuple[list[float], list[float]]:
     """Start and duration of each segment in microseconds, rounded to 4 places (one numpy pass)."""
     import numpy as np
 
-    start = np.asarray(detail["start"], dtype=np.float64)
-    end = np.asarray(detail["end"], dtype=np.float64)
-    return np.round(start * us, 4).tolist(), np.round((end - start) * us, 4).tolist()
+    ts, dur = _us(np.asarray(detail["start"], dtype=np.float64), np.asarray(detail["end"], dtype=np.float64), us)
+    return ts.tolist(), dur.tolist()
+
+
+def _us(start, end, us: float):
+    """Start and duration arrays in microseconds, rounded to 4 places: the numbers every form writes."""
+    import numpy as np
+
+    return np.round(start * us, 4), np.round((end - start) * us, 4)
 
 
 def _counter_ts(u: dict, us: float) -> list[float]:
@@ -470,8 +476,7 @@ def _x_event_bytes(tl: dict[str, Any], us: float) -> bytes | None:
         return None
     start = np.fromiter(d["start"], dtype=np.float64, count=n_seg)
     end = np.fromiter(d["end"], dtype=np.float64, count=n_seg)
-    ts = np.round(start * us, 4)            # _ts_dur's numbers (the same operations)
-    dur = np.round((end - start) * us, 4)
+    ts, dur = _us(start, end, us)
     try:
         count = np.fromiter(d["n"], dtype=np.int64, count=n_seg)
     except OverflowError:
