@@ -26,7 +26,8 @@ from tusk.ir.enums import EDGE_NAMES, Kind
 from tusk.ir.module import Function, concat_ranges, distinct
 
 CHUNK = 16384          # instructions rendered at once
-MIN_GROUP = 6          # smaller groups are rendered one by one
+MIN_GROUP = 6          # smaller groups are rendered one by one (unless their signature recurs)
+NARROW = 8             # templates with at most this many slots form a band of their own
 
 
 # ====================================================================== writing
@@ -256,7 +257,7 @@ class Templates:
         self.t_kind = np.full((0, 1), -1, dtype=np.int8)
         self.t_k = np.zeros((0, 1), dtype=np.int32)
         self.t_nslots = np.zeros(0, dtype=np.int64)
-        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]] = {}
+        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int], list[int]]] = {}
         self._attrs_ok: dict[int, bool] = {}
         self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self._shape_ids: dict[Any, int] = {}
@@ -360,7 +361,8 @@ class Templates:
 
     def _group(self, ch: _Chunk) -> None:
         """Rows grouped by signature, every member checked against its group's first member column by
-        column; ``ch.templ``: the rows of groups large enough to template."""
+        column; ``ch.templ``: the rows that may be templated (groups of at least MIN_GROUP members, and
+        clones in smaller groups, see :meth:`_templates_of_groups`)."""
         ins_cols = ch.ins_cols()
         hh = _mix(_mix(_lin(ins_cols, 20), ch.ops_h), ch.deps_h)
         hh[ch.generic] = np.arange(int(ch.generic.sum()), dtype=np.uint64) ^ np.uint64(0xFFFF000000000000)
@@ -384,12 +386,20 @@ class Templates:
             for col in ("name", "clone", "kind"):
                 db |= ch.dj[col] != ch.dj[col][rep_dpos]
             bad[downer[db]] = True
-        ch.templ = (counts[ch.inv] >= MIN_GROUP) & ~bad
+        ch.counts = counts
+        ch.templ = ((counts[ch.inv] >= MIN_GROUP) | ch.iterflag) & ~bad
 
     def _templates_of_groups(self, ch: _Chunk) -> dict[int, Template]:
         """Per group: its template (rendered once per distinct signature, cached across chunks).  A
         group's identity is the bytes of its first member's columns (what :meth:`template` keys on), so
-        that a template seen in an earlier chunk costs a few slices, not a tuple of Python integers."""
+        that a template seen in an earlier chunk costs a few slices, not a tuple of Python integers.
+
+        A clone's group is templated whatever its size: rotated buffers spread a loop's clones over a ring
+        of names, so a chunk holds a few clones of each combination, but the combinations recur chunk
+        after chunk and their templates are kept (on large_matmul's final output, 8,560 rows were
+        rendered one by one, ~10 % of the writer's time).  What a chunk spells depends on the chunk
+        alone (the parts of a document are rendered apart), so whether a group is templated may not
+        depend on the chunks before it; the kept templates only save time."""
         groups: dict[int, Template] = {}
         gs = distinct(ch.inv[ch.templ])
         reps = ch.first[gs]
@@ -413,10 +423,9 @@ class Templates:
                                                            ch.slot_off[o:o + na])
             if t is not None:
                 groups[g] = t
-        if groups:
-            has_t = np.zeros(len(ch.uniq), dtype=bool)
-            has_t[list(groups)] = True
-            ch.templ &= has_t[ch.inv]
+        has_t = np.zeros(len(ch.uniq), dtype=bool)
+        has_t[list(groups)] = True
+        ch.templ &= has_t[ch.inv]
         return groups
 
     def _fill_slots(self, ch: _Chunk, groups: dict[int, Template]) -> _Slots:
@@ -427,17 +436,35 @@ class Templates:
 
         Slots are columns by their place in the template, every group's at once, and the templated rows
         stay in group order (``order``) from here to the assembly: the work per group is one dictionary
-        lookup of its layout, and no (rows, slots) table is scattered back to row order."""
+        lookup of its layout, and no (rows, slots) table is scattered back to row order.  Groups whose
+        templates have few slots (DMAs: a name, a dependency or two, two offsets) and groups with many
+        (matmuls with their attribute integers) are two bands, each a table as wide as its widest
+        template: one table would be half padding on real kernels."""
         n = ch.n
         trows = np.flatnonzero(ch.templ)
-        order = trows[np.argsort(ch.inv[trows], kind="stable")]
-        gr_inv = ch.inv[order]
-        bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1)) if len(order) else np.zeros(0, np.int64)
-        out = _Slots(n, order, gr_inv)
-        if not len(order):
+        out = _Slots(n)
+        if not len(trows):
             return out
+        tid_of = np.zeros(len(ch.uniq), dtype=np.int64)
+        for g, t in groups.items():
+            tid_of[g] = self._tid(t)
+        wide = self.t_nslots[tid_of] > NARROW
+        ginv = ch.inv[trows]
+        key = ginv + wide[ginv] * len(ch.uniq)   # narrow groups first, each band in group order
+        order = trows[np.argsort(key.astype(np.uint16 if len(ch.uniq) < 1 << 15 else np.int64), kind="stable")]
+        split = int((~wide[ginv]).sum())
+        for lo, hi in ((0, split), (split, len(order))):
+            if hi > lo:
+                self._fill_band(ch, groups, tid_of, order[lo:hi], out)
+        return out
+
+    def _fill_band(self, ch: _Chunk, groups: dict[int, Template], tid_of: np.ndarray, order: np.ndarray,
+                   out: _Slots) -> None:
+        """:meth:`_fill_slots` for the rows ``order`` (whole groups, in group order) of one band."""
+        gr_inv = ch.inv[order]
+        bnd = np.flatnonzero(np.diff(gr_inv, prepend=-1))
         bgroups = gr_inv[bnd].tolist()                                   # the group of each boundary
-        tids = np.array([self._tid(groups[g]) for g in bgroups], dtype=np.int64)
+        tids = tid_of[gr_inv[bnd]]
         S = max(int(self.t_nslots[tids].max()), 1)
         at_group = np.cumsum(np.diff(gr_inv, prepend=-1) != 0) - 1     # each row's group (its index in bnd)
         tk = self.t_kind[tids, :S]                                       # slot kinds (-1: no such slot)
@@ -467,21 +494,23 @@ class Templates:
         var_w = np.zeros(RV.shape, dtype=np.int8)
         named = K.reshape(-1)[vi] < 2
         var_w.reshape(-1)[vi[named]] = nd[named] * 2 + (v[named] < 0)
-        out.values, out.var_w = RV, var_w
+        out.add_band(order, gr_inv, RV, var_w)
         out.lengths[order] = lay_len[at_group] + (var_w >> 1).sum(axis=1)
-        return out
 
     def _slot_values(self, ch: _Chunk, order: np.ndarray, K: np.ndarray, KK: np.ndarray) -> np.ndarray:
         """The value of every slot of every templated row (in ``order``; kinds ``K``: 0 name, 1 dependency,
         2 offset, 3 attribute integer, -1 none (0); ``KK`` the slot's index among its kind's): one gather
         from the chunk's values of all four kinds laid end to end (each row's base in each kind's part,
-        plus the slot's index)."""
-        n, nd, nj, L = ch.n, len(ch.d_iter), len(ch.oj["offset"]), ch.leafvals.shape[1]
-        pool = np.concatenate([ch.it.astype(np.int64), ch.d_iter.astype(np.int64),
-                               ch.oj["offset"].astype(np.int64), ch.leafvals.reshape(-1).astype(np.int64),
-                               np.zeros(1, np.int64)])
-        rows = np.arange(n, dtype=np.int64)
-        base = np.stack([rows, n + ch.dep_starts, n + nd + ch.op_starts, n + nd + nj + rows * L], axis=1)[order]
+        plus the slot's index; both built once per chunk, for all its bands)."""
+        if ch.pool is None:
+            n, nd, nj, L = ch.n, len(ch.d_iter), len(ch.oj["offset"]), ch.leafvals.shape[1]
+            ch.pool = np.concatenate([ch.it.astype(np.int64), ch.d_iter.astype(np.int64),
+                                      ch.oj["offset"].astype(np.int64), ch.leafvals.reshape(-1).astype(np.int64),
+                                      np.zeros(1, np.int64)])
+            rows = np.arange(n, dtype=np.int64)
+            ch.kind_base = np.stack([rows, n + ch.dep_starts, n + nd + ch.op_starts, n + nd + nj + rows * L], axis=1)
+        pool = ch.pool
+        base = ch.kind_base[order]
         # each cell's base by its kind: a flat gather (take_along_axis builds 2-D index tuples)
         pick = np.maximum(K, 0).astype(np.intp)
         pick += (np.arange(len(order), dtype=np.intp) * 4)[:, None]
@@ -604,7 +633,11 @@ class _Chunk:
     uniq: np.ndarray
     first: np.ndarray
     inv: np.ndarray
+    counts: np.ndarray
     templ: np.ndarray
+    # every slot value of the chunk end to end, and each row's first in each kind's part (_slot_values)
+    pool: np.ndarray | None = None
+    kind_base: np.ndarray
 
     def __init__(self, owner: Templates, R: np.ndarray):
         c = owner.cols
@@ -646,33 +679,62 @@ def _layout(t: Template, const: np.ndarray, value: np.ndarray, width: np.ndarray
 
 
 class _Slots:
-    """A chunk's templated rows in group order (``order``; their groups ``gr_inv``), their slot values and
-    the widths of their variable slots; each group's layout; every row's line length."""
+    """A chunk's templated rows in bands (see :meth:`Templates._fill_slots`), each band's rows in group
+    order, with their slot values and the widths of their variable slots; each group's layout; every
+    row's line length.  ``order`` (all bands' rows end to end) and ``gr_inv`` (their groups) index the
+    rows by their place; ``base`` is each place's first cell in ``values`` (the bands' tables flat, end to
+    end), ``var_w`` the widths of its variable slots."""
 
-    def __init__(self, n: int, order: np.ndarray, gr_inv: np.ndarray):
-        self.n, self.order, self.gr_inv = n, order, gr_inv
+    def __init__(self, n: int):
+        self.n = n
         self.layouts: dict[int, Layout] = {}
-        self.values: np.ndarray = np.zeros((len(order), 1), dtype=np.int64)
-        self.var_w: np.ndarray = np.zeros((len(order), 1), dtype=np.int8)
         self.lengths = np.zeros(n, dtype=np.int64)
+        self._bands: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.order = self.gr_inv = self.base = self.values = np.zeros(0, dtype=np.int64)
+        self.var_w = np.zeros((0, 1), dtype=np.int8)
+
+    def add_band(self, order: np.ndarray, gr_inv: np.ndarray, values: np.ndarray, var_w: np.ndarray) -> None:
+        self._bands.append((order, gr_inv, values, var_w))
+        self.order = np.concatenate([b[0] for b in self._bands])
+        self.gr_inv = np.concatenate([b[1] for b in self._bands])
+        self.values = np.concatenate([b[2].reshape(-1) for b in self._bands])
+        starts = np.cumsum([0] + [b[2].size for b in self._bands])
+        self.base = np.concatenate([st + np.arange(len(b[0]), dtype=np.int64) * b[2].shape[1]
+                                    for st, b in zip(starts.tolist(), self._bands)])
+        # the bands' widths in one table (small integers: padding them to the widest band is cheap)
+        wmax = max(b[3].shape[1] for b in self._bands)
+        self.var_w = np.zeros((len(self.order), wmax), dtype=np.int8)
+        at = 0
+        for b in self._bands:
+            self.var_w[at:at + len(b[0]), :b[3].shape[1]] = b[3]
+            at += len(b[0])
 
     def classes(self) -> np.ndarray:
         """The layout class of each row (-1: rendered one by one): its group, then the width of each
-        variable slot, packed into one integer."""
+        variable slot, packed into one integer (each band's classes after the band before's)."""
         cls = np.full(self.n, -1, dtype=np.int64)
-        if not len(self.order):
-            return cls
-        key = self.gr_inv.astype(np.int64)
-        span = int(key.max()) + 1
-        for col in self.var_w.T:
-            top = int(col.max()) + 1
-            if top == 1:
-                continue
-            if span * top >= 1 << 62:  # no room left: renumber densely first
+        offset = 0
+        for order, gr_inv, _, var_w in self._bands:
+            key = gr_inv.astype(np.int64)
+            span = int(key.max()) + 1
+            for col in var_w.T:
+                top = int(col.max()) + 1
+                if top == 1:
+                    continue
+                if span * top >= 1 << 62:  # no room left: renumber densely first
+                    _, key = np.unique(key, return_inverse=True)
+                    key = key.reshape(-1)
+                    span = int(key.max()) + 1
+                key = key * top + col
+                span *= top
+            if offset + span >= 1 << 62:
                 _, key = np.unique(key, return_inverse=True)
                 key = key.reshape(-1)
                 span = int(key.max()) + 1
-            key = key * top + col
-            span *= top
-        cls[self.order] = key
+                if offset + span >= 1 << 62:  # renumber what came before too
+                    done = cls >= 0
+                    _, cls[done] = np.unique(cls[done], return_inverse=True)
+                    offset = int(cls.max()) + 1
+            cls[order] = key + offset
+            offset += span
         return cls

@@ -29,9 +29,12 @@ def digit_count(a: np.ndarray) -> np.ndarray:
 
 
 
-def write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.ndarray) -> None:
+def write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.ndarray,
+                  words: np.ndarray | None = None) -> None:
     """Spell integers ``v`` right-aligned in the fields ending at ``end``, whose bytes are blanks already
-    (``width`` characters each, as many as the value needs or more).
+    (``width`` characters each, as many as the value needs or more).  ``words``, if given: the eight
+    bytes of ``out`` that end at each field's end, as a little-endian word (what the writer's skeleton
+    lines hold there), so that the fast path below only stores (an unaligned load costs as much again).
 
     A number of 0 to 99,999,999 whose field is at least eight bytes from its neighbours' (``end`` in
     increasing order, as a chunk's fields are) is one unaligned 64-bit word: its eight digits spelled at
@@ -43,6 +46,8 @@ def write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.nda
         return
     x = v[keep]
     e = end[keep]
+    if words is not None:
+        words = words[keep]
     if len(e) > 1 and int(e[0]) >= 7 and len(out) >= 8:
         gap = np.diff(e)
         apart = np.ones(len(e), dtype=bool)       # at least eight bytes from the field before and after
@@ -56,7 +61,8 @@ def write_numbers(out: np.ndarray, end: np.ndarray, width: np.ndarray, v: np.nda
             lanes = np.ndarray((len(out) - 7,), dtype="<u8", buffer=out, strides=(1,))
             at = e[f] - 7
             mask = _LEADING[digit_count(q)]
-            lanes[at] = (lanes[at] & ~mask) | (_eight_digits(q) & mask)
+            was = lanes[at] if words is None else words[f]
+            lanes[at] = (was & ~mask) | (_eight_digits(q) & mask)
             rest = np.flatnonzero(~fast)
             if not len(rest):
                 return

@@ -50,7 +50,7 @@ class Layout:
 
 
 def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
-             skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int]]]) -> list[bytearray]:
+             skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int], list[int]]]) -> list[bytearray]:
     """The chunk's lines, each followed by ",\n", in one byte array (``sl``: the chunk's slots, see
     ``column_writer._Slots``).
 
@@ -68,21 +68,23 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
     f_col: list[list[int]] = []
     f_width: list[list[int]] = []
     f_slot: list[list[int]] = []
+    f_word: list[list[int]] = []
     for k, r0 in zip(classes.tolist(), first.tolist()):
         if k >= 0:
             p0 = int(pos[r0])
             lay = sl.layouts[int(sl.gr_inv[p0])]
             w = sl.var_w[p0]
-            key = (id(lay), *w.tolist())
+            key = (id(lay), w.tobytes().rstrip(b"\0"))   # (a skeleton reads the widths of its slots alone)
             hit = skeletons.get(key)
             if hit is None:
                 hit = skeletons[key] = _skeleton(lay, w)
         else:
-            hit = (b"", [], [], [])
+            hit = (b"", [], [], [], [])
         skels.append(hit[0])
         f_col.append(hit[1])
         f_width.append(hit[2])
         f_slot.append(hit[3])
+        f_word.append(hit[4])
     lines = list(map(skels.__getitem__, cinv.tolist()))
     for r, text in zip(generic_rows.tolist(), texts):
         lines[r] = text + SEP
@@ -100,13 +102,17 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
         col = np.asarray(list(itertools.chain.from_iterable(f_col)), dtype=np.int64)[idx]
         end = row_start[owner] + col + fw - 1  # last character of the field
         slot = np.asarray(list(itertools.chain.from_iterable(f_slot)), dtype=np.int64)[idx]
-        v = sl.values.reshape(-1).take(pos[owner] * sl.values.shape[1] + slot)  # (flat: cheaper than 2-D)
-        write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v)
+        v = sl.values.take(sl.base.take(pos[owner]) + slot)
+        words = list(itertools.chain.from_iterable(f_word))
+        fword = None if -1 in words else np.asarray(words, dtype=np.uint64)[idx]
+        write_numbers(np.frombuffer(buf, dtype=np.uint8), end, fw, v, fword)
     return [buf]
 
 
-def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int]]:
-    """The line of a layout class with blanks for its numbers; their columns, widths and slots."""
+def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int], list[int]]:
+    """The line of a layout class with blanks for its numbers; their columns, widths and slots, and the
+    eight bytes of the line that end at each field's end (a little-endian word; -1 if the field ends
+    within the line's first eight bytes)."""
     cols: list[int] = []
     widths: list[int] = []
     slots: list[int] = []
@@ -125,6 +131,8 @@ def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], li
             head.append(b" " * n)
             col += n
     head.append(SEP)
-    return b"".join(head), cols, widths, slots
+    line = b"".join(head)
+    words = [int.from_bytes(line[c + n - 8:c + n], "little") if c + n >= 8 else -1 for c, n in zip(cols, widths)]
+    return line, cols, widths, slots, words
 
 
