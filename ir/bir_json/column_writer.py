@@ -401,7 +401,7 @@ class Templates:
         alone (the parts of a document are rendered apart), so whether a group is templated may not
         depend on the chunks before it; the kept templates only save time."""
         groups: dict[int, Template] = {}
-        gs = distinct(ch.inv[ch.templ])
+        gs = np.flatnonzero(np.bincount(ch.inv[ch.templ], minlength=len(ch.uniq)))  # (ascending, no sort)
         reps = ch.first[gs]
         ins_key = np.stack([c[reps] for c in ch.ins_cols()], axis=1).astype(np.int64)
         ona, dnb = ch.nops[reps], ch.ndeps[reps]
@@ -669,11 +669,12 @@ def _layout(t: Template, const: np.ndarray, value: np.ndarray, width: np.ndarray
     """Template ``t`` as a chunk spells it: slots ``const`` spelled in with ``value``, the others as fields
     ("pad": ``width`` characters, right-aligned; "var": as many as each row's value has)."""
     consts, modes, cols = {}, [], []
-    for j, (kind, _) in enumerate(t.slots):
-        if const[j]:
-            consts[j] = int(value[j])
+    n = len(t.slots)
+    for j, (kind, _), c, v, w in zip(range(n), t.slots, const[:n].tolist(), value[:n].tolist(), width[:n].tolist()):
+        if c:
+            consts[j] = v
         else:
-            modes.append(("pad", int(width[j])) if kind in ("off", "attr") else ("var", 0))
+            modes.append(("pad", w) if kind in ("off", "attr") else ("var", 0))
             cols.append(j)
     return Layout(t, consts, modes, cols)
 

@@ -35,12 +35,16 @@ class Layout:
     __slots__ = ("cols", "const_len", "modes", "raw")
 
     def __init__(self, t: Template, consts: dict[int, int], modes: list[tuple[str, int]], cols: list[int]):
-        parts = [t.parts[0]]
-        for j in range(len(t.slots)):
+        parts: list[bytes] = []
+        run = [t.parts[0]]   # the pieces of the current constant run
+        for j, part in enumerate(t.parts[1:]):
             if j in consts:
-                parts[-1] += str(consts[j]).encode() + t.parts[j + 1]
+                run.append(b"%d" % consts[j])
             else:
-                parts.append(t.parts[j + 1])
+                parts.append(b"".join(run))
+                run = []
+            run.append(part)
+        parts.append(b"".join(run))
         self.raw = parts
         self.modes = modes
         self.cols = cols  # the template slot of each mode (the column of the chunk's slot values)
@@ -69,15 +73,21 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
     f_width: list[list[int]] = []
     f_slot: list[list[int]] = []
     f_word: list[list[int]] = []
-    for k, r0 in zip(classes.tolist(), first.tolist()):
-        if k >= 0:
-            p0 = int(pos[r0])
-            lay = sl.layouts[int(sl.gr_inv[p0])]
-            w = sl.var_w[p0]
-            key = (id(lay), w.tobytes().rstrip(b"\0"))   # (a skeleton reads the widths of its slots alone)
+    p0 = pos[first]
+    templated = p0 >= 0                      # (class -1, the rows rendered one by one, comes first if any)
+    at = p0[templated]
+    group = [None] * int((~templated).sum()) + sl.gr_inv[at].tolist()
+    widths = sl.var_w[at]
+    S = widths.shape[1]
+    wbytes = widths.tobytes()
+    for k, g in enumerate(group):
+        if g is not None:
+            lay = sl.layouts[g]
+            j = k - len(group) + len(at)
+            key = (id(lay), wbytes[j * S:(j + 1) * S].rstrip(b"\0"))   # (a skeleton reads its slots' widths alone)
             hit = skeletons.get(key)
             if hit is None:
-                hit = skeletons[key] = _skeleton(lay, w)
+                hit = skeletons[key] = _skeleton(lay, widths[j])
         else:
             hit = (b"", [], [], [], [])
         skels.append(hit[0])
