@@ -471,7 +471,11 @@ class Templates:
         K = tk[at_group]
         RV = self._slot_values(ch, order, K, self.t_k[tids, :S][at_group])
         gmin = np.minimum.reduceat(RV, bnd, axis=0)
-        const = (gmin == np.maximum.reduceat(RV, bnd, axis=0)) | (tk < 0)
+        # a slot the same in every member is spelled into the layout, except in groups too small for that
+        # to pay: their values change from chunk to chunk, and a new layout and skeleton cost more than
+        # writing a few numbers (a spelled constant and a field of its own width are the same bytes)
+        big = np.diff(bnd, append=len(order)) >= MIN_GROUP
+        const = ((gmin == np.maximum.reduceat(RV, bnd, axis=0)) & big[:, None]) | (tk < 0)
         # characters of the cells of varying slots (a quarter of the cells on real kernels): counted for
         # those alone, as small integers
         vary = ~const[at_group]
@@ -510,11 +514,10 @@ class Templates:
             rows = np.arange(n, dtype=np.int64)
             ch.kind_base = np.stack([rows, n + ch.dep_starts, n + nd + ch.op_starts, n + nd + nj + rows * L], axis=1)
         pool = ch.pool
-        base = ch.kind_base[order]
         # each cell's base by its kind: a flat gather (take_along_axis builds 2-D index tuples)
         pick = np.maximum(K, 0).astype(np.intp)
-        pick += (np.arange(len(order), dtype=np.intp) * 4)[:, None]
-        idx = base.reshape(-1).take(pick)
+        pick += (order.astype(np.intp) * 4)[:, None]
+        idx = ch.kind_base.reshape(-1).take(pick)
         idx += KK
         idx[K < 0] = len(pool) - 1
         return pool.take(idx, mode="clip")
