@@ -499,7 +499,10 @@ class Templates:
         named = K.reshape(-1)[vi] < 2
         var_w.reshape(-1)[vi[named]] = nd[named] * 2 + (v[named] < 0)
         out.add_band(order, gr_inv, RV, var_w)
-        out.lengths[order] = lay_len[at_group] + (var_w >> 1).sum(axis=1)
+        length = lay_len[at_group]
+        for j in np.flatnonzero(var_w.any(axis=0)).tolist():  # (a column at a time: a sum along the short
+            length += var_w[:, j] >> 1                        # axis of a narrow table is slow in numpy)
+        out.lengths[order] = length
 
     def _slot_values(self, ch: _Chunk, order: np.ndarray, K: np.ndarray, KK: np.ndarray) -> np.ndarray:
         """The value of every slot of every templated row (in ``order``; kinds ``K``: 0 name, 1 dependency,
@@ -699,6 +702,10 @@ class _Slots:
 
     def add_band(self, order: np.ndarray, gr_inv: np.ndarray, values: np.ndarray, var_w: np.ndarray) -> None:
         self._bands.append((order, gr_inv, values, var_w))
+        if len(self._bands) == 1:  # (most chunks: one band, nothing to join)
+            self.order, self.gr_inv, self.values, self.var_w = order, gr_inv, values.reshape(-1), var_w
+            self.base = np.arange(len(order), dtype=np.int64) * values.shape[1]
+            return
         self.order = np.concatenate([b[0] for b in self._bands])
         self.gr_inv = np.concatenate([b[1] for b in self._bands])
         self.values = np.concatenate([b[2].reshape(-1) for b in self._bands])
