@@ -309,28 +309,21 @@ class _FamilyGuess:
         self.hf = np.zeros(0, dtype=np.int64)    # the family of each
         self.length = np.zeros(0, dtype=np.int64)  # per family: its masked text's length (comma included)
         self.text: list[bytes] = []              # per family: that text and a newline
-        self.row = np.zeros(LEAF_MAX, dtype=np.int64)   # length -> its row of ``extra`` (0: none)
-        self.extra = np.full((1, self.EXTRA), -1, dtype=np.int64)  # offsets of the added words (-1: none)
+        self.row = np.zeros(LEAF_MAX, dtype=np.int64)   # length -> its row of ``offs`` (0: no family that long)
+        self.offs = np.zeros((1, self.SAMPLES), dtype=np.int64)  # per row: the sampled words' offsets
+        self.extra = [0]                         # per row: words added
 
     def hashes(self, text: bytes | bytearray, starts: np.ndarray, length: np.ndarray) -> np.ndarray:
-        S = self.SAMPLES
+        """The hash of each line's sample (a line of a length no family has: some hash)."""
         lanes = np.ndarray((len(text) - 7,), dtype="<u8", buffer=text, strides=(1,))
-        at = starts[:, None] + (np.maximum(length - 8, 0)[:, None] * np.arange(S)) // (S - 1)
-        w = lanes[np.minimum(at, len(lanes) - 1)]
-        h = (w ^ (w >> _FOLD)) @ _HASH[:S] + length.astype(np.uint64) * _HASH[-1]
-        r = self.row[np.minimum(length, LEAF_MAX - 1)]
-        sel = np.flatnonzero(r)
-        if len(sel):
-            off = self.extra[r[sel]]
-            x = lanes[np.minimum(starts[sel, None] + np.maximum(off, 0), len(lanes) - 1)]
-            x[off < 0] = 0
-            h[sel] += (x ^ (x >> _FOLD)) @ _HASH[S:S + self.EXTRA]
-        return h
+        r = self.row[length]
+        w = lanes[np.where(r > 0, starts, 0)[:, None] + self.offs[r]]
+        return (w ^ (w >> _FOLD)) @ _HASH[:w.shape[1]] + length.astype(np.uint64) * _HASH[-1]
 
     def find(self, text: bytes | bytearray, starts: np.ndarray, length: np.ndarray) -> np.ndarray:
         """The guessed family of each line (-1: none of that length and sample)."""
         out = np.full(len(starts), -1, dtype=np.int64)
-        if not len(self.hs) or len(text) < 8:
+        if not len(self.hs):
             return out
         h = self.hashes(text, starts, length)
         pos = np.minimum(np.searchsorted(self.hs, h), len(self.hs) - 1)
@@ -347,6 +340,14 @@ class _FamilyGuess:
         self.text.append(key + b"\n")
         if L < 8:
             return
+        r = int(self.row[L])
+        if not r:
+            r = self.row[L] = len(self.offs)
+            S = self.SAMPLES
+            row = np.zeros((1, self.offs.shape[1]), dtype=np.int64)
+            row[0, :S] = ((L - 8) * np.arange(S)) // (S - 1)
+            self.offs = np.concatenate([self.offs, row])
+            self.extra.append(0)
         joined = b"".join(self.text)
         starts = np.zeros(len(self.text), dtype=np.int64)
         np.cumsum(self.length[:-1] + 1, out=starts[1:])
@@ -354,16 +355,16 @@ class _FamilyGuess:
         while True:
             h = self.hashes(joined, starts[fams], self.length[fams])
             clash = fams[(h == h[-1]) & (self.length[fams] == L)][:-1]
-            r = int(self.row[L])
-            if not len(clash) or (r and self.extra[r, -1] >= 0):
+            if not len(clash) or self.extra[r] == self.EXTRA:
                 break
-            if not r:
-                r = self.row[L] = len(self.extra)
-                self.extra = np.concatenate([self.extra, np.full((1, self.EXTRA), -1, dtype=np.int64)])
             other = self.text[int(clash[0])]
             d = int(np.flatnonzero(np.frombuffer(key, dtype=np.uint8) != np.frombuffer(other, dtype=np.uint8,
                                                                                        count=L))[0])
-            self.extra[r, int((self.extra[r] >= 0).sum())] = min(d, L - 8)
+            col = self.SAMPLES + self.extra[r]
+            if col == self.offs.shape[1]:   # a column more (the other rows sample their first word again)
+                self.offs = np.concatenate([self.offs, np.zeros((len(self.offs), 1), dtype=np.int64)], axis=1)
+            self.offs[r, col] = min(d, L - 8)
+            self.extra[r] += 1
         order = np.argsort(h, kind="stable")
         self.hs, self.hf = h[order], fams[order]
 
@@ -455,8 +456,10 @@ class ColumnLoad:
 
     def scan(self, area: bytearray, stop: int) -> None:
         """Scan the lines of ``area[PAD:stop]`` (whole lines, the last ending with a newline)."""
-        with memoryview(area) as mv:
-            chunk = bytes(mv[PAD:stop])
+        with memoryview(area) as mv, mv[PAD:stop] as chunk:   # (lines are copied out of it, not the window)
+            self.scan_window(area, chunk, stop)
+
+    def scan_window(self, area: bytearray, chunk: memoryview, stop: int) -> None:
         tarea = area.translate(_DIGITS)   # (bytearray's translate: twice as fast as bytes')
         whole = np.frombuffer(area, dtype=np.uint8)
         buf = whole[PAD:stop]
@@ -469,18 +472,18 @@ class ColumnLoad:
         leaf = ((length >= 2) & (length < LEAF_MAX) & (buf[starts] == 123) & (buf[safe_s] == 34)
                 & ((last == 125) | ((last == 44) & (before == 125))))
         for odd in (92, 35):  # lines with an escape, or a "#" (a digit's mask), are read by the ordinary reader
-            if chunk.find(odd) >= 0:
+            if area.find(odd, PAD, stop) >= 0:
                 leaf[np.searchsorted(starts, np.flatnonzero(buf == odd), "right") - 1] = False
         if not leaf.any():
             self.close_run()
-            self.skeleton.append(chunk)
+            self.skeleton.append(bytes(chunk))
             return
         cuts = np.flatnonzero(np.diff(leaf.astype(np.int8))) + 1
         bounds = [0, *cuts.tolist(), len(leaf)]
         for a, b in zip(bounds[:-1], bounds[1:]):
             if not leaf[a]:
                 self.close_run()
-                self.skeleton.append(chunk[starts[a]:ends[b - 1] + 1])
+                self.skeleton.append(bytes(chunk[starts[a]:ends[b - 1] + 1]))
                 continue
             if self.cur is None:
                 self.cur = _Run()
@@ -490,7 +493,7 @@ class ColumnLoad:
             self.batch(chunk, tarea, whole, starts[a:b], ends[a:b])
             self.comma = bool(buf[ends[b - 1] - 1] == 44)
 
-    def batch(self, chunk: bytes, tarea: bytearray, whole: np.ndarray, ls: np.ndarray, le: np.ndarray) -> None:
+    def batch(self, chunk: memoryview, tarea: bytearray, whole: np.ndarray, ls: np.ndarray, le: np.ndarray) -> None:
         """Lines ``ls``-``le`` of ``chunk`` (``whole[PAD:]``; ``tarea``: ``whole`` with digits masked), all one-line
         instructions: each one's family, slot values and sub-template."""
         run = self.cur
@@ -519,7 +522,7 @@ class ColumnLoad:
             slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
         run.slots.append(slots)
 
-    def family_ids(self, chunk: bytes, tarea: bytearray, ls: np.ndarray, le: np.ndarray, core: np.ndarray) -> np.ndarray:
+    def family_ids(self, chunk: memoryview, tarea: bytearray, ls: np.ndarray, le: np.ndarray, core: np.ndarray) -> np.ndarray:
         """The family of each line ``ls``-``le`` (``core``: without its comma): guessed from a sample of its
         masked text (:class:`_FamilyGuess`), then checked all at once -- the guesses' texts joined must be
         the lines' masked text, byte for byte; the lines guessed wrong or not at all go through the exact
@@ -537,7 +540,7 @@ class ColumnLoad:
                 fid[i] = self.family_of(chunk, tarea, int(ls[i]), int(le[i]), int(core[i]))
         return fid
 
-    def family_of(self, chunk: bytes, tarea: bytearray, s: int, e: int, c: int) -> int:
+    def family_of(self, chunk: memoryview, tarea: bytearray, s: int, e: int, c: int) -> int:
         """The family of the line ``s``-``e`` of ``chunk`` (``c``: without its comma) by its masked text (a
         new one if none has it; ``tarea``: the masked text, ``PAD`` bytes before ``chunk``)."""
         with memoryview(tarea) as mv:
@@ -547,12 +550,12 @@ class ColumnLoad:
             if len(self.fams) >= MAX_FAMILIES:
                 raise Fallback("too many line shapes")
             f = len(self.fams)
-            self.fams.append(_Family(chunk[s:c]))
+            self.fams.append(_Family(bytes(chunk[s:c])))
             self.families[key] = f
             self.guess.add(key)
         return f
 
-    def sub_ids(self, chunk: bytes, ls: np.ndarray, core: np.ndarray, fk: np.ndarray, K: np.ndarray) -> np.ndarray:
+    def sub_ids(self, chunk: memoryview, ls: np.ndarray, core: np.ndarray, fk: np.ndarray, K: np.ndarray) -> np.ndarray:
         """The sub-template of each line (``ls``-``core`` of ``chunk``, family ``fk``, constant words ``K``):
         found by one hash per line in the table of those seen (:class:`_SubTable`, the match checked word
         for word); the lines it does not find go through the exact map (new sub-templates are numbered in
@@ -572,7 +575,7 @@ class ColumnLoad:
                 if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
                     raise Fallback("not clone-shaped: most lines would be read one by one anyway")
                 x = self.subs[sig] = len(self.sub_lines)
-                self.sub_lines.append(chunk[ls[u]:core[u]])
+                self.sub_lines.append(bytes(chunk[ls[u]:core[u]]))
                 self.sub_family.append(f)
                 added.append(u)
             ids[u] = x
@@ -586,11 +589,11 @@ class ColumnLoad:
         return self.tabled
 
     @staticmethod
-    def _generic(run: _Run, chunk: bytes, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
+    def _generic(run: _Run, chunk: memoryview, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
                  tids: np.ndarray) -> None:
         for i in members.tolist():
             tids[i] = -1 - len(run.generic)
-            run.generic.append(chunk[ls[i]:core[i]])
+            run.generic.append(bytes(chunk[ls[i]:core[i]]))
 
     # ------------------------------------------------------------------ expanding a run while reading
     def run(self, reader: Any, fn: Function, text: str, where: str, block: int) -> None:
