@@ -348,6 +348,12 @@ class _FamilyGuess:
             row[0, :S] = ((L - 8) * np.arange(S)) // (S - 1)
             self.offs = np.concatenate([self.offs, row])
             self.extra.append(0)
+        h1 = self.hashes(key, np.zeros(1, dtype=np.int64), np.array([L]))
+        same = self.hf[self.hs == h1[0]]
+        if not (self.length[same] == L).any():   # the usual case: its sample tells it apart
+            at = int(np.searchsorted(self.hs, h1[0]))
+            self.hs, self.hf = np.insert(self.hs, at, h1), np.insert(self.hf, at, len(self.text) - 1)
+            return
         joined = b"".join(self.text)
         starts = np.zeros(len(self.text), dtype=np.int64)
         np.cumsum(self.length[:-1] + 1, out=starts[1:])
