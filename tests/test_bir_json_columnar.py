@@ -262,30 +262,3 @@ def test_numbers_written_eight_digits_at_a_time_keep_their_neighbours():
     buf = np.frombuffer(text, dtype=np.uint8).copy()
     digits.write_numbers(buf, end, w, v)
     assert buf.tobytes() == b"".join(s + str(x).rjust(n).encode() for s, x, n in zip(seps, v.tolist(), w.tolist()))
-
-
-@pytest.mark.parametrize("edit", ["none", "unknown", "ambiguous", "renamed"])
-def test_references_found_by_table_or_by_search_alike(edit, monkeypatch):
-    """References are found by direct indexing where the names' iterations are compact; the module and
-    every error must be what the binary search finds."""
-    from tusk.ir.bir_json import refs
-
-    text = bir_json.dumps(_unrolled(tusk_nest(6, 6, 40)))
-    if edit == "unknown":
-        text = text.replace('["load_a-it17","Flow"]', '["load_a-it99999","Flow"]', 1)
-    elif edit == "ambiguous":   # two rows named mm-it3: the references to it name both
-        text = text.replace('"name":"mm-it4"', '"name":"mm-it3"', 1)
-    elif edit == "renamed":     # a name no reference uses, and one iteration of mm missing
-        text = text.replace('"name":"mm-it4"', '"name":"mm_x-it4"', 1).replace('"mm-it4"', '"mm_x-it4"')
-
-    def outcome(fast: bool) -> str:
-        try:
-            return bir_json.dumps(bir_json.loads(text, fast=fast))
-        except FormatError as e:
-            return f"error: {e}"
-
-    by_table = [outcome(True), outcome(False)]
-    monkeypatch.setattr(refs, "_dense_lookup", lambda *a: None)
-    assert by_table == [outcome(True), outcome(False)]
-    assert (edit in ("unknown", "ambiguous")) == by_table[0].startswith("error")
-

@@ -147,24 +147,10 @@ def resolve_refs(fn: Function, refs: "Refs", fn_where: str, may_repeat: bool = T
 def _lookup(fn: Function, skey: np.ndarray, order: np.ndarray, key: np.ndarray, blk: np.ndarray, dst: np.ndarray,
             fn_where: str, where_of: Callable[[int], str]) -> np.ndarray:
     """The instruction row each reference names (see :func:`resolve_refs`)."""
-    dense = _dense_lookup(skey, order, key)
-    if dense is not None:
-        src, unsure = dense
-        if not len(unsure):
-            return src
-        # the keys that name several rows or none: searched as below (errors name them)
-        src[unsure] = _search(fn, skey, order, key[unsure], blk[unsure], fn_where,
-                              lambda r: where_of(int(unsure[r])))
-        return src
-    return _search(fn, skey, order, key, blk, fn_where, where_of)
-
-
-def _search(fn: Function, skey: np.ndarray, order: np.ndarray, key: np.ndarray, blk: np.ndarray, fn_where: str,
-            where_of: Callable[[int], str]) -> np.ndarray:
-    n = len(skey)
     # one search: a key names one row when it is at lo and not at lo + 1 (the right end is searched only
     # for the keys that name several)
     lo = np.searchsorted(skey, key, "left")
+    n = len(skey)
     at = skey[np.minimum(lo, n - 1)] == key if n else np.zeros(len(key), dtype=bool)
     again = at & (skey[np.minimum(lo + 1, n - 1)] == key) & (lo + 1 < n) if n else at
     src = np.where(at & ~again, order[np.minimum(lo, n - 1)] if n else -1, -1)
@@ -189,37 +175,6 @@ def _search(fn: Function, skey: np.ndarray, order: np.ndarray, key: np.ndarray, 
         r = int(missing[0])
         raise format_error(f"Unknown dependency {_ref_name(fn, int(key[r]))!r}", where_of(r))
     return src
-
-
-def _dense_lookup(skey: np.ndarray, order: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`_lookup` by direct indexing when the names' iterations are compact (a table per name from 0
-    to its last iteration, at most four entries per row): each key's row where exactly one has it, and
-    the keys that name several or none (-1 there).  None when a table would be too large."""
-    n = len(skey)
-    if n < 1024 or len(key) < 1024:
-        return None
-    name = skey >> 32
-    cut = np.flatnonzero(name[1:] != name[:-1]) + 1
-    first = np.concatenate([[0], cut])
-    last = np.concatenate([cut, [n]]) - 1
-    names = name[first]
-    span = (skey[last] & 0xFFFFFFFF) + 1    # iterations + 1 of each name: 0 (no iteration) to its last
-    if int(span.sum()) > 4 * n:
-        return None
-    base = np.zeros(len(names), dtype=np.int64)
-    np.cumsum(span[:-1], out=base[1:])
-    table = np.full(int(span.sum()), -1, dtype=np.int64)
-    at = base[np.repeat(np.arange(len(names)), last - first + 1)] + (skey & 0xFFFFFFFF)
-    table[at] = order
-    dup = np.flatnonzero(skey[1:] == skey[:-1])
-    table[at[dup]] = -2   # several rows of that name
-    ni = np.minimum(np.searchsorted(names, key >> 32), len(names) - 1)
-    it = key & 0xFFFFFFFF
-    ok = (names[ni] == key >> 32) & (it < span[ni])
-    src = np.full(len(key), -1, dtype=np.int64)
-    src[ok] = table[base[ni[ok]] + it[ok]]
-    unsure = np.flatnonzero(src < 0)
-    return src, unsure
 
 
 def _ref_name(fn: Function, key: int) -> str:
