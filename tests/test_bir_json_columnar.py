@@ -99,6 +99,32 @@ def test_columnar_loading_builds_what_the_reader_builds(tmp_path, name):
     assert bir_json.dumps(columnar) == bir_json.dumps(ordinary)
 
 
+@pytest.mark.parametrize("samples, extra, one_hash", [(2, 1, False), (2, 16, False), (16, 16, True)])
+def test_lines_a_guess_does_not_tell_apart_are_read_as_they_are(tmp_path, monkeypatch, samples, extra, one_hash):
+    """Families are guessed from a sample of a line's masked text and sub-templates by a hash of their
+    constant runs; a wrong guess (families one byte apart, a sample too small to see it; every
+    sub-template hashed alike) must still build what the ordinary reader builds."""
+    m = _unrolled(tusk_nest(3, 4, 30))
+    path = tmp_path / "m.json"
+    bir_json.save(m, path)
+    lines = path.read_text().split("\n")
+    flipped = 0
+    for k in range(0, len(lines), 3):   # the same length, one word apart
+        if '"Flow"]' in lines[k]:
+            lines[k] = lines[k].replace('"Flow"]', '"Anti"]', 1)
+            flipped += 1
+    assert flipped > 50
+    path.write_text("\n".join(lines))
+    monkeypatch.setattr(column_reader, "READ_BYTES", 4096)   # many windows: guesses from the ones before
+    monkeypatch.setattr(column_reader._FamilyGuess, "SAMPLES", samples)
+    monkeypatch.setattr(column_reader._FamilyGuess, "EXTRA", extra)
+    if one_hash:
+        monkeypatch.setattr(column_reader, "_key_hash", lambda fk, K: np.zeros(len(fk), dtype=np.uint64))
+    load = column_reader.ColumnLoad(str(path))
+    assert load.load() == bir_json.load(path, fast=False)
+    assert len(load.fams) > 2
+
+
 def test_large_file_takes_the_columnar_path_and_gzip(tmp_path, monkeypatch):
     m = _unrolled(tusk_nest(6, 6, 40))
     for suffix in (".json", ".json.gz"):

@@ -10,7 +10,6 @@ paths build the same module.
 from __future__ import annotations
 
 import io
-import itertools
 import os
 import re
 from typing import Any
@@ -234,6 +233,7 @@ class _Tables:
         self.lead = _padded([f.slot_lead for f in fams], 0)
         self.word_at = _padded([f.word_at for f in fams], 0)
         self.word_mask = _padded([f.word_mask for f in fams], 0).astype(np.uint64)
+        self.nwords = [len(f.word_at) for f in fams]
 
 
 def _padded(rows: list[np.ndarray], fill: int) -> np.ndarray:
@@ -241,6 +241,138 @@ def _padded(rows: list[np.ndarray], fill: int) -> np.ndarray:
     for k, r in enumerate(rows):
         out[k, :len(r)] = r
     return out
+
+
+_HASH = np.array([(0x9E3779B97F4A7C15 * (2 * k + 3)) % (1 << 64) | 1 for k in range(64)], dtype=np.uint64)
+_FOLD = np.uint64(29)
+
+
+def _key_hash(fk: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of constant words ``K`` (zero words add nothing, so a row's padding does
+    not change it) and family ``fk``: only a first guess, every match is checked word for word."""
+    W = K.shape[1]
+    mult = _HASH[:W] if W <= len(_HASH) else np.resize(_HASH, W)
+    return (K ^ (K >> _FOLD)) @ mult + fk.astype(np.uint64) * _HASH[-1]
+
+
+class _SubTable:
+    """The sub-templates seen, by hash: their hashes sorted, and each one's family and constant words
+    (padded with zero words to the widest family), to check a match exactly."""
+
+    def __init__(self) -> None:
+        self.hs = np.zeros(0, dtype=np.uint64)      # hashes, ascending
+        self.hid = np.zeros(0, dtype=np.int64)      # the sub-template of each
+        self.fam = np.zeros(0, dtype=np.int64)      # per sub-template id
+        self.words = np.zeros((0, 1), dtype=np.uint64)
+
+    def find(self, fk: np.ndarray, K: np.ndarray) -> np.ndarray:
+        """Each row's sub-template, or -1 where none seen has exactly its family and words."""
+        out = np.full(len(fk), -1, dtype=np.int64)
+        if not len(self.hs):
+            return out
+        h = _key_hash(fk, K)
+        pos = np.minimum(np.searchsorted(self.hs, h), len(self.hs) - 1)
+        cand = self.hid[pos]
+        W = min(K.shape[1], self.words.shape[1])
+        ok = (self.hs[pos] == h) & (self.fam[cand] == fk) & (self.words[cand, :W] == K[:, :W]).all(axis=1)
+        if self.words.shape[1] > W:
+            ok &= ~self.words[cand, W:].any(axis=1)
+        if K.shape[1] > W:
+            ok &= ~K[:, W:].any(axis=1)
+        out[ok] = cand[ok]
+        return out
+
+    def add(self, fk: np.ndarray, K: np.ndarray, ids: np.ndarray) -> None:
+        """Sub-templates ``ids`` (new, ascending from the table's size) of families ``fk``, words ``K``."""
+        W = max(K.shape[1], self.words.shape[1])
+        words = np.zeros((len(self.fam) + len(ids), W), dtype=np.uint64)
+        words[:len(self.fam), :self.words.shape[1]] = self.words
+        words[ids, :K.shape[1]] = K
+        self.words = words
+        self.fam = np.concatenate([self.fam, fk])
+        hs = np.concatenate([self.hs, _key_hash(fk, K)])
+        hid = np.concatenate([self.hid, ids])
+        order = np.argsort(hs, kind="stable")
+        self.hs, self.hid = hs[order], hid[order]
+
+
+class _FamilyGuess:
+    """A line's family guessed from its length and a sample of its masked text: sixteen 8-byte words spread
+    over it, and for a length whose families that sample does not tell apart, words where they differ
+    (one hash per line, looked up among the families'); a guess is only a guess, the caller checks it."""
+
+    SAMPLES = 16
+    EXTRA = 16   # words added per length, at most
+
+    def __init__(self) -> None:
+        self.hs = np.zeros(0, dtype=np.uint64)   # hashes of the families' samples, ascending
+        self.hf = np.zeros(0, dtype=np.int64)    # the family of each
+        self.length = np.zeros(0, dtype=np.int64)  # per family: its masked text's length (comma included)
+        self.text: list[bytes] = []              # per family: that text and a newline
+        self.row = np.zeros(LEAF_MAX, dtype=np.int64)   # length -> its row of ``offs`` (0: no family that long)
+        self.offs = np.zeros((1, self.SAMPLES), dtype=np.int64)  # per row: the sampled words' offsets
+        self.extra = [0]                         # per row: words added
+
+    def hashes(self, text: bytes | bytearray, starts: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """The hash of each line's sample (a line of a length no family has: some hash)."""
+        lanes = np.ndarray((len(text) - 7,), dtype="<u8", buffer=text, strides=(1,))
+        r = self.row[length]
+        w = lanes[np.where(r > 0, starts, 0)[:, None] + self.offs[r]]
+        return (w ^ (w >> _FOLD)) @ _HASH[:w.shape[1]] + length.astype(np.uint64) * _HASH[-1]
+
+    def find(self, text: bytes | bytearray, starts: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """The guessed family of each line (-1: none of that length and sample)."""
+        out = np.full(len(starts), -1, dtype=np.int64)
+        if not len(self.hs):
+            return out
+        h = self.hashes(text, starts, length)
+        pos = np.minimum(np.searchsorted(self.hs, h), len(self.hs) - 1)
+        f = self.hf[pos]
+        ok = (self.hs[pos] == h) & (self.length[f] == length)
+        out[ok] = f[ok]
+        return out
+
+    def add(self, key: bytes) -> None:
+        """The next family, of masked text ``key``: the families are hashed again (a word added for
+        its length while its sample is another family's of that length)."""
+        L = len(key)
+        self.length = np.append(self.length, L)
+        self.text.append(key + b"\n")
+        if L < 8:
+            return
+        r = int(self.row[L])
+        if not r:
+            r = self.row[L] = len(self.offs)
+            S = self.SAMPLES
+            row = np.zeros((1, self.offs.shape[1]), dtype=np.int64)
+            row[0, :S] = ((L - 8) * np.arange(S)) // (S - 1)
+            self.offs = np.concatenate([self.offs, row])
+            self.extra.append(0)
+        h1 = self.hashes(key, np.zeros(1, dtype=np.int64), np.array([L]))
+        same = self.hf[self.hs == h1[0]]
+        if not (self.length[same] == L).any():   # the usual case: its sample tells it apart
+            at = int(np.searchsorted(self.hs, h1[0]))
+            self.hs, self.hf = np.insert(self.hs, at, h1), np.insert(self.hf, at, len(self.text) - 1)
+            return
+        joined = b"".join(self.text)
+        starts = np.zeros(len(self.text), dtype=np.int64)
+        np.cumsum(self.length[:-1] + 1, out=starts[1:])
+        fams = np.flatnonzero(self.length >= 8)
+        while True:
+            h = self.hashes(joined, starts[fams], self.length[fams])
+            clash = fams[(h == h[-1]) & (self.length[fams] == L)][:-1]
+            if not len(clash) or self.extra[r] == self.EXTRA:
+                break
+            other = self.text[int(clash[0])]
+            d = int(np.flatnonzero(np.frombuffer(key, dtype=np.uint8) != np.frombuffer(other, dtype=np.uint8,
+                                                                                       count=L))[0])
+            col = self.SAMPLES + self.extra[r]
+            if col == self.offs.shape[1]:   # a column more (the other rows sample their first word again)
+                self.offs = np.concatenate([self.offs, np.zeros((len(self.offs), 1), dtype=np.int64)], axis=1)
+            self.offs[r, col] = min(d, L - 8)
+            self.extra[r] += 1
+        order = np.argsort(h, kind="stable")
+        self.hs, self.hf = h[order], fams[order]
 
 
 class _Run:
@@ -269,6 +401,8 @@ class ColumnLoad:
         self.comma = False
         self.protos: dict[int, Any] = {}
         self.subs: dict[bytes, int] = {}         # (family, constant runs' bytes) -> sub-template id
+        self.subtab = _SubTable()                 # the same, found with numpy
+        self.guess = _FamilyGuess()               # families found with numpy (checked, then the exact map)
         self.tabled: _Tables | None = None
         self.used = 0
         self.lines = 0
@@ -328,60 +462,52 @@ class ColumnLoad:
 
     def scan(self, area: bytearray, stop: int) -> None:
         """Scan the lines of ``area[PAD:stop]`` (whole lines, the last ending with a newline)."""
-        with memoryview(area) as mv:
-            chunk = bytes(mv[PAD:stop])
-        tchunk = chunk.translate(_DIGITS)
-        tlines = tchunk.split(b"\n")[:-1]  # the chunk ends with a newline
-        length = np.fromiter(map(len, tlines), dtype=np.int64, count=len(tlines))
-        starts = np.zeros(len(length), dtype=np.int64)
-        np.cumsum(length[:-1] + 1, out=starts[1:])
-        ends = starts + length
+        with memoryview(area) as mv, mv[PAD:stop] as chunk:   # (lines are copied out of it, not the window)
+            self.scan_window(area, chunk, stop)
+
+    def scan_window(self, area: bytearray, chunk: memoryview, stop: int) -> None:
+        tarea = area.translate(_DIGITS)   # (bytearray's translate: twice as fast as bytes')
         whole = np.frombuffer(area, dtype=np.uint8)
         buf = whole[PAD:stop]
+        ends = np.flatnonzero(buf == 10)   # the chunk ends with a newline
+        starts = np.zeros(len(ends), dtype=np.int64)
+        starts[1:] = ends[:-1] + 1
+        length = ends - starts
         safe_s = np.minimum(starts + 1, len(buf) - 1)
         last, before = buf[np.maximum(ends - 1, 0)], buf[np.maximum(ends - 2, 0)]
         leaf = ((length >= 2) & (length < LEAF_MAX) & (buf[starts] == 123) & (buf[safe_s] == 34)
                 & ((last == 125) | ((last == 44) & (before == 125))))
         for odd in (92, 35):  # lines with an escape, or a "#" (a digit's mask), are read by the ordinary reader
-            if chunk.find(odd) >= 0:
+            if area.find(odd, PAD, stop) >= 0:
                 leaf[np.searchsorted(starts, np.flatnonzero(buf == odd), "right") - 1] = False
         if not leaf.any():
             self.close_run()
-            self.skeleton.append(chunk)
+            self.skeleton.append(bytes(chunk))
             return
         cuts = np.flatnonzero(np.diff(leaf.astype(np.int8))) + 1
         bounds = [0, *cuts.tolist(), len(leaf)]
         for a, b in zip(bounds[:-1], bounds[1:]):
             if not leaf[a]:
                 self.close_run()
-                self.skeleton.append(chunk[starts[a]:ends[b - 1] + 1])
+                self.skeleton.append(bytes(chunk[starts[a]:ends[b - 1] + 1]))
                 continue
             if self.cur is None:
                 self.cur = _Run()
                 self.skeleton.append(b'"\\u0000tusk-run:' + self.nonce.encode() + b":" + str(len(self.runs)).encode()
                                      + b'"')
                 self.runs.append(self.cur)
-            self.batch(chunk, whole, tlines[a:b], starts[a:b], ends[a:b])
+            self.batch(chunk, tarea, whole, starts[a:b], ends[a:b])
             self.comma = bool(buf[ends[b - 1] - 1] == 44)
 
-    def batch(self, chunk: bytes, whole: np.ndarray, keys: list[bytes], ls: np.ndarray, le: np.ndarray) -> None:
-        """Lines ``ls``-``le`` of ``chunk`` (``whole[PAD:]``), all one-line instructions: each one's family,
-        slot values and sub-template."""
+    def batch(self, chunk: memoryview, tarea: bytearray, whole: np.ndarray, ls: np.ndarray, le: np.ndarray) -> None:
+        """Lines ``ls``-``le`` of ``chunk`` (``whole[PAD:]``; ``tarea``: ``whole`` with digits masked), all one-line
+        instructions: each one's family, slot values and sub-template."""
         run = self.cur
         assert run is not None
         self.lines += len(ls)
         lanes = np.ndarray((len(whole) - 7,), dtype="<u8", buffer=whole, strides=(1,))  # 8 bytes at every offset
         core = le - (whole[PAD + le - 1] == 44)
-        fid = np.fromiter(map(self.families.get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
-        for i in np.flatnonzero(fid < 0).tolist():
-            f = self.families.get(keys[i])
-            if f is None:
-                if len(self.fams) >= MAX_FAMILIES:
-                    raise Fallback("too many line shapes")
-                f = len(self.fams)
-                self.fams.append(_Family(chunk[ls[i]:core[i]]))
-                self.families[keys[i]] = f
-            fid[i] = f
+        fid = self.family_ids(chunk, tarea, ls, le, core)
         tids = np.empty(len(ls), dtype=np.int32)
         T = self.tables()
         gen = T.generic[fid]
@@ -393,28 +519,75 @@ class ColumnLoad:
         keep = np.flatnonzero(~gen)
         if len(keep):
             # a line's sub-template: its family and the bytes of its constant runs
-            K = lanes[at[keep, None] + T.word_at[fid[keep]]]
-            K &= T.word_mask[fid[keep]]
-            K = np.concatenate([fid[keep, None].astype(np.uint64), K], axis=1)
-            k = 8 * K.shape[1]
-            packed = K.tobytes()
-            sigs = [packed[j:j + k] for j in range(0, len(packed), k)]
-            found = list(map(self.subs.get, sigs))
-            for u in [u for u, x in enumerate(found) if x is None]:
-                x = self.subs.get(sigs[u])   # (a sub-template new in this batch, met again)
-                if x is None:
-                    if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
-                        raise Fallback("not clone-shaped: most lines would be read one by one anyway")
-                    i = int(keep[u])
-                    x = self.subs[sigs[u]] = len(self.sub_lines)
-                    self.sub_lines.append(chunk[ls[i]:core[i]])
-                    self.sub_family.append(int(fid[i]))
-                found[u] = x
-            tids[keep] = np.array(found, dtype=np.int32)
+            fk = fid[keep]
+            K = lanes[at[keep, None] + T.word_at[fk]]
+            K &= T.word_mask[fk]
+            tids[keep] = self.sub_ids(chunk, ls[keep], core[keep], fk, K)
         run.tids.append(tids)
         if len(slots) and np.abs(slots).max() < (1 << 31):
             slots = slots.astype(np.int32)  # kept until the run is read: as small as the values allow
         run.slots.append(slots)
+
+    def family_ids(self, chunk: memoryview, tarea: bytearray, ls: np.ndarray, le: np.ndarray, core: np.ndarray) -> np.ndarray:
+        """The family of each line ``ls``-``le`` (``core``: without its comma): guessed from a sample of its
+        masked text (:class:`_FamilyGuess`), then checked all at once -- the guesses' texts joined must be
+        the lines' masked text, byte for byte; the lines guessed wrong or not at all go through the exact
+        map (their masked text as the key)."""
+        guess = self.guess
+        fid = guess.find(tarea, ls + PAD, le - ls)
+        for i in np.flatnonzero(fid < 0).tolist():
+            fid[i] = self.family_of(chunk, tarea, int(ls[i]), int(le[i]), int(core[i]))
+        a, b = int(ls[0]) + PAD, int(le[-1]) + 1 + PAD
+        joined = b"".join(map(guess.text.__getitem__, fid.tolist()))
+        if not tarea.startswith(joined, a):
+            diff = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) != np.frombuffer(tarea, dtype=np.uint8,
+                                                                                          count=b - a, offset=a))
+            for i in distinct(np.searchsorted(ls + PAD, diff + a, "right") - 1).tolist():
+                fid[i] = self.family_of(chunk, tarea, int(ls[i]), int(le[i]), int(core[i]))
+        return fid
+
+    def family_of(self, chunk: memoryview, tarea: bytearray, s: int, e: int, c: int) -> int:
+        """The family of the line ``s``-``e`` of ``chunk`` (``c``: without its comma) by its masked text (a
+        new one if none has it; ``tarea``: the masked text, ``PAD`` bytes before ``chunk``)."""
+        with memoryview(tarea) as mv:
+            key = bytes(mv[PAD + s:PAD + e])
+        f = self.families.get(key)
+        if f is None:
+            if len(self.fams) >= MAX_FAMILIES:
+                raise Fallback("too many line shapes")
+            f = len(self.fams)
+            self.fams.append(_Family(bytes(chunk[s:c])))
+            self.families[key] = f
+            self.guess.add(key)
+        return f
+
+    def sub_ids(self, chunk: memoryview, ls: np.ndarray, core: np.ndarray, fk: np.ndarray, K: np.ndarray) -> np.ndarray:
+        """The sub-template of each line (``ls``-``core`` of ``chunk``, family ``fk``, constant words ``K``):
+        found by one hash per line in the table of those seen (:class:`_SubTable`, the match checked word
+        for word); the lines it does not find go through the exact map (new sub-templates are numbered in
+        file order)."""
+        ids = self.subtab.find(fk, K)
+        miss = np.flatnonzero(ids < 0)
+        if not len(miss):
+            return ids
+        nw = self.tables().nwords
+        added = []
+        for u in miss.tolist():
+            f = int(fk[u])
+            row = K[u, :nw[f]]
+            sig = f.to_bytes(4, "little") + row.tobytes()
+            x = self.subs.get(sig)
+            if x is None:
+                if len(self.sub_lines) >= max(MAX_FAMILIES, self.lines // 4):
+                    raise Fallback("not clone-shaped: most lines would be read one by one anyway")
+                x = self.subs[sig] = len(self.sub_lines)
+                self.sub_lines.append(bytes(chunk[ls[u]:core[u]]))
+                self.sub_family.append(f)
+                added.append(u)
+            ids[u] = x
+        if added:
+            self.subtab.add(fk[added], K[added], ids[added])
+        return ids
 
     def tables(self) -> _Tables:
         if self.tabled is None or self.tabled.n != len(self.fams):
@@ -422,11 +595,11 @@ class ColumnLoad:
         return self.tabled
 
     @staticmethod
-    def _generic(run: _Run, chunk: bytes, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
+    def _generic(run: _Run, chunk: memoryview, ls: np.ndarray, core: np.ndarray, members: np.ndarray,
                  tids: np.ndarray) -> None:
         for i in members.tolist():
             tids[i] = -1 - len(run.generic)
-            run.generic.append(chunk[ls[i]:core[i]])
+            run.generic.append(bytes(chunk[ls[i]:core[i]]))
 
     # ------------------------------------------------------------------ expanding a run while reading
     def run(self, reader: Any, fn: Function, text: str, where: str, block: int) -> None:

@@ -134,6 +134,7 @@ class Reader:
         self.file = file
         self.where = "$"
         self.expand: Any = None  # the columnar loader's run expander: instructions read column-wise
+        self.operand_cache: dict[tuple, tuple] | None = None  # per function, while ``expand`` is set
 
     # ------------------------------------------------------------------ module
     def module(self, obj: Any) -> Module:
@@ -176,6 +177,7 @@ class Reader:
         name = expect_str(required(fobj, "name", where), where + ".name")
         fn = Function(name, kind)
         self.fn_where = where
+        self.operand_cache = None if self.expand is None else {}
         raw_attrs = self._attributes(fn, fobj.get("attributes", ABSENT), where + ".attributes")
         self.regs: dict[str, int] = {}
         self.memlocs: dict[str, int] = {}
@@ -411,6 +413,20 @@ class Reader:
         return row
 
     def _operand(self, fn: Function, obj: Any, where: str, role: int) -> tuple:
+        """One operand row; with ``operand_cache`` (the columnar loader's), a physical access pattern read
+        before in this function but for its offset is not read again."""
+        cache = self.operand_cache
+        if (cache is None or type(obj) is not dict or obj.get("kind") != "physical_ap"
+                or type(obj.get("offset")) is not int):
+            return self._read_operand(fn, obj, where, role)
+        key = (role, orjson.dumps({k: v for k, v in obj.items() if k != "offset"}))
+        row = cache.get(key)
+        if row is None:
+            row = cache[key] = self._read_operand(fn, obj, where, role)
+            return row
+        return row[:4] + (expect_int(obj["offset"], where + ".offset"),) + row[5:]
+
+    def _read_operand(self, fn: Function, obj: Any, where: str, role: int) -> tuple:
         o = expect_obj(obj, where)
         kname = required(o, "kind", where)
         if type(kname) is not str or kname not in OPERAND_KIND_BY_NAME:
