@@ -63,7 +63,9 @@ def command() -> None:
     changes nothing on disk, so the process ends as compilers' drivers do (clang's -disable-free).
     """
     from tusk.workflows.entry import leave
+    from tusk.workflows.malloc_setup import keep_freed_memory
 
+    keep_freed_memory()
     leave(main())
 
 

@@ -1,0 +1,164 @@
+"""A large output written past the page cache (``O_DIRECT``), a chunk at a time, while the next is rendered.
+
+On this machine ``write()`` of a large output cost a third to a half of what the writer spends making
+its bytes: the kernel copies every byte into page cache it must take from fresh memory, and this VM
+hands free memory back to its host, so fresh memory costs ~1 ms of system time per MB (a 444 MB ``dd``
+to a new file: 0.44-0.81 s system; with ``oflag=direct``: 0.09-0.11 s).  :class:`DirectWriter` copies
+the bytes into a few reused, page-aligned buffers and writes each full one with ``O_DIRECT`` on a helper
+thread (the device's time overlaps the rendering of the next chunk; ``os.write`` releases the GIL).
+Whatever is left below one chunk -- the whole of a small file -- is written through the page cache at
+the end, so small outputs behave as before.  A file system that refuses ``O_DIRECT`` gets ordinary
+writes.
+
+Meant for the atomic writer's private temporary file: nobody reads it while it is written, and a later
+reader of the output reads it from the device rather than from the cache.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from queue import SimpleQueue
+from types import TracebackType
+from typing import BinaryIO
+
+CHUNK = 4 << 20  # bytes per direct write: a multiple of every logical block size and page size in use
+BUFFERS = 3  # one being filled, up to two on their way to the device
+try:
+    import fcntl
+except ImportError:  # Windows: no O_DIRECT either
+    fcntl = None  # type: ignore[assignment]
+O_DIRECT = getattr(os, "O_DIRECT", 0) if fcntl is not None else 0  # 0: ordinary writes only
+
+
+class DirectWriter:
+    """A binary, write-only file object over ``fh`` (an open file at offset 0, nothing written yet).
+
+    Use it as a context manager: leaving it normally writes the rest and waits for every chunk; leaving
+    it on an exception waits for the chunks in flight and writes nothing more.  A write error of a chunk
+    (a full disk) is raised by the next :meth:`write` or by the exit."""
+
+    def __init__(self, fh: BinaryIO):
+        fh.flush()
+        self.fd = fh.fileno()
+        self.direct = bool(O_DIRECT)  # chunks go direct, until the file system refuses it
+        self.on = False  # whether the descriptor has O_DIRECT now
+        self.buf = _buffer()
+        self.view = memoryview(self.buf)
+        self.used = 0
+        self.spare: SimpleQueue[mmap.mmap] = SimpleQueue()  # buffers back from the device
+        self.made = 1
+        self.todo: SimpleQueue[tuple[mmap.mmap, int] | None] = SimpleQueue()
+        self.worker: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> DirectWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            self._stop()
+            if kind is None:
+                self._raise()
+                self._set_direct(False)
+                _write_all(self.fd, self.view[:self.used])
+        finally:
+            self.view.release()  # the buffers are unmapped with their last reference
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        src = memoryview(data).cast("B")
+        n, at = len(src), 0
+        while at < n:
+            k = min(CHUNK - self.used, n - at)
+            self.view[self.used:self.used + k] = src[at:at + k]
+            self.used += k
+            at += k
+            if self.used == CHUNK:
+                self._submit()
+        return n
+
+    def flush(self) -> None:
+        """Nothing to do: bytes below a chunk stay in the buffer until the end."""
+
+    # ------------------------------------------------------------------ the helper thread
+
+    def _submit(self) -> None:
+        self._raise()
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._run, name="tusk-direct-write", daemon=True)
+            self.worker.start()
+        self.todo.put((self.buf, CHUNK))
+        self.view.release()
+        if self.made < BUFFERS and self.spare.empty():
+            self.buf, self.made = _buffer(), self.made + 1
+        else:
+            self.buf = self.spare.get()  # waits for the device when every buffer is in flight
+        self.view = memoryview(self.buf)
+        self.used = 0
+        self._raise()
+
+    def _run(self) -> None:
+        while (item := self.todo.get()) is not None:
+            buf, n = item
+            if self.error is None:
+                try:
+                    self._write_chunk(buf, n)
+                except BaseException as e:  # handed to the writing thread
+                    self.error = e
+            self.spare.put(buf)
+
+    def _write_chunk(self, buf: mmap.mmap, n: int) -> None:
+        with memoryview(buf) as view:
+            at = 0
+            while at < n:
+                self._set_direct(self.direct)
+                try:
+                    at += _write(self.fd, view[at:n])
+                except OSError as e:
+                    if e.errno != errno.EINVAL or not self.on:
+                        raise
+                    self.direct = False  # refused (alignment): the rest of the file goes through the page cache
+
+    def _set_direct(self, on: bool) -> None:
+        """Turn O_DIRECT on or off for the descriptor (off for good if the file system refuses it)."""
+        if on == self.on:
+            return
+        flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+        try:
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, flags | O_DIRECT if on else flags & ~O_DIRECT)
+        except OSError as e:
+            if not on or e.errno != errno.EINVAL:
+                raise
+            self.direct = False  # this file system does not do it
+            return
+        self.on = on
+
+    def _stop(self) -> None:
+        if self.worker is not None:
+            self.todo.put(None)
+            self.worker.join()
+            self.worker = None
+
+    def _raise(self) -> None:
+        if self.error is not None:  # stays: the helper writes nothing more after it
+            raise self.error
+
+
+def _buffer() -> mmap.mmap:
+    return mmap.mmap(-1, CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def _write(fd: int, view: memoryview) -> int:
+    return os.write(fd, view)
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    at = 0
+    while at < len(view):
+        at += _write(fd, view[at:])

@@ -1,0 +1,33 @@
+"""``full_unroll``'s console entry keeps freed memory in the process instead of giving it back at once.
+
+glibc hands every block above its mmap threshold (128 KiB, adapting up to 32 MiB) to its own ``mmap``
+and unmaps it on ``free``, and trims the top of the heap when more than twice that is free.  numpy's
+large temporaries are allocated and freed again and again, so each one is page-faulted afresh; on this
+VM the first touch of fresh memory costs about 1 ms per MB of system time.  Raising the thresholds
+before the first large allocation lets freed blocks be reused.  A value the user set (``MALLOC_*_``
+in the environment, read by glibc at start-up) wins; off glibc this does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+SETTINGS = ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 256 << 20),
+            (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 1 << 30),
+            (M_TOP_PAD, "MALLOC_TOP_PAD_", 64 << 20))
+
+
+def keep_freed_memory() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    for param, variable, value in SETTINGS:
+        if variable not in os.environ:
+            mallopt(param, value)
