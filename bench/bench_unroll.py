@@ -14,8 +14,9 @@ innermost iteration with nine operands and results each side.  Printed:
    -o OUT.mlir``, whole processes, run in turn A B A B ... (``--reps`` pairs,
    after one untimed warm-up of full_unroll that writes Tusk's bytecode, as an
    installed package has it); medians of wall and of CPU seconds (user + system
-   from ``getrusage(RUSAGE_CHILDREN)`` deltas, the same measure for both
-   commands) and peak RSS, and full_unroll / mlir-opt of the medians.  Output
+   of the command alone: a small launcher forks it and reports its ``wait4``
+   usage, the same measure for both commands) and of peak RSS (the command's
+   own high-water mark), and full_unroll / mlir-opt of the medians.  Output
    bytes per instruction, and MLIR's per useful op (its affine.apply per
    iteration is not counted as work).
 3. **A numpy floor**: building every column Tusk builds for the unrolled
@@ -77,23 +78,40 @@ def child_env() -> dict[str, str]:
     return env
 
 
+# Runs a command for timed_process and prints its wall, CPU and peak RSS as JSON.  A child of this
+# (large) bench process would report the bench's own resident memory as its peak: Linux carries the
+# memory of the process that forked it into the child's high-water mark at exec (a 500 MB parent ->
+# /bin/true "peaks" at 527 MiB), so the command is forked from this small launcher instead.
+_LAUNCHER = """import json, os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        os.execvp(sys.argv[1], sys.argv[1:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+print(json.dumps({"wall": time.perf_counter() - t0, "cpu": ru.ru_utime + ru.ru_stime,
+                  "rss": ru.ru_maxrss * 1024, "code": os.waitstatus_to_exitcode(status)}))
+"""
+
+
 def timed_process(cmd: list[str]) -> dict:
-    """Run ``cmd``: wall seconds, CPU seconds (user + system: this process's RUSAGE_CHILDREN after minus
-    before, the same measure for every command) and peak RSS bytes (wait4's high-water mark of the child)."""
+    """Run ``cmd``: wall seconds, CPU seconds (user + system of the command alone, from wait4, the same
+    measure for every command) and peak RSS bytes (the command's own high-water mark: see _LAUNCHER)."""
     with tempfile.TemporaryFile("w+") as err:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], stdout=subprocess.PIPE, stderr=err,
+                              env=child_env(), text=True)
         err.seek(0)
         stderr = err.read()
-    if proc.returncode != 0:
+    try:
+        got = json.loads(proc.stdout)
+    except ValueError:
+        raise RuntimeError(f"launching {cmd[0]} failed:\n{stderr[-2000:]}") from None
+    if got["code"] != 0:
         raise RuntimeError(f"{cmd[0]} failed:\n{stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "rss": usage.ru_maxrss * 1024, "stderr": stderr}
+    return {"wall": got["wall"], "cpu": got["cpu"], "rss": got["rss"], "stderr": stderr}
 
 
 # ---------------------------------------------------------------- 1. the unroll step alone
