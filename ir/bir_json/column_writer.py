@@ -20,13 +20,13 @@ import orjson
 
 from tusk.ir import wire
 from tusk.ir.bir_json.digits import ndigits
-from tusk.ir.bir_json.layouts import SEP, Layout, Template, assemble
+from tusk.ir.bir_json.layouts import SEP, Layout, Skeleton, Template, assemble
 from tusk.ir.bir_json.policy import SPLICE, SPLICE_JSON, derived_keys, json_bytes, jsonable
 from tusk.ir.enums import EDGE_NAMES, Kind
 from tusk.ir.module import Function, concat_ranges, distinct
 
 CHUNK = 16384          # instructions rendered at once
-MIN_GROUP = 6          # smaller groups are rendered one by one (unless their signature recurs)
+MIN_GROUP = 6          # smaller groups are rendered one by one (clones excepted: _templates_of_groups)
 NARROW = 8             # templates with at most this many slots form a band of their own
 
 
@@ -257,7 +257,7 @@ class Templates:
         self.t_kind = np.full((0, 1), -1, dtype=np.int8)
         self.t_k = np.zeros((0, 1), dtype=np.int32)
         self.t_nslots = np.zeros(0, dtype=np.int64)
-        self.skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int], list[int]]] = {}
+        self.skeletons: dict[tuple, Skeleton] = {}
         self._attrs_ok: dict[int, bool] = {}
         self._shapes: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
         self._shape_ids: dict[Any, int] = {}
@@ -386,7 +386,6 @@ class Templates:
             for col in ("name", "clone", "kind"):
                 db |= ch.dj[col] != ch.dj[col][rep_dpos]
             bad[downer[db]] = True
-        ch.counts = counts
         ch.templ = ((counts[ch.inv] >= MIN_GROUP) | ch.iterflag) & ~bad
 
     def _templates_of_groups(self, ch: _Chunk) -> dict[int, Template]:
@@ -639,7 +638,6 @@ class _Chunk:
     uniq: np.ndarray
     first: np.ndarray
     inv: np.ndarray
-    counts: np.ndarray
     templ: np.ndarray
     # every slot value of the chunk end to end, and each row's first in each kind's part (_slot_values)
     pool: np.ndarray | None = None
@@ -722,30 +720,22 @@ class _Slots:
 
     def classes(self) -> np.ndarray:
         """The layout class of each row (-1: rendered one by one): its group, then the width of each
-        variable slot, packed into one integer (each band's classes after the band before's)."""
+        variable slot, packed into one integer (groups are numbered across the chunk, so the bands need
+        no offsets; a narrow band's columns past its width are zero)."""
         cls = np.full(self.n, -1, dtype=np.int64)
-        offset = 0
-        for order, gr_inv, _, var_w in self._bands:
-            key = gr_inv.astype(np.int64)
-            span = int(key.max()) + 1
-            for col in var_w.T:
-                top = int(col.max()) + 1
-                if top == 1:
-                    continue
-                if span * top >= 1 << 62:  # no room left: renumber densely first
-                    _, key = np.unique(key, return_inverse=True)
-                    key = key.reshape(-1)
-                    span = int(key.max()) + 1
-                key = key * top + col
-                span *= top
-            if offset + span >= 1 << 62:
+        if not len(self.order):
+            return cls
+        key = self.gr_inv.astype(np.int64)
+        span = int(key.max()) + 1
+        for col in self.var_w.T:
+            top = int(col.max()) + 1
+            if top == 1:
+                continue
+            if span * top >= 1 << 62:  # no room left: renumber densely first
                 _, key = np.unique(key, return_inverse=True)
                 key = key.reshape(-1)
                 span = int(key.max()) + 1
-                if offset + span >= 1 << 62:  # renumber what came before too
-                    done = cls >= 0
-                    _, cls[done] = np.unique(cls[done], return_inverse=True)
-                    offset = int(cls.max()) + 1
-            cls[order] = key + offset
-            offset += span
+            key = key * top + col
+            span *= top
+        cls[self.order] = key
         return cls

@@ -16,6 +16,9 @@ from tusk.ir.bir_json.digits import write_numbers
 from tusk.ir.module import concat_ranges
 
 SEP = b",\n"  # after every instruction line of a chunk
+# a layout class's line with blanks for its numbers; their columns, widths, slots, and the eight bytes of
+# the line ending at each field (a little-endian word, -1 if the field ends in the line's first eight)
+Skeleton = tuple[bytes, list[int], list[int], list[int], list[int]]
 
 
 class Template:
@@ -54,7 +57,7 @@ class Layout:
 
 
 def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
-             skeletons: dict[tuple, tuple[bytes, list[int], list[int], list[int], list[int]]]) -> list[bytearray]:
+             skeletons: dict[tuple, Skeleton]) -> list[bytearray]:
     """The chunk's lines, each followed by ",\n", in one byte array (``sl``: the chunk's slots, see
     ``column_writer._Slots``).
 
@@ -64,37 +67,27 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
     little Python; the work per row and per number is numpy over the whole chunk, so many small classes
     (rotated buffers, per-clone records) cost no more than a few large ones."""
     cls = sl.classes()
-    classes, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
+    _, first, cinv = np.unique(cls, return_index=True, return_inverse=True)
     cinv = cinv.reshape(-1)
     pos = np.full(n, -1, dtype=np.int64)      # each row's place in the slots' (group) order
     pos[sl.order] = np.arange(len(sl.order))
-    skels: list[bytes] = []
-    f_col: list[list[int]] = []
-    f_width: list[list[int]] = []
-    f_slot: list[list[int]] = []
-    f_word: list[list[int]] = []
-    p0 = pos[first]
-    templated = p0 >= 0                      # (class -1, the rows rendered one by one, comes first if any)
-    at = p0[templated]
-    group = [None] * int((~templated).sum()) + sl.gr_inv[at].tolist()
+    at = pos[first]
+    if len(at) and at[0] < 0:  # class -1 (the rows rendered one by one) sorts first: no numbers
+        at = at[1:]
+        hits: list[Skeleton] = [(b"", [], [], [], [])]
+    else:
+        hits = []
     widths = sl.var_w[at]
     S = widths.shape[1]
     wbytes = widths.tobytes()
-    for k, g in enumerate(group):
-        if g is not None:
-            lay = sl.layouts[g]
-            j = k - len(group) + len(at)
-            key = (id(lay), wbytes[j * S:(j + 1) * S].rstrip(b"\0"))   # (a skeleton reads its slots' widths alone)
-            hit = skeletons.get(key)
-            if hit is None:
-                hit = skeletons[key] = _skeleton(lay, widths[j])
-        else:
-            hit = (b"", [], [], [], [])
-        skels.append(hit[0])
-        f_col.append(hit[1])
-        f_width.append(hit[2])
-        f_slot.append(hit[3])
-        f_word.append(hit[4])
+    for j, g in enumerate(sl.gr_inv[at].tolist()):
+        lay = sl.layouts[g]
+        key = (id(lay), wbytes[j * S:(j + 1) * S].rstrip(b"\0"))   # (a skeleton reads its slots' widths alone)
+        hit = skeletons.get(key)
+        if hit is None:
+            hit = skeletons[key] = _skeleton(lay, widths[j])
+        hits.append(hit)
+    skels, f_col, f_width, f_slot, f_word = (list(x) for x in zip(*hits)) if hits else ([], [], [], [], [])
     lines = list(map(skels.__getitem__, cinv.tolist()))
     for r, text in zip(generic_rows.tolist(), texts):
         lines[r] = text + SEP
@@ -119,10 +112,8 @@ def assemble(n: int, sl: Any, generic_rows: np.ndarray, texts: list[bytes],
     return [buf]
 
 
-def _skeleton(t: Layout, w: np.ndarray) -> tuple[bytes, list[int], list[int], list[int], list[int]]:
-    """The line of a layout class with blanks for its numbers; their columns, widths and slots, and the
-    eight bytes of the line that end at each field's end (a little-endian word; -1 if the field ends
-    within the line's first eight bytes)."""
+def _skeleton(t: Layout, w: np.ndarray) -> Skeleton:
+    """The :data:`Skeleton` of layout ``t`` with variable widths ``w``."""
     cols: list[int] = []
     widths: list[int] = []
     slots: list[int] = []

@@ -79,7 +79,7 @@ from tusk.ir.enums import (
 from tusk.ir.errors import FormatError, TuskError
 from tusk.ir.expr import AffinePredicate
 from tusk.ir.input_checks import check_memloc_extent, check_tensor_shape
-from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, Function, Module, split_clone_name
+from tusk.ir.module import CARRIED_LOOP, CARRIED_UNROLL, OPERAND_SCHEMA, Function, Module, split_clone_name
 from tusk.ir.values import ImmValue, SymAddr
 
 
@@ -127,6 +127,9 @@ def guarded(reader: "Reader", build: Callable[[], Any]) -> Any:
     except Exception as e:  # noqa: BLE001 - the reader's contract: nothing but a FormatError leaves it
         raise FormatError(f"invalid value ({type(e).__name__}: {e})", file=file, where=reader.where) from None
 
+
+
+_OFFSET = [name for name, _ in OPERAND_SCHEMA].index("offset")  # an operand row's offset (OPERAND_SCHEMA order)
 
 
 class Reader:
@@ -424,7 +427,7 @@ class Reader:
         if row is None:
             row = cache[key] = self._read_operand(fn, obj, where, role)
             return row
-        return row[:4] + (expect_int(obj["offset"], where + ".offset"),) + row[5:]
+        return row[:_OFFSET] + (expect_int(obj["offset"], where + ".offset"),) + row[_OFFSET + 1:]
 
     def _read_operand(self, fn: Function, obj: Any, where: str, role: int) -> tuple:
         o = expect_obj(obj, where)
