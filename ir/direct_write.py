@@ -16,13 +16,14 @@ reader of the output reads it from the device rather than from the cache.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import threading
 from queue import SimpleQueue
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, Iterable
 
 CHUNK = 4 << 20  # bytes per direct write: a multiple of every logical block size and page size in use
 BUFFERS = 3  # one being filled, up to two on their way to the device
@@ -162,3 +163,34 @@ def _write_all(fd: int, view: memoryview) -> None:
     at = 0
     while at < len(view):
         at += _write(fd, view[at:])
+
+
+ALIGN = 4096  # the file offsets O_DIRECT writes start at: a multiple of every logical block size in use
+
+
+def write_at(fd: int, offset: int, pieces: Iterable[bytes | bytearray | memoryview]) -> int:
+    """Write ``pieces``, one after another, into the open file ``fd`` from ``offset`` (the descriptor's position
+    is moved); the number of bytes written.
+
+    The bytes before the first 4 KiB boundary go through the page cache, whole chunks after it with
+    ``O_DIRECT`` (:class:`DirectWriter`), the last partial chunk through the page cache again: several
+    processes can each write a disjoint range of one file this way at the same time (a page that two
+    ranges share is only ever written through the cache)."""
+    head = -offset % ALIGN
+    at = offset
+    with contextlib.ExitStack() as stack:
+        out = None
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            while head and len(view):
+                k = os.pwrite(fd, view[:head], at)
+                at, head, view = at + k, head - k, view[k:]
+            if not len(view):
+                continue
+            if out is None:
+                os.lseek(fd, at, os.SEEK_SET)
+                out = stack.enter_context(DirectWriter(stack.enter_context(open(fd, "wb", buffering=0,
+                                                                                  closefd=False))))
+            out.write(view)
+            at += len(view)
+    return at - offset

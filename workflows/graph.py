@@ -520,9 +520,12 @@ class _Split:
 @dataclass
 class _Writing:
     items: list[list[str]]
-    parts: int = 0                                  # the final module in this many parts (0: whole)
-    pending: set[int] = field(default_factory=set)  # part numbers, -1: the other files
-    results: dict[int, dict] = field(default_factory=dict)
+    parts: int = 0          # the final module in this many parts (0: whole)
+    # the tasks not answered yet: ("emit", -1) the other files, ("emit-part", k) rendering part k,
+    # ("emit-place", k) writing part k at its offset
+    pending: set[tuple[str, int]] = field(default_factory=set)
+    results: dict[int, dict] = field(default_factory=dict)  # -1: the other files; k: part k rendered
+    size: int = 0           # of the whole file, once every part is rendered
 
 
 @dataclass
@@ -612,8 +615,9 @@ class Build:
 
     # ------------------------------------------------------------ running
     def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any,
-                what: str = "") -> None:
-        """Submit a task for action ``key`` (or join the one already submitted for it by another unit)."""
+                what: str = "", on: str | None = None) -> None:
+        """Submit a task for action ``key`` (or join the one already submitted for it by another unit); ``on``:
+        the worker to prefer (else the unit's last worker, or none for tasks whose inputs are in the store)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
             t_start = time.perf_counter()
@@ -641,7 +645,7 @@ class Build:
             # so do the final module's write parts but the first (pinned to one worker, the second waited ~2 s for
             # work stealing while the other worker stood idle)
             free = kind in ("timing", "part", "kernel") or (kind == "emit-part" and j > 0)
-            self.executor.submit(task_key, fn, *args, worker=None if free else st.worker,
+            self.executor.submit(task_key, fn, *args, worker=on or (None if free else st.worker),
                                  priority=-1 if kind == "timing" else 0)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
@@ -831,8 +835,10 @@ class Build:
         return workers
 
     def _write(self, st: _State, items: list[list[str]]) -> None:
-        """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster (the final
-        module of a big kernel in parts, one per worker, joined here), else in this process."""
+        """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster, else in
+        this process.  The final module of a big kernel is written in parts, one per worker: each renders its
+        part, then the later parts are placed at their offsets into the file part 0 started
+        (:func:`tasks.write_part`, :func:`tasks.place_part`), which the client renames into place."""
         n = self._parts_for(st, items[0])
         rest = items if n == 1 else items[1:]
         st.writing = _Writing(items, n if n > 1 else 0)
@@ -842,10 +848,8 @@ class Build:
             return
         from tusk.cache.keys import digest
 
-        if rest:
-            st.writing.pending.add(-1)
-        for k in range(n if n > 1 else 0):
-            st.writing.pending.add(k)
+        st.writing.pending.update([("emit", -1)] if rest else [])
+        st.writing.pending.update(("emit-part", k) for k in range(n if n > 1 else 0))
         if rest:
             if cluster:
                 self._submit("write_bir_json", digest(rest), st, "emit", -1, tasks.write_outputs, self.store.url, rest,
@@ -857,8 +861,25 @@ class Build:
             self._submit("write_bir_json", digest([items[0], k, n]), st, "emit-part", k, tasks.write_part,
                          self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
 
+    def _place(self, st: _State) -> None:
+        """Every part is rendered: place parts 1.. at their offsets, each by the worker that holds its bytes."""
+        from tusk.cache.keys import digest
+
+        w = st.writing
+        h, path, art = w.items[0][:3]
+        offset = 0
+        for k in range(w.parts):
+            if k:
+                w.pending.add(("emit-place", k))
+                self._submit("write_bir_json", digest([w.items[0], k, w.parts, "place"]), st, "emit-place", k,
+                             tasks.place_part, self.store.url, h, path, art, k, w.parts, offset,
+                             what=f"write_bir_json place {k + 1}/{w.parts}", on=w.results[k].get("worker_address"))
+            offset += int(w.results[k]["size"])
+        w.size = offset
+
     def _wrote(self, st: _State, kind: str, j: int, res: dict) -> None:
-        """A write task answered; when the last one has, the parts are joined and the outputs checked."""
+        """A write task answered; when the last one has, the parts' file is put in place and the outputs
+        checked."""
         w = st.writing
         if w is None:
             return
@@ -866,12 +887,17 @@ class Build:
             st.writing = None
             self._on_written(st, w.items, res)
             return
-        if res.get("status") not in ("written", "part-written"):
+        if res.get("status") not in ("written", "part-rendered", "part-placed"):
             st.writing = None
+            if w.parts:
+                tasks.drop_parts(w.items[0][1], w.parts)
             self._on_written(st, w.items, res)
             return
-        w.pending.discard(j)
-        w.results[j] = res
+        w.pending.discard((kind, j))
+        if kind != "emit-place":
+            w.results[j] = res
+        if kind == "emit-part" and not any(p[0] == "emit-part" for p in w.pending):
+            self._place(st)
         if w.pending:
             return
         st.writing = None
@@ -879,10 +905,10 @@ class Build:
         if w.parts:
             h, path, art = w.items[0][:3]
             try:
-                size = tasks.join_parts([w.results[k]["path"] for k in range(w.parts)], path)
+                size = tasks.finish_parts(path, w.parts, w.size)
             except OSError as e:
                 self._on_written(st, w.items, {"status": "error", "fault": ENVIRONMENT,
-                                               "error": f"joining the parts of {path} failed: {e}"})
+                                               "error": f"writing {path} in {w.parts} parts failed: {e}"})
                 return
             names = sorted(w.results[0].get("consts") or [])
             tasks.note_written(self.store, h, False, path, art, names)
@@ -949,7 +975,7 @@ class Build:
         if kind == "timing":
             self._timed(st, j, res)
             return
-        if kind in ("emit", "emit-part"):
+        if kind in ("emit", "emit-part", "emit-place"):
             self._wrote(st, kind, j, res)
             return
         i = st.i

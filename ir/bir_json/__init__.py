@@ -44,10 +44,10 @@ The package, by seam (each module imports only the ones above it):
 from __future__ import annotations
 
 from tusk.ir.bir_json.loading import load, loads
-from tusk.ir.bir_json.parts import join, part_bounds, render_part, render_parts
+from tusk.ir.bir_json.parts import join, part_bounds, render_part, render_parts, write_part
 from tusk.ir.bir_json.policy import FLAG_KEYS
 from tusk.ir.bir_json.reader import from_obj, load_function_obj, parse_json
 from tusk.ir.bir_json.writer import dumps, flatten_kernel, save, write, write_function
 
 __all__ = ["load", "loads", "from_obj", "load_function_obj", "save", "dumps", "write", "write_function",
-           "flatten_kernel", "parse_json", "FLAG_KEYS", "part_bounds", "render_part", "render_parts", "join"]
+           "flatten_kernel", "parse_json", "FLAG_KEYS", "part_bounds", "render_part", "render_parts", "write_part", "join"]

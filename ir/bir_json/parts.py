@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+from typing import BinaryIO
 
 from tusk.ir.bir_json.writer import END, Sink, write_module
 from tusk.ir.module import Module
@@ -29,14 +30,19 @@ def part_bounds(module: Module, n: int) -> list[tuple[int, int]]:
 
 
 
+def write_part(module: Module, k: int, n: int, fh: BinaryIO) -> None:
+    """Stream part ``k`` of ``n`` of ``module``'s BIR-JSON into the binary file handle ``fh``."""
+    if not 0 <= k < n:
+        raise ValueError(f"part {k} of {n} does not exist")
+    lo, hi = part_bounds(module, n)[k]
+    write_module(module, Sink(fh, lo, hi))
+
+
 def render_part(module: Module, k: int, n: int) -> bytes:
     """Part ``k`` of ``n`` of ``module``'s BIR-JSON: ``join([render_part(m, k, n) for k in range(n)])``
     is ``dumps(m)`` encoded, byte for byte; each part can be rendered in another process."""
-    if not 0 <= k < n:
-        raise ValueError(f"part {k} of {n} does not exist")
     buf = io.BytesIO()
-    lo, hi = part_bounds(module, n)[k]
-    write_module(module, Sink(buf, lo, hi))
+    write_part(module, k, n, buf)
     return buf.getvalue()
 
 
