@@ -390,13 +390,16 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
     # sizes its module memo from it (tasks.memory_budget)
     total = config.load().memory or machine_memory()
     extra["memory_limit"] = max(1, total // max(1, workers))
+    from tusk.workflows.malloc_setup import environment
+
     settings: dict[str, Any] = {
         # Dask's default sets MALLOC_TRIM_THRESHOLD_ in each worker, which turns off glibc's adaptive mmap
         # threshold: every large numpy temporary is then mmapped and page-faulted afresh, and build_fdeps
-        # on a 1.2M-instruction kernel took 9-12 s in a worker against 5-6 s in-process.  Keep the rest.
-        "distributed.nanny.pre-spawn-environ": {k: v for k, v in
-                                                (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items()
-                                                if k != "MALLOC_TRIM_THRESHOLD_"}}
+        # on a 1.2M-instruction kernel took 9-12 s in a worker against 5-6 s in-process.  Workers keep freed
+        # memory as the client does (malloc_setup); Dask's other variables stay.
+        "distributed.nanny.pre-spawn-environ": {**{k: v for k, v in
+                                                   (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items()
+                                                   if k != "MALLOC_TRIM_THRESHOLD_"}, **environment()}}
     if not dashboard:
         settings.update(QUIET_CLUSTER)
     if local_directory:

@@ -1,4 +1,5 @@
-"""``full_unroll``'s console entry keeps freed memory in the process instead of giving it back at once.
+"""Tusk's processes keep freed memory instead of giving it back at once (``full_unroll``, ``tusk compile`` and
+its local workers).
 
 glibc hands every block above its mmap threshold (128 KiB, adapting up to 32 MiB) to its own ``mmap``
 and unmaps it on ``free``, and trims the top of the heap when more than twice that is free.  numpy's
@@ -31,3 +32,11 @@ def keep_freed_memory() -> None:
     for param, variable, value in SETTINGS:
         if variable not in os.environ:
             mallopt(param, value)
+
+
+def environment() -> dict[str, str]:
+    """The same settings as environment variables, for processes about to start (glibc reads them at start-up):
+    those the user has not set."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    return {variable: str(value) for _, variable, value in SETTINGS if variable not in os.environ}
