@@ -98,6 +98,19 @@ class Function:
         out._name_index = None
         return out
 
+    def with_tables(self, **tables: Table) -> "Function":
+        """A new function with ``tables`` replaced and everything else shared with this one (tables, pools):
+        for a pass's output, since passes never change their input in place."""
+        out = Function.__new__(Function)
+        out.__dict__.update(self.__dict__)
+        out.attrs = set(self.attrs)
+        out._name_index = None
+        for table, value in tables.items():
+            if table not in SCHEMAS:
+                raise KeyError(f"a function has no table {table!r}")
+            setattr(out, table, value)
+        return out
+
     def invalidate(self) -> None:
         """Forget cached lookups after rows were added or renamed."""
         self._name_index = None

@@ -229,9 +229,12 @@ class AddressRotation(Pass):
         """A copy of ``module`` whose SB / PSUM jobs' aliases that live one after the other are one memory
         location (rotation_rings.unalias): what run, split and merge all start from.  ``known`` gets the
         instances of each function that unaliasing left as it was (the rotation's analysis starts from them)."""
-        out = module.copy()
+        mine = {j.fn for j in jobs}
+        # only the jobs' functions are changed (in place: unaliased here, rotated after); the others are shared
+        out = Module([f.copy() if k in mine else f for k, f in enumerate(module.functions)], module.arch,
+                     module.version, module.attributes, module.artifact_dir, module.queues, module.extras)
         if self.mtype is not None:
-            for k in sorted({j.fn for j in jobs}):
+            for k in sorted(mine):
                 _, inst = unalias_known(out.functions[k], self.mtype)
                 if known is not None and inst is not None:
                     known[k] = inst
@@ -246,8 +249,8 @@ class AddressRotation(Pass):
         (:mod:`~tusk.stages.rotation_split`), None where it is to be done here."""
         kept = rescheduled = reverted = 0
         for k, here in sorted(moved.items()):
-            if not here:  # nothing moved: not even the aliases' accesses are repointed
-                out.functions[k] = module.functions[k].copy()
+            if not here:  # nothing moved: not even the aliases' accesses are repointed (the input's function)
+                out.functions[k] = module.functions[k]
                 continue
             fn, old = out.functions[k], module.functions[k]
             t_new: float | None = None
@@ -255,7 +258,7 @@ class AddressRotation(Pass):
                 # a ring slot that shares bytes with a location live at the same time: never kept (the verifier
                 # would refuse the module); the function stays as it came
                 self.log.info("Rotation of %s reverted: it would overlap live memory locations", fn.name)
-                out.functions[k] = old.copy()
+                out.functions[k] = old
                 reverted += 1
                 continue
             if FnAttr.KERNEL_SCOPE in fn.attrs:  # its edges are then the rebuilt ones, as the build times it
@@ -273,7 +276,7 @@ class AddressRotation(Pass):
                     rescheduled += 1
             if fn.n_insts <= self.compare_limit and self._slower(fn, old, t_new):
                 self.log.info("Rotation of %s reverted: the timing model finds it slower", fn.name)
-                out.functions[k] = old.copy()
+                out.functions[k] = old
                 reverted += 1
                 continue
             kept += here

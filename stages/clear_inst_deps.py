@@ -25,19 +25,20 @@ def _clear_targets(module: Module, entry_gate: bool) -> list[int]:
 
 
 def clear_inst_deps(module: Module, *, entry_gate: bool = False) -> Module:
-    """The seed's clearInstDeps on a copy of ``module``.
+    """The seed's clearInstDeps: a new module (the functions it leaves alone are shared with ``module``).
 
     Default: every function with attribute 12 loses all its edges (deps and
     carried, every kind); other functions are untouched.  ``entry_gate=True``
     follows the binary literally: when the entry function ("main", else the
     first) has attribute 12, every function is cleared.
     """
-    out = module.copy()
-    for k in _clear_targets(out, entry_gate):
-        fn = out.functions[k]
-        fn.deps = Table(fn.deps.schema)
-        fn.carried = Table(fn.carried.schema)
-    return out
+    functions = list(module.functions)  # a function without edges is shared: nothing to copy, nor to hash again
+    for k in _clear_targets(module, entry_gate):
+        fn = functions[k]
+        if len(fn.deps) or len(fn.carried):
+            functions[k] = fn.with_tables(deps=Table(fn.deps.schema), carried=Table(fn.carried.schema))
+    return Module(functions, module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
+                  module.extras)
 
 
 @dataclass(frozen=True)

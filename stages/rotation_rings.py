@@ -214,6 +214,17 @@ def unalias(fn: Function, mtype: int) -> int:
     return unalias_known(fn, mtype)[0]
 
 
+def _spans(inst: Instances) -> dict[int, tuple[int, int]]:
+    """Memory location -> (first row, last row) its instances span (a live-in instance from row 0)."""
+    first = np.where(inst.i_live_in, 0, inst.i_first)
+    order = np.argsort(inst.i_memloc, kind="stable")  # instances come by memory location already: a no-op sort
+    mem, first, last = inst.i_memloc[order], first[order], inst.i_last[order]
+    starts = np.flatnonzero(np.concatenate([[True], mem[1:] != mem[:-1]])) if len(mem) else np.zeros(0, np.int64)
+    lo = np.minimum.reduceat(first, starts) if len(mem) else first
+    hi = np.maximum.reduceat(last, starts) if len(mem) else last
+    return dict(zip(mem[starts].tolist(), zip(lo.tolist(), hi.tolist())))
+
+
 def unalias_known(fn: Function, mtype: int) -> tuple[int, Instances | None]:
     """:func:`unalias`, and ``fn``'s instances (with group kills) when it left ``fn`` as it was: the
     rotation's analysis (:func:`analyse`) then need not find them again."""
@@ -221,11 +232,7 @@ def unalias_known(fn: Function, mtype: int) -> tuple[int, Instances | None]:
     if not len(inst):
         return 0, inst
     ml, sets = fn.memlocs, fn.sets
-    first = np.where(inst.i_live_in, 0, inst.i_first)
-    span: dict[int, tuple[int, int]] = {}
-    for m, a, b in zip(inst.i_memloc.tolist(), first.tolist(), inst.i_last.tolist()):
-        lo, hi = span.get(m, (a, b))
-        span[m] = (min(lo, a), max(hi, b))
+    span = _spans(inst)
     groups: dict[tuple, list[int]] = {}
     for m in sorted(span):
         if not inst.simple[m]:
