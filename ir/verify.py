@@ -59,9 +59,10 @@ SPLIT_MIN = 200_000  # instructions of a function before its checks are split
 Task = tuple[int, tuple[str, ...]]  # (function index, checks)
 
 
-def verify_tasks(module: Module, min_size: int = SPLIT_MIN) -> list[Task] | None:
+def verify_tasks(module: Module, min_size: int | None = None) -> list[Task] | None:
     """Independent pieces of ``verify(module)`` (JSON-able), or None to verify it whole (no function
-    reaches ``min_size`` instructions)."""
+    reaches ``min_size`` instructions, default :data:`SPLIT_MIN`)."""
+    min_size = SPLIT_MIN if min_size is None else min_size
     if not any(len(fn.insts) >= min_size for fn in module.functions):
         return None
     rest = tuple(c for c in CHECKS if c != "live_overlap")
@@ -77,13 +78,14 @@ def verify_part(module: Module, task: Task) -> dict[str, list[str]]:
     return _run_checks(module.functions[int(k)], get_arch(module.arch), tuple(checks))
 
 
-def verify_join(module: Module, tasks: list[Task], results: list[dict[str, list[str]]]) -> None:
-    """Raise what ``verify(module)`` raises, from the results of :func:`verify_tasks`' tasks."""
+def verify_join(module: Module | list[str], tasks: list[Task], results: list[dict[str, list[str]]]) -> None:
+    """Raise what ``verify(module)`` raises, from the results of :func:`verify_tasks`' tasks (``module`` may be
+    just its functions' names: the build joins on a client that does not hold the module)."""
+    names = [fn.name for fn in module.functions] if isinstance(module, Module) else list(module)
     per_fn: dict[int, dict[str, list[str]]] = {}
     for (k, _), got in zip(tasks, results):
         per_fn.setdefault(int(k), {}).update(got)
-    _raise([f"function {fn.name}: {p}" for k, fn in enumerate(module.functions)
-            for p in _in_order(per_fn.get(k, {}))], module)
+    _raise([f"function {name}: {p}" for k, name in enumerate(names) for p in _in_order(per_fn.get(k, {}))], names)
 
 
 def _run_checks(fn: Function, arch, checks: tuple[str, ...]) -> dict[str, list[str]]:
@@ -102,8 +104,8 @@ def _in_order(got: dict[str, list[str]]) -> list[str]:
     return [p for c in CHECKS for p in got.get(c, ())]
 
 
-def _raise(problems: list[str], module: Module) -> None:
-    names = [f.name for f in module.functions]
+def _raise(problems: list[str], module: Module | list[str]) -> None:
+    names = [f.name for f in module.functions] if isinstance(module, Module) else module
     if len(set(names)) != len(names):
         problems = ["function names are not unique", *problems]
     if problems:

@@ -189,6 +189,22 @@ class Raise(Pass):
         return module.copy(), {}
 
 
+@dataclass(frozen=True)
+class BreakRefs(Pass):
+    """Point the first operand of every function at a memory location that does not exist: output the
+    verifier refuses (a pass with a bug)."""
+
+    name = "test_break_refs"
+    version = "1"
+
+    def run(self, module: Module):
+        out = module.copy()
+        for fn in out.functions:
+            if len(fn.operands):
+                fn.operands["memloc"][0] = len(fn.memlocs) + 7
+        return out, {}
+
+
 def make_exception(name: str, message: str) -> BaseException:
     import builtins
 
@@ -251,6 +267,7 @@ TEST_REGISTRY = {
     "test_fail_kernel": f"{HERE}:FailOnKernel",
     "test_expand": f"{HERE}:ExpandBirKernel",
     "test_raise": f"{HERE}:Raise",
+    "test_break_refs": f"{HERE}:BreakRefs",
     "test_unroll_eager_split": f"{HERE}:EagerSplitUnroll",
 }
 

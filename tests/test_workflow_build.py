@@ -346,3 +346,49 @@ def test_translate_failures_are_not_recorded(tmp_path, store):
     rep = build([_klr_unit(d, art)], pipe, store)
     assert rep.unit("scale").ok and rep.executions() == [("scale", "translate_nki_ast_to_bir")]
     assert (tmp_path / "outside.klr").read_text() == "x"
+
+
+def _final_output(tmp_path, name):
+    def on_final(u, h):
+        return [(h, tmp_path / f"{name}.bir.json", str(tmp_path / "art"))]
+    return on_final
+
+
+def test_a_big_final_output_is_checked_by_tasks_beside_its_write(tmp_path, monkeypatch):
+    """The verifier's checks of the last step's output run as tasks while it is written; its record is written
+    once they pass, and the bytes and the record are those of a build that checked it before writing."""
+    from tusk.ir import verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "SPLIT_MIN", 1)  # every function is "big"
+    chain = resolve(_labelled([Entry("unroll"), Entry("build_fdeps")])).steps
+    module = tiled_exp_module(tiles=12)
+    inline = build([BuildUnit("k", module)], chain, Store(tmp_path / "s1"), verify="ends",
+                   on_final=_final_output(tmp_path, "inline"), defer_checks=False)
+    seen = []
+    deferred_store = Store(tmp_path / "s2")
+    deferred = build([BuildUnit("k", module)], chain, deferred_store, verify="ends",
+                     on_final=_final_output(tmp_path, "deferred"), defer_checks=True,
+                     on_event=lambda e: seen.append(e.what if type(e).__name__ == "TaskSubmitted" else None))
+    assert inline.unit("k").ok and deferred.unit("k").ok
+    assert [w for w in seen if w and w.startswith("verify")] == ["verify 1/2", "verify 2/2"]
+    assert (tmp_path / "deferred.bir.json").read_bytes() == (tmp_path / "inline.bir.json").read_bytes()
+    last = deferred.unit("k").steps[-1]
+    rec = deferred_store.get_action(last.key)
+    assert rec["output"] == inline.unit("k").steps[-1].output and "verify" in rec["timing"]
+    again = build([BuildUnit("k", module)], chain, deferred_store, verify="ends", defer_checks=True)
+    assert again.unit("k").ok and again.n_executed == 0
+
+
+def test_a_final_output_that_fails_its_checks_fails_the_kernel_and_is_not_recorded(tmp_path, monkeypatch):
+    from tusk.ir import verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "SPLIT_MIN", 1)
+    chain = resolve(_labelled([Entry("unroll"), Entry("test_break_refs")])).steps
+    store = Store(tmp_path / "store")
+    for _ in range(2):  # nothing recorded: the second build runs the pass and fails again
+        res = build([BuildUnit("k", tiled_exp_module(tiles=4))], chain, store, verify="ends",
+                    on_final=_final_output(tmp_path, "out"), defer_checks=True)
+        u = res.unit("k")
+        assert not u.ok and "produced invalid IR" in u.error and "memory location" in u.error
+        assert u.steps[-1].status == "failed" and store.get_action(u.steps[-1].key) is None
+        assert [s.status for s in u.steps[:-1]] == (["executed"] if _ == 0 else ["cached"])

@@ -532,6 +532,19 @@ class _Writing:
 
 
 @dataclass
+class _Checks:
+    """The verifier's checks of step ``index``'s output, run as tasks while the output is written: its action
+    record is written once they all pass (``tasks.verify_checks``)."""
+    index: int
+    key: str
+    record: dict
+    tasks: list
+    names: list[str]                                        # the output's functions, for the verdict's text
+    results: dict[int, dict] = field(default_factory=dict)
+    write_failed: dict | None = None                        # the write's error, held until the verdict
+
+
+@dataclass
 class _State:
     report: UnitReport
     hashes: list[str]
@@ -546,6 +559,7 @@ class _State:
     worker: str | None = None  # where the unit's last task ran (its output is in that worker's memory)
     timing_started: set[int] = field(default_factory=set)   # phases (timings.PhaseSpec.index) asked for
     timing_pending: set[int] = field(default_factory=set)   # ... whose task has not answered yet
+    checking: _Checks | None = None  # the verifier's checks of a big final output, running beside its write
     written: bool = False      # the chain is complete and its outputs written: done once no timing is pending
 
 
@@ -558,6 +572,7 @@ class Build:
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  on_event: Callable[["BuildEvent"], None] | None = None,
                  timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None,
+                 defer_checks: bool | None = None,
                  on_kernel_done: Callable[[list[UnitReport]], tuple[Callable, tuple, str] | None] | None = None):
         self.store = store
         self.steps = steps
@@ -575,6 +590,8 @@ class Build:
         self.on_final = on_final
         self.emit = on_event or (lambda event: None)  # every BuildEvent, in the order things happen
         self.write_parts = write_parts                # None: by size and workers (tests force a number)
+        # a big final output's checks as tasks beside its write (None: with 2+ workers; tests force it)
+        self.defer_checks = defer_checks
         # called when every unit of a kernel is done: a task that writes the kernel's own files (its timeline.json)
         # while the build goes on, on a worker, instead of one kernel after another when the build is over
         self.on_kernel_done = on_kernel_done
@@ -600,8 +617,13 @@ class Build:
 
     def _ctx(self, st: _State, i: int | None = None) -> dict[str, Any]:
         """What a task of the unit needs besides the step: the store, flags, the unit's locations."""
-        return {"store": self.store.url, "verify": i is not None and self._verifies(i),
-                "check": st.report.repairs > 0, "where": st.report.unit.where}
+        verify: bool | str = i is not None and self._verifies(i)
+        defer = self.defer_checks if self.defer_checks is not None else \
+            len(getattr(self.executor, "workers_ready", {}) or {}) >= 2
+        if verify and i == len(self.steps) - 1 and defer:
+            verify = tasks.DEFER  # a big final output is checked by tasks beside its write, not before it
+        return {"store": self.store.url, "verify": verify, "check": st.report.repairs > 0,
+                "where": st.report.unit.where}
 
     def _verifies(self, i: int) -> bool:
         if self.verify == "all":
@@ -734,7 +756,7 @@ class Build:
                                   status="failed")
         st.report.timings.append(timed)
         st.timing_pending.discard(index)
-        if st.written and not st.timing_pending:
+        if st.written:
             self._done(st)
 
     def _received(self, task_key: str, res: dict) -> dict:
@@ -778,6 +800,7 @@ class Build:
         """Count a repair; True (and the unit failed, not by its kernel's fault) past the limit."""
         st.report.repairs += 1
         st.gen += 1
+        st.checking = None
         if st.report.repairs > MAX_REPAIRS + 2 * len(self.steps):
             self._fail(st, f"giving up after {st.report.repairs - 1} repairs of damaged cache objects ({why}); "
                            f"check the cache at {self.store.url} (tusk cache verify --remove)", fault=ENVIRONMENT)
@@ -921,8 +944,8 @@ class Build:
 
     def _done(self, st: _State) -> None:
         st.written = True
-        if st.timing_pending:
-            return  # done when the last timing step answers
+        if st.timing_pending or st.checking is not None:
+            return  # done when the last timing step or check answers
         titles = [p.title for p in self.phases]
         st.report.timings.sort(key=lambda t: titles.index(t.title) if t.title in titles else len(titles))
         st.report.seconds = time.perf_counter() - st.started
@@ -956,6 +979,9 @@ class Build:
             return
         if status != "written":
             st.report.final = None
+            if st.checking is not None:  # the output may be invalid: the verifier's verdict is reported first
+                st.checking.write_failed = res
+                return
             self._fail(st, res.get("error", f"writing outputs failed: {res!r}"),
                        fault=res.get("fault") or ENVIRONMENT, tb=res.get("traceback", ""))
             return
@@ -981,6 +1007,9 @@ class Build:
         if kind in ("emit", "emit-part", "emit-place"):
             self._wrote(st, kind, j, res)
             return
+        if kind == "check":
+            self._checked(st, j, res)
+            return
         i = st.i
         step = self.steps[i]
         if status == "error":
@@ -1002,6 +1031,8 @@ class Build:
                 sp = st.split
                 res = {**res, "seconds": sp.seconds + sum(sp.part_run.values()) + float(res.get("seconds") or 0)}
             st.split = None
+            if res.get("checks"):
+                self._check(st, i, res)
             self._record(st, i, "executed" if status == "executed" else "cached", res)
             self._advance(st)
             return
@@ -1017,6 +1048,63 @@ class Build:
             self._maybe_merge(st)
             return
         self._fail(st, f"unexpected task result {res!r} for {step.label}")
+
+    # ------------------------------------------------------------ the verifier's checks as tasks
+    def _check(self, st: _State, i: int, res: dict) -> None:
+        """Step ``i`` stored a big output without checking it: check it in parts while it is written."""
+        from tusk.cache.keys import digest
+
+        st.checking = _Checks(i, st.keys[i], dict(res["record"]), list(res["checks"]), list(res["functions"]))
+        n = len(st.checking.tasks)
+        for j, task in enumerate(st.checking.tasks):
+            self._submit("verify", digest([res["output"], task]), st, "check", j, tasks.verify_checks,
+                         self.store.url, res["output"], st.hashes[i], task, what=f"verify {j + 1}/{n}")
+
+    def _checked(self, st: _State, j: int, res: dict) -> None:
+        """A check answered; once all have, the step's record is written (or the unit fails as verify fails)."""
+        from tusk.ir.errors import VerifyError
+        from tusk.ir.verify import verify_join
+
+        c = st.checking
+        if c is None:
+            return
+        if res.get("status") != "checked":
+            st.checking = None
+            if res.get("status") == "input-missing":
+                self._repair(st, c.index, res.get("error", "output object missing"))
+                return
+            st.i = c.index
+            self._fail(st, res.get("error", f"verifying failed: {res!r}"), fault=res.get("fault") or ENVIRONMENT,
+                       tb=res.get("traceback", ""))
+            return
+        c.results[j] = res
+        if len(c.results) < len(c.tasks):
+            return
+        st.checking = None
+        step = self.steps[c.index]
+        blame = next((r["blame"] for r in c.results.values() if r.get("blame")), None)
+        if blame:  # the kernel placed its memory so: its fault, recorded like any refusal of its input
+            self.store.put_action(c.key, {"kind": "failure", "pass": step.name, "label": step.label, "error": blame,
+                                          "error_kind": "KernelOverlap", "input": c.record.get("input"),
+                                          "parts": c.record.get("parts") or {}, "worker": "this process"})
+            st.i = c.index
+            self._fail(st, blame, fault=INPUT)
+            return
+        try:
+            verify_join(c.names, c.tasks, [c.results[k]["problems"] for k in range(len(c.tasks))])
+        except VerifyError as e:
+            st.i = c.index
+            self._fail(st, f"pass {step.name} produced invalid IR: {e}", fault=fault_of(e, kernel=True))
+            return
+        timing = dict(c.record.get("timing") or {})
+        timing["verify"] = round(sum(float(r.get("timing", {}).get("run") or 0.0) for r in c.results.values()), 6)
+        self.store.put_action(c.key, {**c.record, "timing": timing})
+        if 0 <= c.index < len(st.report.steps):
+            st.report.steps[c.index].timing["verify"] = timing["verify"]
+        if c.write_failed is not None:  # a valid output that could not be written
+            self._on_written(st, [], c.write_failed)
+        elif st.written:
+            self._done(st)
 
     def _part_key(self, st: _State, part_hash: str) -> tuple[str, dict]:
         step = self.steps[st.i]

@@ -328,7 +328,12 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
 
 def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, stats, seconds: float,
             clock: dict, extra: dict | None = None) -> dict:
-    if ctx.get("verify"):
+    checks = None
+    if ctx.get("verify") == DEFER:
+        from tusk.ir.verify import verify_tasks
+
+        checks = verify_tasks(out)  # None: small enough to check here
+    if ctx.get("verify") and checks is None:
         from tusk.ir.errors import VerifyError
         from tusk.ir.verify import overlap_in_input
         from tusk.ir.verify import verify as verify_module
@@ -352,8 +357,43 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
               "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
               "insts_out": out.n_insts(), "parts": parts, "worker": _where(), "timing": timing, **(extra or {})}
+    if checks is not None:  # recorded by the client once every check has passed (verify_checks tasks)
+        return {"status": "executed", **_slim(record), "record": record, "checks": checks,
+                "functions": [fn.name for fn in out.functions], "worker_address": _worker_address(),
+                "ended": time.time()}
     store.put_action(key, record)
     return {"status": "executed", **_slim(record), "worker_address": _worker_address(), "ended": time.time()}
+
+
+DEFER = "defer"  # ctx["verify"]: a big output's checks run as tasks of their own (verify_checks), in parallel
+
+
+def verify_checks(store_url: str, h: str, input_hash: str, task: list) -> dict:
+    """One piece of the verifier on object ``h`` (``ir.verify.verify_tasks``): the problems each check found.
+    Where the live-overlap check finds some, also whether the step's input (``input_hash``) already had
+    them: then the kernel placed its memory so (``blame``), not the pass."""
+    clock: dict = {"started": time.time()}
+    try:
+        from tusk.ir.verify import overlap_in_input, verify_part
+
+        store = _store(store_url)
+        module, missing = _load_input(store, h, clock)
+        if missing:
+            return missing
+        t0 = time.perf_counter()
+        found = verify_part(module, (int(task[0]), tuple(task[1])))
+        blame = None
+        if found.get("live_overlap"):
+            before, missing = _load_input(store, input_hash, clock)
+            if missing:
+                return missing
+            err = overlap_in_input(before)
+            blame = str(err) if err is not None else None
+        clock["run"] = round(time.perf_counter() - t0, 6)
+        return {"status": "checked", "problems": found, "blame": blame, "timing": clock,
+                "worker_address": _worker_address(), "ended": time.time()}
+    except Exception as e:  # noqa: BLE001
+        return _error({"name": "verify"}, e)
 
 
 def _unchanged(module, out) -> bool:

@@ -85,7 +85,7 @@ class TaskLog(BuildEvents):
             return
         timing = result.get("timing") if isinstance(result.get("timing"), dict) else {}
         rec.status = str(result.get("status") or "")
-        ran = rec.status in ("executed", "split", "error", "written", "part-rendered", "part-placed")
+        ran = rec.status in ("executed", "split", "error", "written", "part-rendered", "part-placed", "checked")
         started = timing.get("started") if ran else None
         rec.started = float(started) if isinstance(started, (int, float)) else None
         ended = result.get("ended")
