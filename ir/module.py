@@ -111,6 +111,14 @@ class Function:
             setattr(out, table, value)
         return out
 
+    def edges_only(self, deps: Table | None = None) -> "Function":
+        """A function with this one's name, kind and attributes and only edges (``deps``, else its own): what
+        a split pass's part hands its merge, which has the rows already (storing and fetching a copy of a
+        300k-row part cost ~0.1 s per part and 0.5 s of the merge's fetch on a 1.2M-row kernel)."""
+        out = Function(self.name, self.kind, self.attrs)
+        out.deps = self.deps if deps is None else deps
+        return out
+
     def invalidate(self) -> None:
         """Forget cached lookups after rows were added or renamed."""
         self._name_index = None

@@ -64,12 +64,13 @@ class BuildFDeps(Pass):
         from tusk.stages.deps_split import part_edges
 
         marker = module.attributes[PART_KEY]
-        out = module.copy()
-        fn = out.functions[0]
+        fn = module.functions[0]
         src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
-        fn.deps = Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
-                                                 "kind": kind.astype(np.uint8)})
-        out = out.with_attributes(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}})
+        edges = fn.edges_only(Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
+                                                             "kind": kind.astype(np.uint8)}))
+        out = Module([edges], module.arch, module.version,
+                     module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}}),
+                     module.artifact_dir, module.queues, module.extras)
         return out, {"edges": len(src), "exposed": len(exposed)}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:

@@ -57,8 +57,8 @@ def function_parts(p, module: Module, k: int) -> list[Module]:
 
 def run_part(p, module: Module):
     """Schedule one part on its own graph by each priority its marker names (all of them when it names
-    none); the marker gains the new row orders and the exposed rows (the part's function is in the first
-    priority's order)."""
+    none); the marker gains the new row orders and the exposed rows.  The part's function holds only its edges
+    (in the first priority's order) and attributes: all the merge reads of it."""
     from tusk.stages.schedule import PRIORITIES, schedule_with_edges
 
     marker = module.attributes[PART_KEY]
@@ -71,7 +71,7 @@ def run_part(p, module: Module):
     tries = [schedule_with_edges(fn, edges, max_segment=p.max_segment, priority=q) for q in wanted]
     new, moved, _ = tries[0]
     orders = {q: _pack(order) for q, (_, _, order) in zip(wanted, tries)}
-    out = Module([p.marked(fn, new)], module.arch, module.version,
+    out = Module([p.marked(fn, new).edges_only()], module.arch, module.version,
                  module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist(),
                                                        "orders": orders}}),
                  module.artifact_dir, module.queues, module.extras)

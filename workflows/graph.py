@@ -518,6 +518,7 @@ class _Split:
     insts_in: int | None
     outputs: dict[int, tuple[str, dict]] = field(default_factory=dict)
     part_run: dict[int, float] = field(default_factory=dict)  # part number -> seconds, of the parts that ran
+    worker: str | None = None  # where the split ran: the step's input is in its memory, the merge goes there
 
 
 @dataclass
@@ -1038,7 +1039,7 @@ class Build:
             return
         if kind == "split" and status == "split":
             st.split = _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0),
-                              insts_in=res.get("insts_in"))
+                              insts_in=res.get("insts_in"), worker=res.get("worker_address"))
             self._submit_parts(st)
             return
         if kind == "part" and status in ("executed", "cached") and st.split is not None:
@@ -1138,7 +1139,7 @@ class Build:
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
         self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
                      st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds,
-                     [sp.part_run.get(j) for j in range(len(sp.parts))])
+                     [sp.part_run.get(j) for j in range(len(sp.parts))], on=sp.worker)
 
     # ------------------------------------------------------------ driver
     def run(self, units: Iterable[BuildUnit]) -> BuildReport:
