@@ -50,7 +50,7 @@ own cached steps (``tusk.workflows.timings``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
@@ -80,6 +80,8 @@ class Job:
     fn: int
     kind: str
     region: Region | None = None  # the SB pass's: the SBUF it may use
+    # the input function's instances when choosing the job found them (unaliasing starts from them)
+    inst: Instances | None = field(default=None, compare=False, repr=False)
 
 
 def entry_function(module: Module) -> Function | None:
@@ -234,8 +236,9 @@ class AddressRotation(Pass):
         out = Module([f.copy() if k in mine else f for k, f in enumerate(module.functions)], module.arch,
                      module.version, module.attributes, module.artifact_dir, module.queues, module.extras)
         if self.mtype is not None:
+            found = {j.fn: j.inst for j in jobs if j.inst is not None}
             for k in sorted(mine):
-                _, inst = unalias_known(out.functions[k], self.mtype)
+                _, inst = unalias_known(out.functions[k], self.mtype, found.get(k))
                 if known is not None and inst is not None:
                     known[k] = inst
         return out

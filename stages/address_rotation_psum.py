@@ -115,13 +115,14 @@ def psum_rotation(fn: Function, arch: Arch, log: logging.Logger, target: int = 0
     return moved
 
 
-def _uncovered_psum(fn: Function) -> bool:
-    """has_uncovered_live_range: some PSUM buffer's instances cannot be followed."""
+def _uncovered_psum(fn: Function) -> tuple[bool, Instances | None]:
+    """has_uncovered_live_range: some PSUM buffer's instances cannot be followed; and the PSUM instances
+    (with group kills) found on the way."""
     if _accessed_unallocated(fn, Mem.PSUM):
-        return True
+        return True, None
     sp = analyse(fn, Mem.PSUM)
     used = np.isin(sp.memlocs, fn.operands["memloc"])
-    return bool((used & ~sp.inst.simple[sp.memlocs]).any())
+    return bool((used & ~sp.inst.simple[sp.memlocs]).any()), sp.inst
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,11 @@ class AddressRotationPSUM(AddressRotation):
         for k, fn in enumerate(module.functions):
             if not self.selects(self.flags(module, fn)):
                 continue
-            if _uncovered_psum(fn):
+            uncovered, inst = _uncovered_psum(fn)
+            if uncovered:
                 self.log.info("PSUM rotation of %s skipped: a PSUM live range is not covered", fn.name)
             else:
-                jobs.append(Job(k, "psum"))
+                jobs.append(Job(k, "psum", inst=inst))
         return jobs
 
     def _rotate(self, out: Module, jobs: list[Job], known: dict[int, Instances] | None = None) -> dict[int, int]:

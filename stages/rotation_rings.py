@@ -225,10 +225,11 @@ def _spans(inst: Instances) -> dict[int, tuple[int, int]]:
     return dict(zip(mem[starts].tolist(), zip(lo.tolist(), hi.tolist())))
 
 
-def unalias_known(fn: Function, mtype: int) -> tuple[int, Instances | None]:
+def unalias_known(fn: Function, mtype: int, inst: Instances | None = None) -> tuple[int, Instances | None]:
     """:func:`unalias`, and ``fn``'s instances (with group kills) when it left ``fn`` as it was: the
-    rotation's analysis (:func:`analyse`) then need not find them again."""
-    inst = instances(fn, (mtype,), groups=True)
+    rotation's analysis (:func:`analyse`) then need not find them again.  ``inst``: those instances, when
+    already known (of ``fn``, or of a function with its content)."""
+    inst = inst if inst is not None else instances(fn, (mtype,), groups=True)
     if not len(inst):
         return 0, inst
     ml, sets = fn.memlocs, fn.sets
