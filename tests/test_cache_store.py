@@ -252,7 +252,8 @@ def test_gc_brings_a_built_cache_under_the_size_objects_and_notes_included(tmp_p
 def test_gc_drops_the_oldest_notes_before_newer_records(tmp_path, monkeypatch):
     store = _built_cache(tmp_path, monkeypatch)
     _age(store, 3600)
-    timelines = [(k, key) for k, key in store.note_keys() if k in ("engine-timeline", "makespan", "makespan-explain")]
+    timelines = [(k, key) for k, key in store.note_keys() if k in ("engine-timeline", "engine-timeline-events", "makespan",
+                                                                          "makespan-explain")]
     assert timelines
     for kind, key in timelines:  # the timing notes were used long before anything else
         os.utime(store.note_path(kind, key), (1000, 1000))

@@ -156,7 +156,9 @@ def test_a_timing_step_runs_the_model_once_per_kernel_and_gives_what_separate_ru
     store = Notes()
     note = timings.measure(store, "h", module, True)
     assert sorted(runs) == ["k", "main"]
+    events = want_line.pop("events_zstd")  # the rendered events are a note of their own
     assert store.notes[timings.TIMELINE_NOTE]["timelines"] == [want_line]
+    assert store.notes[timings.EVENTS_NOTE]["events"] == [events]
     assert store.notes[timings.EXPLAIN_NOTE] == want_explain == note["explain"]
     assert note["makespan"] == want_explain["makespan"]["cycles"] == 2 * want_line["makespan"]
 

@@ -215,8 +215,9 @@ class Reporter(BuildEvents):
                 path = kdir / TIMELINE
                 # a write_timeline task of the build has mostly written it (into the staging directory, on a
                 # worker); the events come rendered by the timing steps: the same bytes either way
-                if not _current(path, timeline_signature(kernel_phases)):
-                    write_kernel_timeline(path, kr.kernel.name, kernel_phases)
+                if not _current(path, timeline_signature(kernel_phases)):  # with the events this time
+                    write_kernel_timeline(path, kr.kernel.name, [load_phase(store, u.unit.name, t, events=True)
+                                                                 for u in kr.units for t in u.timings])
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
         self._phase("trace")
         if self.log.finished():

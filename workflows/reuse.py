@@ -359,6 +359,7 @@ def _store_paths(view, store) -> dict[str, list[str]]:
                     touch.append(store.note_path(timings.MAKESPAN_NOTE, key))
                     if t.timelines:
                         touch.append(store.note_path(timings.TIMELINE_NOTE, key))
+                        touch.append(store.note_path(timings.EVENTS_NOTE, key))
                     if t.explain is not None:
                         touch.append(store.note_path(timings.EXPLAIN_NOTE, key))
     return {"touch": touch, "requires": touch + objects}

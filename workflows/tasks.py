@@ -546,7 +546,8 @@ def write_timeline(store_url: str, kernel: str, units: list, path: str) -> dict:
     t0 = time.perf_counter()
     try:
         store = _store(store_url)
-        phases = [timings.load_phase(store, name, timings.Timed(**t)) for name, timed in units for t in timed]
+        phases = [timings.load_phase(store, name, timings.Timed(**t), events=True) for name, timed in units
+                  for t in timed]
         if not phases or trace._model() is None:
             return {"status": "skipped"}
         trace.write_kernel_timeline(Path(path), kernel, phases)
