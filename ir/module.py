@@ -418,6 +418,11 @@ class Module:
     def check_in_place(self) -> bool:
         return bool(self.attributes.get("check_in_place", False))
 
+    def replaced(self, functions: list[Function] | None = None, artifact_dir: str | None = None) -> "Module":
+        """This module with other functions or another artifact directory; everything else shared."""
+        return Module(self.functions if functions is None else functions, self.arch, self.version, self.attributes,
+                      self.artifact_dir if artifact_dir is None else artifact_dir, self.queues, self.extras)
+
     def with_attributes(self, **changes: Any) -> "Module":
         m = Module(self.functions, self.arch, self.version, self.attributes.with_(**changes),
                    self.artifact_dir, self.queues, self.extras)

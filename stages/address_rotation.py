@@ -233,8 +233,7 @@ class AddressRotation(Pass):
         instances of each function that unaliasing left as it was (the rotation's analysis starts from them)."""
         mine = {j.fn for j in jobs}
         # only the jobs' functions are changed (in place: unaliased here, rotated after); the others are shared
-        out = Module([f.copy() if k in mine else f for k, f in enumerate(module.functions)], module.arch,
-                     module.version, module.attributes, module.artifact_dir, module.queues, module.extras)
+        out = module.replaced([f.copy() if k in mine else f for k, f in enumerate(module.functions)])
         if self.mtype is not None:
             found = {j.fn: j.inst for j in jobs if j.inst is not None}
             for k in sorted(mine):

@@ -68,9 +68,7 @@ class BuildFDeps(Pass):
         src, dst, kind, exposed = part_edges(fn, list(marker["written"]))
         edges = fn.edges_only(Table.from_arrays(DEP_SCHEMA, {"src": src.astype(np.int32), "dst": dst.astype(np.int32),
                                                              "kind": kind.astype(np.uint8)}))
-        out = Module([edges], module.arch, module.version,
-                     module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}}),
-                     module.artifact_dir, module.queues, module.extras)
+        out = module.replaced([edges]).with_attributes(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist()}})
         return out, {"edges": len(src), "exposed": len(exposed)}
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:

@@ -37,8 +37,7 @@ def clear_inst_deps(module: Module, *, entry_gate: bool = False) -> Module:
         fn = functions[k]
         if len(fn.deps) or len(fn.carried):
             functions[k] = fn.with_tables(deps=Table(fn.deps.schema), carried=Table(fn.carried.schema))
-    return Module(functions, module.arch, module.version, module.attributes, module.artifact_dir, module.queues,
-                  module.extras)
+    return module.replaced(functions)
 
 
 @dataclass(frozen=True)

@@ -216,12 +216,13 @@ def unalias(fn: Function, mtype: int) -> int:
 
 def _spans(inst: Instances) -> dict[int, tuple[int, int]]:
     """Memory location -> (first row, last row) its instances span (a live-in instance from row 0)."""
+    if not len(inst.i_memloc):
+        return {}
     first = np.where(inst.i_live_in, 0, inst.i_first)
     order = np.argsort(inst.i_memloc, kind="stable")  # instances come by memory location already: a no-op sort
     mem, first, last = inst.i_memloc[order], first[order], inst.i_last[order]
-    starts = np.flatnonzero(np.concatenate([[True], mem[1:] != mem[:-1]])) if len(mem) else np.zeros(0, np.int64)
-    lo = np.minimum.reduceat(first, starts) if len(mem) else first
-    hi = np.maximum.reduceat(last, starts) if len(mem) else last
+    starts = np.flatnonzero(np.concatenate([[True], mem[1:] != mem[:-1]]))
+    lo, hi = np.minimum.reduceat(first, starts), np.maximum.reduceat(last, starts)
     return dict(zip(mem[starts].tolist(), zip(lo.tolist(), hi.tolist())))
 
 

@@ -21,16 +21,13 @@ def test_disjoint_ranges_written_at_their_offsets_make_the_file(tmp_path, monkey
     path = tmp_path / "x.bir.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        offset = 0
-        order = list(enumerate(data))
-        for k, b in order[::-1]:  # written in any order
+        for k, b in reversed(list(enumerate(data))):  # written in any order
             # a part comes as the writer's pieces: split this one in three
             pieces = [b[:len(b) // 3], memoryview(b)[len(b) // 3:len(b) // 2], bytearray(b[len(b) // 2:])]
             assert direct_write.write_at(fd, sum(len(d) for d in data[:k]), pieces) == len(b)
-        offset = sum(map(len, data))
     finally:
         os.close(fd)
-    assert path.read_bytes() == b"".join(data) and os.path.getsize(path) == offset
+    assert path.read_bytes() == b"".join(data) and os.path.getsize(path) == sum(map(len, data))
 
 
 def test_a_part_whose_bytes_are_gone_is_rendered_again(tmp_path):

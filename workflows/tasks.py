@@ -644,10 +644,7 @@ def write_outputs(store_url: str, items: list) -> dict:
                 if missing:
                     return missing
                 if rest:  # a new Module object: the stored one may be shared with the next task
-                    from tusk.ir.module import Module
-
-                    module = Module(module.functions, module.arch, module.version, module.attributes, rest[0],
-                                    module.queues, module.extras)
+                    module = module.replaced(artifact_dir=rest[0])
                 bir_json.save(module, path, flatten=flatten)
                 names = sorted({fn.strings[c] for fn in module.functions
                                 for c in set(fn.memlocs["const_path"].tolist()) if c >= 0})
@@ -736,13 +733,8 @@ def _held_token(h: str, path: str, k: int, n: int) -> str:
 
 
 def _part_module(store, h: str, art: str, clock: dict):
-    from tusk.ir.module import Module
-
     module, missing = _load_input(store, h, clock)
-    if missing:
-        return None, missing
-    return Module(module.functions, module.arch, module.version, module.attributes, art, module.queues,
-                  module.extras), None
+    return (None, missing) if missing else (module.replaced(artifact_dir=art), None)
 
 
 def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> dict:
