@@ -296,6 +296,38 @@ def test_no_worker_process_outlives_an_interrupted_build(tmp_path, sig):
             p.kill()
 
 
+WATCHDOG_SCRIPT = """
+import os, signal, sys, time
+from tusk.workflows import interrupts
+interrupts.GRACE = 1.0
+with interrupts.handled():
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # as while a cluster starts: fd 2 is the log, not the terminal
+    print("ready", flush=True)
+    while True:  # a build that swallows the interrupt (a lock left held, a hung close)
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+"""
+
+
+def test_an_interrupt_the_build_swallows_still_ends_it_and_says_so():
+    """The watchdog ends a build that did not stop by itself, and tells the terminal (not the log) why."""
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-c", WATCHDOG_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=str(ROOT))
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 130, err
+        assert "interrupted: the build's processes were killed" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 # --------------------------------------------------------------------------- 4: verified by default
 
 

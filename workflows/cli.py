@@ -260,6 +260,7 @@ def _run_build(req, out: Path, existed: bool, events, display, err):
         _drop_if_empty(out, existed)
         raise
     except KeyboardInterrupt:
+        interrupts.said()
         display.stop()
         err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
                   "the next build continues from the cache", soft_wrap=True)

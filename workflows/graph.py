@@ -339,14 +339,17 @@ class DaskExecutor:
         self._closing.start()
 
     def closed(self) -> None:
-        """Wait for :meth:`close_soon` (10 s at most), then kill what is left of a local cluster."""
+        """Wait for :meth:`close_soon` (10 s at most; 1 s after Ctrl-C, when the workers have had the signal
+        too), then kill what is left of a local cluster."""
         import signal
+
+        from tusk.workflows.interrupts import INTERRUPTED
 
         t = getattr(self, "_closing", None)
         if t is None or getattr(self, "_closed", False):
             return
         self._closed = True
-        t.join(10)
+        t.join(1 if INTERRUPTED.is_set() else 10)
         for pid in self.worker_pids:
             try:
                 os.kill(pid, signal.SIGKILL)

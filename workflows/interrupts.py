@@ -19,6 +19,8 @@ import time
 
 GRACE = 15.0
 CHILD_STDERR: list[str] = []  # where processes started now write their stderr (set by the CLI: OUT/tusk.log)
+INTERRUPTED = threading.Event()  # set by the first signal: closing a cluster then waits a moment, not seconds
+_SAID = threading.Event()        # the caller reported the interrupt: the watchdog stays silent
 
 
 def _kill_children_and_exit(code: int = 130) -> None:
@@ -35,24 +37,45 @@ def _kill_children_and_exit(code: int = 130) -> None:
     os._exit(code)
 
 
+def said() -> None:
+    """The caller has told the user about the interrupt (the watchdog need not)."""
+    _SAID.set()
+
+
 @contextlib.contextmanager
-def handled():
-    """SIGINT and SIGTERM through the handler above while the block runs (main thread only)."""
+def handled(message: str = "interrupted: the build's processes were killed before it had stopped by itself; "
+                           "the next build continues from the cache"):
+    """SIGINT and SIGTERM through the handler above while the block runs (main thread only).  ``message`` is
+    what the watchdog writes to the terminal if it has to end the process (unless :func:`said` came first)."""
     state = {"seen": False}
+    INTERRUPTED.clear()
+    _SAID.clear()
+    # the terminal's stderr as it is now: while a cluster starts, fd 2 goes to OUT/tusk.log
+    terminal = os.dup(2) if threading.current_thread() is threading.main_thread() else None
+
+    def say_and_exit() -> None:
+        if not _SAID.is_set():
+            # a raw write: the main thread may hold the locks of sys.stderr or of a logging handler
+            try:
+                os.write(terminal, f"\n{message}\n".encode())
+            except OSError:
+                pass
+        _kill_children_and_exit()
 
     def handler(signum, frame):  # noqa: ARG001
         if state["seen"]:
-            _kill_children_and_exit()
+            say_and_exit()
         state["seen"] = True
+        INTERRUPTED.set()
 
         def watchdog() -> None:
             time.sleep(GRACE)
-            _kill_children_and_exit()
+            say_and_exit()
 
         threading.Thread(target=watchdog, name="tusk-interrupt-watchdog", daemon=True).start()
         raise KeyboardInterrupt
 
-    if threading.current_thread() is not threading.main_thread():
+    if terminal is None:
         yield
         return
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -61,6 +84,8 @@ def handled():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if not state["seen"]:  # else the watchdog may still need it; the process ends soon anyway
+            os.close(terminal)
 
 
 @contextlib.contextmanager
