@@ -298,8 +298,13 @@ def test_no_worker_process_outlives_an_interrupted_build(tmp_path, sig):
 
 WATCHDOG_SCRIPT = """
 import os, signal, sys, time
+from pathlib import Path
 from tusk.workflows import interrupts
+from tusk.workflows.outputs import STAGING_PREFIX, remove_own_temp_dirs
+out = Path(sys.argv[1])
+(out / f"{STAGING_PREFIX}k-{os.getpid()}-0a1b2c3d").mkdir(parents=True)
 interrupts.GRACE = 1.0
+interrupts.AT_KILL.append(lambda: remove_own_temp_dirs(out))
 with interrupts.handled():
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # as while a cluster starts: fd 2 is the log, not the terminal
     print("ready", flush=True)
@@ -311,18 +316,21 @@ with interrupts.handled():
 """
 
 
-def test_an_interrupt_the_build_swallows_still_ends_it_and_says_so():
-    """The watchdog ends a build that did not stop by itself, and tells the terminal (not the log) why."""
+def test_an_interrupt_the_build_swallows_still_ends_it_and_says_so(tmp_path):
+    """The watchdog ends a build that did not stop by itself, tells the terminal (not the log) why, and
+    removes the build's staging directory."""
     import signal
 
-    p = subprocess.Popen([sys.executable, "-c", WATCHDOG_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=str(ROOT))
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-c", WATCHDOG_SCRIPT, str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     try:
         assert p.stdout.readline().strip() == "ready"
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=30)
         assert p.returncode == 130, err
         assert "interrupted: the build's processes were killed" in err, err
+        assert list(out.iterdir()) == []
     finally:
         if p.poll() is None:
             p.kill()

@@ -249,8 +249,10 @@ def _run_build(req, out: Path, existed: bool, events, display, err):
     says so and leaves with 130, a refused one leaves no empty OUT behind."""
     from tusk.workflows import interrupts
     from tusk.workflows.compile import compile_directory
+    from tusk.workflows.outputs import remove_own_temp_dirs
     from tusk.workflows.progress import route_dask_logs
 
+    interrupts.AT_KILL.append(lambda: remove_own_temp_dirs(out))  # a build its watchdog ends leaves no staging
     try:
         with route_dask_logs(out / "tusk.log"), interrupts.handled(), \
                 interrupts.children_write_to(str((out / "tusk.log").resolve())):

@@ -21,6 +21,7 @@ GRACE = 15.0
 CHILD_STDERR: list[str] = []  # where processes started now write their stderr (set by the CLI: OUT/tusk.log)
 INTERRUPTED = threading.Event()  # set by the first signal: closing a cluster then waits a moment, not seconds
 _SAID = threading.Event()        # the caller reported the interrupt: the watchdog stays silent
+AT_KILL: list = []               # callables run once the children are killed (the CLI: OUT's temporary dirs)
 
 
 def _kill_children_and_exit(code: int = 130) -> None:
@@ -34,6 +35,11 @@ def _kill_children_and_exit(code: int = 130) -> None:
                 pass
     except ImportError:  # pragma: no cover
         pass
+    for cleanup in list(AT_KILL):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - the process ends regardless; the next build cleans up
+            pass
     os._exit(code)
 
 

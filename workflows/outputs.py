@@ -483,6 +483,19 @@ def _owner_gone(p: Path, now: float, age: float) -> bool:
         return False
 
 
+def remove_own_temp_dirs(out: Path) -> None:
+    """Remove the staging directories this process made in OUT (a build ended by its watchdog); an output
+    set aside while its replacement moves in is left for the next build to settle."""
+    mine = f"-{os.getpid()}-"
+    try:
+        found = [p for p in out.iterdir() if p.name.startswith((STAGING_PREFIX, NOCACHE_PREFIX)) and mine in p.name]
+    except OSError:
+        return
+    for p in found:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def clean_leftovers(out: Path, age: float = 3600.0) -> None:
     """Remove the temporary directories of builds that are over (killed, crashed, interrupted)."""
     now = time.time()
