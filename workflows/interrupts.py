@@ -60,7 +60,7 @@ def handled(message: str = "interrupted: the build's processes were killed befor
     terminal = os.dup(2) if threading.current_thread() is threading.main_thread() else None
 
     def say_and_exit() -> None:
-        if not _SAID.is_set():
+        if not _SAID.is_set() and terminal is not None:
             # a raw write: the main thread may hold the locks of sys.stderr or of a logging handler
             try:
                 os.write(terminal, f"\n{message}\n".encode())
