@@ -108,15 +108,27 @@ def fresh(*dirs: Path) -> None:
 
 
 def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat: int) -> dict[str, list]:
-    """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, cpu, report, load), ...]."""
+    """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, cpu, report, load), ...].
+
+    Every run gets directories of its own, and all are removed after the last run.  Removing the previous
+    run's directories right before a run made it pay for them: for about half a minute after thousands
+    of files are deleted, ext4 scans the recently freed inodes whenever it allocates one (a cold store
+    creates ~3,500), which cost 5-10 % of a large_matmul build.  The previous run's written pages are
+    flushed before each run (``sync``) for the same reason."""
     runs: dict[str, list] = {m: [] for m in modes}
-    for _ in range(repeat):
-        for mode, extra in modes.items():
-            out, cache = work / f"out-{mode}", work / f"cache-{mode}"
-            fresh(out, cache)
-            before = load()
-            wall, cpu, rep = tusk(corpus, out, cache, *extra)
-            runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(out)))
+    made: list[Path] = []
+    try:
+        for r in range(repeat):
+            for mode, extra in modes.items():
+                out, cache = work / f"out-{mode}-{r}", work / f"cache-{mode}-{r}"
+                fresh(out, cache)
+                made += [out, cache]
+                os.sync()
+                before = load()
+                wall, cpu, rep = tusk(corpus, out, cache, *extra)
+                runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(out)))
+    finally:
+        fresh(*made)
     return runs
 
 

@@ -38,3 +38,43 @@ def test_memory_budget_is_a_fraction_of_the_memory_setting(monkeypatch):
     monkeypatch.setenv("TUSK_MEMORY", str(64 << 20))
     monkeypatch.setattr(tasks, "_BUDGET", [])
     assert tasks.memory_budget() == (64 << 20) // tasks.MEMO_FRACTION
+
+
+def test_a_step_reading_its_input_lets_the_input_before_it_go():
+    """Once the kernel's next step has read a step's output, the input that output was made from is dead."""
+    tasks.forget_all()
+    a, b, c = _modules(3)
+    store = type("S", (), {"_damaged": set()})()
+    big = 1 << 40
+    tasks.remember("a", a, big)
+    tasks.remember("b", b, big, parent="a")  # step 1: a -> b
+    tasks.remember("c", c, big)              # another kernel's module: untouched
+    assert set(tasks._MEMORY) == {"a", "b", "c"}
+    assert tasks._load_input(store, "b")[0] is b
+    tasks._moved_on("b")                     # what _open does once step 2 has its input
+    assert set(tasks._MEMORY) == {"b", "c"}
+    tasks._moved_on("b")                     # a second reader (a timing step) changes nothing
+    assert set(tasks._MEMORY) == {"b", "c"}
+    tasks.forget_all()
+
+
+def test_a_part_fetched_from_the_store_is_not_kept(tmp_path):
+    """A worker that fetched a part runs it and lets both the part and its output go (the merge reads the
+    output on the worker that split the step); the worker that split it keeps the output for the merge."""
+    from tusk.cache.store import Store
+    from tusk.workflows.pipeline import default_pipeline, resolve
+
+    tasks.forget_all()
+    store = Store(str(tmp_path / "c"))
+    module = large_matmul(2, 3, 2)[0]
+    h = store.put(module)
+    step = next(s for s in resolve(default_pipeline()).steps if s.name == "unroll").task_spec()
+    ctx = {"store": store.url, "verify": False, "check": False, "where": None}
+    fetched = tasks.run_part(ctx, step, h, "a1" * 32, {"input": h})
+    assert fetched["status"] == "executed", fetched
+    assert tasks._MEMORY == {}
+    tasks.remember(h, module)
+    kept = tasks.run_part(ctx, step, h, "b2" * 32, {"input": h})
+    assert kept["status"] == "executed", kept
+    assert kept["output"] != h and kept["output"] in tasks._MEMORY
+    tasks.forget_all()

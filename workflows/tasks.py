@@ -105,6 +105,7 @@ def _slim(rec: dict) -> dict:
 
 MEMO_FRACTION = 16  # a process keeps modules in 1/MEMO_FRACTION of its memory budget
 _MEMORY: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
+_PARENT: dict[str, str] = {}  # a kept step output -> the step's input (dead once the next step reads the output)
 _BUDGET: list[int] = []  # this process's memo budget, once known
 
 
@@ -144,24 +145,39 @@ def _module_bytes(module) -> int:
     return sum(getattr(fn, t).nbytes() for fn in module.functions for t in SCHEMAS)
 
 
-def remember(h: str, module, budget: int | None = None) -> None:
+def remember(h: str, module, budget: int | None = None, parent: str | None = None) -> None:
     """Keep ``module`` (content hash ``h``) for the next step that reads it in this process, least recently
     used out beyond ``budget`` bytes (default :func:`memory_budget`).  The module just remembered stays even
     alone over budget: it is the one the kernel's next step reads, and the task holds it anyway."""
     budget = memory_budget() if budget is None else budget
     _MEMORY[h] = (module, _module_bytes(module))
+    if parent is not None and parent != h:
+        _PARENT[h] = parent
     _MEMORY.move_to_end(h)
     total = sum(sz for _, sz in _MEMORY.values())
     while total > budget and len(_MEMORY) > 1:
-        _, (_, sz) = _MEMORY.popitem(last=False)
+        old, (_, sz) = _MEMORY.popitem(last=False)
+        _PARENT.pop(old, None)
         total -= sz
 
 
 def forget_all() -> None:
     _MEMORY.clear()
+    _PARENT.clear()
 
 
-def _load_input(store, h: str, clock: dict | None = None) -> tuple[Any, dict | None]:
+def _moved_on(h: str) -> None:
+    """The kernel's next step has read ``h``: the input ``h`` was made from is read by nothing more of the
+    chain, so its memory goes back to the allocator now, for the next step's output to reuse (a module the
+    chain keeps past its use made every later output fresh, page-faulted memory)."""
+    parent = _PARENT.pop(h, None)
+    if parent is not None and _MEMORY.pop(parent, None) is not None:
+        _PARENT.pop(parent, None)
+
+
+def _load_input(store, h: str, clock: dict | None = None, keep: bool = True) -> tuple[Any, dict | None]:
+    """The module ``h``, from this process's memory or the store (kept for the next reader with ``keep``);
+    or (None, the answer for a missing input)."""
     from tusk.cache.objects import ObjectDamaged
     from tusk.cache.store import ObjectMissing
 
@@ -179,15 +195,17 @@ def _load_input(store, h: str, clock: dict | None = None) -> tuple[Any, dict | N
     finally:
         if clock is not None:
             clock["fetch"] = clock.get("fetch", 0.0) + time.perf_counter() - t0
-    remember(h, module)
+    if keep:
+        remember(h, module)
     return module, None
 
 
-def _save(store, module, clock: dict, check: bool) -> str:
+def _save(store, module, clock: dict, check: bool, parent: str | None = None, keep: bool = True) -> str:
     saved = store.save(module, check=check)
     clock["hash"] = clock.get("hash", 0.0) + saved.hash_seconds
     clock["store"] = clock.get("store", 0.0) + saved.write_seconds
-    remember(saved.hash, module)
+    if keep:
+        remember(saved.hash, module, parent=parent)
     return saved.hash
 
 
@@ -347,11 +365,17 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
                 raise _PassRefused(blame) from None
             raise
         clock["verify"] = time.perf_counter() - t0
+    # a part's output is read by the merge, on the worker that split the step: kept only there (where the
+    # part's input came from memory); a worker that fetched the part would keep a module nobody reads, and
+    # its memory grows by every part it runs -- fresh pages, zeroed by the kernel, for each
+    part = (extra or {}).get("kind") == "part"
+    keep = not part or bool(clock.get("from_memory"))
     if parts.get("input") and _unchanged(module, out):  # the input's hash: nothing to hash or store
         h = str(parts["input"])
-        remember(h, out)
+        if keep:
+            remember(h, out)
     else:
-        h = _save(store, out, clock, bool(ctx.get("check")))
+        h = _save(store, out, clock, bool(ctx.get("check")), None if part else parts.get("input"), keep)
     timing = {k: round(v, 6) for k, v in clock.items() if k != "started"}
     timing["started"] = clock["started"]
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
@@ -430,7 +454,8 @@ def _open(ctx: dict, key: str, input_hash: str, clock: dict):
     hit = _cached(store, key)
     if hit:
         return store, None, hit
-    module, missing = _load_input(store, input_hash, clock)
+    module, missing = _load_input(store, input_hash, clock, keep=not ctx.get("part"))
+    _moved_on(input_hash)
     return store, module, missing
 
 
@@ -481,7 +506,7 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
 
 def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> dict:
     """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
-    return run_step({**ctx, "verify": False}, step, part_hash, key, parts, {"kind": "part"})
+    return run_step({**ctx, "verify": False, "part": True}, step, part_hash, key, parts, {"kind": "part"})
 
 
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
