@@ -78,3 +78,35 @@ def test_a_part_fetched_from_the_store_is_not_kept(tmp_path):
     assert kept["status"] == "executed", kept
     assert kept["output"] != h and kept["output"] in tasks._MEMORY
     tasks.forget_all()
+
+
+def test_a_merge_lets_the_parts_and_their_outputs_go(tmp_path, monkeypatch):
+    """Split, parts and merge of one step in one process: afterwards the memo holds the step's input and
+    its output, not the pieces or what the parts made of them."""
+    from tusk.cache.store import Store
+    from tusk.stages.build_fdeps import BuildFDeps
+    from tusk.workflows.pipeline import default_pipeline, resolve
+
+    monkeypatch.setattr(BuildFDeps, "split_min", 2)
+    monkeypatch.setattr(BuildFDeps, "split_part_size", 5)
+    monkeypatch.setattr(BuildFDeps, "split_max_parts", 8)
+    tasks.forget_all()
+    store = Store(str(tmp_path / "c"))
+    from tusk.stages.unroll import Unroll
+
+    module = Unroll().run(large_matmul(2, 3, 2)[0])[0]
+    h = store.put(module)
+    tasks.remember(h, module)
+    step = next(s for s in resolve(default_pipeline()).steps if s.name == "build_fdeps").task_spec()
+    ctx = {"store": store.url, "verify": False, "check": False, "where": None}
+    split = tasks.split_step(ctx, step, h, "c3" * 32, {"input": h})
+    assert split["status"] == "split" and len(split["parts"]) >= 2, split
+    outs = [tasks.run_part(ctx, step, piece, f"{k:02x}" * 32, {"input": piece})
+            for k, piece in enumerate(split["parts"])]
+    assert all(o["status"] == "executed" for o in outs), outs
+    assert set(split["parts"]) <= set(tasks._MEMORY)
+    merged = tasks.merge_step(ctx, step, h, [o["output"] for o in outs], [o.get("stats") or {} for o in outs],
+                              "d4" * 32, {"input": h}, 0.0, [1.0] * len(outs))
+    assert merged["status"] == "executed", merged
+    assert set(tasks._MEMORY) == {h, merged["output"]}
+    tasks.forget_all()

@@ -375,7 +375,7 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
         if keep:
             remember(h, out)
     else:
-        h = _save(store, out, clock, bool(ctx.get("check")), None if part else parts.get("input"), keep)
+        h = _save(store, out, clock, bool(ctx.get("check")), parts.get("input"), keep)
     timing = {k: round(v, 6) for k, v in clock.items() if k != "started"}
     timing["started"] = clock["started"]
     record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
@@ -528,6 +528,10 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         if lost:
             return {**lost[0], "part": True, "lost": len(lost)}
         (out, stats), seconds = _run(_pass(step), step, module, ctx, clock, "merge", outs, part_stats)
+        del outs
+        for h in part_outputs:  # merged: the parts and their outputs are dead
+            _moved_on(h)
+            _MEMORY.pop(h, None)
         return _finish(ctx, store, key, parts, step, module, out, stats, split_seconds + seconds, clock,
                        {"parts_total": len(part_outputs),
                         "parts_executed": sum(x is not None for x in part_seconds),
