@@ -527,10 +527,11 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
                 lost.append(missing)
         if lost:
             return {**lost[0], "part": True, "lost": len(lost)}
+        for h in part_outputs:  # the pieces the parts read are dead: their memory is the merge's to reuse
+            _moved_on(h)
         (out, stats), seconds = _run(_pass(step), step, module, ctx, clock, "merge", outs, part_stats)
         del outs
-        for h in part_outputs:  # merged: the parts and their outputs are dead
-            _moved_on(h)
+        for h in part_outputs:  # and, merged, so are the part outputs
             _MEMORY.pop(h, None)
         return _finish(ctx, store, key, parts, step, module, out, stats, split_seconds + seconds, clock,
                        {"parts_total": len(part_outputs),
