@@ -424,9 +424,13 @@ def _announcing_close(ex: Any, events: BuildEvents) -> Any:
     return ex
 
 
-# A local cluster costs ~1-2 s to start and a few ms per task; below this many instructions (after unrolling,
-# summed over the build) the whole build takes about as long in this process.
+# A local cluster costs ~0.5-1 s to start and a few ms per task.  Two or more kernels share out between its
+# workers: 4 large_matmul variants (150k instructions) took 3.9 s with two workers against 4.7 s in this
+# process, 2 of them (70k) 2.4 s against 2.3 s.  One big kernel shares out only through its split passes.
+# So: a cluster from AUTO_CLUSTER_SHARED instructions (after unrolling, summed over the build) when no unit
+# has more than two thirds of them, from AUTO_CLUSTER_INSTRUCTIONS whatever their spread.
 AUTO_CLUSTER_INSTRUCTIONS = 300_000
+AUTO_CLUSTER_SHARED = 100_000
 
 
 @dataclass(frozen=True)
@@ -449,7 +453,8 @@ def choose_executor(workers: int | None, units: list[BuildUnit], fixed: bool = F
     size = sum(u.size for u in units)
     if cpus < 2:
         return ExecutorChoice(0, f"one CPU available: in this process (~{size:,} instructions)")
-    if size < AUTO_CLUSTER_INSTRUCTIONS:
+    spread = size >= AUTO_CLUSTER_SHARED and 3 * max((u.size for u in units), default=0) <= 2 * size
+    if size < AUTO_CLUSTER_INSTRUCTIONS and not spread:
         return ExecutorChoice(0, f"a small build (~{size:,} instructions after unrolling): in this process, "
                                  f"a cluster would take longer to start than it saves")
     return ExecutorChoice(cpus, f"~{size:,} instructions after unrolling over {len(units)} unit(s): "
