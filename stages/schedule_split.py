@@ -71,10 +71,8 @@ def run_part(p, module: Module):
     tries = [schedule_with_edges(fn, edges, max_segment=p.max_segment, priority=q) for q in wanted]
     new, moved, _ = tries[0]
     orders = {q: _pack(order) for q, (_, _, order) in zip(wanted, tries)}
-    out = Module([p.marked(fn, new).edges_only()], module.arch, module.version,
-                 module.attributes.with_(**{PART_KEY: {**dict(marker), "exposed": exposed.tolist(),
-                                                       "orders": orders}}),
-                 module.artifact_dir, module.queues, module.extras)
+    out = module.replaced([p.marked(fn, new).edges_only()]).with_attributes(
+        **{PART_KEY: {**dict(marker), "exposed": exposed.tolist(), "orders": orders}})
     return out, {"moved": moved}
 
 

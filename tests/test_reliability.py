@@ -304,8 +304,7 @@ from tusk.workflows.outputs import STAGING_PREFIX, remove_own_temp_dirs
 out = Path(sys.argv[1])
 (out / f"{STAGING_PREFIX}k-{os.getpid()}-0a1b2c3d").mkdir(parents=True)
 interrupts.GRACE = 1.0
-interrupts.AT_KILL.append(lambda: remove_own_temp_dirs(out))
-with interrupts.handled():
+with interrupts.handled(at_kill=lambda: remove_own_temp_dirs(out)):
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # as while a cluster starts: fd 2 is the log, not the terminal
     print("ready", flush=True)
     while True:  # a build that swallows the interrupt (a lock left held, a hung close)

@@ -252,9 +252,8 @@ def _run_build(req, out: Path, existed: bool, events, display, err):
     from tusk.workflows.outputs import remove_own_temp_dirs
     from tusk.workflows.progress import route_dask_logs
 
-    interrupts.AT_KILL.append(lambda: remove_own_temp_dirs(out))  # a build its watchdog ends leaves no staging
-    try:
-        with route_dask_logs(out / "tusk.log"), interrupts.handled(), \
+    try:  # a build its watchdog ends leaves no staging directory
+        with route_dask_logs(out / "tusk.log"), interrupts.handled(at_kill=lambda: remove_own_temp_dirs(out)), \
                 interrupts.children_write_to(str((out / "tusk.log").resolve())):
             return compile_directory(req, events=events)
     except TuskError:

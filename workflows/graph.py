@@ -1088,9 +1088,8 @@ class Build:
         step = self.steps[c.index]
         blame = next((r["blame"] for r in c.results.values() if r.get("blame")), None)
         if blame:  # the kernel placed its memory so: its fault, recorded like any refusal of its input
-            self.store.put_action(c.key, {"kind": "failure", "pass": step.name, "label": step.label, "error": blame,
-                                          "error_kind": "KernelOverlap", "input": c.record.get("input"),
-                                          "parts": c.record.get("parts") or {}, "worker": "this process"})
+            self.store.put_action(c.key, tasks.failure_record(step.name, step.label, blame, "KernelOverlap",
+                                                              c.record.get("parts") or {}, "this process"))
             st.i = c.index
             self._fail(st, blame, fault=INPUT)
             return

@@ -50,9 +50,10 @@ def said() -> None:
 
 @contextlib.contextmanager
 def handled(message: str = "interrupted: the build's processes were killed before it had stopped by itself; "
-                           "the next build continues from the cache"):
+                           "the next build continues from the cache", at_kill=None):
     """SIGINT and SIGTERM through the handler above while the block runs (main thread only).  ``message`` is
-    what the watchdog writes to the terminal if it has to end the process (unless :func:`said` came first)."""
+    what the watchdog writes to the terminal if it has to end the process (unless :func:`said` came first);
+    ``at_kill``, what it cleans up then (in :data:`AT_KILL` while the block runs)."""
     state = {"seen": False}
     INTERRUPTED.clear()
     _SAID.clear()
@@ -85,9 +86,13 @@ def handled(message: str = "interrupted: the build's processes were killed befor
         yield
         return
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if at_kill is not None:
+        AT_KILL.append(at_kill)
     try:
         yield
     finally:
+        if at_kill is not None:
+            AT_KILL.remove(at_kill)
         for sig, old in previous.items():
             signal.signal(sig, old)
         if not state["seen"]:  # else the watchdog may still need it; the process ends soon anyway

@@ -296,6 +296,12 @@ def _call(fn, *args):
         raise _PassCrashed(e, traceback.format_exc()) from None
 
 
+def failure_record(name: str, label: str | None, error: str, kind: str, parts: dict, worker: str) -> dict:
+    """The action record of a kernel's refusal by pass ``name``: a rebuild reports it again without running."""
+    return {"kind": "failure", "pass": name, "label": label, "error": error, "error_kind": kind,
+            "input": parts.get("input"), "parts": parts, "worker": worker}
+
+
 def _error(step: dict, e: BaseException, store_url: str | None = None, key: str | None = None,
            parts: dict | None = None) -> dict:
     """The error record of a failed task, with whose fault it is (:func:`tusk.ir.errors.fault_of`); a
@@ -323,11 +329,8 @@ def _error(step: dict, e: BaseException, store_url: str | None = None, key: str 
         res = {"status": "error", "error": str(e), "kind": type(e).__name__, "fault": INPUT}
         if store_url and key and not step.get("reads_files"):
             try:
-                _store(store_url).put_action(key, {"kind": "failure", "pass": name,
-                                                   "label": step.get("label"), "error": str(e),
-                                                   "error_kind": type(e).__name__,
-                                                   "input": (parts or {}).get("input"), "parts": parts or {},
-                                                   "worker": _where()})
+                _store(store_url).put_action(key, failure_record(name, step.get("label"), str(e),
+                                                                 type(e).__name__, parts or {}, _where()))
             except OSError:
                 pass
         return res
@@ -850,8 +853,7 @@ def finish_parts(path: str, n: int, size: int) -> int:
             raise OSError(f"{tmp} has {got} bytes, its parts {size}")
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        drop_parts(path, n)  # after the rename, nothing is left to remove
     return size
 
 
