@@ -403,6 +403,9 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
         "distributed.nanny.pre-spawn-environ": {**{k: v for k, v in
                                                    (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items()
                                                    if k != "MALLOC_TRIM_THRESHOLD_"}, **environment()}}
+    from tusk.workflows import worker_start
+
+    settings.update(worker_start.settings())  # forked from this process where safe: no second start-up
     if not dashboard:
         settings.update(QUIET_CLUSTER)
     if local_directory:

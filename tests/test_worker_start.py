@@ -1,0 +1,63 @@
+"""A local cluster's workers are forked from the client on Linux (no second interpreter start-up) and start as
+clean as spawned ones would: default signal handlers, none of the client's clean-up, their own streams."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import pytest
+
+from tusk.workflows import graph, interrupts, worker_start
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers fork on Linux only")
+
+
+def _worker_view() -> dict:
+    import signal as sig
+    import sys as s
+
+    from tusk.workflows import interrupts as it
+    from tusk.workflows import worker_start as ws
+
+    # Ctrl-C in a worker: asyncio's runner (it takes SIGINT only from Python's default handler), as when spawned
+    return {"probe": getattr(ws, "PROBE", None), "sigint_default": "Runner._on_sigint" in repr(sig.getsignal(sig.SIGINT)),
+            "sigterm_default": sig.getsignal(sig.SIGTERM) == sig.SIG_DFL, "at_kill": len(it.AT_KILL),
+            "stderr_writes": s.stderr.write("") == 0}
+
+
+def test_workers_are_forked_and_start_clean(tmp_path, monkeypatch):
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
+    monkeypatch.setattr(worker_start, "PROBE", "set in the client before the cluster started", raising=False)
+    with interrupts.handled(at_kill=lambda: None):  # the build's own handlers, as during `tusk compile`
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ex = graph.local_cluster_executor(1, local_directory=str(tmp_path / "w"))
+        try:
+            (view,) = ex.client.run(_worker_view).values()
+        finally:
+            ex.close()
+    assert view == {"probe": "set in the client before the cluster started", "sigint_default": True,
+                    "sigterm_default": True, "at_kill": 0, "stderr_writes": True}
+
+
+def test_the_users_own_dask_setting_wins(monkeypatch):
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "spawn")
+    assert worker_start.method() == "spawn"
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD")
+    assert worker_start.method() == "fork"
+    import dask
+
+    with dask.config.set({worker_start.SETTING: "forkserver"}):
+        assert worker_start.method() == "forkserver"
+
+
+def test_spawned_workers_still_work(tmp_path, monkeypatch):
+    """With the user's "spawn" the workers are fresh interpreters: nothing of the client's state."""
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "spawn")
+    monkeypatch.setattr(worker_start, "PROBE", "client only", raising=False)
+    ex = graph.local_cluster_executor(1, local_directory=str(tmp_path / "w"))
+    try:
+        (view,) = ex.client.run(_worker_view).values()
+    finally:
+        ex.close()
+    assert view["probe"] is None and view["sigint_default"] and view["at_kill"] == 0
