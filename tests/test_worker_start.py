@@ -18,17 +18,28 @@ def _worker_view() -> dict:
     import sys as s
 
     from tusk.workflows import interrupts as it
+    from tusk.workflows import tasks as tk
     from tusk.workflows import worker_start as ws
 
     # Ctrl-C in a worker: asyncio's runner (it takes SIGINT only from Python's default handler), as when spawned
     return {"probe": getattr(ws, "PROBE", None), "sigint_default": "Runner._on_sigint" in repr(sig.getsignal(sig.SIGINT)),
             "sigterm_default": sig.getsignal(sig.SIGTERM) == sig.SIG_DFL, "at_kill": len(it.AT_KILL),
-            "stderr_writes": s.stderr.write("") == 0}
+            "stderr_writes": s.stderr.write("") == 0, "memo": len(tk._MEMORY), "budget_known": bool(tk._BUDGET)}
+
+
+def _a_module():
+    from tests.programs import tiled_exp_module
+
+    return tiled_exp_module()
 
 
 def test_workers_are_forked_and_start_clean(tmp_path, monkeypatch):
     monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
     monkeypatch.setattr(worker_start, "PROBE", "set in the client before the cluster started", raising=False)
+    from tusk.workflows import tasks
+
+    tasks.memory_budget()  # the client's own budget, known before the fork: the worker sizes its own
+    tasks.remember("client-only", _a_module(), budget=1 << 40)
     with interrupts.handled(at_kill=lambda: None):  # the build's own handlers, as during `tusk compile`
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
         ex = graph.local_cluster_executor(1, local_directory=str(tmp_path / "w"))
@@ -36,8 +47,9 @@ def test_workers_are_forked_and_start_clean(tmp_path, monkeypatch):
             (view,) = ex.client.run(_worker_view).values()
         finally:
             ex.close()
+    tasks.forget_all()
     assert view == {"probe": "set in the client before the cluster started", "sigint_default": True,
-                    "sigterm_default": True, "at_kill": 0, "stderr_writes": True}
+                    "sigterm_default": True, "at_kill": 0, "stderr_writes": True, "memo": 0, "budget_known": False}
 
 
 def test_the_users_own_dask_setting_wins(monkeypatch):

@@ -61,7 +61,7 @@ def settings() -> dict[str, str]:
 
 def _fresh_child() -> None:
     """In a process just forked from ``tusk compile``: what a spawned worker would have had."""
-    from tusk.workflows import interrupts
+    from tusk.workflows import interrupts, tasks
 
     for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
         try:
@@ -70,6 +70,9 @@ def _fresh_child() -> None:
             pass
     interrupts.AT_KILL.clear()
     interrupts.INTERRUPTED.clear()
+    # the module memo is the worker's own, sized from the worker's memory limit (not the client's budget)
+    tasks.forget_all()
+    tasks._BUDGET.clear()
     # a thread of the parent may have held a stream's lock at the fork: new stream objects on the same fds
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
