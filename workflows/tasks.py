@@ -166,6 +166,15 @@ def forget_all() -> None:
     _PARENT.clear()
 
 
+def fresh_process() -> None:
+    """This process was just forked from another (a local worker from ``tusk compile``): nothing of the
+    parent's per-process state -- kept modules, held pieces, open stores, the memo budget -- is its own."""
+    forget_all()
+    _HELD.clear()
+    _STORES.clear()
+    _BUDGET.clear()
+
+
 def _moved_on(h: str) -> None:
     """The kernel's next step has read ``h``: the input ``h`` was made from is read by nothing more of the
     chain, so its memory goes back to the allocator now, for the next step's output to reuse (a module the

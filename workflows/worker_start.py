@@ -70,9 +70,7 @@ def _fresh_child() -> None:
             pass
     interrupts.AT_KILL.clear()
     interrupts.INTERRUPTED.clear()
-    # the module memo is the worker's own, sized from the worker's memory limit (not the client's budget)
-    tasks.forget_all()
-    tasks._BUDGET.clear()
+    tasks.fresh_process()  # its memo is sized from the worker's own memory limit, not the client's
     # a thread of the parent may have held a stream's lock at the fork: new stream objects on the same fds
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
