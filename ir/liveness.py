@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tusk.ir.columns import one_of
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, Kind, Mem, Op, Role
 from tusk.ir.module import Function, concat_ranges
 
@@ -133,15 +134,15 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
     owner = np.repeat(np.arange(n, dtype=np.int64), nops)
     kind = ops["kind"][rows]
     m = ops["memloc"][rows].astype(np.int64)
-    on = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & (m >= 0)
-    on[on] = np.isin(ml["mtype"][m[on]], spaces)
-    simple = np.isin(ml["mtype"], spaces) & (ml["addr"] >= 0)
+    on = one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & (m >= 0)
+    on[on] = one_of(ml["mtype"][m[on]], spaces)
+    simple = one_of(ml["mtype"], spaces) & (ml["addr"] >= 0)
     # not simple: non-physical or dynamic accesses, accesses inside loop bodies, functions with branches
     exact = (kind == Kind.PHYSICAL) & (ops["dyn"][rows] < 0)
     in_loop = fn.blocks["parent"][ins["block"]] >= 0 if len(ins) else np.zeros(0, dtype=bool)
     bad = on & (~exact | in_loop[owner])
     simple[m[bad]] = False
-    if len(ins) and np.isin(ins["opcode"], BRANCHES + (Op.NKIKernel,)).any():
+    if len(ins) and one_of(ins["opcode"], BRANCHES + (Op.NKIKernel,)).any():
         simple[:] = False  # control flow, or a callee whose scratch buffers live in the same memories
     sel = np.flatnonzero(on & simple[np.maximum(m, 0)]) if n_ml else np.zeros(0, np.int64)
     a_memloc, a_row, a_op = m[sel], owner[sel], rows[sel]

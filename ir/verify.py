@@ -31,6 +31,7 @@ import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS, PSUM_BANK_BYTES, get_arch
+from tusk.ir.columns import one_of
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, OPCODE_NAMES, Kind, Mem, Op
 from tusk.ir.errors import InputError, TuskError, VerifyError
 from tusk.ir.expr import AffineIdx
@@ -144,7 +145,7 @@ def _check_refs(fn: Function) -> list[str]:
     reg = (kinds == Kind.REGISTER) | ((kinds == Kind.REGISTER_AP) & (ops["aux"] >= 0))
     for j in _first(reg & ((ops["aux"] < 0) | (ops["aux"] >= len(fn.regs)))):
         out.append(f"operand row {j} refers to a register that does not exist")
-    valued = np.isin(kinds, (Kind.SYMBOLIC, Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM, Kind.SYMBOLIC_DIMS))
+    valued = one_of(kinds, (Kind.SYMBOLIC, Kind.IMM, Kind.IMM_ARRAY, Kind.SYMBOLIC_IMM, Kind.SYMBOLIC_DIMS))
     for j in _first(valued & ((ops["aux"] < 0) | (ops["aux"] >= len(fn.values)))):
         out.append(f"operand row {j} has no value")
     for j in _first(ops["dtype"] >= len(DTYPE_SIZE_ARRAY)):
@@ -231,7 +232,7 @@ def _check_memlocs(fn: Function, arch) -> list[str]:
     alloc = ml["addr"] >= 0
     mtype, base, nparts = ml["mtype"], ml["base"], ml["nparts"]
     end = ml["addr"] + ml["pbytes"]
-    onchip = np.isin(mtype, (Mem.SB, Mem.PSUM))
+    onchip = one_of(mtype, (Mem.SB, Mem.PSUM))
     for m in _first(onchip & ((base < 0) | (base + nparts > PARTITIONS) | (nparts <= 0))):
         out.append(f"memory location {fn.strings[ml.get('name', m)]} spans partitions "
                    f"[{base[m]}, {base[m] + nparts[m]}) outside 0..{PARTITIONS}")
@@ -302,7 +303,7 @@ def _capacity(fn: Function, ops_memloc: np.ndarray, ops_dtype: np.ndarray) -> np
     size = DTYPE_SIZE_ARRAY[ops_dtype]
     pbytes, nparts, mtype = ml["pbytes"][ops_memloc], ml["nparts"][ops_memloc], ml["mtype"][ops_memloc]
     per_part = pbytes // size
-    return np.where(np.isin(mtype, (Mem.SB, Mem.PSUM)), per_part * nparts, per_part)
+    return np.where(one_of(mtype, (Mem.SB, Mem.PSUM)), per_part * nparts, per_part)
 
 
 def _check_operands(fn: Function) -> list[str]:
@@ -368,8 +369,8 @@ def _check_partition_steps(fn: Function, owner: np.ndarray, span: np.ndarray) ->
     ops, ml = fn.operands, fn.memlocs
     m = ops["memloc"].astype(np.int64)
     pat = ops["pattern"].astype(np.int64)
-    on = np.isin(ops["kind"], (Kind.PHYSICAL, Kind.SYMBOLIC)) & (m >= 0) & (pat >= 0)
-    on[on] = np.isin(ml["mtype"][m[on]], (Mem.SB, Mem.PSUM)) & (ml["nparts"][m[on]] > 1)
+    on = one_of(ops["kind"], (Kind.PHYSICAL, Kind.SYMBOLIC)) & (m >= 0) & (pat >= 0)
+    on[on] = one_of(ml["mtype"][m[on]], (Mem.SB, Mem.PSUM)) & (ml["nparts"][m[on]] > 1)
     js = np.flatnonzero(on)
     pitch = ml["pbytes"][m[js]] // DTYPE_SIZE_ARRAY[ops["dtype"][js]]
     js, pitch = js[(pitch > 0) & (span[pat[js]] >= pitch)], pitch[(pitch > 0) & (span[pat[js]] >= pitch)]

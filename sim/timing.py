@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tusk.ir.arch import HWDGE_DESCRIPTORS, MAX_SPLIT_FACTOR, SWDGE_DESCRIPTORS, get_largest_factor_with_threshold
+from tusk.ir.columns import one_of
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, LOOP_OPCODES, Engine, Kind, Mem, Op
 from tusk.ir.errors import InputError, PassError, TuskError, UsageError
 from tusk.ir.module import Function, Module, _ranges
@@ -155,7 +156,7 @@ def operand_shapes(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
                        dtype=np.float64)
     p_outer = np.array([max(p[0][1], 1) if p else 1 for p in pats] or [1], dtype=np.float64)
     kind = ops["kind"][rows]
-    ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
+    ap = one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
     pat = np.where(ap, ops["pattern"][rows], 0)
     elems = np.where(ap, p_elems[pat], 0.0)
     free = np.where(ap, elems / p_outer[pat], 0.0)
@@ -195,14 +196,14 @@ def _descriptors(fn: Function, owner: np.ndarray, rows: np.ndarray) -> np.ndarra
     ops, ml = fn.operands, fn.memlocs
     n = len(fn.insts)
     kind = ops["kind"][rows]
-    ap = np.flatnonzero(np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)))
+    ap = np.flatnonzero(one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)))
     out = np.ones(n, dtype=np.int64)
     if not len(ap):
         return out
     pat = ops["pattern"][rows[ap]].astype(np.int64)
     m = ops["memloc"][rows[ap]].astype(np.int64)
     mtype = np.where(m >= 0, ml["mtype"][np.maximum(m, 0)], Mem.DRAM) if len(ml) else np.full(len(m), Mem.DRAM)
-    onchip = np.isin(mtype, (Mem.SB, Mem.PSUM))
+    onchip = one_of(mtype, (Mem.SB, Mem.PSUM))
     size = DTYPE_SIZE_ARRAY[ops["dtype"][rows[ap]]]
     pbytes = ml["pbytes"][np.maximum(m, 0)] if len(ml) else np.zeros(len(m), np.int64)
     pitch = np.where(onchip, pbytes // np.maximum(size, 1), 0)

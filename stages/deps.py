@@ -72,7 +72,7 @@ import numpy as np
 
 from tusk.ir import enums
 from tusk.ir.arch import PARTITIONS
-from tusk.ir.columns import Table, thaw
+from tusk.ir.columns import Table, one_of, thaw
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, DTYPE_SIZES, LOOP_OPCODES, Edge, Engine, Kind, Mem, Op, Role
 from tusk.ir.errors import TuskError
 from tusk.ir.expr import IntRuntimeValue, QuasiAffine, expr_from_json
@@ -241,7 +241,7 @@ def _footprints(fn: Function, lo: int, hi: int, tables) -> Footprints:
                         np.where(ml["addr"][m] >= 0, SPACE_DRAM, 3 + m))).astype(np.int64)
 
     # ---- access patterns
-    is_ap = np.isin(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
+    is_ap = one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP, Kind.SYMBOLIC_DIMS))
     rw_all = (role == Role.OUT).astype(np.int8)
     memloc = ops["memloc"][rows].astype(np.int64)
     offset = ops["offset"][rows].astype(np.int64)
@@ -341,7 +341,7 @@ def _row_geometry(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     n = len(ml)
     row_bytes = np.zeros(n, np.int64)
     rows = np.ones(n, np.int64)
-    onchip = np.isin(ml["mtype"], (Mem.SB, Mem.PSUM))
+    onchip = one_of(ml["mtype"], (Mem.SB, Mem.PSUM))
     row_bytes[onchip] = ml["pbytes"][onchip]
     rows[onchip] = PARTITIONS
     private = np.flatnonzero((ml["mtype"] == Mem.DRAM) & (ml["addr"] < 0))

@@ -68,3 +68,20 @@ def test_a_computed_name_reads_through_column():
     assert t.column("dst").tolist() == [1] and t["kind"].tolist() == [2]
     with pytest.raises(KeyError):
         t.column("dstt")
+
+
+def test_one_of_is_isin_for_a_few_codes():
+    import numpy as np
+
+    from tusk.ir.columns import one_of
+    from tusk.ir.enums import Kind, Mem
+
+    rng = np.random.default_rng(7)
+    for dtype in (np.uint8, np.int8, np.int32, np.int64, np.uint16):
+        col = rng.integers(-3 if np.dtype(dtype).kind == "i" else 0, 40, 5000).astype(dtype)
+        for values in ((), (1,), (Kind.PHYSICAL, Kind.SYMBOLIC), (Mem.SB, Mem.PSUM), (3, 300, -1),
+                       tuple(range(12)), [np.int64(5), 7]):
+            assert (one_of(col, values) == np.isin(col, list(values))).all(), (dtype, values)
+    assert one_of(np.zeros(0, np.uint8), (1, 2)).shape == (0,)
+    floats = np.array([0.5, 1.0, 2.0])
+    assert (one_of(floats, (1.0,)) == np.isin(floats, [1.0])).all()
