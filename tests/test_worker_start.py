@@ -73,3 +73,26 @@ def test_spawned_workers_still_work(tmp_path, monkeypatch):
     finally:
         ex.close()
     assert view["probe"] is None and view["sigint_default"] and view["at_kill"] == 0
+
+
+def test_a_fork_of_the_callers_own_keeps_its_state():
+    """Tusk as a library: a process the caller forks after a build keeps the caller's handlers and streams."""
+    import os
+
+    worker_start.settings()  # the at-fork hook is registered (once per process)
+    mine = lambda signum, frame: None  # noqa: E731
+    old = signal.signal(signal.SIGINT, mine)
+    stderr = sys.stderr
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.write(w, b"1" if signal.getsignal(signal.SIGINT) is mine and sys.stderr is stderr else b"0")
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.waitpid(pid, 0)
+        os.close(r)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert got == b"1"

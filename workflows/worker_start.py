@@ -10,7 +10,9 @@ A fork copies one thread of a process that has several (the client's event loop,
 :func:`_fresh_child` gives the worker what a spawned one would have had: the default signal handlers (not
 the build's Ctrl-C watchdog), no clean-up of the client's to run, and standard streams whose locks no
 other thread can be holding.  The malloc and BLAS settings the worker needs are already the client's
-(``malloc_setup``, ``blas_threads``).  macOS and Windows keep spawning: forking there is unsafe or absent.
+(``malloc_setup``, ``blas_threads``).  The hook acts only in processes Dask starts: a process the caller
+forks (Tusk used as a library) keeps what it inherits.  macOS and Windows keep spawning: forking there is
+unsafe or absent.
 The user's own Dask setting (``DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD``, or a Dask config file)
 wins.
 """
@@ -22,6 +24,7 @@ import signal
 import sys
 
 SETTING = "distributed.worker.multiprocessing-method"
+DASK_STARTER = "AsyncProcess"  # distributed.process.AsyncProcess forks from a thread named so
 _HOOKED: list[bool] = []
 
 
@@ -60,7 +63,13 @@ def settings() -> dict[str, str]:
 
 
 def _fresh_child() -> None:
-    """In a process just forked from ``tusk compile``: what a spawned worker would have had."""
+    """In a process just forked from ``tusk compile``: what a spawned worker would have had.  Only Dask's
+    process starts (their thread's name; a test checks it) -- not a fork of the caller's own, where Tusk is
+    a library in a bigger program."""
+    import threading
+
+    if not threading.current_thread().name.startswith(DASK_STARTER):
+        return
     from tusk.workflows import interrupts, tasks
 
     for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
