@@ -90,11 +90,15 @@ class Function:
 
     # ------------------------------------------------------------ copying
     def copy(self) -> "Function":
+        return self._copy_except()
+
+    def _copy_except(self, *shared: str) -> "Function":
+        """A copy whose ``shared`` tables are this function's own (the caller replaces them)."""
         out = Function.__new__(Function)
         out.name, out.kind, out.attrs, out.extras = self.name, self.kind, set(self.attrs), self.extras
         out.strings, out.patterns, out.values = self.strings.copy(), self.patterns.copy(), self.values.copy()
         for table in SCHEMAS:
-            setattr(out, table, getattr(self, table).copy())
+            setattr(out, table, getattr(self, table) if table in shared else getattr(self, table).copy())
         out._name_index = None
         return out
 
@@ -270,14 +274,16 @@ class Function:
         return LoopAxis.from_record(self.record(self.insts.get("attrs", loop_row)))
 
     # ------------------------------------------------------------ reordering
-    def take_insts(self, rows: np.ndarray) -> "Function":
+    def take_insts(self, rows: np.ndarray, deps: Table | None = None) -> "Function":
         """A copy holding only ``rows`` (in that order), with operands and edges remapped.
 
         Rows must keep program preorder; loop instructions whose row is
         dropped take their body blocks' parent link with them (set to -1).
+        ``deps``: the copy's edges, already in the new numbering (a scheduler that has them sorted saves
+        renumbering the old ones).
         """
         rows = np.asarray(rows, dtype=np.int64)
-        out = self.copy()
+        out = self._copy_except("insts", "operands", "deps", "carried")  # taken below: copying them is waste
         old_n = len(self.insts)
         remap = np.full(old_n + 1, -1, dtype=np.int64)
         remap[rows] = np.arange(len(rows))
@@ -291,7 +297,8 @@ class Function:
         insts = self.insts.take(rows)
         insts["ops"][:] = new_starts
         out.insts = insts
-        out.deps, out.carried = remap_edges(self.deps, remap), remap_edges(self.carried, remap)
+        out.deps = remap_edges(self.deps, remap) if deps is None else deps
+        out.carried = remap_edges(self.carried, remap)
         parents = out.blocks["parent"]
         has_parent = parents >= 0
         parents[has_parent] = remap[parents[has_parent]]

@@ -178,8 +178,9 @@ def schedule_with_edges(fn: Function, edges, costs: CostTable = DEFAULT_COSTS, m
             order[a:b] = a + _list_schedule(b - a, src[e][inside] - a, dst[e][inside] - a, p, dur, a, costs,
                                             priority)
     moved = int((order != np.arange(n)).sum())
-    out = fn.take_insts(order) if moved else fn.copy()
-    out.deps = sorted_edges(src, dst, kind, order)
+    deps = sorted_edges(src, dst, kind, order)
+    out = fn.take_insts(order, deps) if moved else fn.copy()
+    out.deps = deps
     if segs:
         out.attrs.add(FnAttr.KERNEL_SCOPE)
     return out, moved, order

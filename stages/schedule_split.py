@@ -109,7 +109,7 @@ def _merge_function(fn, got, priority: str):
         raise InternalError(f"schedule merge: the parts of {fn.name} do not tile its {n} rows")
     order = np.concatenate([a + _unpack(m["orders"][priority]) for (m, _), (a, _) in zip(got, ranges)])
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
-    part_of = lambda rows: np.searchsorted(starts, rows, side="right")
+    part_of = lambda rows: _part_of(rows, starts)
     # edges between parts, in the old numbering: data edges, the function's own, Ordered
     cs, cd, ck = cross_edges(fn, ranges, [m["exposed"] for m, _ in got])
     d = fn.deps
@@ -125,12 +125,22 @@ def _merge_function(fn, got, priority: str):
     pd = [a + o[g.deps["dst"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
     pk = [g.deps["kind"] for _, g in got]
     moved = int((order != np.arange(n)).sum())
-    new = fn.take_insts(order) if moved else fn.copy()
-    new.deps = sorted_edges(np.concatenate([s_all, *ps]), np.concatenate([d_all, *pd]),
-                            np.concatenate([k_all, *pk]), order)
+    deps = sorted_edges(np.concatenate([s_all, *ps]), np.concatenate([d_all, *pd]), np.concatenate([k_all, *pk]),
+                        order)
+    new = fn.take_insts(order, deps) if moved else fn.copy()
+    new.deps = deps
     if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
         new.attrs |= {FnAttr.KERNEL_SCOPE}
     return new, moved, order
+
+
+def _part_of(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The part (1..) of each row, parts starting at ``starts``: ``searchsorted(starts, rows, "right")`` by
+    one comparison a part (a few parts, millions of rows: 5x the binary search)."""
+    out = np.zeros(len(rows), dtype=np.int16)
+    for s in starts.tolist():
+        out += rows >= s
+    return out
 
 
 def _pack(order: np.ndarray) -> str:
