@@ -243,12 +243,13 @@ class AddressRotation(Pass):
         return out
 
     def _settle(self, out: Module, module: Module, moved: dict[int, int],
-                rescheduled_by: Callable[[int, Function], tuple[Function, float | None] | None] | None = None
-                ) -> Stats:
+                rescheduled_by: Callable[[int, Function], tuple[Function, float | None] | None] | None = None,
+                overlapping: set[int] | None = None) -> Stats:
         """What follows rotation in each function it changed (the module docstring): edges rebuilt and
         scheduled again after scheduling, and the input kept where rotation is slower.  ``rescheduled_by(k,
         fn)`` gives function ``k`` rescheduled (and its makespan when timed) where that was done in parts
-        (:mod:`~tusk.stages.rotation_split`), None where it is to be done here."""
+        (:mod:`~tusk.stages.rotation_split`), None where it is to be done here; ``overlapping``: the functions
+        whose rotation overlaps live memory locations, where that was found in parts (None: found here)."""
         kept = rescheduled = reverted = 0
         for k, here in sorted(moved.items()):
             if not here:  # nothing moved: not even the aliases' accesses are repointed (the input's function)
@@ -256,7 +257,8 @@ class AddressRotation(Pass):
                 continue
             fn, old = out.functions[k], module.functions[k]
             t_new: float | None = None
-            if live_overlap_problems(fn) and not live_overlap_problems(old):
+            overlaps = k in overlapping if overlapping is not None else bool(live_overlap_problems(fn))
+            if overlaps and not live_overlap_problems(old):
                 # a ring slot that shares bytes with a location live at the same time: never kept (the verifier
                 # would refuse the module); the function stays as it came
                 self.log.info("Rotation of %s reverted: it would overlap live memory locations", fn.name)

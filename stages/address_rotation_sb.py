@@ -346,7 +346,7 @@ class AddressRotationSB(AddressRotation):
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         if any(rotation_split.is_part(p) for p in parts):
-            return rotation_split.merge(self, module, parts)
+            return rotation_split.merge(self, module, parts, part_stats)
         jobs = self.jobs(module)[0]
         base = self._unaliased(module, jobs)  # as split and run start from
         out = base.copy()

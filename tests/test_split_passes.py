@@ -21,6 +21,7 @@ from tusk.ir import bir_json
 from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import Module
+from tusk.ir.serial import content_hash
 from tusk.ir.verify import verify
 from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages import address_rotation
@@ -225,6 +226,30 @@ def test_post_schedule_rotation_reschedules_in_parts(low_rotation, compare_limit
     inputs = random_inputs(m, seed=5)
     assert same_outputs(run(m, inputs), run(merged, inputs))
     verify(merged)  # the verifier's rules hold after the parts' rescheduling too
+
+
+def test_post_schedule_rotation_that_overlaps_live_memory_is_reverted_in_parts_as_whole(low_rotation, monkeypatch):
+    """The carrier part asks whether the rotated function overlaps live memory locations (beside the schedule
+    parts, not in the merge); a rotation that does is reverted by the merge exactly as by ``run``."""
+    from tusk.ir import verify as verifier
+
+    m = _post_schedule_input(large_matmul_like(4, 3, 5))
+    inputs = set(map(id, m.functions))
+    asked = []
+
+    def overlaps(fn):  # every rotated function overlaps, the input's never
+        asked.append(fn.name)
+        return [] if id(fn) in inputs else ["overlap"]
+
+    monkeypatch.setattr(verifier, "live_overlap_problems", overlaps)
+    monkeypatch.setattr(address_rotation, "live_overlap_problems", overlaps)
+    p = stages.make_pass("address_rotation_sb")
+    parts, serial, merged = assert_exact(p, m)
+    carrier = next(x for x in parts if is_carrier(x))
+    assert p.run(carrier)[1] == {"overlapping": [k for k, n in carrier.attributes[CARRIER_KEY]["moved"] if n]}
+    assert p.run(m)[1]["reverted"] == 1 and p.run(m)[1]["rotations"] == 0
+    assert content_hash(merged) == content_hash(m)  # the function stays as it came
+    assert asked
 
 
 def test_post_schedule_rotation_of_a_small_kernel_stays_one_task(low_schedule):

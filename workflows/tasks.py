@@ -510,8 +510,8 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
             (out, stats), more = _run(p, step, module, ctx, clock)
             return _finish(ctx, store, key, parts, step, module, out, stats, seconds + more, clock)
         hashes = [_save(store, m, clock, bool(ctx.get("check"))) for m in pieces]
-        return {"status": "split", "parts": hashes, "seconds": seconds, "insts_in": module.n_insts(),
-                "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
+        return {"status": "split", "parts": hashes, "sizes": [m.n_insts() for m in pieces], "seconds": seconds,
+                "insts_in": module.n_insts(), "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
 
