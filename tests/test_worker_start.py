@@ -96,3 +96,31 @@ def test_a_fork_of_the_callers_own_keeps_its_state():
     finally:
         signal.signal(signal.SIGINT, old)
     assert got == b"1"
+
+
+ORPHAN_SCRIPT = """
+import os, sys, time
+from tusk.workflows import worker_start
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    worker_start._exit_with_parent(parent)  # returns never: it ends the process when the parent is gone
+    time.sleep(60)  # not reached: the watch ends the process (a watch that returned would leave it alive)
+print(child, flush=True)
+os._exit(0)  # the parent dies without a word, as a SIGKILLed tusk compile does
+"""
+
+
+def test_a_forked_worker_ends_when_its_parent_dies_without_a_word():
+    import subprocess
+    import time
+
+    import psutil
+
+    out = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], capture_output=True, text=True, timeout=30)
+    child = int(out.stdout.split()[0])
+    deadline = time.time() + 10
+    while time.time() < deadline and psutil.pid_exists(child) and \
+            psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

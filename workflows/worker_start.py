@@ -8,11 +8,11 @@ used ~1.2 s less CPU (docs/architecture.md, "Executors").
 
 A fork copies one thread of a process that has several (the client's event loop, the progress line), so
 :func:`_fresh_child` gives the worker what a spawned one would have had: the default signal handlers (not
-the build's Ctrl-C watchdog), no clean-up of the client's to run, and standard streams whose locks no
-other thread can be holding.  The malloc and BLAS settings the worker needs are already the client's
-(``malloc_setup``, ``blas_threads``).  The hook acts only in processes Dask starts: a process the caller
-forks (Tusk used as a library) keeps what it inherits.  macOS and Windows keep spawning: forking there is
-unsafe or absent.
+the build's Ctrl-C watchdog), no clean-up of the client's to run, standard streams whose locks no other
+thread can be holding, and a watch that ends it when the client dies.  The malloc and BLAS settings the
+worker needs are already the client's (``malloc_setup``, ``blas_threads``).  The hook acts only in
+processes Dask starts: a process the caller forks (Tusk used as a library) keeps what it inherits.  macOS
+and Windows keep spawning: forking there is unsafe or absent.
 The user's own Dask setting (``DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD``, or a Dask config file)
 wins.
 """
@@ -26,6 +26,9 @@ import sys
 SETTING = "distributed.worker.multiprocessing-method"
 DASK_STARTER = "AsyncProcess"  # distributed.process.AsyncProcess forks from a thread named so
 _HOOKED: list[bool] = []
+_PARENT: list[int] = []  # the forking process's id, from just before the fork
+PARENT_POLL = 0.25  # seconds between a forked worker's looks at its parent
+EXIT_ORPHANED = 70  # a forked worker's exit code when its parent died (EX_SOFTWARE)
 
 
 def method() -> str:
@@ -57,9 +60,28 @@ def settings() -> dict[str, str]:
     """Dask settings for starting a local cluster's workers (and, for ``fork``, the child's clean start)."""
     chosen = method()
     if chosen == "fork" and not _HOOKED:
-        os.register_at_fork(after_in_child=_fresh_child)
+        os.register_at_fork(before=_remember_parent, after_in_child=_fresh_child)
         _HOOKED.append(True)
     return {SETTING: chosen}
+
+
+def _remember_parent() -> None:
+    """Before a fork, the process id the child will watch (read in the child, the parent may be gone already)."""
+    _PARENT[:] = [os.getpid()]
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when ``tusk compile`` (its parent) is gone, killed without a word (SIGKILL, OOM).
+
+    Dask's own watch -- a pipe from the parent whose end-of-file ends the worker -- fails for forked workers:
+    a worker forked after another one holds a copy of that one's pipe end, and each can keep the other
+    alive for ever (a SIGKILLed build left both workers running, 1 run in 3).  The kernel re-parents an
+    orphan, so a changed parent id is the parent's death."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os._exit(EXIT_ORPHANED)
 
 
 def _fresh_child() -> None:
@@ -79,6 +101,8 @@ def _fresh_child() -> None:
             pass
     interrupts.AT_KILL.clear()
     interrupts.INTERRUPTED.clear()
+    parent = _PARENT[0] if _PARENT else os.getppid()
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="tusk-parent-watch", daemon=True).start()
     tasks.fresh_process()  # its memo is sized from the worker's own memory limit, not the client's
     # a thread of the parent may have held a stream's lock at the fork: new stream objects on the same fds
     for name, fd in (("stdout", 1), ("stderr", 2)):
