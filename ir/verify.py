@@ -540,6 +540,8 @@ def _check_live_overlap(fn: Function) -> list[str]:
     """
     from tusk.ir.liveness import instances, overlapping_pairs
 
+    if not _may_overlap(fn):
+        return []
     inst = instances(fn)
     if not len(inst):
         return []
@@ -572,6 +574,19 @@ def _check_live_overlap(fn: Function) -> list[str]:
         if len(out) >= MAX_REPORTED:
             break
     return out
+
+
+def _may_overlap(fn: Function) -> bool:
+    """Do two accessed SB/PSUM memory locations with addresses share bytes?  The locations the check looks
+    at are among these: when none do, it has nothing to look at, and the function's instances (0.15-0.5 s on
+    a 1.2M-row kernel, whose rotated rings share no bytes) are not needed."""
+    from tusk.ir.liveness import overlapping_pairs
+
+    ml, memloc = fn.memlocs, fn.operands["memloc"]
+    accessed = np.zeros(len(ml), dtype=bool)
+    accessed[memloc[memloc >= 0]] = True
+    candidates = np.flatnonzero(accessed & one_of(ml["mtype"], (Mem.SB, Mem.PSUM)) & (ml["addr"] >= 0))
+    return bool(overlapping_pairs(fn, candidates))
 
 
 def _clobber(fn: Function, inst, a: int, b: int) -> bool:
