@@ -122,7 +122,7 @@ def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, np.int64), np.zeros(0, np.int32)
     lo = int(key.min())
     span = int(key.max()) - lo + 1
-    if span <= max(1 << 20, 2 * len(key)):
+    if span <= max(1 << 12, 2 * len(key)):  # the table costs about what the keys do
         k = key - lo if lo else key
         pos = np.full(span, -1, dtype=np.int64)
         pos[k] = np.arange(len(k), dtype=np.int64)  # an element of each key (the last one written)
