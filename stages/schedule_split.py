@@ -26,7 +26,7 @@ from tusk.ir.enums import Edge, FnAttr
 from tusk.ir.errors import InternalError
 from tusk.ir.module import Module
 from tusk.stages.deps import _extra_edges, _merge
-from tusk.stages.deps_split import cross_edges, part_edges, plan_ranges, range_parts, splits
+from tusk.stages.deps_split import cross_edges, part_edges, part_of, plan_ranges, range_parts, splits
 
 # module attribute of a part of schedule: the function and row range it holds
 PART_KEY = "schedule_part"
@@ -109,7 +109,6 @@ def _merge_function(fn, got, priority: str):
         raise InternalError(f"schedule merge: the parts of {fn.name} do not tile its {n} rows")
     order = np.concatenate([a + _unpack(m["orders"][priority]) for (m, _), (a, _) in zip(got, ranges)])
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
-    part_of = lambda rows: _part_of(rows, starts)
     # edges between parts, in the old numbering: data edges, the function's own, Ordered
     cs, cd, ck = cross_edges(fn, ranges, [m["exposed"] for m, _ in got])
     d = fn.deps
@@ -117,7 +116,7 @@ def _merge_function(fn, got, priority: str):
     s_all = np.concatenate([cs, d["src"].astype(np.int64), osrc])
     d_all = np.concatenate([cd, d["dst"].astype(np.int64), odst])
     k_all = np.concatenate([ck, d["kind"], np.full(len(osrc), Edge.Ordered, np.uint8)])
-    cross = part_of(s_all) != part_of(d_all)
+    cross = part_of(s_all, starts) != part_of(d_all, starts)
     s_all, d_all, k_all = _merge(s_all[cross], d_all[cross], k_all[cross], n)
     # the parts' own edges are numbered in their first priority's rows: back to the old numbering
     first = [_unpack(m["orders"][PRIORITIES[0]]) for m, _ in got]
@@ -132,15 +131,6 @@ def _merge_function(fn, got, priority: str):
     if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
         new.attrs |= {FnAttr.KERNEL_SCOPE}
     return new, moved, order
-
-
-def _part_of(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The part (1..) of each row, parts starting at ``starts``: ``searchsorted(starts, rows, "right")`` by
-    one comparison a part (a few parts, millions of rows: 5x the binary search)."""
-    out = np.zeros(len(rows), dtype=np.int16)
-    for s in starts.tolist():
-        out += rows >= s
-    return out
 
 
 def _pack(order: np.ndarray) -> str:

@@ -1121,10 +1121,10 @@ class Build:
 
     def _submit_parts(self, st: _State) -> None:
         step = self.steps[st.i]
-        sizes = st.split.sizes if len(st.split.sizes) == len(st.split.parts) else [0] * len(st.split.parts)
+        sizes = st.split.sizes
         # the biggest part first, where the split ran (the parts are in its memory): fetched by another worker,
         # the rotation carrier (the whole 1.2M-row module) cost 0.5 s and ended last, the merge waiting on it
-        home = max(range(len(sizes)), key=lambda j: (sizes[j], -j)) if sizes else -1
+        home = sizes.index(max(sizes)) if sizes and len(sizes) == len(st.split.parts) else -1
         for j in sorted(range(len(st.split.parts)), key=lambda j: j != home):
             h = st.split.parts[j]
             key, parts = self._part_key(st, h)
