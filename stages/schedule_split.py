@@ -22,9 +22,10 @@ import base64
 
 import numpy as np
 
+from tusk.ir.columns import Table
 from tusk.ir.enums import Edge, FnAttr
 from tusk.ir.errors import InternalError
-from tusk.ir.module import Module
+from tusk.ir.module import DEP_SCHEMA, Module
 from tusk.stages.deps import _extra_edges, _merge
 from tusk.stages.deps_split import cross_edges, part_edges, part_of, plan_ranges, range_parts, splits
 
@@ -118,19 +119,45 @@ def _merge_function(fn, got, priority: str):
     k_all = np.concatenate([ck, d["kind"], np.full(len(osrc), Edge.Ordered, np.uint8)])
     cross = part_of(s_all, starts) != part_of(d_all, starts)
     s_all, d_all, k_all = _merge(s_all[cross], d_all[cross], k_all[cross], n)
-    # the parts' own edges are numbered in their first priority's rows: back to the old numbering
-    first = [_unpack(m["orders"][PRIORITIES[0]]) for m, _ in got]
-    ps = [a + o[g.deps["src"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
-    pd = [a + o[g.deps["dst"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
-    pk = [g.deps["kind"] for _, g in got]
     moved = int((order != np.arange(n)).sum())
-    deps = sorted_edges(np.concatenate([s_all, *ps]), np.concatenate([d_all, *pd]), np.concatenate([k_all, *pk]),
-                        order)
+    deps = _joined(got, ranges, s_all, d_all, k_all, order) if priority == PRIORITIES[0] else None
+    if deps is None:
+        # the parts' own edges are numbered in their first priority's rows: back to the old numbering
+        first = [_unpack(m["orders"][PRIORITIES[0]]) for m, _ in got]
+        ps = [a + o[g.deps["src"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
+        pd = [a + o[g.deps["dst"].astype(np.int64)] for (_, g), (a, _), o in zip(got, ranges, first)]
+        pk = [g.deps["kind"] for _, g in got]
+        deps = sorted_edges(np.concatenate([s_all, *ps]), np.concatenate([d_all, *pd]),
+                            np.concatenate([k_all, *pk]), order)
     new = fn.take_insts(order, deps) if moved else fn.copy()
     new.deps = deps
     if any(FnAttr.KERNEL_SCOPE in g.attrs for _, g in got):
         new.attrs |= {FnAttr.KERNEL_SCOPE}
     return new, moved, order
+
+
+def _joined(got, ranges, s_cross, d_cross, k_cross, order: np.ndarray):
+    """``sorted_edges`` of the parts' edges and the edges between parts (old numbering, one per pair) for the
+    order the parts' first priority gave: then the new rows lo..hi of each range are its part's rows as
+    it scheduled them, so a part's edges, numbered in those rows and sorted by (dst, src), are already the
+    new function's, in order, ranges after ranges.  Only the few edges between parts are renumbered and
+    sorted, then slotted in (no pair is both: one joins two parts, the other stays in one).  None when
+    some part's edges are not sorted (the caller sorts everything).  Sorting every edge again was half of
+    the merge: 0.45 of 0.82 s on large_matmul's 1.2M rows and 2.8M edges."""
+    n = len(order)
+    ps = np.concatenate([a + g.deps["src"].astype(np.int64) for (_, g), (a, _) in zip(got, ranges)])
+    pd = np.concatenate([a + g.deps["dst"].astype(np.int64) for (_, g), (a, _) in zip(got, ranges)])
+    pk = np.concatenate([g.deps["kind"] for _, g in got]).astype(np.uint8, copy=False)
+    key = pd * max(n, 1) + ps
+    if len(key) > 1 and not (key[1:] > key[:-1]).all():
+        return None
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n, dtype=np.int64)
+    xs, xd, xk = _merge(pos[s_cross], pos[d_cross], k_cross, n)
+    at = np.searchsorted(key, xd * max(n, 1) + xs)
+    return Table.from_arrays(DEP_SCHEMA, {"src": np.insert(ps, at, xs).astype(np.int32),
+                                          "dst": np.insert(pd, at, xd).astype(np.int32),
+                                          "kind": np.insert(pk, at, xk.astype(np.uint8))})
 
 
 def _pack(order: np.ndarray) -> str:

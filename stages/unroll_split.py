@@ -200,7 +200,9 @@ def _map_pool(dst_add, items) -> np.ndarray:
 
 
 def _cat_tables(tables: list[dict], schema) -> Table:
-    return Table.from_arrays(schema, {c: (np.concatenate([t[c] for t in tables]).astype(dt) if tables
+    # one copy per column: the parts' columns are only read (a copy of each first, and astype's copy after
+    # the concatenation, were two thirds of the merge: 0.29 s of large_matmul's 1.2M rows)
+    return Table.from_arrays(schema, {c: (np.concatenate([t[c] for t in tables]).astype(dt, copy=False) if tables
                                           else np.zeros(0, dt)) for c, dt in schema})
 
 
@@ -229,13 +231,13 @@ def merge_function(fn: Function, parts: list[Function]) -> Function:
         smap = _map_pool(out.strings.add, p.strings.items)
         pmap = _map_pool(out.patterns.add, p.patterns.items)
         vmap = _map_pool(out.values.add, p.values.items)
-        a = {c: v.copy() for c, v in p.insts.arrays().items()}
+        a = dict(p.insts.arrays())  # read only: every changed column below is a new array
         a["name"] = smap[a["name"]].astype(np.int32)
         a["attrs"] = vmap[a["attrs"]].astype(np.int32)
         a["pred"] = vmap[a["pred"]].astype(np.int32)
         a["ops"] = a["ops"] + n_ops
         insts.append(a)
-        o = {c: v.copy() for c, v in p.operands.arrays().items()}
+        o = dict(p.operands.arrays())
         o["pattern"] = pmap[o["pattern"]].astype(np.int32)
         o["memloc"] = mmap[o["memloc"]].astype(np.int32)
         o["dyn"] = vmap[o["dyn"]].astype(np.int32)
@@ -243,7 +245,7 @@ def merge_function(fn: Function, parts: list[Function]) -> Function:
         sel = np.isin(o["kind"], aux_value)
         o["aux"] = np.where(sel, vmap[o["aux"]], o["aux"]).astype(np.int32)
         ops.append(o)
-        e = {c: v.copy() for c, v in p.deps.arrays().items()}
+        e = dict(p.deps.arrays())
         e["src"] = (e["src"] + n_insts).astype(np.int32)
         e["dst"] = (e["dst"] + n_insts).astype(np.int32)
         deps.append(e)
