@@ -190,6 +190,30 @@ def _psum_groups(groups: int, width_banks: int = 1, base: int = 0, nparts: int =
     return b.module()
 
 
+def test_psum_sweeps_after_one_that_moved_nothing_are_logged_not_run(caplog, monkeypatch):
+    """The three sweeps with the skip give the function and the log lines that running all three gives."""
+    from tusk.ir.arch import get_arch
+    from tusk.stages import address_rotation_psum as rot
+
+    m = _psum_groups(6)
+    log = logging.getLogger("tusk.address_rotation_psum")
+    arch = get_arch(m.arch)
+    ran = []
+    real = rot.psum_rotation
+    monkeypatch.setattr(rot, "psum_rotation", lambda *a, **k: ran.append(1) or real(*a, **k))
+    with caplog.at_level(logging.INFO, logger=log.name):
+        fast = m.functions[0].copy()
+        moved = rot.sweeps(fast, arch, log)
+        said = [r.getMessage() for r in caplog.records]
+    assert moved == 5 and len(ran) == 2   # the second sweep moved nothing: the third is not run
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=log.name):
+        whole = m.functions[0].copy()
+        assert sum(real(whole, arch, log) for _ in range(rot.PSUM_SWEEPS)) == moved
+        assert [r.getMessage() for r in caplog.records] == said
+    assert content_hash(m.replaced([fast])) == content_hash(m.replaced([whole]))
+
+
 def test_psum_rings_over_banks_keep_accumulation_groups_whole(caplog):
     m = _psum_groups(6)
     with caplog.at_level(logging.INFO, logger="tusk.address_rotation_psum"):

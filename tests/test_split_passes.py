@@ -174,6 +174,29 @@ def test_large_matmul_slice_schedules_in_parts(low_schedule, max_segment):
     assert same_outputs(run(m, inputs), run(merged, inputs))
 
 
+def test_schedule_merge_slots_the_cross_edges_into_the_parts_sorted_edges(low_schedule, monkeypatch):
+    """The merge's fast join (the parts' edges kept in order, the few between parts slotted in) is taken, and
+    gives the edges, in the same row order, that sorting all of them gives."""
+    from tusk.stages import schedule_split
+
+    m = _scheduled_input(large_matmul_like(6, 4, 8))
+    p = Schedule(max_segment=50)
+    parts = p.split(m)
+    assert parts is not None
+    done = [p.run(part)[0] for part in parts]
+    joined = []
+    real = schedule_split._joined
+    monkeypatch.setattr(schedule_split, "_joined", lambda *a: joined.append(real(*a)) or joined[-1])
+    fast, _ = p.merge(m, done, [{} for _ in done])
+    assert joined and all(j is not None for j in joined)
+    monkeypatch.setattr(schedule_split, "_joined", lambda *a: None)
+    slow, _ = p.merge(m, done, [{} for _ in done])
+    for f, g in zip(fast.functions, slow.functions):
+        for c in ("src", "dst", "kind"):
+            assert np.array_equal(f.deps[c], g.deps[c])
+    assert bir_json.dumps(fast) == bir_json.dumps(slow)
+
+
 def test_stale_edges_are_still_respected_across_parts(low_schedule):
     """No edges given: every part builds its own, the merge the ones between parts."""
     m = _rotated(large_matmul_like(4, 3, 5))
