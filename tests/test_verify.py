@@ -249,7 +249,7 @@ def _in_parts(m) -> None:
     from tusk.ir.verify import verify_join, verify_part, verify_tasks
 
     tasks = verify_tasks(m, min_size=1)
-    assert tasks is not None and len(tasks) == 2 * len(m.functions)
+    assert tasks is not None and len(tasks) == 3 * len(m.functions)
     verify_join(m, tasks, [verify_part(m, t) for t in reversed(tasks)][::-1])
 
 

@@ -370,7 +370,7 @@ def test_a_big_final_output_is_checked_by_tasks_beside_its_write(tmp_path, monke
                      on_final=_final_output(tmp_path, "deferred"), defer_checks=True,
                      on_event=lambda e: seen.append(e.what if type(e).__name__ == "TaskSubmitted" else None))
     assert inline.unit("k").ok and deferred.unit("k").ok
-    assert [w for w in seen if w and w.startswith("verify")] == ["verify 1/2", "verify 2/2"]
+    assert [w for w in seen if w and w.startswith("verify")] == ["verify 1/3", "verify 2/3", "verify 3/3"]
     assert (tmp_path / "deferred.bir.json").read_bytes() == (tmp_path / "inline.bir.json").read_bytes()
     last = deferred.unit("k").steps[-1]
     rec = deferred_store.get_action(last.key)

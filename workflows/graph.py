@@ -651,9 +651,10 @@ class Build:
 
     # ------------------------------------------------------------ running
     def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any,
-                what: str = "", on: str | None = None) -> None:
+                what: str = "", on: str | None = None, priority: int | None = None) -> None:
         """Submit a task for action ``key`` (or join the one already submitted for it by another unit); ``on``:
-        the worker to prefer (else the unit's last worker, or none for tasks whose inputs are in the store)."""
+        the worker to prefer (else the unit's last worker, or none for tasks whose inputs are in the store);
+        ``priority``: Dask's (higher first; default by kind)."""
         if self.executor is None:
             factory = self._executor_factory or InlineExecutor
             t_start = time.perf_counter()
@@ -680,9 +681,13 @@ class Build:
             # worker, every part of a big kernel ran on that one worker while the others stood idle
             # so do the final module's write parts but the first (pinned to one worker, the second waited ~2 s for
             # work stealing while the other worker stood idle)
-            free = kind in ("timing", "part", "kernel") or (kind == "emit-part" and j > 0)
+            # A big output's checks too: pinned, all three waited behind each other and held the first write part
+            # back on the unit's worker while the other worker had one write part to do (~0.5 s of large_matmul).
+            # The write parts go first: the last of them to be rendered decides when the file can be placed.
+            free = kind in ("timing", "part", "kernel", "check") or (kind == "emit-part" and j > 0)
             self.executor.submit(task_key, fn, *args, worker=on or (None if free else st.worker),
-                                 priority=-1 if kind == "timing" else 0)
+                                 priority={"timing": -1000, "emit-part": 1, "emit-place": 2}.get(kind, 0)
+                                 if priority is None else priority)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
                     "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
@@ -1042,10 +1047,11 @@ class Build:
                 sp = st.split
                 res = {**res, "seconds": sp.seconds + sum(sp.part_run.values()) + float(res.get("seconds") or 0)}
             st.split = None
-            if res.get("checks"):
-                self._check(st, i, res)
+            checks = self._check(st, i, res) if res.get("checks") else None
             self._record(st, i, "executed" if status == "executed" else "cached", res)
             self._advance(st)
+            if checks is not None:
+                checks()  # after the final module's write parts: they are the longer way to the end
             return
         if kind == "split" and status == "split":
             st.split = _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0),
@@ -1062,15 +1068,22 @@ class Build:
         self._fail(st, f"unexpected task result {res!r} for {step.label}")
 
     # ------------------------------------------------------------ the verifier's checks as tasks
-    def _check(self, st: _State, i: int, res: dict) -> None:
-        """Step ``i`` stored a big output without checking it: check it in parts while it is written."""
+    def _check(self, st: _State, i: int, res: dict) -> Callable[[], None]:
+        """Step ``i`` stored a big output without checking it: check it in parts while it is written.  The unit
+        waits for the checks from now; the returned function submits them."""
         from tusk.cache.keys import digest
 
-        st.checking = _Checks(i, st.keys[i], dict(res["record"]), list(res["checks"]), list(res["functions"]))
-        n = len(st.checking.tasks)
-        for j, task in enumerate(st.checking.tasks):
-            self._submit("verify", digest([res["output"], task]), st, "check", j, tasks.verify_checks,
-                         self.store.url, res["output"], st.hashes[i], task, what=f"verify {j + 1}/{n}")
+        c = st.checking = _Checks(i, st.keys[i], dict(res["record"]), list(res["checks"]), list(res["functions"]))
+        inputs = (res["output"], st.hashes[i])
+
+        def submit() -> None:
+            # in their order (the biggest of a big function first; ir.verify.verify_tasks), each after the write
+            # parts and before a timing step
+            for j, task in enumerate(c.tasks):
+                self._submit("verify", digest([inputs[0], task]), st, "check", j, tasks.verify_checks,
+                             self.store.url, *inputs, task, what=f"verify {j + 1}/{len(c.tasks)}",
+                             priority=-j)
+        return submit
 
     def _checked(self, st: _State, j: int, res: dict) -> None:
         """A check answered; once all have, the step's record is written (or the unit fails as verify fails)."""
