@@ -40,7 +40,7 @@ from tusk.ir.liveness import Instances
 from tusk.ir.module import Function, Module, _ranges
 from tusk.stages import rotation_split
 from tusk.stages.address_rotation import AddressRotation, Job, _accessed_unallocated, _scope, callee_of
-from tusk.stages.base import Stats
+from tusk.stages.base import Slice, Stats, materialized
 from tusk.stages.rotation_rings import (
     Space,
     analyse,
@@ -297,6 +297,12 @@ class AddressRotationSB(AddressRotation):
         return rotation_split.run_part(self, module) or super().run(module)
 
     def split(self, module: Module) -> list[Module] | None:
+        return materialized(self, module, self.split_refs(module))
+
+    def take(self, base: Module, spec) -> Module:
+        return rotation_split.take(base, spec)
+
+    def split_refs(self, module: Module) -> list[Module | Slice] | None:
         """One part per band batch with work; else, after scheduling, the rotation done here and the
         rescheduling of a big function in parts (:mod:`~tusk.stages.rotation_split`); else None."""
         if PART_KEY in module.attributes or rotation_split.is_part(module):
@@ -308,7 +314,7 @@ class AddressRotationSB(AddressRotation):
         if sum(len(band_batches(module.functions[j.fn], sb_memlocs(module.functions[j.fn]))) for j in jobs) >= 2:
             parts = self._batch_parts(module, jobs)
             if parts is not None:
-                return parts
+                return list(parts)
         return rotation_split.split(self, module, jobs) if rotation_split.worth_it(self, module, jobs) else None
 
     def _batch_parts(self, module: Module, jobs: list[Job]) -> list[Module] | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from tusk.ir.columns import Table
 from tusk.ir.module import DEP_SCHEMA, Module
-from tusk.stages.base import Pass, Stats, option
+from tusk.stages.base import Pass, Slice, Stats, materialized, option
 from tusk.stages.deps import EDGE_KINDS, _install, dependence_edges, edge_counts
 
 # module attribute of a part of build_fdeps: the function and row range it holds (see stages/deps_split.py)
@@ -48,16 +48,24 @@ class BuildFDeps(Pass):
         return out, _edge_stats(out)
 
     def split(self, module: Module) -> list[Module] | None:
-        from tusk.stages.deps_split import plan_ranges, range_parts, splits
+        return materialized(self, module, self.split_refs(module))
+
+    def split_refs(self, module: Module) -> list[Module | Slice] | None:
+        from tusk.stages.deps_split import plan_ranges, range_slices, splits
 
         if PART_KEY in module.attributes:
             return None
-        parts = []
+        parts: list[Module | Slice] = []
         for k, fn in enumerate(module.functions):
             ranges = plan_ranges(len(fn.insts), self.split_min, self.split_part_size,
                                  self.split_max_parts) if splits(fn) else None
-            parts += range_parts(module, k, ranges or [], PART_KEY)
+            parts += range_slices(module, k, ranges or [], PART_KEY)
         return parts or None
+
+    def take(self, base: Module, spec) -> Module:
+        from tusk.stages.deps_split import take_range
+
+        return take_range(base, spec)
 
     def _run_part(self, module: Module) -> tuple[Module, Stats]:
         """A part's own edges, and its exposed rows in its marker for the merge."""

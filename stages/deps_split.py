@@ -29,6 +29,7 @@ import numpy as np
 
 from tusk.ir.enums import AP_KINDS, Kind, Mem, Role
 from tusk.ir.module import Function, Module, _ranges
+from tusk.stages.base import Slice
 from tusk.stages.deps import (
     SPACE_DRAM,
     _data_edges,
@@ -70,20 +71,32 @@ def splits(fn: Function) -> bool:
     return straight_line_regions(fn) is None
 
 
-def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str,
-                extra: dict | None = None) -> list[Module]:
-    """One module per row range of function ``k``: those rows, and a marker under ``key`` naming the range
-    and the memory the function writes (what a merge needs to find the edges between ranges), with
-    ``extra``'s entries."""
+def range_slices(module: Module, k: int, ranges: list[tuple[int, int]], key: str,
+                 extra: dict | None = None) -> list[Slice]:
+    """One slice per row range of function ``k`` (:func:`take_range` cuts it): those rows, and a marker under
+    ``key`` naming the range and the memory the function writes (what a merge needs to find the edges
+    between ranges), with ``extra``'s entries."""
     if not ranges:
         return []  # no parts: the writes are not worth collecting
     fn = module.functions[k]
     written = written_spaces(fn)
-    return [Module([fn.take_insts(np.arange(a, b))], module.arch, module.version,
-                   module.attributes.with_(**{key: {"function": k, "name": fn.name, "lo": a, "hi": b,
-                                                    "written": written, **(extra or {})}}),
-                   module.artifact_dir, module.queues, module.extras)
+    return [Slice({"key": key, "marker": {"function": k, "name": fn.name, "lo": int(a), "hi": int(b),
+                                          "written": written, **(extra or {})}}, int(b - a))
             for a, b in ranges]
+
+
+def take_range(module: Module, spec) -> Module:
+    """The part a slice of :func:`range_slices` names."""
+    m = spec["marker"]
+    fn = module.functions[int(m["function"])]
+    return Module([fn.take_insts(np.arange(int(m["lo"]), int(m["hi"])))], module.arch, module.version,
+                  module.attributes.with_(**{spec["key"]: m}), module.artifact_dir, module.queues, module.extras)
+
+
+def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str,
+                extra: dict | None = None) -> list[Module]:
+    """:func:`range_slices`, cut."""
+    return [take_range(module, s.spec) for s in range_slices(module, k, ranges, key, extra)]
 
 
 def written_spaces(fn: Function) -> list[int]:

@@ -6,7 +6,7 @@ large_matmul's 1.2M rows that is two thirds of the post-schedule SB pass, and
 its rotation is one band batch, so the batch split has nothing to cut.  This
 split runs the rotation itself (serial, about a third) and cuts the
 rescheduling of every big straight-line function it moved into the schedule
-pass's parts (``schedule_split.function_parts``: ranges of whole segments,
+pass's parts (``schedule_split.function_slices``: ranges of whole segments,
 each scheduled alone on its own graph).  The rotated module travels to the
 merge as one more part, the *carrier*, whose run leaves it as it is and
 asks, beside the schedule parts, whether the rotation overlaps live memory
@@ -31,7 +31,7 @@ import numpy as np
 from tusk.ir.columns import Table
 from tusk.ir.enums import FnAttr
 from tusk.ir.module import DEP_SCHEMA, Function, Module
-from tusk.stages.base import Stats
+from tusk.stages.base import Slice, Stats
 
 if TYPE_CHECKING:
     from tusk.stages.address_rotation import AddressRotation, Job
@@ -75,26 +75,37 @@ def without_edges(fn: Function) -> Function:
     return view
 
 
-def split(p: AddressRotation, module: Module, jobs: list[Job]) -> list[Module] | None:
-    """The schedule parts of every big function the rotation moved, then the carrier; None when the
-    rotation moves no such function (``run`` then does it all)."""
-    from tusk.stages.schedule_split import function_parts
+def split(p: AddressRotation, module: Module, jobs: list[Job]) -> list[Module | Slice] | None:
+    """The schedule parts of every big function the rotation moved, as slices of the carrier (:func:`take`),
+    then the carrier; None when the rotation moves no such function (``run`` then does it all)."""
+    from tusk.stages.schedule_split import function_slices
 
     known: dict = {}
     out = p._unaliased(module, jobs, known)
     moved = p._rotate(out, jobs, known)
     s = _scheduler(p)
-    parts: list[Module] = []
+    slices: list[Slice] = []
     for k in sorted(moved):
-        fn = out.functions[k]
-        if moved[k] and FnAttr.KERNEL_SCOPE in fn.attrs:
-            bare = Module([without_edges(f) if i == k else f for i, f in enumerate(out.functions)], out.arch,
-                          out.version, out.attributes, out.artifact_dir, out.queues, out.extras)
-            parts += function_parts(s, bare, k)
-    if not parts:
+        if moved[k] and FnAttr.KERNEL_SCOPE in out.functions[k].attrs:
+            slices += function_slices(s, out, k)  # the same with its edges dropped: rows and writes are
+    if not slices:
         return None
     marker = {"moved": sorted([k, n] for k, n in moved.items()), "functions": len({j.fn for j in jobs})}
-    return [*parts, out.with_attributes(**{CARRIER_KEY: marker})]
+    carrier = len(slices)
+    return [*(Slice(x.spec, x.size, carrier) for x in slices),
+            out.with_attributes(**{CARRIER_KEY: marker})]
+
+
+def take(carrier: Module, spec) -> Module:
+    """A schedule part of :func:`split`: the rows of its range of the rotated module (the carrier without
+    its marker), the function's edges dropped."""
+    from tusk.stages.deps_split import take_range
+
+    k = int(spec["marker"]["function"])
+    bare = Module([without_edges(f) if i == k else f for i, f in enumerate(carrier.functions)], carrier.arch,
+                  carrier.version, carrier.attributes.without(CARRIER_KEY), carrier.artifact_dir, carrier.queues,
+                  carrier.extras)
+    return take_range(bare, spec)
 
 
 def merge(p: AddressRotation, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:

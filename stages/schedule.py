@@ -44,7 +44,7 @@ from tusk.ir.enums import LOOP_OPCODES, FnAttr, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.module import DEP_SCHEMA, Function, Module
 from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan, simulate
-from tusk.stages.base import Pass, Stats, option
+from tusk.stages.base import Pass, Slice, Stats, materialized, option
 from tusk.stages.deps import _merge, dependence_edges, straight_line_regions
 
 # rows a segment may hold by default (the schedule pass's max_segment)
@@ -309,9 +309,17 @@ class Schedule(Pass):
         return after
 
     def split(self, module: Module) -> list[Module] | None:
+        return materialized(self, module, self.split_refs(module))
+
+    def split_refs(self, module: Module) -> list[Module | Slice] | None:
         from tusk.stages.schedule_split import split
 
         return split(self, module)
+
+    def take(self, base: Module, spec) -> Module:
+        from tusk.stages.deps_split import take_range
+
+        return take_range(base, spec)
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         from tusk.stages.schedule_split import merge

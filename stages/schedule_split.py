@@ -26,34 +26,37 @@ from tusk.ir.columns import Table
 from tusk.ir.enums import Edge, FnAttr
 from tusk.ir.errors import InternalError
 from tusk.ir.module import DEP_SCHEMA, Module
+from tusk.stages.base import Slice
 from tusk.stages.deps import _extra_edges, _merge
-from tusk.stages.deps_split import cross_edges, part_edges, part_of, plan_ranges, range_parts, splits
+from tusk.stages.deps_split import cross_edges, part_edges, part_of, plan_ranges, range_slices, splits
 
 # module attribute of a part of schedule: the function and row range it holds
 PART_KEY = "schedule_part"
 
 
-def split(p, module: Module) -> list[Module] | None:
+def split(p, module: Module) -> list[Module | Slice] | None:
+    """The slices of every function worth splitting (:func:`function_slices`), or None."""
     if PART_KEY in module.attributes:
         return None
-    parts = []
+    parts: list[Module | Slice] = []
     for k in range(len(module.functions)):
-        parts += function_parts(p, module, k)
+        parts += function_slices(p, module, k)
     return parts or None
 
 
-def function_parts(p, module: Module, k: int) -> list[Module]:
-    """The parts of function ``k`` (none when it is too small or not straight-line).  Each marker names the
-    priorities the merge will compare (:func:`tusk.stages.schedule.priorities` of the whole function): a
-    part alone cannot tell, and a function beyond ``compare_limit`` keeps the first priority's order."""
+def function_slices(p, module: Module, k: int) -> list[Slice]:
+    """The parts of function ``k`` (none when it is too small or not straight-line), as slices
+    (``deps_split.take_range`` cuts them).  Each marker names the priorities the merge will compare
+    (:func:`tusk.stages.schedule.priorities` of the whole function): a part alone cannot tell, and a function
+    beyond ``compare_limit`` keeps the first priority's order."""
     from tusk.stages.schedule import priorities, segments
 
     fn = module.functions[k]
     segs = segments(fn, p.max_segment) if splits(fn) else []
     ranges = plan_ranges(len(fn.insts), p.split_min, p.split_part_size, p.split_max_parts,
                          starts=np.array([a for a, _ in segs], dtype=np.int64)) if segs else None
-    return range_parts(module, k, ranges or [], PART_KEY,
-                       {"priorities": list(priorities(len(fn.insts), p.compare_limit))})
+    return range_slices(module, k, ranges or [], PART_KEY,
+                        {"priorities": list(priorities(len(fn.insts), p.compare_limit))})
 
 
 def run_part(p, module: Module):

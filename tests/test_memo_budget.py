@@ -101,10 +101,13 @@ def test_a_merge_lets_the_parts_and_their_outputs_go(tmp_path, monkeypatch):
     ctx = {"store": store.url, "verify": False, "check": False, "where": None}
     split = tasks.split_step(ctx, step, h, "c3" * 32, {"input": h})
     assert split["status"] == "split" and len(split["parts"]) >= 2, split
-    outs = [tasks.run_part(ctx, step, piece, f"{k:02x}" * 32, {"input": piece})
+    # slices of the input: the parts cut them from it, and nothing of the pieces is kept
+    assert all(isinstance(piece, dict) and piece["base"] == h for piece in split["parts"]), split
+    assert set(tasks._MEMORY) == {h}
+    outs = [tasks.run_part(ctx, step, piece, f"{k:02x}" * 32, {"input": f"{k:02x}" * 32, "slice": True})
             for k, piece in enumerate(split["parts"])]
     assert all(o["status"] == "executed" for o in outs), outs
-    assert set(split["parts"]) <= set(tasks._MEMORY)
+    assert {o["output"] for o in outs} | {h} == set(tasks._MEMORY)
     merged = tasks.merge_step(ctx, step, h, [o["output"] for o in outs], [o.get("stats") or {} for o in outs],
                               "d4" * 32, {"input": h}, 0.0, [1.0] * len(outs))
     assert merged["status"] == "executed", merged

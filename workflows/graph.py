@@ -522,7 +522,7 @@ def client_executor(client) -> DaskExecutor:
 
 @dataclass
 class _Split:
-    parts: list[str]
+    parts: list[str | dict]  # a stored part's content hash, or a slice: {"base": hash, "spec": ...}
     seconds: float
     insts_in: int | None
     outputs: dict[int, tuple[str, dict]] = field(default_factory=dict)
@@ -1130,9 +1130,16 @@ class Build:
         elif st.written:
             self._done(st)
 
-    def _part_key(self, st: _State, part_hash: str) -> tuple[str, dict]:
+    def _part_key(self, st: _State, part: str | dict) -> tuple[str, dict]:
+        """A part's action key: by its content hash, or a slice's by its base's content hash and its spec."""
         step = self.steps[st.i]
-        parts = {**step.key_parts(), "input": part_hash, "env": self.env, "part": True}
+        if isinstance(part, str):
+            parts = {**step.key_parts(), "input": part, "env": self.env, "part": True}
+        else:
+            from tusk.cache.keys import digest
+
+            parts = {**step.key_parts(), "input": digest(["slice", part["base"], part["spec"]]), "env": self.env,
+                     "part": True, "slice": True}
         return action_key(parts), parts
 
     def _submit_parts(self, st: _State) -> None:

@@ -382,7 +382,7 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
     # its memory grows by every part it runs -- fresh pages, zeroed by the kernel, for each
     part = (extra or {}).get("kind") == "part"
     keep = not part or bool(clock.get("from_memory"))
-    if parts.get("input") and _unchanged(module, out):  # the input's hash: nothing to hash or store
+    if parts.get("input") and not parts.get("slice") and _unchanged(module, out):  # the input's hash: nothing to hash or store
         h = str(parts["input"])
         if keep:
             remember(h, out)
@@ -505,20 +505,49 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
         if early:
             return early
         p = _pass(step)
-        pieces, seconds = _run(p, step, module, ctx, clock, "split")
+        pieces, seconds = _run(p, step, module, ctx, clock, "split_refs")
         if pieces is None:
             (out, stats), more = _run(p, step, module, ctx, clock)
             return _finish(ctx, store, key, parts, step, module, out, stats, seconds + more, clock)
-        hashes = [_save(store, m, clock, bool(ctx.get("check"))) for m in pieces]
-        return {"status": "split", "parts": hashes, "sizes": [m.n_insts() for m in pieces], "seconds": seconds,
+        from tusk.stages.base import Slice
+
+        # module parts stored (a slice's base among them), then each slice named by its base's hash and spec
+        saved = {i: _save(store, m, clock, bool(ctx.get("check"))) for i, m in enumerate(pieces)
+                 if not isinstance(m, Slice)}
+        refs = [{"base": input_hash if m.base is None else saved[m.base], "spec": m.spec}
+                if isinstance(m, Slice) else saved[i] for i, m in enumerate(pieces)]
+        sizes = [m.size if isinstance(m, Slice) else m.n_insts() for m in pieces]
+        return {"status": "split", "parts": refs, "sizes": sizes, "seconds": seconds,
                 "insts_in": module.n_insts(), "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
 
 
-def run_part(ctx: dict, step: dict, part_hash: str, key: str, parts: dict) -> dict:
-    """Run a fan-out pass on one part; the record is keyed by the part's content hash."""
-    return run_step({**ctx, "verify": False, "part": True}, step, part_hash, key, parts, {"kind": "part"})
+def run_part(ctx: dict, step: dict, part: str | dict, key: str, parts: dict) -> dict:
+    """Run a fan-out pass on one part: a stored part (its content hash), or a slice the task cuts itself
+    (``{"base": hash, "spec": ...}``: ``Pass.take``); the record is keyed by the part's identity."""
+    ctx = {**ctx, "verify": False, "part": True}
+    if isinstance(part, str):
+        return run_step(ctx, step, part, key, parts, {"kind": "part"})
+    clock: dict = {"started": time.time()}
+    try:
+        store = _store(ctx["store"])
+        hit = _cached(store, key)
+        if hit:
+            return hit
+        # the base stays: the next slice of it that runs here reads it from memory (a worker that fetched it
+        # runs half the parts)
+        base, missing = _load_input(store, part["base"], clock)
+        if missing:
+            return missing
+        p = _pass(step)
+        t0 = time.perf_counter()
+        module = _call(p.take, base, part["spec"])
+        clock["take"] = time.perf_counter() - t0
+        (out, stats), seconds = _run(p, step, module, ctx, clock)
+        return _finish(ctx, store, key, parts, step, module, out, stats, seconds, clock, {"kind": "part"})
+    except Exception as e:  # noqa: BLE001
+        return _error(step, e, ctx.get("store"), key, parts)
 
 
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],

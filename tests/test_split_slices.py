@@ -1,0 +1,117 @@
+"""Parts given by reference (``stages.base.Slice``): the build hands a part's task its base's hash and a spec,
+and the task cuts the part itself.  A build whose splits hand out slices gives the bytes of the serial run,
+records its parts by slice, reuses them, and splits again when a slice's base has gone from the store.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.test_split_large import large_matmul_like
+from tusk import stages
+from tusk.cache import Store
+from tusk.ir import bir_json
+from tusk.ir.enums import FnAttr
+from tusk.ir.serial import content_hash
+from tusk.stages import address_rotation
+from tusk.stages.base import Slice, materialized
+from tusk.stages.build_fdeps import BuildFDeps
+from tusk.stages.schedule import Schedule
+from tusk.workflows.graph import BuildUnit, build
+from tusk.workflows.pipeline import Entry, _labelled, resolve
+
+CHAIN = ("address_rotation_psum", "address_rotation_sb", "build_fdeps", "schedule",
+         "address_rotation_psum_post_schedule", "address_rotation_sb")
+OPTIONS = {"schedule": {"max_segment": 50}}  # segments to cut the function at
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Split thresholds of a 1M-instruction kernel, scaled to a small one (they never change output)."""
+    for cls in (BuildFDeps, Schedule):
+        monkeypatch.setattr(cls, "split_min", 2)
+        monkeypatch.setattr(cls, "split_part_size", 40)
+        monkeypatch.setattr(cls, "split_max_parts", 4)
+    monkeypatch.setattr(address_rotation, "MAX_SEGMENT", 50)
+
+
+def _input():
+    m = large_matmul_like(6, 4, 8)
+    for fn in m.functions:
+        fn.attrs.add(FnAttr.ROTATE_PSUM_AND_SB)
+    return stages.make_pass("unroll").run(m)[0]
+
+
+def _serial(m):
+    for name in CHAIN:
+        m = stages.make_pass(name, **OPTIONS.get(name, {})).run(m)[0]
+    return m
+
+
+def _build(store, m):
+    steps = resolve(_labelled([Entry(name, dict(OPTIONS.get(name, {}))) for name in CHAIN])).steps
+    rep = build([BuildUnit("k", m)], steps, store)
+    assert rep.unit("k").ok, rep.unit("k").error
+    return rep
+
+
+def test_the_splits_hand_out_slices_of_their_input_or_of_a_module_part(eager):
+    m = _input()
+    refs = BuildFDeps().split_refs(m)
+    assert refs and all(isinstance(x, Slice) and x.base is None for x in refs)
+    assert [p.n_insts() for p in materialized(BuildFDeps(), m, refs)] == [x.size for x in refs]
+    scheduled = Schedule(max_segment=50).run(BuildFDeps().run(m)[0])[0]
+    post = stages.make_pass("address_rotation_psum_post_schedule").run(scheduled)[0]
+    sb = stages.make_pass("address_rotation_sb")
+    refs = sb.split_refs(post)
+    assert refs is not None and not isinstance(refs[-1], Slice)  # the carrier: the rotated module
+    assert all(isinstance(x, Slice) and x.base == len(refs) - 1 for x in refs[:-1])
+
+
+def test_a_build_of_slices_gives_the_serial_bytes_and_reuses_its_parts(eager, tmp_path):
+    m = _input()
+    store = Store(tmp_path / "store")
+    rep = _build(store, m)
+    by_label = {s.label: s for s in rep.unit("k").steps}
+    for label in ("build_fdeps", "schedule", "address_rotation_sb#2"):
+        assert by_label[label].parts_total >= 2, label
+    final = store.load(rep.unit("k").final)
+    serial = _serial(m)
+    assert content_hash(final) == content_hash(serial)
+    assert bir_json.dumps(final) == bir_json.dumps(serial)
+    again = _build(store, m)
+    assert again.n_executed == 0
+    # the schedule step's record gone: it splits again, finds every part by its slice, and merges
+    key = by_label["schedule"].key
+    (tmp_path / "store" / "actions" / key[:2] / f"{key}.json").unlink()
+    third = _build(Store(tmp_path / "store"), m)
+    step = {s.label: s for s in third.unit("k").steps}["schedule"]
+    assert step.status == "executed" and step.parts_total >= 2 and step.parts_executed == 0
+    assert third.executions() == [("k", "schedule")]
+    assert third.unit("k").final == rep.unit("k").final
+
+
+def test_a_slice_whose_base_is_gone_is_split_again(eager, tmp_path, monkeypatch):
+    """The base of the schedule's slices (build_fdeps' output) vanishes after the split: the part reports its
+    input missing, the step splits again (and the split repairs its input), and the build ends as it should."""
+    from tusk.workflows import tasks
+
+    m = _input()
+    store = Store(tmp_path / "store")
+    gone = []
+    real = tasks.split_step
+
+    def split_then_lose_input(ctx, step, input_hash, key, parts):
+        res = real(ctx, step, input_hash, key, parts)
+        if step["name"] == "schedule" and res.get("status") == "split" and not gone:
+            gone.append(input_hash)
+            tasks.forget_all()
+            shutil.rmtree(store.fs.path(f"objects/{input_hash[:2]}/{input_hash}"))
+        return res
+
+    monkeypatch.setattr(tasks, "split_step", split_then_lose_input)
+    rep = _build(store, m)
+    assert gone and rep.unit("k").ok
+    assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
