@@ -1138,8 +1138,9 @@ class Build:
         else:
             from tusk.cache.keys import digest
 
+            # "base": what its record names as its input (the object the slice is cut from: kept while it is)
             parts = {**step.key_parts(), "input": digest(["slice", part["base"], part["spec"]]), "env": self.env,
-                     "part": True, "slice": True}
+                     "part": True, "slice": True, "base": part["base"]}
         return action_key(parts), parts
 
     def _submit_parts(self, st: _State) -> None:

@@ -390,7 +390,8 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
         h = _save(store, out, clock, bool(ctx.get("check")), parts.get("input"), keep)
     timing = {k: round(v, 6) for k, v in clock.items() if k != "started"}
     timing["started"] = clock["started"]
-    record = {"kind": "action", "pass": step["name"], "label": step["label"], "input": parts.get("input"),
+    record = {"kind": "action", "pass": step["name"], "label": step["label"],
+              "input": parts.get("base") or parts.get("input"),  # a slice's: the object it is cut from
               "output": h, "stats": _jsonable_stats(stats), "seconds": seconds, "insts_in": module.n_insts(),
               "insts_out": out.n_insts(), "parts": parts, "worker": _where(), "timing": timing, **(extra or {})}
     if checks is not None:  # recorded by the client once every check has passed (verify_checks tasks)
