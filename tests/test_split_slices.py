@@ -121,3 +121,38 @@ def test_a_slice_whose_base_is_gone_is_split_again(eager, tmp_path, monkeypatch)
     rep = _build(store, m)
     assert gone and rep.unit("k").ok
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
+
+
+def test_a_base_gone_while_the_splitting_worker_still_holds_it_is_stored_again(eager, tmp_path, monkeypatch):
+    """The split's worker reads the step's input from memory, so splitting again does not notice the object
+    is gone from the store; the split stores it again, or the parts would fail until the build gave up."""
+    from tusk.workflows import tasks
+
+    m = _input()
+    store = Store(tmp_path / "store")
+    gone = []
+    real = tasks.split_step
+
+    def split_then_lose_input(ctx, step, input_hash, key, parts):
+        res = real(ctx, step, input_hash, key, parts)
+        if step["name"] == "schedule" and res.get("status") == "split" and not gone:
+            gone.append(input_hash)  # the object goes; this process keeps the module in memory
+            shutil.rmtree(store.fs.path(f"objects/{input_hash[:2]}/{input_hash}"))
+        return res
+
+    def run_part_elsewhere(ctx, step, part, key, parts):
+        """A part on another worker: the base is not in its memory."""
+        held = tasks._MEMORY.pop(part["base"], None) if isinstance(part, dict) else None
+        try:
+            return real_part(ctx, step, part, key, parts)
+        finally:
+            if held is not None:
+                tasks._MEMORY[part["base"]] = held
+
+    real_part = tasks.run_part
+    monkeypatch.setattr(tasks, "split_step", split_then_lose_input)
+    monkeypatch.setattr(tasks, "run_part", run_part_elsewhere)
+    rep = _build(store, m)
+    assert gone and rep.unit("k").ok, rep.unit("k").error
+    assert store.has(gone[0])
+    assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))

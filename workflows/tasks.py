@@ -515,6 +515,10 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
         # module parts stored (a slice's base among them), then each slice named by its base's hash and spec
         saved = {i: _save(store, m, clock, bool(ctx.get("check"))) for i, m in enumerate(pieces)
                  if not isinstance(m, Slice)}
+        if any(isinstance(m, Slice) and m.base is None for m in pieces) and not store.has(input_hash):
+            # the input came from this worker's memory but is gone from the store: the parts on other workers
+            # read it there (splitting again after they found it missing would not bring it back)
+            _save(store, module, clock, bool(ctx.get("check")))
         refs = [{"base": input_hash if m.base is None else saved[m.base], "spec": m.spec}
                 if isinstance(m, Slice) else saved[i] for i, m in enumerate(pieces)]
         sizes = [m.size if isinstance(m, Slice) else m.n_insts() for m in pieces]
