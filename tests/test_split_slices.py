@@ -99,25 +99,33 @@ def test_a_build_of_slices_gives_the_serial_bytes_and_reuses_its_parts(eager, tm
     assert third.unit("k").final == rep.unit("k").final
 
 
-def test_a_slice_whose_base_is_gone_is_split_again(eager, tmp_path, monkeypatch):
-    """The base of the schedule's slices (build_fdeps' output) vanishes after the split: the part reports its
-    input missing, the step splits again (and the split repairs its input), and the build ends as it should."""
+def _schedule_input_lost_after_split(monkeypatch, store, forget: bool) -> list[str]:
+    """Right after the schedule's first split, its input object goes from the store (and, with ``forget``,
+    from this process's memory); returns the list the lost hash is put in."""
     from tusk.workflows import tasks
 
-    m = _input()
-    store = Store(tmp_path / "store")
-    gone = []
+    gone: list[str] = []
     real = tasks.split_step
 
     def split_then_lose_input(ctx, step, input_hash, key, parts):
         res = real(ctx, step, input_hash, key, parts)
         if step["name"] == "schedule" and res.get("status") == "split" and not gone:
             gone.append(input_hash)
-            tasks.forget_all()
+            if forget:
+                tasks.forget_all()
             shutil.rmtree(store.fs.path(f"objects/{input_hash[:2]}/{input_hash}"))
         return res
 
     monkeypatch.setattr(tasks, "split_step", split_then_lose_input)
+    return gone
+
+
+def test_a_slice_whose_base_is_gone_is_split_again(eager, tmp_path, monkeypatch):
+    """The base of the schedule's slices (build_fdeps' output) vanishes after the split: the part reports its
+    input missing, the step splits again (and the split repairs its input), and the build ends as it should."""
+    m = _input()
+    store = Store(tmp_path / "store")
+    gone = _schedule_input_lost_after_split(monkeypatch, store, forget=True)
     rep = _build(store, m)
     assert gone and rep.unit("k").ok
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
@@ -130,15 +138,8 @@ def test_a_base_gone_while_the_splitting_worker_still_holds_it_is_stored_again(e
 
     m = _input()
     store = Store(tmp_path / "store")
-    gone = []
-    real = tasks.split_step
-
-    def split_then_lose_input(ctx, step, input_hash, key, parts):
-        res = real(ctx, step, input_hash, key, parts)
-        if step["name"] == "schedule" and res.get("status") == "split" and not gone:
-            gone.append(input_hash)  # the object goes; this process keeps the module in memory
-            shutil.rmtree(store.fs.path(f"objects/{input_hash[:2]}/{input_hash}"))
-        return res
+    gone = _schedule_input_lost_after_split(monkeypatch, store, forget=False)
+    real_part = tasks.run_part
 
     def run_part_elsewhere(ctx, step, part, key, parts):
         """A part on another worker: the base is not in its memory."""
@@ -149,8 +150,6 @@ def test_a_base_gone_while_the_splitting_worker_still_holds_it_is_stored_again(e
             if held is not None:
                 tasks._MEMORY[part["base"]] = held
 
-    real_part = tasks.run_part
-    monkeypatch.setattr(tasks, "split_step", split_then_lose_input)
     monkeypatch.setattr(tasks, "run_part", run_part_elsewhere)
     rep = _build(store, m)
     assert gone and rep.unit("k").ok, rep.unit("k").error
