@@ -155,3 +155,22 @@ def test_a_base_gone_while_the_splitting_worker_still_holds_it_is_stored_again(e
     assert gone and rep.unit("k").ok, rep.unit("k").error
     assert store.has(gone[0])
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
+
+
+def test_a_cluster_build_of_slices_gives_the_serial_bytes(eager, tmp_path):
+    """Two forked worker processes (they inherit the lowered thresholds): parts cut from bases that one worker
+    holds and the other fetches give the serial run's module."""
+    from tusk.workflows.graph import local_cluster_executor
+
+    m = _input()
+    store = Store(tmp_path / "store")
+    steps = resolve(_labelled([Entry(name, dict(OPTIONS.get(name, {}))) for name in CHAIN])).steps
+    rep = build([BuildUnit("k", m)], steps, store,
+                executor=lambda: local_cluster_executor(2, local_directory=str(tmp_path / "w")))
+    assert rep.cluster_started and rep.unit("k").ok, rep.unit("k").error
+    final = store.load(rep.unit("k").final)
+    serial = _serial(m)
+    assert content_hash(final) == content_hash(serial) and bir_json.dumps(final) == bir_json.dumps(serial)
+    records = [store.get_action(k) for k in store.action_keys()]
+    sliced = [r for r in records if r and (r.get("parts") or {}).get("slice")]
+    assert len(sliced) >= 6 and all(store.has(r["input"]) for r in sliced)
