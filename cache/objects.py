@@ -196,6 +196,9 @@ def read_object(get, h: str) -> Module:
             raise ObjectDamaged(f"object {h} is incomplete (no completion marker)")
         if head.get("hash") != h:
             raise ObjectDamaged(f"object {h} claims to be {head.get('hash')}")
+        if head.get("serial") != SERIAL_FORMAT:  # its name is another digest of another layout: not damage
+            raise ObjectDamaged(f"object {h} was written by another version of Tusk (module format "
+                                f"{head.get('serial')!r}, this one reads {SERIAL_FORMAT}): not usable here")
         functions = []
         for entry in head["functions"]:
             g = entry["group"]

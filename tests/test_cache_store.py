@@ -90,6 +90,19 @@ def test_object_without_completion_marker_is_a_miss(store, family_module):
     assert store.load(h) == family_module
 
 
+def test_an_object_of_another_module_format_is_named_as_such(store, family_module):
+    """An object an older Tusk wrote (another module format: names were SHA-256 digests before format 3) is
+    not usable, and the verifier says why instead of calling its content damaged."""
+    h = store.put(family_module)
+    meta = os.path.join(store.object_path(h), "zarr.json")
+    doc = json.load(open(meta))
+    doc["attributes"]["tusk"]["serial"] = 2
+    json.dump(doc, open(meta, "w"))
+    assert not store.has(h)
+    assert "another version of Tusk (module format 2" in store.verify_object(h)
+    assert store.put(family_module) == h and store.load(h) == family_module
+
+
 def test_missing_object(store):
     with pytest.raises(ObjectMissing):
         store.load("ab" * 32)
