@@ -58,6 +58,11 @@ class ObjectDamaged(EnvError):
     """A stored object is incomplete or its content does not match its name."""
 
 
+class ObjectOutdated(ObjectDamaged):
+    """A stored object of another module format (an older Tusk wrote it, named by that format's digest):
+    intact for that Tusk, unusable here -- treated as damaged by reads, told apart by ``tusk cache verify``."""
+
+
 def _compressors():
     from zarr.codecs import BloscCodec
 
@@ -197,7 +202,7 @@ def read_object(get, h: str) -> Module:
         if head.get("hash") != h:
             raise ObjectDamaged(f"object {h} claims to be {head.get('hash')}")
         if head.get("serial") != SERIAL_FORMAT:  # its name is another digest of another layout: not damage
-            raise ObjectDamaged(f"object {h} was written by another version of Tusk (module format "
+            raise ObjectOutdated(f"object {h} was written by another version of Tusk (module format "
                                 f"{head.get('serial')!r}, this one reads {SERIAL_FORMAT}): not usable here")
         functions = []
         for entry in head["functions"]:

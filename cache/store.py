@@ -350,21 +350,32 @@ class Store:
         """Read and re-hash every object; check every record and note.  With ``remove`` (``tusk cache verify
         --repair``) drop what is damaged, the records whose output was a dropped object and the notes naming
         one, so that the next verify finds nothing."""
+        from tusk.cache.objects import ObjectDamaged, ObjectOutdated, read_object
+
         self._refuse_foreign("verifying")
-        damaged_objects, bad_records, ok = [], [], 0
+        damaged_objects, outdated, bad_records, old_records, ok = [], [], [], 0, 0
         for h in list(self.object_hashes()):
-            reason = self.verify_object(h)
-            if reason is None:
+            try:
+                read_object(self.fs.reader(self.object_path(h)), h)
                 ok += 1
                 continue
-            damaged_objects.append((h, reason))
+            except ObjectOutdated:
+                outdated.append(h)  # an older Tusk's: not damage, but nothing here can use it
+            except ObjectDamaged as e:
+                damaged_objects.append((h, e.message))
             if remove:
                 self.discard(h)
+        old = set(outdated)
         for key in list(self.action_keys()):
             rec = self.read_action(key)
             if rec is None:
                 reason = "unreadable, damaged or edited record (its checksum does not match)"
             elif rec.get("kind") == "failure":
+                continue
+            elif rec.get("output") in old:
+                old_records += 1  # an older Tusk's record of an older Tusk's object
+                if remove:
+                    self.drop_action(key)
                 continue
             elif not self.has(rec.get("output", "")):
                 reason = f"output object {rec.get('output')} missing"
@@ -373,7 +384,7 @@ class Store:
             bad_records.append((key, reason))
             if remove:
                 self.drop_action(key)
-        gone = {h for h, _ in damaged_objects} if remove else set()
+        gone = {h for h, _ in damaged_objects} | old if remove else set()
         for kind, key in list(self.note_keys()):
             reason = self._bad_note(kind, key, gone)
             if reason is not None:
@@ -381,7 +392,7 @@ class Store:
                 if remove:
                     self.fs.remove_file(self.note_path(kind, key))
         return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,
-                "removed": remove}
+                "outdated_objects": outdated, "outdated_records": old_records, "removed": remove}
 
     def _bad_note(self, kind: str, key: str, gone: set[str]) -> str | None:
         """Why note ``kind/key`` is bad -- damaged, or naming an object in ``gone`` (removed as damaged) --
@@ -395,7 +406,7 @@ class Store:
             text = json.dumps(value)
             named = next((h for h in gone if h in text), None)
             if named is not None:
-                return f"names the damaged object {named}"
+                return f"names the removed object {named}"
         return None
 
     def gc(self, max_bytes: int, grace: float = 60.0) -> dict[str, Any]:

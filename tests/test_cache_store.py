@@ -100,6 +100,13 @@ def test_an_object_of_another_module_format_is_named_as_such(store, family_modul
     json.dump(doc, open(meta, "w"))
     assert not store.has(h)
     assert "another version of Tusk (module format 2" in store.verify_object(h)
+    key = action_key({"pass": "p", "input": h})
+    store.put_action(key, {"kind": "action", "output": h})
+    res = store.verify()
+    assert res["outdated_objects"] == [h] and res["outdated_records"] == 1
+    assert res["damaged_objects"] == [] and res["bad_records"] == []  # not damage: an upgrade leaves them
+    assert store.verify(remove=True)["outdated_objects"] == [h]
+    assert store.get_action(key) is None and store.verify()["outdated_objects"] == []
     assert store.put(family_module) == h and store.load(h) == family_module
 
 

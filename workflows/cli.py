@@ -726,6 +726,10 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
         typer.echo(f"bad action record {k}: {why}" + (" (removed)" if remove else ""))
     typer.echo(f"{res['objects_ok']} object(s) intact, {len(res['damaged_objects'])} damaged, "
                f"{len(res['bad_records'])} bad record(s)")
+    if res["outdated_objects"]:  # not damage: an upgrade leaves them; nothing here reads them
+        typer.echo(f"{len(res['outdated_objects'])} object(s) and {res['outdated_records']} record(s) from another "
+                   f"version of Tusk, not usable by this one: "
+                   + ("removed" if remove else "--repair removes them"))
     raise typer.Exit(1 if (res["damaged_objects"] or res["bad_records"]) and not remove else 0)
 
 
