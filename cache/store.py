@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tusk.cache.fs import FsspecFS, LocalFS, open_fs
-from tusk.cache.objects import ObjectDamaged, parse_head, read_object, write_parts
+from tusk.cache.objects import ObjectDamaged, ObjectOutdated, parse_head, read_object, write_parts
 from tusk.ir.canonical import content_checksum as _checksum
 from tusk.ir.errors import EnvError, UsageError
 from tusk.ir.module import Module
@@ -219,10 +219,15 @@ class Store:
 
     def verify_object(self, h: str) -> str | None:
         """None if object ``h`` is intact, else the reason (the object is left in place)."""
+        problem = self._problem(h)
+        return None if problem is None else problem.message
+
+    def _problem(self, h: str) -> ObjectDamaged | None:
+        """What reading object ``h`` in full finds wrong with it (an ``ObjectOutdated`` for an older Tusk's)."""
         try:
             read_object(self.fs.reader(self.object_path(h)), h)
         except ObjectDamaged as e:
-            return e.message
+            return e
         return None
 
     def discard(self, h: str) -> None:
@@ -350,19 +355,17 @@ class Store:
         """Read and re-hash every object; check every record and note.  With ``remove`` (``tusk cache verify
         --repair``) drop what is damaged, the records whose output was a dropped object and the notes naming
         one, so that the next verify finds nothing."""
-        from tusk.cache.objects import ObjectDamaged, ObjectOutdated, read_object
-
         self._refuse_foreign("verifying")
         damaged_objects, outdated, bad_records, old_records, ok = [], [], [], 0, 0
         for h in list(self.object_hashes()):
-            try:
-                read_object(self.fs.reader(self.object_path(h)), h)
+            problem = self._problem(h)
+            if problem is None:
                 ok += 1
                 continue
-            except ObjectOutdated:
+            if isinstance(problem, ObjectOutdated):
                 outdated.append(h)  # an older Tusk's: not damage, but nothing here can use it
-            except ObjectDamaged as e:
-                damaged_objects.append((h, e.message))
+            else:
+                damaged_objects.append((h, problem.message))
             if remove:
                 self.discard(h)
         old = set(outdated)

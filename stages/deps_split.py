@@ -93,12 +93,6 @@ def take_range(module: Module, spec) -> Module:
                   module.attributes.with_(**{spec["key"]: m}), module.artifact_dir, module.queues, module.extras)
 
 
-def range_parts(module: Module, k: int, ranges: list[tuple[int, int]], key: str,
-                extra: dict | None = None) -> list[Module]:
-    """:func:`range_slices`, cut."""
-    return [take_range(module, s.spec) for s in range_slices(module, k, ranges, key, extra)]
-
-
 def written_spaces(fn: Function) -> list[int]:
     """Footprint spaces beyond SB/PSUM/shared DRAM that some row of ``fn`` may write: the private DRAM
     spaces of every set with a written memory location (a symbolic block index may pick any location of

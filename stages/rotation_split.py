@@ -87,7 +87,8 @@ def split(p: AddressRotation, module: Module, jobs: list[Job]) -> list[Module | 
     slices: list[Slice] = []
     for k in sorted(moved):
         if moved[k] and FnAttr.KERNEL_SCOPE in out.functions[k].attrs:
-            slices += function_slices(s, out, k)  # the same with its edges dropped: rows and writes are
+            # planned on the rotated function as it is: dropping its edges (take) changes no row or write
+            slices += function_slices(s, out, k)
     if not slices:
         return None
     marker = {"moved": sorted([k, n] for k, n in moved.items()), "functions": len({j.fn for j in jobs})}

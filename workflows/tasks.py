@@ -460,14 +460,15 @@ def _worker_address() -> str | None:
         return None
 
 
-def _open(ctx: dict, key: str, input_hash: str, clock: dict):
+def _open(ctx: dict, key: str, input_hash: str, clock: dict, keep: bool | None = None):
     """(store, input module, early answer): the early answer -- the cached record, or the
-    report of a missing input -- is returned by the task as it is."""
+    report of a missing input -- is returned by the task as it is.  ``keep`` the input in this process
+    (default: unless it is a part)."""
     store = _store(ctx["store"])
     hit = _cached(store, key)
     if hit:
         return store, None, hit
-    module, missing = _load_input(store, input_hash, clock, keep=not ctx.get("part"))
+    module, missing = _load_input(store, input_hash, clock, keep=not ctx.get("part") if keep is None else keep)
     _moved_on(input_hash)
     return store, module, missing
 
@@ -485,14 +486,23 @@ def _run(p, step: dict, module, ctx: dict, clock: dict, method: str = "run", *ar
     return result, seconds
 
 
-def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extra: dict | None = None) -> dict:
-    """Run one pass on object ``input_hash``; record the action under ``key``."""
+def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extra: dict | None = None,
+             spec: Any = None) -> dict:
+    """Run one pass on object ``input_hash`` -- or, with a slice's ``spec``, on the part ``Pass.take`` cuts
+    from it; record the action under ``key``."""
     clock: dict = {"started": time.time()}
     try:
-        store, module, early = _open(ctx, key, input_hash, clock)
+        # a slice's base stays: the next slice of it that runs here reads it from memory (a worker that
+        # fetched it runs half the parts)
+        store, module, early = _open(ctx, key, input_hash, clock, keep=True if spec is not None else None)
         if early:
             return early
-        (out, stats), seconds = _run(_pass(step), step, module, ctx, clock)
+        p = _pass(step)
+        if spec is not None:
+            t0 = time.perf_counter()
+            module = _call(p.take, module, spec)
+            clock["take"] = time.perf_counter() - t0
+        (out, stats), seconds = _run(p, step, module, ctx, clock)
         return _finish(ctx, store, key, parts, step, module, out, stats, seconds, clock, extra)
     except Exception as e:  # noqa: BLE001 - reported per kernel, never raised into the graph
         return _error(step, e, ctx.get("store"), key, parts)
@@ -534,25 +544,7 @@ def run_part(ctx: dict, step: dict, part: str | dict, key: str, parts: dict) -> 
     ctx = {**ctx, "verify": False, "part": True}
     if isinstance(part, str):
         return run_step(ctx, step, part, key, parts, {"kind": "part"})
-    clock: dict = {"started": time.time()}
-    try:
-        store = _store(ctx["store"])
-        hit = _cached(store, key)
-        if hit:
-            return hit
-        # the base stays: the next slice of it that runs here reads it from memory (a worker that fetched it
-        # runs half the parts)
-        base, missing = _load_input(store, part["base"], clock)
-        if missing:
-            return missing
-        p = _pass(step)
-        t0 = time.perf_counter()
-        module = _call(p.take, base, part["spec"])
-        clock["take"] = time.perf_counter() - t0
-        (out, stats), seconds = _run(p, step, module, ctx, clock)
-        return _finish(ctx, store, key, parts, step, module, out, stats, seconds, clock, {"kind": "part"})
-    except Exception as e:  # noqa: BLE001
-        return _error(step, e, ctx.get("store"), key, parts)
+    return run_step(ctx, step, part["base"], key, parts, {"kind": "part"}, spec=part["spec"])
 
 
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
