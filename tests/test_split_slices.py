@@ -15,6 +15,8 @@ from tusk.cache import Store
 from tusk.ir import bir_json
 from tusk.ir.enums import FnAttr
 from tusk.ir.serial import content_hash
+from tusk.ir.verify import verify
+from tusk.sim.interp import random_inputs, run, same_outputs
 from tusk.stages import address_rotation
 from tusk.stages.base import Slice, materialized
 from tusk.stages.build_fdeps import BuildFDeps
@@ -81,6 +83,9 @@ def test_a_build_of_slices_gives_the_serial_bytes_and_reuses_its_parts(eager, tm
     serial = _serial(m)
     assert content_hash(final) == content_hash(serial)
     assert bir_json.dumps(final) == bir_json.dumps(serial)
+    inputs = random_inputs(m, seed=7)
+    assert same_outputs(run(m, inputs), run(final, inputs))  # and computes what the unrolled input computes
+    verify(final)
     again = _build(store, m)
     assert again.n_executed == 0
     # a slice's record names its base as its input: the cache's collector sees no broken record
