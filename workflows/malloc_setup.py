@@ -7,6 +7,14 @@ large temporaries are allocated and freed again and again, so each one is page-f
 VM the first touch of fresh memory costs about 1 ms per MB of system time.  Raising the thresholds
 before the first large allocation lets freed blocks be reused.  A value the user set (``MALLOC_*_``
 in the environment, read by glibc at start-up) wins; off glibc this does nothing.
+
+numpy asks for transparent huge pages on every array of 4 MiB or more (``madvise(MADV_HUGEPAGE)``).
+Where the kernel's THP ``defrag`` setting is ``always``, ``madvise`` or ``defer+madvise``, the first touch of
+such memory compacts physical memory there and then when no huge page is free, and this VM's memory is
+fragmented by the page cache: 200 MB of fresh ``np.ones`` took 0.36-0.55 s that way against 0.07 s in
+4 KiB pages (0.013 s when huge pages happened to be free; 6 runs each, /tmp/ft.py in the stop-40 note),
+and an in-process build of large_matmul spent 1.5-2.5 s of system time against 0.9-1.4 s.  Tusk's
+processes then turn numpy's request off (``NUMPY_MADVISE_HUGEPAGE=0``; the user's own value wins).
 """
 
 from __future__ import annotations
@@ -24,9 +32,37 @@ SETTINGS = ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 256 << 20),
             (M_ARENA_MAX, "MALLOC_ARENA_MAX", 1))
 
 
+THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
+NUMPY_HUGEPAGE = "NUMPY_MADVISE_HUGEPAGE"
+
+
+def huge_pages_stall(path: str | None = None) -> bool:
+    """Whether a page fault in memory marked for huge pages may compact memory before it returns."""
+    try:
+        with open(path or THP_DEFRAG) as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    chosen = text[text.find("[") + 1:text.find("]")] if "[" in text else ""
+    return chosen in ("always", "madvise", "defer+madvise")
+
+
+def no_stalling_huge_pages() -> None:
+    """Turn numpy's huge-page request off in this process (and the processes it starts) where it stalls."""
+    if NUMPY_HUGEPAGE in os.environ or not huge_pages_stall():
+        return
+    os.environ[NUMPY_HUGEPAGE] = "0"  # numpy reads it when imported (here, or in a spawned worker)
+    if "numpy" in sys.modules:
+        import numpy
+
+        core = getattr(numpy, "_core", None) or getattr(numpy, "core", None)
+        getattr(core.multiarray, "_set_madvise_hugepage", lambda on: on)(False)
+
+
 def keep_freed_memory() -> None:
     if not sys.platform.startswith("linux"):
         return
+    no_stalling_huge_pages()
     import ctypes
 
     try:
@@ -43,4 +79,5 @@ def environment() -> dict[str, str]:
     those the user has not set."""
     if not sys.platform.startswith("linux"):
         return {}
-    return {variable: str(value) for _, variable, value in SETTINGS if variable not in os.environ}
+    return {**{variable: str(value) for _, variable, value in SETTINGS if variable not in os.environ},
+            **({NUMPY_HUGEPAGE: os.environ[NUMPY_HUGEPAGE]} if NUMPY_HUGEPAGE in os.environ else {})}
