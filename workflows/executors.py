@@ -50,12 +50,14 @@ class InlineExecutor:
 class DaskExecutor:
     """Submits tasks to a ``distributed`` client and hands back results as they complete.
 
-    A task that may run anywhere (``anywhere``: a part, a check, a timing step; its inputs are in the store)
-    waits here until a worker thread is free, then goes to the scheduler: the most urgent first, then the
-    biggest.  Handed over at once, Dask placed each on a worker up front (two per single-thread worker, its
-    default worker-saturation), in submission order: on large_matmul one worker sat idle 0.8 s while the
-    other still had a part of address_rotation_sb#2 queued behind the one it was running.  A task that
-    continues a kernel's chain goes at once, to the worker that holds its input."""
+    Tasks that may run anywhere (``anywhere``: the parts of a split step, a big output's checks; their
+    inputs are in the store) go to the scheduler no more of them at a time than there are worker threads,
+    the most urgent first, then the biggest; the rest wait here.  Handed over at once, Dask placed each on a
+    worker up front (two per single-thread worker, its default worker-saturation), in submission order: on
+    large_matmul one worker sat idle 0.8 s while the other still had a part of address_rotation_sb#2
+    queued behind the one it was running.  A task that continues a kernel's chain goes at once, to the
+    worker that holds its input, and does not hold parts back: counted against the threads too, the 8
+    large_matmul variants' chains kept one kernel's unroll parts waiting 2.3 s."""
 
     is_cluster = True
 
@@ -69,6 +71,7 @@ class DaskExecutor:
         self._ac = as_completed()
         self._futures: dict[str, Any] = {}
         self._held: list[tuple] = []  # a heap of tasks that may run anywhere, not yet handed to the scheduler
+        self._anywhere: set[str] = set()  # those handed over and not yet answered
         self._order = itertools.count()
         self.slots = 1  # worker threads: known once the workers are ready (warm_up)
         self.owns_client = True
@@ -101,9 +104,10 @@ class DaskExecutor:
         self._ac.add(fut)
 
     def _release(self) -> None:
-        """Hand held tasks to the scheduler while fewer tasks run than there are worker threads."""
-        while self._held and len(self._futures) < self.slots:
+        """Hand held tasks to the scheduler while fewer of them run than there are worker threads."""
+        while self._held and len(self._anywhere) < self.slots:
             priority, _, _, key, fn, args, worker = heapq.heappop(self._held)
+            self._anywhere.add(key)
             self._send(key, fn, args, worker, -priority)
 
     def __len__(self) -> int:
@@ -119,6 +123,7 @@ class DaskExecutor:
                       "fault": ENVIRONMENT}
         self._futures.pop(key, None)
         fut.release()
+        self._anywhere.discard(key)
         self._release()
         return key, result
 
@@ -150,6 +155,7 @@ class DaskExecutor:
 
         self._futures.clear()
         self._held.clear()
+        self._anywhere.clear()
         if not self.owns_client or getattr(self, "_closing", None) is not None:
             return
 

@@ -398,11 +398,13 @@ class Build:
             # A big output's checks too: pinned, all three waited behind each other and held the first write part
             # back on the unit's worker while the other worker had one write part to do (~0.5 s of large_matmul).
             # The write parts go first: the last of them to be rendered decides when the file can be placed.
-            # These wait in the executor until a worker is free, then go biggest first (DaskExecutor).
             free = kind in ("timing", "part", "kernel", "check") or (kind == "emit-part" and j > 0)
+            # Parts and checks go out no more at a time than there are workers, biggest first (DaskExecutor);
+            # a timing step is not held with them: queued last, it would keep a part waiting for a free slot.
             self.executor.submit(task_key, fn, *args, worker=on or (None if free else st.worker),
                                  priority={"timing": -1000, "emit-part": 1, "emit-place": 2}.get(kind, 0)
-                                 if priority is None else priority, anywhere=free, size=size)
+                                 if priority is None else priority,
+                                 anywhere=kind in ("part", "check") or (kind == "emit-part" and j > 0), size=size)
             label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
             what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
                     "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
