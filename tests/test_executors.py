@@ -66,3 +66,20 @@ def test_a_chain_task_is_not_held_back_by_held_ones(one_thread_client):
     while len(got) < 3 and time.time() < deadline:
         got.add(ex.next()[0])
     assert got == {"part", "part2", "step"} and RAN[0] == "part"
+
+
+def test_workers_that_join_an_existing_cluster_take_held_tasks_too(one_thread_client, monkeypatch):
+    from tusk.workflows import executors
+
+    monkeypatch.setattr(executors, "SLOTS_EVERY", 0.0)
+    ex = DaskExecutor(one_thread_client, description="test")
+    ex.owns_client = False
+    ex.warm_up([])
+    assert ex.slots == 1
+    one_thread_client.cluster.scale(2)
+    one_thread_client.wait_for_workers(2, timeout=30)
+    ex.submit("a", _task, "a", True, anywhere=True, size=2)
+    ex.submit("b", _task, "b", True, anywhere=True, size=1)
+    assert ex.slots == 2 and set(ex._futures) == {"a", "b"}
+    GATE.set()
+    assert {ex.next()[0], ex.next()[0]} == {"a", "b"}

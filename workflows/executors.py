@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -47,6 +48,9 @@ class InlineExecutor:
         return {"this process": tasks.warm_up(targets)}
 
 
+SLOTS_EVERY = 5.0  # seconds between looks at the cluster's worker threads while parts wait for one
+
+
 class DaskExecutor:
     """Submits tasks to a ``distributed`` client and hands back results as they complete.
 
@@ -73,7 +77,8 @@ class DaskExecutor:
         self._held: list[tuple] = []  # a heap of tasks that may run anywhere, not yet handed to the scheduler
         self._anywhere: set[str] = set()  # those handed over and not yet answered
         self._order = itertools.count()
-        self.slots = 1  # worker threads: known once the workers are ready (warm_up)
+        self.slots = 1  # worker threads: known once the workers are ready (warm_up), then looked up again
+        self._slots_seen = 0.0  # when (time.monotonic) -- an existing cluster may gain or lose workers
         self.owns_client = True
 
     serves_dashboard = True  # a local cluster started without --dashboard has none
@@ -105,6 +110,8 @@ class DaskExecutor:
 
     def _release(self) -> None:
         """Hand held tasks to the scheduler while fewer of them run than there are worker threads."""
+        if self._held and len(self._anywhere) >= self.slots and time.monotonic() - self._slots_seen > SLOTS_EVERY:
+            self._count_slots()
         while self._held and len(self._anywhere) < self.slots:
             priority, _, _, key, fn, args, worker = heapq.heappop(self._held)
             self._anywhere.add(key)
@@ -135,12 +142,17 @@ class DaskExecutor:
             ready = dict(self.client.run(tasks.warm_up, targets))
         except Exception:  # noqa: BLE001 - the first tasks then pay it, as before
             ready = {}
-        try:
-            self.slots = max(1, sum(self.client.nthreads().values()))
-        except Exception:  # noqa: BLE001 - one task at a time still finishes the build
-            self.slots = max(1, len(ready))
+        self.slots = max(1, len(ready))
+        self._count_slots()
         self._release()
         return ready
+
+    def _count_slots(self) -> None:
+        self._slots_seen = time.monotonic()
+        try:
+            self.slots = max(1, sum(self.client.nthreads().values()))
+        except Exception:  # noqa: BLE001 - the last count (at least one task at a time) still finishes the build
+            pass
 
     def close(self) -> None:
         """Close the client (and a local cluster) within a few seconds, whatever the workers are doing;
