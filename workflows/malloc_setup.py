@@ -55,8 +55,8 @@ def no_stalling_huge_pages() -> None:
     if "numpy" in sys.modules:
         import numpy
 
-        core = getattr(numpy, "_core", None) or getattr(numpy, "core", None)
-        getattr(core.multiarray, "_set_madvise_hugepage", lambda on: on)(False)
+        multiarray = getattr(getattr(numpy, "_core", None) or getattr(numpy, "core", None), "multiarray", None)
+        getattr(multiarray, "_set_madvise_hugepage", lambda on: on)(False)
 
 
 def keep_freed_memory() -> None:
