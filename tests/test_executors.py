@@ -83,3 +83,18 @@ def test_workers_that_join_an_existing_cluster_take_held_tasks_too(one_thread_cl
     assert ex.slots == 2 and set(ex._futures) == {"a", "b"}
     GATE.set()
     assert {ex.next()[0], ex.next()[0]} == {"a", "b"}
+
+
+def test_where_each_kind_of_task_may_run():
+    from tusk.workflows.graph import TaskKind
+
+    # (may run on any worker, held for a free thread, priority)
+    assert TaskKind.STEP.placement(3) == (False, False, 0)        # the worker holding its input
+    assert TaskKind.MERGE.placement(0) == (False, False, 0)
+    assert TaskKind.PART.placement(2) == (True, True, 0)          # from the store, biggest first
+    assert TaskKind.CHECK.placement(1) == (True, True, 0)
+    assert TaskKind.EMIT_PART.placement(0) == (False, False, 1)   # part 0 where the module is
+    assert TaskKind.EMIT_PART.placement(1) == (True, True, 1)
+    assert TaskKind.EMIT_PLACE.placement(1) == (False, False, 2)  # where its bytes are
+    assert TaskKind.TIMING.placement(0) == (True, False, -1000)   # last, never holding a part back
+    assert TaskKind.KERNEL.placement(0) == (True, False, 0)

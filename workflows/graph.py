@@ -44,6 +44,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable, Iterable
 
 from tusk.cache.keys import Uncacheable, action_key
@@ -66,6 +67,41 @@ from tusk.workflows.pipeline import ROTATION_PASSES, Step
 
 MAX_REPAIRS = 8  # per unit, beyond two per step (each damaged object of a chain costs about one)
 PART_WRITE_INSTS = 200_000  # a final module this big is written in parts, one per worker, joined by the client
+
+
+# ====================================================================== task kinds
+
+
+class TaskKind(StrEnum):
+    """What a submitted task does for its unit: how its answer is handled, where it may run and how urgent
+    it is (:meth:`placement`)."""
+
+    STEP = "step"              # a pass on a whole module
+    SPLIT = "split"            # a pass cutting its input into parts (or running whole when it does not pay)
+    PART = "part"              # one part of a split pass
+    MERGE = "merge"            # a split pass joining its parts
+    CHECK = "check"            # a piece of the verifier's checks of a big output
+    EMIT = "emit"              # a unit's output files, written whole
+    EMIT_PART = "emit-part"    # part k of a big final module's BIR-JSON, rendered
+    EMIT_PLACE = "emit-place"  # part k put at its offset into the file
+    TIMING = "timing"          # a makespan (and timelines) of one module: off the critical path
+    KERNEL = "kernel"          # a kernel's own files once all its units are done
+
+    def placement(self, j: int) -> tuple[bool, bool, int]:
+        """(may run on any worker, waits in the executor for a free thread, Dask priority) of task ``j``.
+
+        A chain's step goes to the worker that ran the unit's last task (its input is in that worker's
+        memory).  Parts, checks, timing and kernel tasks read their inputs from the store: pinned to the
+        unit's worker, every part of a big kernel ran there while the others stood idle; so do a final
+        module's write parts but the first (pinned, the second waited ~2 s for work stealing).  Parts and
+        checks go out no more at a time than there are worker threads, biggest first (``DaskExecutor``); a
+        timing step is not held with them (queued last, it would keep a part from a free thread).  The write
+        parts outrank the checks: the last part rendered decides when the file is placed."""
+        part_of_write = self is TaskKind.EMIT_PART and j > 0
+        anywhere = self in (TaskKind.TIMING, TaskKind.PART, TaskKind.KERNEL, TaskKind.CHECK) or part_of_write
+        held = self in (TaskKind.PART, TaskKind.CHECK) or part_of_write
+        priority = {TaskKind.TIMING: -1000, TaskKind.EMIT_PART: 1, TaskKind.EMIT_PLACE: 2}.get(self, 0)
+        return anywhere, held, priority
 
 
 # ====================================================================== data
@@ -248,9 +284,9 @@ class _Split:
 class _Writing:
     items: list[list[str]]
     parts: int = 0          # the final module in this many parts (0: whole)
-    # the tasks not answered yet: ("emit", -1) the other files, ("emit-part", k) rendering part k,
-    # ("emit-place", k) writing part k at its offset
-    pending: set[tuple[str, int]] = field(default_factory=set)
+    # the tasks not answered yet: (EMIT, -1) the other files, (EMIT_PART, k) rendering part k,
+    # (EMIT_PLACE, k) writing part k at its offset
+    pending: set[tuple[TaskKind, int]] = field(default_factory=set)
     results: dict[int, dict] = field(default_factory=dict)  # -1: the other files; k: part k rendered
     size: int = 0           # of the whole file, once every part is rendered
 
@@ -321,7 +357,7 @@ class Build:
         self.on_kernel_done = on_kernel_done
         self._kernels: dict[str, list[_State]] = {}   # kernel -> its units' states
         self._tasks: dict[str, tuple[UnitReport, str]] = {}  # task key -> (unit, what) while it runs
-        self.waiting: dict[str, list[tuple[_State, str, int, int]]] = {}
+        self.waiting: dict[str, list[tuple[_State, TaskKind, int, int]]] = {}
         self._inflight: dict[str, str] = {}          # action -> task key of its submitted task
         self._submitted: dict[str, tuple[float, str]] = {}  # task key -> (submit time, action)
         self._warm_modules: list[str] = []           # modules every process imports at start-up (run() decides)
@@ -363,7 +399,7 @@ class Build:
         return f"{prefix}-{unit}-{key[:8]}{suffix}"
 
     # ------------------------------------------------------------ running
-    def _submit(self, prefix: str, key: str, st: _State, kind: str, j: int, fn: Callable, *args: Any,
+    def _submit(self, prefix: str, key: str, st: _State, kind: TaskKind, j: int, fn: Callable, *args: Any,
                 what: str = "", on: str | None = None, priority: int | None = None, size: int = 0) -> None:
         """Submit a task for action ``key`` (or join the one already submitted for it by another unit); ``on``:
         the worker to prefer (else the unit's last worker, or none for tasks whose inputs are in the store);
@@ -390,24 +426,12 @@ class Build:
         if task_key is None:  # the same action for two units runs once
             task_key = self._inflight[action] = self._task_key(prefix, key, st)
             self._submitted[task_key] = (time.time(), action)
-            # the chain's own steps first: a timing step is off the critical path, and its module is in the store.
-            # Parts go to whichever worker is free (their inputs are in the store): pinned to the unit's last
-            # worker, every part of a big kernel ran on that one worker while the others stood idle
-            # so do the final module's write parts but the first (pinned to one worker, the second waited ~2 s for
-            # work stealing while the other worker stood idle)
-            # A big output's checks too: pinned, all three waited behind each other and held the first write part
-            # back on the unit's worker while the other worker had one write part to do (~0.5 s of large_matmul).
-            # The write parts go first: the last of them to be rendered decides when the file can be placed.
-            free = kind in ("timing", "part", "kernel", "check") or (kind == "emit-part" and j > 0)
-            # Parts and checks go out no more at a time than there are workers, biggest first (DaskExecutor);
-            # a timing step is not held with them: queued last, it would keep a part waiting for a free slot.
-            self.executor.submit(task_key, fn, *args, worker=on or (None if free else st.worker),
-                                 priority={"timing": -1000, "emit-part": 1, "emit-place": 2}.get(kind, 0)
-                                 if priority is None else priority,
-                                 anywhere=kind in ("part", "check") or (kind == "emit-part" and j > 0), size=size)
-            label = what or (self.steps[st.i].label if kind != "emit" else "write_bir_json")
-            what = {"part": f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
-                    "split": f"{label} (split)", "merge": f"{label} (merge)"}.get(kind, label)
+            anywhere, held, placed_priority = kind.placement(j)
+            self.executor.submit(task_key, fn, *args, worker=on or (None if anywhere else st.worker),
+                                 priority=placed_priority if priority is None else priority, anywhere=held, size=size)
+            label = what or (self.steps[st.i].label if kind is not TaskKind.EMIT else "write_bir_json")
+            what = {TaskKind.PART: f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
+                    TaskKind.SPLIT: f"{label} (split)", TaskKind.MERGE: f"{label} (merge)"}.get(kind, label)
             self._tasks[task_key] = (st.report, what)
             self.emit(TaskSubmitted(task_key, st.report, what))
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
@@ -433,9 +457,9 @@ class Build:
                 return
             args = (self._ctx(st, i), step.task_spec(), st.hashes[i], key, parts)
             if step.splittable:
-                self._submit(f"{step.name}-split", key, st, "split", i, tasks.split_step, *args)
+                self._submit(f"{step.name}-split", key, st, TaskKind.SPLIT, i, tasks.split_step, *args)
             else:
-                self._submit(step.name, key, st, "step", i, tasks.run_step, *args)
+                self._submit(step.name, key, st, TaskKind.STEP, i, tasks.run_step, *args)
             return
         self._final(st)
 
@@ -476,7 +500,7 @@ class Build:
                 st.report.timings.append(timings.timed_from(spec, h, note, "cached"))
                 continue
             st.timing_pending.add(spec.index)
-            self._submit("timing", timings.note_key(h) + ("t" if want else "m"), st, "timing", spec.index,
+            self._submit("timing", timings.note_key(h) + ("t" if want else "m"), st, TaskKind.TIMING, spec.index,
                          tasks.time_module, self.store.url, h, want, what=f"timing ({spec.title})")
 
     def _timed(self, st: _State, index: int, res: dict) -> None:
@@ -603,21 +627,21 @@ class Build:
         st.writing = _Writing(items, n if n > 1 else 0)
         cluster = getattr(self.executor, "is_cluster", False)
         if not cluster and n == 1:
-            self._wrote(st, "emit", 0, tasks.write_outputs(self.store.url, items))
+            self._wrote(st, TaskKind.EMIT, 0, tasks.write_outputs(self.store.url, items))
             return
         from tusk.cache.keys import digest
 
-        st.writing.pending.update([("emit", -1)] if rest else [])
-        st.writing.pending.update(("emit-part", k) for k in range(n if n > 1 else 0))
+        st.writing.pending.update([(TaskKind.EMIT, -1)] if rest else [])
+        st.writing.pending.update((TaskKind.EMIT_PART, k) for k in range(n if n > 1 else 0))
         if rest:
             if cluster:
-                self._submit("write_bir_json", digest(rest), st, "emit", -1, tasks.write_outputs, self.store.url, rest,
-                             what="write_bir_json")
+                self._submit("write_bir_json", digest(rest), st, TaskKind.EMIT, -1, tasks.write_outputs,
+                             self.store.url, rest, what="write_bir_json")
             else:
-                self._wrote(st, "emit", -1, tasks.write_outputs(self.store.url, rest))
+                self._wrote(st, TaskKind.EMIT, -1, tasks.write_outputs(self.store.url, rest))
         for k in range(n if n > 1 else 0):
             h, path, art = items[0][:3]
-            self._submit("write_bir_json", digest([items[0], k, n]), st, "emit-part", k, tasks.write_part,
+            self._submit("write_bir_json", digest([items[0], k, n]), st, TaskKind.EMIT_PART, k, tasks.write_part,
                          self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
 
     def _place(self, st: _State) -> None:
@@ -629,20 +653,20 @@ class Build:
         offset = 0
         for k in range(w.parts):
             if k:
-                w.pending.add(("emit-place", k))
-                self._submit("write_bir_json", digest([w.items[0], k, w.parts, "place"]), st, "emit-place", k,
+                w.pending.add((TaskKind.EMIT_PLACE, k))
+                self._submit("write_bir_json", digest([w.items[0], k, w.parts, "place"]), st, TaskKind.EMIT_PLACE, k,
                              tasks.place_part, self.store.url, h, path, art, k, w.parts, offset,
                              what=f"write_bir_json place {k + 1}/{w.parts}", on=w.results[k].get("worker_address"))
             offset += int(w.results[k]["size"])
         w.size = offset
 
-    def _wrote(self, st: _State, kind: str, j: int, res: dict) -> None:
+    def _wrote(self, st: _State, kind: TaskKind, j: int, res: dict) -> None:
         """A write task answered; when the last one has, the parts' file is put in place and the outputs
         checked."""
         w = st.writing
         if w is None:
             return
-        if kind == "emit" and not w.pending:  # the whole write, in this process
+        if kind is TaskKind.EMIT and not w.pending:  # the whole write, in this process
             st.writing = None
             self._on_written(st, w.items, res)
             return
@@ -653,9 +677,9 @@ class Build:
             self._on_written(st, w.items, res)
             return
         w.pending.discard((kind, j))
-        if kind != "emit-place":
+        if kind is not TaskKind.EMIT_PLACE:
             w.results[j] = res
-        if kind == "emit-part" and not any(p[0] == "emit-part" for p in w.pending):
+        if kind is TaskKind.EMIT_PART and not any(p[0] is TaskKind.EMIT_PART for p in w.pending):
             self._place(st)
         if w.pending:
             return
@@ -699,7 +723,7 @@ class Build:
 
         fn, args, what = task
         self._submit(what, digest([st.report.unit.kernel, [s.report.final for s in states], repr(args)]), st,
-                     "kernel", 0, fn, *args, what=what)
+                     TaskKind.KERNEL, 0, fn, *args, what=what)
 
     def _on_written(self, st: _State, items: list, res: dict) -> None:
         """Outputs were written (maybe on a worker): check they are here, else write them on the client."""
@@ -730,17 +754,17 @@ class Build:
         self._done(st)
 
     # ------------------------------------------------------------ task results
-    def _on_result(self, st: _State, kind: str, j: int, res: dict) -> None:
+    def _on_result(self, st: _State, kind: TaskKind, j: int, res: dict) -> None:
         if st.done:  # a kernel task's answer among them: the caller checks the files it wrote
             return
         status = res.get("status")
-        if kind == "timing":
+        if kind is TaskKind.TIMING:
             self._timed(st, j, res)
             return
-        if kind in ("emit", "emit-part", "emit-place"):
+        if kind in (TaskKind.EMIT, TaskKind.EMIT_PART, TaskKind.EMIT_PLACE):
             self._wrote(st, kind, j, res)
             return
-        if kind == "check":
+        if kind is TaskKind.CHECK:
             self._checked(st, j, res)
             return
         i = st.i
@@ -750,7 +774,7 @@ class Build:
                        fault=res.get("fault") or INPUT, tb=res.get("traceback", ""))
             return
         if status == "input-missing":
-            if kind in ("merge", "part") and (res.get("part") or kind == "part"):
+            if kind in (TaskKind.MERGE, TaskKind.PART) and (res.get("part") or kind is TaskKind.PART):
                 # a part object vanished: split again (the part records will mostly hit)
                 st.split = None
                 if self._give_up(st, res.get("error", "part missing")):
@@ -759,8 +783,8 @@ class Build:
                 return
             self._repair(st, i, res.get("error", "input missing"))
             return
-        if kind in ("step", "merge", "split") and status in ("executed", "cached"):
-            if kind == "merge" and st.split is not None:
+        if kind in (TaskKind.STEP, TaskKind.MERGE, TaskKind.SPLIT) and status in ("executed", "cached"):
+            if kind is TaskKind.MERGE and st.split is not None:
                 sp = st.split
                 res = {**res, "seconds": sp.seconds + sum(sp.part_run.values()) + float(res.get("seconds") or 0)}
             st.split = None
@@ -770,13 +794,13 @@ class Build:
             if checks is not None:
                 checks()  # after the final module's write parts: they are the longer way to the end
             return
-        if kind == "split" and status == "split":
+        if kind is TaskKind.SPLIT and status == "split":
             st.split = _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0),
                               insts_in=res.get("insts_in"), worker=res.get("worker_address"),
                               sizes=[int(n) for n in res.get("sizes") or ()])
             self._submit_parts(st)
             return
-        if kind == "part" and status in ("executed", "cached") and st.split is not None:
+        if kind is TaskKind.PART and status in ("executed", "cached") and st.split is not None:
             st.split.outputs[j] = (res["output"], dict(res.get("stats") or {}))
             if status == "executed":
                 st.split.part_run[j] = float(res.get("seconds") or 0)
@@ -797,7 +821,7 @@ class Build:
             # in their order (the biggest of a big function first; ir.verify.verify_tasks), each after the write
             # parts and before a timing step
             for j, task in enumerate(c.tasks):
-                self._submit("verify", digest([inputs[0], task]), st, "check", j, tasks.verify_checks,
+                self._submit("verify", digest([inputs[0], task]), st, TaskKind.CHECK, j, tasks.verify_checks,
                              self.store.url, *inputs, task, what=f"verify {j + 1}/{len(c.tasks)}",
                              priority=-j)
         return submit
@@ -878,8 +902,8 @@ class Build:
             if failed is not None:
                 self._fail(st, failed["error"], cached=True)
                 return
-            self._submit(f"{step.name}-part", key, st, "part", j, tasks.run_part, self._ctx(st), step.task_spec(),
-                         h, key, parts, on=st.split.worker if j == home else None,
+            self._submit(f"{step.name}-part", key, st, TaskKind.PART, j, tasks.run_part, self._ctx(st),
+                         step.task_spec(), h, key, parts, on=st.split.worker if j == home else None,
                          size=sizes[j] if j < len(sizes) else 0)
         self._maybe_merge(st)
 
@@ -891,8 +915,8 @@ class Build:
         key = st.keys[st.i]
         outs = [sp.outputs[j][0] for j in range(len(sp.parts))]
         stats = [sp.outputs[j][1] for j in range(len(sp.parts))]
-        self._submit(f"{step.name}-merge", key, st, "merge", 0, tasks.merge_step, self._ctx(st, st.i), step.task_spec(),
-                     st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds,
+        self._submit(f"{step.name}-merge", key, st, TaskKind.MERGE, 0, tasks.merge_step, self._ctx(st, st.i),
+                     step.task_spec(), st.hashes[st.i], outs, stats, key, st.parts[st.i], sp.seconds,
                      [sp.part_run.get(j) for j in range(len(sp.parts))], on=sp.worker)
 
     # ------------------------------------------------------------ driver
@@ -935,7 +959,7 @@ class Build:
                     self.emit(TaskFinished(task_key, *self._tasks.pop(task_key), res))
                 res = self._received(task_key, res)
                 for n, (st, kind, j, gen) in enumerate(self.waiting.pop(task_key, [])):
-                    if gen != st.gen and kind != "timing":  # a timing step is keyed by its module: never stale
+                    if gen != st.gen and kind is not TaskKind.TIMING:  # a timing step is keyed by its module: never stale
                         continue  # a result for a submission a repair has superseded
                     if n and res.get("status") == "executed":
                         res = {**res, "status": "cached"}  # ran once, for the first unit that asked
