@@ -55,7 +55,9 @@ def test_the_process_and_its_workers_get_the_setting_unless_the_user_chose(tmp_p
 def test_numpy_already_imported_is_turned_off_too(tmp_path, monkeypatch):
     stall = tmp_path / "stall"
     stall.write_text("[madvise]\n")
-    code = ("import numpy, os\nfrom numpy._core import multiarray\nfrom tusk.workflows import malloc_setup\n"
+    code = ("import numpy, os, importlib\n"
+            "multiarray = importlib.import_module('numpy._core.multiarray' if numpy.__version__ >= '2' "
+            "else 'numpy.core.multiarray')\nfrom tusk.workflows import malloc_setup\n"
             "malloc_setup.THP_DEFRAG = os.environ['T']\nmalloc_setup.keep_freed_memory()\n"
             "print(multiarray._set_madvise_hugepage(True))")  # returns the setting it replaces
     import os

@@ -54,8 +54,8 @@ SLOTS_EVERY = 5.0  # seconds between looks at the cluster's worker threads while
 class DaskExecutor:
     """Submits tasks to a ``distributed`` client and hands back results as they complete.
 
-    Tasks that may run anywhere (``anywhere``: the parts of a split step, a big output's checks; their
-    inputs are in the store) go to the scheduler no more of them at a time than there are worker threads,
+    Tasks that may run anywhere (``anywhere``: the parts of a split step, a big output's checks, the write
+    parts of a big final module but the first; their inputs are in the store) go to the scheduler no more of them at a time than there are worker threads,
     the most urgent first, then the biggest; the rest wait here.  Handed over at once, Dask placed each on a
     worker up front (two per single-thread worker, its default worker-saturation), in submission order: on
     large_matmul one worker sat idle 0.8 s while the other still had a part of address_rotation_sb#2
@@ -114,8 +114,8 @@ class DaskExecutor:
             self._count_slots()
         while self._held and len(self._anywhere) < self.slots:
             priority, _, _, key, fn, args, worker = heapq.heappop(self._held)
-            self._anywhere.add(key)
             self._send(key, fn, args, worker, -priority)
+            self._anywhere.add(key)  # after the send: one that raised (a closed client) takes no slot
 
     def __len__(self) -> int:
         return len(self._futures) + len(self._held)

@@ -6,7 +6,7 @@ and unmaps it on ``free``, and trims the top of the heap when more than twice th
 large temporaries are allocated and freed again and again, so each one is page-faulted afresh; on this
 VM the first touch of fresh memory costs about 1 ms per MB of system time.  Raising the thresholds
 before the first large allocation lets freed blocks be reused.  A value the user set (``MALLOC_*_``
-in the environment, read by glibc at start-up) wins; off glibc this does nothing.
+in the environment, read by glibc at start-up) wins; off glibc the malloc settings do nothing.
 
 numpy asks for transparent huge pages on every array of 4 MiB or more (``madvise(MADV_HUGEPAGE)``).
 Where the kernel's THP ``defrag`` setting is ``always``, ``madvise`` or ``defer+madvise``, the first touch of
@@ -53,10 +53,13 @@ def no_stalling_huge_pages() -> None:
         return
     os.environ[NUMPY_HUGEPAGE] = "0"  # numpy reads it when imported (here, or in a spawned worker)
     if "numpy" in sys.modules:
+        import importlib
+
         import numpy
 
-        multiarray = getattr(getattr(numpy, "_core", None) or getattr(numpy, "core", None), "multiarray", None)
-        getattr(multiarray, "_set_madvise_hugepage", lambda on: on)(False)
+        # numpy 2 moved it to numpy._core (numpy.core warns); numpy 1.26's numpy._core is a stub
+        where = "numpy._core.multiarray" if int(numpy.__version__.split(".")[0]) >= 2 else "numpy.core.multiarray"
+        getattr(importlib.import_module(where), "_set_madvise_hugepage", lambda on: on)(False)
 
 
 def keep_freed_memory() -> None:
