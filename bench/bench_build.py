@@ -96,6 +96,19 @@ def pass_run_with_parts(out: Path) -> float:
                and e.get("cat") not in ("write_bir_json", "timing") and not str(e.get("cat", "")).startswith("timing"))
 
 
+def parallel_seconds(out: Path) -> float:
+    """Seconds of the build's tasks that two workers can run side by side (the parts of a split step, the
+    verifier's checks, the final write: in parts on two workers), from OUT/build-trace.json.  Taken from a
+    one-worker build, everything else is the chain that runs one task after another on any number of
+    workers: with ``T`` its wall, ``T / (T - parallel / 2)`` bounds what two workers can gain (Amdahl)."""
+    try:
+        trace = json.loads((out / "build-trace.json").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return sum(float(e.get("dur") or 0.0) / 1e6 for e in trace.get("traceEvents", []) if e.get("ph") == "X"
+               and (" part " in str(e.get("name")) or e.get("cat") in ("verify", "write_bir_json")))
+
+
 def timing_steps(report: dict) -> float:
     """Seconds of the timing steps that ran (makespans and engine timelines, on workers)."""
     return sum(float(t.get("seconds") or 0.0) for k in report["kernels"] for u in k.get("units", [])
@@ -126,7 +139,8 @@ def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat:
                 os.sync()
                 before = load()
                 wall, cpu, rep = tusk(corpus, out, cache, *extra)
-                runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(out)))
+                runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(out),
+                                   parallel_seconds(out)))
     finally:
         fresh(*made)
     return runs
@@ -217,6 +231,10 @@ def section_large(work: Path, args) -> None:
     print(f"wall: 2 workers vs 1 {w1 / w2:.2f}x [>= 1.6x]; wall / steps' own run time (2 workers; split, parts "
           f"and merge) {w2 / steps:.2f}x [<= 1.3x] (against the run time the steps' records name, without "
           f"their parts: {w2 / alone:.2f}x)")
+    par = statistics.median(r[5] for r in runs["1 worker"])
+    print(f"Amdahl's bound from the 1-worker builds' traces: {par:.2f} s of {w1:.2f} s can run two at a time "
+          f"(parts, checks, the final write), the rest runs in a chain: 2 workers can gain at most "
+          f"{w1 / max(w1 - par / 2, 1e-9):.2f}x, if two processes ran as fast as one")
 
 
 def section_corpus(work: Path, args) -> None:
