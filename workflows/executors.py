@@ -55,8 +55,9 @@ class DaskExecutor:
     """Submits tasks to a ``distributed`` client and hands back results as they complete.
 
     Tasks that may run anywhere (``anywhere``: the parts of a split step, a big output's checks, the write
-    parts of a big final module but the first; their inputs are in the store) go to the scheduler no more of them at a time than there are worker threads,
-    the most urgent first, then the biggest; the rest wait here.  Handed over at once, Dask placed each on a
+    parts of a big final module but the first; their inputs are in the store) go to the scheduler no more
+    of them at a time than there are worker threads, the most urgent first, then the biggest; the rest wait
+    here.  Handed over at once, Dask placed each on a
     worker up front (two per single-thread worker, its default worker-saturation), in submission order: on
     large_matmul one worker sat idle 0.8 s while the other still had a part of address_rotation_sb#2
     queued behind the one it was running.  A task that continues a kernel's chain goes at once, to the
