@@ -10,10 +10,10 @@ in the environment, read by glibc at start-up) wins; off glibc the malloc settin
 
 numpy asks for transparent huge pages on every array of 4 MiB or more (``madvise(MADV_HUGEPAGE)``).
 Where the kernel's THP ``defrag`` setting is ``always``, ``madvise`` or ``defer+madvise``, the first touch of
-such memory compacts physical memory there and then when no huge page is free, and this VM's memory is
-fragmented by the page cache: 200 MB of fresh ``np.ones`` took 0.36-0.55 s that way against 0.07 s in
-4 KiB pages (0.013 s when huge pages happened to be free; 6 runs each, /tmp/ft.py in the stop-40 note),
-and an in-process build of large_matmul spent 1.5-2.5 s of system time against 0.9-1.4 s.  Tusk's
+such memory may compact physical memory there and then to find a huge page.  On this VM a fresh 200 MB
+``np.ones`` took 0.013 s or 0.36-0.55 s that way, from one array to the next, against a steady 0.07 s in
+4 KiB pages (six 200 MB arrays in a fresh process, 3 runs each way, one and two processes at once), and
+whole in-process builds of large_matmul spent 2.2 s of system time against 0.9 s (5 interleaved pairs).  Tusk's
 processes then turn numpy's request off (``NUMPY_MADVISE_HUGEPAGE=0``; the user's own value wins).
 """
 
