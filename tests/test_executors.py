@@ -98,3 +98,25 @@ def test_where_each_kind_of_task_may_run():
     assert TaskKind.EMIT_PLACE.placement(1) == (False, False, 2)  # where its bytes are
     assert TaskKind.TIMING.placement(0) == (True, False, -1000)   # last, never holding a part back
     assert TaskKind.KERNEL.placement(0) == (True, False, 0)
+
+
+def test_the_streams_of_an_owned_client_batch_for_at_most_2_ms(one_thread_client):
+    from tusk.workflows.executors import ROUND_TRIP_INTERVAL, quicker_round_trips
+
+    cluster = one_thread_client.cluster
+    assert one_thread_client.scheduler_comm.interval > ROUND_TRIP_INTERVAL  # Dask's own: 10 ms
+    quicker_round_trips(one_thread_client, cluster.scheduler)
+    assert one_thread_client.scheduler_comm.interval == ROUND_TRIP_INTERVAL
+    assert all(s.interval <= ROUND_TRIP_INTERVAL for s in cluster.scheduler.stream_comms.values())
+    ex = DaskExecutor(one_thread_client, description="test")
+    ex.owns_client = False
+    ex.submit("a", _task, "a")
+    assert ex.next()[0] == "a"
+
+
+def test_round_trips_leave_what_has_no_interval_alone():
+    from tusk.workflows.executors import quicker_round_trips
+
+    class Odd:
+        scheduler_comm = None
+    quicker_round_trips(Odd(), object())  # neither attribute: nothing to do, no error
