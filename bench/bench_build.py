@@ -83,30 +83,31 @@ def pass_time(report: dict) -> dict[str, float]:
     return out
 
 
-def pass_run_with_parts(out: Path) -> float:
-    """Seconds the passes ran in every task of the build (steps, and a fanned-out pass's split, parts and
-    merge), from OUT/build-trace.json: the --json report's per-step timing is the merge task's alone, so a
-    pass moved into parts would leave that sum and make the build look slower against it."""
+def trace_tasks(out: Path) -> list[dict]:
+    """The tasks of OUT/build-trace.json (its complete events)."""
     try:
         trace = json.loads((out / "build-trace.json").read_text())
     except (OSError, ValueError):
-        return 0.0
-    return sum(float(e.get("args", {}).get("run_s") or 0.0) for e in trace.get("traceEvents", [])
-               if e.get("ph") == "X" and e.get("args", {}).get("status") == "executed"
+        return []
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+
+
+def pass_run_with_parts(events: list[dict]) -> float:
+    """Seconds the passes ran in every task of the build (steps, and a fanned-out pass's split, parts and
+    merge), from the build trace's tasks: the --json report's per-step timing is the merge task's alone, so a
+    pass moved into parts would leave that sum and make the build look slower against it."""
+    return sum(float(e.get("args", {}).get("run_s") or 0.0) for e in events
+               if e.get("args", {}).get("status") == "executed"
                and e.get("cat") not in ("write_bir_json", "timing") and not str(e.get("cat", "")).startswith("timing"))
 
 
-def parallel_seconds(out: Path) -> float:
+def parallel_seconds(events: list[dict]) -> float:
     """Seconds of the build's tasks that two workers can run side by side (the parts of a split step, the
-    verifier's checks, the final write: in parts on two workers), from OUT/build-trace.json.  Taken from a
+    verifier's checks, the final write: in parts on two workers), from the build trace's tasks.  Taken from a
     one-worker build, everything else is the chain that runs one task after another on any number of
     workers: with ``T`` its wall, ``T / (T - parallel / 2)`` bounds what two workers can gain (Amdahl)."""
-    try:
-        trace = json.loads((out / "build-trace.json").read_text())
-    except (OSError, ValueError):
-        return 0.0
-    return sum(float(e.get("dur") or 0.0) / 1e6 for e in trace.get("traceEvents", []) if e.get("ph") == "X"
-               and (" part " in str(e.get("name")) or e.get("cat") in ("verify", "write_bir_json")))
+    return sum(float(e.get("dur") or 0.0) / 1e6 for e in events
+               if " part " in str(e.get("name")) or e.get("cat") in ("verify", "write_bir_json"))
 
 
 def timing_steps(report: dict) -> float:
@@ -139,8 +140,9 @@ def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat:
                 os.sync()
                 before = load()
                 wall, cpu, rep = tusk(corpus, out, cache, *extra)
-                runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(out),
-                                   parallel_seconds(out)))
+                events = trace_tasks(out)
+                runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(events),
+                                   parallel_seconds(events)))
     finally:
         fresh(*made)
     return runs

@@ -304,3 +304,17 @@ def _parse_text(tp: Any, text: str) -> Any:
                 return a
         return _NO
     return _NO
+
+
+@dataclass(frozen=True)
+class RowRangeSliced(Pass):
+    """A splittable pass whose parts are slices of row ranges of its input (``split_refs``, built by
+    ``deps_split.range_slices``): ``split`` takes each (the serial path and the tests), ``take`` cuts it."""
+
+    def split(self, module: Module) -> list[Module] | None:
+        return materialized(self, module, self.split_refs(module))
+
+    def take(self, base: Module, spec: Mapping[str, Any]) -> Module:
+        from tusk.stages.deps_split import take_range
+
+        return take_range(base, spec)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tusk.ir.columns import Table
 from tusk.ir.module import DEP_SCHEMA, Module
-from tusk.stages.base import Pass, Slice, Stats, materialized, option
+from tusk.stages.base import RowRangeSliced, Slice, Stats, option
 from tusk.stages.deps import EDGE_KINDS, _install, dependence_edges, edge_counts
 
 # module attribute of a part of build_fdeps: the function and row range it holds (see stages/deps_split.py)
@@ -21,7 +21,7 @@ PART_KEY = "build_fdeps_part"
 
 
 @dataclass(frozen=True)
-class BuildFDeps(Pass):
+class BuildFDeps(RowRangeSliced):
     """Rebuild every function's dependence edges from physical address overlap (straight-line code)."""
 
     name = "build_fdeps"
@@ -47,9 +47,6 @@ class BuildFDeps(Pass):
             _install(fn, src, dst, kind, self.keep_existing)
         return out, _edge_stats(out)
 
-    def split(self, module: Module) -> list[Module] | None:
-        return materialized(self, module, self.split_refs(module))
-
     def split_refs(self, module: Module) -> list[Module | Slice] | None:
         from tusk.stages.deps_split import plan_ranges, range_slices, splits
 
@@ -61,11 +58,6 @@ class BuildFDeps(Pass):
                                  self.split_max_parts) if splits(fn) else None
             parts += range_slices(module, k, ranges or [], PART_KEY)
         return parts or None
-
-    def take(self, base: Module, spec) -> Module:
-        from tusk.stages.deps_split import take_range
-
-        return take_range(base, spec)
 
     def _run_part(self, module: Module) -> tuple[Module, Stats]:
         """A part's own edges, and its exposed rows in its marker for the merge."""

@@ -44,7 +44,7 @@ from tusk.ir.enums import LOOP_OPCODES, FnAttr, Op
 from tusk.ir.errors import TuskError
 from tusk.ir.module import DEP_SCHEMA, Function, Module
 from tusk.sim.timing import DEFAULT_COSTS, CostTable, plan, simulate
-from tusk.stages.base import Pass, Slice, Stats, materialized, option
+from tusk.stages.base import RowRangeSliced, Slice, Stats, option
 from tusk.stages.deps import _merge, dependence_edges, straight_line_regions
 
 # rows a segment may hold by default (the schedule pass's max_segment)
@@ -268,7 +268,7 @@ def _list_schedule(n: int, src: np.ndarray, dst: np.ndarray, p, dur: np.ndarray,
 
 
 @dataclass(frozen=True)
-class Schedule(Pass):
+class Schedule(RowRangeSliced):
     """Reorder each straight-line region by the timing model's critical path, respecting every dependence."""
 
     name = "schedule"
@@ -308,18 +308,10 @@ class Schedule(Pass):
             after.attrs = set(before.attrs)
         return after
 
-    def split(self, module: Module) -> list[Module] | None:
-        return materialized(self, module, self.split_refs(module))
-
     def split_refs(self, module: Module) -> list[Module | Slice] | None:
         from tusk.stages.schedule_split import split
 
         return split(self, module)
-
-    def take(self, base: Module, spec) -> Module:
-        from tusk.stages.deps_split import take_range
-
-        return take_range(base, spec)
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         from tusk.stages.schedule_split import merge
