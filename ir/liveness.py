@@ -41,14 +41,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from tusk.ir.columns import one_of
-from tusk.ir.enums import DTYPE_SIZE_ARRAY, Kind, Mem, Op, Role
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, OPCODE_BY_NAME, Kind, Mem, Op, Role
 from tusk.ir.module import Function, concat_ranges
 
 BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
-# instructions whose output overwrites every element they address (unless an attribute says it accumulates)
+# instructions whose output overwrites every element they address (unless an attribute says it accumulates):
+# the interpreter (sim.ops, sim.ops_isa) writes their outputs without reading what the outputs held
 KILLING = frozenset({Op.DMACopy, Op.Load, Op.Save, Op.TensorCopy, Op.GenericCopy, Op.TensorTensor, Op.TensorScalar,
                      Op.TensorScalarPtr, Op.Activation, Op.TensorReduce, Op.Matmult, Op.Memset, Op.Iota,
-                     Op.TensorSave, 18})  # 18: DMA
+                     Op.TensorSave, 18,  # 18: DMA
+                     # the select, sort, gather and shuffle family, as NKI kernels write fresh tiles with them
+                     Op.TensorScalarAffineSelect, Op.Select, Op.Max, Op.Gather, Op.Exponential,
+                     *(OPCODE_BY_NAME[n] for n in ("RangeSelect", "StreamTranspose", "MaxIndex", "MatchReplace",
+                                                   "MaxIndexAndMatchReplace", "GetSequenceBounds",
+                                                   "StreamShuffle"))})
+STREAM_SHUFFLE = OPCODE_BY_NAME["StreamShuffle"]
 
 
 @dataclass
@@ -112,6 +119,9 @@ def _rmw(fn: Function, row: int) -> bool:
         return attrs.get("acc", "Idle") not in ("Idle", 0, None)
     if opc in (Op.DMACopy, 18):
         return attrs.get("mode") == "CCE" or attrs.get("dst_rmw_op") not in (None, "", "bypass")
+    if opc == STREAM_SHUFFLE:  # a partition whose mask entry is 255 (or missing) keeps its value
+        mask = attrs.get("mask", ())
+        return not isinstance(mask, (list, tuple)) or len(mask) < 32 or any(m == 255 for m in mask)
     return False
 
 
@@ -188,9 +198,14 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
     rows, owner = _operand_rows(ins, nops, len(ops))
     kind = ops["kind"] if rows is None else ops["kind"][rows]
     m = (ops["memloc"] if rows is None else ops["memloc"][rows]).astype(np.int64)
-    on = one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & (m >= 0)
-    on[on] = one_of(ml["mtype"][m[on]], spaces)
-    simple = one_of(ml["mtype"], spaces) & (ml["addr"] >= 0)
+    if len(m) and int(m.min()) < -1:
+        m = np.maximum(m, -1)
+    # per memory location and one entry past them, which "none" (-1) indexes: a gather per operand where a
+    # mask and a gather of the masked ones cost twice as much (8 of 140 ms on large_matmul's SB accesses)
+    in_space = np.zeros(n_ml + 1, dtype=bool)
+    in_space[:n_ml] = one_of(ml["mtype"], spaces)
+    on = one_of(kind, (Kind.PHYSICAL, Kind.SYMBOLIC, Kind.REGISTER_AP)) & in_space[m]
+    simple = in_space[:n_ml] & (ml["addr"] >= 0)
     # not simple: non-physical or dynamic accesses, accesses inside loop bodies, functions with branches
     exact = (kind == Kind.PHYSICAL) & ((ops["dyn"] if rows is None else ops["dyn"][rows]) < 0)
     in_loop = fn.blocks["parent"][ins["block"]] >= 0 if len(ins) else np.zeros(0, dtype=bool)
@@ -198,7 +213,7 @@ def instances(fn: Function, spaces=(Mem.SB, Mem.PSUM), groups: bool = False) -> 
     simple[m[bad]] = False
     if len(ins) and one_of(ins["opcode"], BRANCHES + (Op.NKIKernel,)).any():
         simple[:] = False  # control flow, or a callee whose scratch buffers live in the same memories
-    sel = np.flatnonzero(on & simple[np.maximum(m, 0)]) if n_ml else np.zeros(0, np.int64)
+    sel = np.flatnonzero(on & np.append(simple, False)[m]) if n_ml else np.zeros(0, np.int64)
     a_memloc, a_row, a_op = m[sel], owner[sel], (sel if rows is None else rows[sel])
     a_write = (ops["role"][a_op] == Role.OUT)
     order = _access_order(a_memloc, a_row, a_write, n_ml, n)
