@@ -487,10 +487,7 @@ class Mask:
 
     def __and__(self, other: Mask) -> Mask:
         if isinstance(other, (bool, np.bool_)):  # `(i_p < n) & (2 * i * 128 < m)`: a predicate of static indices
-            if not other:
-                raise unsupported("a mask joined with a predicate that is false here (the call would do "
-                                  "nothing; skip it with an if)")
-            return self
+            return self if other else Mask.NOTHING
         if not isinstance(other, Mask):
             return NotImplemented
         out = dict(self.keep)
@@ -528,6 +525,10 @@ class Mask:
                 raise unsupported(f"a mask on axis {axis} of a {nd}-axis index applied to a {ndim}-axis tile")
             out[a] = min(out.get(a, keep), keep)
         return out
+
+
+# keeps no index: the first 0 of the first axis (a false predicate of static indices, ``mask=False``)
+Mask.NOTHING = Mask({(1, 0): 0})
 
 
 class MGrid:

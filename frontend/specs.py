@@ -18,6 +18,7 @@ DTYPES: dict[str, str] = {
     "uint32": "uint32", "u32": "uint32",
     "uint16": "uint16", "u16": "uint16",
     "uint8": "uint8", "u8": "uint8",
+    "bool": "uint8", "bool_": "uint8",  # NKI's nl.bool_ is a byte (np.bool_ / torch.bool masks)
     "float8_e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3",
     "float8_e5m2": "float8e5", "fp8_e5m2": "float8e5", "float8e5": "float8e5",
     "float8_e4m3fn": "float8_e4m3fn",

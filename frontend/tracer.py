@@ -68,6 +68,9 @@ class Tracer:
     weight: int = 1                # iterations of the enclosing dynamic loops: what one statement unrolls to
     instructions: int = 0          # instructions the statements so far unroll to (at least one each)
     row_pieces: dict[int, View] = field(default_factory=dict)  # id(masked view) -> its mask's row piece
+    # a call whose mask= kept nothing wrote nothing: (program length then, the tensors it would have written),
+    # so that ``dst[...] = <that call>`` and ``dst += <that call>`` write nothing either, as in NKI
+    dropped: tuple[int, tuple[Tensor, ...]] = (-1, ())
     piece_writes: tuple[int, set[int]] = (0, set())  # the line and the tensors the last split call wrote
 
     # ------------------------------------------------------------------ tensors
@@ -139,6 +142,16 @@ class Tracer:
         return self._op(kind, sub(tuple(reads)), sub(tuple(writes)), {k: sub(v) for k, v in params.items()},
                         split=True)
 
+    def drop_writes(self, tensors: tuple[Tensor, ...]) -> None:
+        """The call about to return wrote nothing to ``tensors`` (its mask= kept no element)."""
+        self.dropped = (len(self.prog), tensors)
+
+    def wrote_nothing(self, value: Any) -> bool:
+        """Is ``value`` what the last call returned, a call that wrote nothing (:meth:`drop_writes`)?"""
+        at, tensors = self.dropped
+        tensor = getattr(value, "tensor", value)
+        return at == len(self.prog) and any(t is tensor for t in tensors)
+
     def _after_pieces(self, kind: str, views: tuple[View, ...]) -> None:
         """A call lowered to several instructions runs only its first in pieces: a later instruction of the
         same line on what the pieces wrote would miss the cut row, so it is refused."""
@@ -155,7 +168,8 @@ class Tracer:
                               "nisa.dma_copy, nisa.dma_transpose)")
         o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
-            return o  # a mask= that keeps nothing in this (peeled) iteration: no operation
+            self.drop_writes(tuple(w.tensor for w in writes))
+            return o  # a mask= that keeps nothing (here, or in this peeled iteration): no operation
         for v in (*reads, *writes):
             v.check_bounds()
             v.check_partition_first()

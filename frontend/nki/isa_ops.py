@@ -703,8 +703,14 @@ def stream_shuffle(call: str, dst: View, src: View, shuffle_mask: Any) -> None:
     native(call, "shuffle", (src, *kept), (dst,), dst=dst, src=src, shuffleMask=masks)
 
 
+def default_transpose_axes(ndim: int) -> tuple[int, ...]:
+    """nisa.dma_transpose's permutation without ``axes=``: (1, 0), (2, 1, 0), and (3, 1, 2, 0) for a 4-D tile
+    (the middle axes keep their order: not the reverse)."""
+    return (3, 1, 2, 0) if ndim == 4 else tuple(range(ndim))[::-1]
+
+
 def dma_transpose(call: str, dst: View, src: View, axes: Any) -> None:
-    order = tuple(range(src.ndim))[::-1] if axes is None else tuple(int(a) for a in axes)
+    order = default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
     if sorted(order) != list(range(src.ndim)):
         raise unsupported(f"{call} axes={axes!r} (a permutation of the {src.ndim} axes)")
     want = tuple(src.shape[a] for a in order)

@@ -50,11 +50,17 @@ def _masked(mask: Any, *views: View) -> list[View]:
     return nl._masked(list(views), mask)
 
 
-def _unmasked(call: str, mask: Any) -> None:
-    """An instruction Tusk runs on whole tiles takes ``mask=`` only when it keeps every element (``mask=True``,
-    as kernels pass ``forward_mask = ... if causal else True``)."""
-    if mask is not None and not nl.always(mask):
-        raise refuse(call, "mask", mask, "Tusk takes mask= here only when it holds for every element")
+def _unmasked(call: str, mask: Any, *views: View) -> bool:
+    """An instruction Tusk runs on whole tiles takes ``mask=`` only when it keeps every element of ``views``
+    (``mask=True``, as kernels pass ``forward_mask = ... if causal else True``, or a prefix as long as the
+    tiles); False when it keeps none (``mask=False``): the call then writes nothing (:func:`_nothing`)."""
+    return nl._whole_tiles(call, mask, list(views), "Tusk takes mask= here only when it holds for every element")
+
+
+def _nothing(out: View) -> View:
+    """The result of a call whose mask= kept no element: ``out`` as it was, unwritten."""
+    current().drop_writes((out.tensor,))
+    return out
 
 
 @documented("nisa.dma_copy")
@@ -85,7 +91,13 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown):
 
 @documented("nisa.iota")
 def iota(expr, dtype, *, mask=None):
-    """``dst[p, f...] = expr`` for an nl.arange / nl.mgrid expression."""
+    """``dst[p, f...] = expr`` for an nl.arange / nl.mgrid expression; a [1, 1] tile of an integer (``nisa.iota(
+    nl.program_id(1), nl.int32)``, a program's index as a tile)."""
+    if isinstance(expr, numbers.Integral) and not isinstance(expr, bool):
+        out = current().tile((1, 1), as_dtype(dtype))
+        d, = _masked(mask, out)
+        ops.memset("nisa.iota", d, int(expr))
+        return out
     if isinstance(expr, IndexVector):
         expr = IndexGrid.of(expr)
     if not isinstance(expr, IndexGrid):
@@ -110,12 +122,12 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     accumulates).  ``perf_mode`` (the reference's ``**kwargs``; "double_row_gen3" in the 1.x examples)
     packs two rows: [K, 2, M] and [K, 2, N] tiles, both rows summed."""
     call = "nisa.nc_matmul"
-    if mask is not None and not nl.always(mask):
-        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     st, mv = tile(stationary, call), tile(moving, call)
     double = ops.double_row(call, perf_mode, st, mv)
     out = current().tile((st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv)),
                          as_dtype("float32"), "psum")
+    if not nl._whole_tiles(call, mask, [st, mv], "the PE array takes whole tiles"):
+        return _nothing(out)
     ops.perf_matmul(call, out, st, mv, False, bool(is_transpose), double)
     return out
 
@@ -123,12 +135,12 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 @documented("nisa.nc_transpose")
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
     call = "nisa.nc_transpose"
-    if mask is not None and not nl.always(mask):
-        raise refuse(call, "mask", mask, "the PE array takes whole tiles")
     src = tile(data, call)
     memory = "sbuf" if engine == vector_engine else "psum"  # the PE array writes PSUM, the DVE SBUF
     out = current().tile((ops.free(src), src.shape[0]),
                          as_dtype(dtype or (src.dtype if memory == "sbuf" else "float32")), memory)
+    if not nl._whole_tiles(call, mask, [src], "the PE array takes whole tiles"):
+        return _nothing(out)
     ops.nc_transpose(call, out, src)
     return out
 
@@ -295,13 +307,15 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
     call = "nisa.affine_select"
     if not isinstance(pred, AffinePredicate):
         raise ops.unsupported(f"{call} pred={pred!r} (a comparison of two nl.arange / nl.mgrid expressions)")
-    _unmasked(call, mask)
     src = tile(on_true_tile, call)
+    keep = _unmasked(call, mask, src)
     e = pred.expr
     if not e.const.is_static or any(d >= src.ndim or n != src.shape[d] for d, (n, _) in e.axes.items()):
         raise ops.unsupported(f"{call}: pred's index expression does not run over on_true_tile "
                               f"{list(src.shape)}")
     out = _result(src, dtype)
+    if not keep:
+        return _nothing(out)
     pattern = [(e.axes.get(d, (1, 0))[1], n) for d, n in enumerate(src.shape) if d > 0]
     ops.affine_select(call, out, pattern, e.axes.get(0, (1, 0))[1], src, on_false_value,
                       nl.less if pred.cmp == "is_lt" else nl.less_equal, e.const.const)
@@ -320,9 +334,10 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
                  reduce_op=nl.maximum, range_start=0, on_false_value=fp32.min, mask=None, dtype=None):
     call = "nisa.range_select"
-    _unmasked(call, mask)
     src = tile(on_true_tile, call)
     out = _result(src, dtype)
+    if not _unmasked(call, mask, src):
+        return _nothing(out)
     ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
                      reduce_res, reduce_op, range_start, on_false_value)
     return out
@@ -368,10 +383,11 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None):
 @documented("nisa.dma_transpose")
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown):
     call = "nisa.dma_transpose"
-    _unmasked(call, mask)
     s = any_view(src, call)
-    order = tuple(range(s.ndim))[::-1] if axes is None else tuple(axes)
+    order = ops.default_transpose_axes(s.ndim) if axes is None else tuple(axes)
     out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
+    if not _unmasked(call, mask, s):
+        return _nothing(out)
     ops.dma_transpose(call, out, s, axes)
     return out
 
@@ -380,10 +396,11 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.un
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None):
     """A [P, num_valid_indices, num_elem_per_idx] tile (each 16-partition group gathers by its indices)."""
     call = "nisa.local_gather"
-    _unmasked(call, mask)
     src, idx = tile(src_buffer, call), tile(index, call)
     valid = num_valid_indices if num_valid_indices is not None else ops.free(idx) * 16
     out = current().tile((src.shape[0], int(valid), int(num_elem_per_idx)), src.dtype)
+    if not _unmasked(call, mask, src):
+        return _nothing(out)
     ops.local_gather(call, out, src, idx, num_elem_per_idx, num_valid_indices)
     return out
 

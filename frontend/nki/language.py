@@ -240,8 +240,9 @@ def _masked(views: list[View], mask: Any) -> list[View]:
     if mask is None or always(mask):
         return views
     if isinstance(mask, (builtins.bool, np.bool_)):
-        raise unsupported("mask=False (the predicate holds for no element here: the call would do nothing; "
-                          "skip it with an if)")
+        # a predicate of static indices found false (``mask=j + 1 < n`` in the last iteration): in NKI the
+        # instruction then writes no element; here it keeps no row, and no instruction is emitted
+        mask = Mask.NOTHING
     if not isinstance(mask, Mask):
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
     out = [v.narrowed(mask.counts(v.ndim)) for v in views]
@@ -253,6 +254,28 @@ def _masked(views: list[View], mask: Any) -> list[View]:
             axis, row, counts = piece
             tr.row_pieces[id(full)] = v.row_window(axis, row).narrowed(counts)
     return out
+
+
+def _whole_tiles(call: str, mask: Any, views: list[View], why: str) -> builtins.bool:
+    """For an instruction Tusk runs on whole tiles: True to emit it (no mask, or one that keeps every element of
+    ``views``), False when the mask keeps no element (the call does nothing; the caller returns its result
+    unwritten, after :meth:`~tusk.frontend.tracer.Tracer.drop_writes`); any other mask is refused."""
+    if mask is None or always(mask):
+        return True
+    if isinstance(mask, (builtins.bool, np.bool_)):
+        return False
+    if isinstance(mask, Mask) and mask.row is None:
+        try:
+            kept = [v.narrowed(mask.counts(v.ndim)) for v in views]
+        except TraceError:
+            kept = None
+        if kept is not None and builtins.all(k.elements == v.elements for k, v in zip(kept, views)):
+            return True
+        if kept is not None and builtins.all(k.elements == 0 for k in kept):
+            return False
+    from tusk.frontend.nki.isa_ops import refuse
+
+    raise refuse(call, "mask", mask, why)
 
 
 def _out_dtype(dtype: Any, *xs: Any) -> Dtype:
@@ -408,6 +431,8 @@ def _assign(dst: View, value: Any) -> None:
         value = value.view()
     if not isinstance(value, View):
         raise unsupported(f"assigning {type(value).__name__} to a tile")
+    if tr.wrote_nothing(value):
+        return  # ``dst[...] = <a call whose mask= kept nothing>``: the statement writes nothing
     if not dst.tensor.on_chip:
         store(dst, value)
         return
@@ -441,6 +466,8 @@ def _accumulate(dst: View, value: Any) -> None:
     if _is_number(value):
         _assign(dst, _binary("add", dst, value))
         return
+    if current().wrote_nothing(value):
+        return  # ``dst += <a call whose mask= kept nothing>``: nothing to add
     value = _tile(value, "+=")
     dst = _tile(dst, "+=")
     if value.elements != dst.elements and _broadcast_shape(dst.shape, value.shape, "+=") != dst.shape:
@@ -692,8 +719,22 @@ gelu_apprx_sigmoid = _make_refused_activation("gelu_apprx_sigmoid")
 gelu_apprx_sigmoid_dx = _make_refused_activation("gelu_apprx_sigmoid_dx")
 silu_dx = _make_refused_activation("silu_dx")
 erf_dx = _make_refused_activation("erf_dx")
-cos = _make_refused_activation("cos")
-tan = _make_refused_activation("tan")
+
+
+def cos(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``sin(x + pi/2)``: the ScalarE activation sin with a bias column (BIR has no cos function)."""
+    _no_keywords("nl.cos", kw)
+    src = _tile(x, "nl.cos")
+    quarter = current().tile((src.shape[0], 1), float32)
+    _memset(quarter, math.pi / 2)
+    return _activation("sin", src, dtype, mask, bias=quarter)
+
+
+def tan(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``sin(x) / cos(x)`` (as NKI computes it: BIR has no tan function)."""
+    _no_keywords("nl.tan", kw)
+    src = _tile(x, "nl.tan")
+    return _binary("divide", sin(src, float32, mask), cos(src, float32, mask), dtype, mask)
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -793,11 +834,14 @@ def _transpose(x: View, what: str) -> View:
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: Any) -> View:
-    _no_keywords("nl.matmul", kw)
     """``x @ y`` into PSUM; ``transpose_x``: x is given as [K, M]."""
+    _no_keywords("nl.matmul", kw)
     a, b = _tile(x, "nl.matmul"), _tile(y, "nl.matmul")
-    if mask is not None:
-        raise unsupported("mask= on nl.matmul")
+    if not _whole_tiles("nl.matmul", mask, [a, b], "the PE array takes whole tiles"):
+        rows = math.prod(a.shape[1:]) if transpose_x else a.shape[0]
+        out = current().tile((rows, math.prod(b.shape[1:])), float32, "psum")
+        current().drop_writes((out.tensor,))
+        return out
     if not transpose_x:
         at = _transpose(a, "nl.matmul (transposing x)")
         a = copy(at, dtype=a.dtype)

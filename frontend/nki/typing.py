@@ -30,6 +30,17 @@ class _Annotation:
     def __repr__(self) -> str:
         return f"nt.{self._name}" + (f"[{', '.join(map(repr, self._args))}]" if self._args else "")
 
+    def __instancecheck__(self, value: Any) -> bool:
+        """``isinstance(x, nt.tensor)``, as kernels check their arguments: a traced tensor or view of one (a
+        number for ``nt.scalar``)."""
+        if self._name == "scalar":
+            import numbers
+
+            return isinstance(value, numbers.Number) and not isinstance(value, bool)
+        from tusk.frontend.tensors import Tensor, View
+
+        return isinstance(value, (Tensor, View))
+
 
 tensor = _Annotation("tensor")
 mutable_tensor = _Annotation("mutable_tensor")

@@ -1,0 +1,89 @@
+"""Small forms public kernels outside the AWS samples use: ``isinstance(x, nt.tensor)`` argument checks,
+``nisa.iota`` of a program id, ``bool`` mask inputs, and nisa.dma_transpose's documented default permutation of
+a 4-D tile."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.test_frontend_entry import write
+from tusk.frontend import trace_file
+from tusk.frontend.check import run_klr
+from tusk.frontend.specs import parse_tensor_spec
+
+HEADER = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.typing as nt
+"""
+
+RNG = np.random.default_rng(31)
+
+
+def test_kernels_check_their_arguments_with_isinstance_of_nt_tensor(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def scaled(x: nt.tensor, factor: float = 2.0):
+            if not isinstance(x, nt.tensor) or isinstance(factor, nt.tensor) or not isinstance(factor, nt.scalar):
+                raise TypeError("x must be a tensor and factor a number")
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            assert isinstance(t, nt.tensor)
+            nl.store(out, value=nl.multiply(t, factor))
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "scaled", ["f32[128,64]"], args={"factor": 3.0}), {"x": x})["out"]
+    assert np.array_equal(got, x * np.float32(3.0))
+
+
+def test_iota_of_a_program_id_is_a_one_element_tile_of_it(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def ids(x):
+            out = nl.ndarray((2, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+            pid = nisa.iota(nl.program_id(axis=0), dtype=nl.int32).reshape((1, 1))
+            nl.store(out[nl.program_id(axis=0):nl.program_id(axis=0) + 1, :], value=pid)
+            return out
+    """, header=HEADER)
+    got = run_klr(trace_file(path, "ids", ["f32[2,4]"], grid=(2,)), {"x": np.zeros((2, 4), np.float32)})["out"]
+    assert got.tolist() == [[0], [1]]
+
+
+def test_a_bool_input_is_a_byte_tensor():
+    assert parse_tensor_spec("bool[128,16]") == parse_tensor_spec("u8[128,16]")
+
+
+def test_dma_transpose_of_a_4d_tile_keeps_its_middle_axes_in_order(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def swapped(x):
+            out = nl.ndarray((64, 2, 4, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+            s = nl.ndarray((128, 2, 4, 64), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=x)
+            t = nisa.dma_transpose(s)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 2, 4, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "swapped", ["f32[128,2,4,64]"]), {"x": x})["out"]
+    assert np.array_equal(got, x.transpose(3, 1, 2, 0))
+
+
+def test_cos_and_tan_are_sines(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def trig(x):
+            c = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            a = nl.load(x)
+            nl.store(c, value=nl.cos(a))
+            nl.store(t, value=nl.tan(a))
+            return c, t
+    """, header=HEADER)
+    x = RNG.uniform(-1.4, 1.4, (128, 32)).astype(np.float32)
+    got = run_klr(trace_file(path, "trig", ["f32[128,32]"]), {"x": x})
+    assert np.allclose(got["c"], np.cos(x), rtol=1e-5, atol=1e-6)
+    assert np.allclose(got["t"], np.tan(x), rtol=1e-4, atol=1e-5)
