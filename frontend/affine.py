@@ -516,6 +516,23 @@ class Mask:
 
     __rand__ = __and__
 
+    def counts_for(self, view: Any) -> dict[int, int]:
+        """Kept counts per output dim of ``view``: through its grid axes where several of its dims walk one
+        axis of the index grid (the one of them longer than 1 is cut), else as :meth:`counts`."""
+        grid = getattr(view, "grid_axes", None)
+        if grid is None:
+            return self.counts(view.ndim)
+        out: dict[int, int] = {}
+        for (_, axis), keep in self.keep.items():
+            dims = [d for d, g in enumerate(grid) if g == axis]
+            long = [d for d in dims if view.dims[d][1] > 1]
+            if not dims or len(long) > 1:
+                raise unsupported(f"a mask on axis {axis} of the index grid of a view whose dims walk it "
+                                  f"{len(dims)} times")
+            d = long[0] if long else dims[-1]
+            out[d] = min(out.get(d, keep), keep)
+        return out
+
     def counts(self, ndim: int) -> dict[int, int]:
         """Kept counts per output axis of an ``ndim``-axis tile."""
         out: dict[int, int] = {}

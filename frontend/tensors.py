@@ -211,6 +211,10 @@ class View:
     axes: tuple[int, ...] = ()
     checks: tuple = ()  # (output dim, first index, step, axis size, axis): arange runs to bound-check
     vector: View | None = None  # an indirect (gather/scatter) view: these rows of axis 0, one per partition
+    # per output dim, the axis of the nl.arange index grid it walks, where a subscript of several aranges
+    # made more dims than the grid has (``x[i_b, i_m, i_n]`` with [1, 1] and [1, 512] grids: dims 0 and 1 walk
+    # grid axis 0): a mask= on the grid's axes narrows these dims (Mask.counts_for)
+    grid_axes: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def check_bounds(self) -> None:
         """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
@@ -318,7 +322,10 @@ class View:
         if not dims:
             dims, axes = ((1, 1),), (-1,)
         checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
-        v = View(self.tensor, offset, dims, axes, _moved_checks(self.checks, moved, where) + tuple(checks))
+        grid_axes = tuple(placed[j][0] for j in order) if by_axis and grids and len(dims) > max(
+            len(g.shape) for g in grids) else None
+        v = View(self.tensor, offset, dims, axes, _moved_checks(self.checks, moved, where) + tuple(checks),
+                 grid_axes=grid_axes)
         v.check_partition_first(blocks_first=True)
         return v
 

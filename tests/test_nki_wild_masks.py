@@ -101,3 +101,24 @@ def test_a_union_with_a_mask_that_keeps_nothing_is_the_other_mask(tmp_path):
     with pytest.raises(TraceError, match=r"k\.py:11: not supported: the union <a mask keeping the first 100 of "
                                          r"axis 0> \| <a mask keeping the first 8 of axis 1>"):
         trace_file(path, "exp_rows", ["f32[100,32]"])
+
+
+def test_a_mask_on_the_free_axis_of_a_3d_access_made_of_three_aranges_cuts_the_last_dim(tmp_path):
+    # i_b and i_m both run along the index grid's axis 0, so the view has three dims for a 2-D grid: the
+    # mask on grid axis 1 cuts the third (the columns past the tensor's end), not the second
+    path = write(tmp_path, """
+        @nki.jit
+        def tail(x):
+            n = x.shape[2]
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            for b in nl.affine_range(x.shape[0]):
+                i_b = nl.arange(1)[:, None] + b
+                i_m = nl.arange(1)[:, None]
+                i_n = 512 + nl.arange(512)[None, :]
+                t = nl.load(x[i_b, i_m, i_n], mask=(i_n < n))
+                nl.store(out[i_b, i_m, i_n], value=t, mask=(i_n < n))
+            return out
+    """, header=HEADER)
+    x = np.random.default_rng(7).standard_normal((2, 1, 800)).astype(np.float32)
+    got = run_klr(trace_file(path, "tail", ["f32[2,1,800]"]), {"x": x}, check_written=False)["out"]
+    assert np.array_equal(got[:, :, 512:], x[:, :, 512:])

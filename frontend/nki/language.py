@@ -245,7 +245,11 @@ def _masked(views: list[View], mask: Any) -> list[View]:
         mask = Mask.NOTHING
     if not isinstance(mask, Mask):
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
-    out = [v.narrowed(mask.counts(v.ndim)) for v in views]
+    # a view of several aranges on one grid axis maps the mask's axes to its dims; a tile shaped after it (the
+    # load's destination) is cut the same way
+    shaped = {v.ndim: mask.counts_for(v) for v in views if v.grid_axes is not None}
+    out = [v.narrowed(mask.counts_for(v) if v.grid_axes is not None or v.ndim not in shaped else shaped[v.ndim])
+           for v in views]
     tr = current()
     tr.row_pieces, tr.piece_writes = {}, (0, set())  # a new masked call: an earlier split is behind it
     for v, full in zip(views, out):
