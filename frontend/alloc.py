@@ -18,6 +18,7 @@ from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
 from tusk.ir.arch import PSUM_BANK_BYTES, get_arch
 
 ALIGN = 64  # bytes: DMA-friendly tile starts
+MAX_SHARING_ROUNDS = 4  # placements tried while alloc_blocks still finds block axes to share
 
 
 @dataclass
@@ -78,13 +79,14 @@ def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
     and the tiles are placed again."""
     from tusk.frontend.alloc_blocks import share_blocks
 
-    try:
-        return _place(tr, arch)
-    except TraceError:
-        if not share_blocks(tr):
-            raise
-    for t in tr.tensors:
-        t.addr = None
+    for _ in range(MAX_SHARING_ROUNDS):  # a tensor of two block axes, each walked by a loop, takes two rounds
+        try:
+            return _place(tr, arch)
+        except TraceError:
+            if not share_blocks(tr):
+                raise
+        for t in tr.tensors:
+            t.addr = None
     return _place(tr, arch)
 
 

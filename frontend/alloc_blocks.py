@@ -22,6 +22,11 @@ unrolled) is split instead: each block becomes a tensor of its own, live from
 its first access to its last, which the placer may put where another block
 was: distinct tensors, so nothing needs checking.
 
+A fill of the whole tensor before that loop (``acc = nl.zeros((n, nl.par_dim(128), 512), buffer=nl.psum)``,
+then ``acc[i] += ...`` in iteration ``i``) is first moved into it, as a fill of the iteration's block at
+the start of its body: each block is filled before its iteration uses it, as it was, and no access outside
+the loop sees the difference (there is none).
+
 Anything else keeps its blocks (and the placer reports the memory full).
 """
 
@@ -45,8 +50,11 @@ def share_blocks(tr: Tracer) -> bool:
     module docstring); True when some tensor changed."""
     uses, loops = _uses(tr)
     changed = False
-    for t, found in uses.items():
+    for t, found in list(uses.items()):
         if t.on_chip and t.par_axis > 0 and t is not tr.identity and found is not None:
+            if _fill_into_loop(tr, t, found, loops):
+                uses, loops = _uses(tr)  # positions moved
+                found = uses[t]
             axis = next((a for a in range(t.par_axis) if t.shape[a] > 1 and all(_constant_block(v, t, a)
                                                                                 for _, _, v, _ in found)), None)
             if axis is not None:
@@ -58,6 +66,30 @@ def share_blocks(tr: Tracer) -> bool:
                 _rewrite(tr, t, *choice)
                 changed = True
     return changed
+
+
+def _fill_into_loop(tr: Tracer, t: Tensor, found: list, loops: dict) -> bool:
+    """Move a memset of all of ``t``, its first access, into the loop that holds every other access and walks
+    a block axis of ``t`` (its fill then covers that iteration's block); True when moved."""
+    pos, op, v, enclosing = found[0]
+    if op.kind != "memset" or len(found) < 2 or v.elements != math.prod(t.shape) or v.offset.terms \
+            or not v.offset.is_static or v.offset.const != 0 or v.vector is not None:
+        return False
+    strides = _physical_strides(t.shape, t.layout)
+    for var, coeff in found[1][2].offset.terms:
+        begin, end = loops.get(id(var), (-1, -1))
+        axis = next((a for a in range(t.par_axis) if strides[a] == coeff and t.shape[a] > 1), None)
+        if axis is None or not pos < begin or any(not begin < p < end for p, _, _, _ in found[1:]) or \
+                any(isinstance(e, Op) and any(w.tensor is t for w in _views(e)) for e in tr.prog[pos + 1:begin]):
+            continue
+        keep = [k for k, a in enumerate(v.axes) if a != axis]
+        block = replace(v, offset=Affine(0, ((var, coeff),)), dims=tuple(v.dims[k] for k in keep),
+                        axes=tuple(v.axes[k] for k in keep), checks=())
+        fill = Op("memset", {**op.params, "dst": block}, op.line, (), (block,))
+        tr.prog.insert(begin + 1, fill)
+        del tr.prog[pos]  # before begin: the fill lands right after the loop's start
+        return True
+    return False
 
 
 def _constant_block(v: View, t: Tensor, axis: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import traceback
 from types import TracebackType
 
@@ -14,6 +15,15 @@ from tusk.ir.errors import InputError
 # kernel's (its file, a module it imports, numpy ...).
 TUSK_CODE = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
              os.path.dirname(os.path.abspath(_ir_errors.__file__)) + os.sep)
+
+
+STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
+INSTALLED = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("purelib", "platlib")})  # site-packages
+
+
+def in_stdlib(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(STDLIB) and not path.startswith(INSTALLED)
 
 
 def in_tusk(filename: str) -> bool:
@@ -42,10 +52,12 @@ def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:
 
 
 def current_user_line() -> tuple[str, int] | None:
-    """The kernel line being executed now (for statement positions)."""
+    """The kernel line being executed now (for statement positions): not Tusk's, nor the standard library's (a
+    loop entered through contextlib's ``__enter__`` was placed at that file's line, named as the kernel's)."""
     frame = sys._getframe(1)  # not traceback.walk_stack(None): it skips the caller's callers (its own callers)
     while frame is not None:
-        if not in_tusk(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith("<frozen"):
-            return frame.f_code.co_filename, frame.f_lineno
+        name = frame.f_code.co_filename
+        if not in_tusk(name) and not name.startswith("<frozen") and not in_stdlib(name):
+            return name, frame.f_lineno
         frame = frame.f_back
     return None

@@ -5,6 +5,8 @@ Every kernel here is written for these tests and checked against numpy in Tusk's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -151,8 +153,49 @@ def test_blocks_that_iterations_share_keep_their_memory_and_psum_is_full(tmp_pat
     body = BLOCKS.replace("LOOP", "nl.affine_range").replace("nl.add(acc[r, 0], acc[r, 1])",
                                                              "nl.add(acc[r, 0], acc[5 - r, 1])")
     path = write(tmp_path, body, header=HEADER)
-    with pytest.raises(TraceError, match="PSUM is full"):
+    with pytest.raises(TraceError, match="PSUM is full") as e:
         trace_file(path, "k", ["f32[256,128]", "f32[768,512]"])
+    # named at a line of the kernel (the loop after the tile), not at the line of contextlib's that enters it
+    line = int(str(e.value).split(":")[1])
+    assert Path(path).read_text().splitlines()[line - 1].strip() == "for r in nl.affine_range(6):"
+
+
+ZEROED_BLOCKS = """
+    @nki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((3, 4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((3, 4, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        for r in nl.affine_range(3):
+            for c in nl.affine_range(4):
+                for j in nl.affine_range(2):
+                    acc[r, c] += nisa.nc_matmul(nl.load(lhsT[j * 128:(j + 1) * 128, :]),
+                                                nl.load(rhs[(r + c) * 128:(r + c + 1) * 128, :]))
+                nl.store(out[r, c], value=nl.copy(acc[r, c]))
+        return out
+"""
+
+
+def test_a_zero_filled_tile_of_two_block_axes_gets_one_block_per_iteration(tmp_path):
+    """acc (12 blocks, 24 KiB of PSUM's 16) is zero-filled before the loops and summed into block by block:
+    the fill moves into each loop, so one physical block serves every iteration, and each sum starts from 0."""
+    path = write(tmp_path, ZEROED_BLOCKS, header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[256,128]", "f32[768,512]"]), {"lhsT": A, "rhs": RHS})["out"]
+    for r in range(3):
+        for c in range(4):
+            want = (A[:128] + A[128:]).T @ RHS[(r + c) * 128:(r + c + 1) * 128]
+            assert np.allclose(got[r, c], want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_zero_filled_tile_read_after_its_loop_keeps_its_blocks(tmp_path):
+    """The fill cannot move when a block is read outside the loop (the last one, here): PSUM stays full."""
+    body = ZEROED_BLOCKS.replace("        return out", "        nl.store(out[0, 0], value=nl.copy(acc[2, 3]))\n"
+                                                          "        return out")
+    path = write(tmp_path, body, header=HEADER)
+    with pytest.raises(TraceError, match="PSUM is full") as e:
+        trace_file(path, "k", ["f32[256,128]", "f32[768,512]"])
+    # named at the kernel's line that makes the tile, not at the line of contextlib's that enters a loop
+    line = int(str(e.value).split(":")[1])
+    assert Path(path).read_text().splitlines()[line - 1].strip().startswith("acc = nl.zeros((3, 4, par_dim(128)")
 
 
 @pytest.mark.parametrize("form", ["acc[r] += nisa.nc_matmul(a, b)", "nisa_v2.nc_matmul(acc[r], a, b)"])
