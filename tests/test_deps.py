@@ -536,3 +536,32 @@ def test_clear_inst_deps_entry_gate_follows_the_binary():
 def test_passes_are_registered_under_their_names():
     assert pass_class("build_fdeps") is BuildFDeps
     assert pass_class("clear_inst_deps") is ClearInstDeps
+
+
+def test_a_tile_cut_by_the_rows_of_another_tile_keeps_one_class_per_set_of_boxes():
+    """Cells are cut by every boundary of the memory: tile u, written row by row, cuts tile t (used whole and
+    by halves, at other bytes) into 32 rows x 2 halves.  The rows of t are covered by the same boxes, so they
+    are one class: each access of t is expanded to 2 classes, not 64 cells -- and the edges are the
+    reference's."""
+    from tusk.stages import deps
+
+    b = Builder()
+    t = b.sbuf("t", (32, 64), addr=0)
+    u = b.sbuf("u", (32, 64), addr=1024)
+    w = b.sbuf("w", (32, 64), addr=2048)
+    b.memset(u.ap(), 0.0)
+    for r in range(32):
+        b.memset(u.tile(r, 1, 0, 64), float(r))
+    for k in range(60):
+        if k % 3 == 0:
+            b.memset(t.ap(), float(k))
+        elif k % 3 == 1:
+            b.memset(t.tile(0, 32, 0, 32), float(k))
+        else:
+            b.copy(w.ap(), t.ap())
+    fn = b.function()
+    fp = deps.written_only(deps.footprints(fn))
+    t_accesses = 60
+    cell, _, _ = deps._cells(fp)
+    assert len(cell) < 32 * 2 * t_accesses // 4  # every access of t was cut into 32 x 2 cells
+    check_against_reference(build_fdeps(fn))

@@ -58,3 +58,30 @@ def test_groups_name_one_element_of_each_distinct_key(values, narrow):
     distinct = np.unique(key)
     assert np.array_equal(key[first], distinct)  # one element a key, in ascending key order
     assert np.array_equal(distinct[back], key)  # and every element's group
+
+
+def _scanned_group_starts(elems, clean, cap):
+    """The definition, by a scan from every clean write (the reference for the linear passes)."""
+    starts = np.zeros(len(elems), dtype=bool)
+    for c in np.flatnonzero(clean).tolist():
+        covered = np.zeros(cap, dtype=bool)
+        for j in range(c, len(elems)):
+            if not clean[j] and not covered[elems[j]].all():
+                break
+            covered[elems[j]] = True
+            if covered.all():
+                starts[c] = True
+                break
+    return starts
+
+
+def test_group_kill_starts_match_the_scan_from_every_clean_write():
+    from tusk.ir.liveness import _group_starts
+
+    rng = np.random.default_rng(41)
+    for _ in range(400):
+        cap, n = int(rng.integers(1, 9)), int(rng.integers(1, 14))
+        elems = [rng.choice(cap, size=int(rng.integers(0, cap + 1)), replace=bool(rng.integers(0, 2)))
+                 for _ in range(n)]
+        clean = rng.random(n) < 0.6
+        assert np.array_equal(_group_starts(elems, clean, cap), _scanned_group_starts(elems, clean, cap))
