@@ -193,6 +193,8 @@ def _importing_file() -> tuple[str, int] | None:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
+        if frame.f_code.co_name == "find_spec" and name.startswith("<frozen importlib.util"):
+            return None  # importlib.util.find_spec: a probe whether the module exists (it does not), no import
         if not name.startswith("<frozen importlib") and not in_tusk(name):
             return name, frame.f_lineno
         if in_tusk(name) and not name.endswith("imports.py"):

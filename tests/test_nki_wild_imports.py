@@ -44,3 +44,22 @@ def test_logging_off_and_the_language_constants_submodule_while_a_kernel_is_trac
     assert np.array_equal(got, 2 * X)
     assert not hasattr(logging, "OFF")
     assert "constants" not in vars(tusk_language)
+
+
+def test_a_probe_for_a_missing_module_finds_nothing_while_an_import_of_it_gets_a_stand_in(tmp_path):
+    # nkilib's __init__ asks importlib.util.find_spec whether its source package is installed: a stand-in
+    # answering the probe made it replace itself with one
+    path = write(tmp_path, """
+        import importlib.util
+        import surely_not_installed_abc as absent
+
+        PROBED = importlib.util.find_spec("surely_not_installed_xyz") is not None
+
+        @nki.jit
+        def k(x):
+            assert not PROBED
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.load(x))
+            return out
+    """, header=HEADER)
+    assert np.array_equal(run_klr(trace_file(path, "k", ["f32[128,64]"]), {"x": X})["out"], X)
