@@ -109,3 +109,22 @@ def test_whole_tile_instructions_take_a_mask_keeping_every_element_and_refuse_a_
     with pytest.raises(TraceError, match=r"nisa\.nc_transpose mask=<a mask keeping the first 100 of axis 0, "
                                          r"the first 64 of axis 1> \(the PE array takes whole tiles"):
         trace_file(path, "transposed", ["f32[128,64]"], args={"rows": 100})
+
+
+def test_adding_a_masked_result_adds_only_what_the_mask_kept(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def half(x):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            ip, jf = nl.mgrid[0:128, 0:64]
+            t = nl.load(x)
+            acc = nl.full((128, 64), 1.0, dtype=nl.float32)
+            acc[ip, jf] += nl.exp(t, mask=(ip < 64))
+            nl.store(out, value=acc)
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "half", ["f32[128,64]"]), {"x": x})["out"]
+    want = np.ones((128, 64), np.float32)
+    want[:64] += np.exp(x[:64])
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -477,7 +477,10 @@ def _accumulate(dst: View, value: Any) -> None:
     if value.elements != dst.elements and _broadcast_shape(dst.shape, value.shape, "+=") != dst.shape:
         raise unsupported(f"+= of a {list(value.shape)} tile into a {list(dst.shape)} one")
     _start_accumulation(dst, value)
-    current().op("tensor_tensor", (dst, value), (dst,), dst=dst, a=dst, b=value, op="add")
+    tr = current()
+    if value.shape == dst.shape:  # ``dst += <masked call>``: only the part the call wrote, as in NKI
+        value, dst = _masked_part(tr, value, dst)
+    tr.op("tensor_tensor", (dst, value), (dst,), dst=dst, a=dst, b=value, op="add")
 
 
 def _start_accumulation(dst: View, value: View) -> None:
