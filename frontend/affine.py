@@ -519,7 +519,7 @@ class Mask:
     def counts_for(self, view: Any) -> dict[int, int]:
         """Kept counts per output dim of ``view``: through its grid axes where several of its dims walk one
         axis of the index grid (the one of them longer than 1 is cut), else as :meth:`counts`."""
-        grid = getattr(view, "grid_axes", None)
+        grid = view.grid_axes
         if grid is None:
             return self.counts(view.ndim)
         out: dict[int, int] = {}

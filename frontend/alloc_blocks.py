@@ -71,7 +71,7 @@ def share_blocks(tr: Tracer) -> bool:
 def _fill_into_loop(tr: Tracer, t: Tensor, found: list, loops: dict) -> bool:
     """Move a memset of all of ``t``, its first access, into the loop that holds every other access and walks
     a block axis of ``t`` (its fill then covers that iteration's block); True when moved."""
-    pos, op, v, enclosing = found[0]
+    pos, op, v, _ = found[0]
     if op.kind != "memset" or len(found) < 2 or v.elements != math.prod(t.shape) or v.offset.terms \
             or not v.offset.is_static or v.offset.const != 0 or v.vector is not None:
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -21,6 +22,7 @@ STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 INSTALLED = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("purelib", "platlib")})  # site-packages
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every frame of every traced statement
 def in_stdlib(filename: str) -> bool:
     path = os.path.abspath(filename)
     return path.startswith(STDLIB) and not path.startswith(INSTALLED)

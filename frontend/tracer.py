@@ -146,6 +146,11 @@ class Tracer:
         """The call about to return wrote nothing to ``tensors`` (its mask= kept no element)."""
         self.dropped = (len(self.prog), tensors)
 
+    def unwritten(self, out: View) -> View:
+        """The result of a call whose mask= kept no element: ``out`` as it was, unwritten."""
+        self.drop_writes((out.tensor,))
+        return out
+
     def wrote_nothing(self, value: Any) -> bool:
         """Is ``value`` what the last call returned, a call that wrote nothing (:meth:`drop_writes`)?"""
         at, tensors = self.dropped

@@ -588,17 +588,14 @@ def _classes(cell: np.ndarray, owner: np.ndarray, cnt: np.ndarray) -> tuple[np.n
     sets of covering boxes.  Returns (class per incidence, deduplicated within each box; classes per box)."""
     if len(cell) == 0:
         return cell, cnt
-    words = (_box_word(owner, 1), _box_word(owner, 2))
     order = np.argsort(cell, kind="stable")
-    starts = np.flatnonzero(np.concatenate([[True], cell[order][1:] != cell[order][:-1]]))
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(cell[order]) != 0]))  # cell k's run: ids are dense
     with np.errstate(over="ignore"):  # sums wrap around: a hash of the set, not a number
-        sig = np.stack([np.add.reduceat(w[order], starts) for w in words])
-    if len(starts) == len(np.unique(sig, axis=1).T):
+        sig = np.stack([np.add.reduceat(_box_word(owner, seed)[order], starts) for seed in (1, 2)])
+    classes, per_cell = np.unique(sig, axis=1, return_inverse=True)
+    if classes.shape[1] == len(starts):
         return cell, cnt  # every cell its own class: nothing to merge
-    _, cls = np.unique(sig, axis=1, return_inverse=True)
-    per_cell = np.empty(len(starts), np.int64)
-    per_cell[:] = np.asarray(cls).reshape(-1)
-    klass = per_cell[np.searchsorted(cell[order][starts], cell)]
+    klass = np.asarray(per_cell).reshape(-1)[cell]
     # each box's classes, once each, in box order
     n = int(klass.max()) + 1
     key = _unique(owner * n + klass)

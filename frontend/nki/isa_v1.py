@@ -53,14 +53,9 @@ def _masked(mask: Any, *views: View) -> list[View]:
 def _unmasked(call: str, mask: Any, *views: View) -> bool:
     """An instruction Tusk runs on whole tiles takes ``mask=`` only when it keeps every element of ``views``
     (``mask=True``, as kernels pass ``forward_mask = ... if causal else True``, or a prefix as long as the
-    tiles); False when it keeps none (``mask=False``): the call then writes nothing (:func:`_nothing`)."""
+    tiles); False when it keeps none (``mask=False``): the call then writes nothing (``Tracer.unwritten``)."""
     return nl._whole_tiles(call, mask, list(views), "Tusk takes mask= here only when it holds for every element")
 
-
-def _nothing(out: View) -> View:
-    """The result of a call whose mask= kept no element: ``out`` as it was, unwritten."""
-    current().drop_writes((out.tensor,))
-    return out
 
 
 @documented("nisa.dma_copy")
@@ -127,7 +122,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     out = current().tile((st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv)),
                          as_dtype("float32"), "psum")
     if not nl._whole_tiles(call, mask, [st, mv], "the PE array takes whole tiles"):
-        return _nothing(out)
+        return current().unwritten(out)
     ops.perf_matmul(call, out, st, mv, False, bool(is_transpose), double)
     return out
 
@@ -140,7 +135,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
     out = current().tile((ops.free(src), src.shape[0]),
                          as_dtype(dtype or (src.dtype if memory == "sbuf" else "float32")), memory)
     if not nl._whole_tiles(call, mask, [src], "the PE array takes whole tiles"):
-        return _nothing(out)
+        return current().unwritten(out)
     ops.nc_transpose(call, out, src)
     return out
 
@@ -315,7 +310,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
                               f"{list(src.shape)}")
     out = _result(src, dtype)
     if not keep:
-        return _nothing(out)
+        return current().unwritten(out)
     pattern = [(e.axes.get(d, (1, 0))[1], n) for d, n in enumerate(src.shape) if d > 0]
     ops.affine_select(call, out, pattern, e.axes.get(0, (1, 0))[1], src, on_false_value,
                       nl.less if pred.cmp == "is_lt" else nl.less_equal, e.const.const)
@@ -337,7 +332,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     src = tile(on_true_tile, call)
     out = _result(src, dtype)
     if not _unmasked(call, mask, src):
-        return _nothing(out)
+        return current().unwritten(out)
     ops.range_select(call, out, src, comp_op0, comp_op1, tile(bound0, call), tile(bound1, call), reduce_cmd,
                      reduce_res, reduce_op, range_start, on_false_value)
     return out
@@ -387,7 +382,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.un
     order = ops.default_transpose_axes(s.ndim) if axes is None else tuple(axes)
     out = _result(s, dtype, tuple(s.shape[int(a)] for a in order))
     if not _unmasked(call, mask, s):
-        return _nothing(out)
+        return current().unwritten(out)
     ops.dma_transpose(call, out, s, axes)
     return out
 
@@ -400,7 +395,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     valid = num_valid_indices if num_valid_indices is not None else ops.free(idx) * 16
     out = current().tile((src.shape[0], int(valid), int(num_elem_per_idx)), src.dtype)
     if not _unmasked(call, mask, src):
-        return _nothing(out)
+        return current().unwritten(out)
     ops.local_gather(call, out, src, idx, num_elem_per_idx, num_valid_indices)
     return out
 

@@ -263,7 +263,7 @@ def _masked(views: list[View], mask: Any) -> list[View]:
 def _whole_tiles(call: str, mask: Any, views: list[View], why: str) -> builtins.bool:
     """For an instruction Tusk runs on whole tiles: True to emit it (no mask, or one that keeps every element of
     ``views``), False when the mask keeps no element (the call does nothing; the caller returns its result
-    unwritten, after :meth:`~tusk.frontend.tracer.Tracer.drop_writes`); any other mask is refused."""
+    unwritten, :meth:`~tusk.frontend.tracer.Tracer.unwritten`); any other mask is refused."""
     if mask is None or always(mask):
         return True
     if isinstance(mask, (builtins.bool, np.bool_)):
@@ -846,9 +846,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: An
     a, b = _tile(x, "nl.matmul"), _tile(y, "nl.matmul")
     if not _whole_tiles("nl.matmul", mask, [a, b], "the PE array takes whole tiles"):
         rows = math.prod(a.shape[1:]) if transpose_x else a.shape[0]
-        out = current().tile((rows, math.prod(b.shape[1:])), float32, "psum")
-        current().drop_writes((out.tensor,))
-        return out
+        return current().unwritten(current().tile((rows, math.prod(b.shape[1:])), float32, "psum"))
     if not transpose_x:
         at = _transpose(a, "nl.matmul (transposing x)")
         a = copy(at, dtype=a.dtype)
