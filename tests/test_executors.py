@@ -35,20 +35,24 @@ def one_thread_client():
     cluster.close()
 
 
-def test_held_tasks_go_out_one_per_thread_most_urgent_then_biggest_first(one_thread_client):
+def test_held_tasks_go_out_one_per_thread_most_urgent_then_by_batch_then_biggest_first(one_thread_client):
     ex = DaskExecutor(one_thread_client, description="test")
     ex.owns_client = False
     ex.warm_up([])
     assert ex.slots == 1
     ex.submit("chain", _task, "chain", True)  # runs at once and keeps the one thread busy
     ex.submit("first", _task, "first", anywhere=True, size=1)  # one held task at a time: this one goes out
-    for name, size, priority in [("small", 10, 0), ("big", 300, 0), ("mid", 100, 0), ("urgent", 1, 5),
-                                 ("last", 10_000, -1000)]:
-        ex.submit(name, _task, name, anywhere=True, size=size, priority=priority)
-    assert set(ex._futures) == {"chain", "first"} and len(ex) == 7
+    early, late = ex.next_batch(), ex.next_batch()
+    # a later batch's big parts wait for an earlier batch's small ones: a kernel's split is not starved
+    for name, size, priority, batch in [("late-big", 10_000, 0, late), ("small", 10, 0, early),
+                                        ("big", 300, 0, early), ("mid", 100, 0, early), ("urgent", 1, 5, late),
+                                        ("last", 10_000, -1000, early)]:
+        ex.submit(name, _task, name, anywhere=True, size=size, priority=priority, batch=batch)
+    ex.submit("unbatched", _task, "unbatched", anywhere=True, size=1)  # a batch of its own, after both
+    assert set(ex._futures) == {"chain", "first"} and len(ex) == 9
     GATE.set()
-    done = [ex.next()[0] for _ in range(7)]
-    assert RAN == ["chain", "first", "urgent", "big", "mid", "small", "last"]
+    done = [ex.next()[0] for _ in range(9)]
+    assert RAN == ["chain", "first", "urgent", "big", "mid", "small", "late-big", "unbatched", "last"]
     assert sorted(done) == sorted(RAN) and len(ex) == 0
 
 

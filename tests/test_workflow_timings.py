@@ -215,3 +215,25 @@ def test_each_kernels_timeline_is_written_by_a_build_task_with_the_bytes_the_rep
     assert {p.parent.name for p in written} == {"tiled_exp", "rmsnorm"}
     assert {k: (tmp_path / "o2" / k / "timeline.json").read_bytes() for k in by_task} == by_task
     assert observe.TIMELINE == trace.TIMELINE_FILE
+
+
+class Submissions(BuildEvents):
+    def __init__(self):
+        self.order: list[tuple[str, str]] = []
+
+    def task(self, event, key, unit, what, result):
+        if event == "submitted":
+            self.order.append((unit.unit.name, what))
+
+
+def test_a_timing_step_is_submitted_after_the_chain_step_that_reads_the_same_module(kdir, tmp_path):
+    # sent first, a makespan took the worker the chain's next step was pinned to, and the kernel waited for it
+    subs = Submissions()
+    req = CompileRequest(kdir, tmp_path / "o", workers=0, cache_dir=str(tmp_path / "cache"), settings={})
+    assert not compile_directory(req, events=subs).failed
+    units = {u for u, _ in subs.order}
+    assert len(units) == 2
+    for unit in units:
+        seq = [what for u, what in subs.order if u == unit]
+        first_rotation = next(k for k, w in enumerate(seq) if w.startswith("address_rotation_psum"))
+        assert seq.index("timing (before rotation)") > first_rotation, seq

@@ -31,8 +31,11 @@ class InlineExecutor:
         self._queue: deque = deque()
 
     def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0,
-               anywhere: bool = False, size: int = 0) -> None:
+               anywhere: bool = False, size: int = 0, batch: int | None = None) -> None:
         self._queue.append((key, fn, args))
+
+    def next_batch(self) -> int:
+        return 0
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -94,14 +97,24 @@ class DaskExecutor:
             return None
 
     def submit(self, key: str, fn: Callable, *args: Any, worker: str | None = None, priority: int = 0,
-               anywhere: bool = False, size: int = 0) -> None:
+               anywhere: bool = False, size: int = 0, batch: int | None = None) -> None:
         """``worker``: the worker to prefer (it holds the input); ``priority``: higher runs first;
-        ``anywhere``: hold the task until a worker thread is free (``size`` orders equally urgent ones)."""
+        ``anywhere``: hold the task until a worker thread is free.  Equally urgent held tasks go out by
+        ``batch`` (tasks submitted together, such as a split's parts: the earlier batch first; default: a
+        batch of its own), then by ``size`` (the biggest first).  Biggest first across batches starved
+        small parts: one variant's 0.01 s unroll part waited 3.2 s behind seven other kernels' parts while
+        its whole chain stood still."""
         if anywhere:
-            heapq.heappush(self._held, (-priority, -size, next(self._order), key, fn, args, worker))
+            order = next(self._order)
+            heapq.heappush(self._held, (-priority, order if batch is None else batch, -size, order, key, fn, args,
+                                        worker))
             self._release()
         else:
             self._send(key, fn, args, worker, priority)
+
+    def next_batch(self) -> int:
+        """A batch number for :meth:`submit`: later than every task and batch submitted so far."""
+        return next(self._order)
 
     def _send(self, key: str, fn: Callable, args: tuple, worker: str | None, priority: int) -> None:
         hint = {"workers": [worker], "allow_other_workers": True} if worker else {}
@@ -114,7 +127,7 @@ class DaskExecutor:
         if self._held and len(self._anywhere) >= self.slots and time.monotonic() - self._slots_seen > SLOTS_EVERY:
             self._count_slots()
         while self._held and len(self._anywhere) < self.slots:
-            priority, _, _, key, fn, args, worker = heapq.heappop(self._held)
+            priority, _, _, _, key, fn, args, worker = heapq.heappop(self._held)
             self._send(key, fn, args, worker, -priority)
             self._anywhere.add(key)  # after the send: one that raised (a closed client) takes no slot
 
