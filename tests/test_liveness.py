@@ -85,3 +85,21 @@ def test_group_kill_starts_match_the_scan_from_every_clean_write():
                  for _ in range(n)]
         clean = rng.random(n) < 0.6
         assert np.array_equal(_group_starts(elems, clean, cap), _scanned_group_starts(elems, clean, cap))
+
+
+def test_group_kill_starts_on_atoms_are_those_on_elements():
+    from tusk.ir.liveness import _group_starts, atoms
+
+    rng = np.random.default_rng(43)
+    for _ in range(400):
+        cap, n = int(rng.integers(1, 12)), int(rng.integers(1, 14))
+        # a few distinct slices, each used by several accesses (as an unrolled loop reads a tile)
+        slices = [rng.choice(cap, size=int(rng.integers(0, cap + 1)), replace=bool(rng.integers(0, 2)))
+                  for _ in range(int(rng.integers(1, 5)))]
+        elems = [slices[int(rng.integers(len(slices)))] for _ in range(n)]
+        clean = rng.random(n) < 0.6
+        units, n_units = atoms(slices, cap)
+        assert n_units <= cap
+        on_atoms = _group_starts([units[next(k for k, s in enumerate(slices) if s is e)] for e in elems], clean,
+                                 n_units)
+        assert np.array_equal(on_atoms, _scanned_group_starts(elems, clean, cap))
