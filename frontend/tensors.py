@@ -22,6 +22,29 @@ from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype na
 PARTITIONS = 128
 
 
+def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, indirect_dim: Any) -> View:
+    """``t.ap(pattern, vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access starts at row
+    ``idx[p]`` of ``t`` (a gather or scatter by a DMA; KLR's vector offset, as ``t[idx, ...]`` in 1.x).  The
+    pattern's first pair walks the rows: its step must be the row stride (the hardware multiplies the index
+    by the tensor's own stride) and its count the index tile's partitions."""
+    if _int(indirect_dim, "ap(indirect_dim=)") != 0:
+        raise unsupported(f"ap(vector_offset=..., indirect_dim={indirect_dim}) (a vector offset indexes axis 0)")
+    idx = index.view() if isinstance(index, Tensor) else index
+    if not isinstance(idx, View) or not idx.tensor.on_chip or "int" not in idx.dtype \
+            or idx.elements != idx.shape[0] or idx.vector is not None or not idx.offset.is_static:
+        what = f"{idx.dtype}{list(idx.shape)}" if isinstance(idx, View) else type(index).__name__
+        raise unsupported(f"ap(vector_offset={what}) (an integer [P, 1] SBUF column of row indices)")
+    row = math.prod(tensor.shape[1:])
+    if dims[0][0] != row or dims[0][1] != idx.shape[0]:
+        raise unsupported(f"ap(pattern={[list(d) for d in dims]}, vector_offset=<{idx.shape[0]} rows>): the first "
+                          f"pair must walk the {idx.shape[0]} gathered rows with the row stride, [{row}, "
+                          f"{idx.shape[0]}]")
+    # which rows are read is known only at run time: the extent checked is one row's
+    View(tensor, base, ((row, 1),) + tuple(dims[1:]), ()).check_extent("ap")
+    col = idx.with_dims((idx.dims[0], (1, 1))) if idx.ndim == 1 else idx
+    return View(tensor, base, tuple(dims), (), (), col)
+
+
 def _axis_of_stride(shape: tuple[int, ...], stride: int, fallback: int) -> int:
     """The tensor axis whose row-major stride is ``stride`` (KLR's indirectDim scales by the tensor's own
     strides); ``fallback`` when none is."""
@@ -465,8 +488,8 @@ class View:
         if tensor.dtype.itemsize != self.dtype.itemsize and not (self.offset.is_static and self.offset.const == 0):
             raise unsupported(f"ap(dtype={dtype!r}) of a view at an offset of {self.tensor.name} (another element "
                               f"width: the pattern and offset count elements of the whole reinterpreted tensor)")
-        if vector_offset is not None:
-            raise unsupported("ap(vector_offset=...) (per-partition indirect offsets read at run time)")
+        if vector_offset is not None and scalar_offset is not None:
+            raise unsupported("ap(scalar_offset=..., vector_offset=...): one runtime offset per access (KLR's)")
         try:
             dims = tuple((int(st), int(n)) for st, n in pattern)
         except (TypeError, ValueError):
@@ -474,6 +497,8 @@ class View:
         if not dims or any(n <= 0 for _, n in dims):
             raise unsupported(f"ap(pattern={pattern!r}) (non-empty, every count at least 1)")
         base = self.offset + Affine.of(0 if offset is None else offset)
+        if vector_offset is not None:
+            return _vector_offset_view(tensor, base, dims, vector_offset, indirect_dim)
         runtime = None
         if scalar_offset is not None:
             if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:

@@ -347,3 +347,40 @@ def test_a_compute_instruction_on_a_gathered_sbuf_view_is_refused(tmp_path):
     with pytest.raises(TraceError) as e:
         trace_file(path, "k", ["f32[32,64]", "i32[16,1]"])
     assert "k.py:13" in str(e.value) and "indexed by a tile" in str(e.value)
+
+
+AP_GATHER = """
+    @nki.jit
+    def k(table, rows):
+        n, c = rows.shape[0], table.shape[1]
+        out = nl.ndarray((n, c - 2), dtype=table.dtype, buffer=nl.shared_hbm)
+        idx = nl.ndarray((n, 1), dtype=rows.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        got = nl.ndarray((n, c - 2), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=got, src=table.ap(pattern=[[STEP, n], [1, c - 2]], offset=2, vector_offset=idx,
+                                            indirect_dim=0))
+        moved = nl.ndarray((64, c - 2), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=moved.ap(pattern=[[c - 2, n], [1, c - 2]], offset=0, vector_offset=idx, indirect_dim=0),
+                      src=got)
+        nisa.dma_copy(dst=out, src=got)
+        return out, moved
+"""
+
+
+def test_an_access_pattern_with_a_vector_offset_gathers_and_scatters_rows(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(AP_GATHER.replace("STEP", "c")))
+    table = RNG.standard_normal((64, 8)).astype(np.float32)
+    rows = RNG.permutation(64)[:32].astype(np.int32).reshape(32, 1)  # distinct: the scatter writes each row once
+    data = trace_file(path, "k", ["f32[64,8]", "i32[32,1]"])
+    got = run_klr(data, {"table": table, "rows": rows}, check_written=False)
+    gathered = table[rows[:, 0], 2:]
+    assert np.array_equal(got["out"], gathered)
+    assert np.array_equal(got["moved"][rows[:, 0]], gathered)
+
+
+def test_a_vector_offset_whose_pattern_does_not_walk_the_rows_is_refused(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(AP_GATHER.replace("STEP", "1")))
+    with pytest.raises(TraceError, match=r"the first pair must walk the 32 gathered rows with the row stride, \[8, 32\]"):
+        trace_file(path, "k", ["f32[64,8]", "i32[32,1]"])
