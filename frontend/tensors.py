@@ -659,6 +659,28 @@ class View:
         return View(self.tensor, self.offset, dims, self.axes[:len(dims)] if self.axes else (),
                     tuple(c for c in self.checks if all(d < len(dims) for d, _ in c[0])), self.vector)
 
+    # ------------------------------------------------------------------ the 1.x nki.tensor methods
+    def astype(self, dtype: Any) -> View:
+        """A copy cast to ``dtype`` (``nl.copy(x, dtype=)``: a copy always happens, as nki.tensor documents)."""
+        from tusk.frontend.nki import language as nl
+        return nl.copy(self, dtype=dtype)
+
+    def expand_dims(self, axis: Any) -> View:
+        """A unit axis inserted at ``axis`` (each of a tuple's, in order): ``nl.expand_dims``."""
+        from tusk.frontend.nki.nl_memory import expand_dims
+        out = self
+        for a in axis if isinstance(axis, (tuple, list)) else (axis,):
+            out = expand_dims(out, a)
+        return out
+
+    def assert_shape(self, shape: Any) -> View:
+        """This view, once its shape is ``shape`` (else the trace stops at the caller's line)."""
+        want = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        if want != self.shape:
+            from tusk.frontend.errors import TraceError
+            raise TraceError(f"assert_shape: the {self._what()} is {list(self.shape)}, not {list(want)}")
+        return self
+
     # ------------------------------------------------------------------ operators as nl calls
     def assign(self, value: Any) -> None:
         from tusk.frontend.nki import language as nl
@@ -812,7 +834,7 @@ def _count(start: Affine, stop: Affine, step: int) -> int:
 
 _VIEW_METHODS = frozenset({"ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim", "flatten_dims",
                            "slice", "select", "get_pattern", "is_contiguous", "is_indirect", "size", "buffer",
-                           "offset", "reinterpret_cast"})
+                           "offset", "reinterpret_cast", "astype", "expand_dims", "assert_shape"})
 
 # the operators make Tensor behave as its whole view
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",

@@ -5,14 +5,16 @@ a 4-D tile."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_frontend_entry import write
-from tusk.frontend import trace_file
+from tusk.frontend import TraceError, trace_file
 from tusk.frontend.check import run_klr
 from tusk.frontend.specs import parse_tensor_spec
 
 HEADER = """\
 import numpy as np
+import pytest
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
@@ -87,3 +89,34 @@ def test_cos_and_tan_are_sines(tmp_path):
     got = run_klr(trace_file(path, "trig", ["f32[128,32]"]), {"x": x})
     assert np.allclose(got["c"], np.cos(x), rtol=1e-5, atol=1e-6)
     assert np.allclose(got["t"], np.tan(x), rtol=1e-4, atol=1e-5)
+
+
+def test_the_1x_tile_methods_astype_expand_dims_and_assert_shape(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def methods(x):
+            half = nl.ndarray((128, 1, 32), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+            t = nl.load(x).assert_shape((128, 32))
+            acc = nl.zeros((128, 32), dtype=nl.float32)
+            acc[...] = nl.multiply(t, 0.5)
+            nl.store(half, value=acc.astype(nl.bfloat16).expand_dims(1))
+            return half
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    got = run_klr(trace_file(path, "methods", ["f32[128,32]"]), {"x": x})["half"]
+    want = (x * np.float32(0.5)).reshape(128, 1, 32)
+    assert got.shape == (128, 1, 32) and np.allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+    assert not np.array_equal(got.astype(np.float32), want)  # rounded to bfloat16 on the way
+
+
+def test_assert_shape_of_another_shape_stops_the_trace(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def wrong(x):
+            out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x).assert_shape((128, 64))
+            nl.store(out, value=t)
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"assert_shape: the tile is \[128, 32\], not \[128, 64\]"):
+        trace_file(path, "wrong", ["f32[128,32]"])
