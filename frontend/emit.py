@@ -372,8 +372,10 @@ def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, A
     Elementwise operations see their views merged (same elements, same order);
     a reduction keeps its source's dims, whose innermost ones it reduces.
     """
+    if kind == "tensor_reduce":
+        return _fit_reduce(params, where)
     views = {k: v for k, v in params.items() if isinstance(v, View)}
-    keep = {"src"} if kind == "tensor_reduce" else KEEP_DIMS.get(kind, set())
+    keep = KEEP_DIMS.get(kind, set())
     shaped = {k: (v if k in keep else merged(v)) for k, v in views.items()}
     if all(v.ndim <= MAX_DIMS for v in shaped.values()):
         return [{**params, **shaped}]
@@ -396,6 +398,46 @@ def _fit(kind: str, params: dict[str, Any], where: str = "") -> list[dict[str, A
                                  f"{MAX_DIMS} dimensions")
             sub[k] = View(v.tensor, v.offset + j * v.dims[1][0], v.dims[:1] + v.dims[2:], ())
         out.extend(_fit(kind, sub))
+    return out
+
+
+REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")  # tensor_reduce's axis: how many trailing dims of its source it reduces
+
+
+def _joined(dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """Unit dims dropped (one kept if all are) and contiguous neighbours joined: the same elements, in order."""
+    out: list[tuple[int, int]] = []
+    for stride, n in (d for d in dims if d[1] != 1):
+        if out and out[-1][0] == stride * n:
+            out[-1] = (stride, out[-1][1] * n)
+        else:
+            out.append((stride, n))
+    return tuple(out) or dims[-1:]
+
+
+def _fit_reduce(params: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A tensor_reduce within MAX_DIMS: the kept and the reduced dims of its source each joined where they are
+    contiguous, then, while it still has too many, one reduction per index of its outer kept dim (each
+    writes its own part of the destination; the reduced elements of each are the same).  A 2x2 max pool as
+    one call over a tile reshaped to [P, h, 2, w, 2] reads five dims."""
+    src, dst = params["src"], params["dst"]
+    k = REDUCE_AXES.index(params["axis"]) + 1
+    part = src.dims[:1] if src.tensor.on_chip else ()
+    kept = part + _joined(src.dims[len(part):src.ndim - k]) if src.ndim - k > len(part) else src.dims[:src.ndim - k]
+    red = _joined(src.dims[src.ndim - k:])
+    src = View(src.tensor, src.offset, kept + red, ())
+    if src.ndim <= MAX_DIMS:
+        return [{**params, "src": src, "dst": merged(dst), "axis": REDUCE_AXES[len(red) - 1]}]
+    if len(kept) < 2:
+        raise TraceError(f"{where}: not supported: tensor_reduce along {len(red)} dims of a view whose reduced "
+                         f"dims alone take more than {MAX_DIMS} (join them: reshape the tile)")
+    n, step = kept[1][1], kept[1][0]
+    rows = dst.reshape((dst.shape[0], n, dst.elements // (dst.shape[0] * n)))
+    out = []
+    for j in range(n):
+        sub_src = View(src.tensor, src.offset + j * step, kept[:1] + kept[2:] + red, ())
+        sub_dst = View(rows.tensor, rows.offset + j * rows.dims[1][0], rows.dims[:1] + rows.dims[2:], ())
+        out.extend(_fit_reduce({**params, "src": sub_src, "dst": sub_dst, "axis": REDUCE_AXES[len(red) - 1]}, where))
     return out
 
 

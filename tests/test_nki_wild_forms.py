@@ -120,3 +120,40 @@ def test_assert_shape_of_another_shape_stops_the_trace(tmp_path):
     """, header=HEADER)
     with pytest.raises(TraceError, match=r"assert_shape: the tile is \[128, 32\], not \[128, 64\]"):
         trace_file(path, "wrong", ["f32[128,32]"])
+
+
+@pytest.mark.parametrize("call", ["nisa.tensor_reduce(nl.max, v, axis=[2, 4])", "nl.max(v, axis=[2, 4])",
+                                  "nisa.tensor_reduce(nl.add, v, axis=[2, 4])"])
+def test_a_reduction_over_interleaved_axes_of_a_reshaped_tile(tmp_path, call):
+    # a 2x2 pool as one call: the [P, h, 2, w, 2] view has five dims, one more than an access pattern
+    path = write(tmp_path, f"""
+        @nki.jit
+        def pool(x):
+            out = nl.ndarray((128, 3, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            v = t.reshape((128, 3, 2, 4, 2))
+            nl.store(out, value={call})
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 6, 8)).astype(np.float32)
+    got = run_klr(trace_file(path, "pool", ["f32[128,6,8]"]), {"x": x})["out"]
+    blocks = x.reshape(128, 3, 2, 4, 2)
+    want = blocks.max(axis=(2, 4)) if "max" in call else blocks.sum(axis=(2, 4))
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-6) and (np.array_equal(got, want) or "add" in call)
+
+
+def test_a_reduction_over_contiguous_trailing_axes_is_one_instruction(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def last2(x):
+            out = nl.ndarray((128, 2, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            nl.store(out, value=nisa.tensor_reduce(nl.max, t, axis=[3, 4]))
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 2, 2, 4, 2)).astype(np.float32)
+    data = trace_file(path, "last2", ["f32[128,2,2,4,2]"])
+    assert np.array_equal(run_klr(data, {"x": x})["out"], x.max(axis=(3, 4)))
+    from tusk.ir import klr
+    from tusk.ir.klr.listing import listing
+    assert listing(klr.read_klr(data).contents.kernel).count(" tensorReduce ") == 1
