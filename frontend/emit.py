@@ -34,6 +34,10 @@ class Emitter:
         self.tr = tr
         self.k = KernelWriter(tr.name, filename=filename)
         self.forms: dict[Form, str] = {}
+        # per form, the lowest constant an access adds to it, when negative (``dst[:, y - 1]`` in a loop from
+        # 1): the form's register starts that much lower and each access adds its constant less that, because
+        # an access pattern's offset is a natural number
+        self.form_base: dict[Form, int] = {}
         self.open_loops: dict[LoopVar, Any] = {}  # the KernelWriter loop each open dynamic loop is writing
         self._labels = 0
         self._regs = 0
@@ -53,6 +57,8 @@ class Emitter:
                 for v in self._views(entry):
                     if not v.offset.is_static:
                         form = v.offset.terms
+                        if v.offset.const < self.form_base.get(form, 0):
+                            self.form_base[form] = v.offset.const
                         if form not in self.forms:
                             self.forms[form] = self._reg()
                             outer = min((var for var, _ in form), key=lambda x: x.depth)
@@ -94,13 +100,18 @@ class Emitter:
             dims = dims + ((1, 1),)  # a column: partitions, one element each
         scalar: Any = None
         indirect = 0
+        offset = v.offset.const
         if not v.offset.is_static:
             scalar = self.forms[v.offset.terms]
             indirect = len(v.tensor.shape) - 1  # element units: the accumulated shape past the last axis
+            offset -= self.form_base.get(v.offset.terms, 0)
+            if offset < 0:
+                raise TraceError(f"{self.k.filename}: not supported: an access of {v.tensor.name} at {v.offset} "
+                                 f"below its loop's first address (a negative access-pattern offset)")
         elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile>): a memory scalar offset
             scalar, indirect = self.ap(v.scalar), v.indirect_dim
         vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
-        return t.ap([list(d) for d in dims], v.offset.const, scalar=scalar, vector=vector, indirect_dim=indirect)
+        return t.ap([list(d) for d in dims], offset, scalar=scalar, vector=vector, indirect_dim=indirect)
 
     # ------------------------------------------------------------------ program
     def run(self) -> KernelWriter:
@@ -138,7 +149,7 @@ class Emitter:
         self._labels += 1
         label = f"loop.{self._labels}"
         for form in self.init_at.get(var, ()):
-            k.reg_move(self.forms[form], sum(c * v.start for v, c in form))
+            k.reg_move(self.forms[form], sum(c * v.start for v, c in form) + self.form_base.get(form, 0))
         if getattr(var, "bound_reg", None) is not None:  # nl.dynamic_range(reg): the bound is the kernel's register
             self._klr_operator("registerAluOp", dst=bound, src=var.bound_reg, imm=0, op="add")
         else:

@@ -157,3 +157,20 @@ def test_a_reduction_over_contiguous_trailing_axes_is_one_instruction(tmp_path):
     from tusk.ir import klr
     from tusk.ir.klr.listing import listing
     assert listing(klr.read_klr(data).contents.kernel).count(" tensorReduce ") == 1
+
+
+def test_a_loop_from_one_may_address_its_index_minus_one(tmp_path):
+    # the loop's register starts at 1, the access adds -1: folded into the register, as an offset is a Nat
+    path = write(tmp_path, """
+        @nki.jit
+        def shift(x):
+            out = nl.ndarray((128, 6), dtype=x.dtype, buffer=nl.shared_hbm)
+            src = nl.load(x)
+            dst = nl.ndarray((128, 6), dtype=x.dtype, buffer=nl.sbuf)
+            for y in nl.affine_range(1, 7):
+                dst[:, y - 1] = nl.multiply(src[:, y], 2.0)
+            nl.store(out, value=dst)
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    assert np.array_equal(run_klr(trace_file(path, "shift", ["f32[128,8]"]), {"x": x})["out"], x[:, 1:7] * 2)
