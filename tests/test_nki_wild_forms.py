@@ -174,3 +174,34 @@ def test_a_loop_from_one_may_address_its_index_minus_one(tmp_path):
     """, header=HEADER)
     x = RNG.standard_normal((128, 8)).astype(np.float32)
     assert np.array_equal(run_klr(trace_file(path, "shift", ["f32[128,8]"]), {"x": x})["out"], x[:, 1:7] * 2)
+
+
+def test_a_tile_assigns_to_a_view_that_differs_only_by_unit_free_axes(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def cached(bias):
+            out = nl.ndarray((2, 128, 1), dtype=bias.dtype, buffer=nl.shared_hbm)
+            cache = nl.ndarray((2, nl.par_dim(128), 1, 1), dtype=bias.dtype, buffer=nl.sbuf)
+            for t in nl.affine_range(2):
+                cache[t, :, :, :] = nl.load(bias[t * 128:(t + 1) * 128])
+            for t in nl.affine_range(2):
+                nl.store(out[t], value=nl.add(cache[t, :, :, 0], 1.0))
+            return out
+    """, header=HEADER)
+    bias = RNG.standard_normal(256).astype(np.float32)
+    got = run_klr(trace_file(path, "cached", ["f32[256]"]), {"bias": bias})["out"]
+    assert np.array_equal(got, (bias + np.float32(1.0)).reshape(2, 128, 1))
+
+
+def test_a_tile_of_another_shape_is_still_refused(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def wrong(x):
+            out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+            c = nl.ndarray((nl.par_dim(128), 2, 2), dtype=x.dtype, buffer=nl.sbuf)
+            c[...] = nl.load(x)
+            nl.store(out, value=c)
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"assigning a \[128, 4\] tile to a \[128, 2, 2\] view"):
+        trace_file(path, "wrong", ["f32[128,4]"])

@@ -446,9 +446,17 @@ def _assign(dst: View, value: Any) -> None:
     # a column may land in a 1-axis view and back ((P, 1) <-> (P,)); nothing else changes shape
     same_column = src.elements == dst.elements and (src.ndim == 1 or dst.ndim == 1)
     if src.shape != dst.shape and not same_column:
-        raise unsupported(f"assigning a {list(src.shape)} tile to a {list(dst.shape)} view")
+        # shapes that differ only by size-1 free axes hold the same elements in the same order
+        # (``cache[t, :, :, :] = nl.load(bias[...])``: a [P, 1] tile into a [P, 1, 1] view)
+        if _without_unit_free_axes(src.shape) != _without_unit_free_axes(dst.shape):
+            raise unsupported(f"assigning a {list(src.shape)} tile to a {list(dst.shape)} view")
+        src = src.reshape(dst.shape)
     src, dst = _masked_part(tr, src, dst)
     tr.op("copy", (src,), (dst,), dst=dst, src=src)
+
+
+def _without_unit_free_axes(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[:1] + tuple(n for n in shape[1:] if n != 1)
 
 
 def _masked_part(tr: Any, src: View, dst: View) -> tuple[View, View]:
