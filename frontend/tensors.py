@@ -22,6 +22,15 @@ from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype na
 PARTITIONS = 128
 
 
+def _subscript_kind(k: Any) -> str:
+    """What a subscript that is no index is, for the refusal."""
+    kind = getattr(k, "kind", None)
+    if type(k).__name__ == "_Range" and isinstance(kind, str):
+        return (f"an nl.{kind}(...) object as a subscript (it is a loop's range: iterate over it, or index with "
+                f"nl.arange)")
+    return f"a subscript of type {type(k).__name__}"
+
+
 def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, indirect_dim: Any) -> View:
     """``t.ap(pattern, vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access starts at row
     ``idx[p]`` of ``t`` (a gather or scatter by a DMA; KLR's vector offset, as ``t[idx, ...]`` in 1.x).  The
@@ -331,7 +340,7 @@ class View:
                 try:
                     a = Affine.of(k)
                 except TraceError:
-                    raise unsupported(f"a subscript of type {type(k).__name__}") from None
+                    raise unsupported(_subscript_kind(k)) from None
                 if a.is_static and not 0 <= a.const < n:
                     raise unsupported(f"index {a.const} is outside axis {pos} of size {n}")
                 offset = offset + a * stride

@@ -194,11 +194,22 @@ def tensor_tensor(call: str, dst: View, a: View, b: View, op: Any) -> None:
 def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reverse0: bool, op1: Any,
                   operand1: Any, reverse1: bool) -> None:
     same_size(call, dst, src)
+    operand0 = _unary_dummy(op0, operand0, call)
+    operand1 = operand1 if op1 is None else _unary_dummy(op1, operand1, call)
     o0 = operand(operand0, src.shape[0], f"{call} operand0")
     o1 = None if op1 is None else operand(operand1, src.shape[0], f"{call} operand1")
     current().op("tensor_scalar", reads(src, o0, o1), (dst,), dst=dst, src=src, op0=alu(op0, call), imm0=o0,
                  reverse0=bool(reverse0), op1=None if op1 is None else alu(op1, call), imm1=o1,
                  reverse1=bool(reverse1))
+
+
+UNARY_ALU = frozenset({"abs", "rsqrt", "bypass", "bitwise_not"})  # ALU operators that ignore their operand
+
+
+def _unary_dummy(op: Any, operand_: Any, call: str) -> Any:
+    """The operand of a unary ALU operator, which it ignores: ``None`` stands for the dummy 0.0 NKI's examples
+    write (``tensor_scalar(op0=nl.rsqrt, operand0=None)``)."""
+    return 0.0 if operand_ is None and alu(op, call) in UNARY_ALU else operand_
 
 
 REVERSE = {(False, False): "none", (True, False): "first", (False, True): "second", (True, True): "both"}

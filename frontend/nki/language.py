@@ -58,7 +58,19 @@ class NKIObject(metaclass=_NKIObjectType):
         for k, v in kwargs.items():
             setattr(self, k, v)
 
-sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", "hbm"
+class _Buffer(str):
+    """A memory's name (``buffer=nl.sbuf``): a string, as the tracer compares them, that says what it is when a
+    kernel asks it for more (``nl.sbuf.view(...)`` is not an NKI call)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise unsupported(f"nl.{self}.{name} (nl.{self} names a memory: nl.ndarray(shape, dtype, buffer=nl.{self}) "
+                          f"makes a tensor in it)")
+
+
+sbuf, psum, hbm, shared_hbm = _Buffer("sbuf"), _Buffer("psum"), _Buffer("hbm"), _Buffer("shared_hbm")
+private_hbm = hbm
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
 
 
