@@ -205,3 +205,24 @@ def test_a_tile_of_another_shape_is_still_refused(tmp_path):
     """, header=HEADER)
     with pytest.raises(TraceError, match=r"assigning a \[128, 4\] tile to a \[128, 2, 2\] view"):
         trace_file(path, "wrong", ["f32[128,4]"])
+
+
+def test_an_affine_select_predicate_may_add_loop_indices(tmp_path):
+    # a causal mask per tile: q_base + i_p >= k_base + i_f, the bases from the loop indices (the loops unroll)
+    path = write(tmp_path, """
+        @nki.jit
+        def causal(x):
+            out = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            for q in nl.affine_range(2):
+                for kt in nl.sequential_range(2):
+                    t = nl.load(x[nl.ds(q * 128, 128), nl.ds(kt * 256, 256)])
+                    ip, jf = nl.mgrid[0:128, 0:256]
+                    r = nisa.affine_select(pred=(q * 128 + ip >= kt * 256 + jf), on_true_tile=t,
+                                           on_false_value=-1e4, dtype=np.float32)
+                    nl.store(out[nl.ds(q * 128, 128), nl.ds(kt * 256, 256)], value=r)
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((256, 512)).astype(np.float32)
+    got = run_klr(trace_file(path, "causal", ["f32[256,512]"]), {"x": x})["out"]
+    rows, cols = np.indices((256, 512))
+    assert np.array_equal(got, np.where(rows >= cols, x, np.float32(-1e4)))

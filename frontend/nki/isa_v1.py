@@ -305,6 +305,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
     src = tile(on_true_tile, call)
     keep = _unmasked(call, mask, src)
     e = pred.expr
+    if not e.const.is_static:  # a loop index in the predicate (a causal mask's q_base + i_p >= k_base + i_f):
+        e.const._unrolled()    # KLR's predicate pattern is static, so that loop unrolls (a re-trace, as a peel)
     if not e.const.is_static or any(d >= src.ndim or n != src.shape[d] for d, (n, _) in e.axes.items()):
         raise ops.unsupported(f"{call}: pred's index expression does not run over on_true_tile "
                               f"{list(src.shape)}")
