@@ -128,3 +128,30 @@ def test_adding_a_masked_result_adds_only_what_the_mask_kept(tmp_path):
     want = np.ones((128, 64), np.float32)
     want[:64] += np.exp(x[:64])
     assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("transpose_x", [True, False])
+def test_a_matmul_mask_on_its_result_axes_narrows_the_pe_operands(tmp_path, transpose_x):
+    # acc[:m, :n] += x[:, :m].T @ y[:, :n]: the rest of the accumulator keeps what it held
+    lhs = "at" if transpose_x else "nl.transpose(at)"
+    path = write(tmp_path, f"""
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((96, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            ip = nl.arange(96)[:, None]
+            jf = nl.arange(512)[None, :]
+            acc = nl.zeros((96, 512), nl.float32, buffer=nl.psum)
+            at = nl.load(a)
+            bt = nl.load(b)
+            acc += nl.matmul(at, bt[ip, jf], transpose_x=True, mask=(jf < 420))
+            acc += nl.matmul({lhs}, bt[ip, jf], transpose_x={transpose_x}, mask=(ip < 64) & (jf < 300))
+            nl.store(out, value=nl.copy(acc))
+            return out
+    """, header=HEADER)
+    a = RNG.standard_normal((96, 96)).astype(np.float32)
+    b = RNG.standard_normal((96, 512)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[96,96]", "f32[96,512]"]), {"a": a, "b": b})["out"]
+    want = np.zeros((96, 512), np.float32)
+    want[:, :420] += a.T @ b[:, :420]
+    want[:64, :300] += a.T[:64] @ b[:, :300]
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4)

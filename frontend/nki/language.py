@@ -864,13 +864,34 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: An
     """``x @ y`` into PSUM; ``transpose_x``: x is given as [K, M]."""
     _no_keywords("nl.matmul", kw)
     a, b = _tile(x, "nl.matmul"), _tile(y, "nl.matmul")
-    if not _whole_tiles("nl.matmul", mask, [a, b], "the PE array takes whole tiles"):
+    cut = _matmul_cut(mask, a, b, transpose_x)
+    if cut is None and not _whole_tiles("nl.matmul", mask, [a, b], "the PE array takes whole tiles"):
         rows = math.prod(a.shape[1:]) if transpose_x else a.shape[0]
         return current().unwritten(current().tile((rows, math.prod(b.shape[1:])), float32, "psum"))
     if not transpose_x:
         at = _transpose(a, "nl.matmul (transposing x)")
         a = copy(at, dtype=a.dtype)
-    return _matmul(a, b, "nl.matmul")
+    if cut is None:
+        return _matmul(a, b, "nl.matmul")
+    m, n = cut  # the first m rows and n columns of the result: a narrower stationary and moving tile
+    out = current().tile((a.shape[1], b.shape[1]), float32, "psum")
+    part = _matmul(a.narrowed({1: m}), b.narrowed({1: n}), "nl.matmul")
+    current().retarget(part, out.narrowed({0: m, 1: n}))
+    return out
+
+
+def _matmul_cut(mask: Any, a: View, b: View, transpose_x: Any) -> tuple[int, int] | None:
+    """(rows, columns) of the [M, N] result a mask= on its axes keeps, when it keeps some of them but not all
+    (NKI narrows the PE's operands: fewer stationary columns, a narrower moving tile); else None."""
+    if not isinstance(mask, Mask) or mask.row is not None or not mask.keep or a.ndim != 2 or b.ndim != 2:
+        return None
+    rows, cols = (a.shape[1] if transpose_x else a.shape[0]), b.shape[1]
+    try:
+        counts = mask.counts(2)
+    except TraceError:
+        return None
+    m, n = builtins.min(rows, counts.get(0, rows)), builtins.min(cols, counts.get(1, cols))
+    return None if (m, n) == (rows, cols) or 0 in (m, n) else (m, n)
 
 
 def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
