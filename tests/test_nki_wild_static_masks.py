@@ -155,3 +155,26 @@ def test_a_matmul_mask_on_its_result_axes_narrows_the_pe_operands(tmp_path, tran
     want[:, :420] += a.T @ b[:, :420]
     want[:64, :300] += a.T[:64] @ b[:, :300]
     assert np.allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_nc_matmul_mask_on_its_result_axes_narrows_the_pe_operands(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((96, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            i_m = nl.arange(96)[:, None]
+            i_n = nl.arange(512)[None, :]
+            acc = nl.zeros((96, 512), nl.float32, buffer=nl.psum)
+            at = nl.load(a)
+            bt = nl.load(b)
+            acc += nisa.nc_matmul(at, bt, mask=(i_m < 80) & (i_n < 200))
+            acc += nisa.nc_matmul(at, bt)
+            nl.store(out, value=nl.copy(acc))
+            return out
+    """, header=HEADER)
+    a = RNG.standard_normal((96, 96)).astype(np.float32)
+    b = RNG.standard_normal((96, 512)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[96,96]", "f32[96,512]"]), {"a": a, "b": b})["out"]
+    want = a.T @ b
+    want[:80, :200] += a.T[:80] @ b[:, :200]
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4)

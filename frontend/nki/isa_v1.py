@@ -121,8 +121,14 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     double = ops.double_row(call, perf_mode, st, mv)
     out = current().tile((st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv)),
                          as_dtype("float32"), "psum")
-    if not nl._whole_tiles(call, mask, [st, mv], "the PE array takes whole tiles"):
+    cut = None if double or is_transpose else nl._matmul_cut(mask, st, mv, True)
+    if cut is None and not nl._whole_tiles(call, mask, [st, mv], "the PE array takes whole tiles"):
         return current().unwritten(out)
+    if cut is not None:  # a mask= on the result's axes: the first m stationary and n moving columns
+        m, n = cut
+        ops.perf_matmul(call, out.narrowed({0: m, 1: n}), st.narrowed({1: m}), mv.narrowed({1: n}), False, False,
+                        False)
+        return out
     ops.perf_matmul(call, out, st, mv, False, bool(is_transpose), double)
     return out
 
