@@ -337,7 +337,7 @@ def _elements(fn: Function, op: int) -> np.ndarray:
 
 
 ATOM_WORK = 1 << 31   # cells x slices above which each cell stays its own atom (atoms would cost more to find)
-ATOM_CELLS = 1 << 25  # ... or cells (the atom ids take 8 bytes a cell)
+ATOM_CELLS = 1 << 23  # ... or cells (8 bytes a cell, four times that while np.unique renumbers them)
 
 
 def atoms(slices: list[np.ndarray], n_cells: int) -> tuple[list[np.ndarray], int]:
