@@ -731,6 +731,20 @@ class View:
         from tusk.frontend.nki import language as nl
         return nl.negative(self)
 
+    # ``mask_tile > 0``: a tile of 1.0 and 0.0, as nl.greater (== and != stay Python's: views are compared
+    # by identity inside the front end)
+    def __gt__(self, o):
+        return self._bin("greater", o)
+
+    def __ge__(self, o):
+        return self._bin("greater_equal", o)
+
+    def __lt__(self, o):
+        return self._bin("less", o)
+
+    def __le__(self, o):
+        return self._bin("less_equal", o)
+
     def __iadd__(self, o):
         from tusk.frontend.nki import language as nl
         nl._accumulate(self, o)
@@ -847,7 +861,7 @@ _VIEW_METHODS = frozenset({"ap", "permute", "broadcast", "expand_dim", "squeeze_
 
 # the operators make Tensor behave as its whole view
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-              "__rtruediv__", "__neg__", "__iadd__", "__isub__", "__imul__"):
+              "__rtruediv__", "__neg__", "__iadd__", "__isub__", "__imul__", "__gt__", "__ge__", "__lt__", "__le__"):
     def _fwd(self, *a, _n=_name):
         v = self.view()
         r = getattr(v, _n)(*a)

@@ -226,3 +226,18 @@ def test_an_affine_select_predicate_may_add_loop_indices(tmp_path):
     got = run_klr(trace_file(path, "causal", ["f32[256,512]"]), {"x": x})["out"]
     rows, cols = np.indices((256, 512))
     assert np.array_equal(got, np.where(rows >= cols, x, np.float32(-1e4)))
+
+
+def test_comparison_operators_on_a_tile_make_a_mask_tile(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def relu_ish(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            keep = nl.multiply(t > 0.25, t <= 1.0)
+            nl.store(out, value=nl.where(keep, t, nl.zeros(x.shape, dtype=x.dtype)))
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    got = run_klr(trace_file(path, "relu_ish", ["f32[128,32]"]), {"x": x})["out"]
+    assert np.array_equal(got, np.where((x > 0.25) & (x <= 1.0), x, np.float32(0)))

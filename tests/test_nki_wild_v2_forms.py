@@ -72,3 +72,32 @@ def test_what_is_not_nki_is_named_in_its_refusal(tmp_path, line, message):
     """)
     with pytest.raises(TraceError, match=message):
         trace_file(path, "k", ["f32[128,16]"])
+
+
+def test_a_dma_moves_row_k_element_by_element_between_free_shapes_that_differ(tmp_path):
+    # a [K, H, V] access pattern over an HBM [H, K, V] tensor into a [K, H * V] tile: element k to element k
+    path = _file(tmp_path, """
+        @nki.jit
+        def k(state):
+            h, kk, v = state.shape
+            out = nl.ndarray((kk, h * v), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.ndarray((kk, h * v), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=state.ap(pattern=[[v, kk], [kk * v, h], [1, v]], offset=0))
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """)
+    state = RNG.standard_normal((3, 128, 16)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[3,128,16]"]), {"state": state})["out"]
+    assert np.array_equal(got, state.transpose(1, 0, 2).reshape(128, 48))
+
+
+def test_a_dma_between_different_partition_counts_is_still_refused(tmp_path):
+    path = _file(tmp_path, """
+        @nki.jit
+        def k(x):
+            s = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=x)
+            return x
+    """)
+    with pytest.raises(TraceError, match=r"nisa.dma_copy of a \[128, 16\] source into a \[64, 32\] destination"):
+        trace_file(path, "k", ["f32[128,16]"])

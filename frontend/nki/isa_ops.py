@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tusk.frontend import scalar_offset
-from tusk.frontend.errors import Unsupported, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, unsupported
 from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_signature import engine, oob_mode, reduce_cmd
@@ -108,7 +108,7 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
                      accumulate=True)
         return
     if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
-        raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
+        dst, src = _one_shape(call, dst, src)
     if src.ndim != dst.ndim:  # a (P,) column and its (P, 1) tile: one shape for both accesses
         src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
             (src, dst.with_dims(dst.dims + ((1, 1),)))
@@ -126,6 +126,20 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
         else:
             raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
     tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src)
+
+
+def _one_shape(call: str, dst: View, src: View) -> tuple[View, View]:
+    """A DMA between accesses of the same first dim and size but other free shapes ([K, BH, V] of an
+    ``ap`` into a [K, BH * V] tile): element k of one row to element k of the other, by one of the two views
+    reshaped to the other's shape (row-major; refused when neither can be)."""
+    if dst.elements == src.elements and dst.shape[:1] == src.shape[:1]:
+        for a, b in ((dst, src), (src, dst)):
+            try:
+                shaped = a.reshape(b.shape)
+            except TraceError:
+                continue
+            return (shaped, src) if a is dst else (dst, shaped)
+    raise unsupported(f"{call} of a {list(src.shape)} source into a {list(dst.shape)} destination")
 
 
 def _squeezed(v: View) -> tuple[int, ...]:
