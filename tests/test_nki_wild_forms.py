@@ -241,3 +241,18 @@ def test_comparison_operators_on_a_tile_make_a_mask_tile(tmp_path):
     x = RNG.standard_normal((128, 32)).astype(np.float32)
     got = run_klr(trace_file(path, "relu_ish", ["f32[128,32]"]), {"x": x})["out"]
     assert np.array_equal(got, np.where((x > 0.25) & (x <= 1.0), x, np.float32(0)))
+
+
+def test_a_loop_index_as_an_elementwise_operand_unrolls_its_loop(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def shifted(x):
+            out = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            for i in nl.affine_range(4):
+                nl.store(out[:, i, :], value=nl.multiply(t + i * 8, 2.0))
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    got = run_klr(trace_file(path, "shifted", ["f32[128,8]"]), {"x": x})["out"]
+    assert np.array_equal(got, np.stack([(x + np.float32(8 * i)) * 2 for i in range(4)], axis=1))

@@ -239,6 +239,12 @@ def _hbm(x: Any, what: str) -> View:
     return x
 
 
+def _as_number(x: Any) -> Any:
+    """A loop index (or an expression of loop indices) as an operand is a number: an immediate is static, so
+    its loops unroll (``vals + i * 8`` in an nl.affine_range: a re-trace, as a peel); anything else as it is."""
+    return x._unrolled() if isinstance(x, Affine) else x
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, builtins.bool)
 
@@ -565,6 +571,7 @@ _ALU = {"mod": "mod", "add": "add", "subtract": "subtract", "multiply": "mult", 
 
 def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Any:
     alu = _ALU[name]
+    x, y = _as_number(x), _as_number(y)
     if _is_number(x) and _is_number(y):
         return _numbers(name, x, y)
     tr = current()
