@@ -563,6 +563,7 @@ def _check_live_overlap(fn: Function) -> list[str]:
     by_memloc = {m: (starts[a:b], ends[a:b]) for m, (a, b) in bounds.items()}
     out = []
     name = lambda m: fn.strings[fn.memlocs.get("name", m)]  # noqa: E731
+    elements: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, int]] = {}  # _slice_elements, for every pair
     for a, b in overlapping_pairs(fn, used.astype(np.int64)):
         sa, ea = by_memloc[a]
         sb, eb = by_memloc[b]
@@ -570,7 +571,7 @@ def _check_live_overlap(fn: Function) -> list[str]:
         sb, eb = sb[order], np.maximum.accumulate(eb[order])
         k = np.searchsorted(sb, ea, side="left") - 1   # instances of b that start before a's instance ends
         hit = (k >= 0) & (eb[np.maximum(k, 0)] > sa)
-        if hit.any() and _clobber(fn, inst, a, b):
+        if hit.any() and _clobber(fn, inst, a, b, elements):
             x = int(np.flatnonzero(hit)[0])
             out.append(f"memory locations {name(a)} and {name(b)} overlap while both are live "
                        f"({name(a)} from {fn.inst_name(int(sa[x]))} to {fn.inst_name(int(ea[x]))})")
@@ -592,7 +593,10 @@ def _may_overlap(fn: Function) -> bool:
     return bool(overlapping_pairs(fn, candidates))
 
 
-def _clobber(fn: Function, inst, a: int, b: int) -> bool:
+ATOMS_WHEN = 4  # bytes replayed per (cell x slice) of finding atoms above which the replay runs on atoms
+
+
+def _clobber(fn: Function, inst, a: int, b: int, elements: dict | None = None) -> bool:
     """Does ``a`` or ``b`` read a byte of their overlap that it wrote, after the other one wrote it?
 
     Replayed only where that can happen (:func:`_touching_windows`): each window starts from a clean slate,
@@ -600,7 +604,9 @@ def _clobber(fn: Function, inst, a: int, b: int) -> bool:
     is in it).  And replayed on atoms, not bytes (:func:`~tusk.ir.liveness.atoms`): bytes that the same accesses touch have
     the same history.  The whole function, replayed byte by byte for each pair found live together, was 70
     of the 118 s a 123k-instruction attention kernel took to build (two pairs, 25k accesses; 74 distinct
-    slices)."""
+    slices).  On atoms only where replaying bytes would cost more than finding them: a GQA flash attention of
+    7k instructions had 12.7k pairs to replay, each over a few small slices.  ``elements`` keeps each slice's
+    elements between the calls of one check (a location is in many pairs)."""
     from tusk.ir.liveness import _rmw, atoms, boxes
 
     p0, p1, b0, b1 = boxes(fn, np.array([a, b], dtype=np.int64))
@@ -621,12 +627,16 @@ def _clobber(fn: Function, inst, a: int, b: int) -> bool:
     j = inst.a_op[sel]
     key = np.stack([inst.a_memloc[sel], ops["dtype"][j], ops["pattern"][j], ops["offset"][j]], axis=1).astype(np.int64)
     slices, of_access = np.unique(key, axis=0, return_inverse=True)
-    units, n_units = atoms([_overlap_cells(fn, *map(int, k), box) for k in slices],
-                            (box[1] - box[0]) * (box[3] - box[2]))
+    of_access = of_access.reshape(-1)
+    elements = {} if elements is None else elements
+    cells = [_overlap_cells(fn, tuple(map(int, k)), box, elements) for k in slices]
+    n_cells = (box[1] - box[0]) * (box[3] - box[2])
+    replayed = int(np.bincount(of_access, minlength=len(cells)) @ np.array([len(c) for c in cells], dtype=np.int64))
+    units, n_units = atoms(cells, n_cells) if replayed > ATOMS_WHEN * (len(cells) + 8) * n_cells else (cells, n_cells)
     last = np.full(n_units, -1, dtype=np.int8)        # 0: a wrote it last, 1: b did
     wrote = np.zeros((2, n_units), dtype=bool)        # ever written by a / by b (in this window)
     window = -1
-    for k, w, s in zip(sel.tolist(), span.tolist(), of_access.reshape(-1).tolist()):
+    for k, w, s in zip(sel.tolist(), span.tolist(), of_access.tolist()):
         if w != window:
             window = w
             last.fill(-1)
@@ -645,21 +655,30 @@ def _clobber(fn: Function, inst, a: int, b: int) -> bool:
     return False
 
 
-def _overlap_cells(fn: Function, m: int, dtype: int, pattern: int, offset: int, box: tuple) -> np.ndarray:
+def _overlap_cells(fn: Function, key: tuple[int, ...], box: tuple, elements: dict) -> np.ndarray:
     """The bytes of ``box`` (partitions ``[p0, p1)`` x bytes ``[b0, b1)``, numbered row by row) an access of
-    memory location ``m`` with this data type, pattern and offset touches."""
+    ``key`` = (memory location, data type, pattern, offset) touches."""
     lo_p, hi_p, lo_b, hi_b = box
+    if key not in elements:
+        elements[key] = _slice_elements(fn, *key)
+    part, start, size = elements[key]
+    keep = (part >= lo_p) & (part < hi_p) & (start < hi_b) & (start + size > lo_b)
+    part, start = part[keep], start[keep]
+    byte = start[:, None] + np.arange(size, dtype=np.int64)
+    inside = (byte >= lo_b) & (byte < hi_b)
+    return ((part[:, None] - lo_p) * (hi_b - lo_b) + (byte - lo_b))[inside]  # a byte may repeat: harmless
+
+
+def _slice_elements(fn: Function, m: int, dtype: int, pattern: int, offset: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(partition, first byte) of each element an access of memory location ``m`` with this data type, pattern
+    and offset addresses, and the element's size."""
     ml = fn.memlocs
     size = int(DTYPE_SIZE_ARRAY[dtype])
     pitch = max(1, int(ml.get("pbytes", m)) // size)
     e = np.array([offset], dtype=np.int64)
     for step, num in fn.patterns[pattern] if pattern >= 0 else ():
         e = (e[:, None] + np.arange(max(int(num), 0), dtype=np.int64) * int(step)).reshape(-1)
-    part = int(ml.get("base", m)) + e // pitch
-    byte = (int(ml.get("addr", m)) + (e % pitch) * size)[:, None] + np.arange(size, dtype=np.int64)
-    part = np.broadcast_to(part[:, None], byte.shape)
-    inside = (part >= lo_p) & (part < hi_p) & (byte >= lo_b) & (byte < hi_b)
-    return ((part - lo_p) * (hi_b - lo_b) + (byte - lo_b))[inside]  # a byte may repeat: harmless
+    return int(ml.get("base", m)) + e // pitch, int(ml.get("addr", m)) + (e % pitch) * size, size
 
 
 def _kills_leave_bytes(fn: Function, ops: np.ndarray, m: int) -> bool:

@@ -332,14 +332,15 @@ def _random_pair(rng):
     return b.module()
 
 
-@pytest.mark.parametrize("atom_work", [None, 0], ids=["atoms", "bytes"])
-def test_clobbers_found_in_windows_are_those_of_the_whole_replay(atom_work, monkeypatch):
+@pytest.mark.parametrize("atoms", [True, False], ids=["atoms", "bytes"])
+def test_clobbers_found_in_windows_are_those_of_the_whole_replay(atoms, monkeypatch):
     from tusk.ir import liveness
+    from tusk.ir import verify as verify_module
     from tusk.ir.liveness import instances
     from tusk.ir.verify import _clobber
 
-    if atom_work is not None:
-        monkeypatch.setattr(liveness, "ATOM_WORK", atom_work)
+    monkeypatch.setattr(verify_module, "ATOMS_WHEN", -1 if atoms else 1 << 40)
+    monkeypatch.setattr(liveness, "ATOM_WORK", 1 << 40 if atoms else 0)
     rng = np.random.default_rng(7)
     found = 0
     for _ in range(600):
