@@ -308,6 +308,14 @@ class IndexVector:
     def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return _index_equality(self, other, "is_equal")
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        return _index_equality(self, other, "not_equal")
+
+    __hash__ = object.__hash__
+
     # `c - nl.arange(n) >= 0` (the NKIBench baselines' row-bound masks): the negated index kept below the
     # negated bound
     def __ge__(self, other: Any) -> Any:
@@ -406,6 +414,14 @@ class IndexGrid:
     def __le__(self, other: Any) -> Mask:
         return self._mask(other, False)
 
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return _index_equality(self, other, "is_equal")
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        return _index_equality(self, other, "not_equal")
+
+    __hash__ = object.__hash__
+
     def __add__(self, other: Any) -> IndexGrid:
         if isinstance(other, IndexVector):
             other = IndexGrid.of(other)
@@ -433,17 +449,29 @@ class IndexGrid:
 
 
 class AffinePredicate:
-    """``lhs < rhs`` of two index expressions (1.x ``nisa.affine_select(pred=(iy < ix), ...)``): the
-    predicate ``expr cmp 0`` with ``expr = lhs - rhs``, evaluated per element; not a mask= prefix."""
+    """``lhs < rhs`` (``<=``, ``==``, ``!=``) of two index expressions (1.x ``nisa.affine_select(pred=(iy < ix),
+    ...)``, ``i_p == i_f`` for a diagonal): the predicate ``expr cmp 0`` with ``expr = lhs - rhs``, evaluated
+    per element; not a mask= prefix."""
 
     def __init__(self, expr: IndexGrid, cmp: str):
         self.expr, self.cmp = expr, cmp
 
     @staticmethod
-    def of(lhs: Any, rhs: Any, strict: bool) -> AffinePredicate:
+    def of(lhs: Any, rhs: Any, strict: bool, cmp: str | None = None) -> AffinePredicate:
         def grid(v: Any) -> IndexGrid:
             return IndexGrid.of(v) if isinstance(v, IndexVector) else v
-        return AffinePredicate(grid(lhs) - grid(rhs), "is_lt" if strict else "is_le")
+        return AffinePredicate(grid(lhs) - grid(rhs), cmp or ("is_lt" if strict else "is_le"))
+
+    def __bool__(self) -> bool:
+        raise unsupported("a comparison of nl.arange indices as a Python truth value (it holds per element: "
+                          "a pred= of nisa.affine_select)")
+
+
+def _index_equality(lhs: Any, rhs: Any, cmp: str) -> Any:
+    """``i_p == i_f`` of two index expressions: a predicate; with anything else, Python's (identity)."""
+    if isinstance(rhs, (IndexVector, IndexGrid)):
+        return AffinePredicate.of(lhs, rhs, False, cmp)
+    return NotImplemented
 
 
 class Mask:

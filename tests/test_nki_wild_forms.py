@@ -256,3 +256,35 @@ def test_a_loop_index_as_an_elementwise_operand_unrolls_its_loop(tmp_path):
     x = RNG.standard_normal((128, 8)).astype(np.float32)
     got = run_klr(trace_file(path, "shifted", ["f32[128,8]"]), {"x": x})["out"]
     assert np.array_equal(got, np.stack([(x + np.float32(8 * i)) * 2 for i in range(4)], axis=1))
+
+
+@pytest.mark.parametrize("pred, keep", [("i_p == i_f", np.equal), ("i_p != i_f", np.not_equal)])
+def test_an_affine_select_predicate_may_compare_indices_for_equality(tmp_path, pred, keep):
+    path = write(tmp_path, f"""
+        @nki.jit
+        def diag(w):
+            out = nl.ndarray((128, 128), dtype=w.dtype, buffer=nl.shared_hbm)
+            t = nl.load(w)
+            i_p = nl.arange(128)[:, None]
+            i_f = nl.arange(128)[None, :]
+            nl.store(out, nisa.affine_select({pred}, t.broadcast_to((128, 128)), 0))
+            return out
+    """, header=HEADER)
+    w = RNG.standard_normal((128, 1)).astype(np.float32)
+    got = run_klr(trace_file(path, "diag", ["f32[128,1]"]), {"w": w})["out"]
+    rows, cols = np.indices((128, 128))
+    assert np.array_equal(got, np.where(keep(rows, cols), np.broadcast_to(w, (128, 128)), np.float32(0)))
+
+
+def test_an_index_comparison_as_a_python_truth_value_is_refused(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def k(x):
+            i_p = nl.arange(128)[:, None]
+            i_f = nl.arange(128)[None, :]
+            if i_p == i_f:
+                return x
+            return x
+    """, header=HEADER)
+    with pytest.raises(TraceError, match="a comparison of nl.arange indices as a Python truth value"):
+        trace_file(path, "k", ["f32[128,128]"])

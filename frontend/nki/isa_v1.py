@@ -321,7 +321,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
         return current().unwritten(out)
     pattern = [(e.axes.get(d, (1, 0))[1], n) for d, n in enumerate(src.shape) if d > 0]
     ops.affine_select(call, out, pattern, e.axes.get(0, (1, 0))[1], src, on_false_value,
-                      nl.less if pred.cmp == "is_lt" else nl.less_equal, e.const.const)
+                      {"is_lt": nl.less, "is_le": nl.less_equal, "is_equal": nl.equal,
+                       "not_equal": nl.not_equal}[pred.cmp], e.const.const)
     return out
 
 
