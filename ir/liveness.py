@@ -329,10 +329,14 @@ def _clean_writes(fn: Function, a_memloc, a_row, a_write) -> np.ndarray:
 
 def _elements(fn: Function, op: int) -> np.ndarray:
     """Element indices an access pattern operand addresses (offset + sum(i_k * step_k))."""
-    pid = int(fn.operands.get("pattern", op))
-    idx = np.array([int(fn.operands.get("offset", op))], dtype=np.int64)
-    for step, num in (fn.patterns[pid] if pid >= 0 else ()):
-        idx = (idx[:, None] + int(step) * np.arange(int(num), dtype=np.int64)[None, :]).ravel()
+    return pattern_elements(fn, int(fn.operands.get("pattern", op)), int(fn.operands.get("offset", op)))
+
+
+def pattern_elements(fn: Function, pattern: int, offset: int) -> np.ndarray:
+    """Element indices ``offset + sum(i_k * step_k)`` of pattern ``pattern`` of ``fn`` (-1: the one element)."""
+    idx = np.array([offset], dtype=np.int64)
+    for step, num in (fn.patterns[pattern] if pattern >= 0 else ()):
+        idx = (idx[:, None] + int(step) * np.arange(max(int(num), 0), dtype=np.int64)[None, :]).ravel()
     return idx
 
 
@@ -366,20 +370,13 @@ def _marked(ids: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(mark)
 
 
-def _elements_of(fn: Function, ops: np.ndarray) -> list[np.ndarray]:
-    """:func:`_elements` of each operand row in ``ops``, made once per distinct (pattern, offset): an unrolled
-    loop reads the same slice of a tile again and again (24 of the 118 s a 123k-instruction attention kernel
-    took to build were spent making the same element lists)."""
-    pats = fn.operands["pattern"][ops].tolist()
-    offs = fn.operands["offset"][ops].tolist()
-    made: dict[tuple[int, int], np.ndarray] = {}
-    out = []
-    for op, pid, off in zip(ops.tolist(), pats, offs):
-        e = made.get((pid, off))
-        if e is None:
-            e = made[(pid, off)] = _elements(fn, op)
-        out.append(e)
-    return out
+def _elements_of(fn: Function, ops: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """(the element lists of the distinct (pattern, offset) of the operand rows ``ops``, the one of each row):
+    an unrolled loop reads the same slice of a tile again and again (24 of the 118 s a 123k-instruction
+    attention kernel took to build were spent making the same element lists)."""
+    key = np.stack([fn.operands["pattern"][ops], fn.operands["offset"][ops]], axis=1).astype(np.int64)
+    slices, of_row = np.unique(key, axis=0, return_inverse=True)
+    return [pattern_elements(fn, int(p), int(o)) for p, o in slices.tolist()], of_row.reshape(-1)
 
 
 def group_kills(fn: Function, a_memloc, a_row, a_write, a_op, kill) -> np.ndarray:
@@ -403,15 +400,13 @@ def group_kills(fn: Function, a_memloc, a_row, a_write, a_op, kill) -> np.ndarra
             continue
         size = int(DTYPE_SIZE_ARRAY[dts[0]])
         cap = int(ml.get("pbytes", m)) // size * int(ml.get("nparts", m))
-        elems = _elements_of(fn, a_op[lo:hi])
-        distinct = {id(e): e for e in elems}
-        if any(len(e) and (e.min() < 0 or e.max() >= cap) for e in distinct.values()):
+        slices, of_access = _elements_of(fn, a_op[lo:hi])
+        if any(len(e) and (e.min() < 0 or e.max() >= cap) for e in slices):
             continue
         # on atoms, not elements (an element's coverage is its atom's): 21k accesses of one tile over its 524k
         # elements took 2.3 s, in 41 distinct slices
-        units, n_units = atoms(list(distinct.values()), cap)
-        of_slice = dict(zip(distinct, units))
-        out[lo:hi] = _group_starts([of_slice[id(e)] for e in elems], clean[lo:hi], n_units)
+        units, n_units = atoms(slices, cap)
+        out[lo:hi] = _group_starts([units[k] for k in of_access.tolist()], clean[lo:hi], n_units)
     return out
 
 

@@ -672,12 +672,12 @@ def _overlap_cells(fn: Function, key: tuple[int, ...], box: tuple, elements: dic
 def _slice_elements(fn: Function, m: int, dtype: int, pattern: int, offset: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(partition, first byte) of each element an access of memory location ``m`` with this data type, pattern
     and offset addresses, and the element's size."""
+    from tusk.ir.liveness import pattern_elements
+
     ml = fn.memlocs
     size = int(DTYPE_SIZE_ARRAY[dtype])
     pitch = max(1, int(ml.get("pbytes", m)) // size)
-    e = np.array([offset], dtype=np.int64)
-    for step, num in fn.patterns[pattern] if pattern >= 0 else ():
-        e = (e[:, None] + np.arange(max(int(num), 0), dtype=np.int64) * int(step)).reshape(-1)
+    e = pattern_elements(fn, pattern, offset)
     return int(ml.get("base", m)) + e // pitch, int(ml.get("addr", m)) + (e % pitch) * size, size
 
 
