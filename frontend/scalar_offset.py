@@ -4,6 +4,18 @@ interpreter reads the tile when the instruction runs).
 
 The access is used whole, as the kernels write it (``nisa.dma_copy(dst=..., src=t.ap(...))``): a view of it
 (a subscript, a reshape, a mask) would have to move with the runtime offset too, and is refused at its line.
+
+The same access, as NKI 1.x and 2.x kernels write it in a subscript (a *runtime coordinate*):
+
+- ``cache[tab[0, k], :, :]``: a one-element integer SBUF tile as the index of an HBM axis is one coordinate
+  read at run time (NKI: a (1, 1) tile is one coordinate, a (K, 1) tile K gathered rows); the axis goes, as
+  an int index's does;
+- ``x[nl.arange(4)[:, None] + s, i_f]`` with ``s = nl.load(start)[0, 0]``: index expressions plus such a
+  tile (:class:`RuntimeIndex`) keep their runs, moved by the value.
+
+KLR's access has one scalar offset, which a loop-index offset also uses (a loop register): a loop index in
+the subscript, or in the tile's own subscript (``tab[0, k]``), unrolls its loop (a re-trace, as a Python int
+use of the index does; iterations of an nl.affine_range are independent).
 """
 
 from __future__ import annotations
@@ -11,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tusk.frontend.affine import Affine, IndexGrid, IndexVector
 from tusk.frontend.errors import unsupported
-from tusk.frontend.tensors import Tensor, View
+from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate_tile
 
 
 @dataclass(frozen=True)
@@ -21,7 +34,7 @@ class RuntimeOffsetView(View):
     indirect_dim: int = 0
 
 
-_DERIVING = ("__getitem__", "with_dims", "narrowed", "reshape", "ap", "permute", "broadcast", "expand_dim",
+_DERIVING = ("__getitem__", "reshape", "ap", "permute", "broadcast", "expand_dim",
              "squeeze_dim", "reshape_dim", "flatten_dims", "slice", "select", "view", "broadcast_to")
 
 
@@ -34,6 +47,24 @@ def _refusing(name: str) -> Any:
 
 for _name in _DERIVING:
     setattr(RuntimeOffsetView, _name, _refusing(_name))
+
+
+def _keeping_start(name: str) -> Any:
+    """A view method that leaves the start where it is (new dims of the same first element, or a prefix of
+    each dim: ``mask=``), so the runtime offset moves the result as it moves the access."""
+    plain = getattr(View, name)
+
+    def method(self: RuntimeOffsetView, *args: Any, **kw: Any) -> Any:
+        out = plain(View(self.tensor, self.offset, self.dims, self.axes, self.checks), *args, **kw)
+        if out.offset != self.offset or out.vector is not None:
+            return _refusing(name)(self)
+        return RuntimeOffsetView(out.tensor, out.offset, out.dims, out.axes, out.checks, None, self.scalar,
+                                 self.indirect_dim)
+    return method
+
+
+for _name in ("with_dims", "narrowed"):
+    setattr(RuntimeOffsetView, _name, _keeping_start(_name))
 
 
 def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:
@@ -52,3 +83,85 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
 def scalars(*views: View) -> tuple[View, ...]:
     """The offset tiles the accesses read (an instruction reads them too)."""
     return tuple(v.scalar for v in views if isinstance(v, RuntimeOffsetView) and v.scalar is not None)
+
+
+# ---------------------------------------------------------------------------- runtime coordinates in subscripts
+@dataclass(frozen=True)
+class RuntimeIndex:
+    """``static + scalar``: an index expression (an int, a loop index, nl.arange / nl.mgrid indices) plus
+    the value of a one-element integer tile, read when the instruction runs."""
+
+    static: Any
+    scalar: View
+
+    def _moved(self, other: Any, sign: int) -> Any:
+        if isinstance(other, RuntimeIndex) or is_coordinate_tile(other):
+            raise unsupported("an index with two runtime coordinates (KLR's access has one runtime offset: add "
+                              "the tiles with nl.add first)")
+        if not isinstance(other, (int, Affine, IndexVector, IndexGrid)) or isinstance(other, bool):
+            return NotImplemented
+        return RuntimeIndex(self.static + other if sign > 0 else self.static - other, self.scalar)
+
+    def __add__(self, other: Any) -> Any:
+        return self._moved(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> Any:
+        return self._moved(other, -1)
+
+    def __rsub__(self, other: Any) -> Any:
+        raise unsupported("subtracting a runtime coordinate (a tile's value is added to an index: negate the "
+                          "tile with nl.multiply first)")
+
+    def _scaled(self, *_: Any) -> Any:
+        raise unsupported("scaling or dividing an index with a runtime coordinate (the tile's value is added to "
+                          "the index once: scale the tile with nl.multiply first)")
+
+    __mul__ = __rmul__ = __floordiv__ = __mod__ = __neg__ = _scaled
+
+    def _compared(self, *_: Any) -> Any:
+        raise unsupported("a mask on an index with a runtime coordinate (masks are known when the kernel is "
+                          "traced: mask the index expression without the tile)")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compared
+
+    def __bool__(self) -> bool:
+        raise unsupported("an index with a runtime coordinate as a Python truth value")
+
+
+def runtime_index(tile: View, index: Any) -> RuntimeIndex:
+    """``index + tile`` (either order) for nl.arange / nl.mgrid ``index``: a runtime coordinate, or a refusal
+    naming what a tile added to indices must be."""
+    if isinstance(index, RuntimeIndex):
+        return index + tile  # refused: two runtime coordinates
+    if not is_coordinate_tile(tile):
+        raise unsupported(f"nl.arange indices plus a {tile.dtype}{list(tile.shape)} tile (only a one-element "
+                          "integer SBUF tile is a coordinate read at run time)")
+    return RuntimeIndex(index, tile)
+
+
+def runtime_subscript(v: View, key: tuple) -> RuntimeOffsetView:
+    """``v[key]`` where one subscript holds a runtime coordinate: the access of the subscript with the
+    coordinate's static part, whose start moves by the tile's value times that axis's stride."""
+    at = [j for j, k in enumerate(key) if isinstance(k, RuntimeIndex) or is_coordinate_tile(k)]
+    if len(at) > 1:
+        raise unsupported("runtime coordinates in two subscripts (KLR's access has one runtime offset)")
+    j = at[0]
+    k = key[j]
+    scalar, static = (k.scalar, k.static) if isinstance(k, RuntimeIndex) else (k, 0)
+    scalar = scalar._user_view() if isinstance(scalar, Tensor) else scalar
+    # the subscript's axis in v: an Ellipsis before it stands for the axes the key leaves out
+    pos = j + v.ndim - len(key) if any(x is Ellipsis for x in key[:j]) else j
+    if pos >= v.ndim:
+        raise unsupported(f"{len(key)} subscripts for a {v.ndim}-axis tensor")
+    base = v[key[:j] + (static,) + key[j + 1:]]
+    if isinstance(base, RuntimeOffsetView) or base.vector is not None:
+        raise unsupported("a runtime coordinate together with an index tile in one subscript (one runtime "
+                          "offset per access)")
+    if not base.offset.is_static:
+        base.offset._unrolled()  # a loop index here unrolls its loop (the loop register is the one offset)
+    if not scalar.offset.is_static:
+        scalar.offset._unrolled()  # the tile is read at a fixed place: each iteration its own
+    what = f"a runtime coordinate on axis {pos} of a {list(v.shape)} view of {v.tensor.name}"
+    return runtime_offset_view(base, scalar, axis_of_stride(v.tensor.shape, v.dims[pos][0], pos, what))

@@ -54,16 +54,17 @@ def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, i
     return View(tensor, base, tuple(dims), (), (), col)
 
 
-def _axis_of_stride(shape: tuple[int, ...], stride: int, fallback: int) -> int:
+def axis_of_stride(shape: tuple[int, ...], stride: int, fallback: int, what: str = "") -> int:
     """The tensor axis whose row-major stride is ``stride`` (KLR's indirectDim scales by the tensor's own
-    strides); ``fallback`` when none is."""
+    strides); refused when none is (``what``: the access, for the message)."""
     acc = 1
     for d in range(len(shape) - 1, -1, -1):
         if acc == stride:
             return d
         acc *= shape[d]
-    raise unsupported(f"ap(scalar_offset=<a tile>, indirect_dim={fallback}): stride {stride} is no axis stride "
-                      f"of the {list(shape)} tensor")
+    what = what or f"ap(scalar_offset=<a tile>, indirect_dim={fallback})"
+    raise unsupported(f"{what}: stride {stride} is no axis stride of the {list(shape)} tensor (the runtime "
+                      f"value is scaled by one of the tensor's own axis strides)")
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,22 @@ class Tensor:
         return self.shape[0]
 
 
+def _is_index(o: Any) -> bool:
+    """nl.arange / nl.mgrid indices, or such indices plus a runtime coordinate."""
+    return isinstance(o, (IndexVector, IndexGrid)) or type(o).__name__ == "RuntimeIndex"
+
+
+def is_coordinate_tile(k: Any) -> bool:
+    """A one-element integer on-chip tile: a coordinate read at run time where it indexes an HBM tensor."""
+    v = k._user_view() if isinstance(k, Tensor) else k
+    return isinstance(v, View) and v.tensor.on_chip and v.elements == 1 and "int" in v.dtype
+
+
+def _is_coordinate(k: Any) -> bool:
+    """A subscript read at run time: a coordinate tile, or indices plus one (frontend/scalar_offset.py)."""
+    return type(k).__name__ == "RuntimeIndex" or is_coordinate_tile(k)
+
+
 def _unit_index(k: Any) -> bool:
     """An index of a unit axis: 0, or a slice that keeps its one element."""
     if isinstance(k, slice):
@@ -293,6 +310,12 @@ class View:
             return self.narrowed(key.counts(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
+        if not self.tensor.on_chip and any(_is_coordinate(k) for k in key):
+            from tusk.frontend.scalar_offset import runtime_subscript
+            return runtime_subscript(self, key)
+        if any(type(k).__name__ == "RuntimeIndex" for k in key):
+            raise unsupported(f"indices plus a tile's value as a subscript of on-chip tile {self.tensor.name} (only "
+                              "an access of an HBM tensor moves by a value read at run time)")
         tiles = [j for j, k in enumerate(key) if isinstance(k, (View, Tensor))]
         if tiles:
             return self._gather(key) if tiles[0] == 0 else self._gather_inner(key, tiles[0])
@@ -521,7 +544,7 @@ class View:
         if runtime is not None:
             from tusk.frontend.scalar_offset import runtime_offset_view
             stride = self.dims[int(indirect_dim)][0]
-            return runtime_offset_view(v, runtime, _axis_of_stride(self.tensor.shape, stride, int(indirect_dim)))
+            return runtime_offset_view(v, runtime, axis_of_stride(self.tensor.shape, stride, int(indirect_dim)))
         return v
 
     def check_extent(self, what: str) -> None:
@@ -704,15 +727,26 @@ class View:
         return fn(other, self) if reverse else fn(self, other)
 
     def __add__(self, o):
+        if _is_index(o):  # `nl.arange(n)[:, None] + s`: a coordinate read at run time
+            from tusk.frontend.scalar_offset import runtime_index
+            return runtime_index(self, o)
         return self._bin("add", o)
 
     def __radd__(self, o):
+        if _is_index(o):
+            from tusk.frontend.scalar_offset import runtime_index
+            return runtime_index(self, o)
         return self._bin("add", o, True)
 
     def __sub__(self, o):
+        if _is_index(o):
+            raise unsupported("a tile minus nl.arange indices (a runtime coordinate is added to indices)")
         return self._bin("subtract", o)
 
     def __rsub__(self, o):
+        if _is_index(o):
+            raise unsupported("nl.arange indices minus a tile (a runtime coordinate is added to indices: negate "
+                              "the tile with nl.multiply first)")
         return self._bin("subtract", o, True)
 
     def __mul__(self, o):

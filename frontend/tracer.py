@@ -171,6 +171,13 @@ class Tracer:
         if kind not in DMA_KINDS and any(v.vector is not None and v.tensor.on_chip for v in (*reads, *writes)):
             raise unsupported(f"an instruction ({kind}) on a tile indexed by a tile (on chip only a DMA gathers: "
                               "nisa.dma_copy, nisa.dma_transpose)")
+        runtime = [v.scalar for v in (*reads, *writes) if getattr(v, "scalar", None) is not None]
+        if runtime:
+            if kind not in DMA_KINDS:
+                raise unsupported(f"an instruction ({kind}) on an access moved by a value read at run time (only a "
+                                  "DMA moves by one)")
+            # the instruction reads the offset tiles too: they order it after the writes of them
+            reads = tuple(reads) + tuple(s for s in runtime if not any(s is r for r in reads))
         o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
             self.drop_writes(tuple(w.tensor for w in writes))
