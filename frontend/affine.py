@@ -317,22 +317,30 @@ class IndexVector:
     __hash__ = object.__hash__
 
     # `c - nl.arange(n) >= 0` (the NKIBench baselines' row-bound masks): the negated index kept below the
-    # negated bound
+    # negated bound; a rising index from a bound up (`i - 3 >= 0`, a causal convolution's left padding) keeps
+    # a suffix
     def __ge__(self, other: Any) -> Any:
         if isinstance(other, (IndexVector, IndexGrid)):
             return NotImplemented  # `iy >= ix` is `ix <= iy`, an affine predicate
-        return self._from_below()._mask(_negated(other), False)
+        return self._from(other, False) if self.step > 0 else (-self)._mask(_negated(other), False)
 
     def __gt__(self, other: Any) -> Any:
         if isinstance(other, (IndexVector, IndexGrid)):
             return NotImplemented
-        return self._from_below()._mask(_negated(other), True)
+        return self._from(other, True) if self.step > 0 else (-self)._mask(_negated(other), True)
 
-    def _from_below(self) -> IndexVector:
-        if self.step > 0:
-            raise unsupported("a mask keeping a rising nl.arange index from a bound up (`i >= c` keeps a "
-                              "suffix; masks keep prefixes: `i < c`, or `c - i >= 0`)")
-        return -self
+    def _from(self, bound: Any, strict: bool) -> Mask:
+        """The indices ``k`` with ``offset + step * k >= bound`` (``>`` when ``strict``), ``step`` > 0."""
+        if not _is_int(bound) and not (isinstance(bound, Affine) and bound.is_static):
+            raise unsupported(f"a mask bound of type {type(bound).__name__} (a Python int)")
+        limit = int(bound) + (1 if strict else 0)
+        if not self.offset.is_static:
+            if self.offset.bounds()[0] >= limit:  # every index of every iteration is kept
+                return Mask({})
+            self.offset._unrolled()  # the first iterations are cut: the loop unrolls (a re-trace)
+        first = max(0, min(self.n, -(-(limit - self.offset.const) // self.step)))
+        key = (self.ndim, self.dim)
+        return Mask({key: self.n}, skip={key: first}) if first else Mask({})
 
     def __repr__(self) -> str:
         return f"arange({self.n}) * {self.step} + {self.offset} @ {self.dim}/{self.ndim}"
@@ -475,19 +483,25 @@ def _index_equality(lhs: Any, rhs: Any, cmp: str) -> Any:
 
 
 class Mask:
-    """``mask=`` as a prefix kept on some axes: {(ndim, axis): count}; ``&`` intersects.
+    """``mask=`` as a window kept on some axes: indices ``skip`` (default 0) up to ``keep`` of axis (ndim, axis)
+    -- a prefix ``i < c``, or from a lower bound up, ``i >= c``; ``&`` intersects.
 
     ``row``: a second piece, row ``r`` of axis ``key`` with the prefix ``piece`` on other axes (a flattened
     index that cuts a row part way: ``512 * ix + iy < n``); the call runs once per piece.
     """
 
     def __init__(self, keep: dict[tuple[int, int], int],
-                 row: tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None = None):
+                 row: tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None = None,
+                 skip: dict[tuple[int, int], int] | None = None):
         self.keep = dict(keep)
         self.row = row
+        self.skip = {k: v for k, v in (skip or {}).items() if v > 0}  # every key of skip is one of keep's
+        if self.row is not None and self.skip:
+            raise unsupported("a mask with a lower bound that also cuts a row part way")
 
-    def __repr__(self) -> str:  # named in refusals: which prefix of which axis the predicate keeps
-        kept = ", ".join(f"the first {n} of axis {axis}" for (_, axis), n in sorted(self.keep.items()))
+    def __repr__(self) -> str:  # named in refusals: which window of which axis the predicate keeps
+        kept = ", ".join(f"indices {self.skip[k]}..{n - 1} of axis {k[1]}" if k in self.skip else
+                         f"the first {n} of axis {k[1]}" for k, n in sorted(self.keep.items()))
         return f"<a mask keeping {kept or 'every index'}{' and a cut row' if self.row else ''}>"
 
     def _row_and(self, other: Mask) -> tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None:
@@ -521,7 +535,10 @@ class Mask:
         out = dict(self.keep)
         for k, v in other.keep.items():
             out[k] = min(out.get(k, v), v)
-        return Mask(out, self._row_and(other) if self.row is not None else other._row_and(self))
+        skip = dict(self.skip)
+        for k, v in other.skip.items():
+            skip[k] = max(skip.get(k, v), v)
+        return Mask(out, self._row_and(other) if self.row is not None else other._row_and(self), skip)
 
     def __or__(self, other: Any) -> Mask:
         """``(i_p < n) | (i_f < 0)``: a union is a prefix only when one side keeps nothing (it is the other
@@ -531,11 +548,11 @@ class Mask:
         if not isinstance(other, Mask):
             return NotImplemented
         for a, b in ((self, other), (other, self)):
-            if a.row is None and any(n == 0 for n in a.keep.values()):
+            if a.row is None and any(n <= a.skip.get(k, 0) for k, n in a.keep.items()):
                 return b
             if a.row is None and not a.keep:
                 return a
-        if self.row is None and other.row is None and self.keep == other.keep:
+        if self.row is None and other.row is None and (self.keep, self.skip) == (other.keep, other.skip):
             return self
         raise unsupported(f"the union {self!r} | {other!r} (masks keep one prefix per axis: join "
                           "comparisons with &)")
@@ -544,32 +561,51 @@ class Mask:
 
     __rand__ = __and__
 
-    def counts_for(self, view: Any) -> dict[int, int]:
-        """Kept counts per output dim of ``view``: through its grid axes where several of its dims walk one
-        axis of the index grid (the one of them longer than 1 is cut), else as :meth:`counts`."""
+    def window_for(self, view: Any) -> tuple[dict[int, int], dict[int, int]]:
+        """(first kept index, kept count) per output dim of ``view``: through its grid axes where several of
+        its dims walk one axis of the index grid (the one of them longer than 1 is cut), else as
+        :meth:`window`."""
         grid = view.grid_axes
         if grid is None:
-            return self.counts(view.ndim)
-        out: dict[int, int] = {}
-        for (_, axis), keep in self.keep.items():
+            return self.window(view.ndim)
+        starts: dict[int, int] = {}
+        stops: dict[int, int] = {}
+        for (nd, axis), keep in self.keep.items():
             dims = [d for d, g in enumerate(grid) if g == axis]
             long = [d for d in dims if view.dims[d][1] > 1]
             if not dims or len(long) > 1:
                 raise unsupported(f"a mask on axis {axis} of the index grid of a view whose dims walk it "
                                   f"{len(dims)} times")
             d = long[0] if long else dims[-1]
-            out[d] = min(out.get(d, keep), keep)
-        return out
+            stops[d] = min(stops.get(d, keep), keep)
+            starts[d] = max(starts.get(d, 0), self.skip.get((nd, axis), 0))
+        return starts, {d: max(0, stops[d] - starts[d]) for d in stops}
 
-    def counts(self, ndim: int) -> dict[int, int]:
-        """Kept counts per output axis of an ``ndim``-axis tile."""
-        out: dict[int, int] = {}
+    def window(self, ndim: int) -> tuple[dict[int, int], dict[int, int]]:
+        """(first kept index, kept count) per output axis of an ``ndim``-axis tile."""
+        starts: dict[int, int] = {}
+        stops: dict[int, int] = {}
         for (nd, axis), keep in self.keep.items():
             a = axis if nd == ndim else (axis if nd <= ndim else None)
             if a is None or a >= ndim:
                 raise unsupported(f"a mask on axis {axis} of a {nd}-axis index applied to a {ndim}-axis tile")
-            out[a] = min(out.get(a, keep), keep)
-        return out
+            stops[a] = min(stops.get(a, keep), keep)
+            starts[a] = max(starts.get(a, 0), self.skip.get((nd, axis), 0))
+        return starts, {a: max(0, stops[a] - starts[a]) for a in stops}
+
+    def counts_for(self, view: Any) -> dict[int, int]:
+        """Kept counts per output dim of ``view`` (:meth:`window_for`), for a prefix."""
+        return self._prefix(*self.window_for(view))
+
+    def counts(self, ndim: int) -> dict[int, int]:
+        """Kept counts per output axis of an ``ndim``-axis tile, for a prefix."""
+        return self._prefix(*self.window(ndim))
+
+    def _prefix(self, starts: dict[int, int], counts: dict[int, int]) -> dict[int, int]:
+        if any(starts.values()):
+            raise unsupported(f"{self!r} here (a mask with a lower bound, `i >= c`, is taken by instructions "
+                              "that read and write views, not on this one)")
+        return counts
 
 
 # keeps no index: the first 0 of the first axis (a false predicate of static indices, ``mask=False``)

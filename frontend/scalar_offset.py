@@ -63,7 +63,7 @@ def _keeping_start(name: str) -> Any:
     return method
 
 
-for _name in ("with_dims", "narrowed"):
+for _name in ("with_dims", "narrowed", "windowed"):
     setattr(RuntimeOffsetView, _name, _keeping_start(_name))
 
 

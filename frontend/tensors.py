@@ -264,6 +264,9 @@ class View:
     # made more dims than the grid has (``x[i_b, i_m, i_n]`` with [1, 1] and [1, 512] grids: dims 0 and 1 walk
     # grid axis 0): a mask= on the grid's axes narrows these dims (Mask.counts_for)
     grid_axes: tuple[int, ...] | None = field(default=None, kw_only=True)
+    # per output dim, the first index a mask with a lower bound kept (View.windowed): where an assignment
+    # redirects the masked write into another view, the same window of it
+    window: tuple[int, ...] | None = field(default=None, kw_only=True, compare=False)
 
     def check_bounds(self) -> None:
         """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
@@ -307,7 +310,7 @@ class View:
             if key.row is not None:
                 raise unsupported("subscripting with a mask that cuts a row part way (no one view holds it; "
                                   "give it as an instruction's mask=)")
-            return self.narrowed(key.counts(self.ndim))
+            return self.windowed(*key.window(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
         if not self.tensor.on_chip and any(_is_coordinate(k) for k in key):
@@ -676,6 +679,24 @@ class View:
         if vector is not None and dims[0][1] != vector.shape[0]:
             vector = vector.narrowed({0: dims[0][1]})
         return View(self.tensor, self.offset, dims, self.axes, self.checks, vector)
+
+    def windowed(self, starts: dict[int, int], counts: dict[int, int]) -> View:
+        """Keep ``counts[d]`` indices of output dim ``d`` from index ``starts[d]`` on (a mask with a lower
+        bound); the arange runs' bound checks start there too."""
+        starts = {d: st for d, st in starts.items() if st}
+        if not starts:
+            return self.narrowed(counts)
+        dims = tuple((s, max(0, min(n - starts.get(d, 0), counts.get(d, n)))) for d, (s, n) in enumerate(self.dims))
+        vector = self.vector
+        if vector is not None:
+            if set(starts) != {0}:
+                raise unsupported("a mask with a lower bound on the free axes of an indirect (index-tile) access")
+            vector = vector.windowed({0: starts[0]}, {0: dims[0][1]})
+        offset = self.offset + sum(st * self.dims[d][0] for d, st in starts.items() if vector is None or d)
+        checks = tuple((runs, first + sum(starts.get(d, 0) * step for d, step in runs), size, axis)
+                       for runs, first, size, axis in self.checks)
+        return View(self.tensor, offset, dims, self.axes, checks, vector, window=tuple(starts.get(d, 0)
+                                                                                         for d in range(len(dims))))
 
     def row_window(self, dim: int, row: int) -> View:
         """Index ``row`` of output dim ``dim`` alone, the dim kept with one index (a mask's row piece)."""

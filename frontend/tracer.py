@@ -236,13 +236,15 @@ def _retargeted(last: Op, value: View, dst: View) -> View | None:
     w = last.writes[0]
     if w is value:
         return dst
-    same_place = w.tensor is value.tensor and w.offset.const == value.offset.const and \
+    starts = w.window or (0,) * len(w.dims)
+    moved = sum(st * ws for st, (ws, _) in zip(starts, w.dims))
+    same_place = w.tensor is value.tensor and w.offset.const == value.offset.const + moved and \
         w.offset.terms == value.offset.terms and w.vector is None and value.vector is None
     if not same_place or len(w.dims) != len(value.dims) or len(dst.dims) != len(value.dims):
         return None
-    if any(ws != vs or wn > vn for (ws, wn), (vs, vn) in zip(w.dims, value.dims)):
+    if any(ws != vs or st + wn > vn for st, (ws, wn), (vs, vn) in zip(starts, w.dims, value.dims)):
         return None
-    return dst.narrowed({d: wn for d, (_, wn) in enumerate(w.dims)})
+    return dst.windowed(dict(enumerate(starts)), {d: wn for d, (_, wn) in enumerate(w.dims)})
 
 
 # ---------------------------------------------------------------------------- limits

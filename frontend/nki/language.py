@@ -265,8 +265,8 @@ def _masked(views: list[View], mask: Any) -> list[View]:
         raise unsupported(f"mask={mask!r} (masks compare nl.arange indices with ints, joined with &)")
     # a view of several aranges on one grid axis maps the mask's axes to its dims; a tile shaped after it (the
     # load's destination) is cut the same way
-    shaped = {v.ndim: mask.counts_for(v) for v in views if v.grid_axes is not None}
-    out = [v.narrowed(mask.counts_for(v) if v.grid_axes is not None or v.ndim not in shaped else shaped[v.ndim])
+    shaped = {v.ndim: mask.window_for(v) for v in views if v.grid_axes is not None}
+    out = [v.windowed(*(mask.window_for(v) if v.grid_axes is not None or v.ndim not in shaped else shaped[v.ndim]))
            for v in views]
     tr = current()
     tr.row_pieces, tr.piece_writes = {}, (0, set())  # a new masked call: an earlier split is behind it
@@ -892,6 +892,8 @@ def _matmul_cut(mask: Any, a: View, b: View, transpose_x: Any) -> tuple[int, int
     (NKI narrows the PE's operands: fewer stationary columns, a narrower moving tile); else None."""
     if not isinstance(mask, Mask) or mask.row is not None or not mask.keep or a.ndim != 2 or b.ndim != 2:
         return None
+    if mask.skip:
+        raise unsupported(f"{mask!r} on a matmul (a lower bound on its result axes; masks keep a prefix there)")
     rows, cols = (a.shape[1] if transpose_x else a.shape[0]), b.shape[1]
     try:
         counts = mask.counts(2)
