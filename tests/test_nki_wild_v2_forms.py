@@ -101,3 +101,16 @@ def test_a_dma_between_different_partition_counts_is_still_refused(tmp_path):
     """)
     with pytest.raises(TraceError, match=r"nisa.dma_copy of a \[128, 16\] source into a \[64, 32\] destination"):
         trace_file(path, "k", ["f32[128,16]"])
+
+
+@pytest.mark.parametrize("shape, value, dtype", [((3, 1000, 7), 2.5, "nl.float32"), ((300,), -4, "nl.int32"),
+                                                 ((128, 64), 1.0, "nl.bfloat16")])
+def test_a_filled_hbm_tensor_holds_the_value_in_every_element(tmp_path, shape, value, dtype):
+    path = _file(tmp_path, f"""
+        @nki.jit
+        def k(x):
+            out = nl.full({shape}, {value}, dtype={dtype}, buffer=nl.shared_hbm)
+            return out
+    """)
+    got = run_klr(trace_file(path, "k", ["f32[1,1]"]), {"x": np.zeros((1, 1), np.float32)})["out"]
+    assert got.shape == shape and np.all(got.astype(np.float32) == value)

@@ -354,10 +354,36 @@ def _assigned_name() -> str:
 def full(shape: Any, fill_value: Any, dtype: Any = float32, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
     _fill_keywords("nl.full", kw)
     t = ndarray(shape, dtype, buffer, name)
-    if not t.on_chip:
-        raise unsupported("nl.zeros/nl.full/nl.ones in HBM (fill an SBUF tile and nl.store it)")
-    _memset(t.view(), fill_value)
+    if t.on_chip:
+        _memset(t.view(), fill_value)
+    else:
+        _fill_hbm(t, fill_value)
     return t
+
+
+HBM_FILL_ROW = 2048  # elements per partition of the SBUF tile an HBM fill is copied from (8 KiB of float32)
+
+
+def _fill_hbm(t: Tensor, value: Any) -> None:
+    """``nl.zeros(..., buffer=nl.shared_hbm)``: one SBUF tile of the value, copied over the tensor's elements in
+    row-major order by DMAs of up to [128, HBM_FILL_ROW] elements (the layout of a fill does not matter)."""
+    tr = current()
+    total = math.prod(t.shape)
+    row = builtins.min(HBM_FILL_ROW, -(-total // PARTITIONS))
+    tile = tr.tile((builtins.min(PARTITIONS, -(-total // row)), row), t.dtype)
+    _memset(tile, value)
+    at = 0
+    while at < total:
+        rows = builtins.min(PARTITIONS, (total - at) // row)
+        if rows:
+            dst = View(t, Affine(at), ((row, rows), (1, row)))
+            src = tile[0:rows, :]
+            at += rows * row
+        else:  # the last part-row
+            dst = View(t, Affine(at), ((total - at, 1), (1, total - at)))
+            src = tile[0:1, 0:total - at]
+            at = total
+        tr.op("dma", (src,), (dst,), dst=dst, src=src)
 
 
 def _fill_keywords(what: str, kw: dict[str, Any]) -> None:
