@@ -353,14 +353,15 @@ def test_unknown_keywords_and_unsupported_values_are_refused_at_the_call(tmp_pat
     assert "bad.py:14:" in err  # the call's own line
 
 
-def test_importing_an_unknown_isa_name_fails_at_the_import_line(tmp_path):
+def test_an_unknown_isa_name_imported_is_refused_at_the_line_that_calls_it(tmp_path):
     err = refused(tmp_path, """
         from nki.isa import tensor_copy, no_such_instruction
         @nki.jit
         def k(a):
+            no_such_instruction(a)
             return a
     """, ["f32[8,8]"])
-    assert "bad.py:6:" in err and "nisa.no_such_instruction" in err
+    assert "bad.py:9:" in err and "nki.isa.no_such_instruction" in err
 
 
 def test_nc_matmul_transpose_mode_marks_the_klr_matmul(tmp_path):

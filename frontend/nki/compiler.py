@@ -123,6 +123,6 @@ def __getattr__(name: str) -> Any:
     """Any other name of ``nki.compiler`` (the collectives, ``rank_id``) is refused where the kernel uses it."""
     if name.startswith("__"):
         raise AttributeError(name)
-    from tusk.frontend.nki.isa_signature import unknown_name
+    from tusk.frontend.nki.isa_signature import missing_name
 
-    raise unknown_name("nki.compiler", name)
+    return missing_name("nki.compiler", "nki.compiler", name)

@@ -60,6 +60,20 @@ def _same_dtype(call: str, dtype: Any, dst: Any) -> None:
                           "dtype= is not in its signature)")
 
 
+def missing_name(module: str, dotted: str, name: str) -> Any:
+    """A name of an NKI module the front end lacks: while the file loads (``from nki.isa import core_barrier``
+    at its top, used by a kernel of the file that is not traced), a stand-in that is refused where a kernel
+    uses it; while a kernel is traced, refused at its line."""
+    from tusk.frontend.tracer import _CURRENT
+
+    if _CURRENT:
+        raise unknown_name(module, name)
+    from tusk.frontend.imports import Absent
+
+    where = current_user_line()
+    return Absent(f"{dotted}.{name}", f"{where[0]}:{where[1]}" if where else "the file's top level")
+
+
 def unknown_name(module: str, name: str) -> TraceError:
     """``nisa.NAME`` / ``from nki.isa import NAME`` for a NAME the front end lacks, at the kernel's line
     (located here: an import-time error would otherwise carry no line)."""

@@ -25,6 +25,7 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
     engine,
     get_nc_version,
     gpsimd_engine,
+    missing_name,
     nc_version,
     oob_mode,
     reduce_cmd,
@@ -32,7 +33,6 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
     sync_engine,
     tensor_engine,
     unknown_engine,
-    unknown_name,
     vector_engine,
 )
 from tusk.frontend.tensors import View, as_dtype
@@ -436,4 +436,4 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise unknown_name("nisa", name)
+    return missing_name("nisa", "neuronxcc.nki.isa", name)

@@ -23,6 +23,7 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
     get_nc_version,
     gpsimd_engine,
     matmul_perf_mode,
+    missing_name,
     nc_version,
     oob_mode,
     reduce_cmd,
@@ -30,7 +31,6 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
     sync_engine,
     tensor_engine,
     unknown_engine,
-    unknown_name,
     vector_engine,
 )
 
@@ -336,4 +336,4 @@ def register_store(dst, src):
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise unknown_name("nisa", name)
+    return missing_name("nisa", "nki.isa", name)

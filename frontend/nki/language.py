@@ -992,4 +992,6 @@ from tusk.frontend.nki.nl_memory import *  # noqa: E402, F403
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    raise unsupported(f"nl.{name} (not in Tusk's NKI front end; docs/frontend.md lists what is)")
+    from tusk.frontend.nki.isa_signature import missing_name
+
+    return missing_name("nl", "nki.language", name)
