@@ -116,6 +116,26 @@ def test_bitwise_and_shift_ops_on_integer_tiles(tmp_path):
     assert np.array_equal(out["o5"], a >> 2) and np.array_equal(out["o6"], ~a)
 
 
+def test_shifts_by_a_tile_of_counts_shift_each_element_by_its_own(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b, c):
+            o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o3 = nl.ndarray(a.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
+            x, s, col = nl.load(a), nl.load(b), nl.load(c)
+            nl.store(o1, nl.left_shift(x, col))
+            nl.store(o2, nl.right_shift(x, s))
+            nl.store(o3, nl.right_shift(nl.copy(x, dtype=nl.uint32), s))
+            return o1, o2, o3
+    """, ["i32[128,16]", "i32[128,16]", "i32[128,1]"],
+        {"a": (a := RNG.integers(-1000, 1000, (128, 16)).astype(np.int32)),
+         "b": (b := RNG.integers(0, 12, (128, 16)).astype(np.int32)),
+         "c": (c := RNG.integers(0, 12, (128, 1)).astype(np.int32))})
+    assert np.array_equal(out["o1"], a << c) and np.array_equal(out["o2"], a >> b)
+    assert np.array_equal(out["o3"], a.astype(np.uint32) >> b.astype(np.uint32))
+
+
 def test_bitwise_ops_of_float_tiles_are_refused(tmp_path):
     msg = refused(tmp_path, """
         @nki.jit

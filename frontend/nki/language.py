@@ -592,7 +592,10 @@ _ALU = {"mod": "mod", "add": "add", "subtract": "subtract", "multiply": "mult", 
         "minimum": "min", "equal": "is_equal", "not_equal": "not_equal", "greater": "is_gt",
         "greater_equal": "is_ge", "less": "is_lt", "less_equal": "is_le", "power": "pow",
         "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
-        "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor"}
+        "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
+        # nl.left_shift / nl.right_shift by a tile of counts (nl_math._shift names the ALU operator)
+        "left_shift": "logical_shift_left", "right_shift": "arith_shift_right",
+        "right_shift_unsigned": "logical_shift_right"}
 
 
 def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Any:

@@ -51,8 +51,9 @@ _LOWERING = {
     "abs_max": "`ncActivate` abs of each side + `tensorTensor` max", "abs_min": "the same with min",
     "fmod": "`sign(x) * mod(|x|, |y|)`: the remainder with the dividend's sign, exactly",
     "negative": "`tensorScalar` mult -1", "reciprocal": "`reciprocal`", "invert": "`tensorScalar` bitwise_not",
-    "left_shift": "`tensorScalar` logical_shift_left by an int",
-    "right_shift": "`tensorScalar` arith_shift_right (signed) / logical_shift_right (unsigned) by an int",
+    "left_shift": "`tensorScalar` logical_shift_left by an int; `tensorTensor` by a tile of counts",
+    "right_shift": "`tensorScalar` arith_shift_right (signed) / logical_shift_right (unsigned) by an int; "
+                   "`tensorTensor` by a tile of counts",
     "logical_not": "`tensorScalar` is_equal 0",
     "ndarray": "a tensor: HBM, or an SBUF/PSUM tile placed by Tusk (`address=` is ignored)",
     "full": "`memSet` of an on-chip tile; in HBM, of one SBUF tile then `ncDmaCopy` over the tensor",

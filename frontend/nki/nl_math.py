@@ -14,7 +14,7 @@ from typing import Any
 
 from tusk.frontend.errors import unsupported
 from tusk.frontend.nki import language as nl
-from tusk.frontend.tensors import View
+from tusk.frontend.tensors import Tensor, View
 from tusk.frontend.tracer import current
 
 __all__ = [
@@ -108,13 +108,14 @@ def invert(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
 
 def _shift(name: str, x: Any, y: Any, dtype: Any, mask: Any) -> View:
     src = _integer_tile(x, f"nl.{name}")
+    # numpy's right_shift: arithmetic on signed integers, logical on unsigned ones
+    key = f"{name}_unsigned" if name == "right_shift" and src.dtype.startswith("uint") else name
+    if isinstance(y, (View, Tensor)):  # a tile of shift counts, element by element (or a column per partition)
+        _integer_tile(y, f"nl.{name} shift count")
+        return nl._binary(key, src, y, dtype, mask)
     if not isinstance(y, int) or isinstance(y, bool):
-        raise unsupported(f"nl.{name} by {y!r} (a Python int shift count)")
-    if name == "left_shift":
-        alu = "logical_shift_left"
-    else:  # numpy's right_shift: arithmetic on signed integers, logical on unsigned ones
-        alu = "logical_shift_right" if src.dtype.startswith("uint") else "arith_shift_right"
-    return _scalar_op(src, alu, y, dtype, mask)
+        raise unsupported(f"nl.{name} by {y!r} (a Python int or an integer tile of shift counts)")
+    return _scalar_op(src, nl._ALU[key], y, dtype, mask)
 
 
 def left_shift(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
