@@ -630,11 +630,19 @@ def _clobber(fn: Function, inst, a: int, b: int, elements: dict | None = None) -
     of_access = of_access.reshape(-1)
     elements = {} if elements is None else elements
     cells = [_overlap_cells(fn, tuple(map(int, k)), box, elements) for k in slices]
-    n_cells = (box[1] - box[0]) * (box[3] - box[2])
-    replayed = int(np.bincount(of_access, minlength=len(cells)) @ np.array([len(c) for c in cells], dtype=np.int64))
-    units, n_units = atoms(cells, n_cells) if replayed > ATOMS_WHEN * (len(cells) + 8) * n_cells else (cells, n_cells)
-    last = np.full(n_units, -1, dtype=np.int8)        # 0: a wrote it last, 1: b did
-    wrote = np.zeros((2, n_units), dtype=bool)        # ever written by a / by b (in this window)
+    rows, width = box[1] - box[0], box[3] - box[2]
+    n_cells = rows * width
+    replayed = int(np.bincount(of_access, minlength=len(cells)) @ np.array([_cell_count(c) for c in cells],
+                                                                            dtype=np.int64))
+    if replayed > ATOMS_WHEN * (len(cells) + 8) * n_cells:
+        units, n_units = atoms([_numbered(c, width) for c in cells], n_cells)
+        shape: tuple[int, ...] = (n_units,)
+    else:  # bytes: a rectangle of the box is a view of the replay's arrays (no gather), other slices numbered
+        units, shape = cells, (rows, width)
+    last = np.full(shape, -1, dtype=np.int8)          # 0: a wrote it last, 1: b did
+    wrote = np.zeros((2, *shape), dtype=bool)         # ever written by a / by b (in this window)
+    flat = (last.reshape(-1), wrote[0].reshape(-1), wrote[1].reshape(-1))  # views, for numbered cells
+    whole = (last, wrote[0], wrote[1])
     window = -1
     for k, w, s in zip(sel.tolist(), span.tolist(), of_access.tolist()):
         if w != window:
@@ -642,31 +650,70 @@ def _clobber(fn: Function, inst, a: int, b: int, elements: dict | None = None) -
             last.fill(-1)
             wrote.fill(False)
         cells = units[s]
-        if not len(cells):
+        if not _cell_count(cells):
             continue
+        at_last, *at_wrote = whole if isinstance(cells, tuple) else flat
         who = 0 if int(inst.a_memloc[k]) == a else 1
         row = int(inst.a_row[k])
         reads = not inst.a_write[k] or fn.insts.get("pred", row) >= 0 or _rmw(fn, row)
-        if reads and (wrote[who, cells] & (last[cells] == 1 - who)).any():
+        if reads and (at_wrote[who][cells] & (at_last[cells] == 1 - who)).any():
             return True
         if inst.a_write[k]:
-            last[cells] = who
-            wrote[who, cells] = True
+            at_last[cells] = who
+            at_wrote[who][cells] = True
     return False
 
 
-def _overlap_cells(fn: Function, key: tuple[int, ...], box: tuple, elements: dict) -> np.ndarray:
-    """The bytes of ``box`` (partitions ``[p0, p1)`` x bytes ``[b0, b1)``, numbered row by row) an access of
-    ``key`` = (memory location, data type, pattern, offset) touches."""
+def _cell_count(cells: np.ndarray | tuple[slice, slice]) -> int:
+    """How many bytes of the box a slice touches (:func:`_overlap_cells`)."""
+    if isinstance(cells, tuple):
+        return (cells[0].stop - cells[0].start) * (cells[1].stop - cells[1].start)
+    return len(cells)
+
+
+def _numbered(cells: np.ndarray | tuple[slice, slice], width: int) -> np.ndarray:
+    """The bytes of the box a slice touches, numbered row by row."""
+    if not isinstance(cells, tuple):
+        return cells
+    rows, cols = cells
+    return np.add.outer(np.arange(rows.start, rows.stop, dtype=np.int64) * width,
+                        np.arange(cols.start, cols.stop, dtype=np.int64)).reshape(-1)
+
+
+def _overlap_cells(fn: Function, key: tuple[int, ...], box: tuple, elements: dict) -> np.ndarray | tuple[slice, slice]:
+    """The bytes of ``box`` (partitions ``[p0, p1)`` x bytes ``[b0, b1)``) an access of ``key`` = (memory
+    location, data type, pattern, offset) touches: (rows, bytes) slices of the box where the access covers a
+    rectangle (a whole tile or a block of it: the usual case, which the replay touches as array views), else
+    their numbers row by row."""
     lo_p, hi_p, lo_b, hi_b = box
     if key not in elements:
-        elements[key] = _slice_elements(fn, *key)
-    part, start, size = elements[key]
+        part, start, size = _slice_elements(fn, *key)
+        elements[key] = (part, start, size, _rectangle(part, start, size))
+    part, start, size, rect = elements[key]
+    if rect is not None:
+        p0, p1, b0, b1 = max(rect[0], lo_p), min(rect[1], hi_p), max(rect[2], lo_b), min(rect[3], hi_b)
+        if p1 <= p0 or b1 <= b0:
+            return np.zeros(0, dtype=np.int64)
+        return slice(p0 - lo_p, p1 - lo_p), slice(b0 - lo_b, b1 - lo_b)
     keep = (part >= lo_p) & (part < hi_p) & (start < hi_b) & (start + size > lo_b)
     part, start = part[keep], start[keep]
     byte = start[:, None] + np.arange(size, dtype=np.int64)
     inside = (byte >= lo_b) & (byte < hi_b)
     return ((part[:, None] - lo_p) * (hi_b - lo_b) + (byte - lo_b))[inside]  # a byte may repeat: harmless
+
+
+def _rectangle(part: np.ndarray, start: np.ndarray, size: int) -> tuple[int, int, int, int] | None:
+    """(p0, p1, b0, b1) when the elements tile partitions ``[p0, p1)`` x bytes ``[b0, b1)`` exactly (each
+    byte once), else None."""
+    if not len(part):
+        return None
+    p0, p1 = int(part.min()), int(part.max()) + 1
+    b0, b1 = int(start.min()), int(start.max()) + size
+    width = b1 - b0
+    if width % size or len(part) * size != (p1 - p0) * width:
+        return None
+    at = np.sort((part - p0) * width + (start - b0))
+    return (p0, p1, b0, b1) if np.array_equal(at, np.arange(0, (p1 - p0) * width, size)) else None
 
 
 def _slice_elements(fn: Function, m: int, dtype: int, pattern: int, offset: int) -> tuple[np.ndarray, np.ndarray, int]:
