@@ -82,7 +82,10 @@ def load_kernel(path: str | Path, function: str | None,
         err = _located(e, path, "importing the kernel file")
         raise err from (e if isinstance(err, InternalError) else None)
     if function:
-        obj = namespace.get(function)
+        head, *rest = function.split(".")  # `Class.kernel`: a kernel that is a static method of a class
+        obj = namespace.get(head)
+        for part in rest:
+            obj = getattr(obj, part, None)
         if obj is None:
             kernels = sorted(n for n, v in namespace.items() if isinstance(v, Kernel))
             raise TraceError(f"{path}: no function {function!r}"

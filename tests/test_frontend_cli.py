@@ -94,6 +94,31 @@ def test_trace_without_a_function_and_without_o_writes_function_klr_here(tmp_pat
     assert (tmp_path / "tensor_add.klr").is_file()
 
 
+IN_A_CLASS = '''\
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+class Ops:
+    @staticmethod
+    @nki.jit
+    def add(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(a), nl.load(b)))
+        return out
+'''
+
+
+def test_trace_names_a_kernel_that_is_a_static_method_as_class_dot_name(tmp_path, cache):
+    (tmp_path / "ops.py").write_text(IN_A_CLASS)
+    out = tmp_path / "k.klr"
+    res = invoke(*trace_args(f"{tmp_path / 'ops.py'}::Ops.add", "-o", out))
+    assert res.exit_code == 0, res.output
+    assert is_klr_bytes(out.read_bytes()[:4])
+    res = invoke(*trace_args(f"{tmp_path / 'ops.py'}::Ops.nope", "-o", out))
+    assert res.exit_code != 0 and "no function 'Ops.nope'" in res.output
+
+
 @pytest.mark.parametrize("extra, inputs, needle", [
     ((), ["f33[128,512]", "f32[128,512]"], "f33"),
     ((), ["f32[128,0]", "f32[128,512]"], "f32[128,0]"),

@@ -260,8 +260,9 @@ def _kernel_function(table: dict, where: str, key: str) -> str | None:
     value = table.get("function")
     if value is None:
         return None
-    if not isinstance(value, str) or not value.isidentifier():
-        raise ProjectFileError(f"{where}: {key}.function must be the name of a Python function, got {value!r}")
+    if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")):
+        raise ProjectFileError(f"{where}: {key}.function must be the name of a Python function (or Class.name), "
+                               f"got {value!r}")
     return value
 
 

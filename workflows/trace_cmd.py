@@ -31,7 +31,7 @@ def parse_target(target: str) -> tuple[Path, str | None]:
     function: str | None = None
     if "::" in text:
         text, function = text.rsplit("::", 1)
-        if not function.isidentifier():
+        if not all(part.isidentifier() for part in function.split(".")):  # Class.method: a kernel in a class
             raise UsageError(f"{target}: expected FILE.py::FUNCTION, and {function!r} is not a function name")
     if not text:
         raise UsageError(f"{target}: expected FILE.py or FILE.py::FUNCTION")
