@@ -244,6 +244,45 @@ def test_shared_constant_and_identity(tmp_path):
     assert np.array_equal(out["oc"], np.triu(np.arange(24, dtype=np.float32).reshape(4, 6)))
 
 
+@pytest.mark.parametrize("table, dtype", [
+    ("np.arange(160 * 64).reshape(160, 64)", "nl.float32"),                  # two row blocks
+    ("np.tile(np.arange(512).reshape(4, 128), (32, 1)) - 7", "nl.int32"),     # nxd topk's index table, offset
+    ("3 * np.arange(128 * 48).reshape(128, 48)[::-1].copy()", "nl.bfloat16"),  # rows falling, step 3
+])
+def test_a_constant_of_many_runs_whose_rows_are_progressions_is_an_iota(tmp_path, table, dtype):
+    out = run(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            t = {table}
+            out = nl.ndarray(t.shape, dtype={dtype}, buffer=nl.shared_hbm)
+            c = nl.shared_constant(t, dtype={dtype})
+            for i in nl.affine_range((t.shape[0] + 127) // 128):
+                rows = min(128, t.shape[0] - 128 * i)
+                nl.store(out[nl.ds(128 * i, rows), :], nl.load(c[nl.ds(128 * i, rows), :]))
+            return out
+    """, ["f32[1,1]"], {"a": np.zeros((1, 1), np.float32)})
+    want = eval(table, {"np": np})  # noqa: S307 - the test's own literal
+    assert np.array_equal(out["out"].astype(np.float64), want.astype(np.float64)) if dtype != "nl.bfloat16" else \
+        np.allclose(out["out"].astype(np.float64), want, rtol=2 ** -8)
+
+
+@pytest.mark.parametrize("table, words", [
+    ("np.random.default_rng(0).integers(0, 1000, (128, 64))", "not integer progressions"),
+    ("np.arange(128 * 64).reshape(128, 64) * 4096", "not integer progressions"),   # past float32's exact ints
+    ("np.arange(128 * 64).reshape(128, 64) * 0.5", "not integer progressions"),
+])
+def test_a_constant_of_many_runs_that_is_no_table_of_progressions_is_refused(tmp_path, table, words):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            c = nl.shared_constant({table}, dtype=nl.float32)
+            out = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.load(c))
+            return out
+    """, ["f32[1,1]"])
+    assert "k.py:" in msg and "more than 4096 runs" in msg and words in msg
+
+
 def test_load_transpose2d(tmp_path):
     out = run(tmp_path, """
         @nki.jit

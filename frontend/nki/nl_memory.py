@@ -1,8 +1,9 @@
 """``nl`` buffers, constants, data movement helpers and the loop forms of both NKI generations.
 
 ``language`` re-exports every public name here.  Constants are built on chip
-from the kernel's own data while tracing (memsets of runs of equal values, or
-``iota`` + compare for identities), so a KLR file needs no side files.
+from the kernel's own data while tracing (memsets of runs of equal values, an
+``iota`` plus a column for index tables, ``iota`` + compare for identities), so a
+KLR file needs no side files.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from tusk.frontend.errors import unsupported
 from tusk.frontend.nki import language as nl
-from tusk.frontend.tensors import PARTITIONS, DynSlice, Tensor, View, as_dtype
+from tusk.frontend.tensors import PARTITIONS, Dtype, DynSlice, Tensor, View, as_dtype
 from tusk.frontend.tracer import current
 
 __all__ = [
@@ -121,7 +122,11 @@ def shared_identity_matrix(n: int = PARTITIONS, dtype: Any = "uint8", dst: Any =
 
 
 def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
-    """An HBM tensor holding ``constant`` (a numpy array or a .npy path), written by the kernel at this line."""
+    """An HBM tensor holding ``constant`` (a numpy array or a .npy path), written by the kernel at this line:
+    row blocks of up to 128 partitions built on chip and copied out.  A block is memsets of its runs of equal
+    values (a fill, then one memset per run of another value); a constant of more runs whose rows are each an
+    integer progression of one common step (``np.arange(n).reshape(p, f)``, tiled or offset per row: index
+    tables) is an iota of the step plus a column of each row's first value."""
     nl._no_keywords("nl.shared_constant", kw)
     if isinstance(constant, str):
         try:
@@ -138,32 +143,79 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     tr = current()
     hbm = tr.new_tensor(tuple(data.shape) if data.ndim else (1,), dt, "shared_hbm", nl._assigned_name() or "const")
     rows = data.reshape(data.shape[0] if data.ndim >= 2 else 1, -1)  # the row-major elements, a row per partition
-    integral = "int" in dt
-    runs = 0
-    for r0 in range(0, rows.shape[0], PARTITIONS):
-        block = rows[r0:r0 + PARTITIONS]
-        tile = tr.tile(block.shape, dt)
-        values, counts = np.unique(block, return_counts=True)
-        common = values[int(np.argmax(counts))]
-        nl._memset(tile, int(common) if integral else float(common))
-        for p, row in enumerate(block):
-            c = 0
-            while c < row.size:
-                if row[c] == common:
-                    c += 1
-                    continue
-                end = c + 1
-                while end < row.size and row[end] == row[c]:
-                    end += 1
-                runs += 1
-                if runs > MAX_CONSTANT_RUNS:
-                    raise unsupported(f"nl.shared_constant of a {list(data.shape)} array with more than "
-                                      f"{MAX_CONSTANT_RUNS} runs of values (pass it as a kernel input)")
-                nl._memset(tile[p:p + 1, c:end], int(row[c]) if integral else float(row[c]))
-                c = end
+    blocks = [rows[r0:r0 + PARTITIONS] for r0 in range(0, rows.shape[0], PARTITIONS)]
+    step = None
+    if sum(_runs(b)[1] for b in blocks) > MAX_CONSTANT_RUNS:
+        step = _row_progression(rows)
+        if step is None:
+            raise unsupported(f"nl.shared_constant of a {list(data.shape)} array with more than "
+                              f"{MAX_CONSTANT_RUNS} runs of values whose rows are not integer progressions of one "
+                              f"step (pass it as a kernel input)")
+    for k, block in enumerate(blocks):
+        tile = _memsets(block, dt) if step is None else _progressions(block, step, dt)
+        r0 = k * PARTITIONS
         flat = View(hbm, nl.Affine(r0 * rows.shape[1]), ((rows.shape[1], block.shape[0]), (1, rows.shape[1])))
         tr.op("dma", (tile,), (flat,), dst=flat, src=tile)
     return hbm._user_view()
+
+
+def _runs(block: np.ndarray) -> tuple[Any, int]:
+    """(the block's most common value, how many runs of other values its rows hold)."""
+    values, counts = np.unique(block, return_counts=True)
+    common = values[int(np.argmax(counts))]
+    other = block != common
+    starts = other.copy()
+    starts[:, 1:] &= block[:, 1:] != block[:, :-1]
+    return common, int(starts.sum())
+
+
+def _memsets(block: np.ndarray, dt: Dtype) -> View:
+    """A tile of ``block``: a fill with its most common value, then a memset per run of another value."""
+    tile = current().tile(block.shape, dt)
+    common, _ = _runs(block)
+    value = (lambda v: int(v)) if "int" in dt else (lambda v: float(v))
+    nl._memset(tile, value(common))
+    for p, row in enumerate(block):
+        c = 0
+        while c < row.size:
+            if row[c] == common:
+                c += 1
+                continue
+            end = c + 1
+            while end < row.size and row[end] == row[c]:
+                end += 1
+            nl._memset(tile[p:p + 1, c:end], value(row[c]))
+            c = end
+    return tile
+
+
+EXACT_IN_FLOAT32 = 1 << 24  # integers of at most this magnitude survive the ALU's float32 arithmetic exactly
+
+
+def _row_progression(rows: np.ndarray) -> int | None:
+    """The common integer step when every row is ``first + step * j`` (its first value integral), values
+    exact through float32 arithmetic; else None."""
+    if rows.shape[1] < 2 or rows.dtype.kind == "b":
+        return None
+    rows = rows.astype(np.float64)
+    if not np.all(np.isfinite(rows)) or np.abs(rows).max() >= EXACT_IN_FLOAT32:
+        return None
+    step = rows[0, 1] - rows[0, 0]
+    if step != int(step) or np.any(rows[:, 0] != np.round(rows[:, 0])):
+        return None
+    if not np.array_equal(rows, rows[:, :1] + step * np.arange(rows.shape[1])):
+        return None
+    return int(step)
+
+
+def _progressions(block: np.ndarray, step: int, dt: Dtype) -> View:
+    """A tile of ``block``, whose rows are ``first + step * j``: an iota of ``step * j`` plus the column of
+    first values (itself memsets: at most one per partition)."""
+    tr = current()
+    ramp = tr.tile(block.shape, Dtype("int32"))
+    tr.op("iota", (), (ramp,), dst=ramp, offset=0, pattern=[(step, block.shape[1])], channel_multiplier=0)
+    first = _memsets(block[:, :1], Dtype("float32" if "float" in dt else "int32"))
+    return nl._binary("add", ramp, first, dtype=dt)
 
 
 # ---------------------------------------------------------------------------- data movement
