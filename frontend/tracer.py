@@ -171,7 +171,7 @@ class Tracer:
         if kind not in DMA_KINDS and any(v.vector is not None and v.tensor.on_chip for v in (*reads, *writes)):
             raise unsupported(f"an instruction ({kind}) on a tile indexed by a tile (on chip only a DMA gathers: "
                               "nisa.dma_copy, nisa.dma_transpose)")
-        runtime = [v.scalar for v in (*reads, *writes) if getattr(v, "scalar", None) is not None]
+        runtime = [s for s in (getattr(v, "scalar", None) for v in (*reads, *writes)) if s is not None]
         if runtime:
             if kind not in DMA_KINDS:
                 raise unsupported(f"an instruction ({kind}) on an access moved by a value read at run time (only a "
