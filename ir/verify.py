@@ -563,7 +563,7 @@ def _check_live_overlap(fn: Function) -> list[str]:
     by_memloc = {m: (starts[a:b], ends[a:b]) for m, (a, b) in bounds.items()}
     out = []
     name = lambda m: fn.strings[fn.memlocs.get("name", m)]  # noqa: E731
-    elements: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, int]] = {}  # _slice_elements, for every pair
+    elements: dict[tuple[int, ...], tuple] = {}  # _slice_elements and _rectangle, for every pair
     for a, b in overlapping_pairs(fn, used.astype(np.int64)):
         sa, ea = by_memloc[a]
         sb, eb = by_memloc[b]
