@@ -237,6 +237,10 @@ def section_large(work: Path, args) -> None:
     print(f"Amdahl's bound from the 1-worker builds' traces: {par:.2f} s of {w1:.2f} s can run two at a time "
           f"(parts, checks, the final write), the rest runs in a chain: 2 workers can gain at most "
           f"{w1 / max(w1 - par / 2, 1e-9):.2f}x, if two processes ran as fast as one")
+    slow = steps / max(statistics.median(r[4] for r in runs["1 worker"]), 1e-9)
+    print(f"the steps ran {slow:.2f}x as long with 2 workers as with 1 (two processes at once share the memory "
+          f"bandwidth and caches): with the parallel part that much slower, the bound is "
+          f"{w1 / max(w1 - par + par / 2 * slow, 1e-9):.2f}x")
 
 
 def section_corpus(work: Path, args) -> None:
