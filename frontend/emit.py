@@ -108,8 +108,10 @@ class Emitter:
             if offset < 0:
                 raise TraceError(f"{self.k.filename}: not supported: an access of {v.tensor.name} at {v.offset} "
                                  f"below its loop's first address (a negative access-pattern offset)")
-        elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile>): a memory scalar offset
-            scalar, indirect = self.ap(v.scalar), v.indirect_dim
+        elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile or register>): a runtime offset
+            s = v.scalar
+            scalar = s.name if type(s).__name__ == "VirtualRegister" else self.ap(s)
+            indirect = v.indirect_dim
         vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
         return t.ap([list(d) for d in dims], offset, scalar=scalar, vector=vector, indirect_dim=indirect)
 

@@ -30,7 +30,9 @@ from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate_ti
 
 @dataclass(frozen=True)
 class RuntimeOffsetView(View):
-    scalar: View | None = None     # the [1, 1] tile holding the offset (in units of axis indirect_dim)
+    # the offset (in units of axis indirect_dim): a [1, 1] tile read when the DMA runs (KLR ScalarOffset.acc), or
+    # a register of nisa.register_alloc (ScalarOffset.reg)
+    scalar: Any = None
     indirect_dim: int = 0
 
 
@@ -69,6 +71,13 @@ for _name in ("with_dims", "narrowed", "windowed"):
 
 def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:
     s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
+    if is_register(s):
+        if not v.offset.is_static:
+            raise unsupported("ap(scalar_offset=<a register>) together with a loop-index offset")
+        if v.tensor.on_chip:
+            raise unsupported(f"ap(scalar_offset=<a register>) of on-chip tile {v.tensor.name} (of an HBM tensor "
+                              "only)")
+        return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
     if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
     if isinstance(s, RuntimeOffsetView) or s.vector is not None or not s.offset.is_static:
@@ -81,8 +90,13 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
 
 
 def scalars(*views: View) -> tuple[View, ...]:
-    """The offset tiles the accesses read (an instruction reads them too)."""
-    return tuple(v.scalar for v in views if isinstance(v, RuntimeOffsetView) and v.scalar is not None)
+    """The offset tiles the accesses read (an instruction reads them too; a register is no tile)."""
+    return tuple(v.scalar for v in views if isinstance(v, RuntimeOffsetView) and isinstance(v.scalar, View))
+
+
+def is_register(x: Any) -> bool:
+    """A register of ``nisa.register_alloc`` (frontend/nki/isa_ops.py: not imported here, it imports us)."""
+    return type(x).__name__ == "VirtualRegister"
 
 
 # ---------------------------------------------------------------------------- runtime coordinates in subscripts

@@ -538,8 +538,8 @@ class View:
         if scalar_offset is not None:
             if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:
                 raise unsupported(f"ap(indirect_dim={indirect_dim}) of a {self.ndim}-axis view")
-            if isinstance(scalar_offset, (View, Tensor)):
-                runtime = scalar_offset  # read at run time: frontend/scalar_offset.py
+            if isinstance(scalar_offset, (View, Tensor)) or type(scalar_offset).__name__ == "VirtualRegister":
+                runtime = scalar_offset  # read at run time (a tile, or a register): frontend/scalar_offset.py
             else:
                 base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]
         v = View(tensor, base, dims, ())

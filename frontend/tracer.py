@@ -176,8 +176,9 @@ class Tracer:
             if kind not in DMA_KINDS:
                 raise unsupported(f"an instruction ({kind}) on an access moved by a value read at run time (only a "
                                   "DMA moves by one)")
-            # the instruction reads the offset tiles too: they order it after the writes of them
-            reads = tuple(reads) + tuple(s for s in runtime if not any(s is r for r in reads))
+            # the instruction reads the offset tiles too: they order it after the writes of them (a register
+            # offset is read in program order, as KLR's registers are)
+            reads = tuple(reads) + tuple(s for s in runtime if isinstance(s, View) and not any(s is r for r in reads))
         o = Op(kind, params, self.line(), reads, writes, split)
         if any(v.elements == 0 for v in (*reads, *writes)):
             self.drop_writes(tuple(w.tensor for w in writes))

@@ -154,3 +154,43 @@ def test_a_tile_of_several_elements_added_to_indices_is_refused(tmp_path):
     _refused(tmp_path, ROWS_FROM.replace("s = nl.load(start)[0, 0]", "s = nl.load(start.reshape((1, 1)))\n"
                                          "        s = nl.copy(s, dtype=nl.float32)"),
              ["f32[16,64]", "i32[1,1]"], "only a one-element integer SBUF tile")
+
+
+V2 = """\
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+
+REGISTER_OFFSETS = """
+    @nki.jit
+    def k(x, starts):
+        out = nl.ndarray((8, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=starts)
+        r = nisa.register_alloc()
+        t = nl.ndarray((8, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.register_load(r, s[0:1, 0:1])
+        nisa.dma_copy(dst=t[0:4, :], src=x.ap([[64, 4], [1, 64]], scalar_offset=r, indirect_dim=0))
+        nisa.register_load(r, s[0:1, 1:2])
+        nisa.dma_copy(dst=t[4:8, :], src=x.ap([[64, 4], [1, 64]], scalar_offset=r, indirect_dim=0))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+"""
+
+
+def test_a_register_as_scalar_offset_moves_each_access_by_what_it_held_then(tmp_path):
+    # nisa.dma_copy documents scalar_offset= as a 1x1 SBUF tensor or a register of nisa.register_alloc()
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run
+
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(REGISTER_OFFSETS))
+    klr = trace_file(path, "k", ["f32[16,64]", "i32[1,2]"])
+    x = RNG.standard_normal((16, 64)).astype(np.float32)
+    for starts in ([9, 2], [0, 12]):
+        inputs = {"x": x, "starts": np.array([starts], np.int32)}
+        want = np.concatenate([x[starts[0]:starts[0] + 4], x[starts[1]:starts[1] + 4]])
+        np.testing.assert_array_equal(run_klr(klr, inputs)["out"], want)
+    got = run(through_pipeline(klr, tmp_path), {**inputs, "out": np.full((8, 64), np.nan, np.float32)})["out"]
+    np.testing.assert_array_equal(got, want)
