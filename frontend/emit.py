@@ -22,7 +22,7 @@ import numpy as np
 from tusk.frontend.affine import LoopVar
 from tusk.frontend.errors import TraceError
 from tusk.frontend.klr_writer import AP, KernelWriter
-from tusk.frontend.tensors import PARTITIONS, Tensor, View
+from tusk.frontend.tensors import PARTITIONS, Tensor, View, is_register
 from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
 from tusk.ir.klr import types as T
 
@@ -39,6 +39,7 @@ class Emitter:
         # an access pattern's offset is a natural number
         self.form_base: dict[Form, int] = {}
         self.open_loops: dict[LoopVar, Any] = {}  # the KernelWriter loop each open dynamic loop is writing
+        self.counters: dict[LoopVar, str] = {}  # the counter register of each dynamic loop (a loop index reads it)
         self._labels = 0
         self._regs = 0
         # which forms each loop advances, and which it initialises (its outermost variable)
@@ -110,7 +111,7 @@ class Emitter:
                                  f"below its loop's first address (a negative access-pattern offset)")
         elif getattr(v, "scalar", None) is not None:  # ap(scalar_offset=<tile or register>): a runtime offset
             s = v.scalar
-            scalar = s.name if type(s).__name__ == "VirtualRegister" else self.ap(s)
+            scalar = s.name if is_register(s) else self.ap(s)
             indirect = v.indirect_dim
         vector = None if v.vector is None else self.ap(v.vector)  # a gather/scatter: rows from an index tile
         return t.ap([list(d) for d in dims], offset, scalar=scalar, vector=vector, indirect_dim=indirect)
@@ -159,6 +160,7 @@ class Emitter:
         loop = k.dynamic_loop(counter, var.start, bound, var.step, label)
         loop.__enter__()
         self.open_loops[var] = loop
+        self.counters[var] = counter
 
     def _loop_end(self, var: LoopVar) -> None:
         k = self.k
@@ -320,6 +322,10 @@ class Emitter:
         self._klr_operator("ncMatMulMX", **p)
 
     # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
+    def op_loop_index(self, dst: str, var: Any) -> None:
+        """The index register of a loop bounded by a register: a copy of its counter (isa_ops.LoopIndexRegister)."""
+        self._klr_operator("registerAluOp", dst=dst, src=self.counters[var], imm=0, op="add")
+
     def op_register_move(self, **p: Any) -> None:
         self._klr_operator("registerMove", **p)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector
 from tusk.frontend.errors import unsupported
-from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate_tile
+from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate_tile, is_register
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,6 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
 def scalars(*views: View) -> tuple[View, ...]:
     """The offset tiles the accesses read (an instruction reads them too; a register is no tile)."""
     return tuple(v.scalar for v in views if isinstance(v, RuntimeOffsetView) and isinstance(v.scalar, View))
-
-
-def is_register(x: Any) -> bool:
-    """A register of ``nisa.register_alloc`` (frontend/nki/isa_ops.py: not imported here, it imports us)."""
-    return type(x).__name__ == "VirtualRegister"
 
 
 # ---------------------------------------------------------------------------- runtime coordinates in subscripts

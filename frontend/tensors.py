@@ -228,6 +228,12 @@ def _is_index(o: Any) -> bool:
     return isinstance(o, (IndexVector, IndexGrid)) or type(o).__name__ == "RuntimeIndex"
 
 
+def is_register(x: Any) -> bool:
+    """A register of ``nisa.register_alloc`` or a loop's index register (frontend/nki/isa_ops.py, which imports
+    this module: known by its class name)."""
+    return any(c.__name__ == "VirtualRegister" for c in type(x).__mro__)
+
+
 def is_coordinate_tile(k: Any) -> bool:
     """A one-element integer on-chip tile: a coordinate read at run time where it indexes an HBM tensor."""
     v = k._user_view() if isinstance(k, Tensor) else k
@@ -538,7 +544,7 @@ class View:
         if scalar_offset is not None:
             if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:
                 raise unsupported(f"ap(indirect_dim={indirect_dim}) of a {self.ndim}-axis view")
-            if isinstance(scalar_offset, (View, Tensor)) or type(scalar_offset).__name__ == "VirtualRegister":
+            if isinstance(scalar_offset, (View, Tensor)) or is_register(scalar_offset):
                 runtime = scalar_offset  # read at run time (a tile, or a register): frontend/scalar_offset.py
             else:
                 base = base + Affine.of(scalar_offset) * self.dims[int(indirect_dim)][0]

@@ -384,3 +384,40 @@ def test_a_vector_offset_whose_pattern_does_not_walk_the_rows_is_refused(tmp_pat
     path.write_text(V2 + textwrap.dedent(AP_GATHER.replace("STEP", "1")))
     with pytest.raises(TraceError, match=r"the first pair must walk the 32 gathered rows with the row stride, \[8, 32\]"):
         trace_file(path, "k", ["f32[64,8]", "i32[32,1]"])
+
+
+FORI_BY_REGISTER = """
+    @nki.jit
+    def k(data, n):
+        width = data.shape[1]
+        out = nl.ndarray((1, width), dtype=nl.float32, buffer=nl.shared_hbm)
+        n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=n_sb, src=n)
+        bound = nisa.register_alloc()
+        nisa.register_load(bound, n_sb)
+        nisa.dma_copy(dst=out, src=nl.zeros((1, width), dtype=nl.float32, buffer=nl.sbuf))
+        cell = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+
+        def body(i):
+            nisa.dma_copy(dst=cell, src=data.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1))
+            nisa.dma_copy(dst=out.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1), src=cell)
+            CLOBBER
+
+        nl.fori_loop(0, bound, body)
+        return out
+"""
+
+
+@pytest.mark.parametrize("trips", [0, 1, 5, 16])
+@pytest.mark.parametrize("clobber", ["pass", "nisa.register_move(i, 0)"], ids=["reads i", "writes i"])
+def test_a_register_bounded_fori_loop_hands_its_body_the_index_as_a_register(tmp_path, trips, clobber):
+    # the NKI reference's fori_loop example: the body reads i as a runtime offset; i is passed by value, so
+    # writing it does not move the loop
+    data = RNG.uniform(1, 2, (1, 16)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(FORI_BY_REGISTER.replace("CLOBBER", clobber)))
+    got = run_klr(trace_file(path, "k", ["f32[1,16]", "i32[1,1]"]),
+                  {"data": data, "n": np.array([[trips]], np.int32)})["out"]
+    want = np.zeros((1, 16), np.float32)
+    want[0, :trips] = data[0, :trips]
+    np.testing.assert_array_equal(got, want)

@@ -855,6 +855,34 @@ class VirtualRegister:
         raise unsupported("a register used as a Python int (its value is known only at run time)")
 
 
+class LoopIndexRegister(VirtualRegister):
+    """The index of a loop bounded by a register (``nl.fori_loop(0, reg, body)``, ``nl.dynamic_range(reg)``): a
+    register holding a copy of the loop's counter, set at the top of each iteration (NKI passes it by value:
+    writing it does not move the loop).  Its range is known only at run time, so Python arithmetic on it is
+    refused; it is read as ``ap(scalar_offset=i)`` or by the ``nisa.register_*`` instructions."""
+
+    def __init__(self, name: str, kind: str):
+        super().__init__(name)
+        self.kind = kind
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise unsupported(f"arithmetic on the index of an nl.{self.kind} loop bounded by a register (a register "
+                          f"whose value is known only at run time: read it as ap(scalar_offset=i), or compute "
+                          f"with nisa.register_* instructions)")
+
+    __int__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __floordiv__ = __mod__ = __lt__ = __le__ = __gt__ = __ge__ = __neg__ = _refuse
+
+
+def loop_index_register(kind: str, var: Any) -> LoopIndexRegister:
+    """A fresh register that the loop ``var`` copies its counter into at the top of each iteration."""
+    tr = current()
+    tr.vregs += 1
+    reg = LoopIndexRegister(f"vreg.{tr.vregs}", kind)
+    tr.op("loop_index", (), (), dst=reg.name, var=var)
+    return reg
+
+
 def register_alloc(call: str, x: Any) -> VirtualRegister:
     tr = current()
     n = tr.vregs + 1

@@ -109,7 +109,7 @@ class _Range:
         if not 1 <= len(args) <= 3:
             raise unsupported(f"nl.{kind} with {len(args)} arguments")
         from tusk.frontend.nki.runtime_loop import register_bound
-        self.reg = register_bound(kind, args) if kind == "dynamic_range" else None
+        self.reg = register_bound(kind, args) if kind in ("dynamic_range", "fori_loop") else None
         if self.reg is not None:  # a trip count read at run time: frontend/nki/runtime_loop.py
             self.kind, self.r, self.n = kind, range(0), -1
             return

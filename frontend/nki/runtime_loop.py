@@ -2,9 +2,10 @@
 run time (``nisa.register_load``), as NKI 2.x kernels with dynamic shapes write it.
 
 It stays a KLR loop (counter < bound register, the bound moved from the kernel's register).  The body is
-traced once; its index has no range known at trace time, so any use of it (an offset, arithmetic, a
-comparison) is refused at its line: such a body moves through memory by runtime offsets of its own
-(``ap(scalar_offset=<tile>)`` updated in the loop), never by the index.
+traced once.  Its index is a register (``isa_ops.LoopIndexRegister``) that gets a copy of the loop's counter at
+the top of each iteration, as NKI passes ``fori_loop``'s body its index: the body reads it as a runtime
+offset (``data.ap(..., scalar_offset=i, indirect_dim=1)``) or with ``nisa.register_*``; Python arithmetic or a
+comparison on it is refused at its line (its range is known only at run time).
 """
 
 from __future__ import annotations
@@ -31,23 +32,6 @@ def register_bound(kind: str, args: tuple) -> Any:
                       f"nl.{kind}(reg) or nl.{kind}(0, reg, 1))")
 
 
-class RuntimeIndex:
-    """The index of a runtime-bound loop: using it is refused."""
-
-    def __init__(self, kind: str):
-        self._kind = kind
-
-    def _refuse(self, *_: Any, **__: Any) -> Any:
-        raise unsupported(f"the index of an nl.{self._kind} loop bounded by a register (its range is known only "
-                          "at run time; move through memory with ap(scalar_offset=<tile>) instead)")
-
-    __index__ = __int__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
-    __floordiv__ = __mod__ = __lt__ = __le__ = __gt__ = __ge__ = __neg__ = _refuse
-
-    def __repr__(self) -> str:
-        return f"<index of an nl.{self._kind} loop bounded by a register>"
-
-
 def iterate(kind: str, reg: Any) -> Iterator[Any]:
     tr = current()
     ordinal = tr.loop_ordinal
@@ -56,5 +40,7 @@ def iterate(kind: str, reg: Any) -> Iterator[Any]:
         raise unsupported(f"a mask inside an nl.{kind} loop bounded by a register (its iterations are not known)")
     var = LoopVar(kind, 0, 1, 1, len(tr.loops), ordinal)
     var.bound_reg = reg.name  # type: ignore[attr-defined]  # the emitter's bound: frontend/emit.py
+    from tusk.frontend.nki.isa_ops import loop_index_register
+
     with tr.loop(var):
-        yield RuntimeIndex(kind)
+        yield loop_index_register(kind, var)
