@@ -148,6 +148,15 @@ class Emitter:
 
     def _loop_begin(self, var: LoopVar) -> None:
         k = self.k
+        if getattr(var, "while_init", None) is not None:  # nl.while_loop: runtime_loop.while_loop
+            cond = self._reg()
+            self._labels += 1
+            self._klr_operator("registerAluOp", dst=cond, src=var.while_init, imm=0, op="add")
+            loop = k.while_loop(cond, f"loop.{self._labels}")
+            loop.__enter__()
+            self.open_loops[var] = loop
+            self.counters[var] = cond
+            return
         counter, bound = self._reg(), self._reg()
         self._labels += 1
         label = f"loop.{self._labels}"
@@ -322,6 +331,10 @@ class Emitter:
         self._klr_operator("ncMatMulMX", **p)
 
     # nisa register calls (the front end's isa_ops records them; registers are named vreg.N)
+    def op_while_next(self, src: str, var: Any) -> None:
+        """The register an nl.while_loop body returned becomes the loop's condition for the next test."""
+        self._klr_operator("registerAluOp", dst=self.counters[var], src=src, imm=0, op="add")
+
     def op_loop_index(self, dst: str, var: Any) -> None:
         """The index register of a loop bounded by a register: a copy of its counter (isa_ops.LoopIndexRegister)."""
         self._klr_operator("registerAluOp", dst=dst, src=self.counters[var], imm=0, op="add")

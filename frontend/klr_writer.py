@@ -395,6 +395,33 @@ class KernelWriter:
         """
         return _Loop(self, reg, start, stop_reg, step, label)
 
+    def while_loop(self, cond: str, label: str) -> _While:
+        """``while cond != 0:`` as blocks; the body (block ``<label>.body``) sets ``cond`` again."""
+        return _While(self, cond, label)
+
+
+class _While:
+    """``while cond != 0: body`` as blocks: the test before the first iteration and after each (the body sets
+    ``cond`` for the next test)."""
+
+    def __init__(self, k: KernelWriter, cond: str, label: str):
+        self.k, self.cond, self.label = k, cond, label
+
+    def __enter__(self) -> str:
+        k, lab = self.k, self.label
+        k.jump(f"{lab}.head")
+        k.block(f"{lab}.head")
+        k.branch("ne_imm", self.cond, 0, f"{lab}.body", f"{lab}.exit")
+        k.block(f"{lab}.body")
+        return self.cond
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            return
+        k, lab = self.k, self.label
+        k.branch("ne_imm", self.cond, 0, f"{lab}.body", f"{lab}.exit")
+        k.block(f"{lab}.exit")
+
 
 class _Loop:
     def __init__(self, k: KernelWriter, reg: str, start: int, stop_reg: str, step: int, label: str):

@@ -421,3 +421,52 @@ def test_a_register_bounded_fori_loop_hands_its_body_the_index_as_a_register(tmp
     want = np.zeros((1, 16), np.float32)
     want[0, :trips] = data[0, :trips]
     np.testing.assert_array_equal(got, want)
+
+
+WHILE_COUNTDOWN = """
+    @nki.jit
+    def k(data, count):
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        val = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=val, src=data)
+        acc = nl.zeros((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        left = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=left, src=count)
+        one = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=one, value=1)
+        flag = nisa.register_alloc()
+        nisa.register_load(flag, left)
+
+        def body(r):
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=val, op=nl.add)
+            nisa.tensor_tensor(dst=left, data1=left, data2=one, op=nl.subtract)
+            nisa.register_load(r, left)
+            return RETURNED
+
+        nl.while_loop(flag, body)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+"""
+
+
+@pytest.mark.parametrize("count", [0, 1, 4])
+def test_a_while_loop_runs_while_the_register_its_body_returns_is_not_zero(tmp_path, count):
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run
+
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(WHILE_COUNTDOWN.replace("RETURNED", "r")))
+    klr = trace_file(path, "k", ["f32[1,1]", "i32[1,1]"])
+    inputs = {"data": np.array([[2.5]], np.float32), "count": np.array([[count]], np.int32)}
+    assert run_klr(klr, inputs)["out"][0, 0] == 2.5 * count
+    got = run(through_pipeline(klr, tmp_path), {**inputs, "out": np.full((1, 1), np.nan, np.float32)})["out"]
+    assert got[0, 0] == 2.5 * count
+
+
+@pytest.mark.parametrize("returned, words", [("None", "returning None"), ("flag + 0", "arithmetic")])
+def test_a_while_loop_body_must_return_a_register(tmp_path, returned, words):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(WHILE_COUNTDOWN.replace("RETURNED", returned.replace("flag", "r"))))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[1,1]", "i32[1,1]"])
+    assert "bad.py:" in str(e.value) and words in str(e.value)

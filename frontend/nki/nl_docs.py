@@ -64,8 +64,11 @@ _LOWERING = {
     "random_seed": "`setRngSeed` from a [1, 1] tile", "loop_reduce": "`acc[...] = nl.loop_reduce(x, op, ...)`: "
     "`tensorTensor` acc = acc op x",
     "affine_range": "a dynamic loop (body traced once); an index used as a Python int unrolls it",
-    "sequential_range": "as `nl.affine_range`", "dynamic_range": "as `nl.affine_range` (int bounds)",
-    "static_range": "unrolled while tracing", "while_loop": "refused: a loop on a runtime register",
+    "sequential_range": "as `nl.affine_range`", "dynamic_range": "as `nl.affine_range` (int bounds); a register bound: a KLR loop whose index is "
+                     "a register",
+    "static_range": "unrolled while tracing",
+    "while_loop": "a loop of blocks testing a condition register before each iteration (the body returns the "
+                  "next one)",
     "arange": "an index vector for subscripts and masks", "par_dim": "marks the partition axis of a tile shape",
     "program_id": "a constant per SPMD program instance", "num_programs": "the grid's extent",
     "program_ndim": "the grid's rank", "is_hbm": "", "is_on_chip": "", "is_psum": "", "is_sbuf": "",

@@ -283,9 +283,12 @@ def dynamic_range(*args: Any, **kw: Any) -> Any:
     return nl._Range("dynamic_range", args)
 
 
-def while_loop(init: Any, body_fun: Any, **_: Any) -> None:
-    raise unsupported("nl.while_loop (a loop on a register condition read at run time; Tusk traces counted "
-                      "loops: nl.fori_loop / nl.affine_range with int bounds)")
+def while_loop(init: Any, body_fun: Any, **kw: Any) -> None:
+    """``r = init; while r != 0: r = body_fun(r)`` on a register condition read at run time (runtime_loop)."""
+    nl._no_keywords("nl.while_loop", kw)
+    from tusk.frontend.nki.runtime_loop import while_loop as _while
+
+    _while(init, body_fun)
 
 
 def no_reorder() -> contextlib.AbstractContextManager:

@@ -44,3 +44,28 @@ def iterate(kind: str, reg: Any) -> Iterator[Any]:
 
     with tr.loop(var):
         yield loop_index_register(kind, var)
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """``nl.while_loop(init, body)``: ``r = init; while r != 0: r = body(r)``, a KLR loop of blocks testing a
+    condition register before each iteration.  The body is traced once; it gets a copy of the condition (by
+    value, as NKI passes it) and returns the register whose value is the next condition."""
+    from tusk.frontend.nki.isa_ops import VirtualRegister, loop_index_register
+
+    if not isinstance(init, VirtualRegister):
+        raise unsupported(f"nl.while_loop init={init!r} (a register of nisa.register_alloc)")
+    if not callable(body_fun):
+        raise unsupported(f"nl.while_loop body {body_fun!r} (a function of the condition register)")
+    tr = current()
+    ordinal = tr.loop_ordinal
+    tr.loop_ordinal += 1
+    if ordinal in tr.peel:
+        raise unsupported("a mask inside an nl.while_loop (its iterations are not known)")
+    var = LoopVar("while_loop", 0, 1, 1, len(tr.loops), ordinal)
+    var.while_init = init.name  # type: ignore[attr-defined]  # the emitter's condition: frontend/emit.py
+    with tr.loop(var):
+        nxt = body_fun(loop_index_register("while_loop", var))
+        if not isinstance(nxt, VirtualRegister):
+            raise unsupported(f"an nl.while_loop body returning {nxt!r} (it returns the register of the next "
+                              "condition)")
+        tr.op("while_next", (), (), src=nxt.name, var=var)
