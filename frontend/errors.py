@@ -44,6 +44,17 @@ def unsupported(what: str) -> Unsupported:
     return Unsupported(f"not supported: {what}")
 
 
+class MissingAttribute(Unsupported, AttributeError):
+    """A method or property of NKI's tensors that the front end lacks (``t.rearrange(...)``): refused at the
+    kernel's line like any unsupported form, and still an AttributeError, so ``hasattr`` and
+    ``getattr(t, name, default)`` answer as they would."""
+
+
+def missing_attribute(owner: str, name: str) -> MissingAttribute:
+    return MissingAttribute(f"not supported: {owner}.{name} (not in Tusk's NKI front end; docs/frontend.md "
+                            f"lists what is)")
+
+
 def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:
     """The innermost traceback frame outside Tusk's code: the kernel line that made the call."""
     best = None

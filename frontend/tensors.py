@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector, Mask
-from tusk.frontend.errors import TraceError, Unsupported, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, missing_attribute, unsupported
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
 PARTITIONS = 128
@@ -204,7 +204,9 @@ class Tensor:
         # NKI 2.x view methods (ap, permute, slice, ...) and properties act on the whole tensor
         if name in _VIEW_METHODS:
             return getattr(self._user_view(), name)
-        raise AttributeError(name)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise missing_attribute("tensor", name)
 
     def broadcast_to(self, shape: Any) -> View:
         return self.view().broadcast_to(shape)
@@ -310,6 +312,12 @@ class View:
 
     def __iter__(self):
         raise unsupported("iterating over a tile (index it with nl.arange or slices)")
+
+    def __getattr__(self, name: str) -> Any:
+        """Only for names the view does not have: a tensor method of NKI's that Tusk lacks is refused by name."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise missing_attribute("tensor", name)
 
     def __getitem__(self, key: Any) -> View:
         if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it

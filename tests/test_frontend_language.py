@@ -148,22 +148,32 @@ def test_bitwise_ops_of_float_tiles_are_refused(tmp_path):
 
 
 def test_logical_ops_and_abs_max(tmp_path):
+    a, b = rand(128, 32), rand(128, 32)
+    b[:4] = -a[:4]  # ties of magnitude: abs_max and abs_min give the second input
     out = run(tmp_path, """
         @nki.jit
         def k(a, b):
             o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
             o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
             o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o4 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            o5 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
             x = nl.load(a)
             y = nl.load(b)
             nl.store(o1, nl.logical_and(nl.greater(x, 0.0), nl.less(y, 0.0)))
             nl.store(o2, nl.logical_not(nl.greater(x, 0.0)))
             nl.store(o3, nl.abs_max(x, y))
-            return o1, o2, o3
-    """, ["f32[128,32]", "f32[128,32]"], {"a": (a := rand(128, 32)), "b": (b := rand(128, 32))})
+            nl.store(o4, nl.abs_min(x, y[:, 0:1]))
+            nl.store(o5, nl.abs_max(x, -1.5))
+            return o1, o2, o3, o4, o5
+    """, ["f32[128,32]", "f32[128,32]"], {"a": a, "b": b})
     assert np.array_equal(out["o1"], ((a > 0) & (b < 0)).astype(np.float32))
     assert np.array_equal(out["o2"], (a <= 0).astype(np.float32))
-    assert np.array_equal(out["o3"], np.maximum(np.abs(a), np.abs(b)))
+    # the input of larger (smaller) magnitude with its own sign, the second on a tie (the NKI reference)
+    assert np.array_equal(out["o3"], np.where(np.abs(a) > np.abs(b), a, b))
+    col = b[:, 0:1]
+    assert np.array_equal(out["o4"], np.where(np.abs(a) < np.abs(col), a, col))
+    assert np.array_equal(out["o5"], np.where(np.abs(a) > 1.5, a, np.float32(-1.5)))
 
 
 @pytest.mark.parametrize("axis", [1, 2, (1, 2), (1, 3), 3])
@@ -693,6 +703,21 @@ def test_hostile_nl_calls_are_refused_at_their_line(tmp_path, call):
             nl.store(a, x)
     """, ["f32[128,8]"])
     assert "k.py:9" in msg, msg
+
+
+@pytest.mark.parametrize("use, name", [("x.rearrange(('b', 'h'), ('h', 'b'))", "rearrange"),
+                                       ("a.vector_select(0, x)", "vector_select"),
+                                       ("nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf).no_such", "no_such")])
+def test_a_tensor_method_tusk_lacks_is_refused_by_name_and_hasattr_says_no(tmp_path, use, name):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            assert not hasattr(x, "rearrange") and getattr(a, "vector_select", None) is None
+            y = {use}
+            nl.store(a, x)
+    """, ["f32[128,8]"])
+    assert f"k.py:10: not supported: tensor.{name} (not in Tusk's NKI front end" in msg, msg
 
 
 def test_a_row_cut_call_of_several_instructions_is_refused_not_run_on_whole_rows_only(tmp_path):

@@ -48,7 +48,9 @@ _LOWERING = {
     "max": "`tensorReduce` max over any free axes", "min": "`tensorReduce` min over any free axes",
     "prod": "`tensorReduce` mult over any free axes", "mean": "`tensorReduce` add + `tensorScalar` mult 1/n",
     "all": "`tensorScalar` not_equal 0 + `tensorReduce` min", "abs": "`ncActivate` abs",
-    "abs_max": "`ncActivate` abs of each side + `tensorTensor` max", "abs_min": "the same with min",
+    "abs_max": "the input of larger magnitude, its sign kept: `ncActivate` abs of each side, `tensorTensor` "
+               "is_gt, `copyPredicated`",
+    "abs_min": "the input of smaller magnitude, its sign kept: as `nl.abs_max` with is_lt",
     "fmod": "`sign(x) * mod(|x|, |y|)`: the remainder with the dividend's sign, exactly",
     "negative": "`tensorScalar` mult -1", "reciprocal": "`reciprocal`", "invert": "`tensorScalar` bitwise_not",
     "left_shift": "`tensorScalar` logical_shift_left by an int; `tensorTensor` by a tile of counts",

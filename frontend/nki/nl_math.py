@@ -84,21 +84,29 @@ logical_xor = nl._make_binary("logical_xor")
 mod = nl._make_binary("mod")
 
 
-def _abs_pick(name: str, alu: str, x: Any, y: Any, dtype: Any, mask: Any) -> View:
-    """``max(|x|, |y|)`` / ``min(|x|, |y|)`` (KLR has no abs_max ALU op)."""
+def _abs_pick(name: str, compare: str, x: Any, y: Any, dtype: Any, mask: Any) -> Any:
+    """``x`` where ``|x| compare |y|``, else ``y``: the input of the larger (abs_max) or smaller (abs_min)
+    magnitude with its sign, ``y`` on a tie, as the NKI reference defines them (``abs_max(-5, 3)`` is -5).
+    KLR has no such ALU op: the magnitudes are compared, then the winner copied (``nl.where``), so the value
+    is the input's own, not recomputed."""
+    if nl._is_number(x) and nl._is_number(y):
+        bigger = builtins_abs(x) > builtins_abs(y) if compare == "greater" else builtins_abs(x) < builtins_abs(y)
+        return x if bigger else y
+
     def magnitude(v: Any) -> Any:
         return builtins_abs(float(v)) if nl._is_number(v) else nl._activation("abs", v, None, mask)
-    return nl._binary(alu, magnitude(x), magnitude(y), dtype, mask)
+    pick = nl._binary(compare, magnitude(x), magnitude(y), "uint8", mask)
+    return where(pick, x, y, dtype=dtype, mask=mask)
 
 
 def abs_max(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     nl._no_keywords("nl.abs_max", kw)
-    return _abs_pick("abs_max", "maximum", x, y, dtype, mask)
+    return _abs_pick("abs_max", "greater", x, y, dtype, mask)
 
 
 def abs_min(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     nl._no_keywords("nl.abs_min", kw)
-    return _abs_pick("abs_min", "minimum", x, y, dtype, mask)
+    return _abs_pick("abs_min", "less", x, y, dtype, mask)
 
 
 def invert(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
