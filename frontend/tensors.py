@@ -651,9 +651,11 @@ class View:
         return self[(slice(None),) * int(dim) + (slice(start, end, step),)]
 
     def select(self, dim: int, index: Any) -> View:
-        """``t[..., index, ...]`` on axis ``dim`` (an int or loop index)."""
-        if isinstance(index, (View, Tensor)):
-            raise unsupported("select(dim, <a tile>) (an index read at run time)")
+        """``t[..., index, ...]`` on axis ``dim`` (an int, a loop index, or, on an HBM tensor, a one-element
+        integer SBUF tile: a coordinate read at run time)."""
+        if isinstance(index, (View, Tensor)) and (self.tensor.on_chip or not is_coordinate_tile(index)):
+            raise unsupported("select(dim, <a tile>) (an index read at run time: a one-element integer SBUF tile, "
+                              "on an HBM tensor)")
         if not 0 <= _int(dim, "select") < self.ndim:
             raise unsupported(f"select({dim}, ...) of a {self.ndim}-axis view")
         return self[(slice(None),) * int(dim) + (index,)]

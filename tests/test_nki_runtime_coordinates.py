@@ -194,3 +194,26 @@ def test_a_register_as_scalar_offset_moves_each_access_by_what_it_held_then(tmp_
         np.testing.assert_array_equal(run_klr(klr, inputs)["out"], want)
     got = run(through_pipeline(klr, tmp_path), {**inputs, "out": np.full((8, 64), np.nan, np.float32)})["out"]
     np.testing.assert_array_equal(got, want)
+
+
+SELECT_BY_TILE = """
+    @nki.jit
+    def k(blocks, which):
+        idx = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=which)
+        t = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=blocks.select(0, idx))
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+"""
+
+
+def test_select_of_an_hbm_tensor_by_a_one_element_tile_is_a_runtime_coordinate(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(SELECT_BY_TILE))
+    klr = trace_file(path, "k", ["f32[4,16,8]", "i32[1,1]"])
+    blocks = RNG.standard_normal((4, 16, 8)).astype(np.float32)
+    for i in (3, 0, 2):
+        got = run_klr(klr, {"blocks": blocks, "which": np.array([[i]], np.int32)})["out"]
+        np.testing.assert_array_equal(got, blocks[i])
