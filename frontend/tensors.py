@@ -651,8 +651,9 @@ class View:
         return self[(slice(None),) * int(dim) + (slice(start, end, step),)]
 
     def select(self, dim: int, index: Any) -> View:
-        """``t[..., index, ...]`` on axis ``dim`` (an int, a loop index, or, on an HBM tensor, a one-element
-        integer SBUF tile: a coordinate read at run time)."""
+        """``t[..., index, ...]`` on axis ``dim``: an int, a loop index, or (HBM) a one-element int SBUF tile.
+
+        The tile is a coordinate read at run time (frontend/scalar_offset.py)."""
         if isinstance(index, (View, Tensor)) and (self.tensor.on_chip or not is_coordinate_tile(index)):
             raise unsupported("select(dim, <a tile>) (an index read at run time: a one-element integer SBUF tile, "
                               "on an HBM tensor)")
