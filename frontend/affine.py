@@ -568,30 +568,31 @@ class Mask:
         grid = view.grid_axes
         if grid is None:
             return self.window(view.ndim)
-        starts: dict[int, int] = {}
-        stops: dict[int, int] = {}
-        for (nd, axis), keep in self.keep.items():
+
+        def dim_of(axis: int) -> int:
             dims = [d for d, g in enumerate(grid) if g == axis]
             long = [d for d in dims if view.dims[d][1] > 1]
             if not dims or len(long) > 1:
                 raise unsupported(f"a mask on axis {axis} of the index grid of a view whose dims walk it "
                                   f"{len(dims)} times")
-            d = long[0] if long else dims[-1]
-            stops[d] = min(stops.get(d, keep), keep)
-            starts[d] = max(starts.get(d, 0), self.skip.get((nd, axis), 0))
-        return starts, {d: max(0, stops[d] - starts[d]) for d in stops}
+            return long[0] if long else dims[-1]
+        return self._window({key: dim_of(key[1]) for key in self.keep})
 
     def window(self, ndim: int) -> tuple[dict[int, int], dict[int, int]]:
         """(first kept index, kept count) per output axis of an ``ndim``-axis tile."""
+        for nd, axis in self.keep:
+            if nd > ndim or axis >= ndim:
+                raise unsupported(f"a mask on axis {axis} of a {nd}-axis index applied to a {ndim}-axis tile")
+        return self._window({key: key[1] for key in self.keep})
+
+    def _window(self, dim_of: dict[tuple[int, int], int]) -> tuple[dict[int, int], dict[int, int]]:
+        """The windows of the mask's axes, each on the output dim ``dim_of`` names (several meet: intersected)."""
         starts: dict[int, int] = {}
         stops: dict[int, int] = {}
-        for (nd, axis), keep in self.keep.items():
-            a = axis if nd == ndim else (axis if nd <= ndim else None)
-            if a is None or a >= ndim:
-                raise unsupported(f"a mask on axis {axis} of a {nd}-axis index applied to a {ndim}-axis tile")
-            stops[a] = min(stops.get(a, keep), keep)
-            starts[a] = max(starts.get(a, 0), self.skip.get((nd, axis), 0))
-        return starts, {a: max(0, stops[a] - starts[a]) for a in stops}
+        for key, d in dim_of.items():
+            stops[d] = min(stops.get(d, self.keep[key]), self.keep[key])
+            starts[d] = max(starts.get(d, 0), self.skip.get(key, 0))
+        return starts, {d: max(0, stops[d] - starts[d]) for d in stops}
 
     def counts_for(self, view: Any) -> dict[int, int]:
         """Kept counts per output dim of ``view`` (:meth:`window_for`), for a prefix."""

@@ -400,46 +400,58 @@ class KernelWriter:
         return _While(self, cond, label)
 
 
-class _While:
-    """``while cond != 0: body`` as blocks: the test before the first iteration and after each (the body sets
-    ``cond`` for the next test)."""
+class _Blocks:
+    """A loop as blocks: ``<label>.head`` tests, ``<label>.body`` runs and tests again, ``<label>.exit`` follows
+    (klr-format.md §3.10).  Subclasses say how it starts, how it advances and what it tests."""
 
-    def __init__(self, k: KernelWriter, cond: str, label: str):
-        self.k, self.cond, self.label = k, cond, label
+    def __init__(self, k: KernelWriter, reg: str, label: str):
+        self.k, self.reg, self.label = k, reg, label  # reg: the loop's counter, or its condition
 
-    def __enter__(self) -> str:
-        k, lab = self.k, self.label
-        k.jump(f"{lab}.head")
-        k.block(f"{lab}.head")
-        k.branch("ne_imm", self.cond, 0, f"{lab}.body", f"{lab}.exit")
-        k.block(f"{lab}.body")
-        return self.cond
+    def _start(self) -> None:
+        """Statements before the first test."""
 
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is not None:
-            return
-        k, lab = self.k, self.label
-        k.branch("ne_imm", self.cond, 0, f"{lab}.body", f"{lab}.exit")
-        k.block(f"{lab}.exit")
+    def _advance(self) -> None:
+        """Statements at the end of the body, before the test."""
 
-
-class _Loop:
-    def __init__(self, k: KernelWriter, reg: str, start: int, stop_reg: str, step: int, label: str):
-        self.k, self.reg, self.start, self.stop, self.step, self.label = k, reg, start, stop_reg, step, label
+    def _test(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self) -> str:
         k, lab = self.k, self.label
-        k.reg_move(self.reg, self.start)
+        self._start()
         k.jump(f"{lab}.head")
         k.block(f"{lab}.head")
-        k.branch("lt_reg", self.reg, self.stop, f"{lab}.body", f"{lab}.exit")
+        self._test()
         k.block(f"{lab}.body")
         return self.reg
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
             return
-        k, lab = self.k, self.label
-        k.reg_alu(self.reg, self.reg, "add", self.step)
-        k.branch("lt_reg", self.reg, self.stop, f"{lab}.body", f"{lab}.exit")
-        k.block(f"{lab}.exit")
+        self._advance()
+        self._test()
+        self.k.block(f"{self.label}.exit")
+
+
+class _While(_Blocks):
+    """``while cond != 0: body`` (the body sets ``cond`` for the next test)."""
+
+    def _test(self) -> None:
+        self.k.branch("ne_imm", self.reg, 0, f"{self.label}.body", f"{self.label}.exit")
+
+
+class _Loop(_Blocks):
+    """``for reg in range(start, stop_reg, step)``."""
+
+    def __init__(self, k: KernelWriter, reg: str, start: int, stop_reg: str, step: int, label: str):
+        super().__init__(k, reg, label)
+        self.start, self.stop, self.step = start, stop_reg, step
+
+    def _start(self) -> None:
+        self.k.reg_move(self.reg, self.start)
+
+    def _advance(self) -> None:
+        self.k.reg_alu(self.reg, self.reg, "add", self.step)
+
+    def _test(self) -> None:
+        self.k.branch("lt_reg", self.reg, self.stop, f"{self.label}.body", f"{self.label}.exit")

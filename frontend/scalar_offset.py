@@ -25,7 +25,7 @@ from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector
 from tusk.frontend.errors import unsupported
-from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate_tile, is_register
+from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate, is_coordinate_tile, is_register
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class RuntimeIndex:
     scalar: View
 
     def _moved(self, other: Any, sign: int) -> Any:
-        if isinstance(other, RuntimeIndex) or is_coordinate_tile(other):
+        if is_coordinate(other):
             raise unsupported("an index with two runtime coordinates (KLR's access has one runtime offset: add "
                               "the tiles with nl.add first)")
         if not isinstance(other, (int, Affine, IndexVector, IndexGrid)) or isinstance(other, bool):
@@ -153,7 +153,7 @@ def runtime_index(tile: View, index: Any) -> RuntimeIndex:
 def runtime_subscript(v: View, key: tuple) -> RuntimeOffsetView:
     """``v[key]`` where one subscript holds a runtime coordinate: the access of the subscript with the
     coordinate's static part, whose start moves by the tile's value times that axis's stride."""
-    at = [j for j, k in enumerate(key) if isinstance(k, RuntimeIndex) or is_coordinate_tile(k)]
+    at = [j for j, k in enumerate(key) if is_coordinate(k)]
     if len(at) > 1:
         raise unsupported("runtime coordinates in two subscripts (KLR's access has one runtime offset)")
     j = at[0]

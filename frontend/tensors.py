@@ -242,7 +242,7 @@ def is_coordinate_tile(k: Any) -> bool:
     return isinstance(v, View) and v.tensor.on_chip and v.elements == 1 and "int" in v.dtype
 
 
-def _is_coordinate(k: Any) -> bool:
+def is_coordinate(k: Any) -> bool:
     """A subscript read at run time: a coordinate tile, or indices plus one (frontend/scalar_offset.py)."""
     return type(k).__name__ == "RuntimeIndex" or is_coordinate_tile(k)
 
@@ -327,7 +327,7 @@ class View:
             return self.windowed(*key.window(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
-        if not self.tensor.on_chip and any(_is_coordinate(k) for k in key):
+        if not self.tensor.on_chip and any(is_coordinate(k) for k in key):
             from tusk.frontend.scalar_offset import runtime_subscript
             return runtime_subscript(self, key)
         if any(type(k).__name__ == "RuntimeIndex" for k in key):

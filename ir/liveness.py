@@ -332,11 +332,6 @@ def _clean_writes(fn: Function, a_memloc, a_row, a_write) -> np.ndarray:
     return clean
 
 
-def _elements(fn: Function, op: int) -> np.ndarray:
-    """Element indices an access pattern operand addresses (offset + sum(i_k * step_k))."""
-    return pattern_elements(fn, int(fn.operands.get("pattern", op)), int(fn.operands.get("offset", op)))
-
-
 def pattern_elements(fn: Function, pattern: int, offset: int) -> np.ndarray:
     """Element indices ``offset + sum(i_k * step_k)`` of pattern ``pattern`` of ``fn`` (-1: the one element)."""
     idx = np.array([offset], dtype=np.int64)

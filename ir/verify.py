@@ -649,18 +649,18 @@ def _clobber(fn: Function, inst, a: int, b: int, elements: dict | None = None) -
             window = w
             last.fill(-1)
             wrote.fill(False)
-        cells = units[s]
-        if not _cell_count(cells):
+        touched = units[s]
+        if not _cell_count(touched):
             continue
-        at_last, *at_wrote = whole if isinstance(cells, tuple) else flat
+        at_last, *at_wrote = whole if isinstance(touched, tuple) else flat
         who = 0 if int(inst.a_memloc[k]) == a else 1
         row = int(inst.a_row[k])
         reads = not inst.a_write[k] or fn.insts.get("pred", row) >= 0 or _rmw(fn, row)
-        if reads and (at_wrote[who][cells] & (at_last[cells] == 1 - who)).any():
+        if reads and (at_wrote[who][touched] & (at_last[touched] == 1 - who)).any():
             return True
         if inst.a_write[k]:
-            at_last[cells] = who
-            at_wrote[who][cells] = True
+            at_last[touched] = who
+            at_wrote[who][touched] = True
     return False
 
 

@@ -84,7 +84,7 @@ logical_xor = nl._make_binary("logical_xor")
 mod = nl._make_binary("mod")
 
 
-def _abs_pick(name: str, compare: str, x: Any, y: Any, dtype: Any, mask: Any) -> Any:
+def _abs_pick(compare: str, x: Any, y: Any, dtype: Any, mask: Any) -> Any:
     """``x`` where ``|x| compare |y|``, else ``y``: the input of the larger (abs_max) or smaller (abs_min)
     magnitude with its sign, ``y`` on a tie, as the NKI reference defines them (``abs_max(-5, 3)`` is -5).
     KLR has no such ALU op: the magnitudes are compared, then the winner copied (``nl.where``), so the value
@@ -101,12 +101,12 @@ def _abs_pick(name: str, compare: str, x: Any, y: Any, dtype: Any, mask: Any) ->
 
 def abs_max(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     nl._no_keywords("nl.abs_max", kw)
-    return _abs_pick("abs_max", "greater", x, y, dtype, mask)
+    return _abs_pick("greater", x, y, dtype, mask)
 
 
 def abs_min(x: Any, y: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     nl._no_keywords("nl.abs_min", kw)
-    return _abs_pick("abs_min", "less", x, y, dtype, mask)
+    return _abs_pick("less", x, y, dtype, mask)
 
 
 def invert(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:

@@ -144,15 +144,16 @@ def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> View:
     hbm = tr.new_tensor(tuple(data.shape) if data.ndim else (1,), dt, "shared_hbm", nl._assigned_name() or "const")
     rows = data.reshape(data.shape[0] if data.ndim >= 2 else 1, -1)  # the row-major elements, a row per partition
     blocks = [rows[r0:r0 + PARTITIONS] for r0 in range(0, rows.shape[0], PARTITIONS)]
+    runs = [_runs(b) for b in blocks]
     step = None
-    if sum(_runs(b)[1] for b in blocks) > MAX_CONSTANT_RUNS:
+    if sum(n for _, n in runs) > MAX_CONSTANT_RUNS:
         step = _row_progression(rows)
         if step is None:
             raise unsupported(f"nl.shared_constant of a {list(data.shape)} array with more than "
                               f"{MAX_CONSTANT_RUNS} runs of values whose rows are not integer progressions of one "
                               f"step (pass it as a kernel input)")
     for k, block in enumerate(blocks):
-        tile = _memsets(block, dt) if step is None else _progressions(block, step, dt)
+        tile = _memsets(block, dt, runs[k][0]) if step is None else _progressions(block, step, dt)
         r0 = k * PARTITIONS
         flat = View(hbm, nl.Affine(r0 * rows.shape[1]), ((rows.shape[1], block.shape[0]), (1, rows.shape[1])))
         tr.op("dma", (tile,), (flat,), dst=flat, src=tile)
@@ -169,10 +170,10 @@ def _runs(block: np.ndarray) -> tuple[Any, int]:
     return common, int(starts.sum())
 
 
-def _memsets(block: np.ndarray, dt: Dtype) -> View:
-    """A tile of ``block``: a fill with its most common value, then a memset per run of another value."""
+def _memsets(block: np.ndarray, dt: Dtype, common: Any) -> View:
+    """A tile of ``block``: a fill with ``common`` (its most common value), then a memset per run of another
+    value."""
     tile = current().tile(block.shape, dt)
-    common, _ = _runs(block)
     value = (lambda v: int(v)) if "int" in dt else (lambda v: float(v))
     nl._memset(tile, value(common))
     for p, row in enumerate(block):
@@ -214,7 +215,8 @@ def _progressions(block: np.ndarray, step: int, dt: Dtype) -> View:
     tr = current()
     ramp = tr.tile(block.shape, Dtype("int32"))
     tr.op("iota", (), (ramp,), dst=ramp, offset=0, pattern=[(step, block.shape[1])], channel_multiplier=0)
-    first = _memsets(block[:, :1], Dtype("float32" if "float" in dt else "int32"))
+    column = block[:, :1]
+    first = _memsets(column, Dtype("float32" if "float" in dt else "int32"), _runs(column)[0])
     return nl._binary("add", ramp, first, dtype=dt)
 
 

@@ -32,13 +32,19 @@ def register_bound(kind: str, args: tuple) -> Any:
                       f"nl.{kind}(reg) or nl.{kind}(0, reg, 1))")
 
 
-def iterate(kind: str, reg: Any) -> Iterator[Any]:
+def _runtime_var(kind: str, what: str) -> LoopVar:
+    """The next loop of the trace, one whose iterations are known only at run time (``what``: it, in refusals)."""
     tr = current()
     ordinal = tr.loop_ordinal
     tr.loop_ordinal += 1
     if ordinal in tr.peel:
-        raise unsupported(f"a mask inside an nl.{kind} loop bounded by a register (its iterations are not known)")
-    var = LoopVar(kind, 0, 1, 1, len(tr.loops), ordinal)
+        raise unsupported(f"a mask inside {what} (its iterations are not known)")
+    return LoopVar(kind, 0, 1, 1, len(tr.loops), ordinal)
+
+
+def iterate(kind: str, reg: Any) -> Iterator[Any]:
+    tr = current()
+    var = _runtime_var(kind, f"an nl.{kind} loop bounded by a register")
     var.bound_reg = reg.name  # type: ignore[attr-defined]  # the emitter's bound: frontend/emit.py
     from tusk.frontend.nki.isa_ops import loop_index_register
 
@@ -57,11 +63,7 @@ def while_loop(init: Any, body_fun: Any) -> None:
     if not callable(body_fun):
         raise unsupported(f"nl.while_loop body {body_fun!r} (a function of the condition register)")
     tr = current()
-    ordinal = tr.loop_ordinal
-    tr.loop_ordinal += 1
-    if ordinal in tr.peel:
-        raise unsupported("a mask inside an nl.while_loop (its iterations are not known)")
-    var = LoopVar("while_loop", 0, 1, 1, len(tr.loops), ordinal)
+    var = _runtime_var("while_loop", "an nl.while_loop")
     var.while_init = init.name  # type: ignore[attr-defined]  # the emitter's condition: frontend/emit.py
     with tr.loop(var):
         nxt = body_fun(loop_index_register("while_loop", var))
