@@ -594,10 +594,6 @@ class Mask:
             starts[d] = max(starts.get(d, 0), self.skip.get(key, 0))
         return starts, {d: max(0, stops[d] - starts[d]) for d in stops}
 
-    def counts_for(self, view: Any) -> dict[int, int]:
-        """Kept counts per output dim of ``view`` (:meth:`window_for`), for a prefix."""
-        return self._prefix(*self.window_for(view))
-
     def counts(self, ndim: int) -> dict[int, int]:
         """Kept counts per output axis of an ``ndim``-axis tile, for a prefix."""
         return self._prefix(*self.window(ndim))

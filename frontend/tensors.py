@@ -270,7 +270,7 @@ class View:
     vector: View | None = None  # an indirect (gather/scatter) view: these rows of axis 0, one per partition
     # per output dim, the axis of the nl.arange index grid it walks, where a subscript of several aranges
     # made more dims than the grid has (``x[i_b, i_m, i_n]`` with [1, 1] and [1, 512] grids: dims 0 and 1 walk
-    # grid axis 0): a mask= on the grid's axes narrows these dims (Mask.counts_for)
+    # grid axis 0): a mask= on the grid's axes narrows these dims (Mask.window_for)
     grid_axes: tuple[int, ...] | None = field(default=None, kw_only=True)
     # per output dim, the first index a mask with a lower bound kept (View.windowed): where an assignment
     # redirects the masked write into another view, the same window of it
