@@ -135,6 +135,11 @@ class DaskExecutor:
         return len(self._futures) + len(self._held)
 
     def next(self) -> tuple[str, dict]:
+        # held tasks go out for the slots the last answer freed only now, after the build has answered it:
+        # a task it submitted then for the worker that answered (a write part's placement, which reads the
+        # bytes that worker holds) goes before them, instead of waiting there behind a 0.5 s check while the
+        # other worker stood idle (large_matmul, 2 workers)
+        self._release()
         fut = next(self._ac)
         key = fut.key
         try:
@@ -145,7 +150,6 @@ class DaskExecutor:
         self._futures.pop(key, None)
         fut.release()
         self._anywhere.discard(key)
-        self._release()
         return key, result
 
     worker_pids: list[int] = []  # of a local cluster: killed if a graceful close does not end them
