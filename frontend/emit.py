@@ -306,6 +306,9 @@ class Emitter:
     def op_local_gather(self, **p: Any) -> None:
         self._klr_operator("ncLocalGather", **p)
 
+    def op_dma_compute(self, **p: Any) -> None:
+        self._klr_operator("dmaCompute", **p)
+
     def op_dma_transpose(self, **p: Any) -> None:
         self._klr_operator("dmaTranspose", **p)
 

@@ -118,7 +118,9 @@ def _rmw(fn: Function, row: int) -> bool:
     if opc == Op.Activation:
         return attrs.get("acc", "Idle") not in ("Idle", 0, None)
     if opc in (Op.DMACopy, 18):
-        return attrs.get("mode") == "CCE" or attrs.get("dst_rmw_op") not in (None, "", "bypass")
+        # CCE with constants is a DMA compute over its inputs (nisa.dma_compute): it only writes its output
+        return (attrs.get("mode") == "CCE" and "constants" not in attrs) or \
+            attrs.get("dst_rmw_op") not in (None, "", "bypass")
     if opc == STREAM_SHUFFLE:  # a partition whose mask entry is 255 (or missing) keeps its value
         mask = attrs.get("mask", ())
         return not isinstance(mask, (list, tuple)) or len(mask) < 32 or any(m == 255 for m in mask)

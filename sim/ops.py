@@ -245,10 +245,13 @@ def _require_idle(attrs, *keys: str) -> None:
 
 def h_copy(fr: Frame, i: int) -> None:
     ins, _, outs = fr.split(i)
-    _one(ins, "input")
-    _one(outs, "output")
     attrs = fr.attrs(i)
     mode = attrs.get("mode", "Copy")
+    if mode in ("CCE", 2) and "constants" in attrs:
+        _dma_compute(fr, ins, outs, attrs)
+        return
+    _one(ins, "input")
+    _one(outs, "output")
     src, dst = ins[0], outs[0]
     if mode in ("CCE", 2):  # DMA with compute: dst = dst cce_op src (e.g. an accumulating store)
         old = fr.value(dst)
@@ -262,6 +265,22 @@ def h_copy(fr: Frame, i: int) -> None:
     if DT_CLASS[fr.dtype[src]] == RAW or DT_CLASS[fr.dtype[dst]] == RAW:
         raise unsupported(fr.dtype[src] if DT_CLASS[fr.dtype[src]] == RAW else fr.dtype[dst])
     fr.store(dst, fr.value(src))
+
+
+def _dma_compute(fr: Frame, ins: list[int], outs: list[int], attrs: dict) -> None:
+    """nisa.dma_compute: ``dst = ins[0] * constants[0] <cce_op> ins[1] * constants[1] ...``, element k of
+    every access in row-major order, computed in float32 and cast to the output's dtype once."""
+    _one(outs, "output")
+    scales = attrs.get("constants")
+    if not ins or not isinstance(scales, (list, tuple)) or len(scales) != len(ins):
+        raise PassError(f"a DMA compute of {len(ins)} inputs needs one constant each, not {scales!r}")
+    acc = None
+    for j, c in zip(ins, scales):
+        v = np.asarray(fr.value(j), dtype=np.float32).reshape(-1) * np.float32(c)
+        if acc is not None and v.size != acc.size:
+            raise InputError(f"a DMA compute's inputs hold {acc.size} and {v.size} elements (they must match)")
+        acc = v if acc is None else alu(attrs.get("cce_op", "add"), acc, v).astype(np.float32)
+    fr.store(outs[0], acc)
 
 
 def h_tensor_tensor(fr: Frame, i: int) -> None:

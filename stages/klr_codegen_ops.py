@@ -369,6 +369,19 @@ def dma_transpose(cg: Any, p: Any) -> None:
     cg._emit("DMACopy", "DMA", [src], [dst], {"oob_is_err": oob, "mode": "Transpose", "transpose_op": p.axes.name})
 
 
+def dma_compute(cg: Any, p: Any) -> None:
+    """``dst = srcs[0] * scales[0] + ...`` (the reduce op): a DMACopy in CCE mode over every source, its
+    ``constants`` the scales -- which also tell it from an accumulating DMA (CCE with no constants:
+    ``dst op= src``).  The DMA computes in float32 and casts to dst's dtype once."""
+    srcs = [cg.operand(s, Role.IN) for s in p.srcs]
+    scales = [float(cg._value(x, "dmaCompute scales")) for x in p.scales]
+    if not srcs or len(scales) != len(srcs):
+        raise cg._unsupported(f"dmaCompute with {len(srcs)} sources and {len(scales)} scales")
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("DMACopy", "DMA", srcs, [dst], {"oob_is_err": True, "mode": "CCE", "cce_op": p.reduceOp.name,
+                                            "constants": scales})
+
+
 # ---------------------------------------------------------------------------- random numbers
 
 
@@ -431,6 +444,7 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "quantizeMX": quantize_mx,
     "ncMatMulMX": nc_mat_mul_mx,
     "dmaTranspose": dma_transpose,
+    "dmaCompute": dma_compute,
     "dropout": dropout,
     "rng": rng,
     "rand2": rand2,

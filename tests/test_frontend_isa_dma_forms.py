@@ -470,3 +470,89 @@ def test_a_while_loop_body_must_return_a_register(tmp_path, returned, words):
     with pytest.raises(TraceError) as e:
         trace_file(path, "k", ["f32[1,1]", "i32[1,1]"])
     assert "bad.py:" in str(e.value) and words in str(e.value)
+
+
+RESIDUAL = """
+    @nki.jit
+    def k(h, a, m):
+        B, S, H = h.shape
+        out = nl.ndarray((B, S, H), dtype=nl.float32, buffer=nl.shared_hbm)
+        views = [t.reshape((B * S, 2, H // 2)) for t in (out, h, a, m)]
+        o2, h2, a2, m2 = views
+        for shard in nl.affine_range(2):
+            nisa.dma_compute(o2[0:B * S, shard, 0:H // 2],
+                             (h2[0:B * S, shard, 0:H // 2], a2[0:B * S, shard, 0:H // 2], m2[0:B * S, shard, 0:H // 2]),
+                             scales=(1.0, 1.0, 1.0), reduce_op=nl.add)
+        return out
+"""
+
+
+def _residual_inputs():
+    return {n: RNG.uniform(-4, 4, (2, 8, 64)).astype(np.float32) for n in ("h", "a", "m")}
+
+
+def test_dma_compute_sums_its_sources_in_float32(tmp_path):
+    x = _residual_inputs()
+    got = run(tmp_path, V2, RESIDUAL, x)["out"]
+    np.testing.assert_array_equal(got, (x["h"] + x["a"]) + x["m"])
+
+
+def test_dma_compute_survives_the_default_pipeline(tmp_path):
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run as run_bir
+
+    x = _residual_inputs()
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(RESIDUAL))
+    klr = trace_file(path, "k", ["f32[2,8,64]"] * 3)
+    got = run_bir(through_pipeline(klr, tmp_path), {**x, "out": np.full((2, 8, 64), np.nan, np.float32)})["out"]
+    np.testing.assert_array_equal(got, (x["h"] + x["a"]) + x["m"])
+
+
+def test_dma_compute_rounds_to_its_destination_dtype_once(tmp_path):
+    """Three float32 tiles into a bfloat16 one: the float32 sum rounded once (to nearest even), not a
+    bfloat16 rounding after each add."""
+    body = """
+        @nki.jit
+        def k(x, y, z):
+            out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            tiles = []
+            for t in (x, y, z):
+                s = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(s, t)
+                tiles.append(s)
+            b = nl.ndarray((128, 4), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_compute(b, tiles, nl.add)
+            w = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(w, b)
+            nisa.dma_copy(out, w)
+            return out
+    """
+    one = np.float32(1.0)
+    # 1 + 2^-8 + 2^-8 = 1 + 2^-7 = 1.0078125 in float32, which bfloat16 holds exactly; rounding to bfloat16
+    # after each add would give 1 + 2^-8 -> 1.0 (a tie, to even), twice: 1.0
+    x = np.full((128, 4), one, np.float32)
+    y = np.full((128, 4), 2.0 ** -8, np.float32)
+    z = np.full((128, 4), 2.0 ** -8, np.float32)
+    y[:, 1], z[:, 1] = 3.0, -3.0
+    got = run(tmp_path, V2, body, {"x": x, "y": y, "z": z})["out"]
+    np.testing.assert_array_equal(got[:, 0], np.float32(1.0078125))
+    np.testing.assert_array_equal(got[:, 1], one)
+
+
+@pytest.mark.parametrize("call, words", [
+    ("nisa.dma_compute(o, (x, x), reduce_op=nl.multiply)", "nl.add only"),
+    ("nisa.dma_compute(o, (x, x), reduce_op=nl.add, scales=(1.0, 2.0))", "scale of 1.0"),
+    ("nisa.dma_compute(o, (x, x[0:64, :]), reduce_op=nl.add)", "elements"),
+    ("nisa.dma_compute(o, x, reduce_op=nl.add)", "a list of tensors"),
+])
+def test_dma_compute_refuses_what_nki_does_not_allow(tmp_path, call, words):
+    body = f"""
+        @nki.jit
+        def k(x):
+            o = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            {call}
+            return o
+    """
+    with pytest.raises(TraceError, match=words):
+        run(tmp_path, V2, body, {"x": RNG.uniform(-1, 1, (128, 8)).astype(np.float32)})

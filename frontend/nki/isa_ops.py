@@ -128,6 +128,34 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
     tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src)
 
 
+MAX_DMA_COMPUTE_SOURCES = 16
+
+
+def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: Any) -> None:
+    """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` by the DMA engines' compute, in float32 and
+    cast to dst's dtype once (KLR ``dmaCompute``).  NKI allows only ``nl.add`` and scales of 1.0; every
+    tensor holds the same number of elements, taken in row-major order.  The read-modify-write forms (a
+    source with a vector offset: scatter / gather accumulation) are refused."""
+    op = alu(reduce_op, f"{call} reduce_op")
+    if op != "add":
+        raise unsupported(f"{call} reduce_op={getattr(reduce_op, '__name__', reduce_op)} (NKI supports nl.add only)")
+    if not 1 <= len(srcs) <= MAX_DMA_COMPUTE_SOURCES:
+        raise unsupported(f"{call} with {len(srcs)} sources (1 to {MAX_DMA_COMPUTE_SOURCES})")
+    factors = [1.0] * len(srcs) if scales is None else list(scales)
+    if len(factors) != len(srcs) or not all(number(f) and float(f) == 1.0 for f in factors):
+        raise unsupported(f"{call} scales={scales!r}: NKI requires one scale of 1.0 per source (or None)")
+    for k, v in enumerate((dst, *srcs)):
+        what = "dst" if k == 0 else f"srcs[{k - 1}]"
+        if v.vector is not None or getattr(v, "scalar", None) is not None:
+            raise unsupported(f"{call} {what} with an indirect or runtime offset (the scatter / gather "
+                              "read-modify-write forms)")
+        if v.elements != dst.elements:
+            raise unsupported(f"{call} {what} has {v.elements} elements, dst {dst.elements} (they must match)")
+        v.check_bounds()
+    native(call, "dma_compute", tuple(srcs), (dst,), dst=dst, srcs=list(srcs), scales=[1.0] * len(srcs),
+           reduceOp=op)
+
+
 def _one_shape(call: str, dst: View, src: View) -> tuple[View, View]:
     """A DMA between accesses of the same first dim and size but other free shapes ([K, BH, V] of an
     ``ap`` into a [K, BH * V] tile): element k of one row to element k of the other, by one of the two views

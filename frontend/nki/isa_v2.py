@@ -44,6 +44,19 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
                  oob=ops.oob_name("nisa.dma_copy", oob_mode))
 
 
+@documented("nisa.dma_compute")
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
+    call = "nisa.dma_compute"
+    if isinstance(reduce_op, (list, tuple)) and not isinstance(scales, (list, tuple)):
+        # the reference's first 2.x signature put scales before reduce_op: (dst, srcs, scales, reduce_op)
+        reduce_op, scales = scales, reduce_op
+    if not isinstance(srcs, (list, tuple)):
+        raise ops.unsupported(f"{call} srcs={srcs!r}: a list of tensors")
+    ops.oob_name(call, oob_mode)
+    ops.dma_compute(call, any_view(dst, f"{call} dst"),
+                    [any_view(s, f"{call} srcs[{k}]") for k, s in enumerate(srcs)], reduce_op, scales)
+
+
 @documented("nisa.tensor_copy")
 def tensor_copy(dst, src, engine=engine.unknown, name=None):
     ops.tensor_copy("nisa.tensor_copy", tile(dst, "nisa.tensor_copy dst"), tile(src, "nisa.tensor_copy src"))
