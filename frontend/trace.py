@@ -30,6 +30,7 @@ from tusk.frontend.emit import emit
 from tusk.frontend.errors import TraceError, Unsupported, in_tusk, unsupported, user_frame
 from tusk.frontend.imports import KernelImports, kernel_imports, nki_modules
 from tusk.frontend.nki import Kernel
+from tusk.frontend.nki.isa_signature import targeting
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
 from tusk.frontend.top_level import TopLevelStop, loading
@@ -127,7 +128,7 @@ def trace_kernel_file(path: str | Path, function: str | None, inputs: Sequence[s
                       grid: Sequence[int] = (), *, args: Mapping[str, Any] | None = None, name: str | None = None,
                       arch: str | None = None, paths: Sequence[str | Path] = (), api: int | None = None) -> Traced:
     """:func:`trace_file`, with the kernel-tree files the trace ran."""
-    with kernel_imports(path, paths, api) as ki:
+    with targeting(arch), kernel_imports(path, paths, api) as ki:
         fn, file_grid = load_kernel(path, function, ki)
         saved = fn.__globals__.get("range", _NONE)
         fn.__globals__["range"] = python_range  # a large Python range in the kernel is watched (limits)
@@ -149,7 +150,7 @@ def trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], g
                    args: Mapping[str, Any] | None = None, name: str | None = None, arch: str | None = None,
                    filename: str | None = None) -> bytes:
     """Trace an already loaded kernel function -> KLR file bytes."""
-    with young_collections_only():
+    with targeting(arch), young_collections_only():
         return _trace_function(fn, inputs, grid, args=args, name=name, arch=arch, filename=filename)
 
 

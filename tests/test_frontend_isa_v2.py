@@ -499,3 +499,26 @@ def test_a_kernel_error_that_unrolling_does_not_cure_is_reported_at_its_line(tmp
             return out, tiles[5]
     """, ["f32[128,64]"])
     assert "bad.py:12: IndexError" in message, message  # the `return` line, from the first trace
+
+
+@pytest.mark.parametrize("arch, doubled", [(None, False), ("trn2", False), ("trn3", True), ("gen2", False)])
+def test_get_nc_version_answers_the_traced_architecture(tmp_path, arch, doubled):
+    """A kernel's choice by NeuronCore generation follows ``--arch``, at the file's top level as in the kernel."""
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        AT_LOAD = nisa.get_nc_version()
+
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            assert nisa.get_nc_version() == AT_LOAD and nisa.get_nc_sub_version() == 0
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(t, x)
+            if nisa.get_nc_version() >= nisa.nc_version.gen4:
+                nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+            nisa.dma_copy(out, t)
+            return out
+    """))
+    x = np.arange(512, dtype=np.float32).reshape(128, 4)
+    got = run_klr(trace_file(path, "k", ["f32[128,4]"], arch=arch), {"x": x})["out"]
+    np.testing.assert_array_equal(got, 2 * x if doubled else x)

@@ -9,11 +9,12 @@ is refused naming the call and the argument, at the kernel's line: nothing is sw
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tusk.frontend.errors import TraceError, Unsupported, current_user_line
@@ -190,6 +191,34 @@ constants = types.ModuleType("nki.isa.constants", "The nki.isa configuration enu
 constants.__dict__.update(ENUMS)
 
 
+# Tusk's architectures (tusk.ir.arch) by the NeuronCore generation a kernel asks about
+_NC_VERSION = {"sunda": nc_version.gen2, "gen3": nc_version.gen3, "core_v4": nc_version.gen4}
+
+
+_TARGET: list[str | None] = []  # the architecture of the trace under way (its file's top level included)
+
+
+@contextlib.contextmanager
+def targeting(arch: str | None) -> Iterator[None]:
+    """While a kernel file is loaded and traced for ``arch`` (``tusk trace --arch``)."""
+    _TARGET.append(arch)
+    try:
+        yield
+    finally:
+        _TARGET.pop()
+
+
 def get_nc_version() -> nc_version:
-    """The NeuronCore the trace targets: Tusk's arch models trn2 (gen3)."""
-    return nc_version.gen3
+    """The NeuronCore the trace targets (``tusk trace --arch``; trn2, gen3, by default): kernels choose their
+    code paths by it."""
+    from tusk.ir.arch import get_arch
+
+    arch = get_arch(_TARGET[-1] if _TARGET else None).name
+    if arch not in _NC_VERSION:
+        raise Unsupported(f"not supported: nisa.get_nc_version() for architecture {arch} (NKI names gen2 to gen4)")
+    return _NC_VERSION[arch]
+
+
+def get_nc_sub_version() -> int:
+    """The silicon revision within the NeuronCore generation: Tusk models the first (0)."""
+    return 0

@@ -20,6 +20,7 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
     dma_engine,
     documented,
     engine,
+    get_nc_sub_version,
     get_nc_version,
     gpsimd_engine,
     matmul_perf_mode,
@@ -35,6 +36,7 @@ from tusk.frontend.nki.isa_signature import (  # noqa: F401 - the nisa names ker
 )
 
 get_nc_version = documented("nisa.get_nc_version")(get_nc_version)
+get_nc_sub_version = documented("nisa.get_nc_sub_version")(get_nc_sub_version)
 
 
 @documented("nisa.dma_copy")
