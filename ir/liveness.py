@@ -46,7 +46,8 @@ from tusk.ir.module import Function, concat_ranges
 
 BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
 # instructions whose output overwrites every element they address (unless an attribute says it accumulates):
-# the interpreter (sim.ops, sim.ops_isa) writes their outputs without reading what the outputs held
+# the interpreter (sim.ops, sim.ops_isa) writes their outputs without reading what the outputs held.  An
+# Activation's ``acc`` is its engine's reduce registers, not its output (tusk.sim.accumulators)
 KILLING = frozenset({Op.DMACopy, Op.Load, Op.Save, Op.TensorCopy, Op.GenericCopy, Op.TensorTensor, Op.TensorScalar,
                      Op.TensorScalarPtr, Op.Activation, Op.TensorReduce, Op.Matmult, Op.Memset, Op.Iota,
                      Op.TensorSave, 18,  # 18: DMA
@@ -54,7 +55,8 @@ KILLING = frozenset({Op.DMACopy, Op.Load, Op.Save, Op.TensorCopy, Op.GenericCopy
                      Op.TensorScalarAffineSelect, Op.Select, Op.Max, Op.Gather, Op.Exponential,
                      *(OPCODE_BY_NAME[n] for n in ("RangeSelect", "StreamTranspose", "MaxIndex", "MatchReplace",
                                                    "MaxIndexAndMatchReplace", "GetSequenceBounds",
-                                                   "StreamShuffle"))})
+                                                   "StreamShuffle", "ActivationReadAccumulator",
+                                                   "DveReadAccumulator"))})
 STREAM_SHUFFLE = OPCODE_BY_NAME["StreamShuffle"]
 
 
@@ -115,8 +117,6 @@ def _rmw(fn: Function, row: int) -> bool:
     if opc == Op.Matmult:
         flag = attrs.get("accumulation_flag", 0)
         return not (isinstance(flag, (int, float)) and not isinstance(flag, bool) and flag == 0) and flag is not False
-    if opc == Op.Activation:
-        return attrs.get("acc", "Idle") not in ("Idle", 0, None)
     if opc in (Op.DMACopy, 18):
         # CCE with constants is a DMA compute over its inputs (nisa.dma_compute): it only writes its output
         return (attrs.get("mode") == "CCE" and "constants" not in attrs) or \

@@ -19,6 +19,7 @@ import numpy as np
 
 from tusk.ir.enums import ALU_OP_NAMES, Kind, Op
 from tusk.ir.errors import InputError, PassError
+from tusk.sim.accumulators import accumulate
 from tusk.sim.machine import Frame
 from tusk.sim.memory import DT_CLASS, RAW, is_int, unsupported
 
@@ -310,7 +311,9 @@ def h_tensor_scalar(fr: Frame, i: int) -> None:
     ints = x.dtype.kind in "iu"
     s0 = const(fr.maybe_affine(attrs.get("const0", 0.0)), ints)
     s1 = const(fr.maybe_affine(attrs.get("const1", 0.0)), ints)
-    fr.store(outs[0], _scalar_chain(fr, i, x, s0, s1))
+    y = _scalar_chain(fr, i, x, s0, s1)
+    fr.store(outs[0], y)
+    accumulate(fr, i, y, attrs)  # tensor_scalar_reduce: the computed values into the engine's reduce registers
 
 
 def h_tensor_scalar_ptr(fr: Frame, i: int) -> None:
@@ -320,7 +323,9 @@ def h_tensor_scalar_ptr(fr: Frame, i: int) -> None:
     x = fr.value(ins[0])
     s0 = _broadcast(x, fr.value(ins[1]), "scalar operand ins[1]")
     s1 = _broadcast(x, fr.value(ins[2]), "scalar operand ins[2]") if len(ins) > 2 else np.int64(0)
-    fr.store(outs[0], _scalar_chain(fr, i, x, s0, s1))
+    y = _scalar_chain(fr, i, x, s0, s1)
+    fr.store(outs[0], y)
+    accumulate(fr, i, y, fr.attrs(i))
 
 
 def h_activation(fr: Frame, i: int) -> None:
@@ -328,7 +333,7 @@ def h_activation(fr: Frame, i: int) -> None:
     _one(ins, "input")
     _one(outs, "output")
     attrs = fr.attrs(i)
-    _require_idle(attrs, "acc", "op0", "op1", "reduce_op")
+    _require_idle(attrs, "op0", "op1")
     func = attrs.get("func", "Identity")
     f = ACTIVATIONS.get(func)
     if f is None:
@@ -346,7 +351,9 @@ def h_activation(fr: Frame, i: int) -> None:
         x = x + _broadcast(x, fr.value(ins[1]).astype(F32, copy=False), "bias")
     elif len(ins) > 1:
         x = x + F32(fr.scalar(ins[1]))
-    fr.store(outs[0], np.asarray(f(x, attrs.get("alpha", 0.0)), dtype=F32))
+    y = np.asarray(f(x, attrs.get("alpha", 0.0)), dtype=F32)
+    fr.store(outs[0], y)
+    accumulate(fr, i, y, attrs)  # reduce_res: the computed values, not the destination read back
 
 
 _AXES = {"X": 1, "XY": 2, "XYZ": 3, "XYZW": 4, "XYZWC": 5, 0: 1, 1: 2, 2: 3, 3: 4}

@@ -23,6 +23,7 @@ import numpy as np
 from tusk.ir.enums import ENGINE_NAMES, OPCODE_BY_NAME, Op
 from tusk.ir.errors import InputError, PassError
 from tusk.ir.verify_isa import TRANSPOSE_AXES
+from tusk.sim.accumulators import accumulate, h_read_accumulator
 from tusk.sim.machine import Frame
 from tusk.sim.memory import from_compute, to_compute
 from tusk.sim.mx import h_matmul_mx, h_quantize_mx
@@ -149,14 +150,18 @@ def h_activate2(fr: Frame, i: int) -> None:
     s0, s1 = _per_partition(fr, ins[1], x, "imm0"), _per_partition(fr, ins[2], x, "imm1")
     r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
     y = _ordered(op_name(attrs.get("op1", "bypass")), _ordered(op_name(attrs.get("op0", "bypass")), x, s0, r0), s1, r1)
-    fr.store(outs[0], np.asarray(f(y, attrs.get("alpha", 0.0)), dtype=F32))
+    out = np.asarray(f(y, attrs.get("alpha", 0.0)), dtype=F32)
+    fr.store(outs[0], out)
+    accumulate(fr, i, out, attrs)
 
 
 def h_exponential(fr: Frame, i: int) -> None:
     """``out = exp(in - max_value)`` (max_value a per-partition scalar)."""
     ins, outs = _io(fr, i, 2)
     x = _f32(fr, ins[0])
-    fr.store(outs[0], np.exp(x - _per_partition(fr, ins[1], x, "max_value")))
+    y = np.exp(x - _per_partition(fr, ins[1], x, "max_value"))
+    fr.store(outs[0], y)
+    accumulate(fr, i, y, fr.attrs(i))  # reduce_cmd: the sum into the engine's reduce registers
 
 
 # --------------------------------------------------------------------------- selection
@@ -220,7 +225,9 @@ def h_range_select(fr: Frame, i: int) -> None:
     b1 = _per_partition(fr, ins[2], on_true, "bound1")
     idx = (F32(attrs.get("base", 0.0)) + np.arange(on_true.shape[1], dtype=F32))[None, :]
     mask = (alu(attrs.get("compare_op0", "is_ge"), idx, b0) != 0) & (alu(attrs.get("compare_op1", "is_lt"), idx, b1) != 0)
-    fr.store(outs[0], np.where(mask, on_true, F32(attrs.get("fill_value", -3.4028235e38))))
+    y = np.where(mask, on_true, F32(attrs.get("fill_value", -3.4028235e38)))
+    fr.store(outs[0], y)
+    accumulate(fr, i, y, attrs)
 
 
 # --------------------------------------------------------------------------- statistics and layout
@@ -547,6 +554,8 @@ ISA_HANDLERS: dict[int, Handler] = {
     Op.TensorReduce: variant(h_partition_reduce, h_tensor_reduce, "axis", "C"),
     Op.DMACopy: variant(h_dma_transpose, h_copy, "mode", "Transpose"),
     Op.Activation: variant(h_activate2, h_activation, "is_activate2"),
+    OPCODE_BY_NAME["ActivationReadAccumulator"]: h_read_accumulator,
+    OPCODE_BY_NAME["DveReadAccumulator"]: h_read_accumulator,
     OPCODE_BY_NAME["TensorScalarCache"]: h_tensor_scalar_cache,
     Op.TensorScalarAffineSelect: h_affine_select,
     OPCODE_BY_NAME["CopyPredicated"]: h_copy_predicated,

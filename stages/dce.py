@@ -16,6 +16,7 @@ import numpy as np
 
 from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, RNG_OPCODES, Kind, Mem, Op, Role, TensorKind
 from tusk.ir.module import Function, distinct
+from tusk.stages.deps import READS_ACCUMULATOR, accumulator_rows
 
 SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
                                   Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,
@@ -60,7 +61,12 @@ def removable(fn: Function, *, symbolic_writes: bool = False, owner: np.ndarray 
     out_internal[owner[bad_out]] = False
     has_out = np.zeros(n, dtype=bool)
     has_out[owner[out_mask]] = True
-    return out_internal & has_out & ~_SIDE_EFFECT[ins["opcode"]]
+    keep = _SIDE_EFFECT[ins["opcode"]]
+    acc = accumulator_rows(fn)
+    if len(acc):  # an accumulating instruction also sets its engine's reduce registers, read later
+        keep = keep.copy()
+        keep[acc[~np.isin(ins["opcode"][acc], list(READS_ACCUMULATOR))]] = True
+    return out_internal & has_out & ~keep
 
 
 def dce(fn: Function) -> tuple[Function, int]:

@@ -52,7 +52,9 @@ conflict of that kind.
 * Ordered(1), always: between consecutive instructions that use one
   engine's random generator (SetRandState seeds it, Rng/Rand2/Dropout draw
   from it: hidden state, no memory access joins them), so the draws keep
-  their order and their numbers.
+  their order and their numbers; the same between consecutive users of an
+  engine's reduce registers (an accumulating Activation sets them, a
+  read-accumulator reads them: tusk.sim.accumulators).
 
 Complexity: sorting and interval sweeps over the access arrays, no pair
 loops: O(A log A) for A accesses (plus the cells of boxes that partially
@@ -724,8 +726,35 @@ def _ordered_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     return rows[:-1][same], rows[1:][same]
 
 
-def _rng_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dict[object, list[int]]:
-    """Rows in [lo, hi) that use each engine's random generator (a seeding names it ``rng_engine``), in order."""
+# with ``acc`` / ``reduce_cmd`` set, these reduce what they compute into their engine's reduce registers
+ACCUMULATING = frozenset((enums.Op.Activation, enums.Op.TensorScalar, enums.Op.TensorScalarPtr,
+                          *(enums.OPCODE_BY_NAME[n] for n in ("Exponential", "RangeSelect"))))
+READS_ACCUMULATOR = frozenset(enums.OPCODE_BY_NAME[n] for n in ("ActivationReadAccumulator", "DveReadAccumulator"))
+_IDLE = (None, "Idle", 0, False)
+
+
+def accumulator_rows(fn: Function) -> np.ndarray:
+    """Rows that use an engine's reduce registers (tusk.sim.accumulators): an instruction whose ``acc`` (or
+    ``reduce_cmd``) is not Idle sets them, a read-accumulator reads them.  Ascending."""
+    ins = fn.insts
+    opc = ins["opcode"]
+    reads = np.flatnonzero(np.isin(opc, list(READS_ACCUMULATOR)))
+    cand = np.flatnonzero(np.isin(opc, list(ACCUMULATING)))
+    if not len(cand):
+        return reads
+    ids = ins["attrs"][cand]
+    # an attribute record is shared by every row that has it: each distinct one is looked at once (sorted by
+    # hand: np.unique and np.union1d import numpy.ma, full_unroll's start-up)
+    distinct = np.sort(ids)
+    distinct = distinct[np.concatenate(([True], distinct[1:] != distinct[:-1]))]
+    setting = [a for a in distinct.tolist() if a >= 0 and any(
+        fn.record(a).get(k) not in _IDLE for k in ("acc", "reduce_cmd"))]
+    return np.sort(np.concatenate([cand[np.isin(ids, setting)], reads])) if setting else reads
+
+
+def engine_state_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dict[object, list[int]]:
+    """Rows in [lo, hi) that use each engine's hidden state, in order: its random generator (a seeding names
+    it ``rng_engine``) and its reduce registers."""
     ins = fn.insts
     rows = np.flatnonzero(np.isin(ins["opcode"], list(enums.RNG_OPCODES)))
     by_engine: dict[object, list[int]] = {}
@@ -735,21 +764,25 @@ def _rng_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dict[object
         a = int(ins["attrs"][i])
         gen = fn.record(a).get("rng_engine") if a >= 0 else None
         by_engine.setdefault(gen if gen is not None else enums.ENGINE_NAMES[int(ins["engine"][i])], []).append(i)
+    for i in accumulator_rows(fn).tolist():
+        if lo <= i and (hi is None or i < hi):
+            by_engine.setdefault(("reduce registers", enums.ENGINE_NAMES[int(ins["engine"][i])]), []).append(i)
     return by_engine
 
 
-def _rng_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
-    """Consecutive users of one engine's random generator."""
-    chains = _rng_chains(fn).values()
+def _state_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive users of one engine's hidden state (random generator, reduce registers)."""
+    chains = engine_state_chains(fn).values()
     src = [r for chain in chains for r in chain[:-1]]
     dst = [r for chain in chains for r in chain[1:]]
     return np.array(src, np.int64), np.array(dst, np.int64)
 
 
 def _extra_edges(fn: Function, ordered: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The Ordered edges that are not data edges: DMA queue order (``ordered``) and random-generator order."""
+    """The Ordered edges that are not data edges: DMA queue order (``ordered``) and the order of the users of
+    an engine's hidden state (random generator, reduce registers)."""
     osrc, odst = _ordered_edges(fn) if ordered else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    rsrc, rdst = _rng_edges(fn)
+    rsrc, rdst = _state_edges(fn)
     return np.concatenate([osrc, rsrc]), np.concatenate([odst, rdst])
 
 
@@ -795,7 +828,7 @@ def loop_carried_edges(fn: Function) -> tuple[np.ndarray, np.ndarray, np.ndarray
     rng = False
     for lo, hi in bodies:
         # a generator's last draw of iteration k comes before its first draw of iteration k + 1
-        chains = list(_rng_chains(fn, lo, hi).values())
+        chains = list(engine_state_chains(fn, lo, hi).values())
         if chains:
             rng = True
             out_s.append(np.array([c[-1] for c in chains], np.int64))

@@ -61,6 +61,7 @@ from tusk.ir.klr import types as T
 from tusk.ir.module import Function
 from tusk.ir.values import ImmValue, Pattern
 from tusk.stages.klr_codegen_ops import LOWERING as ISA_LOWERING
+from tusk.stages.klr_codegen_ops import read_accumulator
 from tusk.stages.klr_dynamic import (
     StaticArg,
     assemble_dynamic_info,
@@ -100,7 +101,6 @@ assert set(ACTIVATION_FUNCS) == {f.name for f in T.ActivationFunc}
 ENGINES = {"act": "Activation", "dma": "DMA", "dve": "DVE", "pe": "PE", "pool": "Pool", "sp": "SP"}
 
 DRAM_MEMORIES = frozenset({"hbm", "shared_hbm", "private_hbm"})
-AXES = ("X", "XY", "XYZ", "XYZW")
 MATMUL_PERF = {"None": "None", "DoubleRow": "DoubleRow", "DoubleRowSwInterleave": "DoubleRowSwInterleave"}
 
 
@@ -554,19 +554,15 @@ class KlirToBirCodegen:
         else:
             scale = float(self._value(p.scale.i, "activation scale"))
         dst = self.operand(p.dst, Role.OUT)
-        attrs = {"func": func, "scale": scale, "alpha": 0.0, "acc": "Idle", "op0": "bypass", "op1": "bypass",
-                 "reduce_op": "bypass"}
-        hoisted = list(self._indirect)
+        # activation-reduce: the engine reduces the values it computes (float32, along the free axes) into its
+        # reduce registers, from zero, and a read-accumulator writes them out (tusk.sim.accumulators)
+        reduced = p.reduceRes is not None
+        red_op = (ALU_OPS[p.reduceOp.name] if p.reduceOp is not None else "add") if reduced else "bypass"
+        attrs = {"func": func, "scale": scale, "alpha": 0.0, "acc": "ZeroAccumulate" if reduced else "Idle",
+                 "op0": "bypass", "op1": "bypass", "reduce_op": red_op}
         self._emit("Activation", "Activation", ins, [dst], attrs)
-        if p.reduceRes is not None:
-            self._indirect = hoisted  # the reduction reads the same (possibly dynamic) output
-            # activation-reduce: the reduction of the activation's output along the free axes
-            red_op = ALU_OPS[p.reduceOp.name] if p.reduceOp is not None else "add"
-            src = (Role.IN,) + dst[1:]
-            res = self.operand(p.reduceRes, Role.OUT)
-            axis = AXES[max(0, min(len(self.fn.patterns[dst[5]]) - 2, len(AXES) - 1))]
-            self._emit("TensorReduce", "Activation", [src], [res], {"op": red_op, "axis": axis, "negate": False},
-                       suffix=".reduce")
+        if reduced:
+            read_accumulator(self, p.reduceRes, "Activation")
 
     def tensor_reduce(self, p: Any) -> None:
         src = self.operand(p.src, Role.IN)

@@ -59,6 +59,14 @@ def _reduce_of(cg: Any, dst: tuple, res_ref: Any, op: str, hoisted: list, engine
     return res
 
 
+def read_accumulator(cg: Any, res_ref: Any, engine: str) -> tuple:
+    """The engine's reduce registers (left by the accumulating instruction just emitted) into ``res_ref``."""
+    res = cg.operand(res_ref, Role.OUT)
+    cg._emit("ActivationReadAccumulator" if engine == "Activation" else "DveReadAccumulator", engine, [], [res],
+             suffix=".reduce")
+    return res
+
+
 # ---------------------------------------------------------------------------- elementwise + reduce
 
 
@@ -67,16 +75,16 @@ def tensor_scalar_reduce(cg: Any, p: Any) -> None:
     src = cg.operand(p.src, Role.IN)
     row, const = cg._scalar_operand(p.operand0, "tensorScalarReduce operand0")
     dst = cg.operand(p.dst, Role.OUT)
-    hoisted = list(cg._indirect)
     op0 = _alu(p.op0)
+    red_op = _alu(p.reduceOp) if p.reduceOp is not None else "add"
+    reduce = {"acc": "ZeroAccumulate", "reduce_op": red_op}  # the computed values into the DVE's reduce registers
     if row is None:
         cg._emit("TensorScalar", "DVE", [src], [dst], {"op0": op0, "const0": float(const), "reverse0": bool(p.reverse0),
-                                                       "op1": "bypass", "const1": 0.0, "reverse1": False})
+                                                       "op1": "bypass", "const1": 0.0, "reverse1": False, **reduce})
     else:
         cg._emit("TensorScalarPtr", "DVE", [src, row], [dst],
-                 {"op0": op0, "reverse0": bool(p.reverse0), "op1": "bypass", "reverse1": False})
-    red_op = _alu(p.reduceOp) if p.reduceOp is not None else "add"
-    res = _reduce_of(cg, dst, p.reduceRes, red_op, hoisted)
+                 {"op0": op0, "reverse0": bool(p.reverse0), "op1": "bypass", "reverse1": False, **reduce})
+    res = read_accumulator(cg, p.reduceRes, "DVE")
     _load_init(cg, cmd, p.reduceInit, res, red_op)
 
 
@@ -117,13 +125,13 @@ def activate2(cg: Any, p: Any) -> None:
     if relu_row is not None:
         raise cg._unsupported("an activate2 reluParam given as a tile")
     dst = cg.operand(p.dst, Role.OUT)
-    hoisted = list(cg._indirect)
+    reduced = p.reduceRes is not None
     cg._emit("Activation", "Activation", ins, [dst],
-             {"func": func, "scale": 1.0, "alpha": float(relu), "acc": "Idle", "is_activate2": True,
-              "op0": _alu(p.op0), "reverse0": bool(p.reverse0), "op1": _alu(p.op1), "reverse1": bool(p.reverse1),
-              "reduce_op": "bypass"})
-    if p.reduceRes is not None:
-        _reduce_of(cg, dst, p.reduceRes, _alu(p.reduceOp), hoisted, engine="Activation")
+             {"func": func, "scale": 1.0, "alpha": float(relu), "acc": "ZeroAccumulate" if reduced else "Idle",
+              "is_activate2": True, "op0": _alu(p.op0), "reverse0": bool(p.reverse0), "op1": _alu(p.op1),
+              "reverse1": bool(p.reverse1), "reduce_op": _alu(p.reduceOp) if reduced else "bypass"})
+    if reduced:
+        read_accumulator(cg, p.reduceRes, "Activation")
 
 
 def _activation_func(cg: Any, f: Any) -> str:
@@ -143,10 +151,10 @@ def exponential(cg: Any, p: Any) -> None:
     src = cg.operand(p.src, Role.IN)
     top = _scalar_in(cg, p.maxValue, "exponential maxValue")
     dst = cg.operand(p.dst, Role.OUT)
-    hoisted = list(cg._indirect)
-    cg._emit("Exponential", "DVE", [src, top], [dst], {"reduce_cmd": "Idle"})
-    if p.reduceRes is not None:
-        res = _reduce_of(cg, dst, p.reduceRes, "add", hoisted)
+    reduced = p.reduceRes is not None
+    cg._emit("Exponential", "DVE", [src, top], [dst], {"reduce_cmd": "ZeroAccumulate" if reduced else "Idle"})
+    if reduced:
+        res = read_accumulator(cg, p.reduceRes, "DVE")
         _load_init(cg, cmd, p.reduceInit, res, "add")
 
 
@@ -243,14 +251,15 @@ def nc_range_select(cg: Any, p: Any) -> None:
     on_true = cg.operand(p.onTrueTile, Role.IN)
     b0, b1 = cg.operand(p.bound0, Role.IN), cg.operand(p.bound1, Role.IN)
     dst = cg.operand(p.dst, Role.OUT)
-    hoisted = list(cg._indirect)
     red_op = _alu(p.reduceOp) if p.reduceOp is not None else "max"
+    reduced = p.reduceRes is not None
+    # with a reduceRes: the selected values into the DVE's reduce registers from zero, then read out
     cg._emit("RangeSelect", "DVE", [on_true, b0, b1], [dst],
              {"base": float(cg._value(p.rangeStart, "rangeSelect rangeStart")), "compare_op0": _alu(p.compOp0),
               "compare_op1": _alu(p.compOp1), "fill_value": float(cg._value(p.onFalseValue, "onFalseValue")),
-              "reduce_op": red_op, "reduce_cmd": p.reduceCommand.name})
-    if p.reduceRes is not None:
-        _reduce_of(cg, dst, p.reduceRes, red_op, hoisted)
+              "reduce_op": red_op, "reduce_cmd": "ZeroAccumulate" if reduced else "Idle"})
+    if reduced:
+        read_accumulator(cg, p.reduceRes, "DVE")
 
 
 def range_select(cg: Any, p: Any) -> None:

@@ -522,3 +522,42 @@ def test_get_nc_version_answers_the_traced_architecture(tmp_path, arch, doubled)
     x = np.arange(512, dtype=np.float32).reshape(128, 4)
     got = run_klr(trace_file(path, "k", ["f32[128,4]"], arch=arch), {"x": x})["out"]
     np.testing.assert_array_equal(got, 2 * x if doubled else x)
+
+
+SUM_OF_SQUARES = """
+    @nki.jit
+    def k(x):
+        P, H = x.shape
+        out = nl.ndarray((4, P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            xs = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=xs, src=x)
+            DST
+            ssq = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation_reduce(dst=DSTREF, op=nl.square, data=xs, reduce_op=nl.add, reduce_res=ssq,
+                                   scale=float(i + 1))
+            nisa.dma_copy(dst=out[i], src=ssq)
+        return out
+"""
+
+
+@pytest.mark.parametrize("dst, ref", [
+    # the squares only summed: every element onto one (a 0-step access pattern, as nki-library's RMSNorm)
+    ("junk = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)", "junk.ap(pattern=[[1, P], [0, H]])"),
+    # a bfloat16 destination: the sum is of the float32 squares, not of their rounded copies
+    ("junk = nl.ndarray((P, H), dtype=nl.bfloat16, buffer=nl.sbuf)", "junk"),
+])
+def test_activation_reduce_sums_the_computed_values_not_the_destination(tmp_path, dst, ref):
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run as run_bir
+
+    x = np.random.default_rng(3).uniform(-2, 2, (128, 64)).astype(np.float32)
+    want = np.stack([((x.astype(np.float64) * (i + 1)) ** 2).sum(-1, keepdims=True) for i in range(4)])
+    body = SUM_OF_SQUARES.replace("DSTREF", ref).replace("DST", dst)
+    got = run(tmp_path, body, {"x": x})["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # the destination is never read: unrolling's dead-code elimination keeps the instruction for its sum
+    path = tmp_path / "k.py"
+    bir = through_pipeline(trace_file(path, "k", ["f32[128,64]"]), tmp_path)
+    np.testing.assert_array_equal(run_bir(bir, {"x": x, "out": np.full((4, 128, 1), np.nan, np.float32)})["out"],
+                                  got)

@@ -191,7 +191,8 @@ def test_operator_lowering_opcodes_and_attrs():
                      "inst.8", "inst.9", "inst.10"]
     got = [(fn.inst(i).opname, fn.inst(i).engine) for i in range(len(names))]
     assert [g[0] for g in got] == ["DMACopy", "TensorTensor", "TensorScalar", "TensorScalarPtr", "Activation",
-                                   "TensorReduce", "TensorReduce", "Memset", "Iota", "Matmult", "TensorScalar"]
+                                   "ActivationReadAccumulator", "TensorReduce", "Memset", "Iota", "Matmult",
+                                   "TensorScalar"]
     assert ops_of(fn, "inst.2").attrs["op"] == "mult"
     ts = ops_of(fn, "inst.3").attrs
     assert (ts["op0"], ts["const0"], ts["op1"], ts["const1"], ts["reverse0"], ts["reverse1"]) == \
@@ -200,8 +201,10 @@ def test_operator_lowering_opcodes_and_attrs():
     assert ptr.attrs["reverse0"] and [o.memloc_name for o in ptr.ins] == ["b", "col"]
     act = ops_of(fn, "inst.5")
     assert (act.attrs["func"], act.attrs["scale"]) == ("Gelu_apprx_tanh", 0.5) and len(act.ins) == 2
+    # the reduction is the engine's: into its reduce registers from zero, then read out (tusk.sim.accumulators)
+    assert (act.attrs["acc"], act.attrs["reduce_op"]) == ("ZeroAccumulate", "max")
     red = ops_of(fn, "inst.5.reduce")
-    assert red.attrs["op"] == "max" and red.ins[0].memloc_name == "b" and red.outs[0].memloc_name == "col"
+    assert not red.ins and red.outs[0].memloc_name == "col" and got[5][1] == got[4][1]  # the same engine
     assert ops_of(fn, "inst.6").attrs["negate"] is True
     assert ops_of(fn, "inst.7").attrs["constant"] == 0.25
     io = ops_of(fn, "inst.8").attrs

@@ -102,8 +102,9 @@ def rmsnorm_quant(x, a):
     h, g = (np.asarray(t, np.float32) for t in x)
     rows = h.reshape(-1, h.shape[-1])
     eps = np.float32(bf16(np.float32(1e-6)))  # the kernel's eps bias column is a bf16 memset
-    # activation_reduce's squares are its result tile, of the data's dtype (bf16), and the row sum reads them
-    squares = bf16((rows * rows).astype(np.float32)).astype(np.float64)
+    # activation_reduce sums the squares it computes (float32, in the engine's reduce registers), not their
+    # bf16 copies in its result tile
+    squares = (rows * rows).astype(np.float32).astype(np.float64)
     mean_sq = squares.sum(axis=1, keepdims=True).astype(np.float32) * np.float32(1 / 512)
     inv_rms = (np.float32(1) / np.sqrt(mean_sq + eps)).astype(np.float32)
     y = bf16((rows * inv_rms).astype(np.float32) * g[None, :])
