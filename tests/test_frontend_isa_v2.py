@@ -561,3 +561,23 @@ def test_activation_reduce_sums_the_computed_values_not_the_destination(tmp_path
     bir = through_pipeline(trace_file(path, "k", ["f32[128,64]"]), tmp_path)
     np.testing.assert_array_equal(run_bir(bir, {"x": x, "out": np.full((4, 128, 1), np.nan, np.float32)})["out"],
                                   got)
+
+
+def test_a_loop_index_as_a_scalar_operand_unrolls_its_loop(tmp_path):
+    """NKI 2.x loops are Python's range: ``operand0=k * 4`` is an int in each iteration (elidbc/trn2-moe's form)."""
+    x = np.random.default_rng(5).uniform(-1, 1, (128, 64)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            for i in nl.affine_range(3):
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=i * 4, op1=nl.multiply, operand1=i + 1)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"x": x})["out"]
+    want = x
+    for i in range(3):
+        want = (want + np.float32(i * 4)) * np.float32(i + 1)
+    np.testing.assert_array_equal(got, want)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tusk.frontend import scalar_offset
+from tusk.frontend.affine import Affine
 from tusk.frontend.errors import TraceError, Unsupported, unsupported
 from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
@@ -63,6 +64,11 @@ def any_view(x: Any, what: str) -> View:
 
 
 def number(x: Any) -> bool:
+    """A Python number; a loop index is one too (NKI 2.x loops are Python's range): its loop unrolls, so the
+    trace sees each iteration's int (``operand0=k * 128`` in an nl.affine_range loop)."""
+    if isinstance(x, Affine):
+        int(x)  # unrolls the loop whose index it depends on (a re-trace); a static one is its value
+        return True
     return nl._is_number(x)
 
 
