@@ -581,3 +581,36 @@ def test_a_loop_index_as_a_scalar_operand_unrolls_its_loop(tmp_path):
     for i in range(3):
         want = (want + np.float32(i * 4)) * np.float32(i + 1)
     np.testing.assert_array_equal(got, want)
+
+
+def test_gelu_apprx_sigmoid_is_x_times_sigmoid_of_1_702_x(tmp_path):
+    """nki-library's own references (ActFnType.Swish): ``x * sigmoid(1.702 x)``, as nl.gelu_apprx_sigmoid and as
+    nisa.activation's op (scale and bias applied first; activation_reduce sums the float32 products)."""
+    x = np.random.default_rng(2).uniform(-4, 4, (128, 64)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((3, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=out[0], src=nl.gelu_apprx_sigmoid(t))
+            a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=a, op=nl.gelu_apprx_sigmoid, data=t, scale=0.5, bias=0.25)
+            nisa.dma_copy(dst=out[1], src=a)
+            b = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation_reduce(dst=b, op=nl.gelu_apprx_sigmoid, data=t, reduce_op=nl.add, reduce_res=r)
+            nisa.dma_copy(dst=out[2], src=b)
+            nisa.dma_copy(dst=sums, src=r)
+            return out, sums
+    """, {"x": x})
+
+    def gelu(z):
+        z = z.astype(np.float64)
+        return z / (1 + np.exp(-1.702 * z))
+
+    np.testing.assert_allclose(got["out"][0], gelu(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["out"][1], gelu(x * 0.5 + 0.25), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["out"][2], got["out"][0])
+    np.testing.assert_allclose(got["sums"], gelu(x).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)

@@ -314,6 +314,9 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
     """``dst = op(data * scale + bias)``, and with ``reduce_res`` its sum along the free axes (KLR
     activationReduce, from zero: check_reduce took the command).  ``scale`` is a number or a [P, 1]
     column (KLR ncActivate's Operand)."""
+    if getattr(op, "_composite", None) == "gelu_apprx_sigmoid":
+        _gelu_apprx_sigmoid(call, dst, data, bias, scale, reduce_op, reduce_res)
+        return
     func = activation_func(op, call)
     same_size(call, dst, data)
     rows = data.shape[0]
@@ -331,6 +334,30 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     native(call, "activation_reduce", reads(data, b, scale), (dst, res), dst=dst, src=data, activationFunc=func,
            scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
+
+
+def _gelu_apprx_sigmoid(call: str, dst: View, data: View, bias: Any, scale: Any, reduce_op: Any,
+                        reduce_res: Any) -> None:
+    """``z * sigmoid(1.702 z)`` with ``z = data * scale + bias`` (nl.gelu_apprx_sigmoid), in float32 tiles: a
+    ScalarE copy for z (when scale or bias change it), the sigmoid, a VectorE multiply, and with ``reduce_res``
+    the sum of the float32 products (as the engine's reduction would), then the copy into ``dst``."""
+    same_size(call, dst, data)
+    z = data
+    if bias is not None or not (number(scale) and float(scale) == 1.0):
+        z = fresh(data.shape)
+        activation(call, z, nl.copy, data, bias, scale)
+    s = fresh(data.shape)
+    activation(call, s, nl.sigmoid, z, None, nl.GELU_SIGMOID_SLOPE)
+    if reduce_res is None:
+        tensor_tensor(call, dst, z, s, nl.multiply)
+        return
+    if alu(reduce_op, f"{call} reduce_op") != "add":
+        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
+    product = fresh(data.shape)
+    tensor_tensor(call, product, z, s, nl.multiply)
+    res = column_of(reduce_res, data.shape[0], f"{call} reduce_res")
+    tensor_reduce(call, res, nl.add, product, tuple(range(1, product.ndim)), False)
+    tensor_copy(call, dst, product)
 
 
 def column_of(x: Any, rows: int, what: str) -> View:

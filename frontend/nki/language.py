@@ -778,8 +778,22 @@ def _make_refused_activation(name: str):
 
 
 gelu_dx = _make_refused_activation("gelu_dx")
-gelu_apprx_sigmoid = _make_refused_activation("gelu_apprx_sigmoid")
 gelu_apprx_sigmoid_dx = _make_refused_activation("gelu_apprx_sigmoid_dx")
+
+# the sigmoid GELU approximation ``x * sigmoid(1.702 x)``, as nki-library's own numpy and torch references
+# compute it (ActFnType.Swish); BIR has no activation function for it
+GELU_SIGMOID_SLOPE = 1.702
+
+
+def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``x * sigmoid(1.702 x)``: the ScalarE sigmoid (scale 1.702) in float32, then a multiply by ``x``."""
+    _no_keywords("nl.gelu_apprx_sigmoid", kw)
+    src = _tile(x, "nl.gelu_apprx_sigmoid")
+    s = _activation("sigmoid", src, "float32", mask, scale=GELU_SIGMOID_SLOPE)
+    return _binary("multiply", src, s, dtype if dtype is not None else src.dtype, mask)
+
+
+gelu_apprx_sigmoid._composite = "gelu_apprx_sigmoid"  # nisa.activation(op=...) builds it (isa_ops.activation)
 silu_dx = _make_refused_activation("silu_dx")
 erf_dx = _make_refused_activation("erf_dx")
 
