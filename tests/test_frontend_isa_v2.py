@@ -614,3 +614,33 @@ def test_gelu_apprx_sigmoid_is_x_times_sigmoid_of_1_702_x(tmp_path):
     np.testing.assert_allclose(got["out"][1], gelu(x * 0.5 + 0.25), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got["out"][2], got["out"][0])
     np.testing.assert_allclose(got["sums"], gelu(x).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)
+
+
+BARRIER = """
+    from nki.isa import core_barrier
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        core_barrier(out, CORES)
+        return out
+"""
+
+
+def test_core_barrier_of_one_program_waits_for_nothing(tmp_path):
+    """router_topk's form at LNC 1: the barrier after the store is no instruction; the result stands."""
+    a = np.random.default_rng(6).uniform(-1, 1, (128, 16)).astype(np.float32)
+    got = run(tmp_path, BARRIER.replace("CORES", "(0, 1)"), {"a": a})["out"]
+    np.testing.assert_array_equal(got, a)
+
+
+@pytest.mark.parametrize("cores, grid, words", [
+    ("(0, 1)", (2,), "a launch of 2 programs"),
+    ("(0, 2)", (), r"cores=\(0, 2\)"),
+])
+def test_core_barrier_between_programs_or_of_other_cores_is_refused(tmp_path, cores, grid, words):
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(BARRIER.replace("CORES", cores)))
+    with pytest.raises(TraceError, match=words):
+        trace_file(path, "k", ["f32[128,16]"], grid)

@@ -324,6 +324,26 @@ def set_rng_seed(src_seeds, name=None):
     ops.native("nisa.set_rng_seed", "set_rng_seed", (s,), (), src=s)
 
 
+@documented("nisa.core_barrier")
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    """A barrier between the NeuronCores of an LNC-2 launch after they write ``data`` (shared HBM).  With one
+    program it waits for nothing: no instruction (nki-library's router_topk calls it so at LNC 1)."""
+    call = "nisa.core_barrier"
+    view = any_view(data, f"{call} data")
+    if view.tensor.on_chip:
+        raise ops.unsupported(f"{call} on {view.tensor.name}, an on-chip tensor (the barrier is on shared HBM data)")
+    try:
+        listed = sorted(int(c) for c in cores)
+    except (TypeError, ValueError):
+        listed = None
+    if listed != [0, 1]:
+        raise ops.unsupported(f"{call} cores={cores!r} (NKI supports (0, 1))")
+    programs = nl.num_programs(None)
+    if programs > 1:
+        raise ops.unsupported(f"{call} in a launch of {programs} programs: Tusk runs the programs of a grid one "
+                              "after another and does not model a barrier between them")
+
+
 # ---------------------------------------------------------------------------- registers
 VirtualRegister = ops.VirtualRegister
 
