@@ -641,6 +641,7 @@ def test_core_barrier_of_one_program_waits_for_nothing(tmp_path):
 ])
 def test_core_barrier_between_programs_or_of_other_cores_is_refused(tmp_path, cores, grid, words):
     path = tmp_path / "k.py"
-    path.write_text(HEADER + textwrap.dedent(BARRIER.replace("CORES", cores)))
+    body = BARRIER.replace("CORES", cores).replace("        core_barrier(", "        nisa.core_barrier(")
+    path.write_text(HEADER + textwrap.dedent(body))
     with pytest.raises(TraceError, match=words):
         trace_file(path, "k", ["f32[128,16]"], grid)
