@@ -221,8 +221,12 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
                 # A loop traced once builds its Python state once: `tiles.append(t)` in one nl.affine_range
                 # and `tiles[i]` in the next raise IndexError. NKI 2.x runs these loops as Python's range,
                 # so the kernel is traced again with every loop unrolled; if that fails too, the first
-                # error is the one reported.
+                # error is the one reported -- unless the unrolled trace, the program NKI runs, was refused
+                # by the front end: that refusal is what stops the kernel (nki-library's qkv_cte at grid 2
+                # reported its loop-mode IndexError instead of the core_barrier it reaches unrolled).
                 if first_error is not None:
+                    if isinstance(e, TuskError):
+                        raise
                     raise first_error from None
                 if isinstance(e, TuskError) or not tr.loop_ordinal or _raised_by_front_end(e):
                     raise

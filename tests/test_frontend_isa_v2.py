@@ -501,6 +501,25 @@ def test_a_kernel_error_that_unrolling_does_not_cure_is_reported_at_its_line(tmp
     assert "bad.py:12: IndexError" in message, message  # the `return` line, from the first trace
 
 
+def test_the_unrolled_traces_refusal_is_reported_not_the_loop_traces_python_error(tmp_path):
+    """Traced with its loops kept, the kernel fails in Python (tiles[1] of a list of one); unrolled -- the
+    program NKI runs -- it reaches a call Tusk refuses: that refusal is the error (nki-library qkv_cte, grid 2)."""
+    message = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            tiles = []
+            for i in nl.affine_range(2):
+                tiles.append(nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf))
+            for i in nl.affine_range(2):
+                nisa.dma_copy(dst=tiles[i], src=a[:, i * 64:(i + 1) * 64])
+                nisa.dma_copy(dst=out[:, i * 64:(i + 1) * 64], src=tiles[i])
+            nisa.sendrecv(out, out, 1, 1, 0)
+            return out
+    """, ["f32[128,128]"])
+    assert "bad.py:15: not supported: nisa.sendrecv" in message, message
+
+
 @pytest.mark.parametrize("arch, doubled", [(None, False), ("trn2", False), ("trn3", True), ("gen2", False)])
 def test_get_nc_version_answers_the_traced_architecture(tmp_path, arch, doubled):
     """A kernel's choice by NeuronCore generation follows ``--arch``, at the file's top level as in the kernel."""
