@@ -17,7 +17,6 @@ import os
 import runpy
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from tusk.frontend.emit import emit
 from tusk.frontend.errors import TraceError, Unsupported, in_tusk, unsupported, user_frame
 from tusk.frontend.imports import KernelImports, kernel_imports, nki_modules
 from tusk.frontend.nki import Kernel
+from tusk.frontend.nki import language as nki_language
 from tusk.frontend.nki.isa_signature import targeting
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
@@ -342,6 +342,16 @@ def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:
 
 
 def _raised_by_front_end(e: BaseException) -> bool:
-    """The innermost frame is Tusk's code (the front end, or the KLR writer it calls)."""
-    frames = traceback.extract_tb(e.__traceback__)
-    return bool(frames) and in_tusk(frames[-1].filename)
+    """The innermost frame is Tusk's code (the front end, or the KLR writer it calls) -- not counting the
+    frames that only call the kernel's own code (a dataclass constructor the kernel called with a missing
+    field raises in the NKIObject metaclass's __call__: the kernel's error)."""
+    last = None
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code not in CALLS_KERNEL_CODE:
+            last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and in_tusk(last)
+
+
+CALLS_KERNEL_CODE = frozenset({nki_language.NKIObjectType.__call__.__code__})

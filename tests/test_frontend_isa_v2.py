@@ -664,3 +664,21 @@ def test_core_barrier_between_programs_or_of_other_cores_is_refused(tmp_path, co
     path.write_text(HEADER + textwrap.dedent(body))
     with pytest.raises(TraceError, match=words):
         trace_file(path, "k", ["f32[128,16]"], grid)
+
+
+def test_a_kernel_config_class_called_without_a_field_is_the_kernels_error(tmp_path):
+    message = refused(tmp_path, """
+        from dataclasses import dataclass
+
+        @dataclass
+        class Dims(nl.NKIObject):
+            a: int
+            b: int
+
+        @nki.jit
+        def k(a):
+            d = Dims(a=1)
+            return a
+    """, ["f32[128,64]"])
+    assert "bad.py:15: TypeError: Dims.__init__() missing 1 required positional argument: 'b'" in message, message
+    assert "internal error" not in message

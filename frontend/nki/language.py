@@ -37,7 +37,7 @@ tensor = NkiTensor = Tensor  # type annotations (``x: nl.tensor``)
 dtype = Dtype
 
 
-class _NKIObjectType(type):
+class NKIObjectType(type):
     """NKI configuration classes declare fields as plain class attributes (``section_idx = None``) under
     ``@dataclass``, which makes them no fields; NKI still takes them as keywords: set them after ``__init__``."""
 
@@ -51,7 +51,7 @@ class _NKIObjectType(type):
         return obj
 
 
-class NKIObject(metaclass=_NKIObjectType):
+class NKIObject(metaclass=NKIObjectType):
     """The base of NKI 2.x kernel configuration classes (usually dataclasses)."""
 
     def __init__(self, **kwargs: Any) -> None:
