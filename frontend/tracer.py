@@ -185,6 +185,10 @@ class Tracer:
             return o  # a mask= that keeps nothing (here, or in this peeled iteration): no operation
         for v in (*reads, *writes):
             v.check_bounds()
+            if v.vector is None and getattr(v, "scalar", None) is None:
+                # every element a direct access walks lies in its tensor, whatever view it was derived from (an
+                # .ap() view is checked only here: kernels build some they use only under a later guard)
+                v.check_extent("an access")
             v.check_partition_first()
         self.prog.append(o)
         self.instructions += self.weight

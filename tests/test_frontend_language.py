@@ -683,8 +683,8 @@ def test_like_constructors_and_more_view_methods(tmp_path):
 
 
 @pytest.mark.parametrize("call", [
-    "nl.ds(0, 'x')", "nl.ds(0, -3)", "x.ap('bad')", "x.ap([[1, 0]])", "x.ap([[1, 128], [1, 9999]])",
-    "x.ap([[32, 128], [1, 40]], dtype=nl.int8)", "x.permute((1, 0))", "x.permute('ab')", "x.broadcast(1, 4)",
+    "nl.ds(0, 'x')", "nl.ds(0, -3)", "x.ap('bad')", "x.ap([[1, 0]])", "nl.copy(x.ap([[1, 128], [1, 9999]]))",
+    "nl.copy(x.ap([[32, 128], [1, 40]], dtype=nl.int8))", "x.permute((1, 0))", "x.permute('ab')", "x.broadcast(1, 4)",
     "x.reshape_dim(1, (3, 5))", "x.flatten_dims(0, 1)", "x.select(1, x)", "x.reshape((64, 16))",
     "nl.shared_constant(np.array(['a']))", "nl.shared_constant(np.zeros((0, 3)))", "nl.shared_constant(object())",
     "nl.shared_identity_matrix(300)", "nl.load_transpose2d(x)", "nl.loop_reduce(x, np.add, [])(1)",
@@ -703,6 +703,30 @@ def test_hostile_nl_calls_are_refused_at_their_line(tmp_path, call):
             nl.store(a, x)
     """, ["f32[128,8]"])
     assert "k.py:9" in msg, msg
+
+
+def test_an_ap_view_past_its_tile_is_refused_where_an_instruction_uses_it_or_a_slice_of_it(tmp_path):
+    """nki-library's output_projection_tkg builds .ap() views in every iteration and uses only those in range."""
+    body = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((4, 128, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.load(a)
+            for i in nl.affine_range(4):
+                v = t.ap(pattern=[[8, 128], [1, 4]], offset=i * 2)
+                if i < USED:
+                    nl.store(out[i, :, 0:WIDTH], nl.copy(SUB))
+                else:
+                    nl.store(out[i], nl.copy(t[:, 0:4]))
+            return out
+    """
+    a = np.random.default_rng(4).uniform(-1, 1, (128, 8)).astype(np.float32)
+    got = run(tmp_path, body.replace("USED", "3").replace("SUB", "v").replace("WIDTH", "4"), ["f32[128,8]"],
+              {"a": a})["out"]
+    np.testing.assert_array_equal(got, np.stack([a[:, 0:4], a[:, 2:6], a[:, 4:8], a[:, 0:4]]))
+    for sub, width in (("v", "4"), ("v[:, 2:4]", "2")):
+        msg = refused(tmp_path, body.replace("USED", "4").replace("SUB", sub).replace("WIDTH", width), ["f32[128,8]"])
+        assert "k.py:13: not supported:" in msg and "are outside" in msg, msg
 
 
 @pytest.mark.parametrize("use, name", [("x.rearrange(('b', 'h'), ('h', 'b'))", "rearrange"),
