@@ -396,9 +396,12 @@ def h_matmul(fr: Frame, i: int) -> None:
     if (mv.shape[0] if mv.ndim else 1) != k:
         raise InputError(f"matmul contracts {k} stationary partitions with {mv.shape[0] if mv.ndim else 1} moving ones")
     st2, mv2 = st.reshape(k, -1), mv.reshape(k, -1)
-    # Products summed in float64 and rounded once to float32: deterministic and order-independent
-    # to well below float32 precision.
-    prod = (st2.T.astype(np.float64) @ mv2.astype(np.float64)).astype(F32)
+    if fr.maybe_affine(attrs.get("is_transpose", False)):
+        prod = _transposed(st2, mv2)
+    else:
+        # Products summed in float64 and rounded once to float32: deterministic and order-independent
+        # to well below float32 precision.
+        prod = (st2.T.astype(np.float64) @ mv2.astype(np.float64)).astype(F32)
     if "accumulation_flag" in attrs:
         accumulate = fr.maybe_affine(attrs["accumulation_flag"])
     else:  # KLR's spelling: start_tensor_calc starts a new sum (no accumulation)
@@ -409,6 +412,18 @@ def h_matmul(fr: Frame, i: int) -> None:
             raise InputError(f"matmul result has {prod.size} elements but the PSUM tile has {old.size}")
         prod = old + prod.reshape(-1)
     fr.store(outs[0], prod)
+
+
+def _transposed(st: np.ndarray, mv: np.ndarray) -> np.ndarray:
+    """The PE's transpose mode (NeuronCore-v3 on: bit-accurate): with a moving tile that picks one row per
+    column (the identity, or a permutation of it), ``out[m, n] = st[k, m]`` for the ``k`` that column ``n``
+    picks -- the value moved, not multiplied, so NaN and infinities pass through (``-inf * 0`` made every
+    masked attention row NaN)."""
+    ones = mv == 1
+    if not ((ones | (mv == 0)).all() and (ones.sum(axis=0) == 1).all()):
+        raise InputError("a matmul in transpose mode needs a moving tile of 0s and 1s with one 1 per column "
+                         "(an identity or a permutation)")
+    return st[np.argmax(ones, axis=0), :].T.astype(F32)
 
 
 def h_memset(fr: Frame, i: int) -> None:

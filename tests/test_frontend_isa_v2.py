@@ -682,3 +682,28 @@ def test_a_kernel_config_class_called_without_a_field_is_the_kernels_error(tmp_p
     """, ["f32[128,64]"])
     assert "bad.py:15: TypeError: Dims.__init__() missing 1 required positional argument: 'b'" in message, message
     assert "internal error" not in message
+
+
+def test_a_tensor_engine_transpose_moves_infinities_and_nans_as_they_are(tmp_path):
+    """NeuronCore-v3 on, the PE's transpose is bit-accurate: a masked attention row of -inf stays -inf (as a
+    multiply by the identity it was -inf * 0 = NaN in every column; attention_tkg's masked runs were all NaN)."""
+    x = np.random.default_rng(7).standard_normal((128, 4)).astype(np.float32)
+    x[0:64] = -np.inf
+    x[70, 1], x[71, 2] = np.nan, np.inf
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 4, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            ps = nl.ndarray((4, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(ps, t)
+            nisa.dma_copy(dst=out[0], src=ps)
+            ident = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+            ps2 = nl.ndarray((4, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(ps2, stationary=t, moving=ident, is_transpose=True)
+            nisa.dma_copy(dst=out[1], src=ps2)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_array_equal(got[0], x.T)
+    np.testing.assert_array_equal(got[1], x.T)

@@ -597,18 +597,20 @@ def _insert_before(tr: Any, pos: int, op: Op) -> None:
 
 
 def nc_transpose(call: str, dst: View, data: View) -> None:
-    """``dst = data.T`` through the PE array (``data.T @ I``), into PSUM; an SBUF dst gets a copy."""
+    """``dst = data.T`` through the PE array in transpose mode (``data.T @ I``, the values moved), into PSUM;
+    an SBUF dst gets a copy."""
     p, f = data.shape[0], free(data)
     if f > PARTITIONS:
         raise unsupported(f"{call} of a tile with {f} columns (at most {PARTITIONS})")
     if dst.shape[0] != f or free(dst) != p:
         raise unsupported(f"{call}: dst {list(dst.shape)} for the transpose of a [{p}, {f}] tile")
     ident = current().identity_tile()[0:p, 0:p]
+    # the PE's transpose mode (KLR isTranspose): bit-accurate from NeuronCore-v3, NaN and infinities included
     if dst.memory == "psum" and dst.dtype == "float32":
-        nl_matmul_into(dst, data, ident, call)
+        nl_matmul_into(dst, data, ident, call, transpose=True)
         return
     part = current().tile((f, p), as_dtype("float32"), "psum")
-    nl_matmul_into(part, data, ident, call)
+    nl_matmul_into(part, data, ident, call, transpose=True)
     current().op("copy", (part,), (dst,), dst=dst, src=part)
 
 

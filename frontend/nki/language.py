@@ -887,7 +887,7 @@ def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any
 
 
 # ---------------------------------------------------------------------------- matmul and transpose
-def _matmul(stationary: View, moving: View, what: str) -> View:
+def _matmul(stationary: View, moving: View, what: str, transpose: bool = False) -> View:
     k, m = stationary.shape[0], math.prod(stationary.shape[1:])
     k2, n = moving.shape[0], math.prod(moving.shape[1:])
     if k != k2:
@@ -897,17 +897,19 @@ def _matmul(stationary: View, moving: View, what: str) -> View:
                           f"{tile_size.gemm_stationary_fmax} and {tile_size.gemm_moving_fmax} columns)")
     tr = current()
     dst = tr.tile((m, n), float32, "psum")
-    tr.op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving)
+    extra = {"transpose": True} if transpose else {}
+    tr.op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving, **extra)
     return dst
 
 
 def _transpose(x: View, what: str) -> View:
-    """``x.T`` through the PE array (x^T @ I), into PSUM."""
+    """``x.T`` through the PE array in transpose mode (x^T @ I, the values moved: NaN and infinities too), into
+    PSUM."""
     p, f = x.shape[0], math.prod(x.shape[1:])
     if f > PARTITIONS:
         raise unsupported(f"{what} of a tile with {f} columns (at most {PARTITIONS})")
     ident = current().identity_tile()
-    return _matmul(x, ident[0:p, 0:p], what)
+    return _matmul(x, ident[0:p, 0:p], what, transpose=True)
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None, **kw: Any) -> View:
