@@ -72,8 +72,7 @@ for _name in ("with_dims", "narrowed", "windowed"):
 def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:
     s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
     if is_register(s):
-        if not v.offset.is_static:
-            raise unsupported("ap(scalar_offset=<a register>) together with a loop-index offset")
+        v.offset._unrolled()  # a loop index beside the register unrolls its loop (KLR: one offset per access)
         if v.tensor.on_chip:
             raise unsupported(f"ap(scalar_offset=<a register>) of on-chip tile {v.tensor.name} (of an HBM tensor "
                               "only)")
@@ -82,8 +81,7 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
     if isinstance(s, RuntimeOffsetView) or s.vector is not None or not s.offset.is_static:
         raise unsupported("ap(scalar_offset=) of a tile that is itself read at a runtime offset")
-    if not v.offset.is_static:
-        raise unsupported("ap(scalar_offset=<a tile>) together with a loop-index offset")
+    v.offset._unrolled()  # a loop index beside the tile unrolls its loop (KLR: one scalar offset per access)
     if v.tensor.on_chip:  # the compute instructions rebuild their tiles' views: only DMAs keep the offset
         raise unsupported(f"ap(scalar_offset=<a tile>) of on-chip tile {v.tensor.name} (of an HBM tensor only)")
     return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)

@@ -30,10 +30,11 @@ from nki.isa import constants
 RNG = np.random.default_rng(11)
 
 
-def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run(tmp_path, header: str, body: str, inputs: dict[str, np.ndarray],
+        specs: list[str] | None = None) -> dict[str, np.ndarray]:
     path = tmp_path / "k.py"
     path.write_text(header + textwrap.dedent(body))
-    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    specs = specs or [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
     return run_klr(trace_file(path, "k", specs), inputs)
 
 
@@ -159,6 +160,27 @@ def test_ap_scalar_offset_of_a_tile_moves_the_access_at_run_time(tmp_path):
     path.write_text(V2 + textwrap.dedent(SCALAR_OFFSET))
     got = run_klr(trace_file(path, "k", ["f32[10,8]", "i32[4,1]"]), {"table": table, "which": which})["out"]
     np.testing.assert_array_equal(got, table[which[:, 0]])
+
+
+@pytest.mark.parametrize("row", [0, 5, 128])
+def test_ap_scalar_offset_beside_a_loop_index_unrolls_the_loop(tmp_path, row):
+    """nki-library's dynamic_elementwise_add: ``.ap(offset=h * 512, scalar_offset=r, indirect_dim=0)`` in an
+    nl.affine_range loop (KLR has one scalar offset per access: each iteration gets its own access)."""
+    a = RNG.uniform(-1, 1, (256, 1024)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(a, row):
+            out = nl.ndarray((128, 1024), dtype=a.dtype, buffer=nl.shared_hbm)
+            r = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=r, src=row)
+            for h in nl.affine_range(2):
+                t = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=a.ap(pattern=[[1024, 128], [1, 512]], offset=h * 512, scalar_offset=r,
+                                               indirect_dim=0))
+                nisa.dma_copy(dst=out[:, nl.ds(h * 512, 512)], src=t)
+            return out
+    """, {"a": a, "row": np.array([[row]], np.int32)}, specs=["f32[256,1024]", "i32[1,1]"])["out"]
+    np.testing.assert_array_equal(got, a[row:row + 128])
 
 
 def test_a_view_of_a_runtime_offset_access_is_refused(tmp_path):
