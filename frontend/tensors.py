@@ -275,14 +275,9 @@ class View:
     # per output dim, the first index a mask with a lower bound kept (View.windowed): where an assignment
     # redirects the masked write into another view, the same window of it
     window: tuple[int, ...] | None = field(default=None, kw_only=True, compare=False)
-    # a view built by .ap() is bound-checked where an instruction uses it ("ap"): kernels build views they use
-    # only under a later guard (nki-library's output_projection_tkg)
-    extent_check: str = field(default="", kw_only=True, compare=False)
 
     def check_bounds(self) -> None:
         """Every arange run stays inside its axis, over all values of the enclosing loop indices."""
-        if self.extent_check:
-            self.check_extent(self.extent_check)
         for runs, first, size, axis in self.checks:
             lo, hi = first.bounds()
             for dim, step in runs:
@@ -567,7 +562,9 @@ class View:
             from tusk.frontend.scalar_offset import runtime_offset_view
             stride = self.dims[int(indirect_dim)][0]
             return runtime_offset_view(v, runtime, axis_of_stride(self.tensor.shape, stride, int(indirect_dim)))
-        return View(tensor, base, dims, (), extent_check="ap")
+        # not bound-checked here: the tracer checks every direct access where an instruction uses it, and
+        # kernels build views they use only under a later guard (nki-library's output_projection_tkg)
+        return View(tensor, base, dims, ())
 
     def check_extent(self, what: str) -> None:
         """Every element the view walks lies inside its tensor (for every value of the loop indices)."""

@@ -187,7 +187,7 @@ class Tracer:
             v.check_bounds()
             if v.vector is None and getattr(v, "scalar", None) is None:
                 # every element a direct access walks lies in its tensor, whatever view it was derived from (an
-                # .ap() view is checked only here: kernels build some they use only under a later guard)
+                # .ap() view is checked only here: frontend/tensors.py)
                 v.check_extent("an access")
             v.check_partition_first()
         self.prog.append(o)

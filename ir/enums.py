@@ -91,6 +91,12 @@ class Op:
 LOOP_OPCODES = frozenset({Op.Loop, Op.DynamicForLoop, Op.DoWhile})
 # users of an engine's random generator (hidden state: seeding sets it, every draw advances it)
 RNG_OPCODES = frozenset(OPCODE_BY_NAME[n] for n in ("SetRandState", "RandSetState", "Rng", "Rand2", "Dropout"))
+# an engine's reduce registers (tusk.sim.accumulators): these opcodes set them when their ``acc`` (Exponential,
+# RangeSelect: ``reduce_cmd``) is not one of IDLE_ACCUMULATION; a read-accumulator writes them out
+ACCUMULATING_OPCODES = frozenset((Op.Activation, Op.TensorScalar, Op.TensorScalarPtr,
+                                  *(OPCODE_BY_NAME[n] for n in ("Exponential", "RangeSelect"))))
+READ_ACCUMULATOR_OPCODES = frozenset(OPCODE_BY_NAME[n] for n in ("ActivationReadAccumulator", "DveReadAccumulator"))
+IDLE_ACCUMULATION = (None, "Idle", 0, False)
 
 # EngineType (spec §2.1): Unassigned 0 .. ALL 7.
 ENGINE_NAMES: tuple[str, ...] = ("Unassigned", "Pool", "Activation", "PE", "DMA", "DVE", "SP", "ALL")

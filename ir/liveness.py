@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tusk.ir.columns import one_of
-from tusk.ir.enums import DTYPE_SIZE_ARRAY, OPCODE_BY_NAME, Kind, Mem, Op, Role
+from tusk.ir.enums import DTYPE_SIZE_ARRAY, OPCODE_BY_NAME, READ_ACCUMULATOR_OPCODES, Kind, Mem, Op, Role
 from tusk.ir.module import Function, concat_ranges
 
 BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
@@ -55,8 +55,7 @@ KILLING = frozenset({Op.DMACopy, Op.Load, Op.Save, Op.TensorCopy, Op.GenericCopy
                      Op.TensorScalarAffineSelect, Op.Select, Op.Max, Op.Gather, Op.Exponential,
                      *(OPCODE_BY_NAME[n] for n in ("RangeSelect", "StreamTranspose", "MaxIndex", "MatchReplace",
                                                    "MaxIndexAndMatchReplace", "GetSequenceBounds",
-                                                   "StreamShuffle", "ActivationReadAccumulator",
-                                                   "DveReadAccumulator"))})
+                                                   "StreamShuffle")), *READ_ACCUMULATOR_OPCODES})
 STREAM_SHUFFLE = OPCODE_BY_NAME["StreamShuffle"]
 
 

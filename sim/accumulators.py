@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from tusk.ir.enums import ENGINE_NAMES
+from tusk.ir.enums import ENGINE_NAMES, IDLE_ACCUMULATION
 from tusk.ir.errors import InputError, PassError
 from tusk.sim.machine import Frame
 
 F32 = np.float32
 # EngineAccumulationType by name and number (docs/bir-json.md)
-IDLE = (None, "Idle", 0, False)
 ZERO, ACCUMULATE, ZERO_ACCUMULATE = ("Zero", 1), ("Accumulate", 2), ("ZeroAccumulate", 3)
 _REDUCE = {"add": np.add, "max": np.maximum, "min": np.minimum, "mult": np.multiply}
 
 
-def _registers(fr: Frame, i: int) -> dict[str, np.ndarray]:
+def _registers(fr: Frame) -> dict[str, np.ndarray]:
     return fr.m.__dict__.setdefault("engine_accumulators", {})  # machine state kept across calls of one run
 
 
@@ -43,19 +42,20 @@ def accumulate(fr: Frame, i: int, values: np.ndarray, attrs: dict) -> None:
     """Reduce ``values`` (the instruction's computed float32 results, [P, ...]) into its engine's registers
     as its ``acc`` command says (Idle: leave them)."""
     cmd = attrs.get("acc", attrs.get("reduce_cmd", "Idle"))  # Exponential names it reduce_cmd
-    if cmd in IDLE:
+    if cmd in IDLE_ACCUMULATION:
+        return
+    regs = _registers(fr)
+    engine = _engine(fr, i)
+    if cmd in ZERO:
+        regs[engine] = np.zeros(128, F32)
         return
     op = _REDUCE.get(str(attrs.get("reduce_op", "add")))
     if op is None:
         raise PassError(f"an accumulating reduce_op={attrs.get('reduce_op')!r} is not supported by the interpreter")
-    regs = _registers(fr, i)
-    engine = _engine(fr, i)
     v = np.asarray(values, dtype=F32)
     parts = v.shape[0] if v.ndim else 1
     row = op.reduce(v.reshape(parts, -1), axis=1).astype(F32)
-    if cmd in ZERO:
-        regs[engine] = np.zeros(128, F32)
-    elif cmd in ZERO_ACCUMULATE:
+    if cmd in ZERO_ACCUMULATE:
         regs[engine] = np.full(128, np.nan, F32)
         regs[engine][:parts] = row
     elif cmd in ACCUMULATE:
@@ -74,7 +74,7 @@ def h_read_accumulator(fr: Frame, i: int) -> None:
     _, _, outs = fr.split(i)
     if len(outs) != 1:
         raise InputError(f"a read-accumulator has {len(outs)} outputs (one column)")
-    regs = _registers(fr, i).get(_engine(fr, i))
+    regs = _registers(fr).get(_engine(fr, i))
     if regs is None:
         raise InputError(f"instruction {i} reads the {_engine(fr, i)} engine's reduce registers, which no "
                          "instruction before it set in a way the interpreter models (Zero, ZeroAccumulate, "

@@ -16,7 +16,7 @@ import numpy as np
 
 from tusk.ir.enums import AP_KINDS, LOOP_OPCODES, RNG_OPCODES, Kind, Mem, Op, Role, TensorKind
 from tusk.ir.module import Function, distinct
-from tusk.stages.deps import READS_ACCUMULATOR, accumulator_rows
+from tusk.stages.deps import accumulator_setters
 
 SIDE_EFFECT_OPS = LOOP_OPCODES | {Op.NKIKernel, Op.NKIKLIRKernel, Op.Call, Op.CoreBarrier, Op.CompareAndBranch,
                                   Op.UnconditionalBranch, Op.RegisterMove, Op.RegisterAlu, Op.TensorLoad,
@@ -62,10 +62,10 @@ def removable(fn: Function, *, symbolic_writes: bool = False, owner: np.ndarray 
     has_out = np.zeros(n, dtype=bool)
     has_out[owner[out_mask]] = True
     keep = _SIDE_EFFECT[ins["opcode"]]
-    acc = accumulator_rows(fn)
-    if len(acc):  # an accumulating instruction also sets its engine's reduce registers, read later
+    setters = accumulator_setters(fn)
+    if len(setters):  # an accumulating instruction also sets its engine's reduce registers, read later
         keep = keep.copy()
-        keep[acc[~np.isin(ins["opcode"][acc], list(READS_ACCUMULATOR))]] = True
+        keep[setters] = True
     return out_internal & has_out & ~keep
 
 

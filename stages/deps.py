@@ -726,30 +726,21 @@ def _ordered_edges(fn: Function) -> tuple[np.ndarray, np.ndarray]:
     return rows[:-1][same], rows[1:][same]
 
 
-# with ``acc`` / ``reduce_cmd`` set, these reduce what they compute into their engine's reduce registers
-ACCUMULATING = frozenset((enums.Op.Activation, enums.Op.TensorScalar, enums.Op.TensorScalarPtr,
-                          *(enums.OPCODE_BY_NAME[n] for n in ("Exponential", "RangeSelect"))))
-READS_ACCUMULATOR = frozenset(enums.OPCODE_BY_NAME[n] for n in ("ActivationReadAccumulator", "DveReadAccumulator"))
-_IDLE = (None, "Idle", 0, False)
-
-
-def accumulator_rows(fn: Function) -> np.ndarray:
-    """Rows that use an engine's reduce registers (tusk.sim.accumulators): an instruction whose ``acc`` (or
-    ``reduce_cmd``) is not Idle sets them, a read-accumulator reads them.  Ascending."""
+def accumulator_setters(fn: Function) -> np.ndarray:
+    """Rows whose ``acc`` (or ``reduce_cmd``) is not Idle: they set their engine's reduce registers
+    (tusk.sim.accumulators).  Ascending."""
     ins = fn.insts
-    opc = ins["opcode"]
-    reads = np.flatnonzero(np.isin(opc, list(READS_ACCUMULATOR)))
-    cand = np.flatnonzero(np.isin(opc, list(ACCUMULATING)))
+    cand = np.flatnonzero(np.isin(ins["opcode"], list(enums.ACCUMULATING_OPCODES)))
     if not len(cand):
-        return reads
+        return cand
     ids = ins["attrs"][cand]
     # an attribute record is shared by every row that has it: each distinct one is looked at once (sorted by
     # hand: np.unique and np.union1d import numpy.ma, full_unroll's start-up)
     distinct = np.sort(ids)
     distinct = distinct[np.concatenate(([True], distinct[1:] != distinct[:-1]))]
     setting = [a for a in distinct.tolist() if a >= 0 and any(
-        fn.record(a).get(k) not in _IDLE for k in ("acc", "reduce_cmd"))]
-    return np.sort(np.concatenate([cand[np.isin(ids, setting)], reads])) if setting else reads
+        fn.record(a).get(k) not in enums.IDLE_ACCUMULATION for k in ("acc", "reduce_cmd"))]
+    return cand[np.isin(ids, setting)]
 
 
 def engine_state_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dict[object, list[int]]:
@@ -764,9 +755,11 @@ def engine_state_chains(fn: Function, lo: int = 0, hi: int | None = None) -> dic
         a = int(ins["attrs"][i])
         gen = fn.record(a).get("rng_engine") if a >= 0 else None
         by_engine.setdefault(gen if gen is not None else enums.ENGINE_NAMES[int(ins["engine"][i])], []).append(i)
-    for i in accumulator_rows(fn).tolist():
-        if lo <= i and (hi is None or i < hi):
-            by_engine.setdefault(("reduce registers", enums.ENGINE_NAMES[int(ins["engine"][i])]), []).append(i)
+    reads = np.flatnonzero(np.isin(ins["opcode"], list(enums.READ_ACCUMULATOR_OPCODES)))
+    users = np.sort(np.concatenate([accumulator_setters(fn), reads]))
+    users = users[(users >= lo) & (users < (len(ins) if hi is None else hi))]
+    for i in users.tolist():
+        by_engine.setdefault(("reduce registers", enums.ENGINE_NAMES[int(ins["engine"][i])]), []).append(i)
     return by_engine
 
 
