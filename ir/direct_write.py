@@ -23,7 +23,7 @@ import os
 import threading
 from queue import SimpleQueue
 from types import TracebackType
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Iterator
 
 CHUNK = 4 << 20  # bytes per direct write: a multiple of every logical block size and page size in use
 BUFFERS = 3  # one being filled, up to two on their way to the device
@@ -194,3 +194,25 @@ def write_at(fd: int, offset: int, pieces: Iterable[bytes | bytearray | memoryvi
             out.write(view)
             at += len(view)
     return at - offset
+
+
+def read_direct(path: str) -> Iterator[memoryview]:
+    """The bytes of ``path`` a chunk at a time, read past the page cache (``O_DIRECT``) where the file system
+    allows it: a file written by :class:`DirectWriter` is not in the cache, and reading it through the cache
+    would cost a fresh page for every 4 KiB.  Each chunk is a view of one reused buffer, valid until the next
+    is asked for (:func:`write_at` copies it before that)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_DIRECT)
+    except OSError as e:
+        if not O_DIRECT or e.errno != errno.EINVAL:
+            raise
+        fd = os.open(path, os.O_RDONLY)  # this file system does not do it
+    buf = _buffer()  # unmapped with its last view, by whoever holds that
+    view = memoryview(buf)
+    try:
+        while (n := os.readv(fd, [buf])) > 0:
+            yield view[:n]
+            if n < CHUNK:  # the end: a direct read from an offset off the block grid would be refused
+                break
+    finally:
+        os.close(fd)

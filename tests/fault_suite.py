@@ -195,7 +195,19 @@ def stray_writes(log: Path | None, allowed: list[Path], cwd: Path) -> tuple[list
                     found.setdefault(p, set()).add(line.split("(")[0])
     shutil.rmtree(log, ignore_errors=True)
     sems = {p for p, calls in found.items() if _SEMAPHORE.match(p) and calls & {"unlink", "unlinkat"}}
+    sems |= _removed_untraced({p for p in found if _SEMAPHORE.match(p)} - sems)
     return sorted(f"{p}  ({', '.join(sorted(calls))})" for p, calls in found.items() if p not in sems), len(sems)
+
+
+def _removed_untraced(made: set[str], grace: float = 2.0) -> set[str]:
+    """The semaphores of ``made`` that are gone within ``grace`` seconds: removed by a process strace no
+    longer followed.  A Ctrl-C reaches strace with the build's process group, and strace stops writing the
+    log while multiprocessing's resource tracker, which ignores SIGINT, is still removing what the
+    interrupted workers left; only a semaphore still in /dev/shm after that is left behind."""
+    deadline = time.monotonic() + grace
+    while made and any(os.path.exists(p) for p in made) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {p for p in made if not os.path.exists(p)}
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The parts of a big BIR-JSON file rendered by several workers land at their offsets in one file: no part is
-copied from one file into another, and the file equals the whole write byte for byte."""
+"""The parts of a big BIR-JSON file rendered by several workers land at their offsets in one file, and the file
+equals the whole write byte for byte."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ def test_disjoint_ranges_written_at_their_offsets_make_the_file(tmp_path, monkey
     assert path.read_bytes() == b"".join(data) and os.path.getsize(path) == sum(map(len, data))
 
 
-def test_a_part_whose_bytes_are_gone_is_rendered_again(tmp_path):
-    """A place task that lands on another worker (or after a restart) renders its part itself."""
+@pytest.mark.parametrize("gone", [False, True])
+def test_parts_placed_from_their_files_make_the_whole_write(tmp_path, gone):
+    """Each later part waits in a file of its own until it is placed; a place task that finds that file gone
+    renders its part itself."""
     from tusk.cache import Store
     from tusk.examples import bir_kernels
     from tusk.ir import bir_json
@@ -44,12 +46,16 @@ def test_a_part_whose_bytes_are_gone_is_rendered_again(tmp_path):
     n = 3
     rendered = [tasks.write_part(store.url, h, path, art, k, n) for k in range(n)]
     assert [r["status"] for r in rendered] == ["part-rendered"] * n
-    tasks._HELD.clear()  # the worker that rendered parts 1 and 2 is gone
+    waiting = [tasks.part_file(path, n, k) for k in (1, 2)]
+    assert [os.path.getsize(f) for f in waiting] == [r["size"] for r in rendered[1:]]
+    if gone:
+        for f in waiting:
+            os.unlink(f)
     offset = rendered[0]["size"]
     for k in (2, 1):
         at = offset + sum(r["size"] for r in rendered[1:k])
         res = tasks.place_part(store.url, h, path, art, k, n, at)
-        assert res["status"] == "part-placed" and res["timing"].get("rendered_again") == 1
+        assert res["status"] == "part-placed" and ("rendered_again" in res["timing"]) == gone
     size = tasks.finish_parts(path, n, sum(r["size"] for r in rendered))
     whole = tmp_path / "whole.bir.json"
     from tusk.ir.module import Module
@@ -57,7 +63,7 @@ def test_a_part_whose_bytes_are_gone_is_rendered_again(tmp_path):
     bir_json.save(Module(module.functions, module.arch, module.version, module.attributes, art, module.queues,
                          module.extras), whole)
     assert open(path, "rb").read() == whole.read_bytes() and size == os.path.getsize(whole)
-    assert not os.path.exists(tasks.parts_file(path, n))
+    assert not os.path.exists(tasks.parts_file(path, n)) and not any(map(os.path.exists, waiting))
 
 
 def test_a_short_file_is_not_put_in_place(tmp_path):

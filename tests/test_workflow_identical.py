@@ -47,8 +47,9 @@ def test_two_workers_a_cache_hit_and_another_out_write_the_bytes_of_a_serial_bui
 
 
 def test_a_final_module_written_in_parts_is_the_whole_write(tmp_path):
-    """The graph's parallel write: part tasks render pieces (bir_json.write_part); part 0 starts the file, the
-    others are placed at their offsets by the task that rendered them, and the file is renamed into place."""
+    """The graph's parallel write: part tasks render their parts (bir_json.write_part); part 0 starts the file,
+    the others wait in files of their own until place tasks copy them to their offsets, and the file is
+    renamed into place."""
     from tusk.cache import Store
     from tusk.examples import bir_kernels
     from tusk.workflows.graph import BuildUnit, build

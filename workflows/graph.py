@@ -636,7 +636,7 @@ class Build:
     def _write(self, st: _State, items: list[list[str]]) -> None:
         """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster, else in
         this process.  The final module of a big kernel is written in parts, one per worker: each renders its
-        part, then the later parts are placed at their offsets into the file part 0 started
+        part into a file, then the later parts are copied to their offsets in the file part 0 started
         (:func:`tasks.write_part`, :func:`tasks.place_part`), which the client renames into place."""
         n = self._parts_for(st, items[0])
         rest = items if n == 1 else items[1:]
@@ -661,7 +661,7 @@ class Build:
                          self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
 
     def _place(self, st: _State) -> None:
-        """Every part is rendered: place parts 1.. at their offsets, each by the worker that holds its bytes."""
+        """Every part is rendered: place parts 1.. at their offsets (from their files, by any worker)."""
         from tusk.cache.keys import digest
 
         w = st.writing
@@ -672,7 +672,7 @@ class Build:
                 w.pending.add((TaskKind.EMIT_PLACE, k))
                 self._submit("write_bir_json", digest([w.items[0], k, w.parts, "place"]), st, TaskKind.EMIT_PLACE, k,
                              tasks.place_part, self.store.url, h, path, art, k, w.parts, offset,
-                             what=f"write_bir_json place {k + 1}/{w.parts}", on=w.results[k].get("worker_address"))
+                             what=f"write_bir_json place {k + 1}/{w.parts}")
             offset += int(w.results[k]["size"])
         w.size = offset
 
