@@ -1,4 +1,4 @@
-"""The Vector engine's accumulator across instructions (``reduce_cmd.reduce``), FP8 double-row matmuls, masks on
+"""The Vector and Scalar engines' accumulators across instructions (``reduce_cmd.reduce``), FP8 double-row matmuls, masks on
 the top-8 instructions and ``--arg`` values that name NKI / numpy objects: kernels written for these tests,
 traced, run in the interpreter and compared with numpy."""
 
@@ -131,6 +131,80 @@ def test_reduce_with_nothing_to_continue_is_refused_at_its_line(tmp_path):
             return out
     """, ["f32[8,8]"])
     assert "bad.py:11:" in msg and "nisa.tensor_scalar_cumulative reduce_cmd=nisa.reduce_cmd.reduce" in msg
+
+
+SCALAR_CHAIN = """
+    @nki.jit
+    def k(x):
+        P, F = x.shape
+        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        e = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+        s = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e[:, 0:8], op=nl.exp, data=t[:, 0:8], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(dst=e[:, 8:16], op=nl.exp, data=t[:, 8:16], reduce_op=nl.add, reduce_res=s[:, 0:1],
+                        reduce_cmd=nisa.reduce_cmd.reduce)
+        # the Vector engine's register is another one: a cumulative between leaves the Scalar one as it was
+        nisa.tensor_scalar_cumulative(src=t, dst=t, op0=nl.multiply, op1=nl.add, imm0=1.0,
+                                      reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(dst=e[:, 16:24], op=nl.exp, data=t[:, 16:24], reduce_op=nl.add, reduce_res=s[:, 1:2],
+                        reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.activation(dst=e[:, 0:8], op=nl.copy, data=t[:, 0:8], reduce_res=s[:, 2:3])  # idle: read out
+        nisa.activation(dst=e[:, 0:8], op=nl.copy, data=t[:, 0:8], reduce_res=s[:, 3:4],
+                        reduce_cmd=nisa.reduce_cmd.reset)
+        out = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+"""
+
+
+def test_the_scalar_engine_register_is_zeroed_started_continued_and_read_out_2x(tmp_path):
+    x = rand(32, 24)
+    got = run(tmp_path, V2, SCALAR_CHAIN, {"x": x})["out"]
+    cum = np.cumsum(x, axis=1)  # what the cumulative left in t (for the third activation's data)
+    e = np.exp(x[:, :16]).sum(1)
+    total = e + np.exp(cum[:, 16:24]).sum(1)
+    np.testing.assert_allclose(got, np.stack([e, total, total, np.zeros_like(e)], axis=1), rtol=1e-5)
+
+
+def test_activation_continuing_a_reduction_in_1x_form(tmp_path):
+    x = rand(16, 32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+            a = nisa.activation(op=nl.tanh, data=t[:, 0:16], reduce_op=nl.add, reduce_res=s)
+            b = nisa.activation(op=nl.tanh, data=t[:, 16:32], reduce_op=nl.add, reduce_res=s,
+                                reduce_cmd=nisa.reduce_cmd.reduce)
+            nl.store(out, s)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_allclose(got[:, 0], np.tanh(x).sum(1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cmd, first", [("reduce", ""), ("idle", ""),
+                                        ("reduce", "nisa.tensor_scalar_cumulative(src=t, dst=d, op0=nl.add, "
+                                                   "op1=nl.add, imm0=0.0)")])
+def test_a_scalar_register_read_with_nothing_started_is_refused(tmp_path, cmd, first):
+    """Nothing started the Scalar engine's register (a Vector engine cumulative starts the other one)."""
+    msg = refused(tmp_path, V2, f"""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            d = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            s = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            {first or "pass"}
+            nisa.activation(dst=d, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s,
+                            reduce_cmd=nisa.reduce_cmd.{cmd})
+            nisa.dma_copy(dst=out, src=s)
+            return out
+    """, ["f32[8,8]"])
+    assert "bad.py:14:" in msg and f"nisa.activation reduce_cmd=nisa.reduce_cmd.{cmd} reads an accumulation" in msg
+    assert "no earlier activation of this kernel started" in msg
 
 
 def test_reduce_across_a_loop_body_is_refused(tmp_path):

@@ -1,9 +1,10 @@
-"""The Vector engine's accumulator register across instructions (``reduce_cmd.reduce``), as the front end
-expresses it.
+"""The engines' accumulator registers across instructions (``reduce_cmd.reduce``), as the front end
+expresses them.
 
 NKI's ``tensor_scalar_cumulative``, ``range_select`` and ``select_reduce`` keep a per-partition register
-on the Vector engine: ``reset_reduce`` starts it afresh, ``load_reduce`` loads it, ``reduce`` continues
-from whatever the previous accumulating instruction left there.  KLR instructions start fresh, so a
+on the Vector engine (``"dve"``), ``activation`` another on the Scalar engine (``"act"``):
+``reset_reduce`` starts it afresh, ``load_reduce`` loads it, ``reduce`` continues from whatever the
+previous accumulating instruction of that engine left there.  KLR instructions start fresh, so a
 ``reduce`` is traced as a fresh instruction plus the register's earlier value, made a [P, 1] tile *right
 after* the instruction that left it (the value is read before anything can overwrite its source).  That
 is exact in straight-line code; a ``reduce`` whose register was left in another loop body (or iteration)
@@ -33,27 +34,29 @@ class Register:
     value: View | None = None
 
 
-_ATTR = "_tusk_dve_register"  # kept on the trace itself: it ends with the trace
+# kept on the trace itself: they end with the trace
+_ATTR = {"dve": "_tusk_dve_register", "act": "_tusk_act_register"}
+_STARTERS = {"dve": "tensor_scalar_cumulative / range_select / select_reduce", "act": "activation"}
 
 
-def _get(tr: Any) -> Register | None:
-    return getattr(tr, _ATTR, None)
+def _get(tr: Any, engine: str) -> Register | None:
+    return getattr(tr, _ATTR[engine], None)
 
 
-def _set(tr: Any, reg: Register | None) -> None:
-    setattr(tr, _ATTR, reg)
+def _set(tr: Any, reg: Register | None, engine: str) -> None:
+    setattr(tr, _ATTR[engine], reg)
 
 
-def left_by(op: Any, make: Callable[[Any], View] | None) -> None:
-    """The instruction ``op`` (just recorded) leaves the register as ``make`` computes it; None: it leaves
-    nothing a later ``reduce`` may continue (another engine state, or a reset)."""
-    tr = current()
-    _set(tr, None if op is None or make is None else Register(op, make))
+def left_by(op: Any, make: Callable[[Any], View] | None, engine: str = "dve") -> None:
+    """The instruction ``op`` (just recorded) leaves ``engine``'s register as ``make`` computes it; None: it
+    leaves nothing a later ``reduce`` may continue."""
+    _set(current(), None if op is None or make is None else Register(op, make), engine)
 
 
-def forget() -> None:
-    """An accumulating instruction the register is not tracked for ran: a later ``reduce`` is refused."""
-    _set(current(), None)
+def forget(engine: str = "dve") -> None:
+    """An accumulating instruction ``engine``'s register is not tracked through ran: a later ``reduce`` is
+    refused."""
+    _set(current(), None, engine)
 
 
 def last_op() -> Any:
@@ -62,19 +65,19 @@ def last_op() -> Any:
     return prog[-1] if prog else None
 
 
-def register(call: str) -> View:
-    """The register's value before this ``reduce`` (a [P, 1] float32 tile)."""
+def register(call: str, engine: str = "dve", cmd: str = "reduce") -> View:
+    """``engine``'s register value before this ``reduce`` (a [P, 1] float32 tile)."""
     tr = current()
-    reg = _get(tr)
+    reg = _get(tr, engine)
     if reg is None:
-        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.reduce continues an accumulation that no "
-                          "earlier tensor_scalar_cumulative / range_select / select_reduce of this kernel "
-                          "started (reset_reduce or load_reduce first)")
+        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.{cmd} reads an accumulation that no earlier "
+                          f"{_STARTERS[engine]} of this kernel started (reset_reduce"
+                          f"{' or load_reduce' if engine == 'dve' else ''} first)")
     if reg.value is not None:
         return reg.value
     pos = next((i for i, e in enumerate(tr.prog) if e is reg.op), None)
     if pos is None or any(isinstance(e, (LoopBegin, LoopEnd)) for e in tr.prog[pos:]):
-        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.reduce continues an accumulation left in "
+        raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.{cmd} reads an accumulation left in "
                           "another loop body or iteration (only straight-line continuation is expressed)")
     with _inserting_after(tr, pos):
         reg.value = reg.make(reg.op)
@@ -130,26 +133,34 @@ def reduction_of(v: View, op: str) -> View:
     return out
 
 
+def zeros(rows: int) -> View:
+    from tusk.frontend.nki import language as nl
+
+    out = column(rows)
+    nl._memset(out, 0.0)
+    return out
+
+
 def reducing(call: str, dst: View, cmd: Any, op: str, reduce_res: View | None,
-             emit: Callable[[Any, View | None], None]) -> None:
-    """An instruction that reduces its output ``dst`` with ``op`` into the register (and ``reduce_res``):
-    ``emit(cmd, res)`` records it with a fresh-start command.  ``reduce`` continues the register: a fresh
-    reduction combined with the earlier value."""
+             emit: Callable[[Any, View | None], None], engine: str = "dve") -> None:
+    """An instruction that reduces its output ``dst`` with ``op`` into ``engine``'s register (and
+    ``reduce_res``): ``emit(cmd, res)`` records it with a fresh-start command.  ``reduce`` continues the
+    register: a fresh reduction combined with the earlier value."""
     from tusk.frontend.nki.isa_signature import reduce_cmd
 
     if cmd == reduce_cmd.reduce:
-        prev = register(call)
+        prev = register(call, engine)
         part = column(dst.shape[0])
         emit(reduce_cmd.reset_reduce, part)
         total = column(dst.shape[0])
         current().op("tensor_tensor", (prev, part), (total,), dst=total, a=prev, b=part, op=op)
         if reduce_res is not None:
             current().op("copy", (total,), (reduce_res,), dst=reduce_res, src=total)
-        _set(current(), Register(last_op(), lambda _op: total, total))
+        _set(current(), Register(last_op(), lambda _op: total, total), engine)
         return
     emit(cmd, reduce_res)
     if cmd == reduce_cmd.reset_reduce:
         left_by(last_op(), (lambda _op: copy_of(reduce_res)) if reduce_res is not None else
-                (lambda o: reduction_of(written(o, dst), op)))
+                (lambda o: reduction_of(written(o, dst), op)), engine)
     elif cmd != reduce_cmd.idle:
-        forget()
+        forget(engine)

@@ -336,6 +336,37 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
            scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
 
 
+def activation_accumulating(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any,
+                            reduce_res: Any, cmd: Any) -> None:
+    """``nisa.activation`` with its ``reduce_cmd``: the Scalar Engine's accumulator registers
+    (:mod:`~tusk.frontend.nki.isa_accum`, ``"act"``) are zeroed (``reset``), started from this instruction's
+    row sums (``reset_reduce``), continued (``reduce``: a fresh sum added to the earlier value) or left as
+    they are (``idle``); ``reduce_res`` reads them out after the instruction."""
+    if reduce_op is not None and alu(reduce_op, f"{call} reduce_op") != "add":
+        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
+    if cmd not in (reduce_cmd.idle, reduce_cmd.reset, reduce_cmd.reset_reduce, reduce_cmd.reduce):
+        raise refuse(call, "reduce_cmd", cmd, "activation loads no value (nisa.exponential's reduce_init does)")
+    rows = data.shape[0]
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    if cmd in (reduce_cmd.idle, reduce_cmd.reset):
+        held = isa_accum.register(call, "act", "idle") if cmd == reduce_cmd.idle and res is not None else None
+        activation(call, dst, op, data, bias, scale)
+        if held is not None:
+            current().op("copy", (held,), (res,), dst=res, src=held)
+        if cmd == reduce_cmd.reset:
+            isa_accum.left_by(isa_accum.last_op(), lambda _op: isa_accum.zeros(rows), "act")
+            if res is not None:
+                nl._memset(res, 0.0)
+        return
+    if cmd == reduce_cmd.reset_reduce and res is None:
+        res = isa_accum.column(rows)  # the row sums in float32, as the registers hold them
+
+    def emit(_cmd: Any, out: View | None) -> None:
+        activation(call, dst, op, data, bias, scale, nl.add, out)
+
+    isa_accum.reducing(call, dst, cmd, "add", res, emit, "act")
+
+
 def _gelu_apprx_sigmoid(call: str, dst: View, data: View, bias: Any, scale: Any, reduce_op: Any,
                         reduce_res: Any) -> None:
     """``z * sigmoid(1.702 z)`` with ``z = data * scale + bias`` (nl.gelu_apprx_sigmoid), in float32 tiles: a
@@ -384,12 +415,12 @@ def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: A
            reduceCmd="ZeroAccumulate", reduceInit=None if init is None else float(init))
 
 
-def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
-    """An instruction's built-in reduction: the accumulator registers hold nothing across calls here, so
-    only a reduction that starts from zero and is read out (``reduce_res``) is taken."""
+def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any, engine: str = "dve") -> None:
+    """An instruction's built-in reduction where ``engine``'s accumulator register is not tracked: only a
+    reduction that starts from zero and is read out (``reduce_res``) is taken."""
     if reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle:
         return
-    isa_accum.forget()  # the register is not tracked through this instruction
+    isa_accum.forget(engine)  # the register is not tracked through this instruction
     if reduce_res is None:
         raise refuse(call, "reduce_res", None, "the accumulator registers are not kept across calls; give "
                      "reduce_res")
@@ -445,7 +476,7 @@ def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any
                      "kept across calls")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
-    isa_accum.forget()  # an accumulating instruction the register is not tracked through
+    isa_accum.forget("act")  # an accumulating instruction the register is not tracked through
     native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
            reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
 
@@ -458,7 +489,7 @@ def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, o
     rows = data.shape[0]
     if not number(relu_param):
         raise unsupported(f"{call} relu_param given as a tile (a number)")
-    check_reduce(call, reduce_op, reduce_res, cmd)
+    check_reduce(call, reduce_op, reduce_res, cmd, "act")
     i0, i1 = imm_or_column(imm0, rows, f"{call} imm0"), imm_or_column(imm1, rows, f"{call} imm1")
     res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
     native(call, "activate2", reads(data, i0, i1), (dst,) + reads(res), dst=dst, src=data,

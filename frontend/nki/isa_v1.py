@@ -211,11 +211,11 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                mask=None, dtype=None):
     call = "nisa.activation"
-    ops.check_reduce(call, reduce_op, reduce_res, _v1_reduce_cmd(reduce_op, reduce_res, reduce_cmd))
     src = tile(data, call)
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
-    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
+    ops.activation_accumulating(call, d, op, s, bias, scale, reduce_op, reduce_res,
+                                _v1_reduce_cmd(reduce_op, reduce_res, reduce_cmd))
     return out
 
 
@@ -233,7 +233,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
     src = tile(data, call)
     out = _result(src, dtype)
     d, s = _masked(mask, out, src)
-    ops.activation(call, d, op, s, bias, scale, reduce_op, reduce_res)
+    ops.activation_accumulating(call, d, op, s, bias, scale, reduce_op, reduce_res, reduce_cmd.reset_reduce)
     return out
 
 

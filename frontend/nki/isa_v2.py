@@ -140,15 +140,15 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
                reduce_cmd=reduce_cmd.idle, name=None):
     call = "nisa.activation"
     d = tile(dst, f"{call} dst")
-    ops.check_reduce(call, reduce_op, reduce_res, reduce_cmd)
-    ops.activation(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res)
+    ops.activation_accumulating(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res, reduce_cmd)
 
 
 @documented("nisa.activation_reduce")
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     call = "nisa.activation_reduce"
     d = tile(dst, f"{call} dst")
-    ops.activation(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res)
+    ops.activation_accumulating(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res,
+                                reduce_cmd.reset_reduce)
 
 
 @documented("nisa.exponential")
