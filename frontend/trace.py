@@ -31,6 +31,7 @@ from tusk.frontend.imports import KernelImports, kernel_imports, nki_modules
 from tusk.frontend.nki import Kernel
 from tusk.frontend.nki import language as nki_language
 from tusk.frontend.nki.isa_signature import targeting
+from tusk.frontend.phases import PhasedLaunch
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
 from tusk.frontend.tensors import Dtype, Tensor, View
 from tusk.frontend.top_level import TopLevelStop, loading
@@ -201,10 +202,11 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
     sys.setrecursionlimit(max(old_limit, RECURSION_LIMIT))
     peel: dict[int, int] = {}
     first_error: BaseException | None = None  # what the kernel raised with its loops kept loops
+    phased = False  # a grid launch reached nisa.core_barrier: its programs are traced phase by phase
     try:
         while True:
             tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=(), peel=dict(peel),
-                        unroll_all=first_error is not None)
+                        unroll_all=first_error is not None, phased=phased)
             tensors = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p, role="input")
                        for p, s in zip(binding.tensor_params, specs)]
             for k, a in enumerate(tensors):
@@ -212,6 +214,10 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
             try:
                 returned = _run(tr, fn, binding, tensors, grid)
                 break
+            except PhasedLaunch:
+                if phased:
+                    raise TraceError(f"{src}: nisa.core_barrier outside the phases of its launch") from None
+                phased = True
             except PeelLoop as p:
                 if p.ordinal in peel or len(peel) >= MAX_PEELS:
                     raise TraceError(f"{src}: a mask= cuts iterations of a loop short in a way the front end "
@@ -280,6 +286,15 @@ def launch(tr: Tracer, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapp
         raise too_many(programs, f"a launch grid {list(grid)} of {programs:,} programs")
     saved = (tr.grid, tr.program_ids, tr._hbm_by_ordinal, tr._hbm_ordinal)
     tr.grid, tr._hbm_by_ordinal = grid, {}
+    if tr.phased and programs > 1:
+        from tusk.frontend.phases import Phases
+
+        tr.phases = Phases(tr, grid)
+        try:
+            return tr.phases.run(fn, args, kwargs)
+        finally:
+            tr.phases = None
+            tr.grid, tr.program_ids, tr._hbm_by_ordinal, tr._hbm_ordinal = saved
     projection = Projection(programs, f"the launch grid {list(grid)}")
     result = None
     try:

@@ -72,6 +72,8 @@ class Tracer:
     # so that ``dst[...] = <that call>`` and ``dst += <that call>`` write nothing either, as in NKI
     dropped: tuple[int, tuple[Tensor, ...]] = (-1, ())
     piece_writes: tuple[int, set[int]] = (0, set())  # the line and the tensors the last split call wrote
+    phased: bool = False           # a grid launch runs its programs phase by phase (frontend.phases)
+    phases: Any = None             # the phased launch running now
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:

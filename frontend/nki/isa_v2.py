@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tusk.frontend import phases
 from tusk.frontend.nki import isa_mx
 from tusk.frontend.nki import isa_ops as ops
 from tusk.frontend.nki import language as nl
@@ -326,8 +327,10 @@ def set_rng_seed(src_seeds, name=None):
 
 @documented("nisa.core_barrier")
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
-    """A barrier between the NeuronCores of an LNC-2 launch after they write ``data`` (shared HBM).  With one
-    program it waits for nothing: no instruction (nki-library's router_topk calls it so at LNC 1)."""
+    """A barrier between the programs (NeuronCores) of a launch after they write ``data`` (shared HBM): no
+    instruction in Tusk's one stream, which holds every program's instructions before the barrier ahead of
+    any program's after it (:mod:`~tusk.frontend.phases`).  With one program it waits for nothing
+    (nki-library's router_topk calls it so at LNC 1)."""
     call = "nisa.core_barrier"
     view = any_view(data, f"{call} data")
     if view.tensor.on_chip:
@@ -338,10 +341,8 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
         listed = None
     if listed != [0, 1]:
         raise ops.unsupported(f"{call} cores={cores!r} (NKI supports (0, 1))")
-    programs = nl.num_programs(None)
-    if programs > 1:
-        raise ops.unsupported(f"{call} in a launch of {programs} programs: Tusk runs the programs of a grid one "
-                              "after another and does not model a barrier between them")
+    if nl.num_programs(None) > 1:
+        phases.barrier(call)  # the programs meet here (frontend.phases)
 
 
 # ---------------------------------------------------------------------------- registers

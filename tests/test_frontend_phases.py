@@ -1,0 +1,148 @@
+"""``nisa.core_barrier`` in a launch of several programs (``frontend/phases.py``): the programs are traced phase
+by phase into Tusk's one stream, so a program reads what the others wrote before the barrier.  Kernels written
+for these tests, traced, run in the interpreter (before and after the pass pipeline) and compared with numpy."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from tusk.frontend import TraceError, trace_file
+from tusk.frontend.check import run_klr
+
+HEADER = """\
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+RNG = np.random.default_rng(45)
+
+
+def trace(tmp_path, body: str, specs: list[str], grid: tuple[int, ...] = (2,), name: str = "k.py") -> bytes:
+    path = tmp_path / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    return trace_file(path, "k", specs, grid)
+
+
+def run(tmp_path, body: str, inputs: dict[str, np.ndarray], grid: tuple[int, ...] = (2,)) -> dict[str, np.ndarray]:
+    """Outputs as traced; the same, exactly, after every default pass (verified after each)."""
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run as interpret
+
+    data = trace(tmp_path, body, [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()], grid)
+    got = run_klr(data, inputs)
+    after = interpret(through_pipeline(data, tmp_path), dict(inputs))
+    for name in got:
+        np.testing.assert_array_equal(after[name], got[name])  # the passes keep what the barrier ordered
+    return got
+
+
+def refused(tmp_path, body: str, specs: list[str], grid: tuple[int, ...] = (2,)) -> str:
+    with pytest.raises(TraceError) as err:
+        trace(tmp_path, body, specs, grid, "bad.py")
+    return str(err.value)
+
+
+EXCHANGE = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        n = x.shape[0] // nl.num_programs(0)
+        mine = nl.ndarray((n, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=x[pid * n:(pid + 1) * n, :])
+        sent = nl.ndarray((n, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=sent, data=mine, op0=nl.multiply, operand0=3.0)
+        nisa.dma_copy(dst=scratch[pid * n:(pid + 1) * n, :], src=sent)
+        nisa.core_barrier(scratch, (0, 1))
+        other = (pid + 1) % nl.num_programs(0)
+        theirs = nl.ndarray((n, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=theirs, src=scratch[other * n:(other + 1) * n, :])
+        nisa.tensor_scalar(dst=mine, data=mine, op0=nl.multiply, operand0=2.0)  # kept across the barrier
+        nisa.tensor_tensor(dst=mine, data1=mine, data2=theirs, op=nl.add)
+        nisa.dma_copy(dst=out[pid * n:(pid + 1) * n, :], src=mine)
+        return out
+"""
+
+
+@pytest.mark.parametrize("programs", [2, 4])
+def test_programs_read_what_the_others_wrote_before_the_barrier(tmp_path, programs):
+    x = RNG.uniform(-1, 1, (64 * programs, 32)).astype(np.float32)
+    got = run(tmp_path, EXCHANGE, {"x": x}, (programs,))["out"]
+    parts = np.split(x, programs)
+    want = np.concatenate([2 * parts[p] + 3 * parts[(p + 1) % programs] for p in range(programs)])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_barrier_in_a_sequential_loop_unrolls_the_loop(tmp_path):
+    """Each block: read the other program's running sum, add this block, meet, publish, meet again."""
+    x = RNG.uniform(-1, 1, (3, 128, 16)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+            acc = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+            pid = nl.program_id(0)
+            z = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=z, value=0.0)
+            nisa.dma_copy(dst=acc[pid * 64:(pid + 1) * 64, :], src=z)
+            nisa.core_barrier(acc, (0, 1))
+            for b in nl.sequential_range(x.shape[0]):
+                mine = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=mine, src=x[b, pid * 64:(pid + 1) * 64, :])
+                other = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=other, src=acc[(1 - pid) * 64:(2 - pid) * 64, :])
+                nisa.tensor_tensor(dst=mine, data1=mine, data2=other, op=nl.add)
+                nisa.core_barrier(acc, (0, 1))
+                nisa.dma_copy(dst=acc[pid * 64:(pid + 1) * 64, :], src=mine)
+                nisa.core_barrier(acc, (0, 1))
+            nisa.dma_copy(dst=out, src=acc)
+            return out
+    """, {"x": x})["out"]
+    a, c = np.zeros((64, 16), np.float32), np.zeros((64, 16), np.float32)
+    for b in range(3):
+        a, c = x[b, :64] + c, x[b, 64:] + a
+    np.testing.assert_allclose(got, np.concatenate([a, c]), rtol=1e-6)
+
+
+def test_a_program_that_skips_a_barrier_the_other_waits_at_is_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=a)
+            if nl.program_id(0) == 0:
+                nisa.core_barrier(out, (0, 1))
+            return out
+    """, ["f32[128,16]"])
+    assert "bad.py:11: not supported: nisa.core_barrier: program [0] waits here, but program [1] ended" in msg
+
+
+def test_an_error_after_the_barrier_names_its_line(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=a)
+            nisa.core_barrier(out, (0, 1))
+            t = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=out[nl.program_id(0) * 200:, :])
+            return out
+    """, ["f32[256,16]"])
+    assert "bad.py:12:" in msg
+
+
+def test_barrier_of_other_cores_is_still_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=a)
+            nisa.core_barrier(out, (0, 2))
+            return out
+    """, ["f32[128,16]"])
+    assert "cores=(0, 2)" in msg
