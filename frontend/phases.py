@@ -1,4 +1,5 @@
-"""The programs of a launch grid that meet at ``nisa.core_barrier``, traced phase by phase.
+"""The programs of a launch grid that meet at ``nisa.core_barrier`` (or ``nisa.sendrecv``), traced phase by
+phase.
 
 Tusk traces a grid's programs into one instruction stream, one program after
 another (:func:`tusk.frontend.trace.launch`).  A barrier orders what every
@@ -20,6 +21,10 @@ loop is one statement of the stream, not a place to switch programs.  What is a
 program's own in the tracer -- its ids, its shared_hbm ordinal, the engines'
 accumulator tracking -- is swapped at every hand-over; only one thread runs,
 so nothing else needs a lock.
+
+``nisa.sendrecv`` is such a meeting too: once every program is there, each
+program's ``src`` is copied into its receiver's ``dst`` (staged through
+fresh tiles when some ``dst`` is some ``src``), between the two phases.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tusk.frontend.affine import PeelLoop
 from tusk.frontend.errors import TraceError, current_user_line, unsupported
+from tusk.frontend.tensors import View
 from tusk.frontend.tracer import Tracer, current
 
 # the tracer's per-program state (the isa_accum register attributes are set on the tracer by name)
@@ -47,6 +54,17 @@ class _Cancelled(BaseException):
     """Another program failed: a waiting program's thread unwinds."""
 
 
+@dataclass
+class Exchange:
+    """One program's ``nisa.sendrecv``: its ``src`` goes to program ``to``'s ``dst``, ``frm``'s ``src`` to its."""
+
+    dst: View
+    src: View
+    to: int
+    frm: int
+    pipe: int
+
+
 class _Program:
     def __init__(self, ids: tuple[int, ...]):
         self.ids = ids
@@ -59,6 +77,7 @@ class _Program:
         self.error: BaseException | None = None
         self.done = False
         self.waiting_at: tuple[str, int] = ("", 0)  # the file and line of the barrier it waits at
+        self.exchange: Exchange | None = None  # what it sends and receives there (nisa.sendrecv), else None
 
 
 class Phases:
@@ -86,17 +105,21 @@ class Phases:
                 ended = next((p for p in self.programs if p.done), None)
                 if ended is not None:
                     file, line = left[0].waiting_at
-                    raise TraceError(f"{file}:{line}: not supported: nisa.core_barrier: program {list(left[0].ids)} "
-                                     f"waits here, but program {list(ended.ids)} ended without reaching this "
-                                     "barrier (the cores would wait for each other forever)")
+                    what = "nisa.sendrecv" if left[0].exchange is not None else "nisa.core_barrier"
+                    raise TraceError(f"{file}:{line}: not supported: {what}: program {list(left[0].ids)} waits here, "
+                                     f"but program {list(ended.ids)} ended without reaching it (the cores would "
+                                     "wait for each other forever)")
+                self._exchange()
         finally:
             self._cancel()
 
-    def barrier(self) -> None:
-        """The running program reached a barrier: let the next one run until this phase is over."""
+    def barrier(self, exchange: Exchange | None = None) -> None:
+        """The running program reached a barrier (or a sendrecv, ``exchange``): let the next one run until this
+        phase is over."""
         p = self.running
         if p is None:
             raise unsupported("nisa.core_barrier outside the programs of the launch")
+        p.exchange = exchange
         if self.tr.loops:
             # the programs meet between whole statements, and a loop that stays a loop is one: its iterations
             # are independent (NKI 2.x runs it as Python's range), so the re-trace unrolls it, innermost first
@@ -107,6 +130,44 @@ class Phases:
         p.waiting_at = current_user_line() or (self.tr.filename, 0)
         self._save(p)
         self._wait(p)
+
+    def _exchange(self) -> None:
+        """Every program waits at a barrier, or every one at a sendrecv: then each ``src`` goes to its
+        receiver's ``dst`` here, between the phases, through a copy of its own when a ``dst`` is some
+        program's ``src`` (an exchange in place)."""
+        from tusk.frontend.nki import isa_ops
+
+        got = [p.exchange for p in self.programs]
+        if all(x is None for x in got):
+            return
+        call = "nisa.sendrecv"
+        file, line = next(p.waiting_at for p, x in zip(self.programs, got) if x is not None)
+        if any(x is None for x in got):
+            raise TraceError(f"{file}:{line}: not supported: {call}: program "
+                             f"{list(self.programs[got.index(None)].ids)} waits at a nisa.core_barrier meanwhile")
+        n = len(got)
+        for k, x in enumerate(got):
+            if not (0 <= x.to < n and 0 <= x.frm < n) or got[x.to].frm != k or x.pipe != got[0].pipe:
+                raise TraceError(f"{file}:{line}: not supported: {call}: program {k} sends to {x.to} and receives "
+                                 f"from {x.frm} on pipe {x.pipe}; the others: "
+                                 f"{[(j, y.to, y.frm, y.pipe) for j, y in enumerate(got) if j != k]} "
+                                 "(every send must meet the receive of the same pipe)")
+        tr = self.tr
+        start = len(tr.prog)
+        sources = {id(x.src.tensor) for x in got}
+        staged = [x.src for x in got]
+        if any(id(x.dst.tensor) in sources for x in got):
+            staged = []
+            for x in got:
+                stage = tr.tile(x.src.shape, x.src.dtype)
+                isa_ops.dma_copy(call, stage, x.src)
+                staged.append(stage)
+        for k, x in enumerate(got):
+            isa_ops.dma_copy(call, got[x.to].dst, staged[k])
+        for op in tr.prog[start:]:  # made here, between the programs: placed at the receiving call's line
+            op.line = line
+        for p in self.programs:
+            p.exchange = None
 
     # ------------------------------------------------------------------ hand-over
     def _resume(self, p: _Program, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -166,7 +227,40 @@ class Phases:
 def barrier(call: str) -> None:
     """``call`` (nisa.core_barrier) in a launch of more than one program."""
     tr = current()
-    phases = getattr(tr, "phases", None)
-    if phases is None:
+    if tr.phases is None:
         raise PhasedLaunch(call)
-    phases.barrier()
+    tr.phases.barrier()
+
+
+def sendrecv(call: str, dst: View, src: View, send_to_rank: Any, recv_from_rank: Any, pipe_id: Any) -> None:
+    """``nisa.sendrecv``: this program's ``src`` goes to program ``send_to_rank``'s ``dst``, and program
+    ``recv_from_rank``'s ``src`` to this one's ``dst``, once every program of the launch is there."""
+    from tusk.frontend.nki import isa_ops
+    from tusk.frontend.nki import language as nl
+
+    tr = current()
+    ranks = []
+    for what, v in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank), ("pipe_id", pipe_id)):
+        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+            raise unsupported(f"{call} {what}={v!r} (an int known while tracing)")
+        ranks.append(int(v.__index__()))
+    to, frm, pipe = ranks
+    for what, v in (("src", src), ("dst", dst)):
+        if v.tensor.memory != "sbuf":
+            raise unsupported(f"{call} {what} in {v.tensor.memory.upper()} (both tiles are in SBUF)")
+    if src.dtype != dst.dtype or src.shape != dst.shape:
+        raise unsupported(f"{call} of a {src.dtype}{list(src.shape)} src into a {dst.dtype}{list(dst.shape)} dst "
+                          "(the same shape and dtype)")
+    programs = nl.num_programs(None)
+    if len(tr.grid) > 1:
+        raise unsupported(f"{call} in a launch grid of {len(tr.grid)} axes {list(tr.grid)} (ranks name the "
+                          "programs of a one-axis launch)")
+    if programs == 1:
+        if to != 0 or frm != 0:
+            raise unsupported(f"{call} send_to_rank={to}, recv_from_rank={frm} in a launch of one program "
+                              "(rank 0 only)")
+        isa_ops.dma_copy(call, dst, src)  # to itself
+        return
+    if tr.phases is None:
+        raise PhasedLaunch(call)
+    tr.phases.barrier(Exchange(dst, src, to, frm, pipe))

@@ -92,7 +92,12 @@ class Tracer:
         if memory in ("sbuf", "psum") and shape[par_axis] > PARTITIONS:
             raise unsupported(f"a {memory} tile with {shape[par_axis]} partitions (at most {PARTITIONS}; "
                               "tile the partition dimension)")
-        if memory in ("hbm", "shared_hbm") and role == "internal" and self.grid:
+        shared = memory in ("hbm", "shared_hbm") and role == "internal" and bool(self.grid)
+        if shared and memory == "hbm" and self.phases is not None:
+            # nl.hbm / nl.private_hbm is each program's own: programs that meet at barriers run interleaved
+            # here, so one program's private buffer must not be another's
+            shared = False
+        if shared:
             # every SPMD program instance runs the kernel; the n-th shared_hbm allocation is one buffer
             ordinal = self._hbm_ordinal
             self._hbm_ordinal += 1
@@ -104,7 +109,7 @@ class Tracer:
         t = Tensor(self.unique(hint or ("hbm" if memory.endswith("hbm") else memory)), shape, dtype, memory,
                    par_axis=par_axis, role=role, site=len(self.prog))
         self.tensors.append(t)
-        if memory in ("hbm", "shared_hbm") and role == "internal" and self.grid:
+        if shared:
             self._hbm_by_ordinal[self._hbm_ordinal - 1] = t
         return t
 

@@ -422,7 +422,8 @@ def test_every_supported_call_of_both_generations_has_a_kernel_in_the_tests():
     here = Path(__file__).parent
     v1 = "".join((here / f).read_text() for f in ("test_frontend_isa_v1.py", "test_frontend_isa_native.py"))
     v2 = "".join((here / f).read_text() for f in ("test_frontend_isa_v2.py", "test_frontend_isa_native.py",
-                                                  "test_isa_mx.py", "test_frontend_isa_dma_forms.py"))
+                                                  "test_isa_mx.py", "test_frontend_isa_dma_forms.py",
+                                                  "test_frontend_phases.py"))
     for name in public_calls(isa_v1):
         assert re.search(rf"nisa\.{name}\(", v1), f"1.x nisa.{name} has no test kernel"
     for name in public_calls(isa_v2):

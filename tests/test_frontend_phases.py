@@ -1,5 +1,6 @@
-"""``nisa.core_barrier`` in a launch of several programs (``frontend/phases.py``): the programs are traced phase
-by phase into Tusk's one stream, so a program reads what the others wrote before the barrier.  Kernels written
+"""``nisa.core_barrier`` and ``nisa.sendrecv`` in a launch of several programs (``frontend/phases.py``): the
+programs are traced phase by phase into Tusk's one stream, so a program reads what the others wrote before the
+barrier, and receives what the other sent.  Kernels written
 for these tests, traced, run in the interpreter (before and after the pass pipeline) and compared with numpy."""
 
 from __future__ import annotations
@@ -146,3 +147,73 @@ def test_barrier_of_other_cores_is_still_refused(tmp_path):
             return out
     """, ["f32[128,16]"])
     assert "cores=(0, 2)" in msg
+
+
+EXCHANGE_TILES = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        # each program's own scratch: nl.private_hbm is not shared between programs
+        scratch = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.private_hbm)
+        mine = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=x[pid * 128:(pid + 1) * 128, :])
+        nisa.dma_copy(dst=scratch, src=mine)
+        remote = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=mine, dst=remote, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+        nisa.tensor_tensor(dst=remote, data1=mine, data2=remote, op=nl.maximum)
+        both = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=both, src=scratch)
+        nisa.sendrecv(src=both, dst=both, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=1)  # in place
+        nisa.tensor_tensor(dst=mine, data1=remote, data2=both, op=nl.add)
+        nisa.dma_copy(dst=out[pid * 128:(pid + 1) * 128, :], src=mine)
+        return out
+"""
+
+
+def test_sendrecv_exchanges_tiles_between_the_two_programs(tmp_path):
+    x = RNG.uniform(-1, 1, (256, 24)).astype(np.float32)
+    got = run(tmp_path, EXCHANGE_TILES, {"x": x})["out"]
+    a, b = x[:128], x[128:]
+    m = np.maximum(a, b)
+    np.testing.assert_array_equal(got, np.concatenate([m + b, m + a]))
+
+
+def test_sendrecv_to_itself_in_a_launch_of_one_program_is_a_copy(tmp_path):
+    x = RNG.uniform(-1, 1, (128, 8)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            u = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.sendrecv(t, u, 0, 0, 0)
+            nisa.dma_copy(dst=out, src=u)
+            return out
+    """, {"x": x}, ())["out"]
+    np.testing.assert_array_equal(got, x)
+
+
+@pytest.mark.parametrize("call, words", [
+    ("nisa.sendrecv(src=t, dst=u, send_to_rank=1 - pid, recv_from_rank=pid, pipe_id=0)",
+     "program 0 sends to 1 and receives from 0 on pipe 0"),
+    ("nisa.sendrecv(src=t, dst=u, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=pid)",
+     "every send must meet the receive of the same pipe"),
+    ("nisa.sendrecv(src=t, dst=out, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)",
+     "nisa.sendrecv dst of HBM tensor out"),
+])
+def test_sendrecv_that_does_not_pair_up_is_refused(tmp_path, call, words):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            pid = nl.program_id(0)
+            t = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.sbuf)
+            u = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[0:128, :])
+            {call}
+            nisa.dma_copy(dst=out[pid * 128:(pid + 1) * 128, :], src=u)
+            return out
+    """, ["f32[256,16]"])
+    assert "bad.py:13:" in msg and words in msg

@@ -66,17 +66,25 @@ def _nonzero_count(x, a):
     return [out[None]]
 
 
-def _indexed_flatten(x, a):
+def _indexed_flatten(x, a, *_):
+    """What the kernel computes at LNC 2: each core writes its rows (the first ceil(E/2) on core 0) into a
+    private buffer, a later row over an earlier one, and the two buffers are combined by an all-reduce
+    max (sendrecv): where rows of both cores overlap, the larger value wins, not the later row its
+    pseudocode names."""
     inp, offsets = x
     f_len, out_len = int(a["f_len"]), int(a["output_len"])
-    blocks = np.full((out_len // f_len, f_len), float(a.get("padding_val", -1)), np.float32)
     per_row = inp.reshape(inp.shape[0], -1, f_len)
-    for r in range(inp.shape[0]):
-        for p in range(per_row.shape[1]):
-            b = int(offsets[r]) + p
-            if b < blocks.shape[0]:
-                blocks[b] = per_row[r, p]
-    return [blocks.reshape(-1)]
+    first = -(-inp.shape[0] // 2)  # two cores
+    partials = []
+    for rows in (range(0, first), range(first, inp.shape[0])):
+        blocks = np.full((out_len // f_len, f_len), float(a.get("padding_val", -1)), np.float32)
+        for r in rows:
+            for p in range(per_row.shape[1]):
+                b = int(offsets[r]) + p
+                if b < blocks.shape[0]:
+                    blocks[b] = per_row[r, p]
+        partials.append(blocks)
+    return [np.maximum(*partials).reshape(-1)]
 
 
 def _dyn_add(x, a):
@@ -179,7 +187,7 @@ ENTRIES = [
       "find_nonzero_indices_with_count", ["f32[1,256]"], _nonzero_count, ranges=((0, 2),), ints=(0,)),
     e("lib_indexed_flatten", "core/subkernels/indexed_flatten.py", "indexed_flatten", ["f32[4,512]", "i32[4]"],
       _indexed_flatten, args=("f_len=16", "output_len=1024"), ranges=((-1, 1), (0, 33)), ints=(1,), grid="2",
-      note="rows with overlapping offsets: the later row wins, as the pseudocode's order says"),
+      note="LNC 2: each core's rows into a private buffer, then an all-reduce max through nisa.sendrecv"),
     e("lib_dynamic_elementwise_add", "experimental/dynamic_shapes/dynamic_elementwise_add.py",
       "dynamic_elementwise_add", ["bf16[256,512]", "bf16[256,512]", "i32[1,1]"], _dyn_add,
       ranges=((-1, 1), (-1, 1), (1, 3)), ints=(2,), partial=True, rtol=1e-2, atol=1e-2,

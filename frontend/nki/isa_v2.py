@@ -345,6 +345,16 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
         phases.barrier(call)  # the programs meet here (frontend.phases)
 
 
+@documented("nisa.sendrecv")
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, use_gpsimd_dma=False,
+             name=None):  # noqa: F811 - the parameter is named as NKI documents it
+    """Point-to-point exchange between the programs (NeuronCores) of a launch: ``src`` to program
+    ``send_to_rank``'s ``dst``, program ``recv_from_rank``'s ``src`` into ``dst`` (:mod:`~tusk.frontend.phases`).
+    ``dma_engine`` / ``use_gpsimd_dma`` choose the queues on the device: the data is the same."""
+    call = "nisa.sendrecv"
+    phases.sendrecv(call, tile(dst, f"{call} dst"), tile(src, f"{call} src"), send_to_rank, recv_from_rank, pipe_id)
+
+
 # ---------------------------------------------------------------------------- registers
 VirtualRegister = ops.VirtualRegister
 
