@@ -124,6 +124,10 @@ class Phases:
             # the programs meet between whole statements, and a loop that stays a loop is one: its iterations
             # are independent (NKI 2.x runs it as Python's range), so the re-trace unrolls it, innermost first
             var = self.tr.loops[-1]
+            if getattr(var, "bound_reg", None) is not None or getattr(var, "while_init", None) is not None:
+                raise unsupported(f"{'nisa.sendrecv' if exchange else 'nisa.core_barrier'} inside a loop bounded by "
+                                  "a register, in a launch of several programs (its iterations are known only at "
+                                  "run time, so the programs cannot take turns in each)")
             if var.ordinal < 0:
                 raise unsupported("nisa.core_barrier inside a loop the front end cannot unroll")
             raise PeelLoop(var.ordinal, 0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector
-from tusk.frontend.errors import unsupported
+from tusk.frontend.errors import Unsupported, unsupported
 from tusk.frontend.tensors import Tensor, View, axis_of_stride, is_coordinate, is_coordinate_tile, is_register
 
 
@@ -85,6 +85,36 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
     if v.tensor.on_chip:  # the compute instructions rebuild their tiles' views: only DMAs keep the offset
         raise unsupported(f"ap(scalar_offset=<a tile>) of on-chip tile {v.tensor.name} (of an HBM tensor only)")
     return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
+
+
+def scaled_axis(shape: tuple[int, ...], stride: int, scalar: Any) -> tuple[int, Any]:
+    """The tensor axis an ``ap(scalar_offset=)`` moves along (KLR scales the runtime value by one of the
+    tensor's own axis strides), and the scalar to use.  A stride that is no axis stride of the tensor -- an
+    ``.ap()`` of a reshaped view, ``t.reshape((4, 256)).ap(..., indirect_dim=0)`` over a ``[1024]`` tensor --
+    moves along the innermost axis (stride 1) by the value times ``stride``, computed right here (a register
+    ALU multiply, or a multiply into a fresh tile): the value the access reads is the one it has now."""
+    try:
+        return axis_of_stride(shape, stride, 0), scalar
+    except Unsupported:
+        if stride <= 0:
+            raise
+    from tusk.frontend.nki import isa_ops
+    from tusk.frontend.tensors import as_dtype
+    from tusk.frontend.tracer import current
+
+    s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
+    tr = current()
+    if is_register(s):
+        tr.vregs += 1
+        out = isa_ops.VirtualRegister(f"vreg.{tr.vregs}")
+        tr.op("register_alu_op", (), (), dst=out.name, src=s.name, imm=int(stride), op="mult")
+        return len(shape) - 1, out
+    if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
+        raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
+    out = tr.tile((1, 1), as_dtype("int32"))
+    tr.op("tensor_scalar", (s,), (out,), dst=out, src=s.with_dims(((1, 1), (1, 1))) if s.ndim != 2 else s,
+          op0="mult", imm0=int(stride), reverse0=False)
+    return len(shape) - 1, out
 
 
 def scalars(*views: View) -> tuple[View, ...]:

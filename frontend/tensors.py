@@ -559,9 +559,10 @@ class View:
         v = View(tensor, base, dims, ())
         if runtime is not None:
             v.check_extent("ap")
-            from tusk.frontend.scalar_offset import runtime_offset_view
-            stride = self.dims[int(indirect_dim)][0]
-            return runtime_offset_view(v, runtime, axis_of_stride(self.tensor.shape, stride, int(indirect_dim)))
+            from tusk.frontend.scalar_offset import runtime_offset_view, scaled_axis
+
+            axis, runtime = scaled_axis(self.tensor.shape, self.dims[int(indirect_dim)][0], runtime)
+            return runtime_offset_view(v, runtime, axis)
         # not bound-checked here: the tracer checks every direct access where an instruction uses it, and
         # kernels build views they use only under a later guard (nki-library's output_projection_tkg)
         return View(tensor, base, dims, ())

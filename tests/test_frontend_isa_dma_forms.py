@@ -298,6 +298,52 @@ def test_dynamic_range_bounded_by_a_register_runs_that_many_times(tmp_path, trip
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("start, step, bound", [(2, 1, 4), (1, 2, 6), (3, 1, 2)])
+def test_a_register_bounded_loop_from_an_int_start_by_an_int_step(tmp_path, start, step, bound):
+    """``nl.dynamic_range(start, reg, step)`` (nki-library's moe_cte hybrid writes ``(2, reg)``): the counter runs
+    from start while below the register; the body runs len(range(start, bound, step)) times."""
+    x = RNG.uniform(-1, 1, (32, 8)).astype(np.float32)
+    path = tmp_path / "k.py"
+    body = RUNTIME_LOOP.replace("USE", "pass").replace("nl.dynamic_range(trips)",
+                                                       f"nl.dynamic_range({start}, trips, {step})")
+    path.write_text(V2 + textwrap.dedent(body))
+    got = run_klr(trace_file(path, "k", ["f32[32,8]", "i32[1,1]"]),
+                  {"x": x, "n": np.array([[bound]], np.int32)})["out"]
+    runs = len(range(start, bound, step))
+    want = np.full((32, 8), -1.0, np.float32)
+    want[:8 * runs] = 2 * x[:8 * runs]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_runtime_offset_on_a_reshaped_view_moves_by_its_stride(tmp_path):
+    """``t.reshape((4, 256)).ap(..., scalar_offset=s, indirect_dim=0)`` over a ``[1024]`` tensor: KLR scales the
+    value by one of the tensor's own strides, so the front end scales it by 256 first (a tile, and a register)."""
+    tab = RNG.uniform(-1, 1, (1024,)).astype(np.float32)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent("""
+        @nki.jit
+        def k(tab, blk):
+            out = nl.ndarray((128, 2), dtype=tab.dtype, buffer=nl.shared_hbm)
+            b = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=b, src=blk)
+            t = nl.ndarray((128, 2), dtype=tab.dtype, buffer=nl.sbuf)
+            view = tab.reshape((4, 256))
+            nisa.dma_copy(dst=t[:, 0:1], src=view.ap(pattern=[[1, 128], [1, 1]], offset=0, scalar_offset=b,
+                                                      indirect_dim=0))
+            r = nisa.register_alloc()
+            nisa.register_load(r, b)
+            nisa.dma_copy(dst=t[:, 1:2], src=view.ap(pattern=[[1, 128], [1, 1]], offset=128, scalar_offset=r,
+                                                      indirect_dim=0))
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """))
+    data = trace_file(path, "k", ["f32[1024]", "i32[1,1]"])
+    for b in (0, 2, 3):
+        got = run_klr(data, {"tab": tab, "blk": np.array([[b]], np.int32)})["out"]
+        rows = tab.reshape(4, 256)[b]
+        np.testing.assert_array_equal(got, np.stack([rows[:128], rows[128:]], axis=1))
+
+
 def test_the_index_of_a_register_bounded_loop_is_refused_where_it_is_used(tmp_path):
     path = tmp_path / "bad.py"
     path.write_text(V2 + textwrap.dedent(RUNTIME_LOOP.replace("USE", "j = i * 8")))

@@ -217,3 +217,20 @@ def test_sendrecv_that_does_not_pair_up_is_refused(tmp_path, call, words):
             return out
     """, ["f32[256,16]"])
     assert "bad.py:13:" in msg and words in msg
+
+
+def test_a_barrier_in_a_loop_bounded_by_a_register_is_refused(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a, n):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=n_sb, src=n)
+            trips = nisa.register_alloc()
+            nisa.register_load(trips, n_sb)
+            for i in nl.dynamic_range(trips):
+                nisa.dma_copy(dst=out, src=a)
+                nisa.core_barrier(out, (0, 1))
+            return out
+    """, ["f32[128,16]", "i32[1,1]"])
+    assert "bad.py:15:" in msg and "nisa.core_barrier inside a loop bounded by a register" in msg
