@@ -141,14 +141,15 @@ class Phases:
         program's ``src`` (an exchange in place)."""
         from tusk.frontend.nki import isa_ops
 
-        got = [p.exchange for p in self.programs]
-        if all(x is None for x in got):
+        waiting = [p.exchange for p in self.programs]
+        if all(x is None for x in waiting):
             return
         call = "nisa.sendrecv"
-        file, line = next(p.waiting_at for p, x in zip(self.programs, got) if x is not None)
-        if any(x is None for x in got):
+        file, line = next(p.waiting_at for p, x in zip(self.programs, waiting) if x is not None)
+        got = [x for x in waiting if x is not None]
+        if len(got) < len(waiting):
             raise TraceError(f"{file}:{line}: not supported: {call}: program "
-                             f"{list(self.programs[got.index(None)].ids)} waits at a nisa.core_barrier meanwhile")
+                             f"{list(self.programs[waiting.index(None)].ids)} waits at a nisa.core_barrier meanwhile")
         n = len(got)
         for k, x in enumerate(got):
             if not (0 <= x.to < n and 0 <= x.frm < n) or got[x.to].frm != k or x.pipe != got[0].pipe:

@@ -106,9 +106,9 @@ def scaled_axis(shape: tuple[int, ...], stride: int, scalar: Any) -> tuple[int, 
     tr = current()
     if is_register(s):
         tr.vregs += 1
-        out = isa_ops.VirtualRegister(f"vreg.{tr.vregs}")
-        tr.op("register_alu_op", (), (), dst=out.name, src=s.name, imm=int(stride), op="mult")
-        return len(shape) - 1, out
+        reg = isa_ops.VirtualRegister(f"vreg.{tr.vregs}")
+        tr.op("register_alu_op", (), (), dst=reg.name, src=s.name, imm=int(stride), op="mult")
+        return len(shape) - 1, reg
     if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
     out = tr.tile((1, 1), as_dtype("int32"))
