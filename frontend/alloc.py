@@ -111,9 +111,12 @@ def _place(tr: Tracer, arch: str | None) -> dict[str, int]:
             addr = max(addr, start + sz)
         if addr + size > capacity[mem]:
             used = sum(sz for _, sz, _ in active[mem])
+            shared = (" (the programs of a launch that meet at nisa.core_barrier / nisa.sendrecv take turns in "
+                      "Tusk's one stream, so the tiles each keeps across a meeting share one "
+                      f"{mem.upper()}; on the device each core has its own)") if tr.phased else ""
             raise TraceError(f"{tr.filename}:{_line(tr, live.site)}: {mem.upper()} is full: tile {t.name} "
                              f"{t.dtype}{list(t.shape)} needs {size} bytes per partition, {used} of "
-                             f"{capacity[mem]} are held by {len(active[mem])} live tiles")
+                             f"{capacity[mem]} are held by {len(active[mem])} live tiles{shared}")
         t.addr = addr
         active[mem].append((addr, size, live.end))
         peak[mem] = max(peak[mem], addr + size)

@@ -15,9 +15,10 @@ guarantees, and the tiles a program keeps across a barrier are live while the
 other programs run, so the placer gives them bytes of their own.
 
 A program that ends while another waits at a barrier would hang the device:
-refused, naming both.  A barrier inside a dynamic loop unrolls that loop (a
-re-trace, as a loop index used as a Python int does): a loop that stays a
-loop is one statement of the stream, not a place to switch programs.  What is a
+refused, naming both.  A barrier inside an ``nl.affine_range`` /
+``nl.sequential_range`` loop traces the launch again with every loop run as
+Python's range, as NKI 2.x runs them: a loop that stays a loop is one
+statement of the stream, not a place to switch programs.  What is a
 program's own in the tracer -- its ids, its shared_hbm ordinal, the engines'
 accumulator tracking -- is swapped at every hand-over; only one thread runs,
 so nothing else needs a lock.
@@ -35,8 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tusk.frontend.affine import PeelLoop
-from tusk.frontend.errors import TraceError, current_user_line, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, current_user_line, unsupported
 from tusk.frontend.tensors import View
 from tusk.frontend.tracer import Tracer, current
 
@@ -46,8 +46,13 @@ STACK_BYTES = 64 << 20  # a program's thread: deep kernels recurse as far as on 
 
 
 class PhasedLaunch(BaseException):
-    """A program of a grid launch reached ``nisa.core_barrier``: trace the launch again phase by phase.
+    """A program of a grid launch reached ``nisa.core_barrier``: trace the launch again phase by phase --
+    ``unroll``: with every loop run as Python's range, as NKI 2.x runs them (the barrier was inside one).
     (A BaseException: a kernel's own ``except Exception`` must not take it.)"""
+
+    def __init__(self, call: str, unroll: bool = False):
+        super().__init__(call)
+        self.unroll = unroll
 
 
 class _Cancelled(BaseException):
@@ -121,16 +126,16 @@ class Phases:
             raise unsupported("nisa.core_barrier outside the programs of the launch")
         p.exchange = exchange
         if self.tr.loops:
-            # the programs meet between whole statements, and a loop that stays a loop is one: its iterations
-            # are independent (NKI 2.x runs it as Python's range), so the re-trace unrolls it, innermost first
-            var = self.tr.loops[-1]
-            if getattr(var, "bound_reg", None) is not None or getattr(var, "while_init", None) is not None:
-                raise unsupported(f"{'nisa.sendrecv' if exchange else 'nisa.core_barrier'} inside a loop bounded by "
-                                  "a register, in a launch of several programs (its iterations are known only at "
-                                  "run time, so the programs cannot take turns in each)")
-            if var.ordinal < 0:
-                raise unsupported("nisa.core_barrier inside a loop the front end cannot unroll")
-            raise PeelLoop(var.ordinal, 0)
+            # the programs meet between whole statements, and a loop that stays a loop is one: NKI 2.x runs
+            # nl.affine_range / nl.sequential_range as Python's range, so the launch is traced again with every
+            # loop unrolled (one loop at a time would re-trace once per instance of a nested loop)
+            call = "nisa.sendrecv" if exchange else "nisa.core_barrier"
+            if any(getattr(v, "bound_reg", None) is not None or getattr(v, "while_init", None) is not None
+                   for v in self.tr.loops):
+                raise unsupported(f"{call} inside a loop bounded by a register, in a launch of several programs "
+                                  "(its iterations are known only at run time, so the programs cannot take turns "
+                                  "in each)")
+            raise PhasedLaunch(call, unroll=True)
         p.waiting_at = current_user_line() or (self.tr.filename, 0)
         self._save(p)
         self._wait(p)
@@ -161,14 +166,22 @@ class Phases:
         start = len(tr.prog)
         sources = {id(x.src.tensor) for x in got}
         staged = [x.src for x in got]
-        if any(id(x.dst.tensor) in sources for x in got):
-            staged = []
-            for x in got:
-                stage = tr.tile(x.src.shape, x.src.dtype)
-                isa_ops.dma_copy(call, stage, x.src)
-                staged.append(stage)
-        for k, x in enumerate(got):
-            isa_ops.dma_copy(call, got[x.to].dst, staged[k])
+        try:
+            if any(id(x.dst.tensor) in sources for x in got):
+                staged = []
+                for x in got:
+                    stage = tr.tile(x.src.shape, x.src.dtype)
+                    isa_ops.dma_copy(call, stage, x.src)
+                    staged.append(stage)
+            for k, x in enumerate(got):
+                dst = got[x.to].dst
+                if dst.shape != staged[k].shape or dst.dtype != staged[k].dtype:
+                    raise unsupported(f"{call}: program {k} sends a {staged[k].dtype}{list(staged[k].shape)} tile "
+                                      f"into program {x.to}'s {dst.dtype}{list(dst.shape)} dst (the same shape and "
+                                      "dtype)")
+                isa_ops.dma_copy(call, dst, staged[k])
+        except Unsupported as e:  # made here, between the programs: no kernel line is running
+            raise TraceError(f"{file}:{line}: {e}") from None
         for op in tr.prog[start:]:  # made here, between the programs: placed at the receiving call's line
             op.line = line
         for p in self.programs:

@@ -203,10 +203,11 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
     peel: dict[int, int] = {}
     first_error: BaseException | None = None  # what the kernel raised with its loops kept loops
     phased = False  # a grid launch reached nisa.core_barrier: its programs are traced phase by phase
+    unrolled_for_phases = False  # ... and one did inside a loop: every loop runs as Python's range
     try:
         while True:
             tr = Tracer(name or fn.__name__, filename or os.path.basename(src), grid=(), peel=dict(peel),
-                        unroll_all=first_error is not None, phased=phased)
+                        unroll_all=first_error is not None or unrolled_for_phases, phased=phased)
             tensors = [tr.new_tensor(s.shape, Dtype(s.dtype), "hbm", p, role="input")
                        for p, s in zip(binding.tensor_params, specs)]
             for k, a in enumerate(tensors):
@@ -214,9 +215,11 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
             try:
                 returned = _run(tr, fn, binding, tensors, grid)
                 break
-            except PhasedLaunch:
-                if phased:
-                    raise TraceError(f"{src}: nisa.core_barrier outside the phases of its launch") from None
+            except PhasedLaunch as p:
+                if p.unroll and not unrolled_for_phases:
+                    unrolled_for_phases = True
+                elif phased:
+                    raise TraceError(f"{src}: {p.args[0]} outside the phases of its launch") from None
                 phased = True
             except PeelLoop as p:
                 if p.ordinal in peel or len(peel) >= MAX_PEELS:

@@ -234,3 +234,74 @@ def test_a_barrier_in_a_loop_bounded_by_a_register_is_refused(tmp_path):
             return out
     """, ["f32[128,16]", "i32[1,1]"])
     assert "bad.py:15:" in msg and "nisa.core_barrier inside a loop bounded by a register" in msg
+
+
+def test_programs_sending_tiles_of_other_shapes_are_refused_at_the_call(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            pid = nl.program_id(0)
+            n = 16 + 16 * pid
+            t = nl.ndarray((128, n), dtype=a.dtype, buffer=nl.sbuf)
+            u = nl.ndarray((128, n), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            nisa.sendrecv(src=t, dst=u, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+            nisa.dma_copy(dst=out[0:128, 0:16], src=u[:, 0:16])
+            return out
+    """, ["f32[128,32]"])
+    assert "bad.py:14: not supported: nisa.sendrecv: program 0 sends a float32[128, 16] tile into program 1" in msg
+
+
+def test_barriers_in_nested_loops_unroll_every_loop_once(tmp_path):
+    """A barrier two loops deep: the launch is traced again with every loop run as Python's range (a re-trace
+    per loop instance would run out of re-traces at 40 outer iterations)."""
+    x = RNG.uniform(-1, 1, (256, 8)).astype(np.float32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            p = nl.program_id(0)
+            out = nl.ndarray((256, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=acc, src=x[p * 128:(p + 1) * 128, :])
+            o = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            for i in nl.affine_range(40):
+                for j in nl.affine_range(2):
+                    nisa.sendrecv(src=acc, dst=o, send_to_rank=1 - p, recv_from_rank=1 - p, pipe_id=0)
+                    nisa.tensor_scalar(dst=o, data=o, op0=nl.multiply, operand0=0.5)
+                    nisa.tensor_tensor(dst=acc, data1=acc, data2=o, op=nl.add)
+            nisa.dma_copy(dst=out[p * 128:(p + 1) * 128, :], src=acc)
+            return out
+    """, {"x": x})["out"]
+    a, b = x[:128].astype(np.float32), x[128:].astype(np.float32)
+    for _ in range(80):
+        a, b = a + b * np.float32(0.5), b + a * np.float32(0.5)
+    np.testing.assert_allclose(got, np.concatenate([a, b]), rtol=1e-5)
+
+
+def test_a_loop_index_as_a_memset_value_unrolls_its_loop(tmp_path):
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+            for i in nl.sequential_range(4):
+                nisa.memset(dst=t[i:i + 1, :], value=i)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+    """, {"x": np.zeros((4, 4), np.float32)}, ())["out"]
+    np.testing.assert_array_equal(got, np.repeat(np.arange(4, dtype=np.float32)[:, None], 4, axis=1))
+
+
+def test_a_full_sbuf_across_a_barrier_says_the_programs_share_it(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            big = nl.ndarray((128, 36000), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=big, value=1.0)
+            nisa.core_barrier(out, (0, 1))
+            nisa.dma_copy(dst=out[nl.program_id(0) * 128:(nl.program_id(0) + 1) * 128, :], src=big[:, 0:16])
+            return out
+    """, ["f32[256,16]"])
+    assert "SBUF is full" in msg and "share one SBUF; on the device each core has its own" in msg

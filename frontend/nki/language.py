@@ -410,6 +410,8 @@ def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "", **
 
 
 def _memset(dst: View, value: Any) -> None:
+    if isinstance(value, Affine):
+        value = value._unrolled()  # a loop index as the value: its loop unrolls (a re-trace), as NKI 2.x runs it
     if not _is_number(value):
         raise unsupported(f"filling a tile with {value!r}")
     if "float" not in dst.dtype and not math.isfinite(float(value)):
