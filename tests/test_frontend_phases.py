@@ -305,3 +305,22 @@ def test_a_full_sbuf_across_a_barrier_says_the_programs_share_it(tmp_path):
             return out
     """, ["f32[256,16]"])
     assert "SBUF is full" in msg and "share one SBUF; on the device each core has its own" in msg
+
+
+@pytest.mark.parametrize("data, cores, grid", [("t", "(0, 1)", (2,)), ("out", "(0)", ())])
+def test_a_barrier_on_an_sbuf_tile_or_of_core_0_alone(tmp_path, data, cores, grid):
+    """nki-library's moe_cte meets on an SBUF tile, and names core 0 alone at one shard: the ordering is the
+    same (the barrier is no instruction)."""
+    x = RNG.uniform(-1, 1, (256, 8)).astype(np.float32)
+    got = run(tmp_path, f"""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+            for p in nl.static_range(2):
+                nisa.dma_copy(dst=t, src=x[p * 128:(p + 1) * 128, :])
+                nisa.core_barrier({data}, {cores})
+                nisa.dma_copy(dst=out[p * 128:(p + 1) * 128, :], src=t)
+            return out
+    """, {"x": x}, grid)["out"]
+    np.testing.assert_array_equal(got, x)
