@@ -201,6 +201,12 @@ def attention_bwd(q, k, v, d_out, scale=0.125):
     return (scale * d_s @ k).astype(F32), (scale * d_s.T @ q).astype(F32), (p.T @ d_out).astype(F32)
 
 
+def row_normalize(x):
+    """y = x / row sums, m = row maxima (the kernel splits the columns between two cores)."""
+    (x64,) = _f64(x)
+    return (x64 / x64.sum(axis=1, keepdims=True)).astype(F32), np.asarray(x, F32).max(axis=1, keepdims=True)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -228,6 +234,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "adaptive_avgpool": adaptive_avgpool,
     "attention_bwd": attention_bwd,
     "matmul_fp8_double_row": matmul_fp8_double_row,
+    "row_normalize_lnc2": row_normalize,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -264,6 +271,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "select_and_scatter": _EXACT,  # comparisons and copies only
     "adaptive_avgpool": _REDUCE,   # a mean of row means: float32 sums in another order than numpy's
     "matmul_fp8_double_row": _MATMUL,  # fp8 products are exact in float32; sums over 512 rows
+    "row_normalize_lnc2": _REDUCE,  # float32 half-row sums added across the cores, then a reciprocal
     "attention_bwd": (1e-5, 1e-6),  # float32 matmuls over 256 keys / queries: measured max abs error 1.8e-7 on
     #                                 outputs up to 1.4 (a few ulps), the reference checked by finite differences
 }
@@ -276,6 +284,7 @@ RANGES: dict[str, tuple[tuple[float, float], ...]] = {
     "mamba": ((0.01, 0.2), (-1.0, 1.0), (-2.0, -0.1), (-1.0, 1.0), (-1.0, 1.0)),
     "activations": ((-3.0, 3.0), (0.25, 4.0)),
     "matmul_fp8_double_row": ((-4.0, 4.0), (-4.0, 4.0), (0.01, 0.1)),
+    "row_normalize_lnc2": ((0.5, 2.0),),  # positive: the row sums stay away from zero
 }
 
 
