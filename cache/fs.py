@@ -197,9 +197,17 @@ class FsspecFS:
     atomic_dirs = False  # objects are written in place and committed by their marker
 
     def __init__(self, url: str, storage_options: dict | None = None):
-        import fsspec
+        from tusk.ir.errors import UsageError
 
-        self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        protocol = url.split("://", 1)[0]
+        try:
+            import fsspec
+
+            self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        except ImportError as e:  # fsspec itself, or the protocol's package (s3fs, gcsfs, ...)
+            raise UsageError(f"cache {url}: the {protocol}:// file system is not installed ({e})") from None
+        except ValueError as e:  # fsspec: "Protocol not known"
+            raise UsageError(f"cache {url}: {e} (a directory, or an fsspec URL such as memory://tusk)") from None
         self.root = root.rstrip("/")
         self.url = url
 

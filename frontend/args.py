@@ -45,7 +45,17 @@ def parse_value(text: str) -> Any:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
-    return ModuleValue.parse(s) or s  # else a bare word: the string itself
+    module_value = ModuleValue.parse(s)
+    if module_value is not None:
+        return module_value
+    if s[:1] in _LITERAL_STARTS:
+        # a number, a tuple or a quoted string with a slip in it (`(32,`, `1e-6x`): not taken as a bare word
+        raise ValueError(f"{s!r} is not a Python literal (a number, a tuple such as 32,16, True/False, a dtype "
+                         f"or an nl./np. name; quote a string: '\"{s}\"')")
+    return s  # else a bare word: the string itself
+
+
+_LITERAL_STARTS = frozenset("0123456789+-.([{'\"")
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,10 @@ def parse_arg(text: str) -> tuple[str, Any]:
         raise UsageError(f"--arg {text!r}: expected NAME=VALUE, e.g. --arg eps=1e-6 or --arg shape2D=32,16")
     if not value.strip():
         raise UsageError(f"--arg {text!r}: no value after '='")
-    return name, parse_value(value)
+    try:
+        return name, parse_value(value)
+    except ValueError as e:
+        raise UsageError(f"--arg {text!r}: {e}") from None
 
 
 def parse_args(texts: Sequence[str]) -> dict[str, Any]:

@@ -113,6 +113,55 @@ def test_a_bad_set_is_refused_before_any_cluster_starts(cache, tmp_path, monkeyp
     assert res.exit_code == 2 and "--stage nosuch" in res.stderr and not (tmp_path / "o").exists()
 
 
+def test_an_empty_out_is_refused_not_the_current_directory(cache, tmp_path, monkeypatch):
+    """`-o "$OUT"` with OUT unset must not write a build into the current directory."""
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    res = run("compile", str(k), "-o", "")
+    assert res.exit_code == 2 and "-o/--out is empty" in res.stderr and not list(here.iterdir())
+
+
+@pytest.mark.parametrize("url, words", [("foo://x", "Protocol not known: foo"),
+                                        ("s3://bucket/tusk", "s3:// file system is not installed")])
+def test_an_unusable_fsspec_cache_is_refused_in_one_line(tmp_path, monkeypatch, url, words):
+    import importlib.util
+
+    if "s3" in url and importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed here")
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--cache-dir", url)
+    assert res.exit_code == 2 and words in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_pipeline_file_with_an_unknown_table_is_refused(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    pipe = tmp_path / "pipe.toml"
+    pipe.write_text('[[step]]\npass = "translate_nki_ast_to_bir"\n[[stepp]]\npass = "schedule"\n')
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--pipeline", str(pipe))
+    assert res.exit_code == 2 and "unknown top-level keys ['stepp']" in res.stderr and "pipe.toml" in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_kernel_of_no_instructions_keeps_the_report(cache, tmp_path):
+    """Its timeline has no events: the stored (compressed) events must read back as none, and the report is
+    written (numcodecs' Zstd cannot decode its own encoding of no bytes)."""
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "nothing.py").write_text(
+        "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n\n@nki.jit\ndef k(x):\n"
+        "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    for i in range(x.shape[0] // 128):  # no full tile: nothing to do\n"
+        "        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=x[i * 128:(i + 1) * 128, :])\n"
+        "    return out\n")
+    (k / "tusk.toml").write_text('[kernels.nothing]\nfile = "nothing.py"\ninputs = ["f32[100,8]"]\n')
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0")
+    assert res.exit_code == 0 and "could not be written" not in res.output, res.output
+    assert (tmp_path / "o" / "report.html").is_file() and (tmp_path / "o" / "build-trace.json").is_file()
+
+
 def test_errors_go_to_stderr(cache, tmp_path):
     k = kernels(tmp_path / "k", "tensor_add.klr")
     (k / "broken.json").write_text("{ not json")

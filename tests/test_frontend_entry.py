@@ -69,6 +69,12 @@ def test_argument_spelling_is_stable_for_the_trace_key():
             parse_arg(bad)
 
 
+@pytest.mark.parametrize("text", ["shape2D=(32,", "eps=1e-6x", "v=[1, 2", "s='open"])
+def test_a_literal_with_a_slip_is_refused_not_taken_as_a_string(text):
+    with pytest.raises(UsageError, match="is not a Python literal"):
+        parse_arg(text)
+
+
 def test_arguments_bind_by_name_with_defaults_and_keyword_only_parameters(tmp_path):
     path = write(tmp_path, SCALE)
     data = trace_file(path, "k", ["f32[128,512]"], args={"shape2D": (32, 16), "eps": 0.5, "flag": True,

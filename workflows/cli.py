@@ -151,7 +151,7 @@ class ProgressMode(str, Enum):
 def compile(
     directory: Optional[Path] = typer.Argument(None, metavar="DIR",
                                                help="Directory of kernels (default: the shipped examples)"),
-    out: Path = typer.Option(Path("tusk-out"), "-o", "--out", metavar="OUT", help="Output directory"),
+    out: str = typer.Option("tusk-out", "-o", "--out", metavar="OUT", help="Output directory"),
     workers: Optional[int] = typer.Option(None, "--workers", min=0, metavar="N", help=_setting_help(
         "workers", "Local worker processes; 0: no cluster, run in this process")),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDR", help=_setting_help(
@@ -205,8 +205,11 @@ def compile(
 
     _STARTED["command"] = time.perf_counter()
     directory = directory or EXAMPLES
+    if not out.strip():  # `-o "$OUT"` with OUT unset: not the current directory
+        raise UsageError("-o/--out is empty: name the output directory (default: tusk-out)")
+    out_dir = Path(out)
     req, cfg, pf = prepare_request(
-        directory, out, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
+        directory, out_dir, sets=list(sets), pipeline=pipeline, stages=stages, stage=list(stage),
         workers=workers, scheduler=scheduler, cache_dir=cache_dir,
         verify=None if verify is None else ("all" if verify else "none"), arch=arch,
         instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
@@ -227,16 +230,16 @@ def compile(
         err.print(f"[yellow]warning:[/yellow] {text}", soft_wrap=True, highlight=False)
 
     reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
-    existed = out.exists()
+    existed = out_dir.exists()
     from tusk.workflows import noop
 
-    noop.forget(out)  # whatever this build does, the index is written again only when it succeeds
+    noop.forget(out_dir)  # whatever this build does, the index is written again only when it succeeds
     events = Tee(display, reporter)
-    result = _run_build(req, out, existed, events, display, err)
+    result = _run_build(req, out_dir, existed, events, display, err)
     result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
     if not result.kernels:
         print_result(console, result, verbose, err)
-        _drop_if_empty(out, existed)
+        _drop_if_empty(out_dir, existed)
         raise typer.Exit(1)
     for problem in events.errors:
         warn(f"progress display or report failed ({problem}); the build is not affected")

@@ -85,8 +85,10 @@ def parse(argv: list[str], allow: set[str] | frozenset[str] = frozenset()
         if spec is None or not spec.submodule_search_locations:
             return None
         directory = Path(next(iter(spec.submodule_search_locations))).resolve() / "kernels"
-    out = Path((opts.get("-o") or opts.get("--out") or ["tusk-out"])[-1])
-    return directory, out, opts
+    out_text = (opts.get("-o") or opts.get("--out") or ["tusk-out"])[-1]
+    if not out_text.strip():
+        return None  # refused by the command itself
+    return directory, Path(out_text), opts
 
 
 _CODE_STATE: list = []

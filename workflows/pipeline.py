@@ -149,6 +149,10 @@ def load_pipeline(path: str | Path) -> list[Entry]:
         raise PipelineFileError(f"cannot read pipeline file: {e.strerror}", file=str(path)) from None
     except tomllib.TOMLDecodeError as e:
         raise PipelineFileError(f"malformed TOML: {e}", file=str(path)) from None
+    extra = sorted(set(data) - {"step", "steps"})
+    if extra:  # a `[[stepp]]` typo would otherwise drop that step from the pipeline without a word
+        raise PipelineFileError(f"unknown top-level keys {extra} (a pipeline file holds only [[step]] tables)",
+                                file=str(path))
     steps = data.get("step", data.get("steps"))
     if not isinstance(steps, list):
         raise PipelineFileError("a pipeline file needs [[step]] tables", file=str(path))

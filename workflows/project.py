@@ -401,6 +401,13 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
     pf = load(directory)
     overrides = {**pf.settings, **{k: v for k, v in settings.items() if v is not None}}
     cfg = config_mod.load(overrides)
+    if cfg.values.get("arch") is not None:
+        from tusk.ir.arch import get_arch
+
+        try:
+            get_arch(cfg.values["arch"])
+        except UsageError as e:  # from --arch, TUSK_ARCH or tusk.toml: before the build, not in every kernel
+            raise UsageError(f"--arch / TUSK_ARCH / tusk.toml arch: {e}") from None
     pipe = pipeline or pf.pipeline
     entries = load_pipeline(pipe) if pipe else default_pipeline()
     apply_defaults(entries, config_mod.pass_defaults(cfg))

@@ -229,9 +229,13 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False,
     for w in result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
     for s in result.skipped:
-        console.print(f"skipped {escape(s.path.name)}: {escape(s.reason)}", soft_wrap=True)
+        if s.path.name != "tusk.toml":  # the project file is read, not compiled: no news
+            console.print(f"skipped {escape(s.path.name)}: {escape(s.reason)}", soft_wrap=True)
     if not result.kernels:
-        err.print("[red]error:[/red] no kernel files (.klr or BIR-JSON) found; nothing to compile", soft_wrap=True)
+        kernels = [s for s in result.skipped if s.path.name != "tusk.toml" and "not a kernel" not in s.reason]
+        why = (f"every kernel was skipped ({len(kernels)}; see above)" if kernels
+               else "no kernel files (.klr or BIR-JSON) found")
+        err.print(f"[red]error:[/red] {why}; nothing to compile", soft_wrap=True)
         return
     console.print(summary_table(result))
     if verbose and result.report:
