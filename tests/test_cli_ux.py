@@ -162,6 +162,26 @@ def test_a_kernel_of_no_instructions_keeps_the_report(cache, tmp_path):
     assert (tmp_path / "o" / "report.html").is_file() and (tmp_path / "o" / "build-trace.json").is_file()
 
 
+def test_passes_of_a_missing_directory_and_an_unknown_pass_in_a_pipeline_file(cache, tmp_path):
+    res = run("passes", str(tmp_path / "zzz"))
+    assert res.exit_code == 2 and "zzz: no such directory" in res.stderr
+    pipe = tmp_path / "pipe.toml"
+    pipe.write_text('[[step]]\npass = "translate_nki_ast_to_bir"\n[[step]]\npass = "unrol"\n')
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--pipeline", str(pipe))
+    assert res.exit_code == 2 and "pipe.toml at step[1]: unknown pass 'unrol' (did you mean 'unroll'?" in res.stderr
+
+
+def test_trace_of_a_klr_file_or_with_one_colon_says_what_to_do(cache, tmp_path):
+    k = kernels(tmp_path / "k", "tensor_add.klr")
+    res = run("trace", str(k / "tensor_add.klr"), "--input", "f32[1,1]", "-o", str(tmp_path / "x.klr"))
+    assert res.exit_code == 2 and "a binary file, not a kernel's Python source" in res.stderr
+    src = tmp_path / "k.py"
+    src.write_text("def f(x):\n    return x\n")
+    res = run("trace", f"{src}:f", "--input", "f32[1,1]", "-o", str(tmp_path / "x.klr"))
+    assert res.exit_code == 2 and f"write {src}::f" in res.stderr
+
+
 def test_errors_go_to_stderr(cache, tmp_path):
     k = kernels(tmp_path / "k", "tensor_add.klr")
     (k / "broken.json").write_text("{ not json")

@@ -427,6 +427,9 @@ def _passes_data(directory: Optional[Path]) -> dict:
     from tusk.workflows import project
     from tusk.workflows.pipeline import DEFAULT_ORDER
 
+    if directory is not None and not Path(directory).is_dir():
+        raise UsageError(f"{directory}: no such directory (tusk passes [DIR] shows the settings DIR's tusk.toml "
+                         "sets; every pass is listed without one)")
     pf = project.load(directory) if directory is not None else project.ProjectFile()
     env_cfg = config_mod.load()
     cfg = config_mod.load(pf.settings)
@@ -727,8 +730,11 @@ def cache_verify(cache_dir: Optional[str] = CacheDir,
         typer.echo(f"damaged object {h}: {why}" + (" (removed)" if remove else ""))
     for k, why in res["bad_records"]:
         typer.echo(f"bad action record {k}: {why}" + (" (removed)" if remove else ""))
+    damage = bool(res["damaged_objects"] or res["bad_records"])
     typer.echo(f"{res['objects_ok']} object(s) intact, {len(res['damaged_objects'])} damaged, "
-               f"{len(res['bad_records'])} bad record(s)")
+               f"{len(res['bad_records'])} bad record(s)"
+               + ("; tusk cache verify --repair drops them (the next build makes them again)"
+                  if damage and not remove else ""))
     if res["outdated_objects"]:  # not damage: an upgrade leaves them; nothing here reads them
         typer.echo(f"{len(res['outdated_objects'])} object(s) and {res['outdated_records']} record(s) from another "
                    f"version of Tusk, not usable by this one: "

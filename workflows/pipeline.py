@@ -173,6 +173,8 @@ def load_pipeline(path: str | Path) -> list[Entry]:
         unknown = set(s) - {"pass", "name", "options", "enabled"}
         if unknown:
             raise PipelineFileError(f"unknown keys {sorted(unknown)}", file=str(path), where=where)
+        if ":" not in ref and ref not in stages.REGISTRY and ref not in BACKEND_NAMES:
+            raise PipelineFileError(unknown_pass_text(ref), file=str(path), where=where)
         entries.append(Entry(ref, dict(opts), enabled))
     return _labelled(entries)
 
@@ -242,6 +244,15 @@ def resolve(entries: list[Entry]) -> Resolved:
     return Resolved(steps, unavailable, warnings)
 
 
+def unknown_pass_text(ref: str) -> str:
+    """``unknown pass 'unrol' (did you mean 'unroll'? known: ...)``."""
+    import difflib
+
+    known = sorted(stages.REGISTRY)
+    close = difflib.get_close_matches(ref, known, n=1)
+    return f"unknown pass {ref!r} (" + (f"did you mean {close[0]!r}? " if close else "") + f"known: {', '.join(known)})"
+
+
 def _resolve_one(e: Entry) -> Step | str:
     """The step for ``e``, or why it cannot run yet (a backend pass this checkout does not have)."""
     if ":" in e.ref:
@@ -249,7 +260,7 @@ def _resolve_one(e: Entry) -> Step | str:
     elif e.ref not in stages.REGISTRY:
         if e.ref in BACKEND_NAMES:
             return "not available yet (not registered)"
-        raise stages.UnknownPass(f"unknown pass {e.ref!r} (known: {', '.join(sorted(stages.REGISTRY))})")
+        raise stages.UnknownPass(unknown_pass_text(e.ref))
     else:
         cls = stages.pass_class(e.ref)
     p = cls.with_options(e.options)

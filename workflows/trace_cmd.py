@@ -37,11 +37,20 @@ def parse_target(target: str) -> tuple[Path, str | None]:
         raise UsageError(f"{target}: expected FILE.py or FILE.py::FUNCTION")
     path = Path(text)
     if not path.exists():
+        head, sep, tail = text.rpartition(":")
+        if sep and function is None and tail.isidentifier() and Path(head).is_file():
+            raise UsageError(f"no such file (to name the function {tail!r} of {head}, write {head}::{tail})",
+                             file=text)
         raise UsageError("no such file", file=text)
     if path.is_dir():
         raise UsageError("a directory, not a file: tusk trace takes a kernel's .py file", file=text)
     if not path.is_file():
         raise UsageError("not a regular file", file=text)
+    if path.suffix != ".py":
+        with open(path, "rb") as fh:
+            if b"\0" in fh.read(4096):  # a .klr or another binary file: the front end reads Python source
+                raise UsageError("a binary file, not a kernel's Python source (tusk trace writes a .klr from a .py "
+                                 "file; 'tusk show FILE' lists a .klr)", file=text)
     return path, function
 
 
