@@ -182,6 +182,23 @@ def test_trace_of_a_klr_file_or_with_one_colon_says_what_to_do(cache, tmp_path):
     assert res.exit_code == 2 and f"write {src}::f" in res.stderr
 
 
+def test_hints_for_python_files_a_missing_cache_and_pipeline_options(cache, tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "good.py").write_text("def f(x):\n    return x\n")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"))
+    assert res.exit_code == 1 and "[kernels.good] file = \"good.py\"" in res.stderr
+    res = run("show", str(k / "good.py"))
+    assert res.exit_code != 0 and "tusk trace FILE.py::FUNCTION" in res.stderr
+    res = run("cache", "info", "--cache-dir", str(tmp_path / "nocache"))
+    assert res.exit_code == 2 and "no cache there" in res.stderr
+    pipe = tmp_path / "pipe.toml"
+    pipe.write_text('[[step]]\npass = "unroll"\noptions = {loops = 3}\n')
+    res = run("compile", str(kernels(tmp_path / "k2", "tensor_add.klr")), "-o", str(tmp_path / "o"),
+              "--pipeline", str(pipe))
+    assert res.exit_code == 2 and "pipe.toml at step[0]: option unroll.loops" in res.stderr
+
+
 def test_errors_go_to_stderr(cache, tmp_path):
     k = kernels(tmp_path / "k", "tensor_add.klr")
     (k / "broken.json").write_text("{ not json")

@@ -707,6 +707,11 @@ def _size(n: int) -> str:
 def cache_info(cache_dir: Optional[str] = CacheDir,
                as_json: bool = typer.Option(False, "--json", help="Print as JSON")) -> None:
     """Objects, action records and bytes in the cache."""
+    from tusk.workflows import config
+
+    root = config.load({"cache_dir": cache_dir}).cache_dir
+    if "://" not in str(root) and not Path(root).expanduser().is_dir():
+        raise UsageError(f"{root}: no cache there (no such directory; a build makes it)")
     info = _store(cache_dir).info()
     if as_json:
         typer.echo(json.dumps(info, indent=1, sort_keys=True))

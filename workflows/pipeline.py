@@ -175,6 +175,11 @@ def load_pipeline(path: str | Path) -> list[Entry]:
             raise PipelineFileError(f"unknown keys {sorted(unknown)}", file=str(path), where=where)
         if ":" not in ref and ref not in stages.REGISTRY and ref not in BACKEND_NAMES:
             raise PipelineFileError(unknown_pass_text(ref), file=str(path), where=where)
+        if ref in stages.REGISTRY and opts:
+            try:  # the options' names and types, said here with the file and the step
+                stages.pass_class(ref).with_options(dict(opts))
+            except UsageError as e:
+                raise PipelineFileError(str(e), file=str(path), where=where) from None
         entries.append(Entry(ref, dict(opts), enabled))
     return _labelled(entries)
 

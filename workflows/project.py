@@ -420,8 +420,11 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
         raise UsageError(f"--stage {bad[0]}: the pipeline runs no such step (steps: "
                          f"{', '.join(s.label for s in resolved.steps)})")
     if not has_kernel_files(directory) and not pf.kernels:
+        py = sorted(p.name for p in directory.glob("*.py"))[:3]
+        hint = (f"; its Python files ({', '.join(py)}) are compiled when tusk.toml names them, e.g. "
+                f"[kernels.{Path(py[0]).stem}] file = \"{py[0]}\" inputs = [\"f32[128,512]\"]") if py else ""
         raise NoKernels(f"{directory} has no kernel files (.klr or BIR-JSON .json, or [kernels.NAME] tables in "
-                        f"tusk.toml); nothing to compile")
+                        f"tusk.toml); nothing to compile{hint}")
     req = CompileRequest(directory=directory, out=Path(out), workers=overrides.get("workers"),
                          scheduler=overrides.get("scheduler"), dashboard=dashboard,
                          cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,

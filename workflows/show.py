@@ -71,8 +71,9 @@ def file_format(path: Path) -> str:
     text = head.lstrip()
     if path.suffix == ".json" or text[:1] in (b"{", b"["):
         return "bir-json"
+    hint = " (a Python kernel: 'tusk trace FILE.py::FUNCTION' makes its .klr)" if path.suffix == ".py" else ""
     raise FormatError(f"neither KLR (no KLR magic: {KLR_HINT}) nor BIR-JSON (a JSON object with \"functions\"); "
-                      f"it starts with {head[:8]!r}", file=str(path))
+                      f"it starts with {head[:8]!r}{hint}", file=str(path))
 
 
 def load(path: str | os.PathLike, core: int | None = 0) -> Any:

@@ -95,6 +95,8 @@ def parse_json(text: str | bytes, file: str | None = None) -> Any:
         msg = str(e)
         if "recursion" in msg.lower() or "depth" in msg.lower():  # the wording differs by orjson version
             msg = f"nested too deeply ({msg})"
+        elif text[:3] == b"\xd9\xd9\xf7":  # CBOR's self-describe tag: a KLR file
+            msg = f"{msg}; this is a KLR file (binary CBOR), not BIR-JSON ('tusk compile' reads KLR files)"
         raise FormatError(f"malformed JSON: {msg}", file=file) from None
     except (ValueError, TypeError, RecursionError, MemoryError) as e:
         raise FormatError(f"malformed JSON: {type(e).__name__}: {e}", file=file) from None
