@@ -199,6 +199,28 @@ def test_hints_for_python_files_a_missing_cache_and_pipeline_options(cache, tmp_
     assert res.exit_code == 2 and "pipe.toml at step[0]: option unroll.loops" in res.stderr
 
 
+def test_a_misspelled_kernel_function_is_refused_before_the_build(cache, tmp_path):
+    k = tmp_path / "k"
+    k.mkdir()
+    (k / "good.py").write_text("import nki\n\n\n@nki.jit\ndef scale(x):\n    return x\n\n\nalias = scale\n")
+    (k / "tusk.toml").write_text('[kernels.good]\nfile = "good.py"\nfunction = "scal"\ninputs = ["f32[128,8]"]\n')
+    res = run("compile", str(k), "-o", str(tmp_path / "o"))
+    assert res.exit_code == 2 and "good.py defines no 'scal' (did you mean 'scale'?" in res.stderr
+    assert not (tmp_path / "o").exists()
+    (k / "tusk.toml").write_text('[kernels.good]\nfile = "good.py"\nfunction = "alias"\ninputs = ["f32[128,8]"]\n')
+    from tusk.workflows.project import load
+
+    assert load(k).kernels[0].function == "alias"  # an assigned name is a binding too
+
+
+def test_trace_warns_when_the_kernel_has_no_instructions(tmp_path):
+    from tusk.examples.nki import DIRECTORY
+
+    res = run("trace", f"{DIRECTORY / 'tensor_add.py'}::nki_tensor_add", "--input", "f32[100,500]",
+              "--input", "f32[100,500]", "-o", str(tmp_path / "z.klr"))
+    assert res.exit_code == 0 and "has no instructions for these inputs" in res.stderr
+
+
 def test_errors_go_to_stderr(cache, tmp_path):
     k = kernels(tmp_path / "k", "tensor_add.klr")
     (k / "broken.json").write_text("{ not json")

@@ -407,6 +407,9 @@ def trace(
         raise InternalError(f"internal error while tracing {target}: {type(e).__name__}: {e} "
                             "[please report it]") from None
     typer.echo(f"wrote {res.path} (kernel {res.kernel}, {res.size:,} bytes of KLR)")
+    if res.statements == 0:
+        typer.echo(f"warning: kernel {res.kernel} has no instructions for these inputs (did its loops run zero "
+                   f"times? inputs: {', '.join(inputs)})", err=True)
 
 
 # ====================================================================== passes

@@ -200,8 +200,11 @@ def _kernels(value: Any, base: Path, where: str) -> list[PythonKernel]:
         unknown = [k for k in table if k not in KERNEL_KEYS]
         if unknown:
             raise ProjectFileError(f"{where}: {key}: unknown key {unknown[0]!r} (known: {', '.join(KERNEL_KEYS)})")
-        out.append(PythonKernel(name=name, file=_kernel_file(table, base, where, key), entry=table["file"],
-                                function=_kernel_function(table, where, key), inputs=_kernel_inputs(table, where, key),
+        file = _kernel_file(table, base, where, key)
+        function = _kernel_function(table, where, key)
+        _check_defined(file, function, where, key)
+        out.append(PythonKernel(name=name, file=file, entry=table["file"],
+                                function=function, inputs=_kernel_inputs(table, where, key),
                                 grid=_kernel_grid(table, where, key), args=_kernel_args(table, where, key),
                                 paths=_kernel_paths(table, base, where, key), nki_api=_kernel_api(table, where, key)))
     return out
@@ -264,6 +267,44 @@ def _kernel_function(table: dict, where: str, key: str) -> str | None:
         raise ProjectFileError(f"{where}: {key}.function must be the name of a Python function (or Class.name), "
                                f"got {value!r}")
     return value
+
+
+def _check_defined(file: Path, function: str | None, where: str, key: str) -> None:
+    """A ``function`` the file's top level never binds is refused before the build (read, never run: a
+    ``from x import *`` or a file that does not parse is left to the trace)."""
+    import ast
+
+    if function is None:
+        return
+    try:
+        tree = ast.parse(file.read_bytes())
+    except (SyntaxError, ValueError, OSError):
+        return
+    bound: list[str] = []
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.append(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return
+            bound += [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            stack += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                      *(h for handler in getattr(node, "handlers", []) for h in handler.body)]
+    head = function.split(".")[0]
+    if head not in bound:
+        import difflib
+
+        defs = sorted({n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+        close = difflib.get_close_matches(head, defs, n=1)
+        raise ProjectFileError(f"{where}: {key}.function {function!r}: {file.name} defines no {head!r}"
+                               + (f" (did you mean {close[0]!r}?" if close else " (")
+                               + f" functions: {', '.join(defs) or 'none'})")
 
 
 def _kernel_inputs(table: dict, where: str, key: str) -> tuple:

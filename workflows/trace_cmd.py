@@ -22,6 +22,7 @@ class TraceResult:
     path: Path           # the KLR file written
     kernel: str          # the LncKernel's name
     size: int            # bytes
+    statements: int = -1  # KLR statements of all its bodies (-1: not counted)
 
 
 def parse_target(target: str) -> tuple[Path, str | None]:
@@ -142,4 +143,15 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
         write_atomic(dest, data)
     except OSError as e:
         raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
-    return TraceResult(dest, kernel, len(data))
+    return TraceResult(dest, kernel, len(data), _statements(data))
+
+
+def _statements(data: bytes) -> int:
+    """How many statements the kernel's bodies hold (-1 when the file cannot be read back)."""
+    from tusk.ir import klr
+
+    try:
+        kernel = klr.read_klr(data).contents.kernel
+        return sum(len(block.body) for body in kernel.bodies for block in body)
+    except Exception:  # noqa: BLE001 - a count for a warning only
+        return -1
