@@ -147,9 +147,12 @@ def trace(target: str, inputs: Sequence[str], grid: str | None = None, name: str
 
 
 def _statements(data: bytes) -> int:
-    """How many statements the kernel's bodies hold (-1 when the file cannot be read back)."""
+    """How many statements the kernel's bodies hold (-1 when the file cannot be read back, or is too big to be
+    empty: reading a large kernel back only to count would cost seconds)."""
     from tusk.ir import klr
 
+    if len(data) > 1 << 16:
+        return -1
     try:
         kernel = klr.read_klr(data).contents.kernel
         return sum(len(block.body) for body in kernel.bodies for block in body)
