@@ -69,14 +69,15 @@ for _name in ("with_dims", "narrowed", "windowed"):
     setattr(RuntimeOffsetView, _name, _keeping_start(_name))
 
 
-def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:
+def _checked_scalar(v: View, scalar: Any) -> Any:
+    """The runtime value ``v`` moves by -- a register, or a one-element integer SBUF tile -- checked."""
     s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
     if is_register(s):
         v.offset._unrolled()  # a loop index beside the register unrolls its loop (KLR: one offset per access)
         if v.tensor.on_chip:
             raise unsupported(f"ap(scalar_offset=<a register>) of on-chip tile {v.tensor.name} (of an HBM tensor "
                               "only)")
-        return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
+        return s
     if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
     if isinstance(s, RuntimeOffsetView) or s.vector is not None or not s.offset.is_static:
@@ -84,37 +85,46 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
     v.offset._unrolled()  # a loop index beside the tile unrolls its loop (KLR: one scalar offset per access)
     if v.tensor.on_chip:  # the compute instructions rebuild their tiles' views: only DMAs keep the offset
         raise unsupported(f"ap(scalar_offset=<a tile>) of on-chip tile {v.tensor.name} (of an HBM tensor only)")
+    return s
+
+
+def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:
+    s = _checked_scalar(v, scalar)
     return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
 
 
-def scaled_axis(shape: tuple[int, ...], stride: int, scalar: Any) -> tuple[int, Any]:
-    """The tensor axis an ``ap(scalar_offset=)`` moves along (KLR scales the runtime value by one of the
-    tensor's own axis strides), and the scalar to use.  A stride that is no axis stride of the tensor -- an
-    ``.ap()`` of a reshaped view, ``t.reshape((4, 256)).ap(..., indirect_dim=0)`` over a ``[1024]`` tensor --
-    moves along the innermost axis (stride 1) by the value times ``stride``, computed right here (a register
-    ALU multiply, or a multiply into a fresh tile): the value the access reads is the one it has now."""
+def runtime_offset_by_stride(v: View, scalar: Any, stride: int, indirect_dim: int) -> RuntimeOffsetView:
+    """``v`` moved at run time by the value times ``stride`` (``t.ap(..., scalar_offset=s, indirect_dim=d)``,
+    the stride of the view's axis d).  KLR scales the value by one of the tensor's own axis strides; a stride
+    that is none of them -- an ``.ap()`` of a reshaped view, ``t.reshape((4, 256)).ap(..., indirect_dim=0)``
+    over a ``[1024]`` tensor -- moves along the innermost axis (stride 1) by the value times ``stride``,
+    computed right here (a register ALU multiply, or a multiply into a fresh tile): the value the access
+    reads is the one it has now."""
+    s = _checked_scalar(v, scalar)
     try:
-        return axis_of_stride(shape, stride, 0), scalar
+        axis = axis_of_stride(v.tensor.shape, stride, indirect_dim)
     except Unsupported:
         if stride <= 0:
             raise
+        axis, s = len(v.tensor.shape) - 1, _times(s, stride)
+    return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, axis)
+
+
+def _times(s: Any, factor: int) -> Any:
+    """A fresh register or tile holding the runtime value ``s`` times ``factor``."""
     from tusk.frontend.nki import isa_ops
     from tusk.frontend.tensors import as_dtype
     from tusk.frontend.tracer import current
 
-    s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
     tr = current()
     if is_register(s):
-        tr.vregs += 1
-        reg = isa_ops.VirtualRegister(f"vreg.{tr.vregs}")
-        tr.op("register_alu_op", (), (), dst=reg.name, src=s.name, imm=int(stride), op="mult")
-        return len(shape) - 1, reg
-    if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
-        raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
+        reg = isa_ops.register_alloc("ap(scalar_offset=)", None)
+        tr.op("register_alu_op", (), (), dst=reg.name, src=s.name, imm=int(factor), op="mult")
+        return reg
     out = tr.tile((1, 1), as_dtype("int32"))
     tr.op("tensor_scalar", (s,), (out,), dst=out, src=s.with_dims(((1, 1), (1, 1))) if s.ndim != 2 else s,
-          op0="mult", imm0=int(stride), reverse0=False)
-    return len(shape) - 1, out
+          op0="mult", imm0=int(factor), reverse0=False)
+    return out
 
 
 def scalars(*views: View) -> tuple[View, ...]:

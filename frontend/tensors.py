@@ -559,10 +559,9 @@ class View:
         v = View(tensor, base, dims, ())
         if runtime is not None:
             v.check_extent("ap")
-            from tusk.frontend.scalar_offset import runtime_offset_view, scaled_axis
+            from tusk.frontend.scalar_offset import runtime_offset_by_stride
 
-            axis, runtime = scaled_axis(self.tensor.shape, self.dims[int(indirect_dim)][0], runtime)
-            return runtime_offset_view(v, runtime, axis)
+            return runtime_offset_by_stride(v, runtime, self.dims[int(indirect_dim)][0], int(indirect_dim))
         # not bound-checked here: the tracer checks every direct access where an instruction uses it, and
         # kernels build views they use only under a later guard (nki-library's output_projection_tkg)
         return View(tensor, base, dims, ())

@@ -734,11 +734,8 @@ def accumulator_setters(fn: Function) -> np.ndarray:
     if not len(cand):
         return cand
     ids = ins["attrs"][cand]
-    # an attribute record is shared by every row that has it: each distinct one is looked at once (sorted by
-    # hand: np.unique and np.union1d import numpy.ma, full_unroll's start-up)
-    distinct = np.sort(ids)
-    distinct = distinct[np.concatenate(([True], distinct[1:] != distinct[:-1]))]
-    setting = [a for a in distinct.tolist() if a >= 0 and any(
+    # an attribute record is shared by every row that has it: each distinct one is looked at once
+    setting = [a for a in _unique(ids).tolist() if a >= 0 and any(
         fn.record(a).get(k) not in enums.IDLE_ACCUMULATION for k in ("acc", "reduce_cmd"))]
     return cand[np.isin(ids, setting)]
 

@@ -49,12 +49,13 @@ def _fresh(cg: Any, cmd: Any, what: str) -> str:
     return cmd.name
 
 
-def _reduce_of(cg: Any, dst: tuple, res_ref: Any, op: str, hoisted: list, engine: str = "DVE") -> tuple:
-    """TensorReduce of the instruction's output ``dst`` (all free axes) into ``res_ref``."""
+def _reduce_of(cg: Any, dst: tuple, res_ref: Any, op: str, hoisted: list) -> tuple:
+    """TensorReduce of the instruction's output ``dst`` (all free axes) into ``res_ref`` (select_reduce: Select
+    has no reduce registers in BIR)."""
     cg._indirect = hoisted  # the reduction reads the same (possibly dynamic) output
     res = cg.operand(res_ref, Role.OUT)
     axis = ("X", "XY", "XYZ", "XYZW")[max(0, min(len(cg.fn.patterns[dst[5]]) - 2, 3))]
-    cg._emit("TensorReduce", engine, [(Role.IN,) + dst[1:]], [res], {"op": op, "axis": axis, "negate": False},
+    cg._emit("TensorReduce", "DVE", [(Role.IN,) + dst[1:]], [res], {"op": op, "axis": axis, "negate": False},
              suffix=".reduce")
     return res
 

@@ -337,7 +337,7 @@ class _Plan:
         for k in kernels:
             if req.core_id is not None and k.error is None and k.fmt != "host" and req.core_id >= k.ncores:
                 skipped.append(Skipped(k.source, f"a kernel of {k.ncores} logical core(s): --core-id {req.core_id} "
-                                               f"is past them"))
+                                               f"is past them", kernel=True))
                 continue
             kr = results[k.name] = KernelResult(k)
             if k.bad_name:  # OUT/<name> would not be a directory of its own: touch nothing

@@ -136,8 +136,8 @@ class DaskExecutor:
 
     def next(self) -> tuple[str, dict]:
         # held tasks go out for the slots the last answer freed only now, after the build has answered it:
-        # a task it submitted then for the worker that answered (a write part's placement, which reads the
-        # bytes that worker holds) goes before them, instead of waiting there behind a 0.5 s check while the
+        # the task it submitted then (the next step of that unit, placed on the worker that holds its input;
+        # a write part's placement) goes before them, instead of waiting behind a 0.5 s check while the
         # other worker stood idle (large_matmul, 2 workers)
         self._release()
         fut = next(self._ac)

@@ -113,6 +113,7 @@ class Kernel:
 class Skipped:
     path: Path
     reason: str
+    kernel: bool = False  # a kernel file left out (another core count, a placeholder), not a file of no kernel
 
 
 def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
@@ -139,7 +140,7 @@ def discover(directory: Path, store=None) -> tuple[list[Kernel], list[Skipped]]:
         k.digest = file_digest(k.path)
         reason = read_kernel(k, kind, store)
         if reason is not None:
-            skipped.append(Skipped(p, reason))
+            skipped.append(Skipped(p, reason, kernel=True))
             continue
         kernels.append(k)
     _name(kernels)

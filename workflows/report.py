@@ -228,12 +228,14 @@ def print_result(console: Console, result: CompileResult, verbose: bool = False,
     err = err or console
     for w in result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(w)}", soft_wrap=True)
+    from tusk.workflows.project import FILE
+
     for s in result.skipped:
-        if s.path.name != "tusk.toml":  # the project file is read, not compiled: no news
+        if s.path.name != FILE:  # the directory's settings, read before the build: no news
             console.print(f"skipped {escape(s.path.name)}: {escape(s.reason)}", soft_wrap=True)
     if not result.kernels:
-        kernels = [s for s in result.skipped if s.path.name != "tusk.toml" and "not a kernel" not in s.reason]
-        why = (f"every kernel was skipped ({len(kernels)}; see above)" if kernels
+        kernels = sum(s.kernel for s in result.skipped)
+        why = (f"every kernel was skipped ({kernels}; see above)" if kernels
                else "no kernel files (.klr or BIR-JSON) found")
         err.print(f"[red]error:[/red] {why}; nothing to compile", soft_wrap=True)
         return

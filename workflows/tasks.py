@@ -783,22 +783,24 @@ def _part_module(store, h: str, art: str, clock: dict):
     return (None, missing) if missing else (module.replaced(artifact_dir=art), None)
 
 
-def _render_part(store_url: str, h: str, art: str, k: int, n: int, dest: str, clock: dict) -> dict | None:
-    """Stream part ``k`` of object ``h``'s BIR-JSON into the new file ``dest`` past the page cache; None, or
-    the task's answer when the object is gone."""
+def _render_part(store_url: str, h: str, art: str, k: int, n: int, dest: str, clock: dict,
+                 timed: str) -> tuple[dict | None, list[str]]:
+    """Stream part ``k`` of object ``h``'s BIR-JSON into the new file ``dest`` past the page cache, its seconds
+    as ``clock[timed]``; (None, the const files the module names when ``k`` is 0), or (the task's answer when
+    the object is gone, [])."""
     from tusk.ir.direct_write import DirectWriter
 
     module, missing = _part_module(_store(store_url), h, art, clock)
     if missing:
-        return missing
+        return missing, []
     t0 = time.perf_counter()
     with open(dest, "wb") as fh:
         with DirectWriter(fh) as out:
             bir_json_parts().write_part(module, k, n, out)
-    clock["render"] = round(time.perf_counter() - t0, 6)
-    clock["consts"] = sorted({fn.strings[c] for fn in module.functions
-                              for c in set(fn.memlocs["const_path"].tolist()) if c >= 0}) if k == 0 else []
-    return None
+    clock[timed] = round(time.perf_counter() - t0, 6)
+    consts = sorted({fn.strings[c] for fn in module.functions
+                     for c in set(fn.memlocs["const_path"].tolist()) if c >= 0}) if k == 0 else []
+    return None, consts
 
 
 def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> dict:
@@ -814,12 +816,11 @@ def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> d
     clock: dict = {"started": time.time()}
     try:
         dest = parts_file(path, n) if k == 0 else part_file(path, n, k)
-        missing = _render_part(store_url, h, art, k, n, dest, clock)
+        missing, consts = _render_part(store_url, h, art, k, n, dest, clock, "run")
         if missing:
             return missing
-        clock["run"] = clock.pop("render")
-        return {"status": "part-rendered", "size": os.path.getsize(dest), "consts": clock.pop("consts"),
-                "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
+        return {"status": "part-rendered", "size": os.path.getsize(dest), "consts": consts, "timing": clock,
+                "worker_address": _worker_address(), "ended": time.time()}
     except Exception as e:  # noqa: BLE001
         return _error({"name": "write_bir_json"}, e)
 
@@ -833,10 +834,9 @@ def place_part(store_url: str, h: str, path: str, art: str, k: int, n: int, offs
 
         src = part_file(path, n, k)
         if not os.path.exists(src):
-            missing = _render_part(store_url, h, art, k, n, src, clock)
+            missing, _ = _render_part(store_url, h, art, k, n, src, clock, "rendered_again")
             if missing:
                 return missing
-            clock["rendered_again"] = clock.pop("render")
         t0 = time.perf_counter()
         fd = os.open(parts_file(path, n), os.O_WRONLY)
         try:

@@ -309,13 +309,12 @@ def _bias(bias: Any, rows: int, call: str) -> View | None:
     return operand(bias, rows, f"{call} bias")
 
 
-def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any = None,
-               reduce_res: Any = None) -> None:
+def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_res: Any = None) -> None:
     """``dst = op(data * scale + bias)``, and with ``reduce_res`` its sum along the free axes (KLR
-    activationReduce, from zero: check_reduce took the command).  ``scale`` is a number or a [P, 1]
-    column (KLR ncActivate's Operand)."""
+    activationReduce, from zero: :func:`activation_accumulating` took the command and the reduce op, an add).
+    ``scale`` is a number or a [P, 1] column (KLR ncActivate's Operand)."""
     if getattr(op, "_composite", None) == "gelu_apprx_sigmoid":
-        _gelu_apprx_sigmoid(call, dst, data, bias, scale, reduce_op, reduce_res)
+        _gelu_apprx_sigmoid(call, dst, data, bias, scale, reduce_res)
         return
     func = activation_func(op, call)
     same_size(call, dst, data)
@@ -329,8 +328,6 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
             return
         current().op("activation", reads(data, b), (dst,), dst=dst, src=data, func=func, bias=b, scale=scale)
         return
-    if alu(reduce_op, f"{call} reduce_op") != "add":
-        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     native(call, "activation_reduce", reads(data, b, scale), (dst, res), dst=dst, src=data, activationFunc=func,
            scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
@@ -362,13 +359,12 @@ def activation_accumulating(call: str, dst: View, op: Any, data: View, bias: Any
         res = isa_accum.column(rows)  # the row sums in float32, as the registers hold them
 
     def emit(_cmd: Any, out: View | None) -> None:
-        activation(call, dst, op, data, bias, scale, nl.add, out)
+        activation(call, dst, op, data, bias, scale, out)
 
     isa_accum.reducing(call, dst, cmd, "add", res, emit, "act")
 
 
-def _gelu_apprx_sigmoid(call: str, dst: View, data: View, bias: Any, scale: Any, reduce_op: Any,
-                        reduce_res: Any) -> None:
+def _gelu_apprx_sigmoid(call: str, dst: View, data: View, bias: Any, scale: Any, reduce_res: Any) -> None:
     """``z * sigmoid(1.702 z)`` with ``z = data * scale + bias`` (nl.gelu_apprx_sigmoid), in float32 tiles: a
     ScalarE copy for z (when scale or bias change it), the sigmoid, a VectorE multiply, and with ``reduce_res``
     the sum of the float32 products (as the engine's reduction would), then the copy into ``dst``."""
@@ -382,8 +378,6 @@ def _gelu_apprx_sigmoid(call: str, dst: View, data: View, bias: Any, scale: Any,
     if reduce_res is None:
         tensor_tensor(call, dst, z, s, nl.multiply)
         return
-    if alu(reduce_op, f"{call} reduce_op") != "add":
-        raise refuse(call, "reduce_op", reduce_op, "the Scalar Engine reduces with add")
     product = fresh(data.shape)
     tensor_tensor(call, product, z, s, nl.multiply)
     res = column_of(reduce_res, data.shape[0], f"{call} reduce_res")
