@@ -97,9 +97,10 @@ def test_where_each_kind_of_task_may_run():
     assert TaskKind.MERGE.placement(0) == (False, False, 0)
     assert TaskKind.PART.placement(2) == (True, True, 0)          # from the store, biggest first
     assert TaskKind.CHECK.placement(1) == (True, True, 0)
-    assert TaskKind.EMIT_PART.placement(0) == (False, False, 1)   # part 0 where the module is
+    # part 0 where the module is, but taking a thread: a check sent beside it queued ahead of the placement
+    assert TaskKind.EMIT_PART.placement(0) == (False, True, 1)
     assert TaskKind.EMIT_PART.placement(1) == (True, True, 1)
-    assert TaskKind.EMIT_PLACE.placement(1) == (False, False, 2)  # where its bytes are
+    assert TaskKind.EMIT_PLACE.placement(1) == (True, True, 2)    # from a file: the first free thread
     assert TaskKind.TIMING.placement(0) == (True, False, -1000)   # last, never holding a part back
     assert TaskKind.KERNEL.placement(0) == (True, False, 0)
 

@@ -93,13 +93,19 @@ class TaskKind(StrEnum):
         A chain's step goes to the worker that ran the unit's last task (its input is in that worker's
         memory).  Parts, checks, timing and kernel tasks read their inputs from the store: pinned to the
         unit's worker, every part of a big kernel ran there while the others stood idle; so do a final
-        module's write parts but the first (pinned, the second waited ~2 s for work stealing).  Parts and
-        checks go out no more at a time than there are worker threads, biggest first (``DaskExecutor``); a
-        timing step is not held with them (queued last, it would keep a part from a free thread).  The write
-        parts outrank the checks: the last part rendered decides when the file is placed."""
+        module's write parts but the first (pinned, the second waited ~2 s for work stealing).  Parts, checks
+        and write parts go out no more at a time than there are worker threads, biggest first
+        (``DaskExecutor``); a timing step is not held with them (queued last, it would keep a part from a free
+        thread).  The first write part is held too though it prefers its worker: sent at once, it took no slot,
+        so a 0.7 s check went out beside the two parts and sat in that worker's queue ahead of the placement
+        the build waits for (large_matmul, 2 workers).  The placement goes to whichever worker is free: it
+        reads a file, not a module in memory; it is held as well, else a check sent beside it waited in a busy
+        worker's queue while the other worker stood idle.  The write parts and placements outrank the
+        checks: the last part rendered decides when the file is placed."""
         part_of_write = self is TaskKind.EMIT_PART and j > 0
-        anywhere = self in (TaskKind.TIMING, TaskKind.PART, TaskKind.KERNEL, TaskKind.CHECK) or part_of_write
-        held = self in (TaskKind.PART, TaskKind.CHECK) or part_of_write
+        anywhere = self in (TaskKind.TIMING, TaskKind.PART, TaskKind.KERNEL, TaskKind.CHECK,
+                            TaskKind.EMIT_PLACE) or part_of_write
+        held = self in (TaskKind.PART, TaskKind.CHECK, TaskKind.EMIT_PART, TaskKind.EMIT_PLACE)
         priority = {TaskKind.TIMING: -1000, TaskKind.EMIT_PART: 1, TaskKind.EMIT_PLACE: 2}.get(self, 0)
         return anywhere, held, priority
 
