@@ -31,15 +31,8 @@ from tusk import __version__
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, UsageError
 from tusk.workflows import config as config_mod
 from tusk.workflows import timings, why
-from tusk.workflows.graph import (
-    BuildReport,
-    BuildUnit,
-    UnitReport,
-    build,
-    check_workers_reach_store,
-    local_cluster_executor,
-    scheduler_executor,
-)
+from tusk.workflows.build_report import BuildReport, BuildUnit, UnitReport
+from tusk.workflows.graph import build, check_workers_reach_store, local_cluster_executor, scheduler_executor
 from tusk.workflows.kernels import (
     HOST_VERSION,
     Kernel,
@@ -116,7 +109,7 @@ class BuildEvents:
         """An executor is being started (a local cluster takes seconds); ``executor`` follows."""
 
     def startup(self, event: Any) -> None:
-        """The executor's processes are ready (``tusk.workflows.graph.StartUp``): what start-up cost."""
+        """The executor's processes are ready (``tusk.workflows.build_report.StartUp``): what start-up cost."""
 
     def phase(self, key: str | None) -> None:
         """The build entered a phase besides its steps (``tusk.workflows.progress.PHASES``: "close",
@@ -245,17 +238,17 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
 
 def dispatch(events: BuildEvents, e: Any) -> None:
     """Hand one typed build event (``tusk.workflows.graph``) to the listener's method for it."""
-    from tusk.workflows import graph
+    from tusk.workflows import build_report
 
-    if isinstance(e, graph.StepEvent):
+    if isinstance(e, build_report.StepEvent):
         events.step(e.status, e.unit, e.label)
-    elif isinstance(e, graph.TaskSubmitted):
+    elif isinstance(e, build_report.TaskSubmitted):
         events.task("submitted", e.key, e.unit, e.what, {})
-    elif isinstance(e, graph.TaskFinished):
+    elif isinstance(e, build_report.TaskFinished):
         events.task("finished", e.key, e.unit, e.what, e.result)
-    elif isinstance(e, graph.ExecutorReady):
+    elif isinstance(e, build_report.ExecutorReady):
         events.executor(e.executor)
-    elif isinstance(e, graph.StartUp):
+    elif isinstance(e, build_report.StartUp):
         events.startup(e)
 
 

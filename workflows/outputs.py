@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
 
 if TYPE_CHECKING:  # at run time imported where used: the reuse of outputs (tusk.workflows.reuse) imports this
+    from tusk.workflows.build_report import BuildUnit, UnitReport
     from tusk.workflows.compile import KernelResult  # module without numpy, the store or the passes
-    from tusk.workflows.graph import BuildUnit, UnitReport
     from tusk.workflows.kernels import Kernel
 
 STATS_FILE = "stats.json"

@@ -294,7 +294,7 @@ def cached_view(result, store):
     """``result`` as a build of the same kernels into a fresh directory reports it: every step and timing
     step cached (a step as its action record in ``store`` has it), every kernel written; the output
     directory and the wall time are marks.  KeyError: a record is missing."""
-    from tusk.workflows.graph import BuildReport
+    from tusk.workflows.build_report import BuildReport
     from tusk.workflows.outputs import unit_stats
 
     kernels = []
