@@ -50,7 +50,10 @@ def share_blocks(tr: Tracer) -> bool:
     module docstring); True when some tensor changed."""
     uses, loops = _uses(tr)
     changed = False
-    for t, found in list(uses.items()):
+    for t in list(uses):
+        # looked up afresh: a fill moved into a loop shifts the positions of every later tensor's accesses (a
+        # stale position deleted the wrong operation: a load, or a loop's start)
+        found = uses.get(t)
         if t.on_chip and t.par_axis > 0 and t is not tr.identity and found is not None:
             if _fill_into_loop(tr, t, found, loops):
                 uses, loops = _uses(tr)  # positions moved

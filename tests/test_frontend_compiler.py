@@ -186,6 +186,40 @@ def test_a_zero_filled_tile_of_two_block_axes_gets_one_block_per_iteration(tmp_p
             assert np.allclose(got[r, c], want, rtol=1e-4, atol=1e-3)
 
 
+TWO_ZEROED = """
+    @nki.jit
+    def k(a, b):
+        up = nl.ndarray((8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        down = nl.ndarray((8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.zeros((8, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        d = nl.zeros((8, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        BETWEEN
+        for i in nl.affine_range(8):
+            s[i] += nl.multiply(x, 3.0)
+            nl.store(up[i], value=s[i])
+        for i in nl.affine_range(8):
+            d[i] += nl.subtract(x, y)
+            nl.store(down[i], value=d[i])
+        return up, down
+"""
+
+
+@pytest.mark.parametrize("between", ["x = nl.load(a)\n        y = nl.load(b)", ""])
+def test_two_zero_filled_tiles_each_get_one_block_per_iteration(tmp_path, between):
+    """Two tiles of 16 KiB of PSUM (all of it) each, zero-filled before their loops: both fills move into their loops.
+    Moving the first shifted the second's positions: the stale one deleted the load between (a wrong
+    result) or, with nothing between, the start of a loop (an internal error)."""
+    body = TWO_ZEROED.replace("BETWEEN", between)
+    if not between:
+        body = body.replace("    def k(a, b):\n", "    def k(a, b):\n        x = nl.load(a)\n        y = nl.load(b)\n")
+    path = write(tmp_path, body, header=HEADER)
+    x, y = RHS[:128], RHS[128:256]
+    got = run_klr(trace_file(path, "k", ["f32[128,512]", "f32[128,512]"]), {"a": x, "b": y})
+    for i in range(8):
+        assert np.array_equal(got["up"][i], x * np.float32(3.0))
+        assert np.array_equal(got["down"][i], x - y)
+
+
 def test_a_zero_filled_tile_read_after_its_loop_keeps_its_blocks(tmp_path):
     """The fill cannot move when a block is read outside the loop (the last one, here): PSUM stays full."""
     body = ZEROED_BLOCKS.replace("        return out", "        nl.store(out[0, 0], value=nl.copy(acc[2, 3]))\n"
