@@ -323,9 +323,10 @@ def _flatten(result: Any) -> list[Any]:
 
 def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str) -> None:
     """Returned HBM tensors and written arguments are the kernel's outputs."""
-    written = {id(v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
+    written = {id(v.tensor.alias_of or v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
     for a in args:
         if id(a) in written:
+            _refuse_in_place(tr, a, src)
             a.role = "output"
     from tusk.frontend.returned import as_returned_output
     returned = [as_returned_output(tr, r) for r in returned]
@@ -344,6 +345,23 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str)
     inputs = [a for a in args if a.role == "input"]
     outputs = [t for t in tr.tensors if t.role == "output"]
     tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "output")]
+
+
+def _refuse_in_place(tr: Tracer, arg: Tensor, src: str) -> None:
+    """A written argument is an output only: refuse one the kernel reads before it first writes it (``acc +=
+    x`` in place, an ``nt.mutable`` argument), whose incoming values the output does not have -- compiled, the
+    read saw no data (NaN in the interpreter), silently."""
+    for e in tr.prog:
+        if not isinstance(e, Op):
+            continue
+        if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
+            return
+        if any((v.tensor.alias_of or v.tensor) is arg for v in e.reads):
+            file = src.rsplit(":", 1)[0]
+            raise TraceError(f"{file}:{e.line}: not supported: argument {arg.name} is read here before the "
+                             "kernel first writes it, and written too (an in/out argument, as nt.mutable "
+                             "declares): Tusk compiles a written argument as an output only, without its "
+                             "incoming values; read them from a separate input argument")
 
 
 def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:

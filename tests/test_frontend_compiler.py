@@ -388,3 +388,32 @@ def test_a_masked_load_assigned_into_a_tile_keeps_the_rows_it_masks(tmp_path, dt
     src = A[:128, :64] + 5
     got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": src})["out"]  # strict, and every element written
     assert np.allclose(got[:100], src[:100], rtol=1e-2) and (got[100:] == 0).all()
+
+
+# ====================================================================== arguments written in place
+
+IN_PLACE = """
+    import neuronxcc.nki.typing as nt
+
+    @nki.jit
+    def k(x: nt.tensor, acc: nt.tensor[nt.mutable]):
+        FIRST
+        nl.store(acc, value=nl.multiply(t, 2.0))
+        return acc
+"""
+
+
+def test_an_argument_written_but_not_read_first_is_an_output_and_nt_mutable_is_an_annotation(tmp_path):
+    path = write(tmp_path, IN_PLACE.replace("FIRST", "t = nl.load(x)"), header=HEADER)
+    got = run_klr(trace_file(path, "k", ["f32[128,64]", "f32[128,64]"]), {"x": A[:128, :64]})["acc"]
+    assert np.array_equal(got, A[:128, :64] * np.float32(2.0))
+
+
+def test_an_argument_read_before_the_kernel_writes_it_is_refused_at_the_read(tmp_path):
+    """acc read, then written in place: a written argument is an output only, so the read had no data
+    (NaN in the interpreter) and the result was wrong without a word."""
+    path = write(tmp_path, IN_PLACE.replace("FIRST", "t = nl.add(nl.load(acc), nl.load(x))"), header=HEADER)
+    with pytest.raises(TraceError, match="argument acc is read here before the kernel first writes it") as e:
+        trace_file(path, "k", ["f32[128,64]", "f32[128,64]"])
+    line = int(str(e.value).split(":")[1])
+    assert Path(path).read_text().splitlines()[line - 1].strip().startswith("t = nl.add(nl.load(acc)")

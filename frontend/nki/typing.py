@@ -44,6 +44,7 @@ class _Annotation:
 
 tensor = _Annotation("tensor")
 mutable_tensor = _Annotation("mutable_tensor")
+mutable = _Annotation("mutable")  # `nt.tensor[nt.mutable]`: an argument written in place (frontend.trace)
 scalar = _Annotation("scalar")
 
 # dtypes, as nki.typing re-exports them (`nt.float8_e4m3`)
