@@ -86,8 +86,10 @@ class Emitter:
                 t.klr = k.sbuf(t.name, shape, t.dtype, addr=t.addr or 0)
             elif t.memory == "psum":
                 t.klr = k.psum(t.name, shape, t.dtype, addr=t.addr or 0)
-            elif t.role == "input":
+            elif t.role in ("input", "inout"):
                 t.klr = k.input(t.name, shape, t.dtype)
+                if t.role == "inout":  # read and written in place: KLR lists it among the outputs too
+                    k.outputs.append(t.klr.tn)
             elif t.role == "output":
                 t.klr = k.output(t.name, shape, t.dtype)
             else:
@@ -120,7 +122,7 @@ class Emitter:
     def run(self) -> KernelWriter:
         k = self.k
         for t in self.tr.tensors:  # the interface, in argument order, whether or not it is touched
-            if t.role in ("input", "output") and not t.on_chip:
+            if t.role in ("input", "inout", "output") and not t.on_chip:
                 self.klr_tensor(t)
         if self.tr.identity is not None and self.tr.identity.addr is not None:
             self._identity()

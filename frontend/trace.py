@@ -246,7 +246,7 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
             raise TraceError(f"{file or src}:{line or fn.__code__.co_firstlineno}: a `break` or `return` inside an "
                              "nl.affine_range/nl.sequential_range loop (a loop that stays a loop runs every "
                              "iteration; return after the loop)")
-        _mark_outputs(tr, tensors, returned, where)
+        _mark_outputs(tr, tensors, returned, where, _declared_mutable(fn, binding.tensor_params))
         alloc.place(tr, arch)
         return emit(tr, tr.filename)
     except TraceError as e:
@@ -321,13 +321,17 @@ def _flatten(result: Any) -> list[Any]:
     return [result]
 
 
-def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str) -> None:
-    """Returned HBM tensors and written arguments are the kernel's outputs."""
+def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
+                  mutable: frozenset[str] = frozenset()) -> None:
+    """Returned HBM tensors and written arguments are the kernel's outputs.  A written argument the kernel
+    reads before it first writes it (``acc += x`` in place), or one declared ``nt.mutable`` (a KV cache written
+    in part), is an input and an output at once (role "inout"): the same tensor in the KLR's inputs and
+    outputs, as KLR lists an input its kernel returns -- its incoming values are read, and what the kernel
+    leaves unwritten keeps them."""
     written = {id(v.tensor.alias_of or v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
     for a in args:
         if id(a) in written:
-            _refuse_in_place(tr, a, src)
-            a.role = "output"
+            a.role = "inout" if a.name in mutable or _read_first(tr, a) else "output"
     from tusk.frontend.returned import as_returned_output
     returned = [as_returned_output(tr, r) for r in returned]
     for r in returned:
@@ -337,31 +341,35 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str)
                              "(nl.ndarray(..., buffer=nl.shared_hbm)) that it stored into")
         if t.role == "input":
             raise TraceError(f"{src}: the kernel returns its input {t.name} unchanged")
-        t.role = "output"
-    if not any(t.role == "output" for t in tr.tensors):
+        if t.role != "inout":
+            t.role = "output"
+    if not any(t.role in ("output", "inout") for t in tr.tensors):
         raise TraceError(f"{src}: the kernel writes no output (store into an argument or return an "
                          "nl.ndarray in nl.shared_hbm)")
-    # outputs in the order they were created; inputs in argument order (klr-format.md §4)
-    inputs = [a for a in args if a.role == "input"]
+    # outputs in the order they were created; inputs in argument order (klr-format.md §4); an in/out
+    # argument is both, so the outputs begin with them
+    inputs = [a for a in args if a.role in ("input", "inout")]
     outputs = [t for t in tr.tensors if t.role == "output"]
-    tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "output")]
+    tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "inout", "output")]
 
 
-def _refuse_in_place(tr: Tracer, arg: Tensor, src: str) -> None:
-    """A written argument is an output only: refuse one the kernel reads before it first writes it (``acc +=
-    x`` in place, an ``nt.mutable`` argument), whose incoming values the output does not have -- compiled, the
-    read saw no data (NaN in the interpreter), silently."""
+def _read_first(tr: Tracer, arg: Tensor) -> bool:
+    """Does the kernel read ``arg`` before it first writes it (in program order)?"""
     for e in tr.prog:
-        if not isinstance(e, Op):
-            continue
-        if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
-            return
-        if any((v.tensor.alias_of or v.tensor) is arg for v in e.reads):
-            file = src.rsplit(":", 1)[0]
-            raise TraceError(f"{file}:{e.line}: not supported: argument {arg.name} is read here before the "
-                             "kernel first writes it, and written too (an in/out argument, as nt.mutable "
-                             "declares): Tusk compiles a written argument as an output only, without its "
-                             "incoming values; read them from a separate input argument")
+        if isinstance(e, Op):
+            if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
+                return False
+            if any((v.tensor.alias_of or v.tensor) is arg for v in e.reads):
+                return True
+    return False
+
+
+def _declared_mutable(fn: Callable[..., Any], params: list[str]) -> frozenset[str]:
+    """The tensor parameters annotated ``nt.mutable`` / ``nt.mutable_tensor`` (``nt.tensor[nt.mutable]``)."""
+    from tusk.frontend.nki.typing import declares_mutable
+
+    notes = getattr(fn, "__annotations__", None) or {}
+    return frozenset(p for p in params if declares_mutable(notes.get(p)))
 
 
 def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:

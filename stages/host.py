@@ -159,8 +159,12 @@ def host_module(kernel_path: str, interface: dict[str, Any], core: int | None, a
 
     ins, outs = interface["ins"], interface["outs"]
     b = Builder("main")
-    tin = [b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
-    tout = [b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs]
+    # a kernel argument among both the inputs and the outputs (read and written in place) is one tensor: an
+    # output that the caller's values start it as (sim.interp.run fills any DRAM tensor its inputs name)
+    both = {n for n, _, _ in ins} & {n for n, _, _ in outs}
+    tout = {n: b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs}
+    tin = [tout[n] if n in both else b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
+    tout = list(tout.values())
     fmt = "bir" if interface["fmt"] == "bir" else "klr"
     b.klir_kernel(str(kernel_path), fmt, [t.ap() for t in tin], [t.ap() for t in tout], name=f"{name}_kernel",
                   func_args={n: n for n, _, _ in ins}, func_outs={n: n for n, _, _ in outs})

@@ -223,10 +223,10 @@ class KlirToBirCodegen:
             dt = bir_dtype(src.dtype)
             shape = (src.shape.parDim, *src.shape.freeDims)
             kind, extra, const_path = TensorKind.Internal, None, None
-            if addr.name in self.inputs:
-                kind = TensorKind.ExternalInput
-            elif addr.name in self.outputs:
+            if addr.name in self.outputs:  # first: an argument written in place is among the inputs too
                 kind = TensorKind.ExternalOutput
+            elif addr.name in self.inputs:
+                kind = TensorKind.ExternalInput
             elif t.name in self.const_files or addr.name in self.const_files:
                 kind = TensorKind.Const
                 const_path = self.const_files.get(t.name, self.const_files.get(addr.name))

@@ -409,11 +409,40 @@ def test_an_argument_written_but_not_read_first_is_an_output_and_nt_mutable_is_a
     assert np.array_equal(got, A[:128, :64] * np.float32(2.0))
 
 
-def test_an_argument_read_before_the_kernel_writes_it_is_refused_at_the_read(tmp_path):
-    """acc read, then written in place: a written argument is an output only, so the read had no data
-    (NaN in the interpreter) and the result was wrong without a word."""
-    path = write(tmp_path, IN_PLACE.replace("FIRST", "t = nl.add(nl.load(acc), nl.load(x))"), header=HEADER)
-    with pytest.raises(TraceError, match="argument acc is read here before the kernel first writes it") as e:
-        trace_file(path, "k", ["f32[128,64]", "f32[128,64]"])
-    line = int(str(e.value).split(":")[1])
-    assert Path(path).read_text().splitlines()[line - 1].strip().startswith("t = nl.add(nl.load(acc)")
+def test_an_argument_read_then_written_in_place_is_an_input_and_an_output(tmp_path):
+    """acc += x, in place: acc's incoming values are read (before, a written argument was an output only: the
+    read saw no data, and the result was wrong without a word), before and after the default pipeline."""
+    from tests.test_isa_ops import through_pipeline
+    from tusk.ir import klr
+    from tusk.sim.interp import run
+
+    path = write(tmp_path, IN_PLACE.replace("acc: nt.tensor[nt.mutable]", "acc").replace(
+        "FIRST", "t = nl.add(nl.load(acc), nl.load(x))"), header=HEADER)
+    data = trace_file(path, "k", ["f32[128,64]", "f32[128,64]"])
+    kernel = klr.read_klr(data).contents.kernel
+    assert [t.name for t in kernel.inputs] == ["x", "acc"] and [t.name for t in kernel.outputs] == ["acc"]
+    x, acc = A[:128, :64], B[:128, :64]
+    want = (acc + x) * np.float32(2.0)
+    assert np.array_equal(run_klr(data, {"x": x, "acc": acc})["acc"], want)
+    assert np.array_equal(run(through_pipeline(data, tmp_path), {"x": x, "acc": acc})["acc"], want)
+
+
+def test_an_nt_mutable_argument_written_in_part_keeps_the_rest(tmp_path):
+    """A KV-cache update: rows 16..47 of the cache replaced, the others as the caller gave them."""
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run
+
+    body = """
+    import neuronxcc.nki.typing as nt
+
+    @nki.jit
+    def k(new: nt.tensor, cache: nt.tensor[nt.mutable]):
+        nl.store(cache[16:48, :], value=nl.load(new))
+        return cache
+    """
+    data = trace_file(write(tmp_path, body, header=HEADER), "k", ["f32[32,64]", "f32[128,64]"])
+    new, cache = A[:32, :64], B[:128, :64]
+    want = cache.copy()
+    want[16:48] = new
+    assert np.array_equal(run_klr(data, {"new": new, "cache": cache})["cache"], want)
+    assert np.array_equal(run(through_pipeline(data, tmp_path), {"new": new, "cache": cache})["cache"], want)

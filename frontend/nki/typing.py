@@ -45,6 +45,14 @@ class _Annotation:
 tensor = _Annotation("tensor")
 mutable_tensor = _Annotation("mutable_tensor")
 mutable = _Annotation("mutable")  # `nt.tensor[nt.mutable]`: an argument written in place (frontend.trace)
+
+
+def declares_mutable(note: Any) -> bool:
+    """Is the annotation ``note`` an in/out argument's: ``nt.mutable``, ``nt.mutable_tensor``, or a subscript
+    naming one (``nt.tensor[nt.mutable]``, ``nt.mutable_tensor[128, 64]``)?"""
+    if not isinstance(note, _Annotation):
+        return False
+    return note._name in ("mutable", "mutable_tensor") or any(declares_mutable(a) for a in note._args)
 scalar = _Annotation("scalar")
 
 # dtypes, as nki.typing re-exports them (`nt.float8_e4m3`)
