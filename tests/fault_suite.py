@@ -727,7 +727,8 @@ def _kill_once(box: Sandbox, corpus: Path, out: Path, cache: Path, workers: str,
 
 
 def concurrent_builds(box: Sandbox, kernels: Kernels = None) -> Counts:
-    """Two builds at once on one cache, and on one cache and one output directory."""
+    """Two builds at once on one cache, and on one cache and one output directory: both exit 0, except that
+    into one output directory the second may be refused by the first's lock (exit 2, the lock's message)."""
     c = Counts()
     want = reference(box, c, kernels)
     corpus = _corpus(box, kernels)
@@ -741,6 +742,7 @@ def concurrent_builds(box: Sandbox, kernels: Kernels = None) -> Counts:
             cmd, log = box.wrap(tusk_cmd(corpus, o, cache, "--workers", "0"))
             started.append((subprocess.Popen(cmd, cwd=str(box.root / "cwd"), env=box.env(), stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, text=True, start_new_session=True), log, o))
+        codes = []
         for p, log, o in started:
             t = time.monotonic()
             try:
@@ -753,11 +755,18 @@ def concurrent_builds(box: Sandbox, kernels: Kernels = None) -> Counts:
             if "Traceback (most recent call last)" in run_.text:
                 c.tracebacks += 1
                 c.notes.append(run_.text[-1000:])
+            codes.append(p.returncode if p.returncode != 2 or LOCKED not in stderr else "refused")
+        if sorted(map(str, codes)) not in ([["0", "0"], ["0", "refused"]] if shared_out else [["0", "0"]]):
+            c.differing_outputs += 1
+            c.notes.append(f"concurrent builds (shared output: {shared_out}): exits {codes}")
         for o in dict.fromkeys(outs):
             if outputs(o) != want:
                 c.differing_outputs += 1
                 c.notes.append(f"concurrent builds (shared output: {shared_out}): outputs differ")
     return c
+
+
+LOCKED = "is being written by another Tusk build"  # a build refused an output directory another one holds
 
 
 def can_mount_tmpfs() -> bool:

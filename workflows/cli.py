@@ -214,49 +214,52 @@ def compile(
         verify=None if verify is None else ("all" if verify else "none"), arch=arch,
         instruction_limit=instruction_limit, maxhu=maxhu, dashboard=dashboard, no_cache=no_cache,
         core_id=core_id, flatten=flatten)
-    from tusk.workflows import timings
+    from tusk.workflows import noop, out_lock, timings
 
-    if not (report or makespans):
-        req.timing = timings.NONE  # else the listeners say what they need (the report: timelines)
-    err = Terminal(stderr=True, highlight=False)
-    stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
-    console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
-    history = History.of(cfg, str(Path(directory).resolve()))
-    display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
-    if verbose and pf.path:
-        display.say(f"settings from {pf.path}")
-
-    def warn(text: str) -> None:
-        err.print(f"[yellow]warning:[/yellow] {text}", soft_wrap=True, highlight=False)
-
-    reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
     existed = out_dir.exists()
-    from tusk.workflows import noop
+    with out_lock.held(out_dir, out):  # another build writing OUT: refused here, before anything is written
+        if not (report or makespans):
+            req.timing = timings.NONE  # else the listeners say what they need (the report: timelines)
+        err = Terminal(stderr=True, highlight=False)
+        stream_is_tty = (sys.stderr if as_json else sys.stdout).isatty()
+        console = Terminal(stderr=as_json, highlight=False, width=None if stream_is_tty else 120)
+        history = History.of(cfg, str(Path(directory).resolve()))
+        display = make_display(progress.value, console, history=history, verbose=verbose, dashboard=dashboard)
+        if verbose and pf.path:
+            display.say(f"settings from {pf.path}")
 
-    noop.forget(out_dir)  # whatever this build does, the index is written again only when it succeeds
-    events = Tee(display, reporter)
-    result = _run_build(req, out_dir, existed, events, display, err)
-    result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
-    if not result.kernels:
-        print_result(console, result, verbose, err)
-        _drop_if_empty(out_dir, existed)
-        raise typer.Exit(1)
-    for problem in events.errors:
-        warn(f"progress display or report failed ({problem}); the build is not affected")
-    _answer(result, req, reporter, events, console, err, as_json, verbose)
-    raise typer.Exit(result.exit_code)
+        def warn(text: str) -> None:
+            err.print(f"[yellow]warning:[/yellow] {text}", soft_wrap=True, highlight=False)
+
+        reporter = Reporter(None if no_cache else history, display.state, report=report, warn=warn)
+        noop.forget(out_dir)  # whatever this build does, the index is written again only when it succeeds
+        events = Tee(display, reporter)
+        result = _run_build(req, out_dir, existed, events, display, err)
+        result.seconds = command_seconds()  # the summary's time is the command's, post-build phases included
+        if not result.kernels:
+            print_result(console, result, verbose, err)
+            _drop_if_empty(out_dir, existed)
+            raise typer.Exit(1)
+        for problem in events.errors:
+            warn(f"progress display or report failed ({problem}); the build is not affected")
+        _answer(result, req, reporter, events, console, err, as_json, verbose)
+        raise typer.Exit(result.exit_code)
 
 
 def _run_build(req, out: Path, existed: bool, events, display, err):
     """``compile_directory`` with Dask's logs in OUT/tusk.log and Ctrl-C handled: an interrupted build
     says so and leaves with 130, a refused one leaves no empty OUT behind."""
-    from tusk.workflows import interrupts
+    from tusk.workflows import interrupts, out_lock
     from tusk.workflows.compile import compile_directory
     from tusk.workflows.outputs import remove_own_temp_dirs
     from tusk.workflows.progress import route_dask_logs
 
-    try:  # a build its watchdog ends leaves no staging directory
-        with route_dask_logs(out / "tusk.log"), interrupts.handled(at_kill=lambda: remove_own_temp_dirs(out)), \
+    def at_kill() -> None:  # a build its watchdog ends leaves no staging directory and no lock file
+        remove_own_temp_dirs(out)
+        out_lock.release_all()
+
+    try:
+        with route_dask_logs(out / "tusk.log"), interrupts.handled(at_kill=at_kill), \
                 interrupts.children_write_to(str((out / "tusk.log").resolve())):
             return compile_directory(req, events=events)
     except TuskError:
@@ -269,6 +272,7 @@ def _run_build(req, out: Path, existed: bool, events, display, err):
         err.print("[red]interrupted[/red]: nothing half-written was left in the output directory; "
                   "the next build continues from the cache", soft_wrap=True)
         if "process" in _STARTED:  # run as `tusk`: nothing may print after that line (Dask's exit hooks)
+            out_lock.release_all()  # the next build need not find (and remove) the lock file
             interrupts.end_now(130)
         raise typer.Exit(130)
     finally:
@@ -334,13 +338,11 @@ def _write_index(argv: list[str], req, result, reporter) -> None:
 
 
 def _drop_if_empty(out: Path, existed: bool) -> None:
-    """A refused or empty build leaves no output directory it created."""
-    if existed:
-        return
-    try:
-        out.rmdir()  # only if empty
-    except OSError:
-        pass
+    """A refused or empty build leaves no output directory it created (removed once its lock is released)."""
+    if not existed:
+        from tusk.workflows import out_lock
+
+        out_lock.drop_if_empty(out)
 
 
 # ====================================================================== trace

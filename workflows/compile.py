@@ -11,7 +11,9 @@ traceback in ``OUT/tusk.log``).  The other kernels are always built.
 
 Before anything is written the request is checked: the input directory
 exists, OUT is not a file and is not the input directory (it may lie inside it),
-``--core-id`` is not negative, a ``--scheduler`` answers.  Per kernel,
+``--core-id`` is not negative, a ``--scheduler`` answers; then OUT is locked
+against other builds (``tusk.workflows.out_lock``: a second build into it is
+refused).  Per kernel,
 ``OUT/<kernel>`` may not be a symbolic link, be or contain the input
 directory or an input file, or be a directory Tusk did not write; such a
 kernel fails with the reason and its directory is left alone.  Outputs of
@@ -30,7 +32,7 @@ from typing import Any
 from tusk import __version__
 from tusk.ir.errors import ENVIRONMENT, INPUT, INTERNAL, UsageError
 from tusk.workflows import config as config_mod
-from tusk.workflows import timings, why
+from tusk.workflows import out_lock, timings, why
 from tusk.workflows.build_report import BuildReport, BuildUnit, UnitReport
 from tusk.workflows.graph import build, check_workers_reach_store, local_cluster_executor, scheduler_executor
 from tusk.workflows.kernels import (
@@ -268,6 +270,7 @@ class _Plan:
     writer: OutputWriter | None = None
     dashboard: list[str] = field(default_factory=list)
     made: list[Any] = field(default_factory=list)  # the executors this build made
+    lock: str | None = None  # OUT's lock (tusk.workflows.out_lock), released last
 
     @classmethod
     def checked(cls, req: CompileRequest, events: BuildEvents) -> _Plan:
@@ -300,7 +303,7 @@ class _Plan:
         return plan
 
     def open_store(self):
-        """The store (a --no-cache one inside OUT), OUT made and cleaned of dead builds' leftovers."""
+        """The store (a --no-cache one inside OUT), OUT made, locked and cleaned of dead builds' leftovers."""
         from tusk.cache.store import Store
 
         store = None
@@ -308,8 +311,8 @@ class _Plan:
             store = Store(self.cfg.cache_dir).open_for_writing()  # a directory that is not a store is refused
             if self.connected is not None:
                 check_workers_reach_store(self.connected, store)  # before anything is written into OUT
+        self.lock = out_lock.acquire(self.out, str(self.req.out))  # OUT made; another build writing it: refused
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
             clean_leftovers(self.out)
             if self.req.no_cache:
                 self.scratch = str(owned_dir(self.out, NOCACHE_PREFIX, "cache"))
@@ -396,6 +399,8 @@ class _Plan:
             self.connected.close()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.lock is not None:
+            out_lock.release(self.lock)
 
 
 def _announcing_close(ex: Any, events: BuildEvents) -> Any:

@@ -4,7 +4,8 @@ A rebuild of unchanged kernels into an unchanged OUT runs no pass and
 writes nothing, but getting there costs the imports of the build (Dask,
 Zarr, numpy, the passes) and a walk through every action record.  The
 index lets the command decide from a few ``stat`` calls instead, before
-importing any of that (this module imports only the standard library).
+importing any of that (this module imports only the standard library and
+``tusk.workflows.out_lock``, which does too).
 
 What the index holds, written after a build that succeeded:
 
@@ -35,6 +36,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tusk.workflows.out_lock import LOCK_FILE
 
 INDEX_FORMAT = 1
 INDEX = Path(".tusk") / "index.json"
@@ -153,9 +156,12 @@ def _listing(directory: Path) -> dict[str, Any]:
 
 def _outputs(out: Path) -> dict[str, Any]:
     files: dict[str, Any] = {}
+    top = os.fspath(out)
     for dirpath, dirnames, filenames in os.walk(out):
         dirnames[:] = [d for d in dirnames if d != ".tusk"]
         for f in filenames:
+            if f == LOCK_FILE and dirpath == top:
+                continue  # the build writing the index holds it (tusk.workflows.out_lock)
             p = os.path.join(dirpath, f)
             files[p] = stat(p)
     return files
@@ -171,6 +177,8 @@ def check(argv: list[str]) -> dict | None:
         index = json.loads((out / INDEX).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if os.path.lexists(out / LOCK_FILE):
+        return None  # a build is writing OUT (or was killed doing so): the real build says which, or runs
     if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT or not index.get("summary") or \
             index.get("fingerprint") != fingerprint(argv):
         return None

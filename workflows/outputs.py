@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, InputError, TuskError
+from tusk.workflows.out_lock import LOCK_FILE
 
 if TYPE_CHECKING:  # at run time imported where used: the reuse of outputs (tusk.workflows.reuse) imports this
     from tusk.workflows.build_report import BuildUnit, UnitReport
@@ -58,7 +59,7 @@ def output_problem(dest: Path, src: Path, k: Kernel) -> str | None:
     Swapping the kernel's directory into place replaces ``dest`` whole, and
     translate stages files into it while the build runs.
     """
-    if dest.name.startswith(TEMP_PREFIXES):
+    if dest.name.startswith(TEMP_PREFIXES) or dest.name == LOCK_FILE:
         return f"the kernel name {dest.name!r} is reserved for Tusk's temporary directories; rename the file"
     if dest.is_symlink():
         return f"the output directory {dest} is a symbolic link; not writing through it"

@@ -41,7 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tusk.workflows import noop
+from tusk.ir.errors import UsageError
+from tusk.workflows import noop, out_lock
 
 REUSE_NOTE = "reuse"
 REUSE_FORMAT = 1
@@ -110,7 +111,7 @@ def _fresh(out: Path) -> bool:
     if not out.exists():
         return True
     try:
-        return out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+        return out.is_dir() and not out.is_symlink() and not any(p.name != out_lock.LOCK_FILE for p in out.iterdir())
     except OSError:
         return False
 
@@ -147,6 +148,21 @@ def attempt(argv: list[str], started: float) -> int | None:
     try:
         if entry is None or not _usable(entry, out):
             return None
+        lock = out_lock.acquire(out)
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return None  # a build holds OUT (or OUT cannot be written): the real build says so
+    try:
+        return _reuse_into(argv, entry, directory, given_out, out, opts, started)
+    finally:
+        out_lock.release(lock)
+
+
+def _reuse_into(argv: list[str], entry: dict, directory: Path, given_out: Path, out: Path,
+                opts: dict[str, list[str]], started: float) -> int | None:
+    """:func:`attempt` holding OUT's lock."""
+    try:
+        if not _fresh(out):
+            return None  # another build got there first
         seconds = _place(entry, out, started)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # whatever was placed is a complete kernel directory: the real build checks it
