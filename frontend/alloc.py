@@ -18,7 +18,8 @@ from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
 from tusk.ir.arch import PSUM_BANK_BYTES, get_arch
 
 ALIGN = 64  # bytes: DMA-friendly tile starts
-MAX_SHARING_ROUNDS = 4  # placements tried while alloc_blocks still finds block axes to share
+MAX_SHARING_ROUNDS = 8  # placements tried while alloc_blocks still finds block axes to share (one a round: a
+# compiler-printed kernel's PSUM tile has five)
 
 
 @dataclass

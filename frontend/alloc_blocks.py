@@ -72,27 +72,41 @@ def share_blocks(tr: Tracer) -> bool:
 
 
 def _fill_into_loop(tr: Tracer, t: Tensor, found: list, loops: dict) -> bool:
-    """Move a memset of all of ``t``, its first access, into the loop that holds every other access and walks
-    a block axis of ``t`` (its fill then covers that iteration's block); True when moved."""
+    """Move a memset of all of ``t``, its first access, into the innermost of the loops that hold every other
+    access and walk a block axis of ``t`` the same way in each (a term of the same loop index at the block
+    axis's stride): the fill then covers that iteration's block of every such axis; True when moved.
+
+    Into every such loop, not the outermost alone: moved into a compiler-printed kernel's outer loop of
+    five, its fill still covered the blocks of the other four, too many elements to check for sharing
+    (AccelOpt's bmm: PSUM was full)."""
     pos, op, v, _ = found[0]
     if op.kind != "memset" or len(found) < 2 or v.elements != math.prod(t.shape) or v.offset.terms \
             or not v.offset.is_static or v.offset.const != 0 or v.vector is not None:
         return False
     strides = _physical_strides(t.shape, t.layout)
-    for var, coeff in found[1][2].offset.terms:
+    others = found[1:]
+    chosen: list[tuple[Any, int, int]] = []  # (loop index, stride, block axis)
+    inner = -1  # the innermost chosen loop's start
+    for var, coeff in others[0][2].offset.terms:
         begin, end = loops.get(id(var), (-1, -1))
         axis = next((a for a in range(t.par_axis) if strides[a] == coeff and t.shape[a] > 1), None)
-        if axis is None or not pos < begin or any(not begin < p < end for p, _, _, _ in found[1:]) or \
-                any(isinstance(e, Op) and any(w.tensor is t for w in _views(e)) for e in tr.prog[pos + 1:begin]):
+        if axis is None or any(a == axis for _, _, a in chosen) or not pos < begin or \
+                any(not begin < p < end for p, _, _, _ in others) or \
+                not all(any(u is var and c == coeff for u, c in w.offset.terms) for _, _, w, _ in others):
             continue
-        keep = [k for k, a in enumerate(v.axes) if a != axis]
-        block = replace(v, offset=Affine(0, ((var, coeff),)), dims=tuple(v.dims[k] for k in keep),
-                        axes=tuple(v.axes[k] for k in keep), checks=())
-        fill = Op("memset", {**op.params, "dst": block}, op.line, (), (block,))
-        tr.prog.insert(begin + 1, fill)
-        del tr.prog[pos]  # before begin: the fill lands right after the loop's start
-        return True
-    return False
+        chosen.append((var, coeff, axis))
+        inner = max(inner, begin)
+    if not chosen or any(isinstance(e, Op) and any(w.tensor is t for w in _views(e))
+                         for e in tr.prog[pos + 1:inner]):
+        return False
+    axes = {a for _, _, a in chosen}
+    keep = [k for k, a in enumerate(v.axes) if a not in axes]
+    block = replace(v, offset=Affine(0, tuple((var, coeff) for var, coeff, _ in chosen)),
+                    dims=tuple(v.dims[k] for k in keep), axes=tuple(v.axes[k] for k in keep), checks=())
+    fill = Op("memset", {**op.params, "dst": block}, op.line, (), (block,))
+    tr.prog.insert(inner + 1, fill)
+    del tr.prog[pos]  # before the loops: the fill lands right after the innermost one's start
+    return True
 
 
 def _constant_block(v: View, t: Tensor, axis: int) -> bool:
@@ -187,13 +201,20 @@ def _names_block(v: View, t: Tensor, axis: int, var: Any, c0: int, stride: int) 
 
 def _written_first(t: Tensor, found: list, span: tuple[int, int], var: Any) -> bool:
     """In one iteration (``var`` fixed), the accesses in program order: the first only writes, and every
-    element read was written by an earlier access (elements as offsets with ``var``'s term left out)."""
+    element read was written by an earlier access (elements as offsets with ``var``'s term left out).
+
+    A term every access has (the same loop index at the same stride) is left out too: every access moves
+    with that index alike, so the check holds for each of its values when it holds for one -- stricter than
+    over all of them at once, and the enumeration stays bounded: a compiler-printed kernel (AccelOpt's bmm)
+    indexes a PSUM tile of five block axes by five loops, 16M elements over the other four."""
     written = np.zeros(math.prod(t.shape), dtype=bool)
+    shared = frozenset.intersection(*(frozenset((id(u), c) for u, c in v.offset.terms if u is not var)
+                                      for _, _, v, _ in found))
     steps = [(pos, not any(r is v for r in op.reads), op, v) for pos, op, v, _ in found]
     for k, (pos, only_written, op, v) in enumerate(sorted(steps, key=lambda s: s[:2])):
         if not span[0] < pos < span[1]:
             return False
-        reached = cells(v, var, written.size)
+        reached = cells(v, var, written.size, shared)
         if reached is None:
             return False
         is_read, is_write = not only_written, any(w is v for w in op.writes)
@@ -204,11 +225,12 @@ def _written_first(t: Tensor, found: list, span: tuple[int, int], var: Any) -> b
     return True
 
 
-def cells(v: View, var: Any, size: int) -> np.ndarray | None:
-    """Every element offset ``v`` reaches over the other loop indices, with ``var``'s term dropped."""
+def cells(v: View, var: Any, size: int, drop: frozenset = frozenset()) -> np.ndarray | None:
+    """Every element offset ``v`` reaches over the other loop indices, with ``var``'s term dropped (and the
+    terms ``drop`` names: (id of the index, coefficient))."""
     idx = np.array([v.offset.const], dtype=np.int64)
     for u, c in v.offset.terms:
-        if u is not var:
+        if u is not var and (id(u), c) not in drop:
             idx = (idx[:, None] + c * (u.start + u.step * np.arange(u.trip))[None, :]).reshape(-1)
         if idx.size > MAX_ELEMENTS:
             return None

@@ -220,6 +220,31 @@ def test_two_zero_filled_tiles_each_get_one_block_per_iteration(tmp_path, betwee
         assert np.array_equal(got["down"][i], x - y)
 
 
+THREE_AXES = """
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((2, 16, 8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((2, 16, 8, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum, lazy_initialization=True)
+        x = nl.load(a)
+        for i in nl.affine_range(2):
+            for j in nl.affine_range(16):
+                for m in nl.affine_range(8):
+                    acc[i, j, m] += nl.multiply(x, 3.0)
+                    nl.store(out[i, j, m], value=acc[i, j, m])
+        return out
+"""
+
+
+def test_a_zero_filled_tile_of_three_block_axes_is_filled_block_by_block_in_the_innermost_loop(tmp_path):
+    """256 blocks (512 KiB of PSUM's 16), one per iteration of three loops: the fill moves into the innermost
+    loop, one block at a time (moved into the outer loop alone, it covered 128 blocks: more elements than the
+    sharing check enumerates, and PSUM was full)."""
+    path = write(tmp_path, THREE_AXES, header=HEADER)
+    x = RHS[:128]
+    got = run_klr(trace_file(path, "k", ["f32[128,512]"]), {"a": x})["out"]
+    assert np.array_equal(got, np.broadcast_to(x * np.float32(3.0), got.shape))
+
+
 def test_a_zero_filled_tile_read_after_its_loop_keeps_its_blocks(tmp_path):
     """The fill cannot move when a block is read outside the loop (the last one, here): PSUM stays full."""
     body = ZEROED_BLOCKS.replace("        return out", "        nl.store(out[0, 0], value=nl.copy(acc[2, 3]))\n"
