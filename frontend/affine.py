@@ -594,6 +594,28 @@ class Mask:
             starts[d] = max(starts.get(d, 0), self.skip.get(key, 0))
         return starts, {d: max(0, stops[d] - starts[d]) for d in stops}
 
+    def partitions(self) -> Mask:
+        """What the mask keeps of a per-partition operand (a bias or scale column, a row reduction's result):
+        its window on the partition axis alone, as a mask of a 1-axis grid, so it applies to a tile of any rank
+        (``[P]``, ``[P, 1]``); a partition row cut part way keeps that row (a row piece of its own)."""
+        keep: dict[tuple[int, int], int] = {}
+        skip: dict[tuple[int, int], int] = {}
+        for (_, axis), n in self.keep.items():
+            if axis == 0:
+                keep[(1, 0)] = min(keep.get((1, 0), n), n)
+        for (_, axis), n in self.skip.items():
+            if axis == 0:
+                skip[(1, 0)] = max(skip.get((1, 0), n), n)
+        row = None
+        if self.row is not None:
+            (_, axis), r, piece = self.row
+            if axis != 0:
+                raise unsupported(f"{self!r} on a per-partition operand (a mask that cuts a row of a free axis "
+                                  "part way)")
+            if all(n > 0 for n in piece.values()):
+                row = ((1, 0), r, {})
+        return Mask(keep, row, skip)
+
     def counts(self, ndim: int) -> dict[int, int]:
         """Kept counts per output axis of an ``ndim``-axis tile, for a prefix."""
         return self._prefix(*self.window(ndim))

@@ -220,6 +220,37 @@ def test_var_softmax_rms_norm_all(tmp_path):
     assert np.array_equal(out["oa"][:, 0], (a > -3.9).all(axis=1).astype(np.float32))
 
 
+@pytest.mark.parametrize("keep, rows", [("ix < 100", slice(0, 100)), ("ix >= 28", slice(28, 128))])
+def test_rms_norm_softmax_and_var_under_a_partition_mask(tmp_path, keep, rows):
+    """A 2-axis mask on the rows: each row's sum (of squares, of exps, its mean) is carried on through the
+    partitions the mask keeps, in their places, as the rows it normalises (strict: no unwritten byte read)."""
+    a, w = rand(128, 48), rand(48)
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent(f"""
+        @nki.jit
+        def k(a, w):
+            orn = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            osm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            ov = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+            ix, iy = nl.arange(128)[:, None], nl.arange(48)[None, :]
+            m = {keep}
+            wt = nl.load(w.reshape((1, 48))[nl.arange(1)[:, None], iy])
+            x = nl.load(a[ix, iy], mask=m)
+            nl.store(orn[ix, iy], value=nl.rms_norm(x, wt, axis=1, n=48, epsilon=1e-5, mask=m), mask=m)
+            nl.store(osm[ix, iy], value=nl.softmax(x, axis=1, mask=m), mask=m)
+            nl.store(ov[ix, 0], value=nl.var(x, axis=1, mask=m), mask=m)
+            return orn, osm, ov
+    """))
+    # the rows the mask drops are never written
+    out = run_klr(trace_file(path, "k", ["f32[128,48]", "f32[48]"]), {"a": a, "w": w}, check_written=False)
+    d = a[rows].astype(np.float64)
+    rn = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(out["orn"][rows], rn, rtol=1e-5, atol=1e-6)
+    e = np.exp(d - d.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["osm"][rows], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out["ov"][rows, 0], d.var(axis=1), rtol=1e-5)
+
+
 def test_broadcast_to_function_and_expand_dims(tmp_path):
     out = run(tmp_path, """
         @nki.jit

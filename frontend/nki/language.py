@@ -254,9 +254,13 @@ def always(mask: Any) -> builtins.bool:
     return isinstance(mask, (builtins.bool, np.bool_)) and builtins.bool(mask)
 
 
-def _masked(views: list[View], mask: Any) -> list[View]:
+def _masked(views: list[View], mask: Any, columns: tuple[Any, ...] = ()) -> list[Any]:
+    """``views`` narrowed by ``mask``, then ``columns``: per-partition operands of the same call (a bias, a
+    scale, a [P, 1] operand; numbers and None pass as they are).  NKI's mask predicates every operand of the
+    instruction, so a column with the views' partitions keeps the partitions the mask keeps, in step with
+    them (the same first partition and count); any other column is left to the call's own shape check."""
     if mask is None or always(mask):
-        return views
+        return views + list(columns)
     if isinstance(mask, (builtins.bool, np.bool_)):
         # a predicate of static indices found false (``mask=j + 1 < n`` in the last iteration): in NKI the
         # instruction then writes no element; here it keeps no row, and no instruction is emitted
@@ -270,12 +274,17 @@ def _masked(views: list[View], mask: Any) -> list[View]:
            for v in views]
     tr = current()
     tr.row_pieces, tr.piece_writes = {}, (0, set())  # a new masked call: an earlier split is behind it
-    for v, full in zip(views, out):
-        piece = mask.row_piece(v.ndim)
+    # the columns cut alike: those with the views' partitions, by the mask's window on the partition axis
+    columns = tuple(c.view() if isinstance(c, Tensor) else c for c in columns)
+    cols = [c for c in columns if isinstance(c, View) and c.tensor.on_chip and c.shape[0] == views[0].shape[0]]
+    rows = mask.partitions() if cols else mask
+    cut = {id(c): c.windowed(*rows.window(c.ndim)) for c in cols}
+    for v, full, by in (*zip(views, out, [mask] * len(views)), *((c, cut[id(c)], rows) for c in cols)):
+        piece = by.row_piece(v.ndim)
         if piece is not None:  # the next instruction on these views runs a second time, on the cut row
             axis, row, counts = piece
             tr.row_pieces[id(full)] = v.row_window(axis, row).narrowed(counts)
-    return out
+    return out + [cut.get(id(c), c) for c in columns]
 
 
 def _whole_tiles(call: str, mask: Any, views: list[View], why: str) -> builtins.bool:
@@ -642,7 +651,7 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
         tr.op("tensor_tensor", (sa, sb), (d,), dst=d, a=sa, b=sb, op=alu)
         return dst
     dst = tr.tile(full_.shape, _out_dtype(dtype, a, b))
-    d, s = _masked([dst, full_], mask)
+    d, s, col = _masked([dst, full_], mask, (col,))
     tr.op("tensor_scalar", (s, col), (d,), dst=d, src=s, op0=alu, imm0=_as_column(col), reverse0=reverse)
     return dst
 
@@ -704,10 +713,10 @@ def _activation(func: str, x: Any, dtype: Any = None, mask: Any = None, *, bias:
     src = _tile(x, f"nl.{func}")
     tr = current()
     dst = tr.tile(src.shape, _out_dtype(dtype, src))
-    d, s = _masked([dst, src], mask)
+    bias = None if bias is None else _tile(bias, "activation bias")
+    d, s, bias = _masked([dst, src], mask, (bias,))
     reads = (s,)
     if bias is not None:
-        bias = _tile(bias, "activation bias")
         if not _column(bias, s.shape[0]):
             raise unsupported(f"an activation bias of shape {list(bias.shape)} (a [P, 1] column)")
         bias = _as_column(bias)
@@ -821,9 +830,11 @@ _REDUCE_AXES = ("X", "XY", "XYZ", "XYZW")
 
 
 def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *, negate: bool = False,
-            what: str = "") -> View:
+            scale: float = 1.0, what: str = "") -> View:
     """``tensorReduce`` over free axes: the source's access pattern walks the kept axes first and the
-    reduced ones innermost (any free axes can be reduced that way; the partition axis cannot)."""
+    reduced ones innermost (any free axes can be reduced that way; the partition axis cannot).  Under a
+    mask the result keeps the indices the mask keeps of the kept axes, in their places (from a lower bound
+    on); ``scale`` multiplies what was written (nl.mean's 1 / count)."""
     src = _tile(x, what)
     axes = _axes(axis, src.ndim, what)
     k = len(axes)
@@ -839,8 +850,12 @@ def _reduce(op: str, x: Any, axis: Any, dtype: Any, keepdims: bool, mask: Any, *
     cut, = _masked([src], mask)
     cut.check_bounds()
     walk = View(cut.tensor, cut.offset, tuple(cut.dims[a] for a in kept_axes) + tuple(cut.dims[a] for a in axes))
-    out = dst.narrowed({d: cut.shape[a] for d, a in enumerate(kept_axes)})
+    first = cut.window or (0,) * cut.ndim
+    out = dst.windowed({d: first[a] for d, a in enumerate(kept_axes)},
+                       {d: cut.shape[a] for d, a in enumerate(kept_axes)})
     tr.op("tensor_reduce", (walk,), (out,), dst=out, src=walk, op=op, axis=_REDUCE_AXES[k - 1], negate=negate)
+    if scale != 1.0:
+        tr.op("tensor_scalar", (out,), (out,), dst=out, src=out, op0="mult", imm0=scale, reverse0=False)
     if keepdims:
         # the reduced axes as unit dims in their places
         it = iter(dst.dims[:len(kept)])
@@ -881,11 +896,9 @@ def prod(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any
 def mean(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
     _no_keywords("nl.mean", kw)
     src = _tile(x, "nl.mean")
-    total = _reduce("add", src, axis, float32 if dtype is None else dtype, keepdims, mask, what="nl.mean")
     count = math.prod(src.shape[a] for a in _axes(axis, src.ndim, "nl.mean"))
-    current().op("tensor_scalar", (total,), (total,), dst=total, src=total, op0="mult", imm0=1.0 / count,
-                 reverse0=False)
-    return total
+    return _reduce("add", src, axis, float32 if dtype is None else dtype, keepdims, mask, scale=1.0 / count,
+                   what="nl.mean")
 
 
 # ---------------------------------------------------------------------------- matmul and transpose

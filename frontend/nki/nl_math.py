@@ -12,6 +12,7 @@ from __future__ import annotations
 from builtins import abs as builtins_abs
 from typing import Any
 
+from tusk.frontend.affine import Mask
 from tusk.frontend.errors import unsupported
 from tusk.frontend.nki import language as nl
 from tusk.frontend.tensors import Tensor, View
@@ -244,8 +245,8 @@ def softmax(x: Any, axis: Any = -1, dtype: Any = None, mask: Any = None, **kw: A
     tr = current()
     neg_max = nl._reduce("max", src, axis, nl.float32, False, mask, negate=True, what="nl.softmax")
     e = tr.tile(src.shape, nl.float32)
-    d, s = nl._masked([e, src], mask)
-    col = nl._as_column(neg_max)
+    d, s, col = nl._masked([e, src], mask, (neg_max,))
+    col = nl._as_column(col)
     tr.op("activation", (s, col), (d,), dst=d, src=s, func="exp", bias=col, scale=1.0)
     total = nl._reduce("add", e, axis, nl.float32, False, mask, what="nl.softmax")
     return nl._binary("divide", e, total, dtype or src.dtype, mask)
@@ -260,8 +261,10 @@ def rms_norm(x: Any, w: Any, axis: Any, n: Any, epsilon: float = 1e-6, dtype: An
         raise unsupported(f"nl.rms_norm n={n!r} (a positive int)")
     sq = nl._binary("multiply", src, src, nl.float32, mask)
     ss = nl._reduce("add", sq, axis, nl.float32, False, mask, what="nl.rms_norm")
-    ms = _scalar_op(ss, "mult", 1.0 / n, nl.float32, mask, "add", float(epsilon))
-    rms = nl._activation("sqrt", ms, nl.float32, mask)
+    # the sums of squares (one per partition) go on under the mask's partitions alone
+    rows = mask.partitions() if isinstance(mask, Mask) else mask
+    ms = _scalar_op(ss, "mult", 1.0 / n, nl.float32, rows, "add", float(epsilon))
+    rms = nl._activation("sqrt", ms, nl.float32, rows)
     normed = nl._binary("divide", src, rms, nl.float32, mask)
     weight = nl._broadcast_operand(w, src.shape, "nl.rms_norm w")
     return nl._binary("multiply", normed, weight, dtype or src.dtype, mask)
