@@ -119,6 +119,42 @@ def test_activation_tile_scale_reductions_and_a_non_trailing_axis(tmp_path):
     np.testing.assert_allclose(res["red2"][:, 0], (a + 1).sum(axis=(1, 2)), rtol=1e-5)
 
 
+def test_a_partition_mask_cuts_the_bias_scale_and_operand_columns_too(tmp_path):
+    """NKI's mask predicates every operand: under a mask that keeps partitions 128..191 of the second tile
+    (64 of its 128), a [128, 1] or [128] (integer-indexed) bias, a tile scale, reduce_res and a
+    tensor_scalar operand column are cut to those partitions, in step with the data."""
+    a, c = rand(192, 32, lo=0.0, hi=4.0), rand(128, 1, lo=0.5, hi=2.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, c):
+            col = nl.load(c)
+            o1 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            ip, jf = nl.arange(128)[:, None], nl.arange(32)[None, :]
+            o3 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            for i in nl.affine_range(2):
+                m = i * 128 + ip < a.shape[0]
+                t = nl.load(a[i * 128 + ip, jf], mask=m)
+                y = nisa.activation(op=nl.sqrt, data=t, bias=col[ip, 0], scale=2.0, mask=m)
+                nl.store(o1[i * 128 + ip, jf], value=y, mask=m)
+                r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+                z = nisa.activation_reduce(op=nl.exp, data=t, reduce_op=nl.add, reduce_res=r, bias=col,
+                                           scale=col, mask=m)
+                nl.store(o2[i * 128 + ip, jf], value=z, mask=m)
+                nl.store(sums[i * 128 + ip, 0], value=r, mask=m)
+                u = nisa.tensor_scalar(t, np.multiply, col, op1=np.add, operand1=col[ip, 0], mask=m)
+                nl.store(o3[i * 128 + ip, jf], value=u, mask=m)
+            return o1, o2, o3, sums
+    """, {"a": a, "c": c})
+    cc = np.concatenate([c, c[:64]])
+    np.testing.assert_allclose(res["o1"], np.sqrt(a * 2.0 + cc), rtol=1e-6)
+    e = np.exp(a * cc + cc)
+    np.testing.assert_allclose(res["o2"], e, rtol=2e-6)
+    np.testing.assert_allclose(res["sums"][:, 0], e.sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(res["o3"], a * cc + cc)
+
+
 def test_reciprocal_and_stream_shuffle(tmp_path):
     a = rand(64, 8, lo=0.5, hi=3.0)
     res = run(tmp_path, """

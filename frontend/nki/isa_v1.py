@@ -46,8 +46,10 @@ def _result(like: View, dtype: Any, shape: tuple[int, ...] | None = None, memory
     return current().tile(shape, nl._out_dtype(dtype, like), memory)
 
 
-def _masked(mask: Any, *views: View) -> list[View]:
-    return nl._masked(list(views), mask)
+def _masked(mask: Any, *views: View, columns: tuple[Any, ...] = ()) -> list[Any]:
+    """The views narrowed by ``mask``, then ``columns`` (per-partition operands: a bias, a scale, an operand
+    column, reduce_res) cut to the partitions it keeps, as NKI's mask predicates every operand."""
+    return nl._masked(list(views), mask, columns)
 
 
 def _unmasked(call: str, mask: Any, *views: View) -> bool:
@@ -163,7 +165,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     call = "nisa.tensor_scalar"
     src = tile(data, call)
     out = _result(src, dtype)
-    d, s = _masked(mask, out, src)
+    d, s, operand0, operand1 = _masked(mask, out, src, columns=(operand0, operand1))
     ops.tensor_scalar(call, d, s, op0, operand0, reverse0, op1, operand1, reverse1)
     return out
 
@@ -175,7 +177,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     src = tile(data, call)
     out = _result(src, dtype)
     other = tile(operand1, f"{call} operand1")
-    d, s, o = _masked(mask, out, src, other)
+    d, s, o, operand0 = _masked(mask, out, src, other, columns=(operand0,))
     ops.scalar_tensor_tensor(call, d, s, op0, operand0, op1, o, reverse0, reverse1)
     return out
 
@@ -213,7 +215,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     call = "nisa.activation"
     src = tile(data, call)
     out = _result(src, dtype)
-    d, s = _masked(mask, out, src)
+    d, s, bias, scale, reduce_res = _masked(mask, out, src, columns=(bias, scale, reduce_res))
     ops.activation_accumulating(call, d, op, s, bias, scale, reduce_op, reduce_res,
                                 _v1_reduce_cmd(reduce_op, reduce_res, reduce_cmd))
     return out
@@ -232,7 +234,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
     call = "nisa.activation_reduce"
     src = tile(data, call)
     out = _result(src, dtype)
-    d, s = _masked(mask, out, src)
+    d, s, bias, scale, reduce_res = _masked(mask, out, src, columns=(bias, scale, reduce_res))
     ops.activation_accumulating(call, d, op, s, bias, scale, reduce_op, reduce_res, reduce_cmd.reset_reduce)
     return out
 
@@ -242,7 +244,7 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     call = "nisa.tensor_scalar_reduce"
     src = tile(data, call)
     out = _result(src, dtype)
-    d, s = _masked(mask, out, src)
+    d, s, operand0, reduce_res = _masked(mask, out, src, columns=(operand0, reduce_res))
     ops.tensor_scalar_reduce(call, d, s, op0, operand0, reverse0, reduce_op, reduce_res)
     return out
 
