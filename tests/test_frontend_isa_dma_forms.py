@@ -137,6 +137,31 @@ def test_a_returned_sbuf_tile_is_an_output_holding_its_contents(tmp_path):
     np.testing.assert_allclose(got["total"][:, 0], np.exp(x).sum(1), rtol=1e-5)
 
 
+def test_a_dma_copy_that_casts_a_1d_integer_indexed_view_stages_it_as_its_destination(tmp_path):
+    """bf16 row ``b[0, 0:256]`` (1-D) into f32 ``sb[0, :256]``, and f32 column ``c[:, 1]`` into bf16
+    ``cb[:, 0]``: the DMA fills a tile laid out as the destination, the copy casts (not a 256-partition
+    stage shaped as the 1-D source)."""
+    b = (np.arange(256, dtype=np.float32) / 8 - 16).reshape(1, 256)  # exact in bfloat16
+    c = (RNG.integers(-64, 64, (128, 2)) / 4).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(b, c):
+            row = nl.ndarray((1, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            sb = nl.ndarray((1, 256), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=sb[0, :256], src=b[0, 0:256])
+            nisa.dma_copy(dst=row, src=sb)
+            cb = nl.ndarray((128, 1), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=cb[:, 0], src=c[:, 1])
+            cf = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=cf, src=cb)
+            nisa.dma_copy(dst=col, src=cf)
+            return row, col
+    """, {"b": b, "c": c}, ["bf16[1,256]", "f32[128,2]"])
+    np.testing.assert_array_equal(got["row"], b)
+    np.testing.assert_array_equal(got["col"][:, 0], c[:, 1])
+
+
 SCALAR_OFFSET = """
     @nki.jit
     def k(table, which):

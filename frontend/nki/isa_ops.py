@@ -121,8 +121,10 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
     tr = current()
     if src.dtype != dst.dtype:
         if dst.tensor.on_chip:
-            stage = fresh(src.shape, src.dtype)
-            tr.op("dma", (src,), (stage,), dst=stage, src=src)
+            # the stage is laid out as dst (a tile the copy can cast into): src may be an HBM view of any
+            # shape that streams the same elements (a 1-D row bias[0, 0:256] into sb[0, :256])
+            stage = fresh(dst.shape, src.dtype)
+            tr.op("dma", (src, *scalar_offset.scalars(src)), (stage,), dst=stage, src=src)
             tr.op("copy", (stage,), (dst,), dst=dst, src=stage)
             return
         if src.tensor.on_chip:
