@@ -354,13 +354,14 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
 
 
 def _read_first(tr: Tracer, arg: Tensor) -> bool:
-    """Does the kernel read ``arg`` before it first writes it (in program order)?"""
+    """Does the kernel read ``arg`` before it first writes it (in program order; an operation that reads and
+    writes it, a DMA from one part of it to another, reads the incoming values)?"""
     for e in tr.prog:
         if isinstance(e, Op):
-            if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
-                return False
             if any((v.tensor.alias_of or v.tensor) is arg for v in e.reads):
                 return True
+            if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
+                return False
     return False
 
 

@@ -471,3 +471,18 @@ def test_an_nt_mutable_argument_written_in_part_keeps_the_rest(tmp_path):
     want[16:48] = new
     assert np.array_equal(run_klr(data, {"new": new, "cache": cache})["cache"], want)
     assert np.array_equal(run(through_pipeline(data, tmp_path), {"new": new, "cache": cache})["cache"], want)
+
+
+def test_an_argument_copied_within_itself_keeps_its_incoming_values(tmp_path):
+    """One DMA reads and writes the argument: it reads the incoming values, so the argument is in/out."""
+    body = """
+    @nki.jit
+    def k(buf):
+        nisa.dma_copy(dst=buf[0:64, :], src=buf[64:128, :])
+        return buf
+    """
+    data = trace_file(write(tmp_path, body, header=HEADER), "k", ["f32[128,64]"])
+    buf = B[:128, :64]
+    want = buf.copy()
+    want[0:64] = buf[64:128]
+    assert np.array_equal(run_klr(data, {"buf": buf})["buf"], want)
