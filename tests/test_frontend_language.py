@@ -688,6 +688,77 @@ def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path)
     assert "k.py:14" in msg and "nl.silu_dx" in msg
 
 
+@pytest.mark.parametrize("loop", ["affine_range", "sequential_range", "static_range"])
+def test_range_functions_take_start_stop_and_step_by_keyword(tmp_path, loop):
+    out = run(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((8, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+            for i in nl.{loop}(start=0, stop=2):
+                nl.store(out[nl.ds(i, 1), :], nl.load(a[nl.ds(i, 1), :]))
+            for i in nl.{loop}(2, stop=8, step=3):          # rows 2 and 5
+                nl.store(out[nl.ds(i, 1), :], nl.add(nl.load(a[nl.ds(i, 1), :]), 1.0))
+            for i in nl.{loop}(stop=2, step=1):
+                nl.store(out[nl.ds(i + 6, 1), :], nl.multiply(nl.load(a[nl.ds(i + 6, 1), :]), 2.0))
+            for i in nl.{loop}(3, 5):
+                nl.store(out[nl.ds(i, 1), :], nl.load(a[nl.ds(i, 1), :]))
+            return out
+    """, ["f32[8,16]"], {"a": (a := rand(8, 16))})
+    want = a.copy()
+    want[[2, 5]] += 1
+    want[6:] *= 2
+    np.testing.assert_array_equal(out["out"], want)
+
+
+def test_a_range_bound_given_twice_is_refused_at_its_line(tmp_path):
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            for i in nl.affine_range(4, start=0):
+                pass
+    """, ["f32[128,8]"])
+    assert "k.py:8: not supported: nl.affine_range: start given twice, by position and by keyword" in msg, msg
+
+
+def test_tile_size_has_nkis_sbuf_size_and_alignments_and_names_an_unknown_constant(tmp_path):
+    from tusk.ir.arch import get_arch
+    sb = get_arch(None).sb_bytes_per_partition
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            ts = nl.tile_size
+            assert ts.sbuf_size_bytes == ts.pmax * (ts.total_available_sbuf_size + 16392)
+            assert (ts.psum_min_align, ts.sbuf_min_align) == (4, 1) and not hasattr(ts, "no_such")
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(out, nl.add(nl.load(a), float(ts.sbuf_size_bytes // ts.pmax)))
+            return out
+    """, ["f32[128,8]"], {"a": (a := rand(128, 8))})
+    np.testing.assert_array_equal(out["out"], a + np.float32(sb))
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            n = nl.tile_size.sbuf_bytes
+    """, ["f32[128,8]"])
+    assert "k.py:8: not supported: nl.tile_size.sbuf_bytes (not in Tusk's NKI front end" in msg, msg
+
+
+def test_like_constructors_take_nkis_parameter_names_by_keyword(tmp_path):
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            z = nl.zeros_like(x=x, dtype=nl.float32, buffer=nl.sbuf)
+            o = nl.ones_like(x=x)
+            f = nl.full_like(x=x, fill_value=3.0)
+            e = nl.empty_like(x=x)
+            e[...] = nl.add(nl.add(z, o), nl.multiply(f, x))
+            nl.store(out, e)
+            return out
+    """, ["f32[128,8]"], {"a": (a := rand(128, 8))})
+    np.testing.assert_array_equal(out["out"], np.float32(1) + np.float32(3) * a)
+
+
 def test_like_constructors_and_more_view_methods(tmp_path):
     out = run(tmp_path, """
         @nki.jit

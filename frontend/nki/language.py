@@ -9,6 +9,7 @@ after tracing.  Calls outside this module's API are refused by name (see
 from __future__ import annotations
 
 import builtins  # sum, max, min and abs are NKI names in this module
+import inspect
 import linecache
 import math
 import re
@@ -17,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
-from tusk.frontend.errors import TraceError, current_user_line, unsupported
+from tusk.frontend.errors import TraceError, current_user_line, missing_attribute, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
 from tusk.frontend.tracer import CEILING, Op, WatchedRange, as_shape, current, too_many, trips
+from tusk.ir.arch import get_arch as _get_arch
 
 # ---------------------------------------------------------------------------- dtypes and buffers
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
@@ -74,7 +76,19 @@ private_hbm = hbm
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_hbm", "private_hbm": "hbm"}
 
 
-class tile_size:
+class _TileSizes(type):
+    """``nl.tile_size.NAME`` of a constant Tusk lacks: refused by name (still an AttributeError, for hasattr)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute("nl.tile_size", name)
+
+
+_ARCH = _get_arch(None)  # the geometry Tusk places tiles in (gen3, trn2)
+
+
+class tile_size(metaclass=_TileSizes):
     pmax = 128
     psum_pmax = 128
     gemm_stationary_fmax = 128
@@ -85,8 +99,13 @@ class tile_size:
     psum_num_banks = 8
     bn_stats_fmax = 512
     # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
-    total_available_sbuf_size = sbuf_fmax_bytes = 229376 - 16392
+    total_available_sbuf_size = sbuf_fmax_bytes = _ARCH.sb_bytes_per_partition - _ARCH.sb_reserved
     sbuf_fmax = sbuf_fmax_bytes // 4
+    # the whole SBUF, every partition (NKI's "total SBUF capacity")
+    sbuf_size_bytes = PARTITIONS * _ARCH.sb_bytes_per_partition
+    # byte alignment of a tile's start along the free axis (KLR's tracer: 4 in PSUM, 1 in SBUF)
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 def par_dim(n: int) -> ParDim:
@@ -156,17 +175,54 @@ class _Range:
                 tr.broken_loop = current_user_line() or ("", 0)
 
 
-def affine_range(*args: Any, **_: Any) -> _Range:
-    return _Range("affine_range", args)
+_RANGE_PARAMS = ("start", "stop", "step")
 
 
-def sequential_range(*args: Any, **_: Any) -> _Range:
-    return _Range("sequential_range", args)
+def _range_args(kind: str, args: tuple, kw: dict[str, Any]) -> tuple:
+    """The bounds of ``nl.KIND(start, stop=None, step=1)`` (NKI's documented parameters), given by position or
+    by keyword, as the arguments of Python's ``range``.  ``kw`` keeps the other keywords."""
+    if len(args) > 3:
+        raise unsupported(f"nl.{kind} with {len(args)} arguments (start, stop=None, step=1)")
+    given = dict(zip(_RANGE_PARAMS, args))
+    for name in _RANGE_PARAMS:
+        if name in kw:
+            if name in given:
+                raise unsupported(f"nl.{kind}: {name} given twice, by position and by keyword")
+            given[name] = kw.pop(name)
+    if not given:
+        return ()
+    if "start" not in given:
+        if "stop" not in given:
+            raise unsupported(f"nl.{kind} without start or stop (start, stop=None, step=1)")
+        given["start"] = 0  # nl.affine_range(stop=4): from 0, as range(4)
+    start, stop, step = given["start"], given.get("stop"), given.get("step", 1)
+    if stop is None:  # start is the stop, as in range(n)
+        return (start,) if "step" not in given else (0, start, step)
+    return (start, stop) if "step" not in given else (start, stop, step)
 
 
-def static_range(*args: Any, **_: Any) -> Any:
+def affine_range(*args: Any, **kw: Any) -> _Range:
+    return _Range("affine_range", _range_args("affine_range", args, kw))
+
+
+def sequential_range(*args: Any, **kw: Any) -> _Range:
+    return _Range("sequential_range", _range_args("sequential_range", args, kw))
+
+
+def static_range(*args: Any, **kw: Any) -> Any:
+    args = _range_args("static_range", args, kw)
+    if not args:
+        raise unsupported("nl.static_range with 0 arguments")
     r = range(*[int(Affine.of(a)) for a in args])
     return WatchedRange(r, f"nl.static_range({', '.join(map(str, args))})")
+
+
+# the documented signature, for help() and the API table (the functions take it by position or by keyword)
+_RANGE_SIGNATURE = inspect.Signature([inspect.Parameter("start", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                                      inspect.Parameter("stop", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+                                      inspect.Parameter("step", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=1)])
+for _fn in (affine_range, sequential_range, static_range):
+    _fn.__signature__ = _RANGE_SIGNATURE  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------- SPMD
@@ -413,9 +469,11 @@ def ones(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = "", *
     return full(shape, 1, dtype, buffer, name)
 
 
-def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
+def zeros_like(x: Any, dtype: Any = None, buffer: Any = None, name: str = "", **kw: Any) -> Tensor:
     _no_keywords("nl.zeros_like", kw)
-    return full(a.shape, 0, dtype or a.dtype, buffer, name)
+    if not isinstance(x, (View, Tensor)):
+        raise unsupported(f"nl.zeros_like of {type(x).__name__} (a tensor or tile)")
+    return full(x.shape, 0, dtype or x.dtype, buffer, name)
 
 
 def _memset(dst: View, value: Any) -> None:

@@ -281,8 +281,12 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
 
 
 def dynamic_range(*args: Any, **kw: Any) -> Any:
+    args = nl._range_args("dynamic_range", args, kw)
     nl._no_keywords("nl.dynamic_range", kw)
     return nl._Range("dynamic_range", args)
+
+
+dynamic_range.__signature__ = nl._RANGE_SIGNATURE  # type: ignore[attr-defined]
 
 
 def while_loop(init: Any, body_fun: Any, **kw: Any) -> None:
