@@ -565,6 +565,20 @@ def test_a_while_loop_body_must_return_a_register(tmp_path, returned, words):
     assert "bad.py:" in str(e.value) and words in str(e.value)
 
 
+@pytest.mark.parametrize("loop, params", [("nl.while_loop(flag, body)", "()"), ("nl.while_loop(flag, body)", "(r, s)"),
+                                           ("nl.fori_loop(0, 4, body)", "(i, j, *, k)")])
+def test_a_loop_body_taking_other_than_one_argument_is_refused_at_the_loops_line(tmp_path, loop, params):
+    path = tmp_path / "bad.py"
+    text = WHILE_COUNTDOWN.replace("RETURNED", "r").replace("def body(r):", f"def body{params}:")
+    path.write_text(V2 + textwrap.dedent(text.replace("nl.while_loop(flag, body)", loop)))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[1,1]", "i32[1,1]"])
+    what, arg = ("nl.while_loop", "the condition register") if "while" in loop else ("nl.fori_loop", "the loop index")
+    line = V2.count("\n") + textwrap.dedent(text).splitlines().index(f"    {'nl.while_loop(flag, body)'}") + 1
+    assert f"bad.py:{line}: not supported: {what} body body{params} (it is called with one argument, {arg})" \
+        in str(e.value), str(e.value)
+
+
 RESIDUAL = """
     @nki.jit
     def k(h, a, m):

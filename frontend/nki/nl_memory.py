@@ -9,6 +9,7 @@ KLR file needs no side files.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -274,6 +275,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
     nl._no_keywords("nl.fori_loop", kw)
     if not callable(body_fun):
         raise unsupported(f"nl.fori_loop body {body_fun!r} (a function of the loop index)")
+    _takes_one_argument("nl.fori_loop", body_fun, "the loop index")
     loop = range(*[int(nl.Affine.of(a)) for a in (lower, upper, step)]) if unroll \
         else nl._Range("fori_loop", (lower, upper, step))
     for i in loop:
@@ -289,9 +291,25 @@ def dynamic_range(*args: Any, **kw: Any) -> Any:
 dynamic_range.__signature__ = nl._RANGE_SIGNATURE  # type: ignore[attr-defined]
 
 
+def _takes_one_argument(what: str, body_fun: Any, arg: str) -> None:
+    """A loop body is called with one argument: one that cannot take it is refused at the kernel's line (not a
+    TypeError from inside Tusk's call)."""
+    try:
+        sig = inspect.signature(body_fun)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return
+    try:
+        sig.bind(None)
+    except TypeError:
+        name = getattr(body_fun, "__name__", type(body_fun).__name__)
+        raise unsupported(f"{what} body {name}{sig} (it is called with one argument, {arg})") from None
+
+
 def while_loop(init: Any, body_fun: Any, **kw: Any) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on a register condition read at run time (runtime_loop)."""
     nl._no_keywords("nl.while_loop", kw)
+    if callable(body_fun):
+        _takes_one_argument("nl.while_loop", body_fun, "the condition register")
     from tusk.frontend.nki.runtime_loop import while_loop as _while
 
     _while(init, body_fun)
