@@ -566,6 +566,26 @@ class View:
         # kernels build views they use only under a later guard (nki-library's output_projection_tkg)
         return View(tensor, base, dims, ())
 
+    def vector_select(self, dim: int, vector_offset: Any) -> View:
+        """``t.vector_select(0, idx)``: partition ``p`` reads row ``idx[p]`` of the HBM tensor ``t`` (a gather or
+        scatter by a DMA), as ``t.ap([[row stride, P], ...the other axes], vector_offset=idx)``."""
+        if _int(dim, "vector_select") != 0:
+            raise unsupported(f"vector_select({dim}, ...) (NKI's vector offset indexes axis 0)")
+        if self.tensor.on_chip:
+            raise unsupported("vector_select of an on-chip tile (NKI's vector_select reads rows of an HBM tensor)")
+        if self.vector is not None:
+            raise unsupported("vector_select of a view already indexed by a tile (one runtime offset per access)")
+        idx = vector_offset.view() if isinstance(vector_offset, Tensor) else vector_offset
+        if not isinstance(idx, View):
+            raise unsupported(f"vector_select(0, {type(vector_offset).__name__}) (an integer [P, 1] SBUF column "
+                              f"of row indices)")
+        row = math.prod(self.tensor.shape[1:])
+        if self.dims[0][0] != row:
+            raise unsupported(f"vector_select of a view whose axis 0 steps {self.dims[0][0]} elements, not the "
+                              f"{row} of a row of {self.tensor.name} (the index is scaled by the tensor's row)")
+        pattern = [[row, idx.shape[0]]] + [[st, n] for st, n in self.dims[1:]]
+        return self.ap(pattern, vector_offset=idx, indirect_dim=0)
+
     def check_extent(self, what: str) -> None:
         """Every element the view walks lies inside its tensor (for every value of the loop indices)."""
         lo, hi = self.offset.bounds()
@@ -930,7 +950,7 @@ def _count(start: Affine, stop: Affine, step: int) -> int:
 
 
 _VIEW_METHODS = frozenset({"ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim", "flatten_dims",
-                           "slice", "select", "get_pattern", "is_contiguous", "is_indirect", "size", "buffer",
+                           "slice", "select", "vector_select", "get_pattern", "is_contiguous", "is_indirect", "size", "buffer",
                            "offset", "reinterpret_cast", "astype", "expand_dims", "assert_shape"})
 
 # the operators make Tensor behave as its whole view

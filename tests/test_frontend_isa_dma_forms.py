@@ -479,6 +479,53 @@ def test_a_vector_offset_whose_pattern_does_not_walk_the_rows_is_refused(tmp_pat
         trace_file(path, "k", ["f32[64,8]", "i32[32,1]"])
 
 
+VECTOR_SELECT = """
+    @nki.jit
+    def k(table, rows):
+        n, c = rows.shape[0], table.shape[2]
+        out = nl.ndarray((n, 3, c - 2), dtype=table.dtype, buffer=nl.shared_hbm)
+        idx = nl.ndarray((n, 1), dtype=rows.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        got = nl.ndarray((n, 3, c - 2), dtype=table.dtype, buffer=nl.sbuf)
+        src = table[:, :, 2:].vector_select(0, idx)
+        assert src.shape == (n, 3, c - 2)
+        nisa.dma_copy(dst=got, src=src)
+        moved = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=moved.vector_select(0, idx), src=nl.zeros((n, 3, c), dtype=table.dtype, buffer=nl.sbuf))
+        nisa.dma_copy(dst=moved[:, :, 2:].vector_select(dim=0, vector_offset=idx), src=got)
+        nisa.dma_copy(dst=out, src=got)
+        return out, moved
+"""
+
+
+def test_vector_select_gathers_and_scatters_rows_of_an_hbm_tensor(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(VECTOR_SELECT))
+    table = RNG.standard_normal((64, 3, 8)).astype(np.float32)
+    rows = RNG.permutation(64)[:32].astype(np.int32).reshape(32, 1)  # distinct: the scatter writes each row once
+    got = run_klr(trace_file(path, "k", ["f32[64,3,8]", "i32[32,1]"]), {"table": table, "rows": rows},
+                  check_written=False)
+    gathered = table[rows[:, 0], :, 2:]
+    np.testing.assert_array_equal(got["out"], gathered)
+    np.testing.assert_array_equal(got["moved"][rows[:, 0], :, 2:], gathered)
+    np.testing.assert_array_equal(got["moved"][rows[:, 0], :, :2], 0)
+
+
+@pytest.mark.parametrize("use, words", [
+    ("table.vector_select(1, idx)", "vector_select(1, ...) (NKI's vector offset indexes axis 0)"),
+    ("idx.vector_select(0, idx)", "vector_select of an on-chip tile"),
+    ("table.vector_select(0, 3)", "vector_select(0, int) (an integer [P, 1] SBUF column of row indices)"),
+    ("table.reshape((32, 6, 8)).vector_select(0, idx)", "vector_select of a view whose axis 0 steps 48 elements, not the 24 of a row"),
+])
+def test_a_vector_select_nki_does_not_define_is_refused_at_its_line(tmp_path, use, words):
+    path = tmp_path / "bad.py"
+    path.write_text(V2 + textwrap.dedent(VECTOR_SELECT.replace("table[:, :, 2:].vector_select(0, idx)", use)))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[64,3,8]", "i32[32,1]"])
+    line = V2.count("\n") + 9
+    assert f"bad.py:{line}: not supported: {words}" in str(e.value), str(e.value)
+
+
 FORI_BY_REGISTER = """
     @nki.jit
     def k(data, n):

@@ -832,14 +832,14 @@ def test_an_ap_view_past_its_tile_is_refused_where_an_instruction_uses_it_or_a_s
 
 
 @pytest.mark.parametrize("use, name", [("x.rearrange(('b', 'h'), ('h', 'b'))", "rearrange"),
-                                       ("a.vector_select(0, x)", "vector_select"),
+                                       ("a.indirect(x, 8)", "indirect"),
                                        ("nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf).no_such", "no_such")])
 def test_a_tensor_method_tusk_lacks_is_refused_by_name_and_hasattr_says_no(tmp_path, use, name):
     msg = refused(tmp_path, f"""
         @nki.jit
         def k(a):
             x = nl.load(a)
-            assert not hasattr(x, "rearrange") and getattr(a, "vector_select", None) is None
+            assert not hasattr(x, "rearrange") and getattr(a, "indirect", None) is None
             y = {use}
             nl.store(a, x)
     """, ["f32[128,8]"])
