@@ -420,6 +420,33 @@ def test_activate2_and_exponential_from_a_loaded_sum(tmp_path):
     np.testing.assert_allclose(res["sums"][:, 1], np.exp(a).sum(axis=1) + z[:, 0], rtol=1e-5)
 
 
+def test_nl_bypass_passes_data_through_as_an_activation_and_as_an_alu_stage(tmp_path):
+    a = rand(32, 24)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            o1 = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            y = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activate2(dst=y, op=nl.bypass, data=x, op0=nl.multiply, imm0=2.0, op1=nl.add, imm1=1.0)
+            z = nl.ndarray((32, 24), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=z, data=x, op0=nl.multiply, operand0=3.0, op1=nl.bypass, operand1=5.0)
+            nisa.dma_copy(dst=o1, src=y)
+            nisa.dma_copy(dst=o2, src=z)
+            return o1, o2
+    """, {"a": a})
+    np.testing.assert_array_equal(res["o1"], a * np.float32(2) + np.float32(1))
+    np.testing.assert_array_equal(res["o2"], a * np.float32(3))
+    msg = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            y = nl.bypass(a)
+    """, ["f32[32,24]"])
+    assert "bad.py:8: not supported: calling nl.bypass (an operator for an ISA call's op=, op0= or op1=)" in msg, msg
+
+
 def test_nc_stream_shuffle_moves_partitions_within_quadrants(tmp_path):
     a = rand(64, 8)
     got = run(tmp_path, """

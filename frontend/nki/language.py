@@ -783,6 +783,24 @@ def _activation(func: str, x: Any, dtype: Any = None, mask: Any = None, *, bias:
     return dst
 
 
+class _OperatorName:
+    """An NKI operator that is only a name for an ISA call's ``op=`` / ``op0=`` / ``op1=`` (``nl.bypass``): its
+    ALU operator (by ``__name__``) and its activation function (``_activation``); calling it is refused."""
+
+    def __init__(self, name: str, activation: str | None) -> None:
+        self.__name__, self._activation = name, activation
+
+    def __repr__(self) -> str:
+        return f"nl.{self.__name__}"
+
+    def __call__(self, *_: Any, **__: Any) -> Any:
+        raise unsupported(f"calling nl.{self.__name__} (an operator for an ISA call's op=, op0= or op1=)")
+
+
+# NKI's no-op operator: ALU bypass (the left operand) as op0/op1, the identity activation (KLR copy) as op
+bypass = _OperatorName("bypass", "copy")
+
+
 def _make_activation(name: str, func: str):
     def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
         _no_keywords(f"nl.{name}", kw)
