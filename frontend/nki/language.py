@@ -218,9 +218,10 @@ def static_range(*args: Any, **kw: Any) -> Any:
 
 
 # the documented signature, for help() and the API table (the functions take it by position or by keyword)
-_RANGE_SIGNATURE = inspect.Signature([inspect.Parameter("start", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-                                      inspect.Parameter("stop", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-                                      inspect.Parameter("step", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=1)])
+_P = inspect.Parameter
+_RANGE_SIGNATURE: inspect.Signature = inspect.Signature([
+    _P("start", _P.POSITIONAL_OR_KEYWORD), _P("stop", _P.POSITIONAL_OR_KEYWORD, default=None),
+    _P("step", _P.POSITIONAL_OR_KEYWORD, default=1)])
 for _fn in (affine_range, sequential_range, static_range):
     _fn.__signature__ = _RANGE_SIGNATURE  # type: ignore[attr-defined]
 
