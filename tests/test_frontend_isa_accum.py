@@ -276,8 +276,10 @@ def test_arg_values_name_nki_and_numpy_objects():
     assert arg_text(parse_value("np.less")) == "numpy.less"
 
 
-def test_reduce_after_an_untracked_accumulating_instruction_is_refused(tmp_path):
-    msg = refused(tmp_path, V2, """
+def test_a_cumulative_reduce_continues_the_register_tensor_scalar_reduce_left(tmp_path):
+    """NKI: tensor_scalar_reduce's registers are the ones tensor_scalar_cumulative continues."""
+    x = RNG.integers(-8, 8, (8, 8)).astype(np.float32)
+    got = run(tmp_path, V2, """
         @nki.jit
         def k(x):
             out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
@@ -290,8 +292,148 @@ def test_reduce_after_an_untracked_accumulating_instruction_is_refused(tmp_path)
             nisa.tensor_scalar_cumulative(d, t, nl.add, nl.add, 0.0, reduce_cmd=nisa.reduce_cmd.reduce)
             nisa.dma_copy(dst=out, src=d)
             return out
-    """, ["f32[8,8]"])
-    assert "bad.py:15:" in msg and "no earlier" in msg
+    """, {"x": x})["out"]
+    np.testing.assert_array_equal(got, (2 * x).sum(1, keepdims=True) + np.cumsum(x, axis=1))
+
+
+TSR_CHAIN = """
+    @nki.jit
+    def k(x):
+        P, F = x.shape
+        out = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        ys = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        y = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=y[:, 0:16], data=t[:, 0:16], op0=nl.multiply, operand0=2.0,
+                                  reduce_op=RED, reduce_res=None, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.tensor_scalar_reduce(dst=y[:, 16:32], data=t[:, 16:32], op0=nl.multiply, operand0=2.0,
+                                  reduce_op=RED, reduce_res=r[:, 0:1], reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.tensor_scalar_reduce(dst=y[:, 32:48], data=t[:, 32:48], op0=nl.multiply, operand0=2.0,
+                                  reduce_op=RED, reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.tensor_scalar_reduce(dst=y[:, 48:64], data=t[:, 48:64], op0=nl.multiply, operand0=2.0,
+                                  reduce_op=RED, reduce_res=r[:, 1:2], reduce_cmd=nisa.reduce_cmd.reduce,
+                                  reduce_res_negate=True)
+        nisa.dma_copy(dst=out, src=r)
+        nisa.dma_copy(dst=ys, src=y)
+        return out, ys
+"""
+
+
+@pytest.mark.parametrize("red, fold", [("nl.add", np.sum), ("nl.maximum", np.max), ("nl.minimum", np.min),
+                                       ("nl.multiply", np.prod)])
+def test_tensor_scalar_reduce_chain_keeps_the_registers_between_calls_without_reduce_res(tmp_path, red, fold):
+    """NKI 0.6.0: reduce_res=None keeps the reduction in the Vector engine's registers; reduce continues them
+    and a later reduce_res reads them out (negated with reduce_res_negate, the registers keep their sign)."""
+    values = [-1.0, -0.5, 0.5, 1.0] if red == "nl.multiply" else range(-8, 8)  # exact in float32
+    x = RNG.choice(np.array(values, np.float32), (16, 64))
+    got = run(tmp_path, V2, TSR_CHAIN.replace("RED", red), {"x": x})
+    y = 2 * x
+    np.testing.assert_array_equal(got["ys"], y)
+    np.testing.assert_array_equal(got["out"][:, 0], fold(y[:, :32], axis=1))
+    np.testing.assert_array_equal(got["out"][:, 1], -fold(y, axis=1))
+
+
+@pytest.mark.parametrize("init", ["2.5", "i"])
+def test_tensor_scalar_reduce_load_reduce_starts_the_registers_from_reduce_init(tmp_path, init):
+    x = RNG.integers(-8, 8, (16, 32)).astype(np.float32)
+    i0 = RNG.integers(-8, 8, (16, 1)).astype(np.float32)
+    got = run(tmp_path, V2, f"""
+        @nki.jit
+        def k(x, init):
+            out = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            i = nl.ndarray(init.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=i, src=init)
+            y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(y[:, 0:16], t[:, 0:16], nl.add, 1.0, nl.add, r[:, 0:1],
+                                      reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init={init})
+            nisa.tensor_scalar_reduce(y[:, 16:32], t[:, 16:32], nl.add, 1.0, nl.add, r[:, 1:2],
+                                      reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=out, src=r)
+            return out
+    """, {"x": x, "init": i0})["out"]
+    start = np.float32(2.5) if init == "2.5" else i0[:, 0]
+    first = start + (x[:, :16] + 1).sum(1)
+    np.testing.assert_array_equal(got[:, 0], first)
+    np.testing.assert_array_equal(got[:, 1], first + (x[:, 16:] + 1).sum(1))
+
+
+def test_tensor_scalar_reduce_shares_the_registers_with_select_reduce_and_range_select(tmp_path):
+    """A range_select starts the running maximum, tensor_scalar_reduce continues it without reading it out,
+    select_reduce continues it and reads it out."""
+    x = RNG.integers(-50, 50, (16, 96)).astype(np.float32)
+    got = run(tmp_path, V2, """
+        @nki.jit
+        def k(x, lo, hi):
+            out = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            b0 = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            b1 = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=b0, src=lo)
+            nisa.dma_copy(dst=b1, src=hi)
+            a = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.range_select(a, t[:, 0:32], nl.greater_equal, nl.less, b0, b1,
+                              reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_op=nl.maximum)
+            nisa.tensor_scalar_reduce(a, t[:, 32:64], nl.subtract, 100.0, nl.maximum,
+                                      reduce_cmd=nisa.reduce_cmd.reduce)
+            p = nl.ndarray((16, 32), dtype=nl.uint8, buffer=nl.sbuf)
+            nisa.memset(p, 1)
+            r = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.select_reduce(a, p, t[:, 64:96], -1000.0, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reduce,
+                               reduce_op=nl.maximum)
+            nisa.dma_copy(dst=out, src=r)
+            return out
+    """, {"x": x, "lo": np.zeros((16, 1), np.float32), "hi": np.full((16, 1), 100.0, np.float32)})["out"]
+    want = np.maximum(np.maximum(x[:, :32].max(1), (x[:, 32:64] - 100).max(1)), x[:, 64:].max(1))
+    np.testing.assert_array_equal(got[:, 0], want)
+
+
+TSR_REFUSED = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.sbuf)
+        CALLS
+        nisa.dma_copy(dst=out, src=r)
+        return out
+"""
+
+
+def test_tensor_scalar_reduce_continued_inside_a_loop_is_refused(tmp_path):
+    """A continuation already made (reset_reduce then reduce) is still one tile: a loop body that reduces
+    into it would read the pre-loop value on every iteration."""
+    msg = refused(tmp_path, V2, TSR_REFUSED.replace("CALLS", """\
+nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, reduce_cmd=nisa.reduce_cmd.reduce)
+        for i in nl.affine_range(2):
+            nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, r, reduce_cmd=nisa.reduce_cmd.reduce)"""),
+                    ["f32[8,8]"])
+    assert "bad.py:16:" in msg and "another loop body" in msg
+
+
+IDLE_WHY = "reduce_cmd=nisa.reduce_cmd.idle (NKI documents reset_reduce, reduce and load_reduce"
+
+
+@pytest.mark.parametrize("args, why", [
+    ("r, reduce_cmd=nisa.reduce_cmd.reduce", "reads an accumulation that no earlier"),
+    ("r, reduce_cmd=nisa.reduce_cmd.idle", IDLE_WHY),
+    ("reduce_cmd=nisa.reduce_cmd.reset", "reduce_cmd=nisa.reduce_cmd.reset (NKI documents"),
+    ("r, reduce_cmd=nisa.reduce_cmd.load_reduce", "reduce_init=None (reduce_cmd.load_reduce loads"),
+    ("r, reduce_cmd=nisa.reduce_cmd.reduce, reduce_init=1.0", "reduce_init=1.0 (only with"),
+    ("reduce_init=1.0", "reduce_init=1.0 (only with reduce_cmd.load_reduce, not reset_reduce)"),
+])
+def test_tensor_scalar_reduce_commands_nki_does_not_document_are_refused_at_their_line(tmp_path, args, why):
+    msg = refused(tmp_path, V2, TSR_REFUSED.replace("CALLS", f"nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, {args})"),
+                  ["f32[8,8]"])
+    assert "bad.py:13:" in msg and "nisa.tensor_scalar_reduce" in msg and why in msg, msg
 
 
 def test_fp8_e5m2_double_row_matmul_runs_in_the_interpreter(tmp_path):

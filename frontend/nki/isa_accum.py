@@ -1,8 +1,9 @@
 """The engines' accumulator registers across instructions (``reduce_cmd.reduce``), as the front end
 expresses them.
 
-NKI's ``tensor_scalar_cumulative``, ``range_select`` and ``select_reduce`` keep a per-partition register
-on the Vector engine (``"dve"``), ``activation`` another on the Scalar engine (``"act"``):
+NKI's ``tensor_scalar_cumulative``, ``range_select``, ``select_reduce`` and (2.x) ``tensor_scalar_reduce``
+keep a per-partition register on the Vector engine (``"dve"``), ``activation`` another on the Scalar engine
+(``"act"``):
 ``reset_reduce`` starts it afresh, ``load_reduce`` loads it, ``reduce`` continues from whatever the
 previous accumulating instruction of that engine left there.  KLR instructions start fresh, so a
 ``reduce`` is traced as a fresh instruction plus the register's earlier value, made a [P, 1] tile *right
@@ -36,7 +37,8 @@ class Register:
 
 # kept on the trace itself: they end with the trace
 _ATTR = {"dve": "_tusk_dve_register", "act": "_tusk_act_register"}
-_STARTERS = {"dve": "tensor_scalar_cumulative / range_select / select_reduce", "act": "activation"}
+_STARTERS = {"dve": "tensor_scalar_cumulative / range_select / select_reduce / tensor_scalar_reduce",
+             "act": "activation"}
 
 
 def _get(tr: Any, engine: str) -> Register | None:
@@ -73,12 +75,13 @@ def register(call: str, engine: str = "dve", cmd: str = "reduce") -> View:
         raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.{cmd} reads an accumulation that no earlier "
                           f"{_STARTERS[engine]} of this kernel started (reset_reduce"
                           f"{' or load_reduce' if engine == 'dve' else ''} first)")
-    if reg.value is not None:
-        return reg.value
     pos = next((i for i, e in enumerate(tr.prog) if e is reg.op), None)
     if pos is None or any(isinstance(e, (LoopBegin, LoopEnd)) for e in tr.prog[pos:]):
+        # a value already made is a tile written once: a loop body traced once would read it every iteration
         raise unsupported(f"{call} reduce_cmd=nisa.reduce_cmd.{cmd} reads an accumulation left in "
                           "another loop body or iteration (only straight-line continuation is expressed)")
+    if reg.value is not None:
+        return reg.value
     with _inserting_after(tr, pos):
         reg.value = reg.make(reg.op)
     return reg.value
@@ -141,11 +144,28 @@ def zeros(rows: int) -> View:
     return out
 
 
+def read_out(value: View, res: View | None, negate: bool = False) -> None:
+    """The register ``value`` written to ``res`` (in its dtype), negated with ``negate`` (the register keeps
+    its sign)."""
+    if res is None:
+        return
+    if negate:
+        current().op("tensor_scalar", (value,), (res,), dst=res, src=value, op0="mult", imm0=-1.0, reverse0=False)
+    else:
+        current().op("copy", (value,), (res,), dst=res, src=value)
+
+
+def holding(value: View, engine: str = "dve") -> None:
+    """The last recorded instruction leaves ``value`` (a [P, 1] float32 tile already made) in ``engine``'s
+    register."""
+    _set(current(), Register(last_op(), lambda _op: value, value), engine)
+
+
 def reducing(call: str, dst: View, cmd: Any, op: str, reduce_res: View | None,
-             emit: Callable[[Any, View | None], None], engine: str = "dve") -> None:
+             emit: Callable[[Any, View | None], None], engine: str = "dve", negate: bool = False) -> None:
     """An instruction that reduces its output ``dst`` with ``op`` into ``engine``'s register (and
-    ``reduce_res``): ``emit(cmd, res)`` records it with a fresh-start command.  ``reduce`` continues the
-    register: a fresh reduction combined with the earlier value."""
+    ``reduce_res``, negated with ``negate``): ``emit(cmd, res)`` records it with a fresh-start command.
+    ``reduce`` continues the register: a fresh reduction combined with the earlier value."""
     from tusk.frontend.nki.isa_signature import reduce_cmd
 
     if cmd == reduce_cmd.reduce:
@@ -154,9 +174,8 @@ def reducing(call: str, dst: View, cmd: Any, op: str, reduce_res: View | None,
         emit(reduce_cmd.reset_reduce, part)
         total = column(dst.shape[0])
         current().op("tensor_tensor", (prev, part), (total,), dst=total, a=prev, b=part, op=op)
-        if reduce_res is not None:
-            current().op("copy", (total,), (reduce_res,), dst=reduce_res, src=total)
-        _set(current(), Register(last_op(), lambda _op: total, total), engine)
+        read_out(total, reduce_res, negate)
+        holding(total, engine)
         return
     emit(cmd, reduce_res)
     if cmd == reduce_cmd.reset_reduce:

@@ -395,9 +395,13 @@ def column_of(x: Any, rows: int, what: str) -> View:
 
 
 def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: Any, reverse0: bool,
-                         reduce_op: Any, reduce_res: Any, negate: bool = False, init: Any = None) -> None:
+                         reduce_op: Any, reduce_res: Any, negate: bool = False, init: Any = None,
+                         load: bool = False) -> None:
     """``dst = data op0 operand0`` and its ``reduce_op`` along the free axes into ``reduce_res`` (KLR
-    tensorScalarReduce; negated or from a tile ``reduce_init``: a tensorScalar and a tensorReduce)."""
+    tensorScalarReduce; negated or from a tile ``reduce_init``: a tensorScalar and a tensorReduce).  ``load``:
+    the reduction starts from the number ``init`` (LoadAccumulate).  The Vector engine's register is not
+    tracked through it here (tensor_scalar_reduce_accumulating tracks it)."""
+    isa_accum.forget()
     if negate or not (init is None or number(init)):
         tensor_scalar(call, dst, data, op0, operand0, reverse0, None, None, False)
         reduce_into(call, reduce_res, dst, reduce_op, negate=negate, init=init)
@@ -408,7 +412,47 @@ def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: A
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     native(call, "tensor_scalar_reduce", reads(data, o0), (dst, res), dst=dst, src=data, operand0=o0,
            op0=alu(op0, call), reverse0=bool(reverse0), reduceOp=alu(reduce_op, call), reduceRes=res,
-           reduceCmd="ZeroAccumulate", reduceInit=None if init is None else float(init))
+           reduceCmd="LoadAccumulate" if load else "ZeroAccumulate",
+           reduceInit=None if init is None else float(init))
+
+
+TSR_COMMANDS = "NKI documents reset_reduce, reduce and load_reduce for tensor_scalar_reduce"
+
+
+def tensor_scalar_reduce_accumulating(call: str, dst: View, data: View, op0: Any, operand0: Any, reverse0: bool,
+                                      reduce_op: Any, reduce_res: Any, cmd: Any, init: Any, negate: bool) -> None:
+    """2.x ``tensor_scalar_reduce`` on the Vector engine's accumulator registers (:mod:`isa_accum`, ``"dve"``,
+    shared with tensor_scalar_cumulative, range_select and select_reduce): ``reset_reduce`` starts them from
+    ``reduce_op``'s identity, ``load_reduce`` from ``reduce_init``, ``reduce`` continues them; then this
+    instruction's reduction accumulates in.  ``reduce_res`` (optional) receives the registers afterwards,
+    negated with ``reduce_res_negate`` (the registers keep their sign)."""
+    if cmd not in (reduce_cmd.reset_reduce, reduce_cmd.reduce, reduce_cmd.load_reduce):
+        raise refuse(call, "reduce_cmd", cmd, TSR_COMMANDS)
+    if cmd == reduce_cmd.load_reduce and init is None:
+        raise refuse(call, "reduce_init", None, "reduce_cmd.load_reduce loads the registers from reduce_init")
+    if init is not None and cmd != reduce_cmd.load_reduce and (cmd == reduce_cmd.reduce or reduce_res is None):
+        raise refuse(call, "reduce_init", init, f"only with reduce_cmd.load_reduce, not {cmd.name}")
+    rows = data.shape[0]
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    red = alu(reduce_op, f"{call} reduce_op")
+    if cmd == reduce_cmd.reset_reduce and res is not None:  # the reduction read out, as before
+        tensor_scalar_reduce(call, dst, data, op0, operand0, reverse0, reduce_op, res, negate, init)
+        exact = not negate and res.dtype == as_dtype("float32")
+        isa_accum.left_by(isa_accum.last_op(), (lambda _o: isa_accum.copy_of(res)) if exact else
+                          (lambda o: isa_accum.reduction_of(isa_accum.written(o, dst), red)))
+        return
+
+    def emit(_cmd: Any, out: View | None) -> None:
+        tensor_scalar_reduce(call, dst, data, op0, operand0, reverse0, reduce_op, out)
+
+    if cmd == reduce_cmd.reduce:
+        isa_accum.reducing(call, dst, cmd, red, res, emit, negate=negate)
+        return
+    reg = isa_accum.column(rows)  # the registers, in float32
+    tensor_scalar_reduce(call, dst, data, op0, operand0, reverse0, reduce_op, reg,
+                         init=init if cmd == reduce_cmd.load_reduce else None, load=cmd == reduce_cmd.load_reduce)
+    isa_accum.holding(reg)
+    isa_accum.read_out(reg, res, negate)
 
 
 def check_reduce(call: str, reduce_op: Any, reduce_res: Any, cmd: Any, engine: str = "dve") -> None:

@@ -174,9 +174,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          name=None):
     call = "nisa.tensor_scalar_reduce"
     d = tile(dst, f"{call} dst")
-    ops.check_reduce(call, reduce_op, reduce_res, reduce_cmd)
-    ops.tensor_scalar_reduce(call, d, tile(data, call), op0, operand0, reverse0, reduce_op, reduce_res,
-                             reduce_res_negate, reduce_init)
+    ops.tensor_scalar_reduce_accumulating(call, d, tile(data, call), op0, operand0, reverse0, reduce_op, reduce_res,
+                                          reduce_cmd, reduce_init, bool(reduce_res_negate))
 
 
 @documented("nisa.reciprocal")
