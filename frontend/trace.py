@@ -324,14 +324,14 @@ def _flatten(result: Any) -> list[Any]:
 def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
                   mutable: frozenset[str] = frozenset()) -> None:
     """Returned HBM tensors and written arguments are the kernel's outputs.  A written argument the kernel
-    reads before it first writes it (``acc += x`` in place), or one declared ``nt.mutable`` (a KV cache written
-    in part), is an input and an output at once (role "inout"): the same tensor in the KLR's inputs and
-    outputs, as KLR lists an input its kernel returns -- its incoming values are read, and what the kernel
-    leaves unwritten keeps them."""
+    also reads (``acc += x`` in place), or one declared ``nt.mutable`` (a KV cache written in part), is an
+    input and an output at once (role "inout"): the same tensor in the KLR's inputs and outputs, as KLR lists
+    an input its kernel returns -- its incoming values are read, and what the kernel leaves unwritten keeps
+    them."""
     written = {id(v.tensor.alias_of or v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
     for a in args:
         if id(a) in written:
-            a.role = "inout" if a.name in mutable or _read_first(tr, a) else "output"
+            a.role = "inout" if a.name in mutable or _read(tr, a) else "output"
     from tusk.frontend.returned import as_returned_output
     returned = [as_returned_output(tr, r) for r in returned]
     for r in returned:
@@ -353,24 +353,28 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
     tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "inout", "output")]
 
 
-def _read_first(tr: Tracer, arg: Tensor) -> bool:
-    """Does the kernel read ``arg`` before it first writes it (in program order; an operation that reads and
-    writes it, a DMA from one part of it to another, reads the incoming values)?"""
-    for e in tr.prog:
-        if isinstance(e, Op):
-            if any((v.tensor.alias_of or v.tensor) is arg for v in e.reads):
-                return True
-            if any((v.tensor.alias_of or v.tensor) is arg for v in e.writes):
-                return False
-    return False
+def _read(tr: Tracer, arg: Tensor) -> bool:
+    """Does the kernel read ``arg`` anywhere?  Written too, it is in/out: which of its elements a read reaches
+    before they are written is not tracked (a read of rows the kernel wrote elsewhere first, in a loop or in
+    another program, needs the incoming values as much as a read before every write)."""
+    return any((v.tensor.alias_of or v.tensor) is arg for e in tr.prog if isinstance(e, Op) for v in e.reads)
 
 
 def _declared_mutable(fn: Callable[..., Any], params: list[str]) -> frozenset[str]:
-    """The tensor parameters annotated ``nt.mutable`` / ``nt.mutable_tensor`` (``nt.tensor[nt.mutable]``)."""
+    """The tensor parameters annotated ``nt.mutable`` / ``nt.mutable_tensor`` (``nt.tensor[nt.mutable]``).  Under
+    ``from __future__ import annotations`` they are strings: evaluated in the kernel's module, or, where that
+    fails, read for the name."""
+    import re
+
     from tusk.frontend.nki.typing import declares_mutable
 
-    notes = getattr(fn, "__annotations__", None) or {}
-    return frozenset(p for p in params if declares_mutable(notes.get(p)))
+    try:
+        notes = inspect.get_annotations(fn, eval_str=True)
+    except Exception:  # noqa: BLE001 - a kernel's annotation that does not evaluate outside its tracing
+        notes = getattr(fn, "__annotations__", None) or {}
+    named = re.compile(r"\bmutable(_tensor)?\b")
+    return frozenset(p for p in params if declares_mutable(notes.get(p))
+                     or (isinstance(notes.get(p), str) and named.search(notes[p]) is not None))
 
 
 def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:

@@ -429,6 +429,8 @@ IDLE_WHY = "reduce_cmd=nisa.reduce_cmd.idle (NKI documents reset_reduce, reduce 
     ("r, reduce_cmd=nisa.reduce_cmd.load_reduce", "reduce_init=None (reduce_cmd.load_reduce loads"),
     ("r, reduce_cmd=nisa.reduce_cmd.reduce, reduce_init=1.0", "reduce_init=1.0 (only with"),
     ("reduce_init=1.0", "reduce_init=1.0 (only with reduce_cmd.load_reduce, not reset_reduce)"),
+    # with reduce_res too: a number init was dropped and a tile one added, so neither is taken
+    ("r, reduce_init=1.0", "reduce_init=1.0 (only with reduce_cmd.load_reduce, not reset_reduce)"),
 ])
 def test_tensor_scalar_reduce_commands_nki_does_not_document_are_refused_at_their_line(tmp_path, args, why):
     msg = refused(tmp_path, V2, TSR_REFUSED.replace("CALLS", f"nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, {args})"),
@@ -492,3 +494,26 @@ def test_tensor_tensor_broadcasts_a_column_along_the_free_axis(tmp_path, order):
             return out
     """, {"x": x, "s": s})["out"]
     np.testing.assert_allclose(got, x - s if order == "t, col" else s - x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, negate", [("nl.float32", True), ("nl.bfloat16", False), ("nl.bfloat16", True)])
+def test_a_reduce_continues_the_registers_not_a_negated_or_rounded_read_out(tmp_path, dtype, negate):
+    """reset_reduce read out negated (or rounded into bf16), then reduce: the registers kept the exact sum; they
+    were rebuilt from what was read out, so the continuation started from -sum (0 in the end, not 2 sum)."""
+    x = RNG.integers(-4, 4, (16, 8)).astype(np.float32)
+    got = run(tmp_path, V2, f"""
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+            r = nl.ndarray((16, 1), dtype={dtype}, buffer=nl.sbuf)
+            nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, r, reduce_res_negate={negate})
+            nisa.tensor_scalar_reduce(y, t, nl.add, 0.0, nl.add, r, reduce_cmd=nisa.reduce_cmd.reduce)
+            o = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(o, r)
+            nisa.dma_copy(dst=out, src=o)
+            return out
+    """, {"x": x})["out"]
+    np.testing.assert_array_equal(got[:, 0], 2 * x.sum(1))

@@ -430,16 +430,19 @@ def tensor_scalar_reduce_accumulating(call: str, dst: View, data: View, op0: Any
         raise refuse(call, "reduce_cmd", cmd, TSR_COMMANDS)
     if cmd == reduce_cmd.load_reduce and init is None:
         raise refuse(call, "reduce_init", None, "reduce_cmd.load_reduce loads the registers from reduce_init")
-    if init is not None and cmd != reduce_cmd.load_reduce and (cmd == reduce_cmd.reduce or reduce_res is None):
+    if init is not None and cmd != reduce_cmd.load_reduce:
+        # under reset_reduce the registers start from reduce_op's identity: a number reduce_init was dropped
+        # and a tile one added, so neither is taken
         raise refuse(call, "reduce_init", init, f"only with reduce_cmd.load_reduce, not {cmd.name}")
     rows = data.shape[0]
     res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
     red = alu(reduce_op, f"{call} reduce_op")
-    if cmd == reduce_cmd.reset_reduce and res is not None:  # the reduction read out, as before
-        tensor_scalar_reduce(call, dst, data, op0, operand0, reverse0, reduce_op, res, negate, init)
-        exact = not negate and res.dtype == as_dtype("float32")
-        isa_accum.left_by(isa_accum.last_op(), (lambda _o: isa_accum.copy_of(res)) if exact else
-                          (lambda o: isa_accum.reduction_of(isa_accum.written(o, dst), red)))
+    if cmd == reduce_cmd.reset_reduce and res is not None and not negate and res.dtype == as_dtype("float32"):
+        # the reduction read out exactly, as before (the same KLR); a later reduce continues from a copy of it.
+        # Negated or rounded into reduce_res, it goes through the registers below: rebuilt from what was read
+        # out, the registers took its sign
+        tensor_scalar_reduce(call, dst, data, op0, operand0, reverse0, reduce_op, res)
+        isa_accum.left_by(isa_accum.last_op(), lambda _o: isa_accum.copy_of(res))
         return
 
     def emit(_cmd: Any, out: View | None) -> None:
