@@ -858,3 +858,29 @@ def test_a_row_cut_call_of_several_instructions_is_refused_not_run_on_whole_rows
             return out
     """, ["f32[128,64]"])
     assert "k.py:10" in msg and "same line" in msg
+
+
+@pytest.mark.parametrize("arch", ["gen3", "core_v4"])
+def test_tile_size_sbuf_constants_are_the_traced_architectures(tmp_path, arch):
+    """Read when the kernel asks, not at import: --arch core_v4 saw gen3's SBUF sizes."""
+    from tusk.frontend import trace_file
+    from tusk.ir import klr
+    from tusk.ir.arch import get_arch
+
+    a = get_arch(arch)
+    path = tmp_path / "k.py"
+    path.write_text(textwrap.dedent("""
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+        @nki.jit
+        def k(x):
+            ts = nl.tile_size
+            n = ts.total_available_sbuf_size // 1024 + ts.sbuf_size_bytes // ts.pmax // 1024
+            out = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.zeros((128, n), dtype=nl.float32))
+            return out
+    """))
+    kernel = klr.read_klr(trace_file(path, "k", ["f32[128,4]"], arch=arch)).contents.kernel
+    want = (a.sb_bytes_per_partition - a.sb_reserved) // 1024 + a.sb_bytes_per_partition // 1024
+    assert kernel.outputs[0].shape.freeDims == (want,)

@@ -77,15 +77,28 @@ _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "shared_
 
 
 class _TileSizes(type):
-    """``nl.tile_size.NAME`` of a constant Tusk lacks: refused by name (still an AttributeError, for hasattr)."""
+    """``nl.tile_size.NAME``: the SBUF sizes of the architecture the trace targets (``tusk trace --arch``), read
+    when asked (fixed at import, they stayed gen3's for core_v4); a constant Tusk lacks is refused by name
+    (still an AttributeError, for hasattr)."""
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in _SBUF_SIZES:
+            from tusk.frontend.nki.isa_signature import _TARGET
+
+            return _SBUF_SIZES[name](_get_arch(_TARGET[-1] if _TARGET else None))
         raise missing_attribute("nl.tile_size", name)
 
 
-_ARCH = _get_arch(None)  # the geometry Tusk places tiles in (gen3, trn2)
+_SBUF_SIZES = {
+    # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
+    "total_available_sbuf_size": lambda a: a.sb_bytes_per_partition - a.sb_reserved,
+    "sbuf_fmax_bytes": lambda a: a.sb_bytes_per_partition - a.sb_reserved,
+    "sbuf_fmax": lambda a: (a.sb_bytes_per_partition - a.sb_reserved) // 4,
+    # the whole SBUF, every partition (NKI's "total SBUF capacity")
+    "sbuf_size_bytes": lambda a: PARTITIONS * a.sb_bytes_per_partition,
+}
 
 
 class tile_size(metaclass=_TileSizes):
@@ -98,11 +111,6 @@ class tile_size(metaclass=_TileSizes):
     psum_bank_fmax_bytes = 2048
     psum_num_banks = 8
     bn_stats_fmax = 512
-    # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
-    total_available_sbuf_size = sbuf_fmax_bytes = _ARCH.sb_bytes_per_partition - _ARCH.sb_reserved
-    sbuf_fmax = sbuf_fmax_bytes // 4
-    # the whole SBUF, every partition (NKI's "total SBUF capacity")
-    sbuf_size_bytes = PARTITIONS * _ARCH.sb_bytes_per_partition
     # byte alignment of a tile's start along the free axis (KLR's tracer: 4 in PSUM, 1 in SBUF)
     psum_min_align = 4
     sbuf_min_align = 1
