@@ -95,6 +95,8 @@ def api_table() -> str:
         rows.append(f"| `tile.{name}` | `{_signature(fn)}` | {_summary(fn)} |")
     for group, names in _VALUE_GROUPS.items():
         rows.append(f"| {group} | {' '.join(f'`nl.{n}`' for n in names)} | |")
-    sizes = " ".join(f"`{k}`={v}" for k, v in vars(nl.tile_size).items() if not k.startswith("_"))
+    fixed = {k: v for k, v in vars(nl.tile_size).items() if not k.startswith("_")}
+    sbuf = {k: getattr(nl.tile_size, k) for k in nl._SBUF_SIZES}  # the default architecture's (gen3)
+    sizes = " ".join(f"`{k}`={v}" for k, v in {**fixed, **sbuf}.items()) + " (SBUF sizes: the traced architecture's)"
     rows.append(f"| `nl.tile_size` | {sizes} | |")
     return "\n".join(rows) + "\n"
