@@ -306,10 +306,12 @@ out = Path(sys.argv[1])
 interrupts.GRACE = 1.0
 with interrupts.handled(at_kill=lambda: remove_own_temp_dirs(out)):
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # as while a cluster starts: fd 2 is the log, not the terminal
-    print("ready", flush=True)
-    # a build that swallows the interrupt (a lock left held, a hung close); the try holds the whole loop: the
-    # handler raises once, and raised at the loop's jump back it left a try around the sleep alone (exit -2)
+    # a build that swallows the interrupt (a lock left held, a hung close).  The handler raises once, and the
+    # try holds everything from the moment the test may send it: raised while "ready" was still being printed
+    # (before a try), or at a loop's jump back (outside a try around the sleep alone), it ended the script
+    # with exit -2
     try:
+        print("ready", flush=True)
         while True:
             time.sleep(0.05)
     except KeyboardInterrupt:
