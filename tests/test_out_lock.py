@@ -193,3 +193,29 @@ def test_a_build_killed_with_sigkill_blocks_nothing(env):
         for w in workers:
             with contextlib.suppress(psutil.Error):
                 w.kill()
+
+
+def test_a_refused_build_leaves_neither_its_out_nor_the_parents_it_made(tmp_path):
+    """A request refused after OUT was locked (a --scheduler that does not answer, say) removes OUT and the
+    parents made for it when they are empty; parents that were there stay."""
+    from tusk.workflows import out_lock
+
+    (tmp_path / "there").mkdir()
+    out = tmp_path / "there" / "new" / "deeper" / "out"
+    key = out_lock.acquire(out)
+    assert (out / LOCK_FILE).exists()
+    out_lock.drop_if_empty(out)
+    out_lock.release(key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["there"] and not any((tmp_path / "there").iterdir())
+
+
+def test_a_symbolic_link_in_place_of_the_lock_file_is_refused_and_its_target_left_alone(env):
+    """A link at OUT/.tusk-lock: opened through it, the build truncated and wrote the file it names."""
+    out = env["tmp"] / "out"
+    out.mkdir()
+    victim = env["tmp"] / "victim.txt"
+    victim.write_text("precious")
+    (out / LOCK_FILE).symlink_to(victim)
+    proc = tusk_cmd(env, out)
+    assert proc.returncode == 2 and f"{LOCK_FILE} is a symbolic link" in proc.stderr, proc.stderr
+    assert victim.read_text() == "precious"

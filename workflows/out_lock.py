@@ -18,6 +18,8 @@ atomic renames of content-addressed files (``tusk.cache.store``), shared by ever
   host and start time into it, for the refusal's message.
 * Within one process the lock is re-entrant (the CLI holds it around ``compile_directory``, which
   takes it too): it orders processes, not threads.
+* A symbolic link in the lock file's place is refused, never followed (the build would truncate and write
+  the file it names).  A refused build removes OUT, and the parents it made for OUT, when they are empty.
 * Without ``fcntl`` (Windows), or on a file system that refuses ``flock``, builds are not locked.
 * Only builds take it: ``tusk trace -o FILE`` writes one file atomically, the other commands read.
 
@@ -33,7 +35,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -52,6 +54,20 @@ class _Held:
     path: str
     count: int = 1
     drop: bool = False    # remove OUT at release if it is empty then (a refused build made it)
+    made: list[str] = field(default_factory=list)  # OUT's parents this build made, innermost first
+
+
+def _missing_dirs(out: Path | str) -> list[str]:
+    """The parents of ``out`` that do not exist yet, innermost first (``makedirs`` is about to make them)."""
+    missing = []
+    parent = os.path.dirname(os.path.abspath(out))
+    while parent and not os.path.exists(parent):
+        missing.append(parent)
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    return missing
 
 
 _HELD: dict[str, _Held] = {}  # real path of OUT -> what this process holds
@@ -68,6 +84,7 @@ def acquire(out: Path | str, shown: str | None = None) -> str:
         _HELD.setdefault(key, _Held(None, "", 0)).count += 1
         return key
     try:
+        made = _missing_dirs(out)
         os.makedirs(out, exist_ok=True)
         key = os.path.realpath(out)
         held = _HELD.get(key)
@@ -75,7 +92,7 @@ def acquire(out: Path | str, shown: str | None = None) -> str:
             held.count += 1
             return key
         path = os.path.join(key, LOCK_FILE)
-        _HELD[key] = _Held(_lock(path, shown), path)
+        _HELD[key] = _Held(_lock(path, shown), path, made=made)
     except OSError as e:
         raise UsageError(f"cannot write the output directory {shown}: {e.strerror or e}") from None
     return key
@@ -88,7 +105,13 @@ def _lock(path: str, shown: str) -> int | None:
     if fcntl is None:
         return None
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by a program a build starts
+        try:  # not inherited by a program a build starts; never through a symbolic link put in OUT's place
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UsageError(f"{shown}: {LOCK_FILE} is a symbolic link; remove it (Tusk writes its lock there)") \
+                from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -145,8 +168,11 @@ def release(key: str) -> None:
             os.unlink(held.path)  # a build that opened it meanwhile finds it gone once it locks, and retries
         os.close(held.fd)
     if held.drop:
-        with contextlib.suppress(OSError):
-            os.rmdir(key)  # only if empty
+        for d in [key, *held.made]:  # OUT, then the parents it needed: a refused request leaves none behind
+            try:
+                os.rmdir(d)  # only if empty
+            except OSError:
+                break
 
 
 @contextlib.contextmanager
