@@ -22,7 +22,7 @@ import numpy as np
 from tusk.frontend.affine import LoopVar
 from tusk.frontend.errors import TraceError
 from tusk.frontend.klr_writer import AP, KernelWriter
-from tusk.frontend.tensors import PARTITIONS, Tensor, View, is_register
+from tusk.frontend.tensors import INTERFACE_ROLES, PARTITIONS, Tensor, View, is_register
 from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
 from tusk.ir.klr import types as T
 
@@ -122,7 +122,7 @@ class Emitter:
     def run(self) -> KernelWriter:
         k = self.k
         for t in self.tr.tensors:  # the interface, in argument order, whether or not it is touched
-            if t.role in ("input", "inout", "output") and not t.on_chip:
+            if t.role in INTERFACE_ROLES and not t.on_chip:
                 self.klr_tensor(t)
         if self.tr.identity is not None and self.tr.identity.addr is not None:
             self._identity()

@@ -20,6 +20,8 @@ from tusk.frontend.errors import TraceError, Unsupported, missing_attribute, uns
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
 
 PARTITIONS = 128
+# the roles of a kernel's interface tensors (an in/out argument is read and written in place)
+INTERFACE_ROLES = ("input", "inout", "output")
 
 
 def _subscript_kind(k: Any) -> str:

@@ -33,7 +33,7 @@ from tusk.frontend.nki import language as nki_language
 from tusk.frontend.nki.isa_signature import targeting
 from tusk.frontend.phases import PhasedLaunch
 from tusk.frontend.specs import TensorSpec, parse_tensor_spec
-from tusk.frontend.tensors import Dtype, Tensor, View
+from tusk.frontend.tensors import INTERFACE_ROLES, Dtype, Tensor, View
 from tusk.frontend.top_level import TopLevelStop, loading
 from tusk.frontend.tracer import CEILING, Op, Projection, Tracer, python_range, too_many, tracing
 from tusk.ir.errors import InternalError, TuskError
@@ -350,7 +350,7 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
     # argument is both, so the outputs begin with them
     inputs = [a for a in args if a.role in ("input", "inout")]
     outputs = [t for t in tr.tensors if t.role == "output"]
-    tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in ("input", "inout", "output")]
+    tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in INTERFACE_ROLES]
 
 
 def _read(tr: Tracer, arg: Tensor) -> bool:
@@ -363,18 +363,14 @@ def _read(tr: Tracer, arg: Tensor) -> bool:
 def _declared_mutable(fn: Callable[..., Any], params: list[str]) -> frozenset[str]:
     """The tensor parameters annotated ``nt.mutable`` / ``nt.mutable_tensor`` (``nt.tensor[nt.mutable]``).  Under
     ``from __future__ import annotations`` they are strings: evaluated in the kernel's module, or, where that
-    fails, read for the name."""
-    import re
-
+    fails, read for the name (``declares_mutable``)."""
     from tusk.frontend.nki.typing import declares_mutable
 
     try:
         notes = inspect.get_annotations(fn, eval_str=True)
     except Exception:  # noqa: BLE001 - a kernel's annotation that does not evaluate outside its tracing
         notes = getattr(fn, "__annotations__", None) or {}
-    named = re.compile(r"\bmutable(_tensor)?\b")
-    return frozenset(p for p in params if declares_mutable(notes.get(p))
-                     or (isinstance(notes.get(p), str) and named.search(notes[p]) is not None))
+    return frozenset(p for p in params if declares_mutable(notes.get(p)))
 
 
 def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:

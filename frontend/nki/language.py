@@ -91,11 +91,15 @@ class _TileSizes(type):
         raise missing_attribute("nl.tile_size", name)
 
 
+def _usable_sbuf(a: Any) -> int:
+    """SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)."""
+    return a.sb_bytes_per_partition - a.sb_reserved
+
+
 _SBUF_SIZES = {
-    # SBUF bytes per partition a kernel may use (gen3: 224 KiB less the reserved tail)
-    "total_available_sbuf_size": lambda a: a.sb_bytes_per_partition - a.sb_reserved,
-    "sbuf_fmax_bytes": lambda a: a.sb_bytes_per_partition - a.sb_reserved,
-    "sbuf_fmax": lambda a: (a.sb_bytes_per_partition - a.sb_reserved) // 4,
+    "total_available_sbuf_size": _usable_sbuf,
+    "sbuf_fmax_bytes": _usable_sbuf,
+    "sbuf_fmax": lambda a: _usable_sbuf(a) // 4,
     # the whole SBUF, every partition (NKI's "total SBUF capacity")
     "sbuf_size_bytes": lambda a: PARTITIONS * a.sb_bytes_per_partition,
 }

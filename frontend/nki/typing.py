@@ -9,6 +9,7 @@ values.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tusk.frontend.nki import language as _nl
@@ -47,9 +48,15 @@ mutable_tensor = _Annotation("mutable_tensor")
 mutable = _Annotation("mutable")  # `nt.tensor[nt.mutable]`: an argument written in place (frontend.trace)
 
 
+_MUTABLE_TEXT = re.compile(r"\bmutable(_tensor)?\b")
+
+
 def declares_mutable(note: Any) -> bool:
     """Is the annotation ``note`` an in/out argument's: ``nt.mutable``, ``nt.mutable_tensor``, or a subscript
-    naming one (``nt.tensor[nt.mutable]``, ``nt.mutable_tensor[128, 64]``)?"""
+    naming one (``nt.tensor[nt.mutable]``, ``nt.mutable_tensor[128, 64]``)?  A string (an annotation
+    ``from __future__ import annotations`` left unevaluated) is read for the name."""
+    if isinstance(note, str):
+        return _MUTABLE_TEXT.search(note) is not None
     if not isinstance(note, _Annotation):
         return False
     return note._name in ("mutable", "mutable_tensor") or any(declares_mutable(a) for a in note._args)
