@@ -381,6 +381,9 @@ def _located(e: BaseException, fallback: Path, doing: str) -> TuskError:
     if isinstance(e, TraceError):
         return TraceError(f"{loc}: {e}")
     what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if isinstance(e, TypeError) and str(e) == "'function' object is not subscriptable":
+        # `kernel[grid](...)` on a plain function: NKI launches on a grid only what @nki.jit marks
+        what += " (a kernel launched on a grid, f[grid](...), must be marked @nki.jit)"
     if _raised_by_front_end(e):
         return InternalError(f"{loc}: internal error in Tusk's NKI front end: {what}")
     return TraceError(f"{loc}: {what}" + (f" (while {doing})" if doing else ""))

@@ -300,6 +300,13 @@ def test_a_launcher_calling_kernel_grid_traces_the_kernel_on_that_grid(tmp_path)
     assert list(got) == ["out.2"] and np.allclose(got["out.2"], ((a + b) * factor + b) * factor, rtol=1e-5)
 
 
+def test_a_grid_launch_of_a_plain_function_says_it_needs_nki_jit(tmp_path):
+    path = write(tmp_path, LAUNCHER.replace("@nki.jit\n", ""))
+    with pytest.raises(TraceError, match=r"k\.py:\d+: TypeError: 'function' object is not subscriptable \(a kernel "
+                                         r"launched on a grid, f\[grid\]\(\.\.\.\), must be marked @nki\.jit\)"):
+        trace_file(path, "add", ["f32[256,512]", "f32[256,512]"])
+
+
 # ====================================================================== packages and helpers
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tusk.ir import direct_write
-from tusk.workflows import tasks
+from tusk.workflows import write_tasks
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -44,9 +44,9 @@ def test_parts_placed_from_their_files_make_the_whole_write(tmp_path, gone):
     path = str(tmp_path / "k.bir.json")
     art = str(tmp_path / "art")
     n = 3
-    rendered = [tasks.write_part(store.url, h, path, art, k, n) for k in range(n)]
+    rendered = [write_tasks.write_part(store.url, h, path, art, k, n) for k in range(n)]
     assert [r["status"] for r in rendered] == ["part-rendered"] * n
-    waiting = [tasks.part_file(path, n, k) for k in (1, 2)]
+    waiting = [write_tasks.part_file(path, n, k) for k in (1, 2)]
     assert [os.path.getsize(f) for f in waiting] == [r["size"] for r in rendered[1:]]
     if gone:
         for f in waiting:
@@ -54,24 +54,24 @@ def test_parts_placed_from_their_files_make_the_whole_write(tmp_path, gone):
     offset = rendered[0]["size"]
     for k in (2, 1):
         at = offset + sum(r["size"] for r in rendered[1:k])
-        res = tasks.place_part(store.url, h, path, art, k, n, at)
+        res = write_tasks.place_part(store.url, h, path, art, k, n, at)
         assert res["status"] == "part-placed" and ("rendered_again" in res["timing"]) == gone
-    size = tasks.finish_parts(path, n, sum(r["size"] for r in rendered))
+    size = write_tasks.finish_parts(path, n, sum(r["size"] for r in rendered))
     whole = tmp_path / "whole.bir.json"
     from tusk.ir.module import Module
 
     bir_json.save(Module(module.functions, module.arch, module.version, module.attributes, art, module.queues,
                          module.extras), whole)
     assert open(path, "rb").read() == whole.read_bytes() and size == os.path.getsize(whole)
-    assert not os.path.exists(tasks.parts_file(path, n)) and not any(map(os.path.exists, waiting))
+    assert not os.path.exists(write_tasks.parts_file(path, n)) and not any(map(os.path.exists, waiting))
 
 
 def test_a_short_file_is_not_put_in_place(tmp_path):
     out = tmp_path / "x.bir.json"
     out.write_bytes(b"old")
-    tmp = tasks.parts_file(str(out), 2)
+    tmp = write_tasks.parts_file(str(out), 2)
     with open(tmp, "wb") as fh:
         fh.write(b"new")
     with pytest.raises(OSError):
-        tasks.finish_parts(str(out), 2, 10)
+        write_tasks.finish_parts(str(out), 2, 10)
     assert out.read_bytes() == b"old" and not os.path.exists(tmp)

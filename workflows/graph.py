@@ -51,7 +51,7 @@ from tusk.cache.keys import Uncacheable, action_key
 from tusk.cache.objects import ObjectDamaged
 from tusk.cache.store import ObjectMissing, Store
 from tusk.ir.errors import ENVIRONMENT, INPUT, EnvError, TuskError, fault_of
-from tusk.workflows import tasks, timings
+from tusk.workflows import tasks, timings, write_tasks
 from tusk.workflows.build_report import (  # noqa: F401 - importable from here too
     BuildEvent,
     BuildReport,
@@ -477,14 +477,14 @@ class Build:
     # ------------------------------------------------------------ writing the outputs
     def _parts_for(self, st: _State, item: list[str]) -> int:
         """Into how many parts the final module is written in parallel (1: whole, by one task)."""
-        if "flatten" in item[3:] or not hasattr(tasks.bir_json_parts(), "render_part"):
+        if "flatten" in item[3:] or not hasattr(write_tasks.bir_json_parts(), "render_part"):
             return 1
         if self.write_parts is not None:
             return max(1, self.write_parts)
         n = st.report.steps[-1].insts_out if st.report.steps else None
         workers = len(getattr(self.executor, "workers_ready", {}) or {})
         if not getattr(self.executor, "is_cluster", False) or workers < 2 or not isinstance(n, int) \
-                or n < PART_WRITE_INSTS or tasks.written_before(self.store, item[0], False):
+                or n < PART_WRITE_INSTS or write_tasks.written_before(self.store, item[0], False):
             return 1
         return workers
 
@@ -492,13 +492,13 @@ class Build:
         """The one place a unit's BIR-JSON files are written: by write_bir_json tasks on the cluster, else in
         this process.  The final module of a big kernel is written in parts, one per worker: each renders its
         part into a file, then the later parts are copied to their offsets in the file part 0 started
-        (:func:`tasks.write_part`, :func:`tasks.place_part`), which the client renames into place."""
+        (:func:`write_tasks.write_part`, :func:`write_tasks.place_part`), which the client renames into place."""
         n = self._parts_for(st, items[0])
         rest = items if n == 1 else items[1:]
         st.writing = _Writing(items, n if n > 1 else 0)
         cluster = getattr(self.executor, "is_cluster", False)
         if not cluster and n == 1:
-            self._wrote(st, TaskKind.EMIT, 0, tasks.write_outputs(self.store.url, items))
+            self._wrote(st, TaskKind.EMIT, 0, write_tasks.write_outputs(self.store.url, items))
             return
         from tusk.cache.keys import digest
 
@@ -506,13 +506,13 @@ class Build:
         st.writing.pending.update((TaskKind.EMIT_PART, k) for k in range(n if n > 1 else 0))
         if rest:
             if cluster:
-                self._submit("write_bir_json", digest(rest), st, TaskKind.EMIT, -1, tasks.write_outputs,
+                self._submit("write_bir_json", digest(rest), st, TaskKind.EMIT, -1, write_tasks.write_outputs,
                              self.store.url, rest, what="write_bir_json")
             else:
-                self._wrote(st, TaskKind.EMIT, -1, tasks.write_outputs(self.store.url, rest))
+                self._wrote(st, TaskKind.EMIT, -1, write_tasks.write_outputs(self.store.url, rest))
         for k in range(n if n > 1 else 0):
             h, path, art = items[0][:3]
-            self._submit("write_bir_json", digest([items[0], k, n]), st, TaskKind.EMIT_PART, k, tasks.write_part,
+            self._submit("write_bir_json", digest([items[0], k, n]), st, TaskKind.EMIT_PART, k, write_tasks.write_part,
                          self.store.url, h, path, art, k, n, what=f"write_bir_json part {k + 1}/{n}")
 
     def _place(self, st: _State) -> None:
@@ -526,7 +526,7 @@ class Build:
             if k:
                 w.pending.add((TaskKind.EMIT_PLACE, k))
                 self._submit("write_bir_json", digest([w.items[0], k, w.parts, "place"]), st, TaskKind.EMIT_PLACE, k,
-                             tasks.place_part, self.store.url, h, path, art, k, w.parts, offset,
+                             write_tasks.place_part, self.store.url, h, path, art, k, w.parts, offset,
                              what=f"write_bir_json place {k + 1}/{w.parts}")
             offset += int(w.results[k]["size"])
         w.size = offset
@@ -544,7 +544,7 @@ class Build:
         if res.get("status") not in ("written", "part-rendered", "part-placed"):
             st.writing = None
             if w.parts:
-                tasks.drop_parts(w.items[0][1], w.parts)
+                write_tasks.drop_parts(w.items[0][1], w.parts)
             self._on_written(st, w.items, res)
             return
         w.pending.discard((kind, j))
@@ -559,13 +559,13 @@ class Build:
         if w.parts:
             h, path, art = w.items[0][:3]
             try:
-                size = tasks.finish_parts(path, w.parts, w.size)
+                size = write_tasks.finish_parts(path, w.parts, w.size)
             except OSError as e:
                 self._on_written(st, w.items, {"status": "error", "fault": ENVIRONMENT,
                                                "error": f"writing {path} in {w.parts} parts failed: {e}"})
                 return
             names = sorted(w.results[0].get("consts") or [])
-            tasks.note_written(self.store, h, False, path, art, names)
+            write_tasks.note_written(self.store, h, False, path, art, names)
             files.insert(0, [path, size, "this process"])
             consts.update(names)
         self._on_written(st, w.items, {"status": "written", "files": files, "consts": sorted(consts)})
@@ -618,7 +618,7 @@ class Build:
                    if not (os.path.isfile(item[1]) and os.path.getsize(item[1]) == sizes.get(item[1]))]
         st.report.outputs = res
         if missing:  # written on a machine that does not share this directory
-            res = tasks.write_outputs(self.store.url, missing)
+            res = write_tasks.write_outputs(self.store.url, missing)
             if res.get("status") != "written":
                 self._on_written(st, missing, res)
                 return
