@@ -25,7 +25,8 @@ from tusk.ir.enums import Mem
 from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module
 from tusk.sim.interp import random_inputs, run
 from tusk.sim.timing import simulate
-from tusk.stages.deps import build_fdeps, footprints
+from tusk.stages.deps import build_fdeps
+from tusk.stages.footprints import footprints
 
 SLOTS = 4
 

@@ -1,6 +1,7 @@
 """build_fdeps: rebuild every function's dependence edges from the memory its instructions touch.
 
-The analysis -- footprints, cells, the edge kinds -- is :mod:`~tusk.stages.deps`'s; a
+The analysis is :mod:`~tusk.stages.deps`'s (the edges and their kinds), on the boxes and cells of
+:mod:`~tusk.stages.footprints`; a
 straight-line function of many rows splits into row ranges (:mod:`~tusk.stages.deps_split`).
 """
 

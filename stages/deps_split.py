@@ -30,15 +30,8 @@ import numpy as np
 from tusk.ir.enums import AP_KINDS, Kind, Mem, Role
 from tusk.ir.module import Function, Module, _ranges
 from tusk.stages.base import Slice
-from tusk.stages.deps import (
-    SPACE_DRAM,
-    _data_edges,
-    _take,
-    checked_kinds,
-    footprints,
-    straight_line_regions,
-    written_only,
-)
+from tusk.stages.deps import _data_edges, checked_kinds, straight_line_regions
+from tusk.stages.footprints import SPACE_DRAM, footprints, take_accesses, written_only
 
 
 def plan_ranges(n: int, min_size: int, part_size: int, max_parts: int,
@@ -114,7 +107,7 @@ def _exposable(fp, written: list[int]):
     ok = np.zeros(max(int(fp.space.max()), SPACE_DRAM, *written, 0) + 1, dtype=bool)
     ok[:SPACE_DRAM + 1] = True
     ok[np.asarray(written, dtype=np.int64)] = True
-    return _take(fp, np.flatnonzero(ok[fp.space]))
+    return take_accesses(fp, np.flatnonzero(ok[fp.space]))
 
 
 def part_edges(part: Function, written: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -543,7 +543,7 @@ def test_a_tile_cut_by_the_rows_of_another_tile_keeps_one_class_per_set_of_boxes
     by halves, at other bytes) into 32 rows x 2 halves.  The rows of t are covered by the same boxes, so they
     are one class: each access of t is expanded to 2 classes, not 64 cells -- and the edges are the
     reference's."""
-    from tusk.stages import deps
+    from tusk.stages import footprints
 
     b = Builder()
     t = b.sbuf("t", (32, 64), addr=0)
@@ -560,8 +560,8 @@ def test_a_tile_cut_by_the_rows_of_another_tile_keeps_one_class_per_set_of_boxes
         else:
             b.copy(w.ap(), t.ap())
     fn = b.function()
-    fp = deps.written_only(deps.footprints(fn))
+    fp = footprints.written_only(footprints.footprints(fn))
     t_accesses = 60
-    cell, _, _ = deps._cells(fp)
+    cell, _, _ = footprints.cells(fp)
     assert len(cell) < 32 * 2 * t_accesses // 4  # every access of t was cut into 32 x 2 cells
     check_against_reference(build_fdeps(fn))

@@ -229,6 +229,8 @@ def _reuse(store, h: str, flatten: bool, path: str, art: str | None) -> list[str
     if not isinstance(note, dict) or _placed(path, art or "") == note.get("path"):
         return None
     src = note.get("path")
+    if not isinstance(src, str):
+        return None
     try:
         st = os.stat(src)
         if st.st_size != note.get("size") or st.st_mtime_ns != note.get("mtime_ns"):
