@@ -93,7 +93,7 @@ def _group_meta(attributes: dict[str, Any]) -> bytes:
 def _blosc(itemsize: int):
     from numcodecs import Blosc
 
-    return Blosc(cname=BLOSC["cname"], clevel=BLOSC["clevel"], shuffle=_BLOSC_IDS[BLOSC["shuffle"]],
+    return Blosc(cname=BLOSC["cname"], clevel=BLOSC["clevel"], shuffle=_BLOSC_IDS[str(BLOSC["shuffle"])],
                  blocksize=BLOSC["blocksize"], typesize=itemsize)
 
 

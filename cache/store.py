@@ -389,9 +389,9 @@ class Store:
                 self.drop_action(key)
         gone = {h for h, _ in damaged_objects} | old if remove else set()
         for kind, key in list(self.note_keys()):
-            reason = self._bad_note(kind, key, gone)
-            if reason is not None:
-                bad_records.append((f"note {kind}/{key}", reason))
+            why = self._bad_note(kind, key, gone)
+            if why is not None:
+                bad_records.append((f"note {kind}/{key}", why))
                 if remove:
                     self.fs.remove_file(self.note_path(kind, key))
         return {"objects_ok": ok, "damaged_objects": damaged_objects, "bad_records": bad_records,

@@ -217,8 +217,8 @@ class Builder:
         except TypeError:  # lists, dicts, expressions: canonicalise through JSON
             return self.fn.intern_record(Record.of(_jsonable(attrs)))
         # 1, 1.0 and True stay apart, and so do 0.0 and -0.0
-        key = tuple((k, type(v).__name__, repr(v) if type(v) is float else v) for k, v in key)
-        rid = self._records.get(key)
+        typed = tuple((k, type(v).__name__, repr(v) if type(v) is float else v) for k, v in key)
+        rid = self._records.get(typed)
         if rid is None:
             rid = self._records[key] = self.fn.intern_record(Record.of(_jsonable(attrs)))
         return rid

@@ -176,7 +176,8 @@ def _run_loop(fr: Frame, i: int) -> None:
     if stride == 0:
         raise InputError("loop stride is 0")
     axes = fr.axes
-    had, old = name in axes, axes.get(name)
+    had = name in axes
+    old = axes[name] if had else 0
     try:
         for v in range(lb, ub, stride):
             axes[name] = v

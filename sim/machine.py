@@ -182,7 +182,7 @@ class Frame:
         env = self.env
         return all(p.eval(env) for p in self.values[pid])
 
-    def maybe_affine(self, value: Any) -> int:
+    def maybe_affine(self, value: Any) -> int | float:
         """A MaybeAffine attribute: a plain number or a pelican expression (JSON) of loop indices."""
         if isinstance(value, bool):
             return int(value)

@@ -15,6 +15,7 @@ unroller.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -44,7 +45,7 @@ class UnknownPass(OptionError):
 
 def get_all_passes() -> dict[str, Callable[[], type[Pass]]]:
     """Every registered name with a loader of its class (nothing is imported until a loader is called)."""
-    return {name: (lambda name=name: pass_class(name)) for name in REGISTRY}
+    return {name: functools.partial(pass_class, name) for name in REGISTRY}
 
 
 def pass_class(name: str) -> type[Pass]:

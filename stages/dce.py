@@ -98,7 +98,8 @@ def dce(fn: Function) -> tuple[Function, int]:
         read_memlocs[memloc[live_reads]] = True
         sym_sets = distinct(mset[memloc[live_reads & symbolic]])
         read_memlocs |= np.isin(mset, sym_sets)
-        touched = overlap[:, read_memlocs].any(axis=1) if read_memlocs.any() else np.zeros(len(fn.memlocs), bool)
+        touched = np.asarray(overlap[:, read_memlocs].any(axis=1)) if read_memlocs.any() else \
+            np.zeros(len(fn.memlocs), bool)
         # a candidate stays alive if one of its outputs lands in (or overlaps) something read
         out_rows = np.flatnonzero(out_ap & live & candidate[owner])
         needed = np.zeros(n, dtype=bool)

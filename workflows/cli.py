@@ -700,11 +700,12 @@ CacheDir = typer.Option(None, "--cache-dir", metavar="DIR|URL",
 
 
 def _size(n: int) -> str:
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+        if x < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return str(x)
 
 
 @cache_app.command("info", epilog="\b\nExamples:\n  tusk cache info\n  tusk cache info --json")

@@ -327,7 +327,8 @@ class _Plan:
     def units(self, kernels: list[Kernel], skipped: list[Skipped], store
               ) -> tuple[dict[str, KernelResult], list[BuildUnit]]:
         """Each kernel's result record and build units; a kernel that cannot be built fails here, alone."""
-        req, out = self.req, self.out
+        req, out, writer = self.req, self.out, self.writer
+        assert writer is not None, "the output writer is made before the units"
         results: dict[str, KernelResult] = {}
         units: list[BuildUnit] = []
         for k in kernels:
@@ -348,7 +349,7 @@ class _Plan:
                 continue
             try:
                 # passes stage files into the kernel's staging directory, never into OUT/<kernel> itself
-                units.extend(_units(k, out, req.core_id, self.cfg, store, str(self.writer.staging_for(k.name))))
+                units.extend(_units(k, out, req.core_id, self.cfg, store, str(writer.staging_for(k.name))))
             except Exception as e:  # noqa: BLE001 - one kernel's trouble never stops the others
                 k.fail(e)
                 kr.error, kr.fault, kr.traceback = k.error, k.fault, k.traceback

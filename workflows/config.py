@@ -95,7 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 VERIFY_LEVELS = ("none", "ends", "all")
-_EXPECTED = {_int: "an integer", _int_or_none: "an integer or none", _bool: "true or false"}
+_EXPECTED: dict[Callable[[str], Any], str] = {_int: "an integer", _int_or_none: "an integer or none", _bool: "true or false"}
 _EXPECTED_BY_NAME = {"verify": "none, ends or all"}
 
 

@@ -200,11 +200,10 @@ def inputs_unchanged(index: dict) -> bool:
 def inputs(opts: dict[str, list[str]], directory: Path, read_files: list[str]) -> dict[str, Any]:
     """path -> [size, mtime_ns] of everything a build of ``directory`` read (see the module docstring)."""
     found = _listing(directory)
-    extra = [directory / "tusk.toml", directory / "pyproject.toml", *read_files]
-    for p in opts.get("--pipeline", []):
-        extra.append(Path(p))
-    for p in extra:
-        found[str(p)] = stat(str(p))
+    extra: list[Path | str] = [directory / "tusk.toml", directory / "pyproject.toml", *read_files]
+    extra += [Path(p) for p in opts.get("--pipeline", [])]
+    for path in extra:
+        found[str(path)] = stat(str(path))
     return found
 
 

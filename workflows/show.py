@@ -297,6 +297,7 @@ def _summary(a, b, flt: Filter) -> Iterator[str]:
     for name in list(fa) + [n for n in fb if n not in fa]:
         x, y = fa.get(name), fb.get(name)
         if x is None:
+            assert y is not None  # a name of fa or of fb
             yield f"# function {name}: added ({len(y.insts):,} instructions)"
             continue
         if y is None:

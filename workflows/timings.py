@@ -140,7 +140,8 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
     from tusk.workflows.trace import _model, engine_timeline, kernel_functions, stored_timeline
 
     if _model() is None:
-        note = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model", "timelines": False}
+        note: dict[str, Any] = {"format": TIMING_FORMAT, "makespan": None, "why": "this Tusk has no timing model",
+                                "timelines": False}
         store.put_note(MAKESPAN_NOTE, note_key(module_hash), note)
         return note
     from tusk.sim.explain import explain_makespan

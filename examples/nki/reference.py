@@ -24,8 +24,8 @@ F32 = np.float32
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), still as float32."""
     bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.astype(np.uint32).view(np.float32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:

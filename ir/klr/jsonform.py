@@ -153,7 +153,7 @@ def _decode(t: TypeExpr, v: Any, path: JsonPath) -> Nested:
     if isinstance(d, Enum):
         if not isinstance(v, str) or v not in d.values:
             raise _bad(path, f"a {d.name} name ({', '.join(d.values)})", v)
-        return T.class_for(d.name)[v]
+        return T.class_for(d.name)[v]  # type: ignore[index]  # an enum.Enum class: looked up by name
     if not isinstance(v, dict) or v.get("_type") != d.name:
         raise _bad(path, f"an object with _type {d.name!r}", v)
     if isinstance(d, Struct):
