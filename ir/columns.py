@@ -176,7 +176,7 @@ class Table(Generic[C]):
     def from_arrays(schema: Schema, arrays: Mapping[str, np.ndarray]) -> "Table":
         """A table over the given columns; arrays of the right dtype are adopted, not copied."""
         n = len(arrays[schema[0][0]]) if schema else 0
-        out = Table(schema, capacity=1)
+        out: Table = Table(schema, capacity=1)
         for name, dt in schema:
             col = np.ascontiguousarray(arrays[name], dtype=dt)
             if col.ndim != 1 or len(col) != n:
@@ -276,6 +276,7 @@ class Record(dict):
     """
 
     __slots__ = ("_canon",)
+    _canon: str
 
     def _readonly(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Record is immutable; build a new one with Record.of(...)")

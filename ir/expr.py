@@ -96,7 +96,7 @@ class Atom:
     def bounds(self, ranges: Mapping[str, tuple[int, int]]) -> tuple[float, float]:
         return (-np.inf, np.inf)
 
-    def subst(self, axes: Mapping[str, int]) -> "QuasiAffine":
+    def subst(self, axes: Mapping[str, "int | QuasiAffine"]) -> "QuasiAffine":
         return QuasiAffine(((self, 1),), 0)
 
     def free_axes(self) -> frozenset[str]:
@@ -417,7 +417,8 @@ class QuasiAffine:
 
     def bounds(self, ranges: Mapping[str, tuple[int, int]]) -> tuple[float, float]:
         """Interval [lo, hi] over inclusive axis ranges (infinite where unknown)."""
-        lo = hi = self.c
+        lo: float = self.c
+        hi: float = self.c
         for atom, k in self.terms:
             alo, ahi = atom.bounds(ranges)
             if k >= 0:

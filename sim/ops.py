@@ -275,12 +275,12 @@ def _dma_compute(fr: Frame, ins: list[int], outs: list[int], attrs: dict) -> Non
     scales = attrs.get("constants")
     if not ins or not isinstance(scales, (list, tuple)) or len(scales) != len(ins):
         raise PassError(f"a DMA compute of {len(ins)} inputs needs one constant each, not {scales!r}")
-    acc = None
-    for j, c in zip(ins, scales):
+    acc = np.asarray(fr.value(ins[0]), dtype=np.float32).reshape(-1) * np.float32(scales[0])  # ins: not empty
+    for j, c in zip(ins[1:], scales[1:]):
         v = np.asarray(fr.value(j), dtype=np.float32).reshape(-1) * np.float32(c)
-        if acc is not None and v.size != acc.size:
+        if v.size != acc.size:
             raise InputError(f"a DMA compute's inputs hold {acc.size} and {v.size} elements (they must match)")
-        acc = v if acc is None else alu(attrs.get("cce_op", "add"), acc, v).astype(np.float32)
+        acc = alu(attrs.get("cce_op", "add"), acc, v).astype(np.float32)
     fr.store(outs[0], acc)
 
 
@@ -492,7 +492,7 @@ def h_register_alu(fr: Frame, i: int) -> None:
     _one(ins, "input", 2)
     _one(outs, "output")
     a, b = _as_int(fr.scalar(ins[0])), _as_int(fr.scalar(ins[1]))
-    r = alu(fr.attrs(i).get("op", "add"), np.int64(a), np.int64(b))
+    r = alu(fr.attrs(i).get("op", "add"), np.asarray(a, np.int64), np.asarray(b, np.int64))
     fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(r.item()))
 
 

@@ -182,15 +182,15 @@ def h_affine_select(fr: Frame, i: int) -> None:
         shape = [1] * nd
         shape[k + 1] = n
         vals += (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    vals = rows(vals)
-    if vals.shape != on_true.shape:
-        raise InputError(f"affine_select: the pattern has {vals.shape[1]} elements per partition, the tile "
+    per_row = rows(vals)
+    if per_row.shape != on_true.shape:
+        raise InputError(f"affine_select: the pattern has {per_row.shape[1]} elements per partition, the tile "
                         f"{on_true.shape[1]}")
-    pred = alu(attrs.get("compare_op", "is_equal"), vals, np.int64(0)) != 0
+    pred = alu(attrs.get("compare_op", "is_equal"), per_row, np.int64(0)) != 0
     fr.store(outs[0], np.where(pred, on_true, F32(attrs.get("fill_value", 0.0))))
 
 
-def _mask(fr: Frame, j: int, like: np.ndarray, reverse: bool) -> np.ndarray:
+def _mask(fr: Frame, j: int, like: np.ndarray, reverse: object) -> np.ndarray:
     p = rows(fr.value(j))
     if p.shape != like.shape:
         raise InputError(f"predicate has shape {p.shape}; the data {like.shape}")

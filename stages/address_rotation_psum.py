@@ -90,7 +90,7 @@ def psum_rotation(fn: Function, arch: Arch, log: logging.Logger | logging.Logger
         def next_slot(e: int) -> int | None:
             m = int(sp.memlocs[e])
             band0, band1, bank0, width, align, b0, b1 = geo[e]
-            free = ~occ[b0:b1, band0:band1 + 1, :].any(axis=(0, 1))
+            free = np.asarray(~occ[b0:b1, band0:band1 + 1, :].any(axis=(0, 1)))
             s = _search(free, width, align)
             name = fn.strings[ml.get("name", m)]
             if s is None:
@@ -107,8 +107,7 @@ def psum_rotation(fn: Function, arch: Arch, log: logging.Logger | logging.Logger
             m = int(sp.memlocs[e])
             if len(slots[e]) < 2:
                 continue
-            count = len(sp.instances_of(m))
-            slot_of = ring_of(count, nbanks, len(slots[e]))
+            slot_of = ring_of(len(sp.instances_of(m)), nbanks, len(slots[e]))
             mems = [m] + [new_location(fn, m, k, a, bank=a // PSUM_BANK_BYTES) for k, a in enumerate(slots[e]) if k]
             moved += rebind(sp, m, slot_of, mems)
     log.info("PSUM Rotation rotated %d PSUM address for target %d", moved, target)

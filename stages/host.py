@@ -111,7 +111,8 @@ def _unrolled_size(fn: Function) -> int:
 def dram_arguments(fn: Function) -> tuple[list[list], list[list]]:
     """``[name, bir dtype, shape]`` of the kernel's arguments: its unallocated DRAM input and output
     memory locations, as translate_nki_ast_to_bir binds them to the placeholder's operands."""
-    ins, outs = [], []
+    ins: list[list] = []
+    outs: list[list] = []
     ml = fn.memlocs
     for m in range(len(ml)):
         if ml.get("mtype", m) != Mem.DRAM or ml.get("addr", m) >= 0:
@@ -162,9 +163,9 @@ def host_module(kernel_path: str, interface: dict[str, Any], core: int | None, a
     # a kernel argument among both the inputs and the outputs (read and written in place) is one tensor: an
     # output that the caller's values start it as (sim.interp.run fills any DRAM tensor its inputs name)
     both = {n for n, _, _ in ins} & {n for n, _, _ in outs}
-    tout = {n: b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs}
-    tin = [tout[n] if n in both else b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
-    tout = list(tout.values())
+    out_of = {n: b.dram(n, shape or [1], dt, kind="ExternalOutput") for n, dt, shape in outs}
+    tin = [out_of[n] if n in both else b.dram(n, shape or [1], dt, kind="ExternalInput") for n, dt, shape in ins]
+    tout = list(out_of.values())
     fmt = "bir" if interface["fmt"] == "bir" else "klr"
     b.klir_kernel(str(kernel_path), fmt, [t.ap() for t in tin], [t.ap() for t in tout], name=f"{name}_kernel",
                   func_args={n: n for n, _, _ in ins}, func_outs={n: n for n, _, _ in outs})

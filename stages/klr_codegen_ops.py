@@ -97,7 +97,7 @@ def _load_init(cg: Any, cmd: str, init: Any, res: tuple, op: str) -> None:
     if init is None:
         raise cg._unsupported("reduceCmd LoadAccumulate without a reduceInit")
     row = None
-    if isinstance(init, (T.Operand_imm, T.Operand_tile)):
+    if isinstance(init, (T.Operand_imm, T.Operand_tile)):  # type: ignore[attr-defined]  # generated classes
         row, value = cg._scalar_operand(init, "reduceInit")
     else:
         value = cg._value(init, "reduceInit")

@@ -39,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console, Group
 from rich.progress_bar import ProgressBar
@@ -378,9 +378,9 @@ class State:
                     t.started, t.worker = early[2], early[1]
                     self._began(t, early[2])
             else:
-                t = self.tasks.pop(key, None)
-                if t is not None and t.what == WRITE and t.started is not None:  # its end not reported yet
-                    self.write_seconds[t.unit] = self.write_seconds.get(t.unit, 0.0) + self.now() - t.started
+                ended = self.tasks.pop(key, None)
+                if ended is not None and ended.what == WRITE and ended.started is not None:  # its end not reported yet
+                    self.write_seconds[ended.unit] = self.write_seconds.get(ended.unit, 0.0) + self.now() - ended.started
 
     def _began(self, t: _Task, at: float) -> None:
         wall = self.step_wall.setdefault((t.unit, t.what.split(" ", 1)[0]), [at, None])
@@ -488,7 +488,7 @@ class Display(BuildEvents):
         self.state.on_phase = self._phase_changed
         self.verbose = verbose
         self.dashboard = dashboard
-        self._unobserve = None
+        self._unobserve: Callable[[], None] | None = None
 
     def pipeline(self, resolved) -> None:
         from tusk.workflows.report import print_pipeline
@@ -526,7 +526,8 @@ class Display(BuildEvents):
         self._unobserve = observe(ex, self.state.task_state)
         self.state.inline_writes = not getattr(ex, "is_cluster", False)
         self.state.observed = self._unobserve is not None
-        why = f" ({ex.reason})" if self.verbose and getattr(ex, "reason", "") else ""
+        reason = str(getattr(ex, "reason", "") or "")
+        why = f" ({reason})" if self.verbose and reason else ""
         if getattr(ex, "is_cluster", False):
             self.say(f"started {ex.description}{why}")
             try:

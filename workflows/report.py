@@ -139,7 +139,7 @@ OPTIONAL = {"rotations", "makespan_before", "makespan_after", "limit_short", "in
 def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[list[str]], list[str]]:
     """(shown columns, the cells of each row, each row's status); ``noop``: as a rebuild that finds every
     unit up to date prints them (every step cached, no pass seconds)."""
-    rows = []
+    rows: list[tuple[str, dict, str]] = []
     for kr in result.kernels:
         if not kr.units:
             rows.append((kr.kernel.name, {}, "failed"))
@@ -163,7 +163,7 @@ def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[
             elif header == "status":
                 cells.append(status)
             else:
-                cells.append(_fmt(f.get(key)) if f else "-")
+                cells.append(_fmt(f.get(key)) if f and key is not None else "-")
         cells_of.append(cells)
     return shown, cells_of, [status for _, _, status in rows]
 

@@ -119,8 +119,8 @@ def run_frontend(path: str | os.PathLike, function: str | None, inputs: Sequence
     from tusk.frontend.trace import trace_kernel_file
 
     try:
-        traced = trace_kernel_file(path, function, list(inputs), tuple(grid), args=dict(args or {}), name=name,
-                                   arch=arch, paths=tuple(paths), api=api)
+        traced = trace_kernel_file(os.fspath(path), function, list(inputs), tuple(grid), args=dict(args or {}),
+                                   name=name, arch=arch, paths=tuple(os.fspath(p) for p in paths), api=api)
     except TuskError:
         raise
     except (Exception, SystemExit) as e:  # Ctrl-C (KeyboardInterrupt) still stops everything

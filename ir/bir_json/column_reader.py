@@ -647,8 +647,8 @@ class ColumnLoad:
             op_end.append(len(fn.operands) - n_ops)
         if (len(reader.deps_to_check), len(reader.carried_to_check)) != checks:
             raise Fallback("a template is not one plain instruction")
-        ins = {c: fn.insts[c][n_ins:].copy() for c in fn.insts.names}
-        ops = {c: fn.operands[c][n_ops:].copy() for c in fn.operands.names}
+        ins = {c: fn.insts.column(c)[n_ins:].copy() for c in fn.insts.names}
+        ops = {c: fn.operands.column(c)[n_ops:].copy() for c in fn.operands.names}
         refs = reader.refs.rollback(mark)
         fn.insts.truncate(n_ins)
         fn.operands.truncate(n_ops)

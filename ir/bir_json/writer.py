@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
-from typing import IO, Any
+from typing import Any
 
 from tusk.ir import enums, wire
 from tusk.ir.atomic import atomic_output
@@ -66,7 +66,7 @@ def dumps(module: Module, *, flatten: bool = False) -> str:
 
 
 
-def write(module: Module, fh: IO[bytes] | IO[str]) -> None:
+def write(module: Module, fh: Any) -> None:
     """Stream ``module`` as BIR-JSON (UTF-8) into a binary (or text) file handle."""
     write_module(module, Sink(fh))
 
@@ -111,7 +111,7 @@ class Sink:
     def __init__(self, fh: Any, lo: int = -1, hi: int = END):
         self.fh = fh
         self.text = isinstance(fh, io.TextIOBase)
-        self.buf: list[bytes] = []
+        self.buf: list[bytes | memoryview] = []
         self.size = 0
         self.lo, self.hi = lo, hi
         self.base = self.pos = self.next_base = 0  # the current function's first row; the position
