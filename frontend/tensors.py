@@ -33,11 +33,14 @@ def _subscript_kind(k: Any) -> str:
     return f"a subscript of type {type(k).__name__}"
 
 
-def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, indirect_dim: Any) -> View:
+def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, indirect_dim: Any,
+                        row: int | None = None) -> View:
     """``t.ap(pattern, vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access starts at row
     ``idx[p]`` of ``t`` (a gather or scatter by a DMA; KLR's vector offset, as ``t[idx, ...]`` in 1.x).  The
     pattern's first pair walks the rows: its step must be the row stride (the hardware multiplies the index
-    by the tensor's own stride) and its count the index tile's partitions."""
+    by the tensor's own stride) and its count the index tile's partitions.  ``row``: the row stride of the
+    view ``ap`` was called on when that view is a row-major reshape of the whole tensor (NKI's reshape is a
+    tensor of that shape, whose rows the index counts), else the tensor's own."""
     if _int(indirect_dim, "ap(indirect_dim=)") != 0:
         raise unsupported(f"ap(vector_offset=..., indirect_dim={indirect_dim}) (a vector offset indexes axis 0)")
     idx = index.view() if isinstance(index, Tensor) else index
@@ -45,7 +48,7 @@ def _vector_offset_view(tensor: Tensor, base: Affine, dims: tuple, index: Any, i
             or idx.elements != idx.shape[0] or idx.vector is not None or not idx.offset.is_static:
         what = f"{idx.dtype}{list(idx.shape)}" if isinstance(idx, View) else type(index).__name__
         raise unsupported(f"ap(vector_offset={what}) (an integer [P, 1] SBUF column of row indices)")
-    row = math.prod(tensor.shape[1:])
+    row = math.prod(tensor.shape[1:]) if row is None else row
     if dims[0][0] != row or dims[0][1] != idx.shape[0]:
         raise unsupported(f"ap(pattern={[list(d) for d in dims]}, vector_offset=<{idx.shape[0]} rows>): the first "
                           f"pair must walk the {idx.shape[0]} gathered rows with the row stride, [{row}, "
@@ -549,7 +552,8 @@ class View:
             raise unsupported(f"ap(pattern={pattern!r}) (non-empty, every count at least 1)")
         base = self.offset + Affine.of(0 if offset is None else offset)
         if vector_offset is not None:
-            return _vector_offset_view(tensor, base, dims, vector_offset, indirect_dim)
+            return _vector_offset_view(tensor, base, dims, vector_offset, indirect_dim,
+                                       self._vector_row() if tensor is self.tensor else None)
         runtime = None
         if scalar_offset is not None:
             if not 0 <= _int(indirect_dim, "ap(indirect_dim=)") < self.ndim:
@@ -568,6 +572,19 @@ class View:
         # kernels build views they use only under a later guard (nki-library's output_projection_tkg)
         return View(tensor, base, dims, ())
 
+    def _vector_row(self) -> int:
+        """The row stride a vector offset on this view scales by: the axis-0 step of a view whose axis 0 walks
+        the whole HBM tensor in rows of that step (a row-major reshape of it, ``t.reshape((b * s, d))``, or a
+        view of such a reshape), else the tensor's own row."""
+        row = math.prod(self.tensor.shape[1:])
+        if self.tensor.on_chip or not self.dims or not self.offset.is_static:
+            return row
+        step, count = self.dims[0]
+        whole = math.prod(self.tensor.shape)
+        if step > 0 and step * count == whole and 0 <= self.offset.const < step:
+            return step
+        return row
+
     def vector_select(self, dim: int, vector_offset: Any) -> View:
         """``t.vector_select(0, idx)``: partition ``p`` reads row ``idx[p]`` of the HBM tensor ``t`` (a gather or
         scatter by a DMA), as ``t.ap([[row stride, P], ...the other axes], vector_offset=idx)``."""
@@ -581,7 +598,7 @@ class View:
         if not isinstance(idx, View):
             raise unsupported(f"vector_select(0, {type(vector_offset).__name__}) (an integer [P, 1] SBUF column "
                               f"of row indices)")
-        row = math.prod(self.tensor.shape[1:])
+        row = self._vector_row()
         if self.dims[0][0] != row:
             raise unsupported(f"vector_select of a view whose axis 0 steps {self.dims[0][0]} elements, not the "
                               f"{row} of a row of {self.tensor.name} (the index is scaled by the tensor's row)")

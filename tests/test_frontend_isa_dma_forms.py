@@ -515,7 +515,8 @@ def test_vector_select_gathers_and_scatters_rows_of_an_hbm_tensor(tmp_path):
     ("table.vector_select(1, idx)", "vector_select(1, ...) (NKI's vector offset indexes axis 0)"),
     ("idx.vector_select(0, idx)", "vector_select of an on-chip tile"),
     ("table.vector_select(0, 3)", "vector_select(0, int) (an integer [P, 1] SBUF column of row indices)"),
-    ("table.reshape((32, 6, 8)).vector_select(0, idx)", "vector_select of a view whose axis 0 steps 48 elements, not the 24 of a row"),
+    ("table.reshape((32, 6, 8))[0:16].vector_select(0, idx)",
+     "vector_select of a view whose axis 0 steps 48 elements, not the 24 of a row"),
 ])
 def test_a_vector_select_nki_does_not_define_is_refused_at_its_line(tmp_path, use, words):
     path = tmp_path / "bad.py"
@@ -524,6 +525,49 @@ def test_a_vector_select_nki_does_not_define_is_refused_at_its_line(tmp_path, us
         trace_file(path, "k", ["f32[64,3,8]", "i32[32,1]"])
     line = V2.count("\n") + 9
     assert f"bad.py:{line}: not supported: {words}" in str(e.value), str(e.value)
+
+
+VECTOR_SELECT_OF_A_RESHAPE = """
+    @nki.jit
+    def k(cache, rows):
+        # cache (b, s, 1, d) seen as (b * s, d) rows, as a KV-cache update does: NKI's reshape is a tensor of
+        # that shape, so the index counts its rows (d elements), not the cache's (s * d)
+        b, s, _, d = cache.shape
+        n = rows.shape[0]
+        idx = nl.ndarray((n, 1), dtype=rows.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        got = nl.ndarray((n, d), dtype=cache.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=got, src=cache.reshape((b * s, d)).vector_select(0, idx))
+        out = nl.ndarray((n, d), dtype=cache.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=got)
+        moved = nl.ndarray(cache.shape, dtype=cache.dtype, buffer=nl.shared_hbm)
+        flat = moved.reshape((b * s, d))
+        for r in nl.affine_range(b * s // 16):
+            nisa.dma_copy(dst=flat[nl.ds(r * 16, 16), :], src=nl.zeros((16, d), dtype=cache.dtype, buffer=nl.sbuf))
+        nisa.dma_copy(dst=flat.ap([[d, n], [1, d]], vector_offset=idx, indirect_dim=0), src=got)
+        cols = nl.ndarray((n, 1), dtype=cache.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=cols, src=cache.reshape((b * s * d, 1)).vector_select(0, idx))
+        col_out = nl.ndarray((n, 1), dtype=cache.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=col_out, src=cols)
+        return out, moved, col_out
+"""
+
+
+def test_vector_select_and_a_vector_offset_count_the_rows_of_a_reshaped_hbm_tensor(tmp_path):
+    # gpt-oss decode (nkipy) scatters a token's V row into cache_v.reshape((b * s, h * d)).vector_select(0, off):
+    # refused before ("axis 0 steps 64 elements, not the 16384 of a row"), as the 1.x t.reshape(...)[idx] is not
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(VECTOR_SELECT_OF_A_RESHAPE))
+    cache = RNG.standard_normal((4, 8, 1, 16)).astype(np.float32)
+    rows = np.array([[3], [31], [8], [17], [0], [22]], np.int32)
+    got = run_klr(trace_file(path, "k", ["f32[4,8,1,16]", "i32[6,1]"]), {"cache": cache, "rows": rows},
+                  check_written=False)
+    flat = cache.reshape(32, 16)
+    np.testing.assert_array_equal(got["out"], flat[rows[:, 0]])
+    want = np.zeros((32, 16), np.float32)
+    want[rows[:, 0]] = flat[rows[:, 0]]
+    np.testing.assert_array_equal(got["moved"].reshape(32, 16), want)
+    np.testing.assert_array_equal(got["col_out"][:, 0], cache.reshape(-1)[rows[:, 0]])
 
 
 FORI_BY_REGISTER = """
