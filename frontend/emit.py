@@ -185,8 +185,8 @@ class Emitter:
                 k.reg_alu(self.forms[form], self.forms[form], "add", -c * var.step * var.trip)
 
     # ------------------------------------------------------------------ operations
-    def op_dma(self, dst: View, src: View, accumulate: bool = False) -> None:
-        self.k.dma(self.ap(dst), self.ap(src), accumulate=accumulate)
+    def op_dma(self, dst: View, src: View, accumulate: bool = False, oob: str = "error") -> None:
+        self.k.dma(self.ap(dst), self.ap(src), accumulate=accumulate, oob=oob)
 
     def op_copy(self, dst: View, src: View) -> None:
         self.k.tensor_copy(self.ap(dst), self.ap(src))

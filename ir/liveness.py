@@ -117,9 +117,11 @@ def _rmw(fn: Function, row: int) -> bool:
         flag = attrs.get("accumulation_flag", 0)
         return not (isinstance(flag, (int, float)) and not isinstance(flag, bool) and flag == 0) and flag is not False
     if opc in (Op.DMACopy, 18):
-        # CCE with constants is a DMA compute over its inputs (nisa.dma_compute): it only writes its output
+        # CCE with constants is a DMA compute over its inputs (nisa.dma_compute): it only writes its output;
+        # a DMA that skips out-of-bounds parts (oob_is_err false, addressed at run time) may leave its
+        # destination, or rows of it, as they were
         return (attrs.get("mode") == "CCE" and "constants" not in attrs) or \
-            attrs.get("dst_rmw_op") not in (None, "", "bypass")
+            attrs.get("dst_rmw_op") not in (None, "", "bypass") or attrs.get("oob_is_err", True) is False
     if opc == STREAM_SHUFFLE:  # a partition whose mask entry is 255 (or missing) keeps its value
         mask = attrs.get("mask", ())
         return not isinstance(mask, (list, tuple)) or len(mask) < 32 or any(m == 255 for m in mask)

@@ -87,6 +87,8 @@ class Frame:
     def __init__(self, machine: Machine, fn: Function, bindings: dict[int, Loc] | None = None):
         self.m = machine
         self.fn = fn
+        #: gather indices put in place of an operand's own while an out-of-bounds-skipping DMA runs
+        self.gather_override: dict[int, np.ndarray] = {}
         ins, ops = fn.insts, fn.operands
         self.opcode = ins["opcode"].tolist()
         self.pred = ins["pred"].tolist()
@@ -270,6 +272,43 @@ class Frame:
 
     def _dynamic(self, j: int) -> Access:
         """A physical AP with DynamicAPInfo: register offsets, memory scalar offsets, gathers."""
+        off, gather = self._dynamic_parts(j)
+        if gather is not None and j in self.gather_override:
+            gather = (gather[0], self.gather_override[j])
+        return make_access(self.loc(self.memloc[j]), self.dtype[j], off, self.patterns[self.pattern[j]], gather)
+
+    def runtime_rows(self, j: int) -> tuple[int | None, np.ndarray] | None:
+        """For an operand whose address is read at run time (``oob_is_err`` false: out-of-bounds parts are
+        skipped): ``(None, ok)`` for a runtime offset of the whole access (``ok`` one bool: the access lies in
+        its memory location), ``(dim, ok)`` for a gather (one bool per index of that pattern dimension: its
+        part lies in the location).  None for a static operand or one in a partitioned location."""
+        if self.kind[j] == Kind.REGISTER_AP and self.aux[j] >= 0:
+            acc_off = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]]
+            off, gather = acc_off, None
+        elif self.kind[j] == Kind.PHYSICAL and self.dyn[j] >= 0:
+            off, gather = self._dynamic_parts(j)
+        else:
+            return None
+        loc = self.loc(self.memloc[j])
+        if loc.partitioned:
+            return None
+        size = DTYPE_SIZES[self.dtype[j]]
+        elems = (len(loc.storage.data) - loc.addr) // size
+        pat = self.patterns[self.pattern[j]]
+        lo = hi = 0
+        for k, (s, n) in enumerate(pat):
+            if gather is not None and k == gather[0]:
+                continue
+            ext = int(s) * (int(n) - 1)
+            lo, hi = lo + min(0, ext), hi + max(0, ext)
+        if gather is None:
+            return None, np.array(off + lo >= 0 and off + hi < elems)
+        dim, idx = gather
+        base = off + np.asarray(idx, dtype=np.int64) * int(pat[dim][0])
+        return dim, (base + lo >= 0) & (base + hi < elems)
+
+    def _dynamic_parts(self, j: int) -> tuple[int, tuple[int, np.ndarray] | None]:
+        """The element offset of a dynamic AP (static plus runtime scalars) and its gather, if any."""
         d: DynamicAPInfo = self.values[self.dyn[j]]
         off = self.offset[j]  # ``c`` repeats the static offset for the wire
         gather = None
@@ -287,7 +326,7 @@ class Frame:
                 raise InputError("an access pattern with two gather indices")
             else:
                 gather = (d.indirect_dim, idx)
-        return make_access(self.loc(self.memloc[j]), self.dtype[j], off, self.patterns[self.pattern[j]], gather)
+        return off, gather
 
     def _indirect_values(self, arg_id: int) -> np.ndarray:
         """The index tensor of IndirectArgExpr(arg_id): the arg_id-th indirection_ins operand (1-based)."""

@@ -21,7 +21,7 @@ from tusk.ir.enums import ALU_OP_NAMES, Kind, Op
 from tusk.ir.errors import InputError, PassError
 from tusk.sim.accumulators import accumulate
 from tusk.sim.machine import Frame
-from tusk.sim.memory import DT_CLASS, RAW, is_int, unsupported
+from tusk.sim.memory import DT_CLASS, RAW, is_int, to_compute, unsupported
 
 F32 = np.float32
 
@@ -254,6 +254,8 @@ def h_copy(fr: Frame, i: int) -> None:
     _one(ins, "input")
     _one(outs, "output")
     src, dst = ins[0], outs[0]
+    if attrs.get("oob_is_err", True) is False and _copy_skipping_oob(fr, src, dst, mode):
+        return
     if mode in ("CCE", 2):  # DMA with compute: dst = dst cce_op src (e.g. an accumulating store)
         old = fr.value(dst)
         fr.store(dst, alu(attrs.get("cce_op", "add"), old, _broadcast(old, fr.value(src), "in0")))
@@ -266,6 +268,55 @@ def h_copy(fr: Frame, i: int) -> None:
     if DT_CLASS[fr.dtype[src]] == RAW or DT_CLASS[fr.dtype[dst]] == RAW:
         raise unsupported(fr.dtype[src] if DT_CLASS[fr.dtype[src]] == RAW else fr.dtype[dst])
     fr.store(dst, fr.value(src))
+
+
+def _copy_skipping_oob(fr: Frame, src: int, dst: int, mode) -> bool:
+    """A DMA with ``oob_is_err`` false whose source or destination is addressed at run time: a runtime offset
+    that puts the whole access outside its tensor skips the DMA; a gather or scatter skips the rows whose index
+    does (their destination rows keep what they held), as NKI's ``oob_mode=skip``.  False when every part is
+    in bounds (the ordinary copy does it) or the form is not one handled here (the copy checks bounds)."""
+    rows = {j: fr.runtime_rows(j) for j in (src, dst)}
+    if all(r is None for r in rows.values()):
+        return False
+    if any(r is not None and r[0] is None and not bool(r[1]) for r in rows.values()):
+        return True  # a whole access outside its tensor: the DMA moves nothing
+    gathers = {j: r for j, r in rows.items() if r is not None and r[0] is not None}
+    if not gathers or mode not in ("Copy", 0, "CCE", 2) or any(r[0] != 0 for r in gathers.values()):
+        return False
+    counts = {len(r[1]) for r in gathers.values()}
+    if len(counts) != 1:
+        return False
+    n = counts.pop()
+    ok = np.logical_and.reduce([r[1] for r in gathers.values()])
+    if ok.all():
+        return False
+    if not ok.any():
+        return True
+    k0 = int(np.argmax(ok))
+    for j in gathers:
+        _, idx = fr._dynamic_parts(j)[1]
+        idx = np.array(idx, dtype=np.int64).reshape(-1)
+        idx[~ok] = idx[k0]  # a row in bounds, read or written with the same values (no effect)
+        fr.gather_override[j] = idx
+    try:
+        same = fr.same_storage_dtype(src, dst)
+        vals = fr.read_raw(src) if same else fr.value(src)
+        if vals.size % n:
+            return False
+        vals = vals.reshape(n, -1)
+        old = fr.access(dst).read()
+        old = (old if same else to_compute(old, fr.dtype[dst])).reshape(n, -1)
+        if mode in ("CCE", 2):
+            vals = alu(fr.attrs(fr.cur).get("cce_op", "add"), old, vals)
+        if dst in gathers:
+            new = vals.copy()
+            new[~ok] = vals[k0]
+        else:
+            new = np.where(ok[:, None], vals, old)
+        (fr.store_raw if same else fr.store)(dst, new)
+    finally:
+        fr.gather_override.clear()
+    return True
 
 
 def _dma_compute(fr: Frame, ins: list[int], outs: list[int], attrs: dict) -> None:

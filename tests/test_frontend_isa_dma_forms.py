@@ -570,6 +570,94 @@ def test_vector_select_and_a_vector_offset_count_the_rows_of_a_reshaped_hbm_tens
     np.testing.assert_array_equal(got["col_out"][:, 0], cache.reshape(-1)[rows[:, 0]])
 
 
+OOB_SKIP_AT_RUN_TIME = """
+    @nki.jit
+    def k(x, rows, w, experts):
+        n, c = rows.shape[0], x.shape[1]
+        idx = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        got = nl.ndarray((n, c), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=got, value=-2.0)
+        nisa.dma_copy(dst=got, src=x.vector_select(0, idx), oob_mode=nisa.oob_mode.skip)
+        half = nl.ndarray((n, c), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=half, value=-3.0)
+        nisa.dma_copy(dst=half, src=x.vector_select(0, idx), oob_mode=nisa.oob_mode.skip)
+        gathered = nl.ndarray((n, c), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=gathered, src=got)
+        wide = nl.ndarray((n, c), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=wide, src=half)
+        halved = nl.ndarray((n, c), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=halved, src=wide)
+        scattered = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=scattered, src=nl.zeros(x.shape, dtype=x.dtype, buffer=nl.sbuf))
+        nisa.dma_copy(dst=scattered.vector_select(0, idx), src=got, oob_mode=nisa.oob_mode.skip)
+        e = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=e, src=experts)
+        wt = nl.ndarray((8, c), dtype=w.dtype, buffer=nl.sbuf)
+        kept = nl.ndarray((2, 8, c), dtype=w.dtype, buffer=nl.shared_hbm)
+        for j in range(2):  # an expert index past the weights leaves the tile as the first load left it
+            nisa.dma_copy(dst=wt, src=w.ap(pattern=[[c, 8], [1, c]], offset=0, scalar_offset=e[0:1, j:j + 1]),
+                          oob_mode=nisa.oob_mode.skip)
+            nisa.dma_copy(dst=kept[j], src=wt)
+        return gathered, halved, scattered, kept
+"""
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["traced", "default pipeline"])
+@pytest.mark.parametrize("second", [-1, 4])
+def test_oob_skip_with_indices_read_at_run_time_skips_those_rows(tmp_path, pipeline, second):
+    # gpt-oss MoE (nkipy blockwise_nki_static): token rows of -1 and an expert of -1 (reuse the loaded weights)
+    # were an out-of-bounds error when the DMA ran; through the pipeline a skipped load must not end the
+    # tile's earlier value (it was a kill: the reuse read another slot)
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run as run_bir
+
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    rows = np.array([[3], [-1], [15], [16], [0], [40], [7], [-5]], np.int32)
+    w = RNG.standard_normal((4, 8, 32)).astype(np.float32)
+    inputs = {"x": x, "rows": rows, "w": w, "experts": np.array([[2, second]], np.int32)}
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(OOB_SKIP_AT_RUN_TIME))
+    klr = trace_file(path, "k", ["f32[16,32]", "i32[8,1]", "f32[4,8,32]", "i32[1,2]"])
+    if pipeline:
+        sentinel = {n: np.full(s, np.nan, np.float32) for n, s in
+                    (("gathered", (8, 32)), ("halved", (8, 32)), ("scattered", (16, 32)), ("kept", (2, 8, 32)))}
+        got = run_bir(through_pipeline(klr, tmp_path), {**inputs, **sentinel})
+    else:
+        got = run_klr(klr, inputs)
+    ok = (rows[:, 0] >= 0) & (rows[:, 0] < 16)
+    want = np.where(ok[:, None], x[np.clip(rows[:, 0], 0, 15)], -2.0).astype(np.float32)
+    np.testing.assert_array_equal(got["gathered"], want)
+    bf = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16 << 16
+    np.testing.assert_array_equal(got["halved"], np.where(ok[:, None], bf.view(np.float32)[np.clip(rows[:, 0], 0, 15)],
+                                                         -3.0))
+    scattered = np.zeros_like(x)
+    scattered[rows[ok, 0]] = x[rows[ok, 0]]
+    np.testing.assert_array_equal(got["scattered"], scattered)
+    np.testing.assert_array_equal(got["kept"], np.stack([w[2], w[2]]))
+
+
+def test_a_dma_that_may_skip_rows_does_not_end_the_value_its_destination_held(tmp_path):
+    # liveness: a load of wt by an expert index that may be out of bounds (oob_mode=skip) may leave wt as it
+    # was, so it joins wt's instance instead of starting one; as a kill it let the post-schedule SB rotation
+    # move the reuse to another slot (gpt-oss blockwise MoE: the SKIP_DMA block read garbage weights)
+    import os
+
+    from tusk.ir.liveness import instances
+    from tusk.stages.host import host_module_for
+    from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
+
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(OOB_SKIP_AT_RUN_TIME))
+    (tmp_path / "k.klr").write_bytes(trace_file(path, "k", ["f32[16,32]", "i32[8,1]", "f32[4,8,32]", "i32[1,2]"]))
+    module, _ = TranslateNKIASTToBIR().run(host_module_for(str(tmp_path / "k.klr"), None,
+                                                           os.path.join(tmp_path, "art")))
+    fn = next(f for f in module.functions if f.name == "k")
+    inst = instances(fn)
+    wt = fn.memloc_by_name("wt")
+    assert inst.simple[wt] and len(inst.of_memloc(wt)) == 1
+
+
 FORI_BY_REGISTER = """
     @nki.jit
     def k(data, n):

@@ -119,12 +119,19 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
         src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
             (src, dst.with_dims(dst.dims + ((1, 1),)))
     tr = current()
+    skip = {"oob": "skip"} if oob == "skip" and any(_runtime_address(v) for v in (src, dst)) else {}
     if src.dtype != dst.dtype:
         if dst.tensor.on_chip:
             # the stage is laid out as dst (a tile the copy can cast into): src may be an HBM view of any
             # shape that streams the same elements (a 1-D row bias[0, 0:256] into sb[0, :256])
             stage = fresh(dst.shape, src.dtype)
-            tr.op("dma", (src, *scalar_offset.scalars(src)), (stage,), dst=stage, src=src)
+            if skip:
+                # the rows the DMA skips keep dst's values: the stage starts as dst (exact in src's dtype)
+                if not _widens(dst.dtype, src.dtype):
+                    raise unsupported(f"{call} oob_mode=skip of a {src.dtype} source with runtime indices into a "
+                                      f"{dst.dtype} tile (the skipped rows would be rounded through {src.dtype})")
+                tr.op("copy", (dst,), (stage,), dst=stage, src=dst)
+            tr.op("dma", (src, *scalar_offset.scalars(src)), (stage,), dst=stage, src=src, **skip)
             tr.op("copy", (stage,), (dst,), dst=dst, src=stage)
             return
         if src.tensor.on_chip:
@@ -133,7 +140,27 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
             src = stage
         else:
             raise unsupported(f"{call} from {src.dtype} HBM to {dst.dtype} HBM (stage it through SBUF)")
-    tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src)
+    tr.op("dma", (src, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src, **skip)
+
+
+def _widens(narrow: str, wide: str) -> bool:
+    """Whether every value of dtype ``narrow`` is exact in dtype ``wide`` (a round trip keeps it)."""
+    if narrow == wide:
+        return True
+    floats = {"bfloat16": (8, 7), "float16": (5, 10), "float32": (8, 23)}
+    if narrow in floats and wide in floats:
+        return all(a <= b for a, b in zip(floats[narrow], floats[wide]))
+    ints = {"int8": 8, "int16": 16, "int32": 32, "uint8": 8, "uint16": 16, "uint32": 32}
+    if narrow in ints and wide in ints:
+        return narrow.startswith("u") == wide.startswith("u") and ints[narrow] <= ints[wide] or \
+            narrow.startswith("u") and not wide.startswith("u") and ints[narrow] < ints[wide]
+    return False
+
+
+def _runtime_address(v: View) -> bool:
+    """Whether a DMA side is addressed at run time (an index tile's rows or a runtime offset): what
+    ``oob_mode=skip`` bounds when the DMA runs."""
+    return v.vector is not None or getattr(v, "scalar", None) is not None
 
 
 MAX_DMA_COMPUTE_SOURCES = 16
