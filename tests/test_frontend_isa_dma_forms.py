@@ -85,6 +85,26 @@ def test_dst_rmw_op_adds_into_the_scattered_rows(tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
+def test_dst_rmw_op_with_runtime_indices_and_oob_skip_adds_into_the_rows_in_bounds(tmp_path):
+    x = RNG.uniform(-1, 1, (8, 16)).astype(np.float32)
+    rows = np.array([[4], [-1], [23], [24], [0], [9], [-7], [30]], np.int32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x, rows):
+            out = nl.ndarray((24, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nisa.memset(shape=(24, 16), value=3.0, dtype=nl.float32))
+            t = nl.load(x)
+            idx = nl.load(rows)
+            ip, jf = nl.mgrid[0:8, 0:16]
+            nisa.dma_copy(dst=out[idx, jf], src=t, dst_rmw_op=np.add, oob_mode=nisa.oob_mode.skip)
+            return out
+    """, {"x": x, "rows": rows}, ["f32[8,16]", "i32[8,1]"])["out"]
+    want = np.full((24, 16), 3.0, np.float32)
+    ok = (rows[:, 0] >= 0) & (rows[:, 0] < 24)
+    want[rows[ok, 0]] += x[ok]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_compiler_allocation_hints_are_the_plain_buffers(tmp_path):
     x = RNG.uniform(-1, 1, (32, 64)).astype(np.float32)
     got = run(tmp_path, V1, """

@@ -106,12 +106,13 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
     """``dst = src`` by DMA (``accumulate``: ``dst += src``, a read-modify-write DMA); dtypes convert through
     float32 (an ncCopy on chip beside the DMA).  ``oob``: :func:`dma_bounds`."""
     dst, src = dma_bounds(call, dst, src, oob)
+    skip = {"oob": "skip"} if oob == "skip" and any(_runtime_address(v) for v in (src, dst)) else {}
     if accumulate:
         if src.dtype != dst.dtype or dst.shape != src.shape and dst.elements != src.elements:
             raise unsupported(f"{call} dst_rmw_op of a {src.dtype}{list(src.shape)} source into a "
                               f"{dst.dtype}{list(dst.shape)} destination (the same dtype and size)")
         current().op("dma", (src, dst, *scalar_offset.scalars(src, dst)), (dst,), dst=dst, src=src,
-                     accumulate=True)
+                     accumulate=True, **skip)
         return
     if dst.shape != src.shape and (dst.elements != src.elements or not _same_stream(dst, src)):
         dst, src = _one_shape(call, dst, src)
@@ -119,7 +120,6 @@ def dma_copy(call: str, dst: View, src: View, *, oob: str = "error", accumulate:
         src, dst = (src.with_dims(src.dims + ((1, 1),)), dst) if src.ndim < dst.ndim else \
             (src, dst.with_dims(dst.dims + ((1, 1),)))
     tr = current()
-    skip = {"oob": "skip"} if oob == "skip" and any(_runtime_address(v) for v in (src, dst)) else {}
     if src.dtype != dst.dtype:
         if dst.tensor.on_chip:
             # the stage is laid out as dst (a tile the copy can cast into): src may be an HBM view of any
