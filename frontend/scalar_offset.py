@@ -93,7 +93,7 @@ def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffse
     return RuntimeOffsetView(v.tensor, v.offset, v.dims, v.axes, v.checks, None, s, indirect_dim)
 
 
-def runtime_offset_by_stride(v: View, scalar: Any, stride: int, indirect_dim: int) -> RuntimeOffsetView:
+def runtime_offset_by_stride(v: View, scalar: Any, stride: int, indirect_dim: int, what: str = "") -> RuntimeOffsetView:
     """``v`` moved at run time by the value times ``stride`` (``t.ap(..., scalar_offset=s, indirect_dim=d)``,
     the stride of the view's axis d).  KLR scales the value by one of the tensor's own axis strides; a stride
     that is none of them -- an ``.ap()`` of a reshaped view, ``t.reshape((4, 256)).ap(..., indirect_dim=0)``
@@ -102,7 +102,7 @@ def runtime_offset_by_stride(v: View, scalar: Any, stride: int, indirect_dim: in
     reads is the one it has now."""
     s = _checked_scalar(v, scalar)
     try:
-        axis = axis_of_stride(v.tensor.shape, stride, indirect_dim)
+        axis = axis_of_stride(v.tensor.shape, stride, indirect_dim, what)
     except Unsupported:
         if stride <= 0:
             raise
@@ -211,4 +211,6 @@ def runtime_subscript(v: View, key: tuple) -> RuntimeOffsetView:
     if not scalar.offset.is_static:
         scalar.offset._unrolled()  # the tile is read at a fixed place: each iteration its own
     what = f"a runtime coordinate on axis {pos} of a {list(v.shape)} view of {v.tensor.name}"
-    return runtime_offset_view(base, scalar, axis_of_stride(v.tensor.shape, v.dims[pos][0], pos, what))
+    # a reshaped view's axis (x.reshape((4, 2, 256))[r, :, :] over an [8, 256] tensor) may step by no axis
+    # stride of the tensor: moved along its innermost axis by the value times that step, as .ap() does
+    return runtime_offset_by_stride(base, scalar, v.dims[pos][0], pos, what)

@@ -217,3 +217,25 @@ def test_select_of_an_hbm_tensor_by_a_one_element_tile_is_a_runtime_coordinate(t
     for i in (3, 0, 2):
         got = run_klr(klr, {"blocks": blocks, "which": np.array([[i]], np.int32)})["out"]
         np.testing.assert_array_equal(got, blocks[i])
+
+
+RESHAPED_BLOCK = """
+    @nki.jit
+    def k(x, rank):
+        # x [8, 64] seen as [4, 2, 64]: rank r reads rows 2r and 2r + 1 (a step of 128 elements, no axis
+        # stride of x), as gpt-oss's legacy rank_slice_add does
+        r = nl.load(rank)
+        xs = x.reshape((4, 2, 64))
+        out = nl.ndarray((2, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(xs[r[0, 0], :, :]))
+        return out
+"""
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3])
+def test_a_runtime_coordinate_on_a_reshaped_axis_moves_by_that_axis_step(tmp_path, rank):
+    # was refused: "stride 128 is no axis stride of the [8, 64] tensor"
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    klr = _trace(tmp_path, RESHAPED_BLOCK, ["f32[8,64]", "i32[1,1]"])
+    got = run_klr(klr, {"x": x, "rank": np.array([[rank]], np.int32)})["out"]
+    np.testing.assert_array_equal(got, x[2 * rank:2 * rank + 2])
