@@ -392,6 +392,15 @@ class View:
                 moved.append((a, []))
                 if self.tensor.on_chip and axis == self.tensor.par_axis:
                     placed.append((pos, (stride, 1), axis))  # a single partition: keep the partition dim
+        if by_axis and grids:
+            # numpy's advanced indexing: the index arrays broadcast to one shape, so a broadcast axis no grid
+            # walks is a unit axis of the view (x[i_p, i_f] with i_p, i_b, i_f = nl.mgrid[0:P, 0:B, 0:F] is
+            # [P, 1, F], which an elementwise op then broadcasts along B)
+            walked = {d for g in grids for d in g.axes}
+            lead = 1 if self.tensor.on_chip else 0
+            for d in range(lead, max(g.ndim for g in grids)):
+                if d not in walked and all(p[0] != d for p in placed):
+                    placed.append((d, (1, 1), -1))
         order = sorted(range(len(placed)), key=lambda j: placed[j][0])
         where = {j: rank for rank, j in enumerate(order)}
         dims = tuple(placed[j][1] for j in order)

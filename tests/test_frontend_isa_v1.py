@@ -216,3 +216,25 @@ def test_an_instruction_label_name_is_accepted_and_changes_nothing(tmp_path):
             return out
     """, {"x": x})
     np.testing.assert_allclose(out["out"], 2 * x + (2 * x).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_tensor_tensor_broadcasts_size_1_free_axes_and_a_3d_mgrid_subscript_keeps_its_unit_axis(tmp_path):
+    # gpt-oss's legacy (1.x) rmsnorm and decode kernels: w[i_p, i_f] with i_p, i_b, i_f from a 3-axis
+    # nl.mgrid is [P, 1, F] (numpy's advanced indexing), and nisa.tensor_tensor broadcasts it along B, as it
+    # does q [P, B, H] times k.reshape((P, B, 1)); both were refused ("tensor_tensor of [128, 4, 8] and
+    # [128, 8] tiles")
+    x, w, c = rand(128, 4, 8), rand(128, 8), rand(128, 4)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x, w, c):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            out2 = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            xt, wt, ct = nl.load(x), nl.load(w), nl.load(c)
+            i_p, i_b, i_f = nl.mgrid[0:128, 0:4, 0:8]
+            assert wt[i_p, i_f].shape == (128, 1, 8) and ct[i_p, i_b].shape == (128, 4, 1)
+            nl.store(out, nisa.tensor_tensor(xt[i_p, i_b, i_f], wt[i_p, i_f], nl.multiply))
+            nl.store(out2, nisa.tensor_tensor(ct.reshape((128, 4, 1)), xt, nl.subtract))
+            return out, out2
+    """, {"x": x, "w": w, "c": c})
+    np.testing.assert_array_equal(got["out"], x * w[:, None, :])
+    np.testing.assert_array_equal(got["out2"], c[:, :, None] - x)

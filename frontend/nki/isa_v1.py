@@ -152,6 +152,11 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown):
     call = "nisa.tensor_tensor"
     a, b = tile(data1, call), tile(data2, call)
+    if a.shape != b.shape and a.ndim == b.ndim and a.shape[0] == b.shape[0] and a.elements != b.elements \
+            and ops.free(a) != 1 and ops.free(b) != 1:
+        # 1.x broadcasts size-1 free axes numpy's way (q [D, B, H] times k.reshape((D, B, 1))); stride 0
+        shape = nl._broadcast_shape(a.shape, b.shape, call)
+        a, b = nl._stretched(a, shape), nl._stretched(b, shape)
     wide = b if ops.free(a) == 1 and ops.free(b) > 1 else a  # a [P, 1] data1 broadcast along data2's free axis
     out = _result(wide, dtype if dtype is not None else nl._out_dtype(None, a, b))
     d, a, b = _masked(mask, out, a, b)
