@@ -238,3 +238,25 @@ def test_tensor_tensor_broadcasts_size_1_free_axes_and_a_3d_mgrid_subscript_keep
     """, {"x": x, "w": w, "c": c})
     np.testing.assert_array_equal(got["out"], x * w[:, None, :])
     np.testing.assert_array_equal(got["out2"], c[:, :, None] - x)
+
+
+def test_a_matmul_result_lands_in_a_3d_psum_view_and_an_assignment_broadcasts_size_1_axes(tmp_path):
+    # gpt-oss's legacy decode core: qk_psum[...] = nisa.nc_matmul(ones, qk_mul) with qk_mul [D, B, H] (the
+    # result keeps the moving tile's free axes, [1, B, H]; it was [1, B * H]) and qk[:, :, :, 1] =
+    # nl.load(sink.reshape((1, 1, H))) filling every batch (numpy's assignment broadcasting); both were refused
+    x, sink = rand(64, 2, 4), rand(1, 1, 4)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x, sink):
+            out = nl.ndarray((1, 2, 4, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+            ones = nl.ones((64, 1), dtype=nl.float32)
+            ps = nl.ndarray((1, 2, 4), dtype=nl.float32, buffer=nl.psum)
+            ps[...] = nisa.nc_matmul(ones, nl.load(x), is_stationary_onezero=True)
+            both = nl.ndarray((1, 2, 4, 2), dtype=nl.float32, buffer=nl.sbuf)
+            both[:, :, :, 0] = nl.copy(ps)
+            both[:, :, :, 1] = nl.load(sink)
+            nl.store(out, both)
+            return out
+    """, {"x": x, "sink": sink})["out"]
+    np.testing.assert_allclose(got[0, :, :, 0], x.sum(axis=0), rtol=1e-5)
+    np.testing.assert_array_equal(got[0, :, :, 1], np.broadcast_to(sink[0], (2, 4)))

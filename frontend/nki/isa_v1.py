@@ -121,8 +121,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     call = "nisa.nc_matmul"
     st, mv = tile(stationary, call), tile(moving, call)
     double = ops.double_row(call, perf_mode, st, mv)
-    out = current().tile((st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv)),
-                         as_dtype("float32"), "psum")
+    shape = (st.shape[-1], mv.shape[-1]) if double else (ops.free(st), ops.free(mv))
+    if not double and mask is None and mv.ndim > 2 and st.ndim == 2:
+        shape = (ops.free(st),) + tuple(mv.shape[1:])  # [M, B, H] for a [K, B, H] moving tile, as 1.x keeps it
+    out = current().tile(shape, as_dtype("float32"), "psum")
     cut = None if double or is_transpose else nl._matmul_cut(mask, st, mv, True)
     if cut is None and not nl._whole_tiles(call, mask, [st, mv], "the PE array takes whole tiles"):
         return current().unwritten(out)

@@ -571,6 +571,11 @@ def _assign(dst: View, value: Any) -> None:
     src = _tile(value, "assignment")
     # a column may land in a 1-axis view and back ((P, 1) <-> (P,)); nothing else changes shape
     same_column = src.elements == dst.elements and (src.ndim == 1 or dst.ndim == 1)
+    if src.shape != dst.shape and not same_column and src.ndim == dst.ndim and src.shape[0] == dst.shape[0] \
+            and src.elements < dst.elements and builtins.all(a in (1, b) for a, b in zip(src.shape[1:], dst.shape[1:])):
+        # numpy's assignment broadcasting of size-1 free axes (1.x: qk[:, :, :, 1] = nl.load(sink.reshape(
+        # (1, 1, H))) fills every batch): read them with stride 0
+        src = _stretched(src, dst.shape)
     if src.shape != dst.shape and not same_column:
         # shapes that differ only by size-1 free axes hold the same elements in the same order
         # (``cache[t, :, :, :] = nl.load(bias[...])``: a [P, 1] tile into a [P, 1, 1] view)
