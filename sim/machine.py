@@ -293,7 +293,8 @@ class Frame:
         if loc.partitioned:
             return None
         size = DTYPE_SIZES[self.dtype[j]]
-        elems = (len(loc.storage.data) - loc.addr) // size
+        # the location's own bytes (DRAM locations with an address share one storage)
+        elems = (loc.pbytes if loc.pbytes > 0 else len(loc.storage.data) - loc.addr) // size
         pat = self.patterns[self.pattern[j]]
         lo = hi = 0
         for k, (s, n) in enumerate(pat):

@@ -657,6 +657,46 @@ def test_oob_skip_with_indices_read_at_run_time_skips_those_rows(tmp_path, pipel
     np.testing.assert_array_equal(got["kept"], np.stack([w[2], w[2]]))
 
 
+SKIP_INTO_SCRATCH = """
+    @nki.jit
+    def k(x, rows):
+        # two internal HBM scratch tensors: a row index past the first is skipped, not written into the second
+        n, c = rows.shape[0], x.shape[1]
+        idx = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        first = nl.ndarray((8, c), dtype=x.dtype, buffer=nl.hbm)
+        second = nl.ndarray((8, c), dtype=x.dtype, buffer=nl.hbm)
+        zeros = nl.zeros((8, c), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=first, src=zeros)
+        nisa.dma_copy(dst=second, src=zeros)
+        t = nl.ndarray((n, c), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=first.vector_select(0, idx), src=t, oob_mode=nisa.oob_mode.skip)
+        out = nl.ndarray((16, c), dtype=x.dtype, buffer=nl.shared_hbm)
+        for h, part in enumerate((first, second)):
+            s = nl.ndarray((8, c), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=part)
+            nisa.dma_copy(dst=out[h * 8:(h + 1) * 8, :], src=s)
+        return out
+"""
+
+
+def test_oob_skip_bounds_a_scatter_by_its_own_tensor_not_the_shared_dram(tmp_path):
+    from tests.test_isa_ops import through_pipeline
+    from tusk.sim.interp import run as run_bir
+
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    rows = np.array([[2], [8], [9], [5]], np.int32)  # 8 and 9: past first's 8 rows (second's, if contiguous)
+    path = tmp_path / "k.py"
+    path.write_text(V2 + textwrap.dedent(SKIP_INTO_SCRATCH))
+    klr = trace_file(path, "k", ["f32[4,16]", "i32[4,1]"])
+    want = np.zeros((16, 16), np.float32)
+    want[[2, 5]] = x[[0, 3]]
+    np.testing.assert_array_equal(run_klr(klr, {"x": x, "rows": rows})["out"], want)
+    got = run_bir(through_pipeline(klr, tmp_path), {"x": x, "rows": rows, "out": np.full((16, 16), np.nan, np.float32)})
+    np.testing.assert_array_equal(got["out"], want)
+
+
 def test_a_dma_that_may_skip_rows_does_not_end_the_value_its_destination_held(tmp_path):
     # liveness: a load of wt by an expert index that may be out of bounds (oob_mode=skip) may leave wt as it
     # was, so it joins wt's instance instead of starting one; as a kill it let the post-schedule SB rotation
