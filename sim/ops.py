@@ -299,7 +299,7 @@ def _copy_skipping_oob(fr: Frame, src: int, dst: int, mode) -> bool:
         idx[~ok] = idx[k0]  # a row in bounds, read or written with the same values (no effect)
         fr.gather_override[j] = idx
     try:
-        same = fr.same_storage_dtype(src, dst)
+        same = fr.same_storage_dtype(src, dst) and mode not in ("CCE", 2)  # an add needs the values
         vals = fr.read_raw(src) if same else fr.value(src)
         if vals.size % n:
             return False

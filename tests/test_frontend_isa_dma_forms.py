@@ -105,6 +105,30 @@ def test_dst_rmw_op_with_runtime_indices_and_oob_skip_adds_into_the_rows_in_boun
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_bfloat16_scatter_add_with_oob_skip_adds_values_not_their_bits(tmp_path):
+    # the skipping path read raw storage when the dtypes matched; for an add, bfloat16 bits summed as
+    # integers (values exact in bfloat16, so the expected sums are exact)
+    x = (np.arange(8 * 16, dtype=np.float32).reshape(8, 16) % 7 - 3) / 4
+    rows = np.array([[4], [-1], [23], [24], [0], [9], [-7], [30]], np.int32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x, rows):
+            out = nl.ndarray((24, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((24, 16), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+            nl.store(acc, nisa.memset(shape=(24, 16), value=1.5, dtype=nl.bfloat16))
+            t = nl.load(x, dtype=nl.bfloat16)
+            idx = nl.load(rows)
+            ip, jf = nl.mgrid[0:8, 0:16]
+            nisa.dma_copy(dst=acc[idx, jf], src=t, dst_rmw_op=np.add, oob_mode=nisa.oob_mode.skip)
+            nl.store(out, nl.load(acc, dtype=nl.float32))
+            return out
+    """, {"x": x, "rows": rows}, ["f32[8,16]", "i32[8,1]"])["out"]
+    want = np.full((24, 16), 1.5, np.float32)
+    ok = (rows[:, 0] >= 0) & (rows[:, 0] < 24)
+    want[rows[ok, 0]] += x[ok]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_compiler_allocation_hints_are_the_plain_buffers(tmp_path):
     x = RNG.uniform(-1, 1, (32, 64)).astype(np.float32)
     got = run(tmp_path, V1, """
