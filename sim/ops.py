@@ -294,8 +294,9 @@ def _copy_skipping_oob(fr: Frame, src: int, dst: int, mode) -> bool:
         return True
     k0 = int(np.argmax(ok))
     for j in gathers:
-        _, idx = fr._dynamic_parts(j)[1]
-        idx = np.array(idx, dtype=np.int64).reshape(-1)
+        gather = fr._dynamic_parts(j)[1]
+        assert gather is not None  # runtime_rows found a gather in this access
+        idx = np.array(gather[1], dtype=np.int64).reshape(-1)
         idx[~ok] = idx[k0]  # a row in bounds, read or written with the same values (no effect)
         fr.gather_override[j] = idx
     try:
