@@ -731,3 +731,85 @@ def test_a_tensor_engine_transpose_moves_infinities_and_nans_as_they_are(tmp_pat
     """, {"x": x})["out"]
     np.testing.assert_array_equal(got[0], x.T)
     np.testing.assert_array_equal(got[1], x.T)
+
+
+def test_scalar_tensor_tensor_reduces_into_the_vector_registers_as_nki_0_7_documents(tmp_path):
+    # NKI 0.7.0 added reduce_cmd / reduce_op / reduce_res to scalar_tensor_tensor: the reduction of the float32
+    # results (not dst's bfloat16 ones) along the free axes; reduce_cmd.reduce continues the registers
+    a, b, c = rand(128, 64), rand(128, 64), rand(128, 1, lo=0.5, hi=2.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, b, c):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            sums = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            peak = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.dma_copy(dst=y, src=b)
+            nisa.dma_copy(dst=col, src=c)
+            r = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.scalar_tensor_tensor(dst=r, data=x, op0=nl.multiply, operand0=col, op1=nl.add, operand1=y,
+                                      reduce_op=nl.add, reduce_res=s)
+            h = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+            m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.scalar_tensor_tensor(h[:, 0:32], x[:, 0:32], nl.subtract, col, nl.multiply, y[:, 0:32],
+                                      reduce_op=nl.maximum)
+            nisa.scalar_tensor_tensor(h[:, 32:64], x[:, 32:64], nl.subtract, col, nl.multiply, y[:, 32:64],
+                                      reduce_cmd=nisa.reduce_cmd.reduce, reduce_op=nl.maximum, reduce_res=m)
+            nisa.dma_copy(dst=out, src=r)
+            nisa.dma_copy(dst=sums, src=s)
+            nisa.dma_copy(dst=peak, src=m)
+            return out, sums, peak
+    """, {"a": a, "b": b, "c": c})
+    want = a * c + b
+    np.testing.assert_allclose(res["out"], want, rtol=1e-6)
+    np.testing.assert_allclose(res["sums"], want.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["peak"], ((a - c) * b).max(axis=1, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nisa.scalar_tensor_tensor(y, t, nl.add, 1.0, nl.add, t, reduce_res=c)",
+     "nisa.scalar_tensor_tensor reduce_res='...' (a reduction needs its reduce_op"),
+    ("nisa.scalar_tensor_tensor(y, t, nl.add, 1.0, nl.add, t, reduce_op=nl.add, reduce_res=c, "
+     "reduce_cmd=nisa.reduce_cmd.load_reduce)", "nisa.scalar_tensor_tensor reduce_cmd=nisa.reduce_cmd.load_reduce"),
+    ("nisa.activation(y, nl.exp, t, reduce_op=nl.add, reduce_res=c, reduce_cmd=nisa.reduce_cmd.reset_reduce, "
+     "engine=nisa.engine.gpsimd)", "the accumulator (reduce_op, reduce_res, reduce_cmd) is the Scalar engine's"),
+    ("nisa.activate2(y, nl.exp, t, 1.0, 0.0, nl.multiply, nl.add, engine=nisa.engine.vector)",
+     "nisa.activate2 engine=nisa.engine.vector"),
+])
+def test_nki_0_7_reduction_and_engine_parameters_refuse_what_nki_does_not_do(tmp_path, call, message):
+    err = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            y = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            c = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            {call}
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, ["f32[128,8]"])
+    assert message in err
+
+
+@pytest.mark.parametrize("engine", ["nisa.engine.scalar", "nisa.engine.gpsimd"])
+def test_activation_and_activate2_take_nki_0_7s_engine(tmp_path, engine):
+    a = rand(128, 32)
+    res = run(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=y[:, 0:32], op=nl.exp, data=t, scale=0.5, engine={engine})
+            nisa.activate2(y[:, 32:64], nl.tanh, t, 2.0, 1.0, nl.multiply, nl.add, engine={engine})
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a})["out"]
+    np.testing.assert_allclose(res[:, :32], np.exp(a * 0.5), rtol=2e-6)
+    np.testing.assert_allclose(res[:, 32:], np.tanh(2 * a + 1), rtol=2e-6, atol=1e-7)

@@ -37,7 +37,8 @@ class Register:
 
 # kept on the trace itself: they end with the trace
 _ATTR = {"dve": "_tusk_dve_register", "act": "_tusk_act_register"}
-_STARTERS = {"dve": "tensor_scalar_cumulative / range_select / select_reduce / tensor_scalar_reduce",
+_STARTERS = {"dve": "tensor_scalar_cumulative / range_select / select_reduce / tensor_scalar_reduce / "
+                     "scalar_tensor_tensor",
              "act": "activation"}
 
 

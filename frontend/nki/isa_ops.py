@@ -306,6 +306,50 @@ def scalar_tensor_tensor(call: str, dst: View, data: View, op0: Any, operand0: A
            reverseOperands=REVERSE[bool(reverse0), bool(reverse1)])
 
 
+STT_COMMANDS = "NKI 0.7.0 documents idle, reset_reduce and reduce for scalar_tensor_tensor's reduction"
+
+
+def scalar_tensor_tensor_accumulating(call: str, dst: View, data: View, op0: Any, operand0: Any, op1: Any,
+                                      operand1: Any, reverse0: bool, reverse1: bool, cmd: Any, reduce_op: Any,
+                                      reduce_res: Any) -> None:
+    """NKI 0.7.0's ``scalar_tensor_tensor`` with a reduction of its result along the free axes into the Vector
+    engine's accumulator registers (:mod:`isa_accum`, ``"dve"``; ``reset_reduce`` starts them afresh,
+    ``reduce`` continues them) and ``reduce_res``.  Without ``reduce_op`` (the default ``...``) and
+    ``reduce_res`` it is the plain instruction.  The reduction sums the float32 results (as the engine
+    computes them), not ``dst``'s rounded values."""
+    if reduce_op is Ellipsis or reduce_op is None:
+        if reduce_res is not None:
+            raise refuse(call, "reduce_res", "...", "a reduction needs its reduce_op (nl.add, nl.maximum ...)")
+        scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
+        return
+    if cmd not in (reduce_cmd.idle, reduce_cmd.reset_reduce, reduce_cmd.reduce):
+        raise refuse(call, "reduce_cmd", cmd, STT_COMMANDS)
+    red = alu(reduce_op, f"{call} reduce_op")
+    rows = data.shape[0]
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    if cmd == reduce_cmd.idle:
+        held = isa_accum.register(call, "dve", "idle") if res is not None else None
+        scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
+        if held is not None:
+            current().op("copy", (held,), (res,), dst=res, src=held)
+        return
+    if cmd == reduce_cmd.reset_reduce and res is None:
+        res = isa_accum.column(rows)  # the registers, in float32
+
+    def emit(_cmd: Any, out: View | None) -> None:
+        same_size(call, dst, data)
+        if out is None:
+            scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
+            return
+        full = dst if dst.dtype == as_dtype("float32") else fresh(dst.shape)
+        scalar_tensor_tensor(call, full, data, op0, operand0, op1, operand1, reverse0, reverse1)
+        if full is not dst:
+            current().op("copy", (full,), (dst,), dst=dst, src=full)
+        reduce_into(call, out, full, red)
+
+    isa_accum.reducing(call, dst, cmd, red, res, emit)
+
+
 def tensor_tensor_scan(call: str, dst: View, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
                        reverse0: bool, reverse1: bool) -> None:
     """``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` from ``r[:, -1] = initial`` (KLR
@@ -360,6 +404,16 @@ def activation(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any,
     res = column_of(reduce_res, rows, f"{call} reduce_res")
     native(call, "activation_reduce", reads(data, b, scale), (dst, res), dst=dst, src=data, activationFunc=func,
            scale=scale, bias=b, reduceOp="add", reduceRes=res)  # Idle: the codegen reduces from zero
+
+
+def activation_engine(call: str, eng: Any, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
+    """NKI 0.7.0's ``engine=`` of ``activation`` / ``activate2``: the Scalar engine, or on NeuronCore-v4 the
+    GpSimd engine (the same values); only the Scalar engine has the accumulator registers."""
+    if eng not in (engine.scalar, engine.gpsimd, engine.unknown):
+        raise refuse(call, "engine", eng, "nisa.engine.scalar or nisa.engine.gpsimd")
+    if eng == engine.gpsimd and (reduce_op is not None or reduce_res is not None or cmd != reduce_cmd.idle):
+        raise refuse(call, "engine", eng, "the accumulator (reduce_op, reduce_res, reduce_cmd) is the Scalar "
+                     "engine's only")
 
 
 def activation_accumulating(call: str, dst: View, op: Any, data: View, bias: Any, scale: Any, reduce_op: Any,

@@ -117,10 +117,11 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 @documented("nisa.scalar_tensor_tensor")
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_op=..., reduce_res=None, name=None):
     call = "nisa.scalar_tensor_tensor"
-    ops.scalar_tensor_tensor(call, tile(dst, f"{call} dst"), tile(data, call), op0, operand0, op1, operand1,
-                             reverse0, reverse1)
+    ops.scalar_tensor_tensor_accumulating(call, tile(dst, f"{call} dst"), tile(data, call), op0, operand0, op1,
+                                          operand1, reverse0, reverse1, reduce_cmd, reduce_op, reduce_res)
 
 
 @documented("nisa.tensor_tensor_scan")
@@ -138,9 +139,10 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 
 @documented("nisa.activation")
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle, name=None):
+               reduce_cmd=reduce_cmd.idle, engine=engine.scalar, name=None):
     call = "nisa.activation"
     d = tile(dst, f"{call} dst")
+    ops.activation_engine(call, engine, reduce_op, reduce_res, reduce_cmd)
     ops.activation_accumulating(call, d, op, tile(data, call), bias, scale, reduce_op, reduce_res, reduce_cmd)
 
 
@@ -162,8 +164,9 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
 
 @documented("nisa.activate2")
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
-              reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+              reduce_res=None, reduce_cmd=reduce_cmd.idle, engine=engine.scalar, name=None):
     call = "nisa.activate2"
+    ops.activation_engine(call, engine, reduce_op, reduce_res, reduce_cmd)
     ops.activate2(call, tile(dst, f"{call} dst"), op, tile(data, call), imm0, imm1, op0, op1, relu_param,
                   reverse0, reverse1, reduce_op, reduce_res, reduce_cmd)
 
