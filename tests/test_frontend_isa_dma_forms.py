@@ -926,3 +926,52 @@ def test_dma_compute_refuses_what_nki_does_not_allow(tmp_path, call, words):
     """
     with pytest.raises(TraceError, match=words):
         run(tmp_path, V2, body, {"x": RNG.uniform(-1, 1, (128, 8)).astype(np.float32)})
+
+
+RMW = """
+    @nki.jit
+    def k(table, rows, data):
+        moved = nl.ndarray((64, 8), dtype=table.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        full = nl.ndarray((64, 8), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=full, src=table)
+        nisa.dma_copy(dst=moved, src=full)
+        idx = nl.ndarray((32, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        d = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=data)
+        # scatter: moved[rows] += d
+        acc = moved.ap(pattern=[[8, 32], [1, 8]], offset=0, vector_offset=idx, indirect_dim=0)
+        nisa.dma_compute(dst=acc, srcs=[d, acc], reduce_op=nl.add)
+        # gather, twice: d += table[rows]
+        for _ in range(2):
+            nisa.dma_compute(d, [table.ap(pattern=[[8, 32], [1, 8]], offset=0, vector_offset=idx, indirect_dim=0),
+                                 d], nl.add)
+        nisa.dma_copy(dst=out, src=d)
+        return moved, out
+"""
+
+
+def test_dma_compute_read_modify_write_scatters_and_gathers_by_a_vector_offset(tmp_path):
+    # NKI 0.3.0 replaced dma_copy(dst_rmw_op=nl.add) by these two dma_compute forms
+    table = RNG.standard_normal((64, 8)).astype(np.float32)
+    rows = RNG.permutation(64)[:32].astype(np.int32).reshape(32, 1)  # unique, as NKI requires
+    data = RNG.standard_normal((32, 8)).astype(np.float32)
+    got = run(tmp_path, V2, RMW, {"table": table, "rows": rows, "data": data},
+              ["f32[64,8]", "i32[32,1]", "f32[32,8]"])
+    want = table.copy()
+    want[rows[:, 0]] += data
+    np.testing.assert_allclose(got["moved"], want, rtol=1e-6)
+    np.testing.assert_allclose(got["out"], data + 2 * table[rows[:, 0]], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("srcs=[d, acc]", "srcs=[d, acc], unique_indices=False", "unique_indices=False"),
+    ("srcs=[d, acc]", "srcs=[d, acc, d]", "take exactly 2"),
+    ("srcs=[d, acc]", "srcs=[d, d]", "the scatter form"),
+])
+def test_dma_compute_read_modify_write_refuses_what_nki_does_not_do(tmp_path, old, new, words):
+    with pytest.raises(TraceError, match=words):
+        run(tmp_path, V2, RMW.replace(old, new),
+            {"table": np.zeros((64, 8), np.float32), "rows": np.zeros((32, 1), np.int32),
+             "data": np.zeros((32, 8), np.float32)}, ["f32[64,8]", "i32[32,1]", "f32[32,8]"])

@@ -166,11 +166,12 @@ def _runtime_address(v: View) -> bool:
 MAX_DMA_COMPUTE_SOURCES = 16
 
 
-def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: Any) -> None:
+def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: Any, *,
+                unique_indices: Any = True, oob: str = "error") -> None:
     """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` by the DMA engines' compute, in float32 and
     cast to dst's dtype once (KLR ``dmaCompute``).  NKI allows only ``nl.add`` and scales of 1.0; every
     tensor holds the same number of elements, taken in row-major order.  The read-modify-write forms (a
-    source with a vector offset: scatter / gather accumulation) are refused."""
+    source with a vector offset: scatter / gather accumulation): :func:`_dma_compute_rmw`."""
     op = alu(reduce_op, f"{call} reduce_op")
     if op != "add":
         raise unsupported(f"{call} reduce_op={getattr(reduce_op, '__name__', reduce_op)} (NKI supports nl.add only)")
@@ -179,6 +180,9 @@ def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: 
     factors = [1.0] * len(srcs) if scales is None else list(scales)
     if len(factors) != len(srcs) or not all(number(f) and float(f) == 1.0 for f in factors):
         raise unsupported(f"{call} scales={scales!r}: NKI requires one scale of 1.0 per source (or None)")
+    if any(v.vector is not None for v in (dst, *srcs)):
+        _dma_compute_rmw(call, dst, srcs, unique_indices, oob)
+        return
     for k, v in enumerate((dst, *srcs)):
         what = "dst" if k == 0 else f"srcs[{k - 1}]"
         if v.vector is not None or getattr(v, "scalar", None) is not None:
@@ -189,6 +193,56 @@ def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: 
         v.check_bounds()
     native(call, "dma_compute", tuple(srcs), (dst,), dst=dst, srcs=list(srcs), scales=[1.0] * len(srcs),
            reduceOp=op)
+
+
+def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any, oob: str) -> None:
+    """``dma_compute``'s read-modify-write forms (NKI 0.3.0+, the successor of 0.2.0's
+    ``dma_copy(dst_rmw_op=nl.add)``), with two sources, one of them ``dst`` itself:
+
+    * scatter: ``dst`` in HBM with a vector offset, one source that same access, the other data in SBUF:
+      ``dst[indices] += data``;
+    * gather: ``dst`` in SBUF, one source in HBM with a vector offset, the other ``dst``:
+      ``dst += src[indices]``.
+
+    Traced as the DMA gather of the indexed rows into a float32 tile, their float32 sum with the other
+    source (cast to dst's dtype once, as the DMA engine computes it) and, for the scatter, the DMA scatter
+    back.  NKI requires unique indices (each row is read and written once)."""
+    if len(srcs) != 2:
+        raise unsupported(f"{call} with a vector offset and {len(srcs)} sources (the read-modify-write forms "
+                          "take exactly 2: dst itself and the data)")
+    if unique_indices is not True:
+        raise refuse(call, "unique_indices", unique_indices, "NKI supports only unique indices with a vector "
+                     "offset")
+
+    def same(a: View, b: View) -> bool:
+        return a.tensor is b.tensor and a.offset == b.offset and a.dims == b.dims and a.vector is b.vector
+
+    if dst.vector is not None:  # scatter
+        mine = [k for k, v in enumerate(srcs) if same(v, dst)]
+        if dst.tensor.memory == "sbuf" or not mine:
+            raise unsupported(f"{call}: a destination with a vector offset is the scatter form: dst in HBM "
+                              "and one of the two sources that same access (dst[indices] += data)")
+        data = srcs[1 - mine[0]]
+        if data.vector is not None or data.tensor.memory != "sbuf":
+            raise unsupported(f"{call}: the scatter form adds data in SBUF without a vector offset")
+        old = fresh(data.shape)
+        dma_copy(call, old, dst, oob=oob)
+        total = fresh(data.shape, dst.dtype)
+        tensor_tensor(call, total, old, data, nl.add)
+        dma_copy(call, dst, total, oob=oob)
+        return
+    if dst.tensor.memory != "sbuf":
+        raise unsupported(f"{call}: the gather form (a source with a vector offset) accumulates into dst in "
+                          "SBUF")
+    mine = [k for k, v in enumerate(srcs) if same(v, dst)]
+    if not mine or srcs[1 - mine[0]].vector is None:
+        raise unsupported(f"{call}: the gather form adds a source with a vector offset to dst itself "
+                          "(dst += src[indices])")
+    got = fresh(dst.shape)
+    if oob == "skip":
+        nl._memset(got, 0.0)  # a skipped row adds nothing
+    dma_copy(call, got, srcs[1 - mine[0]], oob=oob)
+    tensor_tensor(call, dst, got, dst, nl.add)
 
 
 def _one_shape(call: str, dst: View, src: View) -> tuple[View, View]:

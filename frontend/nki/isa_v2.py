@@ -55,9 +55,9 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         reduce_op, scales = scales, reduce_op
     if not isinstance(srcs, (list, tuple)):
         raise ops.unsupported(f"{call} srcs={srcs!r}: a list of tensors")
-    ops.oob_name(call, oob_mode)
     ops.dma_compute(call, any_view(dst, f"{call} dst"),
-                    [any_view(s, f"{call} srcs[{k}]") for k, s in enumerate(srcs)], reduce_op, scales)
+                    [any_view(s, f"{call} srcs[{k}]") for k, s in enumerate(srcs)], reduce_op, scales,
+                    unique_indices=unique_indices, oob=ops.oob_name(call, oob_mode))
 
 
 @documented("nisa.tensor_copy")
