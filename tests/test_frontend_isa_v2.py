@@ -813,3 +813,27 @@ def test_activation_and_activate2_take_nki_0_7s_engine(tmp_path, engine):
     """, {"a": a})["out"]
     np.testing.assert_allclose(res[:, :32], np.exp(a * 0.5), rtol=2e-6)
     np.testing.assert_allclose(res[:, 32:], np.tanh(2 * a + 1), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nisa.tensor_scalar(dst=y, data=t, op0=nl.square, operand0=0.0)",
+     "nisa.tensor_scalar op nl.square (not an ALU operator"),
+    ("nisa.tensor_tensor(y, t, t, np.sinh)", "nisa.tensor_tensor op np.sinh (not an ALU operator"),
+    ("nisa.activation(y, nl.maximum, t)", "nisa.activation op nl.maximum (an nl activation function)"),
+    ("nisa.affine_select(y, [[-1, 8]], 0, 1, t, -1.0)",
+     "Since NKI 0.3.0 offset is the keyword offset="),
+])
+def test_refusals_name_operators_as_kernels_spell_them_and_point_at_moved_arguments(tmp_path, call, message):
+    err = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            y = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            {call}
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, ["f32[128,8]"])
+    assert message in err
+    assert "<function" not in err

@@ -35,18 +35,32 @@ _ACTIVATION_BY_NAME = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt
                        "reciprocal": "reciprocal"}
 
 
+def op_label(op: Any) -> str:
+    """An operator as a kernel spells it (``nl.square``, ``np.add``), not its Python repr."""
+    name = getattr(op, "__name__", None)
+    if not callable(op) or not isinstance(name, str):
+        return repr(op)
+    module = getattr(op, "__module__", None) or ""
+    if module.startswith("tusk.frontend"):
+        return f"nl.{name}"
+    if module.startswith("numpy"):
+        return f"np.{name}"
+    return name
+
+
 def alu(op: Any, what: str) -> str:
     name = getattr(op, "__name__", None) or str(op)
     out = _ALU_BY_NAME.get(name)
     if out is None:
-        raise unsupported(f"{what} op {op!r}")
+        raise unsupported(f"{what} op {op_label(op)} (not an ALU operator Tusk has: nl.add, nl.maximum, "
+                          "nl.bitwise_and, ...)")
     return out
 
 
 def activation_func(op: Any, what: str) -> str:
     func = getattr(op, "_activation", None) or _ACTIVATION_BY_NAME.get(getattr(op, "__name__", str(op)))
     if func is None:
-        raise unsupported(f"{what} op {op!r} (an nl activation function)")
+        raise unsupported(f"{what} op {op_label(op)} (an nl activation function)")
     return func
 
 

@@ -217,6 +217,12 @@ def dropout(dst, data, prob, name=None):
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=nl.equal, offset=0,
                   name=None):
     call = "nisa.affine_select"
+    if ops.number(on_true_tile) and not ops.number(on_false_value):
+        # NKI 0.2.0's order (dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value)
+        raise ops.unsupported(f"{call}: on_true_tile={on_true_tile!r} is a number and on_false_value a tile: "
+                              "the arguments of NKI 0.2.0's (dst, pattern, offset, channel_multiplier, "
+                              "on_true_tile, on_false_value)? Since NKI 0.3.0 offset is the keyword offset= "
+                              "(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)")
     ops.affine_select(call, tile(dst, f"{call} dst"), pattern, channel_multiplier, tile(on_true_tile, call),
                       on_false_value, cmp_op, offset)
 
