@@ -675,7 +675,7 @@ def test_an_if_on_a_loop_index_unrolls_that_loop(tmp_path):
 
 def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path):
     msg = refused(tmp_path, """
-        ACTS = {"gelu_s": nl.gelu_apprx_sigmoid, "silu_dx": nl.silu_dx}
+        ACTS = {"gelu_s": nl.gelu_apprx_sigmoid, "silu_dx": nl.bypass}
 
         class Cfg(nl.NKIObject):
             pass
@@ -685,7 +685,7 @@ def test_nki2_names_kernels_put_in_tables_exist_and_refuse_when_called(tmp_path)
             assert Cfg(x=3).x == 3 and nl.bool == nl.uint8
             nl.store(a, ACTS["silu_dx"](nl.load(a)))
     """, ["f32[128,8]"])
-    assert "k.py:14" in msg and "nl.silu_dx" in msg
+    assert "k.py:14" in msg and "nl.bypass" in msg
 
 
 @pytest.mark.parametrize("loop", ["affine_range", "sequential_range", "static_range"])
@@ -884,3 +884,27 @@ def test_tile_size_sbuf_constants_are_the_traced_architectures(tmp_path, arch):
     kernel = klr.read_klr(trace_file(path, "k", ["f32[128,4]"], arch=arch)).contents.kernel
     want = (a.sb_bytes_per_partition - a.sb_reserved) // 1024 + a.sb_bytes_per_partition // 1024
     assert kernel.outputs[0].shape.freeDims == (want,)
+
+
+def test_the_derivative_activations_are_composed_of_the_ones_bir_has(tmp_path):
+    # nl.erf_dx, silu_dx, gelu_dx and gelu_apprx_sigmoid_dx (NKI 2.x nl) have no BIR activation function
+    import math
+
+    a = np.random.default_rng(3).uniform(-3, 3, (128, 64)).astype(np.float32)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            outs = [nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(4)]
+            x = nl.load(a)
+            for o, f in zip(outs, (nl.erf_dx, nl.silu_dx, nl.gelu_dx, nl.gelu_apprx_sigmoid_dx)):
+                nl.store(o, f(x))
+            return tuple(outs)
+    """, ["f32[128,64]"], {"a": a})
+    got = [out[name] for name in sorted(out)]
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    phi = 0.5 * (1 + np.vectorize(math.erf)(a / np.sqrt(2)))
+    want = [2 / np.sqrt(np.pi) * np.exp(-a * a), sig(a) * (1 + a * (1 - sig(a))),
+            phi + a * np.exp(-a * a / 2) / np.sqrt(2 * np.pi),
+            sig(1.702 * a) + 1.702 * a * sig(1.702 * a) * (1 - sig(1.702 * a))]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=2e-5)

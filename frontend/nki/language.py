@@ -872,18 +872,67 @@ reciprocal._activation = "reciprocal"
 abs._activation = "abs"
 
 
-def _make_refused_activation(name: str):
-    """KLR names these, but its BIR lowering has no such function: the name exists (kernels put it in tables
-    at import), a call is refused at its line."""
-    def fn(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
-        raise unsupported(f"nl.{name} (no BIR activation function for it)")
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"refused: nl.{name} has no BIR activation function."
-    return fn
+# The derivative activations: KLR names them, its BIR lowering has none, so each is composed of the ScalarE
+# activations BIR has (sigmoid, erf, square, exp with a scale and a bias) and DVE arithmetic, in float32
+# tiles, cast to the result dtype at the end.
+_SQRT_HALF = 0.7071067811865476
+_LN_2_OVER_SQRT_PI = math.log(2.0 / math.sqrt(math.pi))
+_LN_1_OVER_SQRT_2PI = -0.5 * math.log(2.0 * math.pi)
 
 
-gelu_dx = _make_refused_activation("gelu_dx")
-gelu_apprx_sigmoid_dx = _make_refused_activation("gelu_apprx_sigmoid_dx")
+def _sigmoid_dx(name: str, x: Any, dtype: Any, mask: Any, slope: float) -> View:
+    """``d/dx [x * sigmoid(c x)] = s + c x s (1 - s)`` with ``s = sigmoid(c x)`` (silu: c = 1)."""
+    src = _tile(x, f"nl.{name}")
+    s = _activation("sigmoid", src, "float32", mask, scale=slope)
+    one_minus = _binary("subtract", 1.0, s, "float32", mask)
+    xs = _binary("multiply", src, s, "float32", mask)
+    term = _binary("multiply", xs, one_minus, "float32", mask)
+    if slope != 1.0:
+        term = _binary("multiply", term, float(slope), "float32", mask)
+    return _binary("add", s, term, _out_dtype(dtype, src), mask)
+
+
+def gelu_dx(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``d/dx gelu(x) = Phi(x) + x phi(x)``, composed: ScalarE erf, square and exp, DVE arithmetic.
+
+    ``Phi(x) = (1 + erf(x / sqrt 2)) / 2``, ``phi(x) = exp(-x^2 / 2) / sqrt(2 pi)``."""
+    _no_keywords("nl.gelu_dx", kw)
+    src = _tile(x, "nl.gelu_dx")
+    e = _activation("erf", src, "float32", mask, scale=_SQRT_HALF)
+    cdf = _binary("multiply", _binary("add", e, 1.0, "float32", mask), 0.5, "float32", mask)
+    sq = _activation("square", src, "float32", mask)
+    pdf = _activation_bias("exp", sq, -0.5, _LN_1_OVER_SQRT_2PI, mask)
+    return _binary("add", cdf, _binary("multiply", src, pdf, "float32", mask), _out_dtype(dtype, src), mask)
+
+
+def gelu_apprx_sigmoid_dx(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """The derivative of ``x * sigmoid(1.702 x)`` (nl.gelu_apprx_sigmoid)."""
+    _no_keywords("nl.gelu_apprx_sigmoid_dx", kw)
+    return _sigmoid_dx("gelu_apprx_sigmoid_dx", x, dtype, mask, GELU_SIGMOID_SLOPE)
+
+
+def silu_dx(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``d/dx [x sigmoid(x)] = s (1 + x (1 - s))``, ``s = sigmoid(x)``, composed: ScalarE sigmoid, DVE arithmetic."""
+    _no_keywords("nl.silu_dx", kw)
+    return _sigmoid_dx("silu_dx", x, dtype, mask, 1.0)
+
+
+def erf_dx(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+    """``d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)``, composed: ScalarE square and exp.
+
+    The exp takes scale -1 and the constant as its bias: ``exp(-x^2 + ln(2 / sqrt(pi)))``."""
+    _no_keywords("nl.erf_dx", kw)
+    src = _tile(x, "nl.erf_dx")
+    sq = _activation("square", src, "float32", mask)
+    out = _activation_bias("exp", sq, -1.0, _LN_2_OVER_SQRT_PI, mask)
+    return out if _out_dtype(dtype, src) == out.dtype else copy(out, dtype=_out_dtype(dtype, src))
+
+
+def _activation_bias(func: str, src: View, scale: float, bias: float, mask: Any) -> View:
+    """``func(src * scale + bias)`` in float32, the bias a memset column."""
+    col = current().tile((src.shape[0], 1), as_dtype("float32"))
+    _memset(col, float(bias))
+    return _activation(func, src, "float32", mask, bias=col, scale=scale)
 
 # the sigmoid GELU approximation ``x * sigmoid(1.702 x)``, as nki-library's own numpy and torch references
 # compute it (ActFnType.Swish); BIR has no activation function for it
@@ -899,8 +948,6 @@ def gelu_apprx_sigmoid(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -
 
 
 gelu_apprx_sigmoid._composite = "gelu_apprx_sigmoid"  # nisa.activation(op=...) builds it (isa_ops.activation)
-silu_dx = _make_refused_activation("silu_dx")
-erf_dx = _make_refused_activation("erf_dx")
 
 
 def cos(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
