@@ -694,6 +694,60 @@ class View:
         return View(self.tensor, self.offset, self.dims[:a] + (merged,) + self.dims[b + 1:],
                     axes[:a] + (axes[a],) + axes[b + 1:])
 
+    def rearrange(self, src_pattern: Any, dst_pattern: Any, fixed_sizes: Any = None) -> View:
+        """einops-style ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})``: the axes split into the
+        source pattern's groups (one size per group inferred), reordered and merged as the destination
+        pattern names them -- reshape_dim, permute and flatten_dims, no data moves."""
+        what = f"rearrange({src_pattern!r}, {dst_pattern!r})"
+        sizes = dict(fixed_sizes or {})
+
+        def groups(pattern: Any) -> list[tuple[str, ...]]:
+            if not isinstance(pattern, (tuple, list)):
+                raise unsupported(f"{what}: a pattern is a tuple of names and tuples of names")
+            out = []
+            for g in pattern:
+                names = (g,) if isinstance(g, str) else tuple(g) if isinstance(g, (tuple, list)) else None
+                if not names or not all(isinstance(n, str) for n in names):
+                    raise unsupported(f"{what}: {g!r} is neither a name nor a tuple of names")
+                out.append(names)
+            return out
+
+        src, dst = groups(src_pattern), groups(dst_pattern)
+        atoms = [n for g in src for n in g]
+        if len(src) != self.ndim:
+            raise unsupported(f"{what}: {len(src)} source groups for a {self.ndim}-axis view")
+        if len(set(atoms)) != len(atoms) or sorted(atoms) != sorted(n for g in dst for n in g):
+            raise unsupported(f"{what}: the destination names each source name once")
+        if any(not isinstance(v, int) or v < 1 for v in sizes.values()):
+            raise unsupported(f"{what}: fixed_sizes {sizes!r} (positive ints)")
+        out = self
+        for dim in reversed(range(len(src))):  # splitting from the last axis keeps the earlier axes' numbers
+            names, n = src[dim], self.shape[dim]
+            if len(names) == 1:
+                if names[0] in sizes and sizes[names[0]] != n:
+                    raise unsupported(f"{what}: {names[0]}={sizes[names[0]]} on an axis of size {n}")
+                sizes[names[0]] = n
+                continue
+            unknown = [k for k in names if k not in sizes]
+            if len(unknown) > 1:
+                raise unsupported(f"{what}: the sizes of {', '.join(unknown)} (fixed_sizes names all but one)")
+            known = math.prod(sizes[k] for k in names if k in sizes)
+            if unknown:
+                if n % known:
+                    raise unsupported(f"{what}: {names!r} of known size {known} does not divide {n}")
+                sizes[unknown[0]] = n // known
+            if math.prod(sizes[k] for k in names) != n:
+                raise unsupported(f"{what}: {names!r} of {math.prod(sizes[k] for k in names)} elements on an axis "
+                                  f"of size {n}")
+            out = out.reshape_dim(dim, tuple(sizes[k] for k in names))
+        out = out.permute(tuple(atoms.index(n) for g in dst for n in g))
+        at = 0
+        for g in dst:
+            if len(g) > 1:
+                out = out.flatten_dims(at, at + len(g) - 1)
+            at += 1
+        return out
+
     def slice(self, dim: int, start: Any, end: Any, step: int = 1) -> View:
         """``t[..., start:end:step, ...]`` on axis ``dim``."""
         if not 0 <= _int(dim, "slice") < self.ndim:
@@ -977,7 +1031,7 @@ def _count(start: Affine, stop: Affine, step: int) -> int:
     return max(0, len(range(0, span.const, step)))
 
 
-_VIEW_METHODS = frozenset({"ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim", "flatten_dims",
+_VIEW_METHODS = frozenset({"ap", "permute", "rearrange", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim", "flatten_dims",
                            "slice", "select", "vector_select", "get_pattern", "is_contiguous", "is_indirect", "size", "buffer",
                            "offset", "reinterpret_cast", "astype", "expand_dims", "assert_shape"})
 

@@ -396,6 +396,42 @@ def test_nki2_view_methods(tmp_path):
     assert np.allclose(out["o2"], np.exp(a.reshape(128, 4, 6)[:, 2]), rtol=1e-6)
 
 
+def test_nki2_rearrange_splits_reorders_and_merges_axes(tmp_path):
+    # NkiTensor.rearrange(src_pattern, dst_pattern, fixed_sizes), the NKI API reference's example and an HBM one
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((128, 6, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 3, 2, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+            x = nl.load(a)                          # [128, 24]
+            y = x.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})
+            assert y.shape == (128, 6, 4)
+            nl.store(out, nl.copy(y))
+            nl.store(o2, nl.load(b.rearrange(('p', 'x', ('y', 'z')), ('p', 'z', 'y', 'x'), {'z': 3})))
+            return out, o2
+    """, ["f32[128,24]", "f32[128,4,6]"], {"a": (a := rand(128, 24)), "b": (b := rand(128, 4, 6))})
+    assert np.array_equal(out["out"], a.reshape(128, 4, 6).transpose(0, 2, 1))
+    assert np.array_equal(out["o2"], b.reshape(128, 4, 2, 3).transpose(0, 3, 2, 1))
+
+
+@pytest.mark.parametrize("call, words", [
+    ("x.rearrange(('b', ('h', 'w')), ('b', 'w'))", "each source name once"),
+    ("x.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'))", "fixed_sizes names all but one"),
+    ("x.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 5})", "does not divide 24"),
+    ("x.rearrange(('b', 'h'), ('h', 'b'))", "the partition axis stays first"),
+    ("x.rearrange(('b', ('h', 'w')), ('b', ('w', 'h')), {'h': 4})", "not contiguous"),
+])
+def test_nki2_rearrange_refuses_patterns_it_cannot_take(tmp_path, call, words):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = {call}
+            nl.store(a, x)
+    """, ["f32[128,24]"])
+    assert "k.py:9" in msg and words in msg, msg
+
+
 def test_spmd_dim_nc_and_no_reorder(tmp_path):
     path = tmp_path / "k.py"
     path.write_text(HEADER + textwrap.dedent("""
@@ -831,7 +867,7 @@ def test_an_ap_view_past_its_tile_is_refused_where_an_instruction_uses_it_or_a_s
         assert "k.py:13: not supported:" in msg and "are outside" in msg, msg
 
 
-@pytest.mark.parametrize("use, name", [("x.rearrange(('b', 'h'), ('h', 'b'))", "rearrange"),
+@pytest.mark.parametrize("use, name", [("x.unsqueeze(1)", "unsqueeze"),
                                        ("a.indirect(x, 8)", "indirect"),
                                        ("nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf).no_such", "no_such")])
 def test_a_tensor_method_tusk_lacks_is_refused_by_name_and_hasattr_says_no(tmp_path, use, name):
@@ -839,7 +875,7 @@ def test_a_tensor_method_tusk_lacks_is_refused_by_name_and_hasattr_says_no(tmp_p
         @nki.jit
         def k(a):
             x = nl.load(a)
-            assert not hasattr(x, "rearrange") and getattr(a, "indirect", None) is None
+            assert not hasattr(x, "unsqueeze") and getattr(a, "indirect", None) is None
             y = {use}
             nl.store(a, x)
     """, ["f32[128,8]"])
