@@ -695,9 +695,11 @@ class View:
                     axes[:a] + (axes[a],) + axes[b + 1:])
 
     def rearrange(self, src_pattern: Any, dst_pattern: Any, fixed_sizes: Any = None) -> View:
-        """einops-style ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})``: the axes split into the
-        source pattern's groups (one size per group inferred), reordered and merged as the destination
-        pattern names them -- reshape_dim, permute and flatten_dims, no data moves."""
+        """einops-style axes split, reordered and merged by name: a view (reshape_dim, permute, flatten_dims).
+
+        ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})``: the axes split into the source
+        pattern's groups (one size per group inferred), reordered and merged as the destination pattern names
+        them; no data moves."""
         what = f"rearrange({src_pattern!r}, {dst_pattern!r})"
         sizes = dict(fixed_sizes or {})
 

@@ -17,7 +17,7 @@ _SKIP = {"tensor", "NkiTensor", "tile_size", "fp32", "fp16", "bf16", "mgrid", "A
          "IndexVector", "Tensor", "View", "Dtype", "ParDim", "TraceError", "Any", "current", "current_user_line",
          "unsupported", "as_shape", "as_dtype", "loop_index", "merge_contiguous", "always", "written_before"}
 _VIEW_METHODS = ("ap", "permute", "broadcast", "broadcast_to", "expand_dim", "squeeze_dim", "reshape",
-                 "reshape_dim", "flatten_dims", "slice", "select", "vector_select", "get_pattern", "is_contiguous", "view",
+                 "reshape_dim", "flatten_dims", "rearrange", "slice", "select", "vector_select", "get_pattern", "is_contiguous", "view",
                  "astype", "expand_dims", "assert_shape")
 
 
