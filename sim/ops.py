@@ -544,8 +544,11 @@ def h_register_alu(fr: Frame, i: int) -> None:
     _one(ins, "input", 2)
     _one(outs, "output")
     a, b = _as_int(fr.scalar(ins[0])), _as_int(fr.scalar(ins[1]))
-    r = alu(fr.attrs(i).get("op", "add"), np.asarray(a, np.int64), np.asarray(b, np.int64))
-    fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(r.item()))
+    attrs = fr.attrs(i)
+    r = _wrap64(_as_int(alu(attrs.get("op", "add"), np.asarray(a, np.int64), np.asarray(b, np.int64)).item()))
+    if attrs.get("is_64bit", True) is False:  # a 32-bit register operation wraps at 32 bits
+        r = (r + (1 << 31)) % (1 << 32) - (1 << 31)
+    fr.m.regs[fr.reg_name(outs[0])] = r
 
 
 def h_tensor_load(fr: Frame, i: int) -> None:

@@ -837,3 +837,63 @@ def test_refusals_name_operators_as_kernels_spell_them_and_point_at_moved_argume
     """, ["f32[128,8]"])
     assert message in err
     assert "<function" not in err
+
+
+def test_nki_scalars_load_compute_store_address_and_bound_loops(tmp_path):
+    # nisa.scalar_load / scalar_store / NkiScalar (NKI 0.7.0+): int32 arithmetic wraps at 32 bits, as NKI
+    # documents (100000 * 100000 is 1410065408)
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(index, table):
+            vals = nl.ndarray((1, 6), dtype=nl.int32, buffer=nl.shared_hbm)
+            out = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=index)
+            i = nisa.scalar_load(t)
+            assert isinstance(i, nisa.NkiScalar)
+            j = i * 4 + 1
+            r = nl.ndarray((1, 6), dtype=nl.int32, buffer=nl.sbuf)
+            for col, v in enumerate((j, 10 - i, -i, i * j, i - j, i * 20000 * 100000)):
+                nisa.scalar_store(r[0:1, col:col + 1], v)
+            nisa.dma_copy(dst=vals, src=r)
+            row = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=i * 2 + 1,
+                                                indirect_dim=0))
+            acc = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(acc, 0.0)
+
+            def body(_):
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+
+            nl.fori_loop(0, i - 2, body)
+            nisa.dma_copy(dst=out, src=acc)
+            return vals, out
+    """))
+    table = rand(16, 8)
+    got = run_klr(trace_file(path, "k", ["i32[1,1]", "f32[16,8]"]),
+                  {"index": np.array([[5]], np.int32), "table": table})
+    assert got["vals"].tolist() == [[21, 5, -5, 105, -16, 1410065408]]
+    np.testing.assert_allclose(got["out"], 3 * table[11:12], rtol=1e-6)
+
+
+@pytest.mark.parametrize("call, message", [
+    ("nisa.scalar_store(t, 3)", "nisa.scalar_store value=3 (an NkiScalar"),
+    ("nisa.scalar_load(f)", "nisa.scalar_load of a float32 tile"),
+    ("nisa.scalar_store(f, nisa.scalar_load(t))", "into a float32 tile"),
+    ("x = nisa.scalar_load(t) < 3", "comparing an NkiScalar"),
+    ("x = nisa.scalar_load(t) // 2", "NKI's scalars have +, - and *"),
+])
+def test_nki_scalar_misuse_is_refused(tmp_path, call, message):
+    err = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            f = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(t, 1)
+            {call}
+            nisa.dma_copy(dst=out, src=f)
+            return out
+    """, ["f32[1,1]"])
+    assert message in err and "bad.py:12:" in err, err

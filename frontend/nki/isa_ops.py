@@ -1160,6 +1160,120 @@ class LoopIndexRegister(VirtualRegister):
     __floordiv__ = __mod__ = __lt__ = __le__ = __gt__ = __ge__ = __neg__ = _refuse
 
 
+class NkiScalar(VirtualRegister):
+    """``nisa.scalar_load(t)`` (NKI 0.7.0+): one nl.int32 integer computed on device, in a KLR register.  Its
+    arithmetic (``+``, ``-``, ``*`` with a Python int or another scalar, unary ``-``) is traced into new
+    scalars, wrapping at 32 bits as NKI documents; it serves as a ``scalar_offset`` of an HBM access, as an
+    ``nl.fori_loop`` bound and as ``nisa.scalar_store``'s value.  Comparisons are refused (NKI traces them but
+    their result cannot be used)."""
+
+    dtype = "int32"
+
+    def _new(self) -> NkiScalar:
+        tr = current()
+        tr.vregs += 1
+        return NkiScalar(f"vreg.{tr.vregs}")
+
+    def _imm(self, op: str, k: int) -> NkiScalar:
+        out = self._new()
+        native("NkiScalar arithmetic", "register_alu_op", (), (), dst=out.name, src=self.name, imm=int(k), op=op)
+        return out
+
+    def _with(self, op: str, other: Any, reverse: bool = False) -> NkiScalar:
+        if isinstance(other, NkiScalar):
+            return _scalar_pair(op, other, self) if reverse else _scalar_pair(op, self, other)
+        if isinstance(other, VirtualRegister):
+            raise unsupported(f"NkiScalar {op} a register of nisa.register_alloc (scalars combine with scalars "
+                              "and Python ints)")
+        if isinstance(other, bool) or not isinstance(other, (int, np.integer)):
+            raise unsupported(f"NkiScalar {op} {type(other).__name__} (a Python int or another NkiScalar)")
+        k = int(other)
+        if not -2 ** 31 <= k < 2 ** 31:
+            raise unsupported(f"NkiScalar {op} {k} (an nl.int32 scalar's operand fits in 32 bits)")
+        if not reverse:
+            return self._imm(op, k)
+        if op == "subtract":  # k - x
+            return self._imm("mult", -1)._imm("add", k)
+        return self._imm(op, k)
+
+    def __add__(self, other: Any) -> NkiScalar:
+        return self._with("add", other)
+
+    def __radd__(self, other: Any) -> NkiScalar:
+        return self._with("add", other, reverse=True)
+
+    def __sub__(self, other: Any) -> NkiScalar:
+        return self._with("subtract", other)
+
+    def __rsub__(self, other: Any) -> NkiScalar:
+        return self._with("subtract", other, reverse=True)
+
+    def __mul__(self, other: Any) -> NkiScalar:
+        return self._with("mult", other)
+
+    def __rmul__(self, other: Any) -> NkiScalar:
+        return self._with("mult", other, reverse=True)
+
+    def __neg__(self) -> NkiScalar:
+        return self._imm("mult", -1)
+
+    def __pos__(self) -> NkiScalar:
+        return self
+
+    def _compare(self, *_: Any) -> Any:
+        raise unsupported("comparing an NkiScalar (NKI traces the comparison but its result cannot be used; "
+                          "a runtime condition is nl.while_loop's register)")
+
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _compare
+    __hash__ = VirtualRegister.__hash__
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise unsupported("that operator on an NkiScalar (NKI's scalars have +, - and *)")
+
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = _refuse
+
+    def __repr__(self) -> str:
+        return f"<nisa.NkiScalar {self.name}>"
+
+
+def _scalar_pair(op: str, a: NkiScalar, b: NkiScalar) -> NkiScalar:
+    """``a op b`` of two scalars: KLR's register ALU takes a register and an immediate, so both go through
+    one-element int32 SBUF tiles, a GpSimd int32 tensor_tensor, and back into a register."""
+    tr = current()
+    ta, tb, tc = (fresh((1, 1), "int32") for _ in range(3))
+    native("NkiScalar arithmetic", "tensor_store", (), (ta,), dst=ta, src=a.name)
+    native("NkiScalar arithmetic", "tensor_store", (), (tb,), dst=tb, src=b.name)
+    tr.op("tensor_tensor", (ta, tb), (tc,), dst=tc, a=ta, b=tb, op=op)
+    out = a._new()
+    native("NkiScalar arithmetic", "tensor_load", (tc,), (), dst=out.name, src=tc)
+    return out
+
+
+def scalar_load(call: str, src: View) -> NkiScalar:
+    """``nisa.scalar_load(src)``: a 1x1 nl.int32 tile (SBUF or HBM) read into a scalar."""
+    s = single(src, f"{call} src")
+    if s.dtype != as_dtype("int32"):
+        raise unsupported(f"{call} of a {s.dtype} tile (nl.int32; nl.int64 scalars are not in Tusk, and NKI "
+                          "takes no unsigned dtype)")
+    tr = current()
+    tr.vregs += 1
+    out = NkiScalar(f"vreg.{tr.vregs}")
+    native(call, "tensor_load", (s,), (), dst=out.name, src=s)
+    return out
+
+
+def scalar_store(call: str, dst: View, value: Any) -> None:
+    """``nisa.scalar_store(dst, value)``: an NkiScalar into a 1x1 nl.int32 tile (a Python int is refused, as
+    NKI refuses it: nisa.memset writes constants)."""
+    if not isinstance(value, NkiScalar):
+        raise unsupported(f"{call} value={value!r} (an NkiScalar of nisa.scalar_load; nisa.memset writes a "
+                          "constant)")
+    d = single(dst, f"{call} dst")
+    if d.dtype != as_dtype("int32"):
+        raise unsupported(f"{call} into a {d.dtype} tile (an nl.int32 scalar is stored at its own width)")
+    native(call, "tensor_store", (), (d,), dst=d, src=value.name)
+
+
 def loop_index_register(kind: str, var: Any) -> LoopIndexRegister:
     """A fresh register that the loop ``var`` copies its counter into at the top of each iteration."""
     tr = current()

@@ -387,6 +387,21 @@ def register_store(dst, src):
     ops.register_store("nisa.register_store", any_view(dst, "nisa.register_store dst"), src)
 
 
+NkiScalar = ops.NkiScalar
+
+
+@documented("nisa.scalar_load")
+def scalar_load(src):
+    """NKI 0.7.0+: a 1x1 nl.int32 tile read into an NkiScalar."""
+    return ops.scalar_load("nisa.scalar_load", any_view(src, "nisa.scalar_load src"))
+
+
+@documented("nisa.scalar_store")
+def scalar_store(dst, value):
+    """NKI 0.7.0+: an NkiScalar written into a 1x1 nl.int32 tile."""
+    ops.scalar_store("nisa.scalar_store", any_view(dst, "nisa.scalar_store dst"), value)
+
+
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
