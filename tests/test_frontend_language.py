@@ -944,3 +944,38 @@ def test_the_derivative_activations_are_composed_of_the_ones_bir_has(tmp_path):
             sig(1.702 * a) + 1.702 * a * sig(1.702 * a) * (1 - sig(1.702 * a))]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=2e-5)
+
+
+def test_softmax_rms_norm_and_var_along_the_last_axes_of_a_3_axis_tile(tmp_path):
+    # NKI: "axis ... can only be the last contiguous dim(s) of the tile: [1], [1,2], ..." -- [2] of a 3-axis
+    # tile too (nl.softmax's default axis=-1), not only every free axis
+    a, w = rand(128, 4, 16), rand(128, 4, 16)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, w):
+            sm = nl.ndarray((128, 4, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            rn = nl.ndarray((128, 4, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            va = nl.ndarray((128, 4, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.load(a)
+            nl.store(sm, nl.softmax(x))
+            nl.store(rn, nl.rms_norm(x, nl.load(w), axis=2, n=16))
+            nl.store(va, nl.var(x, axis=[2]))
+            return sm, rn, va
+    """, ["f32[128,4,16]", "f32[128,4,16]"], {"a": a, "w": w})
+    e = np.exp(a - a.max(axis=2, keepdims=True))
+    np.testing.assert_allclose(out["sm"], e / e.sum(axis=2, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out["rn"], a / np.sqrt((a * a).mean(axis=2, keepdims=True) + 1e-6) * w,
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["va"], a.var(axis=2, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("call", ["nl.softmax(x, axis=1)", "nl.rms_norm(x, x, axis=(1,), n=4)", "nl.var(x, axis=0)"])
+def test_softmax_rms_norm_and_var_refuse_axes_that_are_not_the_last(tmp_path, call):
+    msg = refused(tmp_path, f"""
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = {call}
+            nl.store(a, x)
+    """, ["f32[128,4,16]"])
+    assert "k.py:9" in msg and "the last free axes" in msg, msg

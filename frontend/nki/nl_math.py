@@ -211,20 +211,21 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None, *
 
 
 # ---------------------------------------------------------------------------- composite reductions
-def _row_reduction(x: Any, axis: Any, what: str) -> tuple[View, tuple[int, ...]]:
-    """A tile and the axes of a reduction that leaves one value per partition (the shape these take)."""
+def _trailing_reduction(x: Any, axis: Any, what: str) -> tuple[View, tuple[int, ...], bool]:
+    """A tile, the axes of a reduction along its last free axes (``[1]``, ``[1, 2]``, ... ``[2]`` of a 3-axis
+    tile: NKI's "last contiguous dim(s)"), and whether they are all its free axes."""
     src = nl._tile(x, what)
     axes = nl._axes(axis, src.ndim, what)
-    if axes != tuple(range(1, src.ndim)):
-        raise unsupported(f"{what} along axis={axis!r} of a {src.ndim}-axis tile (every free axis, leaving "
-                          "one value per partition)")
-    return src, axes
+    if not axes or axes != tuple(range(src.ndim - len(axes), src.ndim)) or 0 in axes:
+        raise unsupported(f"{what} along axis={axis!r} of a {src.ndim}-axis tile (the last free axes: NKI's "
+                          "last contiguous dims)")
+    return src, axes, axes == tuple(range(1, src.ndim))
 
 
 def var(x: Any, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None, **kw: Any) -> View:
     """``mean((x - mean(x))**2)`` (two passes, as numpy); the result keeps the reduced axes."""
     nl._no_keywords("nl.var", kw)
-    src, _ = _row_reduction(x, axis, "nl.var")
+    src, _, _ = _trailing_reduction(x, axis, "nl.var")
     m = nl.mean(src, axis, dtype=nl.float32, keepdims=True, mask=mask)
     d = nl._binary("subtract", src, m, nl.float32, mask)
     sq = nl._binary("multiply", d, d, nl.float32, mask)
@@ -241,7 +242,15 @@ def all(x: Any, axis: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Vi
 def softmax(x: Any, axis: Any = -1, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     """``exp(x - max(x)) / sum(exp(x - max(x)))`` along the free axes."""
     nl._no_keywords("nl.softmax", kw)
-    src, _ = _row_reduction(x, axis, "nl.softmax")
+    src, axes, whole = _trailing_reduction(x, axis, "nl.softmax")
+    if not whole:
+        # along the last axes only: the per-group max and sum keep their axes and broadcast back
+        if mask is not None:
+            raise unsupported("nl.softmax along the last axes only, under a mask=")
+        m = nl._reduce("max", src, axes, nl.float32, True, mask, what="nl.softmax")
+        e = nl._activation("exp", nl._binary("subtract", src, m, nl.float32, mask), nl.float32, mask)
+        total = nl._reduce("add", e, axes, nl.float32, True, mask, what="nl.softmax")
+        return nl._binary("divide", e, total, dtype or src.dtype, mask)
     tr = current()
     neg_max = nl._reduce("max", src, axis, nl.float32, False, mask, negate=True, what="nl.softmax")
     e = tr.tile(src.shape, nl.float32)
@@ -256,13 +265,16 @@ def rms_norm(x: Any, w: Any, axis: Any, n: Any, epsilon: float = 1e-6, dtype: An
              compute_dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     """``x / sqrt(sum(x**2) / n + epsilon) * w``."""
     nl._no_keywords("nl.rms_norm", kw)
-    src, _ = _row_reduction(x, axis, "nl.rms_norm")
+    src, axes, whole = _trailing_reduction(x, axis, "nl.rms_norm")
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         raise unsupported(f"nl.rms_norm n={n!r} (a positive int)")
     sq = nl._binary("multiply", src, src, nl.float32, mask)
-    ss = nl._reduce("add", sq, axis, nl.float32, False, mask, what="nl.rms_norm")
-    # the sums of squares (one per partition) go on under the mask's partitions alone
-    rows = mask.partitions() if isinstance(mask, Mask) else mask
+    ss = nl._reduce("add", sq, axes, nl.float32, not whole, mask, what="nl.rms_norm")
+    # the sums of squares (one per partition) go on under the mask's partitions alone (along the last axes
+    # only: one per group, kept as size-1 axes that broadcast back, under the mask itself)
+    rows = (mask.partitions() if isinstance(mask, Mask) else mask) if whole else None
+    if not whole and mask is not None:
+        raise unsupported("nl.rms_norm along the last axes only, under a mask=")
     ms = _scalar_op(ss, "mult", 1.0 / n, nl.float32, rows, "add", float(epsilon))
     rms = nl._activation("sqrt", ms, nl.float32, rows)
     normed = nl._binary("divide", src, rms, nl.float32, mask)
