@@ -975,3 +975,50 @@ def test_dma_compute_read_modify_write_refuses_what_nki_does_not_do(tmp_path, ol
         run(tmp_path, V2, RMW.replace(old, new),
             {"table": np.zeros((64, 8), np.float32), "rows": np.zeros((32, 1), np.int32),
              "data": np.zeros((32, 8), np.float32)}, ["f32[64,8]", "i32[32,1]", "f32[32,8]"])
+
+
+SKIP = """
+    @nki.jit
+    def k(table, rows, data):
+        moved = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        summed = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        got = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        full = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=full, src=table)
+        nisa.dma_copy(dst=moved, src=full)
+        nisa.dma_copy(dst=summed, src=full)
+        idx = nl.ndarray((8, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=rows)
+        d = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=data)
+        g = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(g, -1.0)
+        # indices read at run time: the DMA skips the rows outside the table
+        nisa.dma_copy(dst=g, src=table.ap(pattern=[[8, 8], [1, 8]], offset=0, vector_offset=idx, indirect_dim=0),
+                      oob_mode=nisa.oob_mode.skip)
+        nisa.dma_copy(dst=got, src=g)
+        nisa.dma_copy(dst=moved.ap(pattern=[[8, 8], [1, 8]], offset=0, vector_offset=idx, indirect_dim=0), src=d,
+                      oob_mode=nisa.oob_mode.skip)
+        acc = summed.ap(pattern=[[8, 8], [1, 8]], offset=0, vector_offset=idx, indirect_dim=0)
+        nisa.dma_compute(acc, [acc, d], nl.add, oob_mode=nisa.oob_mode.skip)
+        return got, moved, summed
+"""
+
+
+def test_oob_skip_of_indices_read_at_run_time_skips_the_rows_outside_the_tensor(tmp_path):
+    # NKI's oob_mode.skip "silently skips" them; the DMA kept the error check (an interpreter error, and
+    # oob_is_err on the device) when the indices were not known at the call
+    table = RNG.standard_normal((16, 8)).astype(np.float32)
+    rows = np.array([[3], [20], [0], [15], [-1], [7], [99], [1]], np.int32)
+    data = RNG.standard_normal((8, 8)).astype(np.float32)
+    got = run(tmp_path, V2, SKIP, {"table": table, "rows": rows, "data": data},
+              ["f32[16,8]", "i32[8,1]", "f32[8,8]"])
+    inside = (rows[:, 0] >= 0) & (rows[:, 0] < 16)
+    want_g = np.full((8, 8), -1.0, np.float32)
+    want_g[inside] = table[rows[inside, 0]]
+    want_m, want_s = table.copy(), table.copy()
+    want_m[rows[inside, 0]] = data[inside]
+    want_s[rows[inside, 0]] += data[inside]
+    np.testing.assert_array_equal(got["got"], want_g)
+    np.testing.assert_array_equal(got["moved"], want_m)
+    np.testing.assert_allclose(got["summed"], want_s, rtol=1e-6)
