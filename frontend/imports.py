@@ -45,6 +45,7 @@ from tusk.frontend.nki import compiler as _compiler
 from tusk.frontend.nki import isa_v1 as _isa_v1
 from tusk.frontend.nki import isa_v2 as _isa_v2
 from tusk.frontend.nki import language as _language
+from tusk.frontend.nki import lnc as _lnc
 from tusk.frontend.nki import typing as _typing
 
 # The API generation is the import name (docs/frontend.md): `nki.*` is NKI 2.x, `neuronxcc.nki.*` is 1.x.
@@ -68,6 +69,7 @@ ALIASES: dict[str, types.ModuleType] = {
     "nki.language": _language,
     "nki.isa": _isa_v2,
     "nki.isa.constants": _ISA_CONSTANTS,
+    "nki.lnc": _lnc,
     "nki.typing": _typing,
     "nki.compiler": _compiler,
     "neuronxcc": _PACKAGE,

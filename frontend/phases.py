@@ -41,7 +41,8 @@ from tusk.frontend.tensors import View
 from tusk.frontend.tracer import Tracer, current
 
 # the tracer's per-program state (the isa_accum register attributes are set on the tracer by name)
-OWN = ("program_ids", "_hbm_ordinal", "dropped", "piece_writes", "_tusk_dve_register", "_tusk_act_register")
+OWN = ("program_ids", "_hbm_ordinal", "dropped", "piece_writes", "_tusk_dve_register", "_tusk_act_register",
+       "_tusk_lnc_sendrecvs")
 STACK_BYTES = 64 << 20  # a program's thread: deep kernels recurse as far as on the main thread
 
 
@@ -75,7 +76,7 @@ class _Program:
         self.ids = ids
         self.state: dict[str, Any] = {"program_ids": ids, "_hbm_ordinal": 0, "dropped": (-1, ()),
                                       "piece_writes": (0, set()), "_tusk_dve_register": None,
-                                      "_tusk_act_register": None}
+                                      "_tusk_act_register": None, "_tusk_lnc_sendrecvs": 0}
         self.go = threading.Event()
         self.thread: threading.Thread | None = None
         self.result: Any = None

@@ -324,3 +324,34 @@ def test_a_barrier_on_an_sbuf_tile_or_of_core_0_alone(tmp_path, data, cores, gri
             return out
     """, {"x": x}, grid)["out"]
     np.testing.assert_array_equal(got, x)
+
+
+LNC_EXCHANGE = """
+    import nki.lnc
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        mine = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=x[pid * 128:(pid + 1) * 128, :])
+        remote = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nki.lnc.sendrecv(src=mine, dst=remote, send_to_rank=1 - pid, recv_from_rank=1 - pid)  # the 1st: pipe 1
+        peak = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        COMPUTE(remote, peak, 1 - pid, 1 - pid, nl.maximum)  # the 2nd: max(remote, mine)
+        nisa.tensor_tensor(dst=mine, data1=peak, data2=remote, op=nl.subtract)
+        nisa.dma_copy(dst=out[pid * 128:(pid + 1) * 128, :], src=mine)
+        nki.lnc.core_barrier(out, (0, 1))
+        return out
+"""
+
+
+@pytest.mark.parametrize("compute", ["nki.lnc.sendrecv_compute", "nisa.sendrecv_compute"])
+def test_nki_lnc_sendrecv_pairs_calls_by_their_order_and_sendrecv_compute_reduces(tmp_path, compute):
+    # NKI 0.8.0's nki.lnc: sendrecv has no pipe_id (the Nth call of one rank meets the Nth of its peer); the
+    # nisa.sendrecv_compute( entry point is its deprecated wrapper
+    x = RNG.uniform(-1, 1, (256, 24)).astype(np.float32)
+    got = run(tmp_path, LNC_EXCHANGE.replace("COMPUTE", compute), {"x": x})["out"]
+    a, b = x[:128], x[128:]
+    m = np.maximum(a, b)
+    np.testing.assert_array_equal(got, np.concatenate([m - b, m - a]))

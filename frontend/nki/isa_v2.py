@@ -363,6 +363,14 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
     phases.sendrecv(call, tile(dst, f"{call} dst"), tile(src, f"{call} src"), send_to_rank, recv_from_rank, pipe_id)
 
 
+@documented("nisa.sendrecv_compute")
+def sendrecv_compute(src, dst, send_to_rank, recv_from_rank, reduce_op, name=None):
+    """``dst = reduce_op(src, the peer's src)``: ``nki.lnc.sendrecv_compute`` (this entry point, NKI 0.8.0's
+    deprecated wrapper, pairs calls by their order as that one does)."""
+    from tusk.frontend.nki import lnc
+    lnc.sendrecv_compute(src, dst, send_to_rank, recv_from_rank, reduce_op)
+
+
 # ---------------------------------------------------------------------------- registers
 VirtualRegister = ops.VirtualRegister
 
