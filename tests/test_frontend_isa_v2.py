@@ -897,3 +897,37 @@ def test_nki_scalar_misuse_is_refused(tmp_path, call, message):
             return out
     """, ["f32[1,1]"])
     assert message in err and "bad.py:12:" in err, err
+
+
+def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
+    # NkiScalar "Bound of nki.language.fori_loop(): supported, including an arithmetic expression": the start too
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(index, table):
+            out = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            seen = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=index)
+            lo = nisa.scalar_load(t)
+            acc = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(acc, 0.0)
+            row = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)
+            last = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+
+            def body(i):
+                nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=i,
+                                                    indirect_dim=0))
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+                nisa.scalar_store(last, i)
+
+            nl.fori_loop(lo, lo + 5, body, step=2)
+            nisa.dma_copy(dst=out, src=acc)
+            nisa.dma_copy(dst=seen, src=last)
+            return out, seen
+    """))
+    table = rand(16, 8)
+    got = run_klr(trace_file(path, "k", ["i32[1,1]", "f32[16,8]"]),
+                  {"index": np.array([[3]], np.int32), "table": table})
+    np.testing.assert_allclose(got["out"], (table[3] + table[5] + table[7])[None], rtol=1e-6)
+    assert got["seen"].tolist() == [[7]]

@@ -276,6 +276,13 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
     if not callable(body_fun):
         raise unsupported(f"nl.fori_loop body {body_fun!r} (a function of the loop index)")
     _takes_one_argument("nl.fori_loop", body_fun, "the loop index")
+    from tusk.frontend.nki.isa_ops import NkiScalar
+    if isinstance(lower, NkiScalar) and not unroll:
+        # an NkiScalar start (NKI 0.7.0+): the loop counts j from 0 below upper - lower, and the body gets
+        # i = lower + j, a scalar of its own (KLR's loop starts at a number)
+        for j in nl._Range("fori_loop", (0, upper - lower, step)):
+            body_fun(NkiScalar(j.name) + lower)
+        return
     loop = range(*[int(nl.Affine.of(a)) for a in (lower, upper, step)]) if unroll \
         else nl._Range("fori_loop", (lower, upper, step))
     for i in loop:
