@@ -407,6 +407,9 @@ class View:
         axes = tuple(placed[j][2] for j in order)
         if not dims:
             dims, axes = ((1, 1),), (-1,)
+        if self.tensor.on_chip and len(dims) == 1 < self.ndim:
+            # NKI: an on-chip tile indexed by ints "is always at least 2D" (t[:, 3] is a [P, 1] column)
+            dims, axes = dims + ((1, 1),), axes + (-1,)
         checks = [(tuple((where[d], st) for d, st in runs), first, n, pos) for runs, first, n, pos in checks]
         grid_axes = tuple(placed[j][0] for j in order) if by_axis and grids and len(dims) > max(
             len(g.shape) for g in grids) else None

@@ -931,3 +931,26 @@ def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
                   {"index": np.array([[3]], np.int32), "table": table})
     np.testing.assert_allclose(got["out"], (table[3] + table[5] + table[7])[None], rtol=1e-6)
     assert got["seen"].tolist() == [[7]]
+
+
+def test_an_on_chip_tile_indexed_by_ints_stays_at_least_2d(tmp_path):
+    # NkiTensor.__getitem__: "On-chip tensors ... Result is always at least 2D"; HBM ones drop the axis
+    a = rand(128, 64)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 4, 16), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            col = t[:, 1, 3]
+            assert col.shape == (128, 1) and t[5, 0, 0].shape == (1, 1) and t[:, 2].shape == (128, 16)
+            assert a[3].shape == (64,)
+            c = nl.ndarray(col.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=c, data=col, op0=nl.multiply, operand0=2.0)
+            o = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o[:, 0:1], src=c)
+            nisa.tensor_copy(dst=o[:, 1:2], src=t[:, 3, 15])
+            nisa.dma_copy(dst=out, src=o)
+            return out
+    """, {"a": a})["out"]
+    np.testing.assert_array_equal(got, np.stack([2 * a[:, 19], a[:, 63]], axis=1))
