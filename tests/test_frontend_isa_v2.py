@@ -954,3 +954,37 @@ def test_an_on_chip_tile_indexed_by_ints_stays_at_least_2d(tmp_path):
             return out
     """, {"a": a})["out"]
     np.testing.assert_array_equal(got, np.stack([2 * a[:, 19], a[:, 63]], axis=1))
+
+
+def test_exponential_shares_the_vector_engines_accumulator_registers(tmp_path):
+    # NKI: exponential keeps "a running sum ... using shared internal reduction registers in the Vector
+    # Engine" (shared with tensor_scalar_reduce, tensor_scalar_cumulative, ...). It was taken as the Scalar
+    # engine's: a later Vector reduce continued from a stale sum (silently), and chains were refused
+    a = rand(128, 64)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            chained = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            mixed = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            y = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            r1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            r2 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.exponential(dst=y[:, 0:32], src=t[:, 0:32], max_value=1.0,
+                             reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.exponential(dst=y[:, 32:64], src=t[:, 32:64], max_value=1.0, reduce_res=r1,
+                             reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.tensor_scalar_reduce(dst=y[:, 0:16], data=t[:, 0:16], op0=nl.add, operand0=100.0,
+                                      reduce_op=nl.add)
+            nisa.exponential(dst=y[:, 16:32], src=t[:, 16:32], reduce_res=r2,
+                             reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.tensor_scalar_reduce(dst=y[:, 32:64], data=t[:, 32:64], op0=nl.multiply, operand0=1.0,
+                                      reduce_op=nl.add, reduce_res=r2, reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=chained, src=r1)
+            nisa.dma_copy(dst=mixed, src=r2)
+            return chained, mixed
+    """, {"a": a})
+    np.testing.assert_allclose(got["chained"], np.exp(a - 1).sum(axis=1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(got["mixed"], np.exp(a[:, 16:32]).sum(axis=1, keepdims=True)
+                               + a[:, 32:].sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)

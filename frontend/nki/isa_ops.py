@@ -652,25 +652,40 @@ def _contiguous_free(v: View) -> bool:
 
 def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any, cmd: Any,
                 reduce_init: Any) -> None:
-    """``dst = exp(src - max_value)``; with ``reduce_res`` its row sums from zero (reset_reduce) or from
-    ``reduce_init`` (load_reduce) (KLR exponential)."""
+    """``dst = exp(src - max_value)`` (KLR exponential) and its row sums on the Vector engine's accumulator
+    registers (:mod:`isa_accum`, ``"dve"``, shared with tensor_scalar_cumulative, tensor_scalar_reduce, ...):
+    ``reset_reduce`` starts them from zero, ``load_reduce`` from ``reduce_init``, ``reduce`` continues them
+    (a fresh sum added to the earlier value), ``idle`` leaves them; ``reduce_res`` reads them out after it."""
     same_size(call, dst, src, "src")
     rows = src.shape[0]
     top = imm_or_column(max_value, rows, f"{call} max_value")
-    if reduce_res is None:
-        if cmd != reduce_cmd.idle:
-            raise refuse(call, "reduce_cmd", cmd, "the accumulator registers are not kept across calls; give "
-                         "reduce_res")
+    if cmd not in (reduce_cmd.idle, reduce_cmd.reset_reduce, reduce_cmd.load_reduce, reduce_cmd.reduce):
+        raise refuse(call, "reduce_cmd", cmd, "idle, reset_reduce, load_reduce or reduce")
+    res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
+    if cmd != reduce_cmd.load_reduce and not (number(reduce_init) and float(reduce_init) == 0.0):
+        raise refuse(call, "reduce_init", reduce_init, f"only with reduce_cmd.load_reduce, not {cmd.name}")
+    if cmd == reduce_cmd.idle:
+        held = isa_accum.register(call, "dve", "idle") if res is not None else None
         native(call, "exponential", reads(src, top), (dst,), dst=dst, src=src, maxValue=top)
+        if held is not None:
+            current().op("copy", (held,), (res,), dst=res, src=held)
         return
-    if cmd not in (reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
-        raise refuse(call, "reduce_cmd", cmd, "reset_reduce or load_reduce: the accumulator registers are not "
-                     "kept across calls")
-    res = column_of(reduce_res, rows, f"{call} reduce_res")
-    init = imm_or_column(reduce_init, rows, f"{call} reduce_init")
-    isa_accum.forget("act")  # an accumulating instruction the register is not tracked through
-    native(call, "exponential", reads(src, top, init), (dst, res), dst=dst, src=src, maxValue=top,
-           reduceRes=res, reducecmd=accum_cmd(call, cmd), reduceInit=init)
+
+    def emit(c: Any, out: View | None, init: Any = 0.0) -> None:
+        out = out if out is not None else isa_accum.column(rows)  # the row sums in float32, as the registers
+        i = imm_or_column(init, rows, f"{call} reduce_init")
+        native(call, "exponential", reads(src, top, i), (dst, out), dst=dst, src=src, maxValue=top,
+               reduceRes=out, reducecmd=accum_cmd(call, c), reduceInit=i)
+
+    if cmd == reduce_cmd.load_reduce:
+        reg = isa_accum.column(rows)
+        emit(cmd, reg, reduce_init)
+        isa_accum.holding(reg)
+        isa_accum.read_out(reg, res)
+        return
+    if cmd == reduce_cmd.reset_reduce and res is None:
+        res = isa_accum.column(rows)
+    isa_accum.reducing(call, dst, cmd, "add", res, emit)
 
 
 def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, op0: Any, op1: Any,
