@@ -260,3 +260,15 @@ def test_a_matmul_result_lands_in_a_3d_psum_view_and_an_assignment_broadcasts_si
     """, {"x": x, "sink": sink})["out"]
     np.testing.assert_allclose(got[0, :, :, 0], x.sum(axis=0), rtol=1e-5)
     np.testing.assert_array_equal(got[0, :, :, 1], np.broadcast_to(sink[0], (2, 4)))
+
+
+def test_tensor_tensor_of_equal_size_tiles_whose_size_1_axes_differ_broadcasts_numpys_way(tmp_path):
+    a, b = rand(4, 1, 3), rand(4, 3, 1)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((4, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nisa.tensor_tensor(nl.load(a), nl.load(b), op=np.multiply))
+            return out
+    """, {"a": a, "b": b})
+    np.testing.assert_array_equal(got["out"], a * b)

@@ -979,3 +979,17 @@ def test_softmax_rms_norm_and_var_refuse_axes_that_are_not_the_last(tmp_path, ca
             nl.store(a, x)
     """, ["f32[128,4,16]"])
     assert "k.py:9" in msg and "the last free axes" in msg, msg
+
+
+def test_tiles_of_equal_size_whose_size_1_axes_differ_broadcast_numpys_way(tmp_path):
+    # [4, 1, 3] + [4, 3, 1] is [4, 3, 3] in numpy; both stream 12 elements, and were added one by one
+    a = np.arange(12, dtype=np.float32).reshape(4, 1, 3)
+    b = (100 * np.arange(12, dtype=np.float32)).reshape(4, 3, 1)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((4, 3, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.subtract(nl.load(a), nl.load(b)))
+            return out
+    """, ["f32[4,1,3]", "f32[4,3,1]"], {"a": a, "b": b})
+    np.testing.assert_array_equal(got["out"], a - b)

@@ -154,8 +154,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown):
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown):
     call = "nisa.tensor_tensor"
     a, b = tile(data1, call), tile(data2, call)
-    if a.shape != b.shape and a.ndim == b.ndim and a.shape[0] == b.shape[0] and a.elements != b.elements \
-            and ops.free(a) != 1 and ops.free(b) != 1:
+    if a.shape != b.shape and a.ndim == b.ndim and a.shape[0] == b.shape[0] \
+            and (a.elements != b.elements or nl._stretches(a.shape, b.shape)) and ops.free(a) != 1 and ops.free(b) != 1:
         # 1.x broadcasts size-1 free axes numpy's way (q [D, B, H] times k.reshape((D, B, 1))); stride 0
         shape = nl._broadcast_shape(a.shape, b.shape, call)
         a, b = nl._stretched(a, shape), nl._stretched(b, shape)

@@ -709,7 +709,8 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     if a.shape[0] != b.shape[0]:
         raise unsupported(f"nl.{name} of tiles with {a.shape[0]} and {b.shape[0]} partitions "
                           "(broadcasting along the partition dimension)")
-    if a.shape == b.shape or (a.elements == b.elements and not _column(a, a.shape[0])):
+    if a.shape == b.shape or (a.elements == b.elements and not _column(a, a.shape[0])
+                              and not _stretches(a.shape, b.shape)):
         dst = tr.tile(a.shape, _out_dtype(dtype, a, b))
         d, sa, sb = _masked([dst, a, b], mask)
         tr.op("tensor_tensor", (sa, sb), (d,), dst=d, a=sa, b=sb, op=alu)
@@ -730,6 +731,12 @@ def _binary(name: str, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> A
     d, s, col = _masked([dst, full_], mask, (col,))
     tr.op("tensor_scalar", (s, col), (d,), dst=d, src=s, op0=alu, imm0=_as_column(col), reverse0=reverse)
     return dst
+
+
+def _stretches(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Do two different shapes of one rank broadcast numpy's way, size-1 axes against longer ones?  Then
+    ``[4, 1, 3] + [4, 3, 1]`` is ``[4, 3, 3]``, not the element-by-element sum of two 12-element streams."""
+    return len(a) == len(b) and a != b and builtins.all(x == y or 1 in (x, y) for x, y in zip(a, b))
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], what: str) -> tuple[int, ...]:
