@@ -239,7 +239,11 @@ def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any
         data = srcs[1 - mine[0]]
         if data.vector is not None or data.tensor.memory != "sbuf":
             raise unsupported(f"{call}: the scatter form adds data in SBUF without a vector offset")
-        old = fresh(data.shape)
+        # the rows are gathered as they are stored (no cast: a skipped row of a cast stage would be rounded
+        # through dst's dtype; here it is never read back, the scatter skips it again)
+        old = fresh(data.shape, dst.dtype)
+        if oob == "skip":
+            nl._memset(old, 0.0)
         dma_copy(call, old, dst, oob=oob)
         total = fresh(data.shape, dst.dtype)
         tensor_tensor(call, total, old, data, nl.add)
@@ -252,10 +256,11 @@ def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any
     if not mine or srcs[1 - mine[0]].vector is None:
         raise unsupported(f"{call}: the gather form adds a source with a vector offset to dst itself "
                           "(dst += src[indices])")
-    got = fresh(dst.shape)
+    src = srcs[1 - mine[0]]
+    got = fresh(dst.shape, src.dtype)  # gathered as stored; the sum below is float32
     if oob == "skip":
         nl._memset(got, 0.0)  # a skipped row adds nothing
-    dma_copy(call, got, srcs[1 - mine[0]], oob=oob)
+    dma_copy(call, got, src, oob=oob)
     tensor_tensor(call, dst, got, dst, nl.add)
 
 
