@@ -328,10 +328,15 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
     input and an output at once (role "inout"): the same tensor in the KLR's inputs and outputs, as KLR lists
     an input its kernel returns -- its incoming values are read, and what the kernel leaves unwritten keeps
     them."""
-    written = {id(v.tensor.alias_of or v.tensor) for e in tr.prog if isinstance(e, Op) for v in e.writes}
+    ops = [e for e in tr.prog if isinstance(e, Op)]
+    written = {id(v.tensor.alias_of or v.tensor) for e in ops for v in e.writes}
+    # a written argument the kernel reads anywhere is in/out: which of its elements a read reaches before they
+    # are written is not tracked (a read of rows written elsewhere first, in a loop or in another program,
+    # needs the incoming values as much as a read before every write)
+    read = {id(v.tensor.alias_of or v.tensor) for e in ops for v in e.reads}
     for a in args:
         if id(a) in written:
-            a.role = "inout" if a.name in mutable or _read(tr, a) else "output"
+            a.role = "inout" if a.name in mutable or id(a) in read else "output"
     from tusk.frontend.returned import as_returned_output
     returned = [as_returned_output(tr, r) for r in returned]
     for r in returned:
@@ -351,13 +356,6 @@ def _mark_outputs(tr: Tracer, args: list[Tensor], returned: list[Any], src: str,
     inputs = [a for a in args if a.role in ("input", "inout")]
     outputs = [t for t in tr.tensors if t.role == "output"]
     tr.tensors = inputs + outputs + [t for t in tr.tensors if t.role not in INTERFACE_ROLES]
-
-
-def _read(tr: Tracer, arg: Tensor) -> bool:
-    """Does the kernel read ``arg`` anywhere?  Written too, it is in/out: which of its elements a read reaches
-    before they are written is not tracked (a read of rows the kernel wrote elsewhere first, in a loop or in
-    another program, needs the incoming values as much as a read before every write)."""
-    return any((v.tensor.alias_of or v.tensor) is arg for e in tr.prog if isinstance(e, Op) for v in e.reads)
 
 
 def _declared_mutable(fn: Callable[..., Any], params: list[str]) -> frozenset[str]:

@@ -277,14 +277,14 @@ class Frame:
             gather = (gather[0], self.gather_override[j])
         return make_access(self.loc(self.memloc[j]), self.dtype[j], off, self.patterns[self.pattern[j]], gather)
 
-    def runtime_rows(self, j: int) -> tuple[int | None, np.ndarray] | None:
+    def runtime_rows(self, j: int) -> tuple[int | None, np.ndarray, np.ndarray | None] | None:
         """For an operand whose address is read at run time (``oob_is_err`` false: out-of-bounds parts are
-        skipped): ``(None, ok)`` for a runtime offset of the whole access (``ok`` one bool: the access lies in
-        its memory location), ``(dim, ok)`` for a gather (one bool per index of that pattern dimension: its
-        part lies in the location).  None for a static operand or one in a partitioned location."""
+        skipped): ``(None, ok, None)`` for a runtime offset of the whole access (``ok`` one bool: the access
+        lies in its memory location), ``(dim, ok, indices)`` for a gather (one bool per index of that pattern
+        dimension: its part lies in the location).  None for a static operand or one in a partitioned
+        location."""
         if self.kind[j] == Kind.REGISTER_AP and self.aux[j] >= 0:
-            acc_off = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]]
-            off, gather = acc_off, None
+            off, gather = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]], None
         elif self.kind[j] == Kind.PHYSICAL and self.dyn[j] >= 0:
             off, gather = self._dynamic_parts(j)
         else:
@@ -303,10 +303,10 @@ class Frame:
             ext = int(s) * (int(n) - 1)
             lo, hi = lo + min(0, ext), hi + max(0, ext)
         if gather is None:
-            return None, np.array(off + lo >= 0 and off + hi < elems)
+            return None, np.array(off + lo >= 0 and off + hi < elems), None
         dim, idx = gather
         base = off + np.asarray(idx, dtype=np.int64) * int(pat[dim][0])
-        return dim, (base + lo >= 0) & (base + hi < elems)
+        return dim, (base + lo >= 0) & (base + hi < elems), idx
 
     def _dynamic_parts(self, j: int) -> tuple[int, tuple[int, np.ndarray] | None]:
         """The element offset of a dynamic AP (static plus runtime scalars) and its gather, if any."""

@@ -293,10 +293,8 @@ def _copy_skipping_oob(fr: Frame, src: int, dst: int, mode) -> bool:
     if not ok.any():
         return True
     k0 = int(np.argmax(ok))
-    for j in gathers:
-        gather = fr._dynamic_parts(j)[1]
-        assert gather is not None  # runtime_rows found a gather in this access
-        idx = np.array(gather[1], dtype=np.int64).reshape(-1)
+    for j, (_, _, found) in gathers.items():
+        idx = np.array(found, dtype=np.int64).reshape(-1)
         idx[~ok] = idx[k0]  # a row in bounds, read or written with the same values (no effect)
         fr.gather_override[j] = idx
     try:
@@ -519,9 +517,10 @@ def h_iota(fr: Frame, i: int) -> None:
 # --------------------------------------------------------------------------- registers
 
 
-def _wrap64(v: int) -> int:
-    v &= (1 << 64) - 1
-    return v - (1 << 64) if v >= 1 << 63 else v
+def _wrap64(v: int, bits: int = 64) -> int:
+    """``v`` as a two's-complement register of ``bits`` bits holds it."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
 
 
 def _as_int(v) -> int:
@@ -545,10 +544,9 @@ def h_register_alu(fr: Frame, i: int) -> None:
     _one(outs, "output")
     a, b = _as_int(fr.scalar(ins[0])), _as_int(fr.scalar(ins[1]))
     attrs = fr.attrs(i)
-    r = _wrap64(_as_int(alu(attrs.get("op", "add"), np.asarray(a, np.int64), np.asarray(b, np.int64)).item()))
-    if attrs.get("is_64bit", True) is False:  # a 32-bit register operation wraps at 32 bits
-        r = (r + (1 << 31)) % (1 << 32) - (1 << 31)
-    fr.m.regs[fr.reg_name(outs[0])] = r
+    r = alu(attrs.get("op", "add"), np.asarray(a, np.int64), np.asarray(b, np.int64)).item()
+    # a 32-bit register operation wraps at 32 bits
+    fr.m.regs[fr.reg_name(outs[0])] = _wrap64(_as_int(r), 32 if attrs.get("is_64bit", True) is False else 64)
 
 
 def h_tensor_load(fr: Frame, i: int) -> None:

@@ -145,6 +145,15 @@ def zeros(rows: int) -> View:
     return out
 
 
+def idle(call: str, res: View | None, run: Callable[[], None], engine: str = "dve") -> None:
+    """An instruction with ``reduce_cmd.idle``: ``run`` traces it, leaving ``engine``'s registers as they are,
+    and ``res`` (when given) reads them out after it."""
+    held = register(call, engine, "idle") if res is not None else None
+    run()
+    if held is not None:
+        read_out(held, res)
+
+
 def read_out(value: View, res: View | None, negate: bool = False) -> None:
     """The register ``value`` written to ``res`` (in its dtype), negated with ``negate`` (the register keeps
     its sign)."""

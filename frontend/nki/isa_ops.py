@@ -401,10 +401,8 @@ def scalar_tensor_tensor_accumulating(call: str, dst: View, data: View, op0: Any
     rows = data.shape[0]
     res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
     if cmd == reduce_cmd.idle:
-        held = isa_accum.register(call, "dve", "idle") if res is not None else None
-        scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
-        if held is not None:
-            current().op("copy", (held,), (res,), dst=res, src=held)
+        isa_accum.idle(call, res, lambda: scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1,
+                                                               reverse0, reverse1))
         return
     if cmd == reduce_cmd.reset_reduce and res is None:
         res = isa_accum.column(rows)  # the registers, in float32
@@ -502,10 +500,8 @@ def activation_accumulating(call: str, dst: View, op: Any, data: View, bias: Any
     rows = data.shape[0]
     res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
     if cmd in (reduce_cmd.idle, reduce_cmd.reset):
-        held = isa_accum.register(call, "act", "idle") if cmd == reduce_cmd.idle and res is not None else None
-        activation(call, dst, op, data, bias, scale)
-        if held is not None:
-            current().op("copy", (held,), (res,), dst=res, src=held)
+        isa_accum.idle(call, res if cmd == reduce_cmd.idle else None,
+                       lambda: activation(call, dst, op, data, bias, scale), "act")
         if cmd == reduce_cmd.reset:
             isa_accum.left_by(isa_accum.last_op(), lambda _op: isa_accum.zeros(rows), "act")
             if res is not None:
@@ -670,10 +666,8 @@ def exponential(call: str, dst: View, src: View, max_value: Any, reduce_res: Any
     if cmd != reduce_cmd.load_reduce and not (number(reduce_init) and float(reduce_init) == 0.0):
         raise refuse(call, "reduce_init", reduce_init, f"only with reduce_cmd.load_reduce, not {cmd.name}")
     if cmd == reduce_cmd.idle:
-        held = isa_accum.register(call, "dve", "idle") if res is not None else None
-        native(call, "exponential", reads(src, top), (dst,), dst=dst, src=src, maxValue=top)
-        if held is not None:
-            current().op("copy", (held,), (res,), dst=res, src=held)
+        isa_accum.idle(call, res, lambda: native(call, "exponential", reads(src, top), (dst,), dst=dst, src=src,
+                                                 maxValue=top))
         return
 
     def emit(c: Any, out: View | None, init: Any = 0.0) -> None:
@@ -1189,7 +1183,8 @@ class NkiScalar(VirtualRegister):
 
     dtype = "int32"
 
-    def _new(self) -> NkiScalar:
+    @staticmethod
+    def _new() -> NkiScalar:
         tr = current()
         tr.vregs += 1
         return NkiScalar(f"vreg.{tr.vregs}")
@@ -1264,7 +1259,7 @@ def _scalar_pair(op: str, a: NkiScalar, b: NkiScalar) -> NkiScalar:
     native("NkiScalar arithmetic", "tensor_store", (), (ta,), dst=ta, src=a.name)
     native("NkiScalar arithmetic", "tensor_store", (), (tb,), dst=tb, src=b.name)
     tr.op("tensor_tensor", (ta, tb), (tc,), dst=tc, a=ta, b=tb, op=op)
-    out = a._new()
+    out = NkiScalar._new()
     native("NkiScalar arithmetic", "tensor_load", (tc,), (), dst=out.name, src=tc)
     return out
 
@@ -1275,9 +1270,7 @@ def scalar_load(call: str, src: View) -> NkiScalar:
     if s.dtype != as_dtype("int32"):
         raise unsupported(f"{call} of a {s.dtype} tile (nl.int32; nl.int64 scalars are not in Tusk, and NKI "
                           "takes no unsigned dtype)")
-    tr = current()
-    tr.vregs += 1
-    out = NkiScalar(f"vreg.{tr.vregs}")
+    out = NkiScalar._new()
     native(call, "tensor_load", (s,), (), dst=out.name, src=s)
     return out
 
