@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -91,6 +93,40 @@ def test_build_trace_puts_each_task_on_its_worker():
     assert set(xs) == {"k: unroll", "k: write_bir_json"}
     assert xs["k: unroll"]["tid"] == xs["k: write_bir_json"]["tid"]  # writing runs where the unit's last step ran
     assert xs["k: unroll"]["dur"] == pytest.approx(0.3e6, rel=1e-3) and xs["k: unroll"]["args"]["run_s"] == 0.2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread usage is Linux's")
+def test_a_task_reports_what_it_cost_and_the_trace_shows_it():
+    from tusk.workflows.task_usage import measured
+
+    @measured
+    def touch(n):
+        a = np.ones(n, dtype=np.uint8)  # fresh pages: each first touch is a fault
+        a[::4096] = 2
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.05:
+            pass
+        return {"status": "executed", "timing": {"started": time.time()}, "ended": time.time()}
+
+    answer = touch(64 << 20)
+    usage = answer["usage"]
+    assert usage["cpu_user_s"] + usage["cpu_sys_s"] >= 0.04
+    assert usage["page_faults"] >= 32  # 64 MiB: 16k faults in 4 KiB pages, 32 in huge pages
+    assert measured(lambda: "not a dict")() == "not a dict"
+
+    class U:
+        class unit:
+            name = "k"
+
+    log = trace.TaskLog()
+    log.task("submitted", "s", U, "schedule", {})
+    log.task("finished", "s", U, "schedule", answer)
+
+    class R:
+        out, seconds, report = "OUT", 1.0, None
+
+    args = next(e for e in trace.build_trace(log, R)["traceEvents"] if e["ph"] == "X")["args"]
+    assert args["page_faults"] == usage["page_faults"] and args["cpu_sys_s"] == usage["cpu_sys_s"]
 
 
 @pytest.mark.parametrize("limits", [(200_000, 2_500), (40, 10)])  # exact; merged segments + utilisation counters

@@ -31,6 +31,27 @@ def test_operand_outside_its_memloc():
     assert "outside memory location" in _broken(change)
 
 
+def test_the_operand_check_in_chunks_names_the_same_instructions(monkeypatch):
+    """The check walks the operands a chunk at a time: an operand out of bounds in a later chunk is still
+    reported against the instruction that owns it, and the report is that of one whole pass."""
+    import tusk.ir.verify as v
+
+    def change(fn):
+        last = len(fn.operands) - 1
+        for j in (0, last // 2, last):
+            fn.operands["offset"][j] = 10**6 + j
+
+    whole = _broken(change)
+    monkeypatch.setattr(v, "OPERAND_CHUNK", 3)
+    assert _broken(change) == whole
+    assert whole.count("outside memory location") == 3, whole
+    m = every_family_module()
+    fn = m.functions[0]
+    owner = np.repeat(np.arange(len(fn.insts)), fn.insts["nops"].astype(np.int64))
+    for j in (0, (len(fn.operands) - 1) // 2, len(fn.operands) - 1):
+        assert f"instruction {fn.inst_name(int(owner[j]))}: operand touches elements [{10**6 + j}" in whole, whole
+
+
 def test_symbolic_operand_outside_over_the_loop_range():
     b = Builder()
     x = b.dram("x", (256, 64))

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tusk.ir.errors import EnvError, TuskError
+from tusk.workflows.task_usage import measured
 
 _STORES: dict[str, Any] = {}
 
@@ -404,6 +405,7 @@ def _finish(ctx: dict, store, key: str, parts: dict, step: dict, module, out, st
 DEFER = "defer"  # ctx["verify"]: a big output's checks run as tasks of their own (verify_checks), in parallel
 
 
+@measured
 def verify_checks(store_url: str, h: str, input_hash: str, task: list) -> dict:
     """One piece of the verifier on object ``h`` (``ir.verify.verify_tasks``): the problems each check found.
     Where the live-overlap check finds some, also whether the step's input (``input_hash``) already had
@@ -485,6 +487,7 @@ def _run(p, step: dict, module, ctx: dict, clock: dict, method: str = "run", *ar
     return result, seconds
 
 
+@measured
 def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extra: dict | None = None,
              spec: Any = None) -> dict:
     """Run one pass on object ``input_hash`` -- or, with a slice's ``spec``, on the part ``Pass.take`` cuts
@@ -507,6 +510,7 @@ def run_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict, extr
         return _error(step, e, ctx.get("store"), key, parts)
 
 
+@measured
 def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) -> dict:
     """Split the input of a fan-out pass into part objects (or run it whole when it declines)."""
     clock: dict = {"started": time.time()}
@@ -546,6 +550,7 @@ def run_part(ctx: dict, step: dict, part: str | dict, key: str, parts: dict) -> 
     return run_step(ctx, step, part["base"], key, parts, {"kind": "part"}, spec=part["spec"])
 
 
+@measured
 def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], part_stats: list[dict],
                key: str, parts: dict, split_seconds: float, part_seconds: list[float | None]) -> dict:
     """Merge the part results of a fan-out pass; records the whole action under ``key``, with the split's
@@ -579,6 +584,7 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
         return _error(step, e, ctx.get("store"), key, parts)
 
 
+@measured
 def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
     """A timing step (``tusk.workflows.timings``): the makespan of one module and, with ``timelines``, its
     engine timelines, kept in the store as notes by the module's hash."""
@@ -603,6 +609,7 @@ def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
         return {"status": "error", "error": f"timing failed: {type(e).__name__}: {e}", "traceback": traceback.format_exc()}
 
 
+@measured
 def write_timeline(store_url: str, kernel: str, units: list, path: str) -> dict:
     """A kernel's timeline.json, written into its staging directory once every unit is timed (a task: the
     client only checks the file's signature afterwards).  ``units``: [(unit name, [Timed.to_json(), ...]),

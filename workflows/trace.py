@@ -65,6 +65,7 @@ class TaskRecord:
     worker: str = ""
     status: str = ""
     timing: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)  # CPU seconds and page faults (task_usage.measured)
 
 
 class TaskLog(BuildEvents):
@@ -100,6 +101,8 @@ class TaskLog(BuildEvents):
         # a task that does not say where it ran (writing the outputs) was placed with the unit's last task
         rec.worker = str(worker or self._worker.get(rec.unit) or "this process")
         rec.timing = {k: v for k, v in timing.items() if k != "started" and isinstance(v, (int, float))}
+        usage = result.get("usage")
+        rec.usage = {k: v for k, v in usage.items() if isinstance(v, (int, float))} if isinstance(usage, dict) else {}
 
     def finished(self) -> list[TaskRecord]:
         return [t for t in self.tasks.values() if t.ended is not None]
@@ -122,7 +125,7 @@ def build_trace(log: TaskLog, result) -> dict[str, Any]:
                        "dur": round(max(0.0, t.ended - start) * 1e6, 1),
                        "args": {"unit": t.unit, "status": t.status, "task": t.key,
                                 "queued_s": round(max(0.0, start - t.submitted), 6),
-                                **{f"{k}_s": v for k, v in t.timing.items()}}})
+                                **{f"{k}_s": v for k, v in t.timing.items()}, **t.usage}})
     other = {"tusk_trace": "build", "out": str(result.out), "executor": result.report.executor if result.report
              else "none", "seconds": result.seconds}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import time
 
+from tusk.workflows.task_usage import measured
 from tusk.workflows.tasks import _error, _load_input, _store, _where, _worker_address
 
 
+@measured
 def write_outputs(store_url: str, items: list) -> dict:
     """Write objects as BIR-JSON files: ``items`` is a list of ``[hash, path, artifact directory]`` (the
     module is written with that artifact directory: objects hold none), ``"flatten"`` appended for the
@@ -149,6 +151,7 @@ def _render_part(store_url: str, h: str, art: str, k: int, n: int, dest: str, cl
     return None, consts
 
 
+@measured
 def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> dict:
     """Render part ``k`` of ``n`` of object ``h``'s BIR-JSON (artifact directory ``art``; parts joined in order
     are byte for byte the whole write, ``bir_json.write_part``).
@@ -171,6 +174,7 @@ def write_part(store_url: str, h: str, path: str, art: str, k: int, n: int) -> d
         return _error({"name": "write_bir_json"}, e)
 
 
+@measured
 def place_part(store_url: str, h: str, path: str, art: str, k: int, n: int, offset: int) -> dict:
     """Copy part ``k`` (``k`` > 0) of ``n`` into :func:`parts_file` at ``offset`` from its own file (rendered
     again first if that file is gone), then remove that file."""
