@@ -276,6 +276,40 @@ def test_pyproject_tool_tusk_and_bad_files(cache, tmp_path):
     assert res.exit_code == 2 and "sideways" in res.stderr and not (tmp_path / "o2").exists()
 
 
+def test_tusk_toml_takes_the_number_settings_as_numbers(cache, tmp_path):
+    """Every setting that is a number in the environment is a number in tusk.toml ("none" where it means no
+    limit); a limit of 0 or less is refused (memory = 8000000000 was refused as "must be a string")."""
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "tusk.toml").write_text("memory = 8000000000\ntimeline_limit = 1000\ntrace_timeout = 30\n")
+    data = json.loads(run("passes", str(k), "--json").stdout)
+    settings = {s["name"]: s for s in data["settings"]}
+    assert [settings[n]["value"] for n in ("memory", "timeline_limit", "trace_timeout")] == [8000000000, 1000, 30]
+    assert all(settings[n]["from"] == "tusk.toml" for n in ("memory", "timeline_limit", "trace_timeout"))
+    (k / "tusk.toml").write_text('trace_timeout = "none"\n')
+    data = json.loads(run("passes", str(k), "--json").stdout)
+    assert {s["name"]: s for s in data["settings"]}["trace_timeout"]["value"] is None
+    for bad in ("trace_timeout = 0", "memory = -1", 'timeline_limit = "lots"'):
+        (k / "tusk.toml").write_text(bad + "\n")
+        res = run("compile", str(k), "-o", str(tmp_path / "o"))
+        assert res.exit_code == 2 and bad.split(" ")[0] in res.stderr, (bad, res.stderr)
+        assert not (tmp_path / "o").exists()
+
+
+def test_tusk_toml_limits_reach_the_build(cache, tmp_path):
+    """timeline_limit and memory in tusk.toml are the build's, not just what `tusk passes` shows: only arch and
+    the unroll limits were passed on, so a file's memory and timeline_limit were silently ignored."""
+    from tusk.workflows import tasks
+
+    k = kernels(tmp_path / "k", "tiled_exp.json")
+    (k / "tusk.toml").write_text("timeline_limit = 5\nmemory = 1600000000\n")
+    res = run("compile", str(k), "-o", str(tmp_path / "o"), "--workers", "0", "--json")
+    assert res.exit_code == 0, res.output
+    timings = [t for kr in json.loads(res.stdout)["kernels"] for u in kr["units"] for t in u.get("timings", [])]
+    assert timings and all(t["status"] == "skipped" and "above the 5 " in t["why"] for t in timings), timings
+    assert tasks.memory_budget() == 1600000000 // tasks.MEMO_FRACTION
+    tasks.use_memory_setting(None)
+
+
 # ====================================================================== summary, --json
 
 

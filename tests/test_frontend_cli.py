@@ -507,6 +507,26 @@ def test_a_kernel_exiting_the_tracer_or_raising_keyboard_interrupt_fails_alone(p
     assert "interrupted" not in json.dumps(rep).lower()
 
 
+def test_a_kernel_whose_trace_never_ends_fails_alone_at_the_time_limit(project):
+    """A loop in the kernel's Python that never ends fails that kernel at ``trace_timeout``; the build's other
+    kernels are built, and the next trace runs in a new tracer."""
+    import time
+
+    k = project["k"]
+    (k / "spin.py").write_text(ADD.replace("@nki.jit\ndef add(a, b):\n", "@nki.jit\ndef add(a, b):\n"
+                                           "    while True:\n        pass\n"))
+    (k / "tusk.toml").write_text("trace_timeout = 2\n" + toml_kernel(name="spin", file="spin.py") + toml_kernel())
+    t0 = time.monotonic()
+    code, rep = compile_json(k, project["out"])
+    assert time.monotonic() - t0 < 60
+    assert code == 1
+    spin = kernel(rep, "spin")
+    assert spin["status"] == "failed" and spin["fault"] == "input", spin
+    assert "spin.py" in spin["error"] and "did not finish within 2 s" in spin["error"], spin["error"]
+    assert "trace_timeout" in spin["error"]
+    assert kernel(rep, "tadd")["status"] == "written" and (project["out"] / "tadd" / "tadd.klr").exists()
+
+
 def test_tracing_in_the_child_writes_the_same_bytes_as_in_this_process(project, tmp_path):
     from tusk.workflows.project import load
     from tusk.workflows.traced import Tracer, trace_kernel

@@ -207,7 +207,8 @@ def compile_directory(req: CompileRequest, *, executor: Any = None, events: Buil
         store = plan.open_store()
         kernels, skipped = discover(plan.directory, store)
         plan.writer = OutputWriter(plan.out, store, plan.resolved.steps, req.stages, req.flatten)
-        kernels, skipped = _with_traced(kernels, skipped, req, plan.directory, store, plan.writer, plan.cfg.arch)
+        kernels, skipped = _with_traced(kernels, skipped, req, plan.directory, store, plan.writer, plan.cfg.arch,
+                                        plan.cfg.trace_timeout)
         results, units = plan.units(kernels, skipped, store)
         events.start(len(units), len(plan.resolved.steps))
         timing = req.timing if req.timing is not None else events.timing()
@@ -277,6 +278,9 @@ class _Plan:
         """Everything the request can be refused for, before anything is written."""
         cfg = config_mod.load({**req.settings, "cache_dir": req.cache_dir, "workers": req.workers,
                                "scheduler": req.scheduler, "verify": req.verify})
+        from tusk.workflows import tasks
+
+        tasks.use_memory_setting(cfg.memory)  # what this process keeps, when it runs the passes itself
         if req.core_id is not None and req.core_id < 0:
             raise UsageError(f"--core-id must be a logical core number (0 or more), got {req.core_id}")
         entries = load_pipeline(req.pipeline) if req.pipeline else default_pipeline()
@@ -372,7 +376,7 @@ class _Plan:
 
                 def given() -> Any:
                     events.executor_starting(f"a local cluster of {choice.workers} worker process(es)")
-                    return local_cluster_executor(choice.workers, self.req.dashboard, scratch_dir)
+                    return local_cluster_executor(choice.workers, self.req.dashboard, scratch_dir, self.cfg.memory)
         if given is None:
             from tusk.workflows.graph import InlineExecutor
 
@@ -478,7 +482,8 @@ def _log_internal_errors(out: Path, results) -> None:
 
 
 def _with_traced(kernels: list[Kernel], skipped: list[Skipped], req: CompileRequest, directory: Path, store,
-                 writer: OutputWriter, arch: str | None = None) -> tuple[list[Kernel], list[Skipped]]:
+                 writer: OutputWriter, arch: str | None = None,
+                 trace_timeout: int | None = None) -> tuple[list[Kernel], list[Skipped]]:
     """The kernels of ``directory`` plus those tusk.toml writes in Python, each traced (or taken from the
     cache) into its staging directory (see :mod:`tusk.workflows.traced`).
 
@@ -500,7 +505,7 @@ def _with_traced(kernels: list[Kernel], skipped: list[Skipped], req: CompileRequ
                              f"{taken[spec.name].path}; rename one of them")
     named = {os.path.realpath(spec.file) for spec in specs}
     skipped = [s for s in skipped if os.path.realpath(s.path) not in named]
-    with Tracer() as tracer:
+    with Tracer(timeout=trace_timeout) as tracer:
         _trace_all(specs, kernels, directory, store, writer, arch, tracer)
     return kernels, skipped
 

@@ -49,6 +49,13 @@ def _int_or_none(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none") else int(text)
 
 
+def _positive_or_none(text: str) -> int | None:
+    value = _int_or_none(text)
+    if value is not None and value <= 0:
+        raise ValueError(text)
+    return value
+
+
 def _int(text: str) -> int:
     return int(text.strip())
 
@@ -90,12 +97,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("memory", "TUSK_MEMORY", lambda: None, False, _int_or_none,
             help="bytes of RAM a build may use (default: the machine's): each local worker's Dask memory_limit "
                  "is this / workers, and a process keeps modules for its next step in 1/16 of its own budget"),
+    Setting("trace_timeout", "TUSK_TRACE_TIMEOUT", lambda: 300, False, _positive_or_none,
+            help="seconds the trace of a kernel written in Python may run before the build fails that kernel "
+                 "(none: no limit)"),
     Setting("maxhu", "MAXHU", lambda: None, False, _int_or_none, option="heuristic_unroll.maxhu",
             help="cap on the loops heuristic_unroll marks (the backend's variable)"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 VERIFY_LEVELS = ("none", "ends", "all")
-_EXPECTED: dict[Callable[[str], Any], str] = {_int: "an integer", _int_or_none: "an integer or none", _bool: "true or false"}
+_EXPECTED: dict[Callable[[str], Any], str] = {_int: "an integer", _int_or_none: "an integer or none",
+                                              _positive_or_none: "a positive integer or none", _bool: "true or false"}
 _EXPECTED_BY_NAME = {"verify": "none, ends or all"}
 
 
@@ -116,7 +127,8 @@ class Config:
 
 
 def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Defaults, then the environment, then ``overrides`` (None values in overrides are ignored)."""
+    """Defaults, then the environment, then ``overrides`` (None values in overrides are ignored; the text
+    ``"none"`` of a file is parsed, and sets no limit)."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for s in SETTINGS:
@@ -130,7 +142,10 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
     for k, v in (overrides or {}).items():
         if k not in BY_NAME:
             raise KeyError(f"unknown setting {k!r}")
-        if v is not None:
+        if isinstance(v, str) and v.strip().lower() == "none":
+            v = BY_NAME[k].parse(v)
+            values[k] = v
+        elif v is not None:
             values[k] = v
     return Config(values)
 

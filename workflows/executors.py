@@ -234,11 +234,11 @@ QUIET_CLUSTER: dict[str, Any] = {
 }
 
 
-def local_cluster_executor(workers: int, dashboard: bool = False, local_directory: str | None = None
-                           ) -> DaskExecutor:
+def local_cluster_executor(workers: int, dashboard: bool = False, local_directory: str | None = None,
+                           memory: int | None = None) -> DaskExecutor:
     """A ``LocalCluster`` of ``workers`` single-threaded processes (real parallelism past the GIL).
 
-    Each worker's ``memory_limit`` is the ``memory`` setting (default: the
+    Each worker's ``memory_limit`` is ``memory`` (the build's setting; default: the environment's, else the
     machine's RAM) divided by ``workers``.  Every server binds to 127.0.0.1; the scheduler serves its dashboard (a
     free port, when bokeh is installed) only with ``dashboard``.
     ``local_directory`` is where workers keep their scratch space and their
@@ -253,7 +253,7 @@ def local_cluster_executor(workers: int, dashboard: bool = False, local_director
 
     # an explicit budget per worker (the memory setting, else the machine's RAM, shared out): each worker
     # sizes its module memo from it (tasks.memory_budget)
-    total = config.load().memory or machine_memory()
+    total = memory or config.load().memory or machine_memory()
     extra["memory_limit"] = max(1, total // max(1, workers))
     from tusk.workflows.malloc_setup import environment
 

@@ -372,7 +372,7 @@ class Build:
         due, self._timing_due = self._timing_due, []
         for st, spec, h, want in due:
             self._submit("timing", timings.note_key(h) + ("t" if want else "m"), st, TaskKind.TIMING, spec.index,
-                         tasks.time_module, self.store.url, h, want, what=f"timing ({spec.title})")
+                         tasks.time_module, self.store.url, h, want, self.timeline_limit, what=f"timing ({spec.title})")
 
     def _timed(self, st: _State, index: int, res: dict) -> None:
         spec = next(p for p in self.phases if p.index == index)

@@ -45,7 +45,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kernels"  # th
 FILE = "tusk.toml"
 PYPROJECT = "pyproject.toml"
 PATH_SETTINGS = frozenset({"cache_dir"})  # relative to the file's directory (unless a URL)
-_TYPES: dict[str, tuple[type, ...]] = {"workers": (int,), "instruction_limit": (int,), "maxhu": (int,)}
+_TYPES: dict[str, tuple[type, ...]] = {"workers": (int,), "instruction_limit": (int,), "maxhu": (int,),
+                                       "timeline_limit": (int,), "memory": (int,), "trace_timeout": (int,)}
+_REQUEST_FIELDS = frozenset({"workers", "scheduler", "cache_dir", "verify"})  # CompileRequest's own fields
+_NONE_ALLOWED = frozenset({"instruction_limit", "maxhu", "memory", "trace_timeout"})  # "none": no limit
 
 
 class ProjectFileError(UsageError):
@@ -144,13 +147,15 @@ def _setting(name: str, value: Any, base: Path, where: str) -> Any:
                                    f"got {value!r}")
         return level
     types = _TYPES.get(name, (str,))
-    if isinstance(value, str) and value.strip().lower() == "none" and name in ("instruction_limit", "maxhu"):
-        return None
+    if isinstance(value, str) and value.strip().lower() == "none" and name in _NONE_ALLOWED:
+        return "none"  # parsed by config.load: None there would mean "not set here"
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         expected = {int: "an integer", bool: "true or false", str: "a string"}[types[0]]
         raise ProjectFileError(f"{where}: {name} must be {expected}, got {value!r}")
     if name == "workers" and value < 0:
         raise ProjectFileError(f"{where}: workers must be 0 or more, got {value}")
+    if name in ("memory", "trace_timeout") and value is not None and value <= 0:
+        raise ProjectFileError(f"{where}: {name} must be more than 0 (or \"none\"), got {value}")
     if name in PATH_SETTINGS and "://" not in value:
         value = str((base / value).resolve()) if not Path(value).is_absolute() else value
     return value
@@ -471,6 +476,7 @@ def prepare_request(directory: Path, out: Path, *, sets: list[str] = (), pipelin
                          cache_dir=overrides.get("cache_dir"), no_cache=no_cache, core_id=core_id, sets=all_sets,
                          pipeline=pipe, stages=True if stages else (list(stage) if stage else False),
                          verify=overrides.get("verify"), flatten=flatten,
-                         settings={k: overrides[k] for k in ("arch", "instruction_limit", "maxhu") if k in overrides},
+                         # every other setting (arch, limits, memory, ...): the fields above are the rest
+                         settings={k: v for k, v in overrides.items() if k not in _REQUEST_FIELDS},
                          traced=list(pf.kernels))
     return req, cfg, pf

@@ -139,6 +139,14 @@ def memory_budget() -> int:
     return _BUDGET[0]
 
 
+def use_memory_setting(memory: int | None) -> None:
+    """The build's ``memory`` setting (tusk.toml included) sizes this process's memo, not just the
+    environment's: an in-process build keeps modules in 1/:data:`MEMO_FRACTION` of it."""
+    _BUDGET.clear()
+    if memory:
+        _BUDGET.append(int(memory) // MEMO_FRACTION)
+
+
 def _module_bytes(module) -> int:
     """The columns of every table (the pools are small beside them)."""
     from tusk.ir.schema import SCHEMAS
@@ -585,9 +593,10 @@ def merge_step(ctx: dict, step: dict, input_hash: str, part_outputs: list[str], 
 
 
 @measured
-def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
+def time_module(store_url: str, module_hash: str, timelines: bool, limit: int | None = None) -> dict:
     """A timing step (``tusk.workflows.timings``): the makespan of one module and, with ``timelines``, its
-    engine timelines, kept in the store as notes by the module's hash."""
+    engine timelines (of functions up to ``limit`` instructions: the build's ``timeline_limit``), kept in the
+    store as notes by the module's hash."""
     from tusk.workflows import timings
 
     clock: dict = {"started": time.time()}
@@ -600,7 +609,7 @@ def time_module(store_url: str, module_hash: str, timelines: bool) -> dict:
             module, missing = _load_input(store, module_hash, clock)
             if missing:
                 return missing
-            note, status = timings.measure(store, module_hash, module, timelines), "executed"
+            note, status = timings.measure(store, module_hash, module, timelines, limit), "executed"
         seconds = time.perf_counter() - t0
         clock["run"] = round(seconds, 6)
         return {"status": status, **note, "seconds": seconds, "timing": clock, "worker_address": _worker_address(),

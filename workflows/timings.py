@@ -134,9 +134,9 @@ def makespan_of(module) -> float | None:
     return makespan(BuildFDeps().run(module)[0])
 
 
-def measure(store, module_hash: str, module, timelines: bool) -> dict:
+def measure(store, module_hash: str, module, timelines: bool, limit: int | None = None) -> dict:
     """Time ``module`` (content hash ``module_hash``; the body of the timing task): store the notes, return
-    the makespan note."""
+    the makespan note.  ``limit``: the build's ``timeline_limit``."""
     from tusk.workflows.trace import _model, engine_timeline, kernel_functions, stored_timeline
 
     if _model() is None:
@@ -151,7 +151,7 @@ def measure(store, module_hash: str, module, timelines: bool) -> dict:
     # one run of the model: the entry's timeline holds its kernels' (a second run per kernel for the timelines
     # was a third of a build of the large_matmul variants)
     whole, why = _simulated(timed)
-    lines = [engine_timeline(fn, timed, timeline=_kernel_timeline(timed, whole, fn))
+    lines = [engine_timeline(fn, timed, timeline=_kernel_timeline(timed, whole, fn), limit=limit)
              for fn in kernel_functions(timed)] if timelines else []
     if not timed.functions:
         explain: dict = {"ok": False, "why": "no functions"}

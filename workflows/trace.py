@@ -172,18 +172,19 @@ def kernel_functions(module) -> list:
     return [module.function(n) for n in called] or [entry]
 
 
-def engine_timeline(fn, module=None, timeline=None) -> dict[str, Any]:
+def engine_timeline(fn, module=None, timeline=None, limit: int | None = None) -> dict[str, Any]:
     """The timing model's timeline of ``fn``: ``{"ok": True, lanes, makespan, detail, overview, ...}``,
     or ``{"ok": False, "why": ...}`` when it cannot be timed.  ``timeline``: ``simulate(fn)``'s result when
-    the caller has it already (a kernel's, from its module's run), so the model does not run twice."""
+    the caller has it already (a kernel's, from its module's run), so the model does not run twice.
+    ``limit``: the build's ``timeline_limit`` (default: the environment's)."""
     timing = _model()
     n = len(fn.insts)
     if timing is None:
         return {"ok": False, "function": fn.name, "why": "this Tusk has no timing model (tusk.sim.timing)"}
-    limit = _time_limit()
+    limit = _time_limit() if limit is None else limit
     if n > limit:
         return {"ok": False, "function": fn.name, "why": f"{n:,} instructions: above the {limit:,} "
-                                                         f"this report times (TUSK_TIMELINE_LIMIT)"}
+                                                         f"this report times (setting timeline_limit)"}
     from tusk.ir.errors import TuskError
 
     try:

@@ -172,10 +172,13 @@ def kernel_name(data: bytes) -> str | None:
 class Tracer:
     """Runs :func:`run_frontend` in one child process for the build's traces (:mod:`tusk.workflows.trace_child`),
     started when the first trace is needed; a child the kernel's Python ended fails that kernel only, and the
-    next trace starts a new one.  Use as a context manager (the child is ended on exit)."""
+    next trace starts a new one.  A trace that runs past ``timeout`` seconds (the setting ``trace_timeout``;
+    None: no limit) fails its kernel the same way: the child is killed, and a kernel that loops forever
+    cannot hold the build's other kernels back.  Use as a context manager (the child is ended on exit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
         self._child: Any = None
+        self.timeout = timeout
         self.last_seconds: float | None = None  # the last trace's own time, measured in the child
 
     def __enter__(self) -> Tracer:
@@ -219,6 +222,13 @@ class Tracer:
         try:
             child.stdin.write(struct.pack(">Q", len(data)) + data)
             child.stdin.flush()
+            if not self._answered_in_time(child):
+                self.close(at_once=True)
+                function = f"{request['function']}() in " if request.get("function") else ""
+                raise InputError(f"{request['path']}: tracing {function}the kernel did not finish within "
+                                 f"{self.timeout:g} s (does a loop of its Python never end?); the limit is the "
+                                 f"setting trace_timeout (TUSK_TRACE_TIMEOUT, or trace_timeout in tusk.toml; "
+                                 f"none: no limit)")
             line = child.stdout.readline()
         except OSError:
             line = b""
@@ -242,6 +252,24 @@ class Tracer:
         error = _ERRORS.get(fault, InternalError)(message)
         error.child_traceback = str(answer.get("traceback") or "")  # type: ignore[attr-defined]
         raise error
+
+
+    def _answered_in_time(self, child) -> bool:
+        """Whether the child starts its answer within the time limit (always, without one, or off POSIX)."""
+        if not self.timeout or os.name != "posix":
+            return True
+        import select
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                ready, _, _ = select.select([child.stdout], [], [], left)
+            except InterruptedError:
+                continue
+            return bool(ready)
 
 
 _ERRORS = {INPUT: InputError, "usage": UsageError, ENVIRONMENT: EnvError, INTERNAL: InternalError}
