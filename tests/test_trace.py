@@ -11,7 +11,7 @@ import pytest
 
 from tests.programs import tiled_exp_module
 from tusk.stages import make_pass
-from tusk.workflows import trace
+from tusk.workflows import task_log, trace
 
 
 def segments(n: int, lanes: int = 3, seed: int = 0):
@@ -77,7 +77,7 @@ def test_build_trace_puts_each_task_on_its_worker():
         class unit:
             name = "k"
 
-    log = trace.TaskLog()
+    log = task_log.TaskLog()
     log.task("submitted", "unroll-k-1", U, "unroll", {})
     log.task("finished", "unroll-k-1", U, "unroll",
              {"status": "executed", "timing": {"started": log.t0 + 0.5, "run": 0.2}, "ended": log.t0 + 0.8,
@@ -88,7 +88,7 @@ def test_build_trace_puts_each_task_on_its_worker():
     class R:
         out, seconds, report = "OUT", 1.0, None
 
-    data = trace.build_trace(log, R)
+    data = task_log.build_trace(log, R)
     xs = {e["name"]: e for e in data["traceEvents"] if e["ph"] == "X"}
     assert set(xs) == {"k: unroll", "k: write_bir_json"}
     assert xs["k: unroll"]["tid"] == xs["k: write_bir_json"]["tid"]  # writing runs where the unit's last step ran
@@ -118,14 +118,14 @@ def test_a_task_reports_what_it_cost_and_the_trace_shows_it():
         class unit:
             name = "k"
 
-    log = trace.TaskLog()
+    log = task_log.TaskLog()
     log.task("submitted", "s", U, "schedule", {})
     log.task("finished", "s", U, "schedule", answer)
 
     class R:
         out, seconds, report = "OUT", 1.0, None
 
-    args = next(e for e in trace.build_trace(log, R)["traceEvents"] if e["ph"] == "X")["args"]
+    args = next(e for e in task_log.build_trace(log, R)["traceEvents"] if e["ph"] == "X")["args"]
     assert args["page_faults"] == usage["page_faults"] and args["cpu_sys_s"] == usage["cpu_sys_s"]
 
 

@@ -22,15 +22,8 @@ from pathlib import Path
 
 from tusk.workflows.compile import LOG_FILE, BuildEvents
 from tusk.workflows.progress import History, State
-from tusk.workflows.trace import (
-    TIMELINE_FILE,
-    Phase,
-    TaskLog,
-    _model,
-    build_trace,
-    timeline_signature,
-    write_kernel_timeline,
-)
+from tusk.workflows.task_log import TaskLog, TaskRecord, build_trace
+from tusk.workflows.trace import TIMELINE_FILE, Phase, _model, timeline_signature, write_kernel_timeline
 
 REPORT = "report.html"
 BUILD_TRACE = "build-trace.json"
@@ -149,8 +142,6 @@ class Reporter(BuildEvents):
 
     def startup(self, event) -> None:
         """Each worker's start-up is a bar of its own in the build trace and the report's build timeline."""
-        from tusk.workflows.trace import TaskRecord
-
         self.startup_event = event
         for worker, w in event.workers.items():
             started = float(w.get("started") or time.time())
@@ -220,7 +211,7 @@ class Reporter(BuildEvents):
                                                                  for u in kr.units for t in u.timings])
                 self.files[f"{kr.kernel.name}/{TIMELINE}"] = "engine timelines (Chrome trace format)"
         self._phase("trace")
-        if self.log.finished():
+        if self.log.ended_tasks():
             _write(out / BUILD_TRACE, json.dumps(build_trace(self.log, result), separators=(",", ":")))
             self.files[BUILD_TRACE] = "the build's tasks by worker (Chrome trace format)"
         elif (out / BUILD_TRACE).is_file():  # this build ran no task: the one there is of another build

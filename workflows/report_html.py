@@ -36,7 +36,8 @@ from typing import Any
 
 from tusk import __version__
 from tusk.workflows.report import kernel_counts, unit_figures
-from tusk.workflows.trace import Phase, TaskLog
+from tusk.workflows.task_log import TaskLog
+from tusk.workflows.trace import Phase
 
 OPEN_KERNELS = 6            # engine-timeline sections open (and drawn) when the page loads
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
@@ -372,7 +373,7 @@ def _headline(timed: list, phases: list[Phase]) -> str:
 
 
 def _build_timeline(log: TaskLog | None, figs: _Figures, kept_trace: str | None = None) -> str:
-    tasks = log.finished() if log else []
+    tasks = log.ended_tasks() if log else []
     if not tasks:
         kept = f" build-trace.json: {_e(kept_trace)}." if kept_trace else ""
         return ('<section><h2>Build timeline</h2><p class="note">No task ran in this build (everything was '
