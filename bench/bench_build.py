@@ -4,7 +4,7 @@
 
 Every figure is one whole command (interpreter start-up included): wall
 seconds and CPU seconds (user + sys of the command and every process it
-started, from ``resource.getrusage(RUSAGE_CHILDREN)``), modes interleaved
+started, from ``resource.getrusage(RUSAGE_CHILDREN)``; its system seconds and page faults beside), modes interleaved
 within each repetition, medians over repetitions, the load average of the
 shared machine beside each.  Printed, never asserted.  Targets (issue 21)
 in brackets:
@@ -51,6 +51,13 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def children_sys_and_faults() -> tuple[float, int]:
+    """System seconds and page faults of the finished children: on a VM, first touches of fresh memory are
+    dear (~7 us a page here), and a second worker growing its own heap pays them again."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_stime, r.ru_minflt + r.ru_majflt
+
+
 # The commands run with bytecode caching on, as an installed package has its .pyc files: a session that sets
 # PYTHONDONTWRITEBYTECODE would otherwise recompile Tusk in the client and in every worker (~0.4 s each).
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -62,12 +69,15 @@ def tusk(corpus: Path, out: Path, cache: Path, *extra: str, as_json: bool = True
     cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "tusk"]), "compile",
            str(corpus), "-o", str(out), "--cache-dir", str(cache), "--progress", "off",
            *(["--json"] if as_json else []), *extra]
-    cpu0, t = children_cpu(), time.perf_counter()
+    cpu0, (sys0, faults0), t = children_cpu(), children_sys_and_faults(), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out.parent), check=False, env=CHILD_ENV)
     wall, cpu = time.perf_counter() - t, children_cpu() - cpu0
+    sys1, faults1 = children_sys_and_faults()
     if proc.returncode != 0:
         raise SystemExit(f"tusk compile failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, cpu, json.loads(proc.stdout) if as_json else {}
+    rep = json.loads(proc.stdout) if as_json else {}
+    rep["bench_usage"] = {"sys": sys1 - sys0, "faults": faults1 - faults0}
+    return wall, cpu, rep
 
 
 def pass_time(report: dict) -> dict[str, float]:
@@ -156,7 +166,9 @@ def describe(runs: list) -> str:
     wall, cpu = med(runs, 0), med(runs, 1)
     rep = min(runs, key=lambda r: abs(r[0] - wall))
     t = pass_time(rep[2])
-    return (f"wall {wall:7.2f} s  CPU {cpu:7.2f} s  (steps' own run {t['run']:.2f} s, with their parts "
+    use = rep[2]["bench_usage"]
+    return (f"wall {wall:7.2f} s  CPU {cpu:7.2f} s  (system {use['sys']:.2f} s, {use['faults'] / 1000:.0f}k page "
+            f"faults; steps' own run {t['run']:.2f} s, with their parts "
             f"{rep[4]:.2f} s; fetch {t['fetch']:.2f}, "
             f"hash {t['hash']:.2f}, store {t['store']:.2f}, hand-over {t['handover']:.2f}; timing steps "
             f"{timing_steps(rep[2]):.2f} s; outside the build (start-up, report, shutdown) "
