@@ -433,6 +433,7 @@ class View:
         self._check_gather_base()
         lead = []
         for pos, k in enumerate(key[:axis]):
+            k = _unit_slice_start(k)  # t[b:b + 1, idx[i_p, 0]] picks the same row as t[b, idx[i_p, 0]]
             if isinstance(k, (slice, IndexVector, IndexGrid)) or k is None or k is Ellipsis:
                 raise unsupported(f"an index tile on axis {axis} after a slice or nl.arange on axis {pos} (only "
                                   "single indices may come before the index tile's axis)")
@@ -990,6 +991,19 @@ def _int(v: Any, what: str) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise unsupported(f"{what} argument {v!r} (an int)")
     return int(v.__index__())
+
+
+def _unit_slice_start(k: Any) -> Any:
+    """A one-index slice (``b:b + 1``, ``nl.ds(b, 1)``) as its start index; anything else as it is."""
+    if isinstance(k, DynSlice):
+        return k.start if k.size == 1 else k
+    if not isinstance(k, slice) or k.start is None or k.stop is None or k.step not in (None, 1):
+        return k
+    try:
+        n = Affine.of(k.stop) - Affine.of(k.start)
+    except TraceError:
+        return k
+    return k.start if isinstance(n, Affine) and n.is_static and n.const == 1 else k
 
 
 def _static_for_gather(k: Any, pos: int, axis: int) -> int:

@@ -74,6 +74,10 @@ class Tracer:
     piece_writes: tuple[int, set[int]] = (0, set())  # the line and the tensors the last split call wrote
     phased: bool = False           # a grid launch runs its programs phase by phase (frontend.phases)
     phases: Any = None             # the phased launch running now
+    # ``dst[...] = v`` let the op that made ``v`` write ``dst`` (:meth:`retarget`); ``v`` may still be read
+    # (``z = nl.exp(a); m[...] = z; nl.store(out, z)``): id(v's tensor) -> (the tensor, the op, the view the op
+    # wrote before, the view it writes now), until a later read of the tensor copies it back (:meth:`_op`)
+    retargeted: dict[int, tuple[Tensor, Op, View, View]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -190,6 +194,8 @@ class Tracer:
         if any(v.elements == 0 for v in (*reads, *writes)):
             self.drop_writes(tuple(w.tensor for w in writes))
             return o  # a mask= that keeps nothing (here, or in this peeled iteration): no operation
+        if self.retargeted:
+            self._restore_retargeted(reads)
         for v in (*reads, *writes):
             v.check_bounds()
             if v.vector is None and getattr(v, "scalar", None) is None:
@@ -232,11 +238,30 @@ class Tracer:
                 or value.tensor.dtype != dst.tensor.dtype or last.kind == "matmul" and dst.memory != "psum"
                 or last.kind == "dma" and dst.memory not in ("sbuf", "psum")):
             return False
-        if any(r.tensor is dst.tensor for r in last.reads):
+        if any(r.tensor is dst.tensor or r.tensor is value.tensor for r in last.reads):
+            # an op that reads what it writes (nl.where's copyPredicated over its y) keeps its own destination
             return False
+        self.retargeted[id(value.tensor)] = (value.tensor, last, last.writes[0], target)
         last.params["dst"] = target
         last.writes = (target,)
         return True
+
+    def _restore_retargeted(self, views: tuple[View, ...]) -> None:
+        """An op reads a tile whose making op now writes another tile (:meth:`retarget`): copy that tile's
+        values back right after the making op, before anything can change them."""
+        for v in views:
+            entry = self.retargeted.get(id(v.tensor))
+            if entry is None or entry[0] is not v.tensor:
+                continue
+            _, made_by, was, now = entry
+            pos = next((k for k in range(len(self.prog) - 1, -1, -1) if self.prog[k] is made_by), None)
+            if pos is None:  # recorded ahead of the making op (an op inserted earlier): nothing to restore yet
+                continue
+            del self.retargeted[id(v.tensor)]
+            self.prog.insert(pos + 1, Op("copy", {"dst": was, "src": now}, made_by.line, (now,), (was,)))
+            for t in self.tensors:
+                if t.site > pos:
+                    t.site += 1
 
 
 def _retargeted(last: Op, value: View, dst: View) -> View | None:

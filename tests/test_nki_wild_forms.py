@@ -288,3 +288,53 @@ def test_an_index_comparison_as_a_python_truth_value_is_refused(tmp_path):
     """, header=HEADER)
     with pytest.raises(TraceError, match="a comparison of nl.arange indices as a Python truth value"):
         trace_file(path, "k", ["f32[128,128]"])
+
+
+@pytest.mark.parametrize("body, want", [
+    # a named tile assigned to a view is still read afterwards: it keeps its own values
+    ("z = nl.add(a, 1.0)\n"
+     "            m[...] = z\n"
+     "            nl.store(out, value=nl.add(m, z))", lambda x: (x + 1) * 2),
+    # nl.where's y operand, made by the statement just before, keeps its values after nl.where read it
+    ("c = nl.greater(a, 0.0, dtype=nl.uint8)\n"
+     "            z = nl.full((128, 64), 3.0, dtype=nl.float32)\n"
+     "            w = nl.where(c, a, z)\n"
+     "            nl.store(out, value=nl.add(w, z))", lambda x: np.where(x > 0, x, 3.0) + 3),
+    # m[...] = nl.where(...): where the condition is 0, m holds y (nl.where's copyPredicated reads what it writes)
+    ("c = nl.greater(a, 0.0, dtype=nl.uint8)\n"
+     "            z = nl.full((128, 64), 3.0, dtype=nl.float32)\n"
+     "            m[...] = nl.where(c, a, z)\n"
+     "            nl.store(out, value=m)", lambda x: np.where(x > 0, x, 3.0)),
+], ids=["named_tile", "where_operand", "where_into_view"])
+def test_a_tile_assigned_to_a_view_keeps_its_values_and_the_view_gets_all_of_them(tmp_path, body, want):
+    path = write(tmp_path, f"""
+        @nki.jit
+        def assigned(x):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            a = nl.load(x)
+            m = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+            {body}
+            return out
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    got = run_klr(trace_file(path, "assigned", ["f32[128,64]"]), {"x": x})["out"]
+    assert np.array_equal(got, want(x).astype(np.float32))
+
+
+@pytest.mark.parametrize("row", ["1:2", "nl.ds(1, 1)", "1"])
+def test_a_gather_along_axis_1_may_follow_a_one_row_slice(tmp_path, row):
+    path = write(tmp_path, f"""
+        @nki.jit
+        def picked(table, idx):
+            out = nl.ndarray((128, 1), dtype=table.dtype, buffer=nl.shared_hbm)
+            i_p = nl.arange(128)[:, None]
+            ix = nl.load(idx)
+            v = nl.ndarray((nl.par_dim(128), 1), dtype=table.dtype, buffer=nl.sbuf)
+            v[...] = nl.load(table[{row}, ix[i_p, 0]])
+            nl.store(out, value=v)
+            return out
+    """, header=HEADER)
+    table = RNG.standard_normal((3, 40)).astype(np.float32)
+    idx = ((np.arange(128) * 7) % 40).astype(np.int32).reshape(128, 1)
+    got = run_klr(trace_file(path, "picked", ["f32[3,40]", "i32[128,1]"]), {"table": table, "idx": idx})["out"]
+    assert np.array_equal(got, table[1, idx[:, 0]].reshape(128, 1))
