@@ -93,6 +93,19 @@ class Dtype(str):
     def __repr__(self) -> str:
         return f"nl.{self!s}"
 
+    def __call__(self, value: Any = 0) -> Any:
+        """``nl.float32(1.0)``, ``nl.int32(n)``: NKI 1.x's numpy-native dtypes are numpy's scalar types, so a
+        call makes that numpy scalar; bfloat16 and the float8 kinds are numpy dtype objects there, not types."""
+        import numpy as np
+        make = getattr(np, str(self), None) if str(self) in _NUMPY_SCALAR_TYPES else None
+        if make is None:
+            raise unsupported(f"calling nl.{self} (NKI 1.x's nl.{self} is a numpy dtype object, not a scalar type: "
+                              "only numpy's own types, nl.float32, nl.int32, ..., make a number)")
+        return make(value)
+
+
+_NUMPY_SCALAR_TYPES = frozenset({"float32", "float16", "int32", "int16", "int8", "uint32", "uint16", "uint8"})
+
 
 def as_dtype(x: Any) -> Dtype:
     """An NKI, numpy or string dtype as a :class:`Dtype`."""

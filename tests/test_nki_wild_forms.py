@@ -338,3 +338,50 @@ def test_a_gather_along_axis_1_may_follow_a_one_row_slice(tmp_path, row):
     idx = ((np.arange(128) * 7) % 40).astype(np.int32).reshape(128, 1)
     got = run_klr(trace_file(path, "picked", ["f32[3,40]", "i32[128,1]"]), {"table": table, "idx": idx})["out"]
     assert np.array_equal(got, table[1, idx[:, 0]].reshape(128, 1))
+
+
+def test_1x_numpy_dtypes_are_callable_scalar_types(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def scaled(x, n):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            left = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            b = nisa.tensor_scalar(data=t, op0=nl.subtract, operand0=nl.float32(1.0), op1=nl.multiply,
+                                   operand1=nl.float32(1e3), dtype=nl.float32)
+            nl.store(out, value=nl.divide(nl.float32(1.0), nl.add(b, 1e4)))
+            k = nl.load(n)
+            nl.store(left, value=nl.mod(k, nl.int32(8)))
+            return out, left
+    """, header=HEADER)
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    n = RNG.integers(0, 100, (128, 1)).astype(np.int32)
+    got = run_klr(trace_file(path, "scaled", ["f32[128,64]", "i32[128,1]"]), {"x": x, "n": n})
+    b = (x - np.float32(1.0)) * np.float32(1e3)
+    np.testing.assert_allclose(got["out"], np.float32(1.0) / (b + np.float32(1e4)), rtol=1e-6)
+    assert np.array_equal(got["left"], n % 8)
+
+
+def test_calling_nl_bfloat16_is_refused_as_in_nki(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def cast(x):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.add(nl.load(x), nl.bfloat16(1.0)))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"calling nl.bfloat16 .*numpy dtype object"):
+        trace_file(path, "cast", ["f32[128,64]"])
+
+
+def test_an_arange_as_an_elementwise_operand_is_refused_pointing_at_iota(tmp_path):
+    path = write(tmp_path, """
+        @nki.jit
+        def below(n):
+            out = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+            lens = nl.broadcast_to(nl.load(n), shape=(128, 1))
+            nl.store(out, value=nl.less(nl.arange(128)[:, None], lens))
+            return out
+    """, header=HEADER)
+    with pytest.raises(TraceError, match=r"nl.less of an nl.arange index expression .*nisa.iota"):
+        trace_file(path, "below", ["i32[1,1]"])

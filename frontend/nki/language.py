@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tusk.frontend.affine import Affine, IndexVector, LoopVar, Mask, MGrid, loop_index
+from tusk.frontend.affine import Affine, IndexGrid, IndexVector, LoopVar, Mask, MGrid, loop_index
 from tusk.frontend.errors import TraceError, current_user_line, missing_attribute, unsupported
 from tusk.frontend.tensors import PARTITIONS, Dtype, ParDim, Tensor, View, as_dtype
 from tusk.frontend.tracer import CEILING, Op, WatchedRange, as_shape, current, too_many, trips
@@ -293,6 +293,9 @@ def _broadcast_operand(x: Any, shape: tuple[int, ...], what: str) -> View:
 def _tile(x: Any, what: str) -> View:
     if isinstance(x, Tensor):
         x = x.view()
+    if isinstance(x, (IndexVector, IndexGrid)):
+        raise unsupported(f"{what} of an nl.arange index expression (NKI documents nl.arange for indexing only; "
+                          "make it a tile first: nisa.iota(expr, dtype=nl.int32))")
     if not isinstance(x, View):
         raise unsupported(f"{what}: expected a tile, got {type(x).__name__}")
     if not x.tensor.on_chip:
