@@ -801,10 +801,34 @@ class View:
             if self.offset.is_static and self.offset.const == 0 and self.vector is None \
                     and (self.dims, self.axes) == (whole.dims, whole.axes):
                 return of_new()
+        part = self._rescaled_part(new)
+        if part is not None:
+            return part
         raise unsupported(f"{what} of part of {t.name} {t.dtype}{list(t.shape)} (another element width "
                           f"reinterprets a whole tensor; subscript the result)")
 
     reinterpret_cast = view
+
+    def _rescaled_part(self, new: Tensor) -> View | None:
+        """Part of an HBM tensor read as another element width (``x[rows, -2:].view(nl.int32)``: two bfloat16
+        columns as one int32): the same bytes of ``new`` (the whole tensor reinterpreted), when the view's
+        innermost dim is contiguous and its offset, its other strides and that dim's bytes are whole elements
+        of the new width; else None."""
+        t = self.tensor
+        a, b = t.dtype.itemsize, new.dtype.itemsize
+        if t.on_chip or self.vector is not None or not self.dims or self.dims[-1][0] != 1:
+            return None
+        if self.axes and tuple(self.axes) != tuple(sorted(self.axes)):
+            return None  # a permuted view: its last dim is not the tensor's innermost axis
+        offset = self.offset.const * a
+        terms_ok = all(c * a % b == 0 for _, c in self.offset.terms)
+        strides = [st * a for st, _ in self.dims[:-1]]
+        last = self.dims[-1][1] * a
+        if offset % b or not terms_ok or any(st % b for st in strides) or last % b:
+            return None
+        dims = tuple((st // b, n) for st, (_, n) in zip(strides, self.dims[:-1])) + ((1, last // b),)
+        off = Affine(offset // b, tuple((v, c * a // b) for v, c in self.offset.terms))
+        return View(new, off, dims, self.axes)
 
     def broadcast_to(self, shape: Any) -> View:
         """Numpy broadcasting: a one-partition tile on the PE (a ones matmul), size-1 free axes by a stride-0 copy."""

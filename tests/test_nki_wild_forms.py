@@ -385,3 +385,37 @@ def test_an_arange_as_an_elementwise_operand_is_refused_pointing_at_iota(tmp_pat
     """, header=HEADER)
     with pytest.raises(TraceError, match=r"nl.less of an nl.arange index expression .*nisa.iota"):
         trace_file(path, "below", ["i32[1,1]"])
+
+
+HEADER_2X = """\
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+
+
+def test_part_of_an_hbm_tensor_viewed_as_a_wider_dtype_reads_and_writes_its_bytes(tmp_path):
+    # the last two bfloat16 columns of each row hold one int32 (a packed token id)
+    path = write(tmp_path, """
+        @nki.jit
+        def packed(x):
+            out = nl.ndarray((128, 6), dtype=x.dtype, buffer=nl.shared_hbm)
+            ids = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(ids, x[0:128, 4:6].view(nl.int32))
+            one = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=one, data=ids, op0=nl.add, operand0=1)
+            body = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(body, x[0:128, 0:4])
+            nisa.dma_copy(out[0:128, 0:4], body)
+            nisa.dma_copy(out[0:128, 4:6].view(nl.int32), one)
+            return out
+    """, header=HEADER_2X)
+    ids = RNG.integers(0, 1 << 20, 128).astype(np.int32)
+    halves = ids.view(np.uint16).reshape(128, 2).astype(np.uint32) << 16
+    x = np.concatenate([RNG.standard_normal((128, 4)).astype(np.float32), halves.view(np.float32)], axis=1)
+    x[:, :4] = (x[:, :4].view(np.uint32) & 0xFFFF0000).view(np.float32)  # bfloat16 values
+    got = run_klr(trace_file(path, "packed", ["bf16[128,6]"]), {"x": x})["out"]
+    back = (got[:, 4:6].view(np.uint32) >> 16).astype(np.uint16).reshape(-1).view(np.int32)
+    assert np.array_equal(back, ids + 1)
+    assert np.array_equal(got[:, :4], x[:, :4])
