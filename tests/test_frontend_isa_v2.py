@@ -226,6 +226,69 @@ def test_activation_reduce_and_exponential(tmp_path):
     np.testing.assert_allclose(res["sums"][:, 1], ex.sum(axis=1), rtol=1e-5)
 
 
+def test_tensor_scalar_takes_the_unary_square_relu_and_reciprocal_as_op0(tmp_path):
+    # NKI's ALU table lists square, relu and reciprocal as "Arithmetic Unary" operators (0.4.0: square and
+    # relu as tensor_scalar's / tensor_scalar_reduce's op0); their operand0 must be None or 0 and is ignored
+    a = rand(128, 16)
+    col = rand(128, 1, lo=0.5, hi=2.0)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, c):
+            out = nl.ndarray((128, 100), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 16), dtype=nl.bfloat16, buffer=nl.sbuf)
+            cc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=cc, src=c)
+            y = nl.ndarray((128, 100), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(y[:, 0:16], t, nl.square, 0.0, op1=nl.subtract, operand1=cc, reverse1=True)
+            nisa.tensor_scalar(y[:, 16:32], t, nl.relu, None, op1=nl.multiply, operand1=3.0)
+            nisa.tensor_scalar(dst=y[:, 32:48], data=t, op0=nl.reciprocal, operand0=0, reverse0=True)
+            nisa.tensor_scalar_reduce(dst=y[:, 48:64], data=t, op0=nl.square, operand0=0.0, reduce_op=nl.add,
+                                      reduce_res=y[:, 96:97])
+            nisa.tensor_scalar_reduce(dst=y[:, 64:80], data=t, op0=nl.relu, operand0=0.0, reduce_op=nl.maximum,
+                                      reduce_res=y[:, 97:98])
+            # a chain on the Vector engine's registers: the squares' sum continues into the next reduction
+            nisa.tensor_scalar_reduce(dst=y[:, 80:96], data=t, op0=nl.square, operand0=0.0, reduce_op=nl.add,
+                                      reduce_res=None, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.tensor_scalar_reduce(dst=y[:, 80:96], data=t, op0=nl.relu, operand0=0.0, reduce_op=nl.add,
+                                      reduce_res=y[:, 98:99], reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.memset(y[:, 99:100], 0.0)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a, "c": col})["out"]
+    x = a.astype(np.float32)
+    x = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1) & 0xFFFF0000).view(np.float32)  # bf16
+    sq, relu = x * x, np.maximum(x, 0)
+    np.testing.assert_allclose(res[:, 0:16], col - sq, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(res[:, 16:32], relu * 3)
+    np.testing.assert_array_equal(res[:, 32:48], np.float32(1) / x)
+    np.testing.assert_array_equal(res[:, 48:64], sq)
+    np.testing.assert_allclose(res[:, 96], sq.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(res[:, 64:80], relu)
+    np.testing.assert_array_equal(res[:, 97], relu.max(1))
+    np.testing.assert_array_equal(res[:, 80:96], relu)
+    np.testing.assert_allclose(res[:, 98], sq.sum(1) + relu.sum(1), rtol=1e-5)
+    for call, message in [
+        ("nisa.tensor_scalar(dst=y, data=t, op0=nl.relu, operand0=2.0)",
+         "operand0=2.0 (op0=nl.relu is a unary operator: NKI requires operand0 None or 0)"),
+        ("nisa.tensor_scalar(dst=y, data=t, op0=nl.add, operand0=1.0, op1=nl.square, operand1=0.0)",
+         "op1='nl.square' (NKI takes square, relu and reciprocal as op0"),
+    ]:
+        err = refused(tmp_path, f"""
+            @nki.jit
+            def k(a):
+                out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+                t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+                y = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=a)
+                {call}
+                nisa.dma_copy(dst=out, src=y)
+                return out
+        """, ["f32[128,8]"])
+        assert message in err, err
+        assert "bad.py:12" in err, err
+
+
 def test_tensor_reduce_over_a_middle_axis_and_tensor_scalar_reduce(tmp_path):
     a = rand(32, 6, 10)
     res = run(tmp_path, """
@@ -816,8 +879,8 @@ def test_activation_and_activate2_take_nki_0_7s_engine(tmp_path, engine):
 
 
 @pytest.mark.parametrize("call, message", [
-    ("nisa.tensor_scalar(dst=y, data=t, op0=nl.square, operand0=0.0)",
-     "nisa.tensor_scalar op nl.square (not an ALU operator"),
+    ("nisa.tensor_scalar(dst=y, data=t, op0=nl.sigmoid, operand0=0.0)",
+     "nisa.tensor_scalar op nl.sigmoid (not an ALU operator"),
     ("nisa.tensor_tensor(y, t, t, np.sinh)", "nisa.tensor_tensor op np.sinh (not an ALU operator"),
     ("nisa.activation(y, nl.maximum, t)", "nisa.activation op nl.maximum (an nl activation function)"),
     ("nisa.affine_select(y, [[-1, 8]], 0, 1, t, -1.0)",

@@ -344,6 +344,10 @@ def tensor_tensor(call: str, dst: View, a: View, b: View, op: Any) -> None:
 def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reverse0: bool, op1: Any,
                   operand1: Any, reverse1: bool) -> None:
     same_size(call, dst, src)
+    src, op0, operand0, reverse0 = unary_op0(call, src, op0, operand0, reverse0)
+    if callable(op1) and getattr(op1, "__name__", None) in _UNARY_OP0:
+        raise refuse(call, "op1", op_label(op1), "NKI takes square, relu and reciprocal as op0, the first "
+                     "operator, only")
     operand0 = _unary_dummy(op0, operand0, call)
     operand1 = operand1 if op1 is None else _unary_dummy(op1, operand1, call)
     o0 = operand(operand0, src.shape[0], f"{call} operand0")
@@ -354,6 +358,31 @@ def tensor_scalar(call: str, dst: View, src: View, op0: Any, operand0: Any, reve
 
 
 UNARY_ALU = frozenset({"abs", "rsqrt", "bypass", "bitwise_not"})  # ALU operators that ignore their operand
+# the "Arithmetic Unary" operators of NKI's ALU table that KLR's AluOp lacks, as tensor_scalar's and
+# tensor_scalar_reduce's op0 (NKI 0.4.0: square and relu on trn3): each is (an ALU operator, its operand,
+# reversed) that computes the same float32 numbers; square multiplies data by itself first (unary_op0)
+_UNARY_OP0 = {"square": ("bypass", 0.0, False), "relu": ("max", 0.0, False), "reciprocal": ("divide", 1.0, True)}
+
+
+def unary_op0(call: str, data: View, op0: Any, operand0: Any, reverse0: bool) -> tuple[View, Any, Any, bool]:
+    """``op0`` one of NKI's unary arithmetic operators KLR has no ALU operator for (``nl.square``,
+    ``nl.relu``, ``nl.reciprocal``): the ALU operator, operand and order that compute it (``relu`` is ``max``
+    with 0.0, ``reciprocal`` is 1.0 ``divide``d by data) and, for ``square``, the data it reads: data times
+    itself in a float32 tile (a tensorTensor on the Vector engine), which ``bypass`` passes on.  NKI's
+    operand0 of a unary operator "must be None or 0"; it is ignored, as is reverse0.  Any other op0 comes
+    back as it was."""
+    name = getattr(op0, "__name__", None)
+    if not callable(op0) or name not in _UNARY_OP0:
+        return data, op0, operand0, reverse0
+    if not (operand0 is None or (number(operand0) and float(operand0) == 0.0)):
+        raise refuse(call, "operand0", operand0, f"op0={op_label(op0)} is a unary operator: NKI requires "
+                     "operand0 None or 0")
+    alu_op, imm, rev = _UNARY_OP0[name]
+    if name == "square":
+        sq = fresh(data.shape)
+        current().op("tensor_tensor", (data, data), (sq,), dst=sq, a=data, b=data, op="mult")
+        data = sq
+    return data, alu_op, imm, rev
 
 
 def _unary_dummy(op: Any, operand_: Any, call: str) -> Any:
@@ -552,6 +581,7 @@ def tensor_scalar_reduce(call: str, dst: View, data: View, op0: Any, operand0: A
     the reduction starts from the number ``init`` (LoadAccumulate).  The Vector engine's register is not
     tracked through it here (tensor_scalar_reduce_accumulating tracks it)."""
     isa_accum.forget()
+    data, op0, operand0, reverse0 = unary_op0(call, data, op0, operand0, reverse0)
     if negate or not (init is None or number(init)):
         tensor_scalar(call, dst, data, op0, operand0, reverse0, None, None, False)
         reduce_into(call, reduce_res, dst, reduce_op, negate=negate, init=init)
