@@ -455,6 +455,52 @@ def test_nc_matmul_transpose_mode_marks_the_klr_matmul(tmp_path):
     assert np.array_equal(run_klr(data, {"a": a})["out"], a.T)
 
 
+def test_activate2_computes_nl_prelu_with_a_number_or_column_relu_param(tmp_path):
+    # nl.prelu (NKI 0.4.0): the activation function whose slope for negative inputs is relu_param, which
+    # only activate2 has: v if v >= 0 else relu_param * v, v = (data op0 imm0) op1 imm1
+    a = rand(128, 16)
+    col = rand(128, 1, lo=0.1, hi=0.5)
+    res = run(tmp_path, """
+        @nki.jit
+        def k(a, c):
+            out = nl.ndarray((128, 49), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+            cc = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=cc, src=c)
+            y = nl.ndarray((128, 49), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activate2(dst=y[:, 0:16], op=nl.prelu, data=t, imm0=2.0, imm1=0.5, op0=nl.multiply, op1=nl.add,
+                           relu_param=0.25)
+            nisa.activate2(y[:, 16:32], nl.prelu, t, 1.0, 0.0, nl.subtract, nl.bypass, relu_param=cc,
+                           reduce_op=nl.add, reduce_res=y[:, 48:49], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            b = nl.ndarray((128, 16), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.activate2(b, nl.prelu, t, 0.0, 0.0, nl.bypass, nl.bypass, relu_param=-3.0)
+            nisa.tensor_copy(dst=y[:, 32:48], src=b)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """, {"a": a, "c": col})["out"]
+
+    def prelu(v, slope):
+        return np.where(v >= 0, v, slope * v).astype(np.float32)
+
+    np.testing.assert_array_equal(res[:, 0:16], prelu(a * np.float32(2) + np.float32(0.5), np.float32(0.25)))
+    np.testing.assert_array_equal(res[:, 16:32], prelu(a - np.float32(1), col))
+    np.testing.assert_allclose(res[:, 48], prelu(a - np.float32(1), col).sum(1), rtol=1e-5)
+    want = prelu(a, np.float32(-3)).view(np.uint32)
+    want = ((want + 0x7FFF + ((want >> 16) & 1)) & 0xFFFF0000).view(np.float32)  # rounded to bfloat16
+    np.testing.assert_array_equal(res[:, 32:48], want)
+    err = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.activation(dst=t, op=nl.prelu, data=t)
+            return a
+    """, ["f32[128,8]"])
+    assert "bad.py:10: not supported: nisa.activation op nl.prelu (its negative slope is nisa.activate2's " \
+        "relu_param" in err, err
+
+
 def test_activate2_and_exponential_from_a_loaded_sum(tmp_path):
     a, s, z = rand(32, 24), rand(32, 1, lo=0.5, hi=1.5), rand(32, 1)
     res = run(tmp_path, """

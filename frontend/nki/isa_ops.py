@@ -58,6 +58,9 @@ def alu(op: Any, what: str) -> str:
 
 
 def activation_func(op: Any, what: str) -> str:
+    if op is nl.prelu:
+        raise unsupported(f"{what} op nl.prelu (its negative slope is nisa.activate2's relu_param; "
+                          "nisa.activate2(op=nl.prelu, relu_param=...) computes it)")
     func = getattr(op, "_activation", None) or _ACTIVATION_BY_NAME.get(getattr(op, "__name__", str(op)))
     if func is None:
         raise unsupported(f"{what} op {op_label(op)} (an nl activation function)")
@@ -723,8 +726,11 @@ def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, o
     """``op((data op0 imm0) op1 imm1)`` on the Scalar Engine, + an optional row reduction (KLR activate2)."""
     same_size(call, dst, data)
     rows = data.shape[0]
+    if op is nl.prelu:
+        _prelu(call, dst, data, imm0, imm1, op0, op1, relu_param, reverse0, reverse1, reduce_op, reduce_res, cmd)
+        return
     if not number(relu_param):
-        raise unsupported(f"{call} relu_param given as a tile (a number)")
+        raise unsupported(f"{call} relu_param given as a tile (a number; a [P, 1] column only with op=nl.prelu)")
     check_reduce(call, reduce_op, reduce_res, cmd, "act")
     i0, i1 = imm_or_column(imm0, rows, f"{call} imm0"), imm_or_column(imm1, rows, f"{call} imm1")
     res = None if reduce_res is None else column_of(reduce_res, rows, f"{call} reduce_res")
@@ -733,6 +739,28 @@ def activate2(call: str, dst: View, op: Any, data: View, imm0: Any, imm1: Any, o
            reluParam=float(relu_param), reduceOp="bypass" if reduce_op is None else alu(reduce_op, call),
            reduceRes=res, reduceCmd="ZeroAccumulate" if res is not None else "Idle", reverse0=bool(reverse0),
            reverse1=bool(reverse1))
+
+
+def _prelu(call: str, dst: View, data: View, imm0: Any, imm1: Any, op0: Any, op1: Any, relu_param: Any,
+           reverse0: bool, reverse1: bool, reduce_op: Any, reduce_res: Any, cmd: Any) -> None:
+    """``activate2(op=nl.prelu)``: ``v`` if ``v >= 0`` else ``relu_param * v``, ``v`` the tensor-scalar stage's
+    float32 result (NKI's PReLU; relu_param a number or a [P, 1] column).  KLR has no PReLU activation, so:
+    ``v`` by activate2 with the identity (copy), ``min(v, 0) * relu_param`` (tensorScalar) and
+    ``max(v, 0) + that`` (scalar_tensor_tensor) on the Vector engine, all float32: for ``v >= 0`` it is
+    ``v + 0``, else ``0 + relu_param * v``.  A reduction is an identity activate2 of that result into dst."""
+    rows = data.shape[0]
+    alpha = imm_or_column(relu_param, rows, f"{call} relu_param")
+    v = fresh(data.shape)
+    activate2(call, v, nl.bypass, data, imm0, imm1, op0, op1, 0.0, reverse0, reverse1, None, None,
+              reduce_cmd.idle)
+    neg = fresh(data.shape)
+    tensor_scalar(call, neg, v, "min", 0.0, False, "mult", alpha, False)
+    reducing = not (reduce_res is None and reduce_op is None and cmd == reduce_cmd.idle)
+    out = fresh(data.shape) if reducing else dst
+    scalar_tensor_tensor(call, out, v, "max", 0.0, "add", neg, False, False)
+    if reducing:
+        activate2(call, dst, nl.bypass, out, 0.0, 0.0, "bypass", "bypass", 0.0, False, False, reduce_op,
+                  reduce_res, cmd)
 
 
 # ---------------------------------------------------------------------------- reductions

@@ -827,6 +827,9 @@ class _OperatorName:
 
 # NKI's no-op operator: ALU bypass (the left operand) as op0/op1, the identity activation (KLR copy) as op
 bypass = _OperatorName("bypass", "copy")
+# NKI's parametric ReLU (x, or relu_param * x where x < 0): an activation op of nisa.activate2 only (the one
+# call with a relu_param); KLR has no such activation function (isa_ops.activate2 composes it)
+prelu = _OperatorName("prelu", None)
 
 
 def _make_activation(name: str, func: str):
