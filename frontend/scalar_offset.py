@@ -74,18 +74,39 @@ def _checked_scalar(v: View, scalar: Any) -> Any:
     s = scalar._user_view() if isinstance(scalar, Tensor) else scalar
     if is_register(s):
         v.offset._unrolled()  # a loop index beside the register unrolls its loop (KLR: one offset per access)
-        if v.tensor.on_chip:
-            raise unsupported(f"ap(scalar_offset=<a register>) of on-chip tile {v.tensor.name} (of an HBM tensor "
-                              "only)")
+        _on_chip_checked(v)
         return s
     if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")
     if isinstance(s, RuntimeOffsetView) or s.vector is not None or not s.offset.is_static:
         raise unsupported("ap(scalar_offset=) of a tile that is itself read at a runtime offset")
     v.offset._unrolled()  # a loop index beside the tile unrolls its loop (KLR: one scalar offset per access)
-    if v.tensor.on_chip:  # the compute instructions rebuild their tiles' views: only DMAs keep the offset
-        raise unsupported(f"ap(scalar_offset=<a tile>) of on-chip tile {v.tensor.name} (of an HBM tensor only)")
+    _on_chip_checked(v)
     return s
+
+
+def _on_chip_checked(v: View) -> None:
+    """An SBUF access may move at run time (NKI: an int32 NkiScalar, or a tile, as the scalar_offset of an
+    SBUF/PSUM access); a compute instruction reads or writes it through a staging tile (:func:`staged`)."""
+    if v.tensor.on_chip and v.tensor.memory != "sbuf":
+        raise unsupported(f"ap(scalar_offset=...) of {v.tensor.memory} tile {v.tensor.name} (Tusk moves an "
+                          "on-chip access at run time with a DMA, and a DMA does not reach PSUM: of SBUF or HBM "
+                          "tensors only)")
+
+
+def staged(v: RuntimeOffsetView) -> View:
+    """An SBUF access moved at run time, as a compute instruction's operand: the instructions rebuild their
+    tiles' views, and only a DMA keeps the runtime offset.  So the access is copied by DMA into a fresh tile
+    of its shape, which the instruction reads; if it writes the tile, the tracer copies the tile back by DMA
+    right after (``Tracer.write_back``).  Bit-exact copies, in program order: the same values as the
+    instruction on the moved access itself."""
+    from tusk.frontend.tracer import current
+
+    tr = current()
+    stage = tr.tile(v.shape, v.dtype, "sbuf", "moved")
+    tr.op("dma", (v,), (stage,), dst=stage, src=v)
+    tr.write_back[id(stage.tensor)] = (stage, v)
+    return stage
 
 
 def runtime_offset_view(v: View, scalar: Any, indirect_dim: int) -> RuntimeOffsetView:

@@ -78,6 +78,9 @@ class Tracer:
     # (``z = nl.exp(a); m[...] = z; nl.store(out, z)``): id(v's tensor) -> (the tensor, the op, the view the op
     # wrote before, the view it writes now), until a later read of the tensor copies it back (:meth:`_op`)
     retargeted: dict[int, tuple[Tensor, Op, View, View]] = field(default_factory=dict)
+    # id(staging tile) -> (the tile, the SBUF access moved at run time it stands for): what an instruction
+    # writes to the tile is copied back by DMA right after it (frontend/scalar_offset.py staged)
+    write_back: dict[int, tuple[View, View]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -209,6 +212,9 @@ class Tracer:
             raise too_many(self.instructions)
         if len(self.prog) >= MAX_STATEMENTS:
             raise too_long(len(self.prog))
+        back = {id(w.tensor): self.write_back[id(w.tensor)] for w in writes if id(w.tensor) in self.write_back}
+        for stage, moved in back.values():
+            self._op("dma", (stage,), (moved,), {"dst": moved, "src": stage})
         return o
 
     @contextlib.contextmanager

@@ -1008,6 +1008,71 @@ def test_nki_scalar_misuse_is_refused(tmp_path, call, message):
     assert message in err and "bad.py:12:" in err, err
 
 
+def test_an_nki_scalar_or_tile_moves_an_sbuf_access_of_dmas_and_compute_instructions(tmp_path):
+    # NKI: "a scalar of either dtype can be used as a scalar_offset ... on an SBUF or PSUM operand the offset must
+    # be nl.int32" (nisa.scalar_load); an nl.fori_loop index too.  Compute instructions read and write the moved
+    # access through a DMA-staged tile
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a, index):
+            out = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=it, src=index)
+            i = nisa.scalar_load(it)
+            y = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(y, 0.0)
+            # rows 1..2, columns i..i+7: by a DMA, by a copy, by tensor_scalar (a tile offset), by nl.exp
+            nisa.dma_copy(dst=y[0:2, 0:8], src=t.ap(pattern=[[64, 2], [1, 8]], offset=64, scalar_offset=i,
+                                                    indirect_dim=1))
+            nisa.tensor_copy(dst=y[0:2, 8:16], src=t.ap(pattern=[[64, 2], [1, 8]], offset=64, scalar_offset=i,
+                                                        indirect_dim=1))
+            nisa.tensor_scalar(dst=y[0:2, 16:24], data=t.ap(pattern=[[64, 2], [1, 8]], offset=64,
+                                                            scalar_offset=it, indirect_dim=1),
+                               op0=nl.multiply, operand0=3.0)
+            e = nl.exp(t.ap(pattern=[[64, 2], [1, 8]], offset=0, scalar_offset=i * 2, indirect_dim=0))
+            nisa.tensor_copy(dst=y[0:2, 24:32], src=e)
+            # written: rows i+2..i+3 of y (a partition offset) by tensor_tensor; the rest of y kept
+            nisa.tensor_tensor(dst=y.ap(pattern=[[64, 2], [1, 8]], offset=128 + 32, scalar_offset=i,
+                                        indirect_dim=0),
+                               data1=t[0:2, 0:8], data2=t[2:4, 0:8], op=nl.add)
+            # an nl.fori_loop index moving both a source and the destination
+            def body(j):
+                nisa.tensor_tensor(dst=y.ap(pattern=[[64, 1], [1, 4]], offset=7 * 64, scalar_offset=j,
+                                            indirect_dim=1),
+                                   data1=t.ap(pattern=[[64, 1], [1, 4]], offset=0, scalar_offset=j, indirect_dim=1),
+                                   data2=t[5:6, 0:4], op=nl.subtract)
+            nl.fori_loop(0, 16, body, step=4)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """))
+    klr = trace_file(path, "k", ["f32[128,64]", "i32[1,1]"])
+    a = rand(128, 64)
+    for i in (0, 3):
+        got = run_klr(klr, {"a": a, "index": np.array([[i]], np.int32)})["out"]
+        want = np.zeros((8, 64), np.float32)
+        want[0:2, 0:8] = want[0:2, 8:16] = a[1:3, i:i + 8]
+        want[0:2, 16:24] = a[1:3, i:i + 8] * np.float32(3)
+        want[2 + i:4 + i, 32:40] = a[0:2, 0:8] + a[2:4, 0:8]
+        np.testing.assert_allclose(got[0:2, 24:32], np.exp(a[2 * i:2 * i + 2, 0:8]), rtol=2e-6)
+        got[0:2, 24:32] = 0
+        want[7, 0:16] = a[0, 0:16] - np.tile(a[5, 0:4], 4)
+        np.testing.assert_array_equal(got, want)
+    err = refused(tmp_path, """
+        @nki.jit
+        def k(a):
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
+            it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(it, 5)
+            y = nl.ndarray((2, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=y, src=t.ap(pattern=[[64, 2], [1, 8]], offset=0, scalar_offset=it, indirect_dim=0))
+            return a
+    """, ["f32[128,64]"])
+    assert "bad.py:12: not supported: ap(scalar_offset=...) of psum tile t" in err, err
+
+
 def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
     # NkiScalar "Bound of nki.language.fori_loop(): supported, including an arithmetic expression": the start too
     path = tmp_path / "k.py"

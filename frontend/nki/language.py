@@ -300,6 +300,9 @@ def _tile(x: Any, what: str) -> View:
         raise unsupported(f"{what}: expected a tile, got {type(x).__name__}")
     if not x.tensor.on_chip:
         raise unsupported(f"{what} of HBM tensor {x.tensor.name} (load it into SBUF with nl.load first)")
+    if getattr(x, "scalar", None) is not None:  # an SBUF access moved at run time (ap(scalar_offset=...))
+        from tusk.frontend import scalar_offset
+        return scalar_offset.staged(x)
     return x
 
 
