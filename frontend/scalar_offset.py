@@ -75,6 +75,9 @@ def _checked_scalar(v: View, scalar: Any) -> Any:
     if is_register(s):
         v.offset._unrolled()  # a loop index beside the register unrolls its loop (KLR: one offset per access)
         _on_chip_checked(v)
+        if v.tensor.on_chip and getattr(s, "dtype", "int32") != "int32":
+            raise unsupported(f"ap(scalar_offset=<an nl.{s.dtype} NkiScalar>) of on-chip tile {v.tensor.name} "
+                              "(NKI: on SBUF or PSUM the offset must be nl.int32)")
         return s
     if not isinstance(s, View) or not s.tensor.on_chip or s.elements != 1 or "int" not in s.dtype:
         raise unsupported(f"ap(scalar_offset={scalar!r}) (an integer one-element SBUF tile, or an int)")

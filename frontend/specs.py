@@ -12,6 +12,7 @@ DTYPES: dict[str, str] = {
     "float32": "float32", "f32": "float32", "fp32": "float32",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float16": "float16", "f16": "float16", "fp16": "float16",
+    "int64": "int64", "i64": "int64", "uint64": "uint64", "u64": "uint64",
     "int32": "int32", "i32": "int32",
     "int16": "int16", "i16": "int16",
     "int8": "int8", "i8": "int8",

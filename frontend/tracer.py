@@ -185,6 +185,10 @@ class Tracer:
         if kind not in DMA_KINDS and any(v.vector is not None and v.tensor.on_chip for v in (*reads, *writes)):
             raise unsupported(f"an instruction ({kind}) on a tile indexed by a tile (on chip only a DMA gathers: "
                               "nisa.dma_copy, nisa.dma_transpose)")
+        if (kind not in DMA_KINDS and kind not in ("tensor_load", "tensor_store") or params.get("accumulate")) \
+                and any(v.dtype in ("int64", "uint64") for v in (*reads, *writes)):
+            raise unsupported(f"an instruction ({kind}) on a 64-bit integer tile (NKI's compute instructions take "
+                              "no nl.int64 / nl.uint64: DMA copies, views and nisa.scalar_load / scalar_store do)")
         runtime = [s for s in (getattr(v, "scalar", None) for v in (*reads, *writes)) if s is not None]
         if runtime:
             if kind not in DMA_KINDS:

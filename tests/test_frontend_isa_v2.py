@@ -1073,6 +1073,73 @@ def test_an_nki_scalar_or_tile_moves_an_sbuf_access_of_dmas_and_compute_instruct
     assert "bad.py:12: not supported: ap(scalar_offset=...) of psum tile t" in err, err
 
 
+def test_nl_int64_tensors_move_by_dma_and_load_into_64_bit_nki_scalars(tmp_path):
+    # nl.int64 / nl.uint64 (NKI 0.7.0): tensors DMAs move and views reinterpret; scalar_load of an int64 tile is
+    # an int64 NkiScalar, not truncated, stored back at 64 bits and usable as an HBM access's scalar_offset
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a, u, v, table):
+            out = nl.ndarray((128, 8), dtype=nl.int64, buffer=nl.shared_hbm)
+            halves = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+            uout = nl.ndarray((2, 4), dtype=nl.uint64, buffer=nl.shared_hbm)
+            back = nl.ndarray((1, 1), dtype=nl.int64, buffer=nl.shared_hbm)
+            row = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 8), dtype=nl.int64, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            nisa.dma_copy(dst=halves, src=t.view(nl.int32))
+            ut = nl.ndarray((2, 4), dtype=nl.uint64, buffer=nl.sbuf)
+            nisa.dma_copy(dst=ut, src=u)
+            nisa.dma_copy(dst=uout, src=ut)
+            vt = nl.ndarray((1, 2), dtype=nl.int64, buffer=nl.sbuf)
+            nisa.dma_copy(dst=vt, src=v)
+            big = nisa.scalar_load(vt[0:1, 0:1])
+            assert big.dtype == nl.int64
+            r = nl.ndarray((1, 1), dtype=nl.int64, buffer=nl.sbuf)
+            nisa.scalar_store(r, big)
+            nisa.dma_copy(dst=back, src=r)
+            i = nisa.scalar_load(vt[0:1, 1:2])
+            rt = nl.ndarray((1, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=rt, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=i, indirect_dim=0))
+            nisa.dma_copy(dst=row, src=rt)
+            return out, halves, uout, back, row
+    """))
+    a = np.arange(128 * 8, dtype=np.int64).reshape(128, 8) * 3_000_000_007 - 5
+    u = (np.arange(8, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).reshape(2, 4)
+    v = np.array([[(1 << 40) + 5, 11]], np.int64)
+    table = rand(16, 8)
+    got = run_klr(trace_file(path, "k", ["i64[128,8]", "u64[2,4]", "i64[1,2]", "f32[16,8]"]),
+                  {"a": a, "u": u, "v": v, "table": table})
+    np.testing.assert_array_equal(got["out"], a)
+    np.testing.assert_array_equal(got["halves"], a.view(np.int32))
+    np.testing.assert_array_equal(got["uout"], u)
+    assert got["back"].tolist() == [[(1 << 40) + 5]]
+    np.testing.assert_array_equal(got["row"], table[11:12])
+    for call, message in [
+        ("nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1)", "an instruction (tensor_scalar) on a 64-bit "
+         "integer tile (NKI's compute instructions take no nl.int64"),
+        ("nisa.dma_copy(dst=w, src=a)", "an instruction (copy) on a 64-bit integer tile"),
+        ("x = s + 1", "arithmetic on an nl.int64 NkiScalar (NKI wraps it at 64 bits; KLR's register ALU computes 32"),
+        ("nisa.tensor_copy(dst=w, src=w.ap(pattern=[[1, 1], [1, 1]], offset=0, scalar_offset=s, indirect_dim=1))",
+         "ap(scalar_offset=<an nl.int64 NkiScalar>) of on-chip tile w (NKI: on SBUF or PSUM the offset must be "
+         "nl.int32)"),
+        ("nl.fori_loop(0, s, lambda j: None)", "nl.fori_loop bounded by an nl.int64 NkiScalar"),
+        ("nisa.scalar_store(w, s)", "into a int32 tile (an nl.int64 scalar is stored at its own width)"),
+    ]:
+        err = refused(tmp_path, f"""
+            @nki.jit
+            def k(a):
+                t = nl.ndarray((1, 1), dtype=nl.int64, buffer=nl.sbuf)
+                w = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=a)
+                s = nisa.scalar_load(t)
+                {call}
+                return a
+        """, ["i64[1,1]"])
+        assert message in err and "bad.py:12:" in err, err
+
+
 def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
     # NkiScalar "Bound of nki.language.fori_loop(): supported, including an arithmetic expression": the start too
     path = tmp_path / "k.py"

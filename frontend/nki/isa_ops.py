@@ -1239,7 +1239,7 @@ class NkiScalar(VirtualRegister):
     ``nl.fori_loop`` bound and as ``nisa.scalar_store``'s value.  Comparisons are refused (NKI traces them but
     their result cannot be used)."""
 
-    dtype = "int32"
+    dtype = "int32"  # an nl.int64 one (scalar_load of an int64 tile) has its own
 
     @staticmethod
     def _new() -> NkiScalar:
@@ -1248,12 +1248,20 @@ class NkiScalar(VirtualRegister):
         return NkiScalar(f"vreg.{tr.vregs}")
 
     def _imm(self, op: str, k: int) -> NkiScalar:
+        self._only_32("arithmetic")
         out = self._new()
         native("NkiScalar arithmetic", "register_alu_op", (), (), dst=out.name, src=self.name, imm=int(k), op=op)
         return out
 
+    def _only_32(self, what: str) -> None:
+        if self.dtype != "int32":
+            raise unsupported(f"{what} on an nl.int64 NkiScalar (NKI wraps it at 64 bits; KLR's register ALU "
+                              "computes 32: Tusk loads, stores and addresses HBM with 64-bit scalars only)")
+
     def _with(self, op: str, other: Any, reverse: bool = False) -> NkiScalar:
+        self._only_32("arithmetic")
         if isinstance(other, NkiScalar):
+            other._only_32("arithmetic")
             return _scalar_pair(op, other, self) if reverse else _scalar_pair(op, self, other)
         if isinstance(other, VirtualRegister):
             raise unsupported(f"NkiScalar {op} a register of nisa.register_alloc (scalars combine with scalars "
@@ -1323,25 +1331,28 @@ def _scalar_pair(op: str, a: NkiScalar, b: NkiScalar) -> NkiScalar:
 
 
 def scalar_load(call: str, src: View) -> NkiScalar:
-    """``nisa.scalar_load(src)``: a 1x1 nl.int32 tile (SBUF or HBM) read into a scalar."""
+    """``nisa.scalar_load(src)``: a 1x1 nl.int32 or nl.int64 tile (SBUF or HBM) read into a scalar of that
+    width (an int64 one is not truncated: KLR's registers hold 64 bits)."""
     s = single(src, f"{call} src")
-    if s.dtype != as_dtype("int32"):
-        raise unsupported(f"{call} of a {s.dtype} tile (nl.int32; nl.int64 scalars are not in Tusk, and NKI "
-                          "takes no unsigned dtype)")
+    if s.dtype not in ("int32", "int64"):
+        raise unsupported(f"{call} of a {s.dtype} tile (nl.int32 or nl.int64; NKI takes no unsigned dtype)")
     out = NkiScalar._new()
+    if s.dtype == "int64":
+        out.dtype = "int64"
     native(call, "tensor_load", (s,), (), dst=out.name, src=s)
     return out
 
 
 def scalar_store(call: str, dst: View, value: Any) -> None:
-    """``nisa.scalar_store(dst, value)``: an NkiScalar into a 1x1 nl.int32 tile (a Python int is refused, as
+    """``nisa.scalar_store(dst, value)``: an NkiScalar into a 1x1 tile of its dtype (a Python int is refused, as
     NKI refuses it: nisa.memset writes constants)."""
     if not isinstance(value, NkiScalar):
         raise unsupported(f"{call} value={value!r} (an NkiScalar of nisa.scalar_load; nisa.memset writes a "
                           "constant)")
     d = single(dst, f"{call} dst")
-    if d.dtype != as_dtype("int32"):
-        raise unsupported(f"{call} into a {d.dtype} tile (an nl.int32 scalar is stored at its own width)")
+    if d.dtype != value.dtype:
+        raise unsupported(f"{call} into a {d.dtype} tile (an nl.{value.dtype} scalar is stored at its own "
+                          "width)")
     native(call, "tensor_store", (), (d,), dst=d, src=value.name)
 
 

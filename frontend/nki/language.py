@@ -27,6 +27,8 @@ from tusk.ir.arch import get_arch as _get_arch
 float32, bfloat16, float16 = Dtype("float32"), Dtype("bfloat16"), Dtype("float16")
 int32, int16, int8 = Dtype("int32"), Dtype("int16"), Dtype("int8")
 uint32, uint16, uint8 = Dtype("uint32"), Dtype("uint16"), Dtype("uint8")
+# NKI 0.7.0: 64-bit integers, for tensors DMAs move and for nisa.scalar_load (compute instructions take none)
+int64, uint64 = Dtype("int64"), Dtype("uint64")
 tfloat32 = float32
 float8_e4m3, float8_e5m2 = Dtype("float8_e4m3"), Dtype("float8e5")  # KLR's names (float8e5: E5M2)
 float8_e4m3fn = Dtype("float8_e4m3fn")

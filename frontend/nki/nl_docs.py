@@ -9,7 +9,7 @@ from tusk.frontend.tensors import View
 
 # names that are values, not calls: listed in one row each group
 _VALUE_GROUPS = {
-    "dtypes": ("float32", "bfloat16", "float16", "tfloat32", "int32", "int16", "int8", "uint32", "uint16", "uint8",
+    "dtypes": ("float32", "bfloat16", "float16", "tfloat32", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8",
                "bool_", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"),
     "buffers": ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"),
 }

@@ -277,6 +277,10 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
         raise unsupported(f"nl.fori_loop body {body_fun!r} (a function of the loop index)")
     _takes_one_argument("nl.fori_loop", body_fun, "the loop index")
     from tusk.frontend.nki.isa_ops import NkiScalar
+    for bound in (lower, upper):
+        if isinstance(bound, NkiScalar) and bound.dtype != "int32":
+            raise unsupported(f"nl.fori_loop bounded by an nl.{bound.dtype} NkiScalar (NKI: the trip-count "
+                              "comparison has no 64-bit form)")
     if isinstance(lower, NkiScalar) and not unroll:
         # an NkiScalar start (NKI 0.7.0+): the loop counts j from 0 below upper - lower, and the body gets
         # i = lower + j, a scalar of its own (KLR's loop starts at a number)
