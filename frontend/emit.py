@@ -293,6 +293,12 @@ class Emitter:
     def op_rand2(self, **p: Any) -> None:
         self._klr_operator("rand2", **p)
 
+    def op_rand_set_state(self, **p: Any) -> None:
+        self._klr_operator("randSetState", **p)
+
+    def op_rand_get_state(self, **p: Any) -> None:
+        self._klr_operator("randGetState", **p)
+
     def op_set_rng_seed(self, **p: Any) -> None:
         self._klr_operator("setRngSeed", **p)
 

@@ -90,7 +90,8 @@ class Op:
 
 LOOP_OPCODES = frozenset({Op.Loop, Op.DynamicForLoop, Op.DoWhile})
 # users of an engine's random generator (hidden state: seeding sets it, every draw advances it)
-RNG_OPCODES = frozenset(OPCODE_BY_NAME[n] for n in ("SetRandState", "RandSetState", "Rng", "Rand2", "Dropout"))
+RNG_OPCODES = frozenset(OPCODE_BY_NAME[n] for n in ("SetRandState", "RandSetState", "GetRandState", "RandGetState",
+                                                    "Rng", "Rand2", "Dropout"))
 # an engine's reduce registers (tusk.sim.accumulators): these opcodes set them when their ``acc`` (Exponential,
 # RangeSelect: ``reduce_cmd``) is not one of IDLE_ACCUMULATION; a read-accumulator writes them out
 ACCUMULATING_OPCODES = frozenset((Op.Activation, Op.TensorScalar, Op.TensorScalarPtr,

@@ -182,7 +182,9 @@ def _shuffle(v: InstView) -> list[str]:
 
 def _seed(v: InstView) -> list[str]:
     s = shape(v.ins[0])
-    return [] if s is None or s[1] == 1 else [f"a seed tile of shape {s}; one value per partition is needed"]
+    # one seed per partition, or a whole generator state (nisa.rand_set_state: 6 words on GpSimd, 24 on Vector)
+    return [] if s is None or s[1] in (1, 6, 24) else [f"a seed tile of shape {s}; one value or one state (6 or 24 "
+                                                       "words) per partition is needed"]
 
 
 def _gather(v: InstView) -> list[str]:

@@ -12,6 +12,16 @@ per engine: element ``n`` of partition ``p`` after seed ``s`` is
 each partition advancing by the elements it drew.  SetRandState sets the seed
 (one 32-bit value, or one per partition) and restarts the counters; a run
 starts with seed 0.  Same seed, same program: same numbers.
+
+A whole state per partition (``nisa.rand_set_state``: 6 uint32 words, an
+XORWOW state ``x0..x4, d``, on GpSimd; 24 words, four of them, on the Vector
+engine) switches the engine's generator to XORWOW on those words: each draw
+steps every state of the partition once (Marsaglia's xorwow: ``t = x4 ^ x4 >> 2;
+t ^= t << 1; t ^= x0 ^ x0 << 4``, the words shift up, ``x0 = t``, ``d += 362437``)
+and is the xor of their ``t + d``.  GetRandState writes the words as they are
+now, so a state read and set again continues the same numbers, and one set
+and read back is what was set.  Read while still seeded, the state is made
+from the seed and counters (splitmix64) and the generator goes on from it.
 """
 
 from __future__ import annotations
@@ -484,9 +494,45 @@ class EngineRng:
     def __init__(self) -> None:
         self.seeds = np.zeros(128, dtype=np.uint64)
         self.counters = np.zeros(128, dtype=np.uint64)
+        self.state: np.ndarray | None = None  # (128, 6 * lanes) uint32 XORWOW words once a state is set
+
+    def get_state(self, words: int) -> np.ndarray:
+        """The (128, words) state words; made from the seed and counters (and kept) if none was set."""
+        if self.state is None or self.state.shape[1] != words:
+            p = np.arange(128, dtype=np.uint64)[:, None]
+            k = np.arange(words, dtype=np.uint64)[None, :]
+            with np.errstate(over="ignore"):
+                z = (self.seeds[:, None] << np.uint64(32)) + (p << np.uint64(48)) + self.counters[:, None] * \
+                    np.uint64(words) + k + np.uint64(0x5EED) * np.uint64(1 << 56)
+                self.state = (_splitmix64(z) >> np.uint64(32)).astype(np.uint32)
+        return self.state
+
+    def set_state(self, rows: np.ndarray) -> None:
+        """Rows of words for the first partitions (the others keep theirs)."""
+        self.get_state(rows.shape[1])[:rows.shape[0]] = rows
+
+    def _xorwow(self, parts: int, n: int) -> np.ndarray:
+        x = self.state[:parts].reshape(parts, -1, 6)  # a view: the draws advance the state in place
+        out = np.zeros((parts, n), dtype=np.uint32)
+        for k in range(n):
+            s = x[:, :, 0].copy()
+            t = x[:, :, 4].copy()
+            x[:, :, 4] = x[:, :, 3]
+            x[:, :, 3] = x[:, :, 2]
+            x[:, :, 2] = x[:, :, 1]
+            x[:, :, 1] = s
+            t ^= t >> np.uint32(2)
+            t ^= t << np.uint32(1)
+            t ^= s ^ (s << np.uint32(4))
+            x[:, :, 0] = t
+            x[:, :, 5] += np.uint32(362437)
+            out[:, k] = np.bitwise_xor.reduce(t + x[:, :, 5], axis=1)
+        return out
 
     def bits(self, parts: int, n: int) -> np.ndarray:
-        """(parts, n) uint32 random words, advancing the counters."""
+        """(parts, n) uint32 random words, advancing the counters (or the XORWOW states)."""
+        if self.state is not None:
+            return self._xorwow(parts, n)
         p = np.arange(parts, dtype=np.uint64)[:, None]
         k = self.counters[:parts, None] + np.arange(n, dtype=np.uint64)[None, :]
         with np.errstate(over="ignore"):
@@ -512,11 +558,31 @@ def h_set_rand_state(fr: Frame, i: int) -> None:
     attrs = fr.attrs(i)
     engine = attrs.get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
     gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
+    acc = fr.access(ins[0])
+    parts = acc.shape[0] if acc.shape else 1
+    words = acc.count // parts
+    if words in (6, 24) and parts <= 128:  # a whole XORWOW state per partition (nisa.rand_set_state)
+        gen.set_state(seeds.reshape(parts, words).astype(np.uint32))
+        return
     if seeds.size > 128:
         raise InputError(f"a seed tile of {seeds.size} values; one, or one per partition, is needed")
+    gen.state = None
     gen.seeds[:] = seeds[0]
     gen.seeds[:seeds.size] = seeds.astype(np.uint64)
     gen.counters[:] = 0
+
+
+def h_get_rand_state(fr: Frame, i: int) -> None:
+    """The engine's generator state words, one row per partition."""
+    _, outs = _io(fr, i, 0)
+    engine = fr.attrs(i).get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
+    gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
+    acc = fr.access(outs[0])
+    parts = acc.shape[0] if acc.shape else 1
+    words = acc.count // parts
+    if words not in (6, 24) or parts > 128:
+        raise InputError(f"a generator state of {words} words per partition (6 or 24)")
+    fr.store(outs[0], gen.get_state(words)[:parts].astype(np.int64))
 
 
 def h_rng(fr: Frame, i: int) -> None:
@@ -574,7 +640,9 @@ ISA_HANDLERS: dict[int, Handler] = {
     OPCODE_BY_NAME["GetSequenceBounds"]: h_sequence_bounds,
     OPCODE_BY_NAME["NonzeroWithCount"]: h_nonzero_with_count,
     OPCODE_BY_NAME["SetRandState"]: h_set_rand_state,
+    OPCODE_BY_NAME["GetRandState"]: h_get_rand_state,
     OPCODE_BY_NAME["RandSetState"]: h_set_rand_state,
+    OPCODE_BY_NAME["RandGetState"]: h_get_rand_state,
     OPCODE_BY_NAME["Rng"]: h_rng,
     OPCODE_BY_NAME["Rand2"]: h_rand2,
     OPCODE_BY_NAME["Dropout"]: h_dropout,

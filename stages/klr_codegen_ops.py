@@ -425,6 +425,12 @@ def rand_set_state(cg: Any, p: Any) -> None:
     cg._emit("SetRandState", engine, [src], [], {"rng_engine": engine})
 
 
+def rand_get_state(cg: Any, p: Any) -> None:
+    engine = cg._engine(p.engine, "Pool")
+    dst = cg.operand(p.dst, Role.OUT)
+    cg._emit("GetRandState", engine, [], [dst], {"rng_engine": engine})
+
+
 LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "activationReduce": activation_reduce,
     "tensorScalarReduce": tensor_scalar_reduce,
@@ -460,5 +466,6 @@ LOWERING: dict[str, Callable[[Any, Any], None]] = {
     "rand2": rand2,
     "setRngSeed": set_rng_seed,
     "randSetState": rand_set_state,
+    "randGetState": rand_get_state,
 }
 assert set(LOWERING) <= {name for name, _ in OPERATORS}

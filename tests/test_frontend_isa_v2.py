@@ -1140,6 +1140,69 @@ def test_nl_int64_tensors_move_by_dma_and_load_into_64_bit_nki_scalars(tmp_path)
         assert message in err and "bad.py:12:" in err, err
 
 
+def test_rand_get_state_reads_back_what_rand_set_state_set_and_restores_the_stream(tmp_path):
+    # nisa.rand_set_state / rand_get_state: a uint32 XORWOW state per partition, 6 words on GpSimd (the default),
+    # 24 on the Vector engine; a state read and set again continues the same numbers
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(s6, s24):
+            g6 = nl.ndarray((128, 6), dtype=nl.uint32, buffer=nl.shared_hbm)
+            g24 = nl.ndarray((128, 24), dtype=nl.uint32, buffer=nl.shared_hbm)
+            r = nl.ndarray((128, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+            t6 = nl.ndarray((128, 6), dtype=nl.uint32, buffer=nl.sbuf)
+            t24 = nl.ndarray((128, 24), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t6, src=s6)
+            nisa.dma_copy(dst=t24, src=s24)
+            rr = nl.ndarray((128, 96), dtype=nl.float32, buffer=nl.sbuf)
+            # still seeded: its state read, two draws, the state set again, the same draws
+            seeded = nl.ndarray((128, 24), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.rand_get_state(seeded, engine=nisa.engine.vector)
+            nisa.rand2(rr[:, 0:16], 0.0, 1.0)
+            nisa.rand_set_state(seeded, engine=nisa.engine.vector)
+            nisa.rand2(rr[:, 16:32], 0.0, 1.0)
+            nisa.rand_set_state(t6)
+            nisa.rand_set_state(src_seeds=t24, engine=nisa.engine.vector)
+            o6 = nl.ndarray((128, 6), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.rand_get_state(o6)
+            nisa.dma_copy(dst=g6, src=o6)
+            saved = nl.ndarray((128, 24), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.rand_get_state(dst=saved, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=g24, src=saved)
+            nisa.rand2(rr[:, 32:64], -1.0, 1.0)
+            nisa.rand_set_state(saved, engine=nisa.engine.vector)
+            nisa.rand2(rr[:, 64:96], -1.0, 1.0)
+            nisa.dma_copy(dst=r, src=rr)
+            return g6, g24, r
+    """))
+    gen = np.random.default_rng(3)
+    s6 = gen.integers(0, 2 ** 32, size=(128, 6), dtype=np.uint64).astype(np.uint32)
+    s24 = gen.integers(0, 2 ** 32, size=(128, 24), dtype=np.uint64).astype(np.uint32)
+    got = run_klr(trace_file(path, "k", ["u32[128,6]", "u32[128,24]"]), {"s6": s6, "s24": s24})
+    np.testing.assert_array_equal(got["g6"], s6)
+    np.testing.assert_array_equal(got["g24"], s24)
+    r = got["r"]
+    np.testing.assert_array_equal(r[:, 0:16], r[:, 16:32])
+    np.testing.assert_array_equal(r[:, 32:64], r[:, 64:96])
+    assert 0.0 <= r[:, 0:16].min() and r[:, 0:16].max() < 1.0 and -1.0 <= r[:, 32:].min() and r[:, 32:].max() < 1.0
+    assert len(np.unique(r[:, 32:64])) > 4000  # random: 4096 draws
+    for call, message in [
+        ("nisa.rand_set_state(w)", "nisa.rand_set_state of a [128, 24] tile (6 words per partition on the GpSimd"),
+        ("nisa.rand_get_state(f, engine=nisa.engine.vector)", "nisa.rand_get_state of a float32 tile (nl.uint32)"),
+        ("nisa.rand_get_state(w, engine=nisa.engine.scalar)", "nisa.rand_get_state engine="),
+    ]:
+        err = refused(tmp_path, f"""
+            @nki.jit
+            def k(a):
+                w = nl.ndarray((128, 24), dtype=nl.uint32, buffer=nl.sbuf)
+                f = nl.ndarray((128, 24), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(w, 0)
+                {call}
+                return a
+        """, ["f32[1,1]"])
+        assert message in err and "bad.py:11:" in err, err
+
+
 def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
     # NkiScalar "Bound of nki.language.fori_loop(): supported, including an arithmetic expression": the start too
     path = tmp_path / "k.py"

@@ -938,6 +938,21 @@ def klr_engine(call: str, e: Any) -> str:
     return KLR_ENGINE[e]
 
 
+def rand_state_tile(call: str, t: View, eng: Any) -> None:
+    """A generator state tile as NKI documents it: uint32 in SBUF (PSUM too for the Vector engine's
+    rand_get_state), 6 words per partition for the GpSimd engine's XORWOW state, 24 for the Vector engine's."""
+    words = {engine.gpsimd: 6, engine.vector: 24}.get(eng)
+    if words is None:
+        raise refuse(call, "engine", eng, "nisa.engine.gpsimd or nisa.engine.vector")
+    if t.dtype != "uint32":
+        raise unsupported(f"{call} of a {t.dtype} tile (nl.uint32)")
+    if t.memory != "sbuf" and not (eng == engine.vector and call.endswith("get_state")):
+        raise unsupported(f"{call} of a {t.memory} tile (SBUF{'' if eng == engine.gpsimd else ' or PSUM'})")
+    if free(t) != words:
+        raise unsupported(f"{call} of a {list(t.shape)} tile ({words} words per partition on the "
+                          f"{'GpSimd' if eng == engine.gpsimd else 'Vector'} engine)")
+
+
 def imm_or_column(x: Any, rows: int, what: str) -> Any:
     """A KLR Operand: an immediate (a number) or a [P, 1] tile."""
     v = operand(x, rows, what)

@@ -327,6 +327,25 @@ def rand2(dst, min, max, name=None):  # the documented parameter names shadow mi
     ops.native("nisa.rand2", "rand2", ops.reads(lo, hi), (d,), dst=d, min=lo, max=hi)
 
 
+@documented("nisa.rand_set_state")
+def rand_set_state(src_seeds, engine=engine.gpsimd, name=None):
+    """Seed an engine's generator with a whole state per partition (uint32: 6 words on GpSimd, 24 on the Vector
+    engine; KLR randSetState).  What the interpreter's generator does with it: docs/semantics.md."""
+    call = "nisa.rand_set_state"
+    s = tile(src_seeds, call)
+    ops.rand_state_tile(call, s, engine)
+    ops.native(call, "rand_set_state", (s,), (), src=s, engine=ops.klr_engine(call, engine))
+
+
+@documented("nisa.rand_get_state")
+def rand_get_state(dst, engine=engine.gpsimd, name=None):
+    """An engine's generator state, per partition, into a uint32 tile (KLR randGetState)."""
+    call = "nisa.rand_get_state"
+    d = tile(dst, f"{call} dst")
+    ops.rand_state_tile(call, d, engine)
+    ops.native(call, "rand_get_state", (), (d,), dst=d, engine=ops.klr_engine(call, engine))
+
+
 @documented("nisa.set_rng_seed")
 def set_rng_seed(src_seeds, name=None):
     s = tile(src_seeds, "nisa.set_rng_seed")
