@@ -207,6 +207,11 @@ class Tensor:
     def __getitem__(self, key: Any) -> View:
         return self._user_view()[key]
 
+    @property
+    def data(self) -> View:
+        """NKI 0.7.0's ``t.data``: the tensor as an instruction operand (as a tile grid's ``.data`` is)."""
+        return self._user_view()
+
     def _user_view(self) -> View:
         """The axes in the user's order (subscripts index these)."""
         return View(self, Affine(0), tuple(zip(self.strides, self.shape)), tuple(range(len(self.shape))))
@@ -320,6 +325,11 @@ class View:
     @property
     def memory(self) -> str:
         return self.tensor.memory
+
+    @property
+    def data(self) -> View:
+        """NKI 0.7.0's ``t.data``: the view itself as an instruction operand."""
+        return self
 
     @property
     def elements(self) -> int:

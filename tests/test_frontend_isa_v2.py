@@ -1203,6 +1203,64 @@ def test_rand_get_state_reads_back_what_rand_set_state_set_and_restores_the_stre
         assert message in err and "bad.py:11:" in err, err
 
 
+def test_nl_tiles_and_alloc_tiles_address_tiles_rows_and_clamped_final_tiles(tmp_path):
+    # NKI 0.7.0 tile grids: tile (i, j) of tile_shape (tp, tf) is src[i*tp:(i+1)*tp, j*tf:(j+1)*tf], the final
+    # tile clamped; an int consumes its grid axis, a slice keeps it; .data is the selection, .element_shape its
+    # extent; nl.alloc_tiles is a new tensor as a grid; NkiTensor.data is the tensor itself
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(src):
+            src_tiles = nl.tiles(src, tile_shape=(128, 64))
+            dst = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+            dst_tiles = nl.tiles(dst, tile_shape=(128, 64))
+            assert src_tiles.shape == (3, 4) and src_tiles.tile_shape == (128, 64)
+            for i in range(src_tiles.shape[0]):
+                for j in range(src_tiles.shape[1]):
+                    st = src_tiles[i, j]
+                    assert st.shape == () and isinstance(st, nl.NkiTileGrid) and st.is_data_representable
+                    t = nl.ndarray(st.element_shape, dtype=src.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=t.data, src=st.data)
+                    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i * 10 + j))
+                    nisa.dma_copy(dst=dst_tiles[i, j].data, src=t.data)
+            row = src_tiles[1, :]
+            assert row.shape == (4,) and row.element_shape == (128, 200)
+            sb = nl.alloc_tiles(tile_shape=(128, 64), element_shape=row.element_shape, buffer=nl.sbuf,
+                                dtype=nl.float32)
+            assert sb.shape == (1, 4) and isinstance(sb, nl.NkiGrid) and sb.dtype == nl.float32
+            nisa.dma_copy(dst=sb.data, src=row.data)
+            assert sb[0, -1].element_shape == (128, 8)
+            assert src_tiles[:, 3][2:].element_shape == (44, 8) and src_tiles[..., 1:3].shape == (3, 2)
+            picked = nl.ndarray((128, 72), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 72), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=t[:, 0:64], src=sb[0, 1].data)
+            nisa.tensor_copy(dst=t[:, 64:72], src=sb[0, -1].data)
+            nisa.dma_copy(dst=picked, src=t)
+            return dst, picked
+    """))
+    a = rand(300, 200)
+    got = run_klr(trace_file(path, "k", ["f32[300,200]"]), {"src": a})
+    scale = np.add.outer(np.repeat(np.arange(3) * 10, 128)[:300], np.repeat(np.arange(4), 64)[:200])
+    np.testing.assert_array_equal(got["dst"], a * scale.astype(np.float32))
+    np.testing.assert_array_equal(got["picked"], np.concatenate([a[128:256, 64:128], a[128:256, 192:200]], 1))
+    for call, message in [
+        ("nl.tiles(a)", "nl.tiles without tile_shape"),
+        ("nl.tiles(a.reshape((2, 4, 8)), tile_shape=(4, 8))", "Tusk tiles every dimension: a leading untiled prefix"),
+        ("nl.tiles(a, tile_shape=(8, 0))", "nl.tiles tile_shape=(8, 0) (a tuple of positive ints)"),
+        ("nl.tiles(a, tile_shape=(4, 4))[0:2:2]", "a tile grid sliced with step 2"),
+        ("nl.tiles(a, tile_shape=(4, 4))[2, 0]", "tile index 2 of a grid axis of 2 tiles"),
+        ("nl.tiles(a, tile_shape=(4, 4)).is_remainder", "NkiTileGrid.is_remainder"),
+        ("nl.tiles(nl.tiles(a, tile_shape=(4, 4)), tile_shape=(2, 2))", "nl.tiles of a tile or block grid"),
+    ]:
+        err = refused(tmp_path, f"""
+            @nki.jit
+            def k(a):
+                {call}
+                return a
+        """, ["f32[8,8]"])
+        assert message in err and "bad.py:8:" in err, err
+
+
 def test_an_nki_scalar_starts_an_nl_fori_loop(tmp_path):
     # NkiScalar "Bound of nki.language.fori_loop(): supported, including an arithmetic expression": the start too
     path = tmp_path / "k.py"
