@@ -81,6 +81,7 @@ class Tracer:
     # id(staging tile) -> (the tile, the SBUF access moved at run time it stands for): what an instruction
     # writes to the tile is copied back by DMA right after it (frontend/scalar_offset.py staged)
     write_back: dict[int, tuple[View, View]] = field(default_factory=dict)
+    write_back_ops: set[int] = field(default_factory=set)  # id() of those DMAs: not the instruction's own ops
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:
@@ -218,7 +219,7 @@ class Tracer:
             raise too_long(len(self.prog))
         back = {id(w.tensor): self.write_back[id(w.tensor)] for w in writes if id(w.tensor) in self.write_back}
         for stage, moved in back.values():
-            self._op("dma", (stage,), (moved,), {"dst": moved, "src": stage})
+            self.write_back_ops.add(id(self._op("dma", (stage,), (moved,), {"dst": moved, "src": stage})))
         return o
 
     @contextlib.contextmanager

@@ -512,6 +512,7 @@ class EngineRng:
         self.get_state(rows.shape[1])[:rows.shape[0]] = rows
 
     def _xorwow(self, parts: int, n: int) -> np.ndarray:
+        assert self.state is not None
         x = self.state[:parts].reshape(parts, -1, 6)  # a view: the draws advance the state in place
         out = np.zeros((parts, n), dtype=np.uint32)
         for k in range(n):

@@ -1060,6 +1060,32 @@ def test_an_nki_scalar_or_tile_moves_an_sbuf_access_of_dmas_and_compute_instruct
         got[0:2, 24:32] = 0
         want[7, 0:16] = a[0, 0:16] - np.tile(a[5, 0:4], 4)
         np.testing.assert_array_equal(got, want)
+    # the Vector engine's register continued from an instruction whose destination was moved (and copied back)
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 66), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(it, 8)
+            i = nisa.scalar_load(it)
+            y = nl.ndarray((128, 66), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(y, 0.0)
+            nisa.tensor_scalar_cumulative(dst=y.ap(pattern=[[66, 128], [1, 16]], offset=0, scalar_offset=i,
+                                                   indirect_dim=1),
+                                          src=t[:, 0:16], op0=nl.multiply, op1=nl.add, imm0=1.0,
+                                          reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.tensor_scalar_cumulative(dst=y[:, 40:56], src=t[:, 16:32], op0=nl.multiply, op1=nl.add, imm0=1.0,
+                                          reduce_cmd=nisa.reduce_cmd.reduce)
+            nisa.dma_copy(dst=out, src=y)
+            return out
+    """))
+    got = run_klr(trace_file(path, "k", ["f32[128,64]"]), {"a": a})["out"]
+    want = np.zeros((128, 66), np.float32)
+    want[:, 8:24] = np.cumsum(a[:, 0:16], 1)
+    want[:, 40:56] = a[:, 0:16].sum(1, keepdims=True) + np.cumsum(a[:, 16:32], 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     err = refused(tmp_path, """
         @nki.jit
         def k(a):

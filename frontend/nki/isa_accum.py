@@ -63,9 +63,13 @@ def forget(engine: str = "dve") -> None:
 
 
 def last_op() -> Any:
-    """The entry the last tracer call recorded (None when a mask kept nothing and nothing was recorded)."""
-    prog = current().prog
-    return prog[-1] if prog else None
+    """The entry the last tracer call recorded (None when a mask kept nothing and nothing was recorded); the
+    DMAs that copy a staged destination back to an SBUF access moved at run time are not it."""
+    tr = current()
+    for entry in reversed(tr.prog):
+        if id(entry) not in tr.write_back_ops:
+            return entry
+    return None
 
 
 def register(call: str, engine: str = "dve", cmd: str = "reduce") -> View:
