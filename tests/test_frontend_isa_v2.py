@@ -1152,6 +1152,8 @@ def test_nl_int64_tensors_move_by_dma_and_load_into_64_bit_nki_scalars(tmp_path)
          "nl.int32)"),
         ("nl.fori_loop(0, s, lambda j: None)", "nl.fori_loop bounded by an nl.int64 NkiScalar"),
         ("nisa.scalar_store(w, s)", "into a int32 tile (an nl.int64 scalar is stored at its own width)"),
+        ("nisa.register_load(nisa.register_alloc(), t)", "nisa.register_load of a int64 tile (NKI: a scalar value "
+         "of up to 32 bits"),
     ]:
         err = refused(tmp_path, f"""
             @nki.jit

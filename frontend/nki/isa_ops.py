@@ -1414,6 +1414,9 @@ def single(v: View, what: str) -> View:
 
 def register_load(call: str, dst: Any, src: View) -> None:
     d, s = register(dst, f"{call} dst"), single(src, f"{call} src")
+    if s.dtype in ("int64", "uint64"):
+        raise unsupported(f"{call} of a {s.dtype} tile (NKI: a scalar value of up to 32 bits; "
+                          "nisa.scalar_load reads an nl.int64 one)")
     native(call, "tensor_load", (s,), (), dst=d.name, src=s)
 
 
