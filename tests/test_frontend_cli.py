@@ -527,6 +527,20 @@ def test_a_kernel_whose_trace_never_ends_fails_alone_at_the_time_limit(project):
     assert kernel(rep, "tadd")["status"] == "written" and (project["out"] / "tadd" / "tadd.klr").exists()
 
 
+def test_a_kernel_that_patches_the_api_it_imports_does_not_change_the_next_kernels_trace(project):
+    """Each kernel traces in a process of its own: kernel a's `nl.add = nl.subtract` (and a numpy patch) made
+    kernel b's trace -- and the cache note kept under b's own key -- subtract."""
+    k = project["k"]
+    (k / "patches.py").write_text(ADD.replace("@nki.jit", "import numpy as np\nnl.add = nl.subtract\n"
+                                                         "np.float32 = np.float64\n\n\n@nki.jit"))
+    (k / "tusk.toml").write_text(toml_kernel(name="patches", file="patches.py") + toml_kernel())
+    code, rep = compile_json(k, project["out"])
+    assert code == 0, rep
+    ops = {name: (project["out"] / name / f"{name}.bir.json").read_text() for name in ("patches", "tadd")}
+    assert '"op":"subtract"' in ops["patches"]  # the kernel's own patch holds in its own trace
+    assert '"op":"add"' in ops["tadd"] and '"op":"subtract"' not in ops["tadd"], ops["tadd"][:2000]
+
+
 def test_tracing_in_the_child_writes_the_same_bytes_as_in_this_process(project, tmp_path):
     from tusk.workflows.project import load
     from tusk.workflows.traced import Tracer, trace_kernel

@@ -10,6 +10,15 @@ not reach -- the parent never unpickles anything this process writes.
 
 SIGINT is ignored here: a real Ctrl-C stops the build, which ends this child;
 any KeyboardInterrupt seen here was raised by kernel code.
+
+Each kernel traces in a process of its own, forked from this one once the
+front end is imported (where ``os.fork`` exists): a kernel's Python can patch
+what it imports (``nl.add = nl.subtract``, ``np.float32 = np.float64``), and in
+one shared process the next kernel's trace -- and the cache note stored under
+that kernel's own key -- would have used the patched API.  The build ends this
+process with SIGTERM (its time limit, Ctrl-C): the kernel's process is killed
+and reaped first, so nothing is left behind, not even a zombie; should this
+process die any other way, the kernel's dies with it (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -44,6 +53,82 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             "sources": [os.fspath(s) for s in traced.sources], "seconds": round(time.perf_counter() - t0, 6)}
 
 
+def _exited(path: Any, status: int) -> dict[str, Any]:
+    """The answer for a kernel whose Python ended its process before answering (``os._exit``, a signal)."""
+    code = os.waitstatus_to_exitcode(status)
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}, as by os._exit({code})"
+    return {"ok": False, "fault": "input",
+            "message": f"{path}: the kernel's Python exited the tracer ({how}) before its trace was done"}
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: this process is killed when the one that forked it ends (the build's time limit kills that one)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before prctl took effect
+        os._exit(1)
+
+
+_KERNEL: list[int] = []  # the process tracing a kernel now
+
+
+def _end_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM from the build: kill and reap the kernel's process, then end."""
+    for pid in _KERNEL:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    os._exit(128 + signum)
+
+
+def _isolated_answer(request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_answer` in a process forked for this one kernel (see the module docstring)."""
+    if not hasattr(os, "fork"):
+        return _answer(request)
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # not between the fork and _KERNEL knowing it
+    pid = os.fork()
+    if pid == 0:  # the kernel's own process: answer through the pipe, then end without cleanup of the parent's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.close(read_end)
+        try:
+            _die_with_parent(parent)
+            data = json.dumps(_answer(request)).encode()
+        except BaseException as e:  # noqa: BLE001 -- whatever escapes is reported, never raised in the fork
+            data = json.dumps({"ok": False, "fault": "internal", "message": f"the tracer failed: {e!r}",
+                               "traceback": traceback.format_exc()}).encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+        finally:
+            os._exit(0)
+    _KERNEL.append(pid)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.close(write_end)
+    chunks = []
+    with os.fdopen(read_end, "rb") as pipe:
+        while chunk := pipe.read(1 << 20):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    _KERNEL.clear()
+    if not chunks:
+        return _exited(request.get("path"), status)
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:
+        return {"ok": False, "fault": "input", "message": f"{request.get('path')}: the tracer's answer cannot be "
+                                                         "read (did the kernel's Python write to it?)"}
+
+
 def _read_request(stream: BinaryIO) -> dict[str, Any] | None:
     head = stream.read(8)
     if len(head) < 8:
@@ -54,6 +139,7 @@ def _read_request(stream: BinaryIO) -> dict[str, Any] | None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_on_sigterm)
     requests = os.fdopen(os.dup(0), "rb")
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -62,7 +148,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     import tusk.frontend.trace  # noqa: F401 -- start-up, not the first kernel's trace time
     while (request := _read_request(requests)) is not None:
-        answers.write(json.dumps(_answer(request)) + "\n")
+        answers.write(json.dumps(_isolated_answer(request)) + "\n")
         answers.flush()
 
 

@@ -39,9 +39,11 @@ re-trace the edit causes.  Installed packages (numpy) are not part of the
 key: they are the environment, like Python itself.
 
 Tracing runs before the build graph starts, in one child process of the
-build (:mod:`tusk.workflows.trace_child`): a kernel whose Python exits that
-process (``os._exit(0)``) or raises ``KeyboardInterrupt`` fails alone, and
-cannot end the build or pass for Ctrl-C.  A
+build (:mod:`tusk.workflows.trace_child`), each kernel in a process forked
+from it (a kernel that patches the API it imports patches only its own
+trace): a kernel whose Python exits (``os._exit(0)``) or raises
+``KeyboardInterrupt`` fails alone, and cannot end the build or pass for
+Ctrl-C.  A
 kernel that cannot be traced fails alone (its message starts with the
 kernel's ``file:line``); the other kernels are built.
 """
@@ -194,8 +196,8 @@ class Tracer:
                 child.stdin.close()
             try:
                 if at_once:
-                    child.kill()
-                child.wait(timeout=5)
+                    child.terminate()  # it kills and reaps the process tracing a kernel, then ends
+                child.wait(timeout=2 if at_once else 5)
             except Exception:  # noqa: BLE001 -- a child that does not end is killed
                 child.kill()
                 child.wait()
