@@ -109,6 +109,8 @@ def _isolated_answer(request: dict[str, Any]) -> dict[str, Any]:
             view = memoryview(data)
             while view:
                 view = view[os.write(write_end, view):]
+            for stream in (sys.stdout, sys.stderr):  # what the kernel printed without a newline
+                stream.flush()
         finally:
             os._exit(0)
     _KERNEL.append(pid)
