@@ -207,6 +207,13 @@ def row_normalize(x):
     return (x64 / x64.sum(axis=1, keepdims=True)).astype(F32), np.asarray(x, F32).max(axis=1, keepdims=True)
 
 
+def prelu_rows(x, slope):
+    """y = x where x >= 0, else slope (per row) * x, in float32; each row's sum of y squared."""
+    x32, s32 = np.asarray(x, F32), np.asarray(slope, F32)
+    y = np.where(x32 >= 0, x32, s32 * x32).astype(F32)
+    return y, (y.astype(np.float64) ** 2).sum(axis=1, keepdims=True).astype(F32)
+
+
 REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "tensor_add": tensor_add,
     "tensor_add_spmd": tensor_add,
@@ -235,6 +242,7 @@ REFERENCES: dict[str, Callable[..., np.ndarray | tuple]] = {
     "attention_bwd": attention_bwd,
     "matmul_fp8_double_row": matmul_fp8_double_row,
     "row_normalize_lnc2": row_normalize,
+    "prelu_rows": prelu_rows,
 }
 
 # (rtol, atol) per unit, by the class of what it computes
@@ -272,6 +280,7 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "adaptive_avgpool": _REDUCE,   # a mean of row means: float32 sums in another order than numpy's
     "matmul_fp8_double_row": _MATMUL,  # fp8 products are exact in float32; sums over 512 rows
     "row_normalize_lnc2": _REDUCE,  # float32 half-row sums added across the cores, then a reciprocal
+    "prelu_rows": _REDUCE,  # y is exact; the float32 sum of squares over 200 columns is in another order
     "attention_bwd": (1e-5, 1e-6),  # float32 matmuls over 256 keys / queries: measured max abs error 1.8e-7 on
     #                                 outputs up to 1.4 (a few ulps), the reference checked by finite differences
 }
@@ -285,6 +294,7 @@ RANGES: dict[str, tuple[tuple[float, float], ...]] = {
     "activations": ((-3.0, 3.0), (0.25, 4.0)),
     "matmul_fp8_double_row": ((-4.0, 4.0), (-4.0, 4.0), (0.01, 0.1)),
     "row_normalize_lnc2": ((0.5, 2.0),),  # positive: the row sums stay away from zero
+    "prelu_rows": (_DEFAULT, (0.1, 0.5)),  # slopes of a leaky ReLU
 }
 
 
