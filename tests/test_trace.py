@@ -127,6 +127,12 @@ def test_a_task_reports_what_it_cost_and_the_trace_shows_it():
 
     args = next(e for e in task_log.build_trace(log, R)["traceEvents"] if e["ph"] == "X")["args"]
     assert args["page_faults"] == usage["page_faults"] and args["cpu_sys_s"] == usage["cpu_sys_s"]
+    from tusk.workflows import report_html
+
+    figs = report_html._Figures()
+    report_html._build_timeline(log, figs)
+    [bar] = next(iter(figs.figs.values()))["data"]
+    assert f"{usage['page_faults']:,} page faults" in bar["hovertext"][0], bar["hovertext"]
 
 
 @pytest.mark.parametrize("limits", [(200_000, 2_500), (40, 10)])  # exact; merged segments + utilisation counters

@@ -392,13 +392,22 @@ def _build_timeline(log: TaskLog | None, figs: _Figures, kept_trace: str | None 
                      "base": [round((t.started or t.ended) - t0, 4) for t in sel],
                      "x": [round(max(0.0, t.ended - (t.started or t.ended)), 4) for t in sel],
                      "hovertext": [f"{t.unit}: {t.what}<br>{t.status}, {max(0.0, t.ended - (t.started or t.ended)):.3f}"
-                                   f" s, queued {max(0.0, (t.started or t.ended) - t.submitted):.3f} s" for t in sel],
+                                   f" s, queued {max(0.0, (t.started or t.ended) - t.submitted):.3f} s{_usage(t.usage)}"
+                                   for t in sel],
                      "hoverinfo": "text", "marker": {"color": _color(i)}})
     div = figs.add(data, {"barmode": "overlay", "xaxis": {"title": {"text": "seconds since the first task"}},
                           "yaxis": {"type": "category", "automargin": True},
                           "title": {"text": "tasks by worker (build-trace.json has the same in the trace format)"}},
                    max(260, 130 + 36 * len(workers)))
     return f"<section><h2>Build timeline</h2>{div}</section>"
+
+
+def _usage(usage: dict) -> str:
+    """A task's CPU and page faults, for its hover text ("" when the task did not say)."""
+    if not usage:
+        return ""
+    return (f"<br>CPU {float(usage.get('cpu_user_s') or 0.0):.3f} s user, {float(usage.get('cpu_sys_s') or 0.0):.3f}"
+            f" s system; {int(usage.get('page_faults') or 0):,} page faults")
 
 
 def _failures(result) -> str:
