@@ -338,8 +338,10 @@ def _check_operands(fn: Function) -> list[str]:
     lo_p, hi_p = _pattern_extents(fn)
     owner = _owners(fn)
     for a, b in _chunks(len(ops)):
+        if len(out) >= MAX_REPORTED:
+            break
         phys = a + np.flatnonzero(ops["kind"][a:b] == Kind.PHYSICAL)
-        if not len(phys) or len(out) >= MAX_REPORTED:
+        if not len(phys):
             continue
         m, dt = ops["memloc"][phys], ops["dtype"][phys]
         pat, off = ops["pattern"][phys], ops["offset"][phys]
@@ -409,12 +411,13 @@ def _check_partition_steps(fn: Function, owner: Callable[[int], int], span: np.n
             continue
         key = pat[js] << 32 | pitch.astype(np.int64)
         distinct, back = np.unique(key, return_inverse=True)
-        for q in distinct.tolist():
+        keys = distinct.tolist()
+        for q in keys:
             if q not in judged:
                 p = q & 0xFFFFFFFF
                 judged[q] = any(int(num) > 1 and int(step) != 0 and int(step) % p == 0
                                 for step, num in fn.patterns[q >> 32])
-        steps = np.array([judged[q] for q in distinct.tolist()], dtype=bool)
+        steps = np.array([judged[q] for q in keys], dtype=bool)
         bad = ~steps[back.reshape(-1)]
         for j, p in zip(js[bad].tolist(), pitch[bad].tolist()):
             k = int(m[j])

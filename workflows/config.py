@@ -143,8 +143,7 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
         if k not in BY_NAME:
             raise KeyError(f"unknown setting {k!r}")
         if isinstance(v, str) and v.strip().lower() == "none":
-            v = BY_NAME[k].parse(v)
-            values[k] = v
+            values[k] = BY_NAME[k].parse(v)
         elif v is not None:
             values[k] = v
     return Config(values)

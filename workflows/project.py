@@ -154,7 +154,7 @@ def _setting(name: str, value: Any, base: Path, where: str) -> Any:
         raise ProjectFileError(f"{where}: {name} must be {expected}, got {value!r}")
     if name == "workers" and value < 0:
         raise ProjectFileError(f"{where}: workers must be 0 or more, got {value}")
-    if name in ("memory", "trace_timeout") and value is not None and value <= 0:
+    if name in ("memory", "trace_timeout") and value <= 0:
         raise ProjectFileError(f"{where}: {name} must be more than 0 (or \"none\"), got {value}")
     if name in PATH_SETTINGS and "://" not in value:
         value = str((base / value).resolve()) if not Path(value).is_absolute() else value

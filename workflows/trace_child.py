@@ -53,14 +53,6 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             "sources": [os.fspath(s) for s in traced.sources], "seconds": round(time.perf_counter() - t0, 6)}
 
 
-def _exited(path: Any, status: int) -> dict[str, Any]:
-    """The answer for a kernel whose Python ended its process before answering (``os._exit``, a signal)."""
-    code = os.waitstatus_to_exitcode(status)
-    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}, as by os._exit({code})"
-    return {"ok": False, "fault": "input",
-            "message": f"{path}: the kernel's Python exited the tracer ({how}) before its trace was done"}
-
-
 def _die_with_parent(parent: int) -> None:
     """Linux: this process is killed when the one that forked it ends (the build's time limit kills that one)."""
     try:
@@ -123,7 +115,10 @@ def _isolated_answer(request: dict[str, Any]) -> dict[str, Any]:
     _, status = os.waitpid(pid, 0)
     _KERNEL.clear()
     if not chunks:
-        return _exited(request.get("path"), status)
+        from tusk.workflows.traced import exited_message
+
+        return {"ok": False, "fault": "input",
+                "message": exited_message(request.get("path"), os.waitstatus_to_exitcode(status))}
     try:
         return json.loads(b"".join(chunks))
     except ValueError:

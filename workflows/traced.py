@@ -156,6 +156,13 @@ def _kernel_line(e: BaseException, path: str | os.PathLike) -> int | None:
     return line
 
 
+def exited_message(path: Any, code: int) -> str:
+    """What a kernel whose Python ended the process tracing it (``os._exit``, a signal) is told; ``code`` is the
+    process's return code (negative: the signal)."""
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}, as by os._exit({code})"
+    return f"{path}: the kernel's Python exited the tracer ({how}) before its trace was done"
+
+
 def kernel_name(data: bytes) -> str | None:
     """The LncKernel name of KLR file bytes, or None when they do not hold one."""
     from tusk.ir.klr.reader import read_klr
@@ -237,9 +244,7 @@ class Tracer:
         if not line:
             code = child.wait()
             self._child = None
-            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}, as by os._exit({code})"
-            raise InputError(f"{request['path']}: the kernel's Python exited the tracer ({how}) before its "
-                             f"trace was done")
+            raise InputError(exited_message(request["path"], code))
         try:
             answer = json.loads(line)
             if answer.get("ok"):
