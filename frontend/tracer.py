@@ -261,18 +261,32 @@ class Tracer:
         """An op reads a tile whose making op now writes another tile (:meth:`retarget`): copy that tile's
         values back right after the making op, before anything can change them."""
         for v in views:
-            entry = self.retargeted.get(id(v.tensor))
-            if entry is None or entry[0] is not v.tensor:
+            entry = self.retargeted.get(id(v.tensor))  # the entry holds the tensor: its id names it alone
+            if entry is None:
                 continue
             _, made_by, was, now = entry
             pos = next((k for k in range(len(self.prog) - 1, -1, -1) if self.prog[k] is made_by), None)
             if pos is None:  # recorded ahead of the making op (an op inserted earlier): nothing to restore yet
                 continue
             del self.retargeted[id(v.tensor)]
-            self.prog.insert(pos + 1, Op("copy", {"dst": was, "src": now}, made_by.line, (now,), (was,)))
-            for t in self.tensors:
+            with self.inserting_after(pos):
+                self.prog.append(Op("copy", {"dst": was, "src": now}, made_by.line, (now,), (was,)))
+
+    @contextlib.contextmanager
+    def inserting_after(self, pos: int) -> Iterator[None]:
+        """Record ops (and tensors) as if the program ended just after entry ``pos``; the entries after it,
+        and the sites of the tensors made before, move past what was recorded."""
+        tail = self.prog[pos + 1:]
+        del self.prog[pos + 1:]
+        made = len(self.tensors)
+        try:
+            yield
+        finally:
+            added = len(self.prog) - (pos + 1)
+            for t in self.tensors[:made]:
                 if t.site > pos:
-                    t.site += 1
+                    t.site += added
+            self.prog.extend(tail)
 
 
 def _retargeted(last: Op, value: View, dst: View) -> View | None:

@@ -220,7 +220,7 @@ class Builder:
         typed = tuple((k, type(v).__name__, repr(v) if type(v) is float else v) for k, v in key)
         rid = self._records.get(typed)
         if rid is None:
-            rid = self._records[key] = self.fn.intern_record(Record.of(_jsonable(attrs)))
+            rid = self._records[typed] = self.fn.intern_record(Record.of(_jsonable(attrs)))
         return rid
 
     # ------------------------------------------------------------------ data movement

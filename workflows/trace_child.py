@@ -79,10 +79,11 @@ def _end_on_sigterm(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
-def _isolated_answer(request: dict[str, Any]) -> dict[str, Any]:
-    """:func:`_answer` in a process forked for this one kernel (see the module docstring)."""
+def _isolated_answer(request: dict[str, Any]) -> str:
+    """:func:`_answer` as its JSON line, made in a process forked for this one kernel (see the module
+    docstring); the build reads the line and reports one it cannot."""
     if not hasattr(os, "fork"):
-        return _answer(request)
+        return json.dumps(_answer(request))
     read_end, write_end = os.pipe()
     parent = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # not between the fork and _KERNEL knowing it
@@ -117,13 +118,9 @@ def _isolated_answer(request: dict[str, Any]) -> dict[str, Any]:
     if not chunks:
         from tusk.workflows.traced import exited_message
 
-        return {"ok": False, "fault": "input",
-                "message": exited_message(request.get("path"), os.waitstatus_to_exitcode(status))}
-    try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
-        return {"ok": False, "fault": "input", "message": f"{request.get('path')}: the tracer's answer cannot be "
-                                                         "read (did the kernel's Python write to it?)"}
+        return json.dumps({"ok": False, "fault": "input",
+                           "message": exited_message(request.get("path"), os.waitstatus_to_exitcode(status))})
+    return b"".join(chunks).decode("utf-8", "replace").replace("\n", " ")  # one line, whatever was written
 
 
 def _read_request(stream: BinaryIO) -> dict[str, Any] | None:
@@ -145,7 +142,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     import tusk.frontend.trace  # noqa: F401 -- start-up, not the first kernel's trace time
     while (request := _read_request(requests)) is not None:
-        answers.write(json.dumps(_isolated_answer(request)) + "\n")
+        answers.write(_isolated_answer(request) + "\n")
         answers.flush()
 
 

@@ -267,16 +267,8 @@ class Tracer:
             return True
         import select
 
-        deadline = time.monotonic() + self.timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                ready, _, _ = select.select([child.stdout], [], [], left)
-            except InterruptedError:
-                continue
-            return bool(ready)
+        ready, _, _ = select.select([child.stdout], [], [], self.timeout)  # PEP 475: retried on EINTR itself
+        return bool(ready)
 
 
 _ERRORS = {INPUT: InputError, "usage": UsageError, ENVIRONMENT: EnvError, INTERNAL: InternalError}

@@ -14,8 +14,7 @@ is refused at its line.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,25 +86,9 @@ def register(call: str, engine: str = "dve", cmd: str = "reduce") -> View:
                           "another loop body or iteration (only straight-line continuation is expressed)")
     if reg.value is not None:
         return reg.value
-    with _inserting_after(tr, pos):
+    with tr.inserting_after(pos):
         reg.value = reg.make(reg.op)
     return reg.value
-
-
-@contextlib.contextmanager
-def _inserting_after(tr: Any, pos: int) -> Iterator[None]:
-    """Record ops (and tensors) as if the program ended just after entry ``pos``."""
-    tail = tr.prog[pos + 1:]
-    del tr.prog[pos + 1:]
-    made = len(tr.tensors)
-    try:
-        yield
-    finally:
-        added = len(tr.prog) - (pos + 1)
-        for t in tr.tensors[:made]:
-            if t.site > pos:
-                t.site += added
-        tr.prog.extend(tail)
 
 
 def written(op: Any, fallback: View) -> View:

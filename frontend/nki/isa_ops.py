@@ -202,7 +202,7 @@ def dma_compute(call: str, dst: View, srcs: list[View], reduce_op: Any, scales: 
         return
     for k, v in enumerate((dst, *srcs)):
         what = "dst" if k == 0 else f"srcs[{k - 1}]"
-        if v.vector is not None or getattr(v, "scalar", None) is not None:
+        if getattr(v, "scalar", None) is not None:  # a vector offset went to _dma_compute_rmw above
             raise unsupported(f"{call} {what} with an indirect or runtime offset (the scatter / gather "
                               "read-modify-write forms)")
         if v.elements != dst.elements:
@@ -234,8 +234,16 @@ def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any
     def same(a: View, b: View) -> bool:
         return a.tensor is b.tensor and a.offset == b.offset and a.dims == b.dims and a.vector is b.vector
 
+    def gathered(shape: tuple[int, ...], dtype: Any, src: View) -> View:
+        """The rows of ``src`` as they are stored (no cast); with oob skip, a skipped row reads as 0."""
+        got = fresh(shape, dtype)
+        if oob == "skip":
+            nl._memset(got, 0.0)
+        dma_copy(call, got, src, oob=oob)
+        return got
+
+    mine = [k for k, v in enumerate(srcs) if same(v, dst)]
     if dst.vector is not None:  # scatter
-        mine = [k for k, v in enumerate(srcs) if same(v, dst)]
         if dst.tensor.memory == "sbuf" or not mine:
             raise unsupported(f"{call}: a destination with a vector offset is the scatter form: dst in HBM "
                               "and one of the two sources that same access (dst[indices] += data)")
@@ -244,10 +252,7 @@ def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any
             raise unsupported(f"{call}: the scatter form adds data in SBUF without a vector offset")
         # the rows are gathered as they are stored (no cast: a skipped row of a cast stage would be rounded
         # through dst's dtype; here it is never read back, the scatter skips it again)
-        old = fresh(data.shape, dst.dtype)
-        if oob == "skip":
-            nl._memset(old, 0.0)
-        dma_copy(call, old, dst, oob=oob)
+        old = gathered(data.shape, dst.dtype, dst)
         total = fresh(data.shape, dst.dtype)
         tensor_tensor(call, total, old, data, nl.add)
         dma_copy(call, dst, total, oob=oob)
@@ -255,15 +260,11 @@ def _dma_compute_rmw(call: str, dst: View, srcs: list[View], unique_indices: Any
     if dst.tensor.memory != "sbuf":
         raise unsupported(f"{call}: the gather form (a source with a vector offset) accumulates into dst in "
                           "SBUF")
-    mine = [k for k, v in enumerate(srcs) if same(v, dst)]
     if not mine or srcs[1 - mine[0]].vector is None:
         raise unsupported(f"{call}: the gather form adds a source with a vector offset to dst itself "
                           "(dst += src[indices])")
     src = srcs[1 - mine[0]]
-    got = fresh(dst.shape, src.dtype)  # gathered as stored; the sum below is float32
-    if oob == "skip":
-        nl._memset(got, 0.0)  # a skipped row adds nothing
-    dma_copy(call, got, src, oob=oob)
+    got = gathered(dst.shape, src.dtype, src)  # a skipped row adds nothing; the sum below is float32
     tensor_tensor(call, dst, got, dst, nl.add)
 
 
@@ -440,7 +441,6 @@ def scalar_tensor_tensor_accumulating(call: str, dst: View, data: View, op0: Any
         res = isa_accum.column(rows)  # the registers, in float32
 
     def emit(_cmd: Any, out: View | None) -> None:
-        same_size(call, dst, data)
         if out is None:
             scalar_tensor_tensor(call, dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
             return
@@ -1286,9 +1286,7 @@ class NkiScalar(VirtualRegister):
         k = int(other)
         if not -2 ** 31 <= k < 2 ** 31:
             raise unsupported(f"NkiScalar {op} {k} (an nl.int32 scalar's operand fits in 32 bits)")
-        if not reverse:
-            return self._imm(op, k)
-        if op == "subtract":  # k - x
+        if reverse and op == "subtract":  # k - x
             return self._imm("mult", -1)._imm("add", k)
         return self._imm(op, k)
 
@@ -1337,11 +1335,11 @@ def _scalar_pair(op: str, a: NkiScalar, b: NkiScalar) -> NkiScalar:
     one-element int32 SBUF tiles, a GpSimd int32 tensor_tensor, and back into a register."""
     tr = current()
     ta, tb, tc = (fresh((1, 1), "int32") for _ in range(3))
-    native("NkiScalar arithmetic", "tensor_store", (), (ta,), dst=ta, src=a.name)
-    native("NkiScalar arithmetic", "tensor_store", (), (tb,), dst=tb, src=b.name)
+    register_store("NkiScalar arithmetic", ta, a)
+    register_store("NkiScalar arithmetic", tb, b)
     tr.op("tensor_tensor", (ta, tb), (tc,), dst=tc, a=ta, b=tb, op=op)
     out = NkiScalar._new()
-    native("NkiScalar arithmetic", "tensor_load", (tc,), (), dst=out.name, src=tc)
+    register_load("NkiScalar arithmetic", out, tc)
     return out
 
 
@@ -1368,7 +1366,7 @@ def scalar_store(call: str, dst: View, value: Any) -> None:
     if d.dtype != value.dtype:
         raise unsupported(f"{call} into a {d.dtype} tile (an nl.{value.dtype} scalar is stored at its own "
                           "width)")
-    native(call, "tensor_store", (), (d,), dst=d, src=value.name)
+    register_store(call, d, value)
 
 
 def loop_index_register(kind: str, var: Any) -> LoopIndexRegister:
