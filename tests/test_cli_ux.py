@@ -276,7 +276,7 @@ def test_pyproject_tool_tusk_and_bad_files(cache, tmp_path):
     assert res.exit_code == 2 and "sideways" in res.stderr and not (tmp_path / "o2").exists()
 
 
-def test_tusk_toml_takes_the_number_settings_as_numbers(cache, tmp_path):
+def test_tusk_toml_takes_the_number_settings_as_numbers(cache, tmp_path, monkeypatch):
     """Every setting that is a number in the environment is a number in tusk.toml ("none" where it means no
     limit); a limit of 0 or less is refused (memory = 8000000000 was refused as "must be a string")."""
     k = kernels(tmp_path / "k", "tiled_exp.json")
@@ -288,11 +288,27 @@ def test_tusk_toml_takes_the_number_settings_as_numbers(cache, tmp_path):
     (k / "tusk.toml").write_text('trace_timeout = "none"\n')
     data = json.loads(run("passes", str(k), "--json").stdout)
     assert {s["name"]: s for s in data["settings"]}["trace_timeout"]["value"] is None
-    for bad in ("trace_timeout = 0", "memory = -1", 'timeline_limit = "lots"'):
+    for bad in ("trace_timeout = 0", "memory = -1", "memory = 0", 'timeline_limit = "lots"', "timeline_limit = -5",
+                "workers = -1"):
         (k / "tusk.toml").write_text(bad + "\n")
         res = run("compile", str(k), "-o", str(tmp_path / "o"))
         assert res.exit_code == 2 and bad.split(" ")[0] in res.stderr, (bad, res.stderr)
         assert not (tmp_path / "o").exists()
+    # the environment refuses what the file refuses, in the same words (TUSK_MEMORY=0 was taken as "not set")
+    (k / "tusk.toml").unlink()
+    for var, value, words in (("TUSK_MEMORY", "0", "a positive integer or none"),
+                              ("TUSK_TRACE_TIMEOUT", "-3", "a positive integer or none"),
+                              ("TUSK_WORKERS", "-1", "an integer, 0 or more, or none"),
+                              ("TUSK_TIMELINE_LIMIT", "-1", "an integer, 0 or more")):
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            res = run("compile", str(k), "-o", str(tmp_path / "o"))
+        assert res.exit_code == 2 and f"{var}='{value}' is not valid: expected {words}" in res.stderr, res.stderr
+        assert not (tmp_path / "o").exists()
+        (k / "tusk.toml").write_text(f"{var.removeprefix('TUSK_').lower()} = {value}\n")
+        res = run("compile", str(k), "-o", str(tmp_path / "o"))
+        assert res.exit_code == 2 and f"must be {words}, got {value}" in res.stderr, res.stderr
+        (k / "tusk.toml").unlink()
 
 
 def test_tusk_toml_limits_reach_the_build(cache, tmp_path):

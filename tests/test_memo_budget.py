@@ -113,3 +113,28 @@ def test_a_merge_lets_the_parts_and_their_outputs_go(tmp_path, monkeypatch):
     assert merged["status"] == "executed", merged
     assert set(tasks._MEMORY) == {h, merged["output"]}
     tasks.forget_all()
+
+
+def test_a_task_lets_the_units_earlier_modules_go_before_it_loads(tmp_path):
+    """A worker that ran parts of an earlier step keeps the base it cut them from; the next task of the unit
+    names the unit's earlier modules as dead, and they go before its input is loaded (the input then reuses
+    their memory).  The client's list is every module before the current step's input."""
+    from tusk.cache.store import Store
+    from tusk.workflows.graph import _dead, _State
+    from tusk.workflows.pipeline import default_pipeline, resolve
+
+    tasks.forget_all()
+    store = Store(str(tmp_path / "c"))
+    old, new = _modules(2)
+    h_old, h_new = store.put(old), store.put(new)
+    tasks.remember(h_old, old)  # the base of an earlier step's slices
+    step = next(s for s in resolve(default_pipeline()).steps if s.name == "unroll").task_spec()
+    st = _State(report=None, hashes=["host", h_old, h_old, h_new], i=3)  # type: ignore[arg-type]
+    assert _dead(st) == sorted(["host", h_old])
+    ctx = {"store": store.url, "verify": False, "check": False, "where": None, "dead": _dead(st)}
+    done = tasks.run_step(ctx, step, h_new, "e5" * 32, {"input": h_new})
+    assert done["status"] == "executed", done
+    assert h_old not in tasks._MEMORY and h_new in tasks._MEMORY
+    st.i = 1
+    assert _dead(st) == ["host"]  # the current input is never dead, even where an earlier step left it as it was
+    tasks.forget_all()

@@ -56,8 +56,18 @@ def _positive_or_none(text: str) -> int | None:
     return value
 
 
-def _int(text: str) -> int:
-    return int(text.strip())
+def _count_or_none(text: str) -> int | None:
+    value = _int_or_none(text)
+    if value is not None and value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def _verify_level(text: str) -> str:
@@ -79,7 +89,7 @@ def _bool(text: str) -> bool:
 SETTINGS: tuple[Setting, ...] = (
     Setting("cache_dir", "TUSK_CACHE_DIR", lambda: str(_user_cache_dir()), False,
             help="store root: a directory or an fsspec URL"),
-    Setting("workers", "TUSK_WORKERS", lambda: None, False, _int_or_none,
+    Setting("workers", "TUSK_WORKERS", lambda: None, False, _count_or_none,
             help="local worker processes (0: run in this process, no cluster; default: chosen by the size of "
                  "the build)"),
     Setting("scheduler", "TUSK_SCHEDULER", lambda: None, False,
@@ -91,10 +101,10 @@ SETTINGS: tuple[Setting, ...] = (
             help="target architecture of host modules"),
     Setting("instruction_limit", "TUSK_INSTRUCTION_LIMIT", lambda: None, True, _int_or_none,
             help="post-unroll instruction budget (module attribute max_instruction_limit)"),
-    Setting("timeline_limit", "TUSK_TIMELINE_LIMIT", lambda: 400_000, False, _int,
+    Setting("timeline_limit", "TUSK_TIMELINE_LIMIT", lambda: 400_000, False, _count,
             help="kernels with more instructions get no engine timeline in the build report (the timing model "
                  "takes ~10 s per million instructions)"),
-    Setting("memory", "TUSK_MEMORY", lambda: None, False, _int_or_none,
+    Setting("memory", "TUSK_MEMORY", lambda: None, False, _positive_or_none,
             help="bytes of RAM a build may use (default: the machine's): each local worker's Dask memory_limit "
                  "is this / workers, and a process keeps modules for its next step in 1/16 of its own budget"),
     Setting("trace_timeout", "TUSK_TRACE_TIMEOUT", lambda: 300, False, _positive_or_none,
@@ -105,9 +115,24 @@ SETTINGS: tuple[Setting, ...] = (
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 VERIFY_LEVELS = ("none", "ends", "all")
-_EXPECTED: dict[Callable[[str], Any], str] = {_int: "an integer", _int_or_none: "an integer or none",
+_EXPECTED: dict[Callable[[str], Any], str] = {_count: "an integer, 0 or more", _int_or_none: "an integer or none",
+                                              _count_or_none: "an integer, 0 or more, or none",
                                               _positive_or_none: "a positive integer or none", _bool: "true or false"}
 _EXPECTED_BY_NAME = {"verify": "none, ends or all"}
+
+
+def expected(name: str) -> str:
+    """What setting ``name`` takes, in words (the environment and tusk.toml refuse other values alike)."""
+    return _EXPECTED_BY_NAME.get(name) or _EXPECTED.get(BY_NAME[name].parse, "a valid value")
+
+
+def valid(name: str, value: Any) -> bool:
+    """Does setting ``name`` take ``value`` (as written in tusk.toml: an int, a string or "none")?"""
+    try:
+        BY_NAME[name].parse(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -136,8 +161,7 @@ def load(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] 
         try:
             values[s.name] = s.parse(raw) if raw not in (None, "") else s.default()
         except ValueError:
-            expected = _EXPECTED_BY_NAME.get(s.name) or _EXPECTED.get(s.parse, "a valid value")
-            raise UsageError(f"environment variable {s.env}={raw!r} is not valid: expected {expected} "
+            raise UsageError(f"environment variable {s.env}={raw!r} is not valid: expected {expected(s.name)} "
                              f"({s.help})") from None
     for k, v in (overrides or {}).items():
         if k not in BY_NAME:

@@ -178,6 +178,14 @@ class _State:
     written: bool = False      # the chain is complete and its outputs written: done once no timing is pending
 
 
+def _dead(st: _State) -> list[str]:
+    """The unit's modules that no task of its chain reads again: those before its current step's input.  A
+    worker that ran parts of an earlier step may still keep one (the base its slices were cut from); it lets
+    them go before it loads the next one, so the new module reuses their memory instead of fresh pages."""
+    current = st.hashes[st.i] if st.i < len(st.hashes) else None
+    return sorted({h for h in st.hashes[:st.i] if h and h != current})
+
+
 class Build:
     """One build; see :func:`build`."""
 
@@ -239,7 +247,7 @@ class Build:
         if verify and i == len(self.steps) - 1 and defer:
             verify = tasks.DEFER  # a big final output is checked by tasks beside its write, not before it
         return {"store": self.store.url, "verify": verify, "check": st.report.repairs > 0,
-                "where": st.report.unit.where}
+                "where": st.report.unit.where, "dead": _dead(st)}
 
     def _verifies(self, i: int) -> bool:
         if self.verify == "all":

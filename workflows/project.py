@@ -152,10 +152,8 @@ def _setting(name: str, value: Any, base: Path, where: str) -> Any:
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         expected = {int: "an integer", bool: "true or false", str: "a string"}[types[0]]
         raise ProjectFileError(f"{where}: {name} must be {expected}, got {value!r}")
-    if name == "workers" and value < 0:
-        raise ProjectFileError(f"{where}: workers must be 0 or more, got {value}")
-    if name in ("memory", "trace_timeout") and value <= 0:
-        raise ProjectFileError(f"{where}: {name} must be more than 0 (or \"none\"), got {value}")
+    if isinstance(value, int) and not config.valid(name, value):
+        raise ProjectFileError(f"{where}: {name} must be {config.expected(name)}, got {value}")
     if name in PATH_SETTINGS and "://" not in value:
         value = str((base / value).resolve()) if not Path(value).is_absolute() else value
     return value

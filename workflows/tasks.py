@@ -170,6 +170,13 @@ def remember(h: str, module, budget: int | None = None, parent: str | None = Non
         total -= sz
 
 
+def forget(hashes) -> None:
+    """Let the kept modules ``hashes`` go (the client knows no task reads them again)."""
+    for h in hashes:
+        if _MEMORY.pop(h, None) is not None:
+            _PARENT.pop(h, None)
+
+
 def forget_all() -> None:
     _MEMORY.clear()
     _PARENT.clear()
@@ -477,6 +484,7 @@ def _open(ctx: dict, key: str, input_hash: str, clock: dict, keep: bool | None =
     hit = _cached(store, key)
     if hit:
         return store, None, hit
+    forget(ctx.get("dead") or ())
     module, missing = _load_input(store, input_hash, clock, keep=not ctx.get("part") if keep is None else keep)
     _moved_on(input_hash)
     return store, module, missing
