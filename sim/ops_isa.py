@@ -547,21 +547,26 @@ class EngineRng:
         return ((self.bits(parts, n) >> np.uint32(8)).astype(np.float64) / float(1 << 24)).astype(F32)
 
 
-def engine_rng(fr: Frame, i: int) -> EngineRng:
-    gens = fr.m.__dict__.setdefault("engine_rngs", {})  # machine state kept across calls of one run
+def engine_rng(fr: Frame, i: int, named: bool = False) -> EngineRng:
+    """The generator of instruction ``i``'s engine (``named``: the engine its ``rng_engine`` attribute names,
+    as the state instructions carry it), kept across calls of one run."""
+    gens = fr.m.__dict__.setdefault("engine_rngs", {})
     engine = ENGINE_NAMES[int(fr.fn.insts["engine"][i])]
-    return gens.setdefault(engine, EngineRng())
+    return gens.setdefault(fr.attrs(i).get("rng_engine", engine) if named else engine, EngineRng())
+
+
+def _rows(fr: Frame, ap) -> tuple[int, int]:
+    """(partitions, elements per partition) of access ``ap``."""
+    acc = fr.access(ap)
+    parts = acc.shape[0] if acc.shape else 1
+    return parts, acc.count // parts
 
 
 def h_set_rand_state(fr: Frame, i: int) -> None:
     ins, _ = _io(fr, i, 1, 0)
     seeds = fr.value(ins[0]).reshape(-1).astype(np.int64) & 0xFFFFFFFF
-    attrs = fr.attrs(i)
-    engine = attrs.get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
-    gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
-    acc = fr.access(ins[0])
-    parts = acc.shape[0] if acc.shape else 1
-    words = acc.count // parts
+    gen = engine_rng(fr, i, named=True)
+    parts, words = _rows(fr, ins[0])
     if words in (6, 24) and parts <= 128:  # a whole XORWOW state per partition (nisa.rand_set_state)
         gen.set_state(seeds.reshape(parts, words).astype(np.uint32))
         return
@@ -576,30 +581,22 @@ def h_set_rand_state(fr: Frame, i: int) -> None:
 def h_get_rand_state(fr: Frame, i: int) -> None:
     """The engine's generator state words, one row per partition."""
     _, outs = _io(fr, i, 0)
-    engine = fr.attrs(i).get("rng_engine", ENGINE_NAMES[int(fr.fn.insts["engine"][i])])
-    gen = fr.m.__dict__.setdefault("engine_rngs", {}).setdefault(engine, EngineRng())
-    acc = fr.access(outs[0])
-    parts = acc.shape[0] if acc.shape else 1
-    words = acc.count // parts
+    parts, words = _rows(fr, outs[0])
     if words not in (6, 24) or parts > 128:
         raise InputError(f"a generator state of {words} words per partition (6 or 24)")
-    fr.store(outs[0], gen.get_state(words)[:parts].astype(np.int64))
+    fr.store(outs[0], engine_rng(fr, i, named=True).get_state(words)[:parts].astype(np.int64))
 
 
 def h_rng(fr: Frame, i: int) -> None:
     """32 random bits per element; narrower integer dtypes keep the low bits."""
     _, outs = _io(fr, i, 0)
-    acc = fr.access(outs[0])
-    parts = acc.shape[0] if acc.shape else 1
-    fr.store(outs[0], engine_rng(fr, i).bits(parts, acc.count // parts).astype(np.int64))
+    fr.store(outs[0], engine_rng(fr, i).bits(*_rows(fr, outs[0])).astype(np.int64))
 
 
 def h_rand2(fr: Frame, i: int) -> None:
     """Uniform floats in [min, max)."""
     ins, outs = _io(fr, i, 2)
-    acc = fr.access(outs[0])
-    parts = acc.shape[0] if acc.shape else 1
-    u = engine_rng(fr, i).uniform(parts, acc.count // parts)
+    u = engine_rng(fr, i).uniform(*_rows(fr, outs[0]))
     lo = _per_partition(fr, ins[0], u, "min")
     hi = _per_partition(fr, ins[1], u, "max")
     fr.store(outs[0], lo + u * (hi - lo))
