@@ -109,6 +109,13 @@ def variant(special: Handler, general: Handler, key: str, value: object = True) 
     return handler
 
 
+def _reverses(fr: Frame, attrs) -> tuple[bool, bool]:
+    """``reverse0`` / ``reverse1``: whether op0 / op1 take their operands swapped (flags may be loop-index
+    expressions)."""
+    return (bool(fr.maybe_affine(attrs.get("reverse0", False))),
+            bool(fr.maybe_affine(attrs.get("reverse1", False))))
+
+
 def h_tensor_tensor_scan(fr: Frame, i: int) -> None:
     """``r[:, k] = op1(op0(a[:, k], r[:, k-1]), b[:, k])``, ``r[:, -1] = initial``."""
     ins, outs = _io(fr, i, 3)
@@ -118,7 +125,7 @@ def h_tensor_tensor_scan(fr: Frame, i: int) -> None:
         raise InputError(f"tensor_tensor_scan inputs have shapes {a.shape} and {b.shape}")
     prev = np.broadcast_to(_per_partition(fr, ins[2], a, "the scan's initial value"), (a.shape[0], 1))[:, 0]
     op0, op1 = attrs.get("op0", "add"), attrs.get("op1", "add")
-    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    r0, r1 = _reverses(fr, attrs)
     out = np.empty_like(a)
     for k in range(a.shape[1]):
         prev = _ordered(op1, _ordered(op0, a[:, k], prev, r0), b[:, k], r1)
@@ -135,7 +142,7 @@ def h_tensor_scalar_cache(fr: Frame, i: int) -> None:
     x = _f32(fr, ins[0])
     s0 = _per_partition(fr, ins[1], x, "imm0")
     op0, op1 = op_name(attrs.get("op0", "bypass")), op_name(attrs.get("op1", "add"))
-    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    r0, r1 = _reverses(fr, attrs)
     if attrs.get("acc", "ZeroAccumulate") == "LoadAccumulate":
         _one(ins, "input", 3)
         reg = np.broadcast_to(_per_partition(fr, ins[2], x, "imm1"), (x.shape[0], 1))[:, 0].astype(F32)
@@ -158,7 +165,7 @@ def h_activate2(fr: Frame, i: int) -> None:
     f = _lookup(ACTIVATIONS, attrs.get("func", "Identity"), "activation function")
     x = _f32(fr, ins[0])
     s0, s1 = _per_partition(fr, ins[1], x, "imm0"), _per_partition(fr, ins[2], x, "imm1")
-    r0, r1 = bool(fr.maybe_affine(attrs.get("reverse0", False))), bool(fr.maybe_affine(attrs.get("reverse1", False)))
+    r0, r1 = _reverses(fr, attrs)
     y = _ordered(op_name(attrs.get("op1", "bypass")), _ordered(op_name(attrs.get("op0", "bypass")), x, s0, r0), s1, r1)
     out = np.asarray(f(y, attrs.get("alpha", 0.0)), dtype=F32)
     fr.store(outs[0], out)
