@@ -169,7 +169,8 @@ def _rows(result: CompileResult, noop: bool = False) -> tuple[list[tuple], list[
 
 
 CAPTION = ("makespan: timing-model cycles before rotation; rotated: after; limit: what bounds the rotated "
-           "makespan, and its busy share (report.html: the bound)")
+           "makespan, and its busy share (report.html: the bound); -: not timed (a loop kept, or beyond "
+           "timeline_limit: report.html says why)")
 
 
 def summary_table(result: CompileResult) -> Table:
