@@ -23,7 +23,10 @@ last (:func:`memory_budget` bytes of columns, least recently used out), so
 the next step of the same kernel placed on the same worker -- the client
 asks the scheduler for that worker -- starts from memory instead of reading
 and re-hashing the object.  Passes never mutate their input, so sharing is
-safe.
+safe.  Each task names the kernel's modules no later step reads (``dead`` in
+its context); a process lets them go before it loads the task's input, so a
+worker that ran parts of an earlier step does not keep that step's whole
+module while it loads the next (fresh memory costs a page fault per 4 KiB).
 
 **Locations are not content.**  Objects never hold where a build writes: a
 module's artifact directory is empty in the store, and a placeholder names
