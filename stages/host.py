@@ -24,8 +24,9 @@ A BIR-JSON file that already holds placeholders is a host module itself
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -139,12 +140,30 @@ def placeholders(module: Module) -> Iterator[tuple[Function, int]]:
             yield fn, i
 
 
+def kernel_file(attrs: Mapping[str, Any]) -> str | None:
+    """The kernel file a placeholder's attributes name: ``klir_binary`` as a path, or as the object the
+    compiler's custom-call configuration writes (``{"binary": path, "input_names": ...}``); None if neither."""
+    written = attrs.get("klir_binary")
+    if isinstance(written, Mapping):
+        written = written.get("binary")
+    return written if isinstance(written, str) and written else None
+
+
+def naming_kernel_file(attrs: Record, path: str) -> Record:
+    """``attrs`` naming ``path`` as its kernel file, in the form it was written (a path, or the object's
+    ``binary``)."""
+    written = attrs.get("klir_binary")
+    if isinstance(written, Mapping):
+        return attrs.with_(klir_binary={**dict(written), "binary": path})
+    return attrs.with_(klir_binary=path)
+
+
 def placeholder_files(module: Module) -> list[str]:
     """The kernel files a host module's placeholders name, as written."""
     out = set()
     for fn, i in placeholders(module):
-        p = fn.record(fn.insts.get("attrs", i)).get("klir_binary")
-        if isinstance(p, str) and p:
+        p = kernel_file(fn.record(fn.insts.get("attrs", i)))
+        if p is not None:
             out.add(p)
     return sorted(out)
 

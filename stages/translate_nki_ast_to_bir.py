@@ -57,7 +57,7 @@ from tusk.ir.enums import FnKind, Mem, Op, Role, TensorKind
 from tusk.ir.errors import FormatError, InputError, PassError
 from tusk.ir.module import Function, Module
 from tusk.stages.base import Pass, Stats, option
-from tusk.stages.host import dram_arguments
+from tusk.stages.host import dram_arguments, kernel_file
 
 log = logging.getLogger("tusk.translate_nki_ast_to_bir")
 
@@ -189,8 +189,8 @@ class TranslateNKIASTToBIR(Pass):
 
 def _lower(module: Module, fn: Function, row: int, staging: _Staging, taken: set[str]) -> _Lowered | None:
     attrs = fn.record(fn.insts.get("attrs", row))
-    written = attrs.get("klir_binary")
-    if not isinstance(written, str) or not written:
+    written = kernel_file(attrs)
+    if written is None:
         raise PassError(f"InstNKIKLIRKernel {fn.inst_name(row)} names no kernel file (klir_binary)")
     art = module.artifact_dir
     path = resolve_kernel_file(written, art)

@@ -474,3 +474,29 @@ def test_ctrl_c_while_the_local_cluster_starts_ends_cleanly(tmp_path, delay):
     time.sleep(0.5)
     assert not [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not out.exists() or sorted(p.name for p in out.iterdir()) in ([], ["tusk.log"]), list(out.iterdir())
+
+
+def test_a_placeholder_naming_its_kernel_as_the_custom_call_object_builds_alike(tmp_path):
+    """``klir_binary`` as the compiler's custom-call configuration writes it (``{"binary": path,
+    "input_names": ...}``) names the same kernel file as the plain path: both host modules build, through the
+    whole default pipeline, to the same output; the object form was refused as naming no kernel file."""
+    from tusk.stages.host import host_module_for, kernel_file
+
+    kern = copy_examples(tmp_path / "kern", "tensor_add.klr")
+    outputs = []
+    for form in ("path", "object"):
+        host = host_module_for(str(kern / "tensor_add.klr"), 0, "")
+        fn = host.functions[0]
+        row = int(np.nonzero(fn.insts["opcode"] == 56)[0][0])
+        attrs = fn.record(fn.insts.get("attrs", row))
+        name = "../kern/tensor_add.klr"
+        written = name if form == "path" else {"binary": name, "input_names": ["a", "b"], "output_names": ["c"],
+                                                "version_identifier": ""}
+        fn.insts.set("attrs", row, fn.intern_record(attrs.with_(klir_binary=written)))
+        assert kernel_file(fn.record(fn.insts.get("attrs", row))) == name
+        (tmp_path / form).mkdir()
+        bir_json.save(host, tmp_path / form / "host.json")
+        code, rep, _ = tusk(str(tmp_path / form), "-o", str(tmp_path / f"out_{form}"))
+        assert code == 0, rep["failed"]
+        outputs.append(rep["kernels"][0]["units"][0]["final"])
+    assert outputs[0] == outputs[1]

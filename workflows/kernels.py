@@ -384,10 +384,10 @@ def given_host_module(k: Kernel):
     kdir = kernel_dir(k)
     for fn, i in stages_host.placeholders(module):
         attrs = fn.record(fn.insts.get("attrs", i))
-        written = attrs.get("klir_binary")
-        if isinstance(written, str) and written in k.placeholders:
-            fn.insts.set("attrs", i, fn.intern_record(attrs.with_(
-                klir_binary=relative_name(k.placeholders[written], kdir))))
+        written = stages_host.kernel_file(attrs)
+        if written is not None and written in k.placeholders:
+            fn.insts.set("attrs", i, fn.intern_record(stages_host.naming_kernel_file(
+                attrs, relative_name(k.placeholders[written], kdir))))
     module.artifact_dir = ""
     return module
 

@@ -256,18 +256,18 @@ def _with_kernel_files(module, rewrite, artifact_dir: str):
     """``module`` with each placeholder's ``klir_binary`` rewritten (where ``rewrite`` gives a new name)
     and the artifact directory set; functions are copied only where something changes."""
     from tusk.ir.module import Module
-    from tusk.stages.host import placeholder_rows
+    from tusk.stages.host import kernel_file, naming_kernel_file, placeholder_rows
 
     fns = list(module.functions)
     for k, fn in enumerate(module.functions):
         for i in placeholder_rows(fn):
             attrs = fns[k].record(fns[k].insts.get("attrs", i))
-            written = attrs.get("klir_binary")
-            new = rewrite(written) if isinstance(written, str) else None
+            written = kernel_file(attrs)
+            new = rewrite(written) if written is not None else None
             if new is not None and new != written:
                 if fns[k] is fn:
                     fns[k] = fn.copy()
-                fns[k].insts.set("attrs", i, fns[k].intern_record(attrs.with_(klir_binary=new)))
+                fns[k].insts.set("attrs", i, fns[k].intern_record(naming_kernel_file(attrs, new)))
     return Module(fns, module.arch, module.version, module.attributes, artifact_dir, module.queues, module.extras)
 
 
