@@ -89,6 +89,10 @@ class Frame:
         self.fn = fn
         #: gather indices put in place of an operand's own while an out-of-bounds-skipping DMA runs
         self.gather_override: dict[int, np.ndarray] = {}
+        #: the runtime offset and gather of an operand, as :meth:`runtime_rows` read them for the instruction
+        #: running now (its copy then addresses what was checked, without reading the registers and index
+        #: tiles again); cleared when that instruction ends
+        self.resolved: dict[int, tuple[int, tuple[int, np.ndarray] | None]] = {}
         ins, ops = fn.insts, fn.operands
         self.opcode = ins["opcode"].tolist()
         self.pred = ins["pred"].tolist()
@@ -272,7 +276,7 @@ class Frame:
 
     def _dynamic(self, j: int) -> Access:
         """A physical AP with DynamicAPInfo: register offsets, memory scalar offsets, gathers."""
-        off, gather = self._dynamic_parts(j)
+        off, gather = self.resolved.get(j) or self._dynamic_parts(j)
         if gather is not None and j in self.gather_override:
             gather = (gather[0], self.gather_override[j])
         return make_access(self.loc(self.memloc[j]), self.dtype[j], off, self.patterns[self.pattern[j]], gather)
@@ -286,7 +290,7 @@ class Frame:
         if self.kind[j] == Kind.REGISTER_AP and self.aux[j] >= 0:
             off, gather = self.offset[j] + self.m.regs[self.reg_names[self.aux[j]]], None
         elif self.kind[j] == Kind.PHYSICAL and self.dyn[j] >= 0:
-            off, gather = self._dynamic_parts(j)
+            off, gather = self.resolved[j] = self._dynamic_parts(j)
         else:
             return None
         loc = self.loc(self.memloc[j])

@@ -254,8 +254,17 @@ def h_copy(fr: Frame, i: int) -> None:
     _one(ins, "input")
     _one(outs, "output")
     src, dst = ins[0], outs[0]
-    if attrs.get("oob_is_err", True) is False and _copy_skipping_oob(fr, src, dst, mode):
+    if attrs.get("oob_is_err", True) is False:
+        try:
+            if not _copy_skipping_oob(fr, src, dst, mode):
+                _plain_copy(fr, src, dst, mode, attrs)
+        finally:
+            fr.resolved.clear()
         return
+    _plain_copy(fr, src, dst, mode, attrs)
+
+
+def _plain_copy(fr: Frame, src: int, dst: int, mode, attrs) -> None:
     if mode in ("CCE", 2):  # DMA with compute: dst = dst cce_op src (e.g. an accumulating store)
         old = fr.value(dst)
         fr.store(dst, alu(attrs.get("cce_op", "add"), old, _broadcast(old, fr.value(src), "in0")))
