@@ -29,6 +29,7 @@ raises "dtype X not supported by the interpreter".
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -132,6 +133,14 @@ def from_compute(vals: np.ndarray, dt: int) -> np.ndarray:
 # --------------------------------------------------------------------------- storages
 
 
+def physical_memory() -> int:
+    """Bytes of RAM (a memory the interpreter is asked to hold beyond it is refused, not paged to death)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
 class Storage:
     """One memory: a flat byte array plus (strict mode) a per-byte written mask."""
 
@@ -140,11 +149,18 @@ class Storage:
     def __init__(self, name: str, nbytes: int, *, strict: bool = False, rng: np.random.Generator | None = None):
         n = max(8, -(-int(nbytes) // 8) * 8)  # a multiple of 8 so that every dtype view fits
         self.name = name
-        if rng is None:
-            self.data = np.zeros(n, dtype=np.uint8)
-        else:
-            self.data = rng.integers(0, 256, size=n, dtype=np.uint8)
-        self.written = np.zeros(n, dtype=bool) if strict else None
+        too_big = (f"{name} needs {n:,} bytes, more than this machine's memory: the interpreter cannot hold it "
+                   f"(a size or an address out of range?)")
+        if n * (2 if strict else 1) > physical_memory():
+            raise InputError(too_big)
+        try:
+            if rng is None:
+                self.data = np.zeros(n, dtype=np.uint8)
+            else:
+                self.data = rng.integers(0, 256, size=n, dtype=np.uint8)
+            self.written = np.zeros(n, dtype=bool) if strict else None
+        except MemoryError:
+            raise InputError(too_big) from None
         self._typed: dict[np.dtype, np.ndarray] = {}
 
     def __len__(self) -> int:

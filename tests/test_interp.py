@@ -52,6 +52,19 @@ def test_dma_round_trip_is_bit_exact_including_nan_payloads():
     assert np.array_equal(out.view(np.uint32), a.view(np.uint32))
 
 
+def test_a_memory_location_beyond_the_machine_is_refused_by_name():
+    """A DRAM tensor placed (or sized) past anything the machine can hold is an input error naming it; numpy's
+    MemoryError ("Unable to allocate 16.0 TiB") escaped before."""
+    b, x, y, t, u = _unary_program()
+    b.copy(u.ap(), t.ap())
+    m = _finish(b, y, u)
+    fn = m.functions[0]
+    row = [fn.strings[n] for n in fn.memlocs["name"].tolist()].index("y")
+    fn.memlocs.set("addr", row, 1 << 50)
+    with pytest.raises(TuskError, match=r"DRAM needs 1,125,899,906,842,\d+ bytes, more than this machine's memory"):
+        run(m, {"x": np.zeros((4, 8), np.float32)})
+
+
 def test_copy_converts_float_to_int_rounding_half_to_even_and_saturating():
     b, x, y, t, u = _unary_program(shape=(1, 6), out_dtype="int8")
     b.copy(u.ap(), t.ap())
