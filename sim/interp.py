@@ -25,6 +25,7 @@ calls).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Mapping
 
@@ -35,7 +36,18 @@ from tusk.ir.errors import InputError, UsageError
 from tusk.ir.module import Function, Module
 from tusk.sim.control import run_function
 from tusk.sim.machine import Frame, Machine, memloc_elems
-from tusk.sim.memory import BF16, DT_CLASS, FLOAT, FP8, INT, NP_DTYPES, bf16_to_f32, f32_to_bf16, from_compute
+from tusk.sim.memory import (
+    BF16,
+    DT_CLASS,
+    FLOAT,
+    FP8,
+    INT,
+    NP_DTYPES,
+    bf16_to_f32,
+    f32_to_bf16,
+    from_compute,
+    physical_memory,
+)
 from tusk.sim.minifloat import FORMATS
 
 __all__ = ["run", "random_inputs", "same_outputs", "entry_function", "decode"]
@@ -179,6 +191,8 @@ def random_inputs(module: Module, seed: int = 0, *, function: str | None = None)
     for m in _dram_tensors(fn, INPUT_KINDS | {TensorKind.Const}):
         name = fn.strings[fn.memlocs.get("name", m)]
         shape, dt = memloc_elems(fn, m)
+        if math.prod(shape) * 8 > physical_memory():  # drawn in float64 first
+            raise InputError(f"input {name} of shape {list(shape)} is more than this machine's memory can hold")
         c = DT_CLASS[dt]
         if c == FLOAT:
             out[name] = rng.uniform(-2.0, 2.0, size=shape).astype(NP_DTYPES[dt])

@@ -263,11 +263,13 @@ class KlirToBirCodegen:
         """Name of the memory location holding tensor ``t`` (one per memory region)."""
         return self.fn.strings[self.fn.memlocs.get("name", self._region(t).memloc)]
 
-    @staticmethod
-    def _dram_bytes(t: Any) -> int:
+    def _dram_bytes(self, t: Any) -> int:
         a = t.address
         logical = t.shape.parDim * t.freeElements * DTYPE_SIZES[bir_dtype(t.dtype)]
-        return max(a.parSize * a.freeSize, logical)
+        nbytes = max(a.parSize * a.freeSize, logical)
+        if nbytes > MAX_BYTES:  # as the BIR-JSON reader refuses: past int64 once summed with an offset
+            raise FormatError(f"tensor {t.name}: {nbytes} bytes of DRAM, past 2^62{self._where}")
+        return nbytes
 
     # ================================================================== accesses
     def static_access(self, access: Any) -> StaticArg:
@@ -325,6 +327,9 @@ class KlirToBirCodegen:
             raise PassError(f"tensor {t.name}: a row of {row_bytes} bytes is not a whole number of "
                             f"{enums.DTYPE_NAMES[dt]} elements{self._where}")
         logical = row_bytes // size
+        if logical <= 0:
+            raise FormatError(f"tensor {t.name}: no elements in a partition row (free dimensions "
+                              f"{list(t.shape.freeDims)}){self._where}")
         if region.mtype == Mem.DRAM:
             return StaticArg(region.memloc, dt, offset, pattern, False, 1, region.nbytes, 0, logical)
         pitch = region.nbytes // size

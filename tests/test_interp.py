@@ -65,6 +65,13 @@ def test_a_memory_location_beyond_the_machine_is_refused_by_name():
         run(m, {"x": np.zeros((4, 8), np.float32)})
 
 
+def test_random_inputs_beyond_the_machine_are_refused_by_name():
+    b = Builder()
+    b.dram("x", (1 << 20, 1 << 22), "float32", kind="ExternalInput")
+    with pytest.raises(TuskError, match=r"input x of shape \[1048576, 4194304\] is more than this machine's memory"):
+        random_inputs(b.module())
+
+
 def test_copy_converts_float_to_int_rounding_half_to_even_and_saturating():
     b, x, y, t, u = _unary_program(shape=(1, 6), out_dtype="int8")
     b.copy(u.ap(), t.ap())

@@ -565,3 +565,56 @@ def test_scalar_offset_coefficient_counts_elements_of_the_override_dtype():
     assert ops_of(fn, "inst.1").ins[0].dyn.aff_expr[0][1] == 128  # one row = 128 uint16 elements
     xa = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
     assert np.array_equal(run(module_of(fn), {"x": xa})["y"], xa[2:3])
+
+
+def _tensor_names(obj, seen=None):
+    """Every KLR TensorName object reachable from ``obj`` (the decoded file)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, T.TensorName):
+        yield obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _tensor_names(getattr(obj, f.name), seen)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensor_names(v, seen)
+
+
+def _translated_with(tmp_path, change):
+    """examples/kernels/tensor_add.klr with ``change(tensor_name)`` applied to every tensor of it, translated."""
+    from pathlib import Path
+
+    from tusk.ir.klr import read_klr, write_klr
+    from tusk.stages.host import host_module_for
+    from tusk.stages.translate_nki_ast_to_bir import TranslateNKIASTToBIR
+
+    contents = read_klr((Path(__file__).resolve().parent.parent / "examples" / "kernels" / "tensor_add.klr")
+                        .read_bytes())
+    for t in _tensor_names(contents):
+        change(t)
+    path = tmp_path / "k.klr"
+    path.write_bytes(write_klr(contents))
+    return TranslateNKIASTToBIR().run(host_module_for(str(path), 0, str(tmp_path)))
+
+
+def test_a_klr_tensor_of_impossible_size_is_a_format_error_naming_it(tmp_path):
+    """Found by mutating decoded KLR files: a DRAM tensor past 2^62 bytes ended in numpy's OverflowError, a
+    tensor with no elements in a row in a ZeroDivisionError; both are the file's fault, named."""
+    from tusk.ir.errors import FormatError
+
+    def huge(t):  # its DRAM address is 128 partitions of 2^62 bytes
+        object.__setattr__(t.address, "parSize", 128)
+        object.__setattr__(t.address, "freeSize", 1 << 62)
+
+    with pytest.raises(FormatError, match=r"tensor \S+: \d+ bytes of DRAM, past 2\^62"):
+        _translated_with(tmp_path, huge)
+
+    def empty(t):
+        object.__setattr__(t, "shape", T.Shape(t.shape.parDim, (0,)))
+        object.__setattr__(t, "freeElements", 0)
+
+    with pytest.raises(FormatError, match=r"tensor \S+: no elements in a partition row \(free dimensions \[0\]\)"):
+        _translated_with(tmp_path, empty)
