@@ -97,7 +97,10 @@ def _block_rows(fr: Frame) -> dict[int, list[int]]:
 def _locate(fr: Frame, i: int, e: Exception) -> InterpError:
     if isinstance(e, InterpError):
         return e
-    msg = e.message if isinstance(e, TuskError) else f"{type(e).__name__}: {e}"
+    if isinstance(e, MemoryError):  # an access pattern (or tile) the machine cannot hold: the program's size
+        msg = f"it needs more memory than this machine has ({e})"
+    else:
+        msg = e.message if isinstance(e, TuskError) else f"{type(e).__name__}: {e}"
     return InterpError(f"function {fr.fn.name}: instruction {fr.name(i)} ({fr.opname(i)}): {msg}")
 
 
@@ -125,7 +128,8 @@ def _run_rows(fr: Frame, rows) -> str | None:
             h(fr, i)
     except (_Return, InterpError):
         raise
-    except (TuskError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
+    except (TuskError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
+            MemoryError) as e:
         raise _locate(fr, i, e) from None
     return None
 

@@ -72,6 +72,25 @@ def test_random_inputs_beyond_the_machine_are_refused_by_name():
         random_inputs(b.module())
 
 
+def test_an_instruction_the_machine_cannot_hold_is_an_error_at_that_instruction(monkeypatch):
+    """An access pattern of 2^31 x 64 elements (a mutated KLR file's iota) made numpy raise MemoryError out of the
+    interpreter; it is an input error located at the instruction."""
+    from tusk.sim import control
+
+    b, x, y, t, u = _unary_program()
+    b.copy(u.ap(), t.ap())
+    m = _finish(b, y, u)
+
+    def too_big(fr, i):
+        raise MemoryError("Unable to allocate 1.00 TiB for an array with shape (64, 2147483648)")
+
+    table = list(control._table())
+    table[Op.TensorCopy] = too_big
+    monkeypatch.setattr(control, "TABLE", table)
+    with pytest.raises(TuskError, match=r"instruction \S+ \(\w+\): it needs more memory than this machine has"):
+        run(m, {"x": np.zeros((4, 8), np.float32)})
+
+
 def test_copy_converts_float_to_int_rounding_half_to_even_and_saturating():
     b, x, y, t, u = _unary_program(shape=(1, 6), out_dtype="int8")
     b.copy(u.ap(), t.ap())
