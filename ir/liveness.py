@@ -36,12 +36,14 @@ The others are reported so that callers can treat them as fixed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from tusk.ir.columns import one_of
 from tusk.ir.enums import DTYPE_SIZE_ARRAY, OPCODE_BY_NAME, READ_ACCUMULATOR_OPCODES, Kind, Mem, Op, Role
+from tusk.ir.errors import InputError
 from tusk.ir.module import Function, concat_ranges
 
 BRANCHES = (Op.CompareAndBranch, Op.UnconditionalBranch)
@@ -335,10 +337,18 @@ def _clean_writes(fn: Function, a_memloc, a_row, a_write) -> np.ndarray:
     return clean
 
 
+MAX_ELEMENTS = 1 << 28  # elements of one access listed one by one (2 GiB of indices): an SBUF partition has 192 KiB
+
+
 def pattern_elements(fn: Function, pattern: int, offset: int) -> np.ndarray:
     """Element indices ``offset + sum(i_k * step_k)`` of pattern ``pattern`` of ``fn`` (-1: the one element)."""
+    dims = fn.patterns[pattern] if pattern >= 0 else ()
+    n = math.prod(max(int(num), 0) for _, num in dims)
+    if n > MAX_ELEMENTS:
+        raise InputError(f"function {fn.name}: an access pattern {[list(d) for d in dims]} of {n:,} elements, "
+                         f"more than an access can address")
     idx = np.array([offset], dtype=np.int64)
-    for step, num in (fn.patterns[pattern] if pattern >= 0 else ()):
+    for step, num in dims:
         idx = (idx[:, None] + int(step) * np.arange(max(int(num), 0), dtype=np.int64)[None, :]).ravel()
     return idx
 
