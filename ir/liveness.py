@@ -413,6 +413,8 @@ def group_kills(fn: Function, a_memloc, a_row, a_write, a_op, kill) -> np.ndarra
             continue
         size = int(DTYPE_SIZE_ARRAY[dts[0]])
         cap = int(ml.get("pbytes", m)) // size * int(ml.get("nparts", m))
+        if cap > MAX_ELEMENTS:  # more than any SBUF or PSUM tile holds: found no group kill (the safe answer)
+            continue
         slices, of_access = _elements_of(fn, a_op[lo:hi])
         if any(len(e) and (e.min() < 0 or e.max() >= cap) for e in slices):
             continue

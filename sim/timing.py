@@ -340,6 +340,10 @@ def instruction_costs(fn: Function, costs: CostTable = DEFAULT_COSTS) -> tuple[n
 # =========================================================================== bandwidth calendar
 
 
+# buckets one DMA may span (512M cycles, a transfer of many GB): past it the calendar's walk would take hours
+MAX_DMA_BUCKETS = 1 << 22
+
+
 class Calendar:
     """Capacities per time bucket of the shared DMA resources: engine-cycles of the DMA engines
     and DRAM bytes.  A transfer books them bucket by bucket at up to its own rate.
@@ -455,6 +459,12 @@ def simulate(fn_or_module: Function | Module, cost_table: CostTable = DEFAULT_CO
     src, dst = _straight_line_edges(fn)
     n = len(fn.insts)
     p = plan(fn, cost_table)
+    span = p.work / (p.rate * cost_table.bucket)
+    if n and span.max() > MAX_DMA_BUCKETS:  # the calendar books bucket by bucket: a hostile size takes hours
+        i = int(np.argmax(span))
+        raise PassError(f"timing: instruction {fn.inst_name(i)} of {fn.name} moves {int(p.dram[i] or 0):,} bytes "
+                        f"of DRAM in {p.work[i]:,.0f} engine cycles, longer than the timing model books "
+                        f"({MAX_DMA_BUCKETS:,} calendar buckets of {cost_table.bucket:g} cycles)")
     call_tl = _callee_timelines(fn, module, cost_table)
     call_cost = {i: tl.makespan for i, tl in call_tl.items()}
     order = np.argsort(dst, kind="stable")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tusk.examples import bir_kernels
+from tusk.ir.builder import Builder
 from tusk.ir.enums import FnAttr, Mem
 from tusk.ir.liveness import _groups, instances
 from tusk.stages.unroll import Unroll
@@ -103,3 +105,31 @@ def test_group_kill_starts_on_atoms_are_those_on_elements():
         on_atoms = _group_starts([units[next(k for k, s in enumerate(slices) if s is e)] for e in elems], clean,
                                  n_units)
         assert np.array_equal(on_atoms, _scanned_group_starts(elems, clean, cap))
+
+
+def test_an_access_too_large_to_list_is_an_input_error_not_a_numpy_failure():
+    """The live-overlap check lists an access's elements; a mutated KLR file's pattern of 2^30 x 4 elements made
+    numpy refuse the array ("array is too big") out of the verifier."""
+    from tusk.ir.errors import InputError
+    from tusk.ir.liveness import pattern_elements
+
+    b = Builder()
+    t = b.sbuf("t", (4, 8), "float32", addr=0)
+    b.copy(t.ap([[8, 4], [0, 1 << 30]]), t.ap())
+    fn = b.module().functions[0]
+    patterns = [k for k in range(len(fn.patterns.items)) if any(int(n) == 1 << 30 for _, n in fn.patterns[k])]
+    with pytest.raises(InputError, match=r"an access pattern \[\[8, 4\], \[0, 1073741824\]\] of 4,294,967,296 elements"):
+        pattern_elements(fn, patterns[0], 0)
+    assert len(pattern_elements(fn, next(k for k in range(len(fn.patterns.items)) if k != patterns[0]), 0)) == 32
+
+
+def test_group_kills_of_a_tile_larger_than_any_memory_are_not_searched():
+    """A changed KLR file's SBUF tile of 2^38 bytes a partition made the group-kill search allocate one cell per
+    element (numpy MemoryError, 512 GiB); such a tile gets no group kill (the safe answer) at once."""
+    b = Builder()
+    x = b.dram("x", (128, 1 << 29), "float32", kind="ExternalInput")
+    t = b.sbuf("t", (128, 1 << 29), "float32", addr=0)
+    for _ in range(2):
+        b.dma(t.ap([[1 << 29, 128], [1, 8]]), x.ap([[1 << 29, 128], [1, 8]]))
+    inst = instances(b.module().functions[0], groups=True)
+    assert inst is not None

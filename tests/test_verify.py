@@ -379,19 +379,3 @@ def test_clobbers_found_in_windows_are_those_of_the_whole_replay(replay, monkeyp
         assert _clobber(fn, inst, a, c) == want
         found += want
     assert 50 < found < 550  # both verdicts are exercised
-
-
-def test_an_access_too_large_to_list_is_an_input_error_not_a_numpy_failure():
-    """The live-overlap check lists an access's elements; a mutated KLR file's pattern of 2^30 x 4 elements made
-    numpy refuse the array ("array is too big") out of the verifier."""
-    from tusk.ir.errors import InputError
-    from tusk.ir.liveness import pattern_elements
-
-    b = Builder()
-    t = b.sbuf("t", (4, 8), "float32", addr=0)
-    b.copy(t.ap([[8, 4], [0, 1 << 30]]), t.ap())
-    fn = b.module().functions[0]
-    patterns = [k for k in range(len(fn.patterns.items)) if any(int(n) == 1 << 30 for _, n in fn.patterns[k])]
-    with pytest.raises(InputError, match=r"an access pattern \[\[8, 4\], \[0, 1073741824\]\] of 4,294,967,296 elements"):
-        pattern_elements(fn, patterns[0], 0)
-    assert len(pattern_elements(fn, next(k for k in range(len(fn.patterns.items)) if k != patterns[0]), 0)) == 32
