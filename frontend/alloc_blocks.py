@@ -68,7 +68,49 @@ def share_blocks(tr: Tracer) -> bool:
             if choice is not None:
                 _rewrite(tr, t, *choice)
                 changed = True
+            elif _peel(tr, t, found):
+                changed = True
     return changed
+
+
+def _peel(tr: Tracer, t: Tensor, found: list) -> bool:
+    """Split off the blocks that accesses name by a constant when every other access walks the block axis with
+    one loop's index and never reaches them: a loop whose last iteration the trace peeled (a mask that depends
+    on the index, ``i * 128 + i_p < n``) names its last block by a constant.  Each such block becomes a tensor
+    of its own; the loop's accesses, left alone, may then share one block (the next round).  True when split."""
+    strides = _physical_strides(t.shape, t.layout)
+    for axis in range(t.par_axis):
+        if t.shape[axis] < 2:
+            continue
+        fixed: set[int] = set()
+        walked: set[int] = set()
+        for _, _, v, _ in found:
+            if _constant_block(v, t, axis):
+                fixed.add(_digit(v.offset.const, t, axis))
+                continue
+            blocks = _walked_blocks(v, t, axis, strides[axis])
+            if blocks is None:
+                break
+            walked |= blocks
+        else:
+            if fixed and walked and not fixed & walked:
+                shape = tuple(1 if k == axis else d for k, d in enumerate(t.shape))
+                parts = {b: replace_tensor(tr, t, shape, f"{t.name}.b{b}") for b in sorted(fixed)}
+                _remap_views(tr, t, axis, None, lambda v: parts[_digit(v.offset.const, t, axis)],
+                             only=lambda v: _constant_block(v, t, axis))
+                return True
+    return False
+
+
+def _walked_blocks(v: View, t: Tensor, axis: int, stride: int) -> set[int] | None:
+    """The blocks of ``axis`` that ``v`` reaches when one loop index walks them (block ``i + c``) and nothing
+    else does; None for any other access."""
+    walking = [u for u, c in v.offset.terms if c == stride]
+    if len(walking) != 1 or not _names_block(v, t, axis, walking[0], _digit(v.offset.const, t, axis), stride):
+        return None
+    u, c0 = walking[0], _digit(v.offset.const, t, axis)
+    blocks = {c0 + u.start + u.step * k for k in range(u.trip)}
+    return blocks if min(blocks) >= 0 and max(blocks) < t.shape[axis] else None
 
 
 def _fill_into_loop(tr: Tracer, t: Tensor, found: list, loops: dict) -> bool:
@@ -247,9 +289,10 @@ def _rewrite(tr: Tracer, t: Tensor, axis: int, var: Any, c0: int) -> None:
     t.shape = tuple(1 if k == axis else n for k, n in enumerate(t.shape))
 
 
-def _remap_views(tr: Tracer, t: Tensor, axis: int, var: Any, target) -> None:
-    """Every access of ``t`` moved to ``target(view)`` (a tensor of ``t``'s shape with one block on ``axis``):
-    offsets and strides re-expressed in its physical shape, ``axis``'s index and ``var``'s term dropped."""
+def _remap_views(tr: Tracer, t: Tensor, axis: int, var: Any, target, only=None) -> None:
+    """Every access of ``t`` (those ``only`` accepts, when given) moved to ``target(view)`` (a tensor of ``t``'s
+    shape with one block on ``axis``): offsets and strides re-expressed in its physical shape, ``axis``'s index
+    and ``var``'s term dropped."""
     old = _physical_strides(t.shape, t.layout)
     order = sorted(old, key=lambda a: -old[a])
     new = _physical_strides(tuple(1 if k == axis else n for k, n in enumerate(t.shape)), t.layout)
@@ -271,7 +314,7 @@ def _remap_views(tr: Tracer, t: Tensor, axis: int, var: Any, target) -> None:
             done: dict[int, View] = {}
 
             def swap(x: Any) -> Any:
-                if isinstance(x, View) and x.tensor is t:
+                if isinstance(x, View) and x.tensor is t and (only is None or only(x)):
                     return done.setdefault(id(x), view(x))
                 return x
             e.params = {k: swap(x) for k, x in e.params.items()}

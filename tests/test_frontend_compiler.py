@@ -258,6 +258,35 @@ def test_a_zero_filled_tile_read_after_its_loop_keeps_its_blocks(tmp_path):
     assert Path(path).read_text().splitlines()[line - 1].strip().startswith("acc = nl.zeros((3, 4, par_dim(128)")
 
 
+PEELED = """
+    @nki.jit
+    def k(x):
+        rows, cols = x.shape
+        n = (rows + 127) // 128
+        out = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((n, par_dim(128), cols), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((n, par_dim(128), cols), dtype=nl.float32, buffer=nl.sbuf)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(cols)[None, :]
+        for i in nl.affine_range(n):
+            r = i * 128 + i_p
+            a[i, i_p, i_f] = nl.load(x[r, i_f], mask=(r < rows))
+            b[i, i_p, i_f] = nl.multiply(a[i, i_p, i_f], 3.0, mask=(r < rows))
+            nl.store(out[r, i_f], value=nl.add(b[i, i_p, i_f], a[i, i_p, i_f], mask=(r < rows)), mask=(r < rows))
+        return out
+"""
+
+
+def test_a_loop_whose_last_iteration_is_peeled_shares_its_blocks_and_keeps_the_last_apart(tmp_path):
+    """The mask on the rows makes the trace peel the loop's last iteration, which names block 5 by a constant;
+    a and b (6 blocks of 32 KiB each, 384 KiB of SBUF) fit once block 5 is a tile of its own and the loop's
+    blocks share one."""
+    path = write(tmp_path, PEELED, header=HEADER)
+    x = np.random.default_rng(6).standard_normal((704, 8192)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[704,8192]"]), {"x": x})["out"]
+    assert np.allclose(got, 4 * x, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("form", ["acc[r] += nisa.nc_matmul(a, b)", "nisa_v2.nc_matmul(acc[r], a, b)"])
 def test_accumulation_into_each_block_of_an_unrolled_loop_starts_from_zero(tmp_path, form):
     path = write(tmp_path, f"""
