@@ -74,24 +74,82 @@ def live_ranges(tr: Tracer) -> list[Live]:
     return out
 
 
+class MemoryFull(TraceError):
+    """The tiles do not fit in ``memory`` ("sbuf" or "psum")."""
+
+    def __init__(self, memory: str, message: str):
+        super().__init__(message)
+        self.memory = memory
+
+
+# what may write a PSUM tensor that moves to SBUF: no instruction that only PSUM takes (a matmul's result)
+SBUF_WRITERS = frozenset({"memset", "tensor_tensor", "tensor_scalar", "copy", "activation"})
+
+
+def sums_to_sbuf(tr: Tracer, arch: str | None) -> bool:
+    """Move to SBUF the PSUM tensors that no matmul writes: the sums ``acc[...] += nisa.nc_matmul(...)`` adds
+    each matmul's fresh PSUM bank into (docs/frontend.md, PSUM accumulation), zero-filled and read as before.
+    In NKI the matmuls accumulate in the sum's own bank; here each also needs a bank of its own, so sums
+    that fill PSUM leave none.  Only when PSUM holds the kernel's own tiles (those banks left out): a
+    kernel whose tiles overflow PSUM in NKI too stays refused.  The DVE adds and the reads take SBUF alike,
+    and the values are the same (float32 either way).  True when some tensor moved."""
+    if not tr.sum_parts:
+        return False
+    try:
+        _place(tr, arch, only="psum", skip=tr.sum_parts)
+    except MemoryFull:
+        return False
+    finally:
+        for t in tr.tensors:
+            t.addr = None
+    kinds: dict[int, set[str]] = {}
+    for e in tr.prog:
+        if isinstance(e, Op):
+            for w in e.writes:
+                kinds.setdefault(id(w.tensor.alias_of or w.tensor), set()).add(e.kind)
+    aliased = {id(t.alias_of) for t in tr.tensors if t.alias_of is not None}
+    moved = False
+    for t in tr.tensors:
+        if t.memory == "psum" and t.alias_of is None and id(t) not in aliased and \
+                kinds.get(id(t), {"matmul"}) <= SBUF_WRITERS:
+            t.memory = "sbuf"
+            moved = True
+    return moved
+
+
 def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
     """Set ``addr`` on every referenced on-chip tensor; returns peak bytes per partition by memory.  When the
-    tiles do not fit, block axes that a loop uses one block at a time get one physical block (alloc_blocks)
-    and the tiles are placed again."""
+    tiles do not fit, block axes that a loop uses one block at a time get one physical block (alloc_blocks),
+    or, PSUM full, the sums no matmul writes move to SBUF (:func:`sums_to_sbuf`), and the tiles are placed
+    again."""
     from tusk.frontend.alloc_blocks import share_blocks
 
+    psum_full: MemoryFull | None = None  # the error that moved the sums to SBUF
     for _ in range(MAX_SHARING_ROUNDS):  # a tensor of two block axes, each walked by a loop, takes two rounds
         try:
             return _place(tr, arch)
-        except TraceError:
-            if not share_blocks(tr):
-                raise
+        except MemoryFull as e:
+            if share_blocks(tr):
+                pass
+            elif e.memory == "psum" and sums_to_sbuf(tr, arch):
+                psum_full = e
+            else:
+                raise _reported(e, psum_full) from None
         for t in tr.tensors:
             t.addr = None
-    return _place(tr, arch)
+    try:
+        return _place(tr, arch)
+    except MemoryFull as e:
+        raise _reported(e, psum_full) from None
 
 
-def _place(tr: Tracer, arch: str | None) -> dict[str, int]:
+def _reported(e: MemoryFull, psum_full: MemoryFull | None) -> MemoryFull:
+    """SBUF full after PSUM's sums moved there: the kernel's PSUM tiles are what did not fit."""
+    return psum_full if psum_full is not None and e.memory == "sbuf" else e
+
+
+def _place(tr: Tracer, arch: str | None, only: str | None = None, skip: set[int] = frozenset()) -> dict[str, int]:
+    """First fit of the live tiles (of memory ``only``, when given; tensors whose id() ``skip`` holds left out)."""
     a = get_arch(arch)
     capacity = {"sbuf": a.sb_bytes_per_partition - a.sb_reserved, "psum": a.psum_bytes_per_partition}
     active: dict[str, list[tuple[int, int, int]]] = {"sbuf": [], "psum": []}  # (addr, size, end)
@@ -99,6 +157,8 @@ def _place(tr: Tracer, arch: str | None) -> dict[str, int]:
     for live in live_ranges(tr):
         t = live.tensor
         mem = t.memory
+        if (only is not None and mem != only) or id(t) in skip:
+            continue
         size = t.partition_bytes
         if mem == "psum":
             size = -(-size // PSUM_BANK_BYTES) * PSUM_BANK_BYTES
@@ -115,7 +175,7 @@ def _place(tr: Tracer, arch: str | None) -> dict[str, int]:
             shared = (" (the programs of a launch that meet at nisa.core_barrier / nisa.sendrecv take turns in "
                       "Tusk's one stream, so the tiles each keeps across a meeting share one "
                       f"{mem.upper()}; on the device each core has its own)") if tr.phased else ""
-            raise TraceError(f"{tr.filename}:{_line(tr, live.site)}: {mem.upper()} is full: tile {t.name} "
+            raise MemoryFull(mem, f"{tr.filename}:{_line(tr, live.site)}: {mem.upper()} is full: tile {t.name} "
                              f"{t.dtype}{list(t.shape)} needs {size} bytes per partition, {used} of "
                              f"{capacity[mem]} are held by {len(active[mem])} live tiles{shared}")
         t.addr = addr

@@ -82,6 +82,9 @@ class Tracer:
     # writes to the tile is copied back by DMA right after it (frontend/scalar_offset.py staged)
     write_back: dict[int, tuple[View, View]] = field(default_factory=dict)
     write_back_ops: set[int] = field(default_factory=set)  # id() of those DMAs: not the instruction's own ops
+    # id() of the PSUM banks a ``+=`` of a matmul is computed into before its DVE add (isa_ops.nc_matmul): NKI
+    # accumulates in the sum's own bank, so they are not the kernel's (alloc.sums_to_sbuf)
+    sum_parts: set[int] = field(default_factory=set)
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:

@@ -287,6 +287,46 @@ def test_a_loop_whose_last_iteration_is_peeled_shares_its_blocks_and_keeps_the_l
     assert np.allclose(got, 4 * x, rtol=1e-6, atol=1e-6)
 
 
+SUMS = """
+    @nki.jit
+    def k(a, w1, w2):
+        out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s1 = nl.zeros((4, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        s2 = nl.zeros((4, par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        for j in nl.affine_range(2):
+            m1 = nl.load(w1[j])
+            m2 = nl.load(w2[j])
+            for b in nl.affine_range(4):
+                st = nl.load(a[b, j])
+                s1[b] += nisa.nc_matmul(st, m1)
+                s2[b] += nisa.nc_matmul(st, m2)
+        for b in nl.affine_range(4):
+            nl.store(out[b], value=nl.subtract(s1[b], s2[b]))
+        return out
+"""
+
+
+def test_sums_that_fill_psum_move_to_sbuf(tmp_path):
+    """s1 and s2 take all 8 PSUM banks, as NKI accumulates in them; Tusk's += needs a bank for each matmul too,
+    so the sums (no matmul writes them) move to SBUF."""
+    path = write(tmp_path, SUMS, header=HEADER)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((4, 2, 128, 128)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((2, 128, 512)).astype(np.float32) for _ in range(2))
+    got = run_klr(trace_file(path, "k", ["f32[4,2,128,128]", "f32[2,128,512]", "f32[2,128,512]"]),
+                  {"a": a, "w1": w1, "w2": w2})["out"]
+    assert np.allclose(got, np.einsum("bjkm,jkn->bmn", a, w1 - w2), rtol=1e-4, atol=1e-3)
+
+
+def test_sums_that_overflow_psum_in_nki_too_stay_refused(tmp_path):
+    """s1 and s2 of five banks each need 10 of PSUM's 8 banks without Tusk's own: refused, as NKI refuses it."""
+    body = SUMS.replace("(4, par_dim(128), 512)", "(5, par_dim(128), 512)").replace("range(4)", "range(5)")
+    body = body.replace("(4, 128, 512)", "(5, 128, 512)")
+    path = write(tmp_path, body, header=HEADER)
+    with pytest.raises(TraceError, match="PSUM is full"):
+        trace_file(path, "k", ["f32[5,2,128,128]", "f32[2,128,512]", "f32[2,128,512]"])
+
+
 @pytest.mark.parametrize("form", ["acc[r] += nisa.nc_matmul(a, b)", "nisa_v2.nc_matmul(acc[r], a, b)"])
 def test_accumulation_into_each_block_of_an_unrolled_loop_starts_from_zero(tmp_path, form):
     path = write(tmp_path, f"""

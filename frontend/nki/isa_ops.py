@@ -826,6 +826,7 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
         emit(dst)
         return
     part = tr.tile(dst.shape, dst.dtype, "psum")
+    tr.sum_parts.add(id(part.tensor))
     emit(part)
     tr.op("tensor_tensor", (dst, part), (dst,), dst=dst, a=dst, b=part, op="add")
 

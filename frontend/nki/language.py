@@ -639,6 +639,7 @@ def _start_accumulation(dst: View, value: View) -> None:
     tr = current()
     if dst.memory != "psum" or not _made_by_matmul(tr, value):
         return
+    tr.sum_parts.add(id(value.tensor))  # NKI accumulates in dst's bank: not a bank of the kernel's
     if written_before(tr, dst):
         return
     start = _accumulation_loop(tr, dst)
