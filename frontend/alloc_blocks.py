@@ -248,15 +248,20 @@ def _written_first(t: Tensor, found: list, span: tuple[int, int], var: Any) -> b
     A term every access has (the same loop index at the same stride) is left out too: every access moves
     with that index alike, so the check holds for each of its values when it holds for one -- stricter than
     over all of them at once, and the enumeration stays bounded: a compiler-printed kernel (AccelOpt's bmm)
-    indexes a PSUM tile of five block axes by five loops, 16M elements over the other four."""
-    written = np.zeros(math.prod(t.shape), dtype=bool)
+    indexes a PSUM tile of five block axes by five loops, 16M elements over the other four.
+
+    When every access covers the same partitions, the elements are those of one partition: the partition
+    axis multiplies every access's elements alike (AccelOpt's matmul loads 40 K-tiles of a block, 5M
+    elements over the partitions)."""
+    rows = _same_rows(t, [v for _, _, v, _ in found])
+    written = np.zeros(math.prod(t.shape) // (t.shape[t.par_axis] if rows else 1), dtype=bool)
     shared = frozenset.intersection(*(frozenset((id(u), c) for u, c in v.offset.terms if u is not var)
                                       for _, _, v, _ in found))
     steps = [(pos, not any(r is v for r in op.reads), op, v) for pos, op, v, _ in found]
     for k, (pos, only_written, op, v) in enumerate(sorted(steps, key=lambda s: s[:2])):
         if not span[0] < pos < span[1]:
             return False
-        reached = cells(v, var, written.size, shared)
+        reached = cells(_one_row(v, rows) if rows else v, var, written.size, shared)
         if reached is None:
             return False
         is_read, is_write = not only_written, any(w is v for w in op.writes)
@@ -265,6 +270,27 @@ def _written_first(t: Tensor, found: list, span: tuple[int, int], var: Any) -> b
         if is_write:
             written[reached] = True
     return True
+
+
+def _same_rows(t: Tensor, views: list[View]) -> int:
+    """The partition stride of ``t`` when every view walks the same partitions with one dim of that stride and
+    nothing else reaches the partition axis (its offsets below the stride); else 0."""
+    stride = _physical_strides(t.shape, t.layout)[t.par_axis]
+    seen = set()
+    for v in views:
+        walk = [n for s, n in v.dims if s == stride]
+        lo, hi = v.offset.bounds()
+        reach = v.offset.const % stride + hi - v.offset.const + sum((n - 1) * s for s, n in v.dims if s != stride)
+        if len(walk) != 1 or lo < v.offset.const or any(s > stride or s < 0 for s, _ in v.dims) or reach >= stride:
+            return 0
+        seen.add((v.offset.const // stride, walk[0]))
+    return stride if len(seen) == 1 else 0
+
+
+def _one_row(v: View, stride: int) -> View:
+    """``v`` in one partition: its partition dim and the partition part of its offset dropped."""
+    return replace(v, offset=Affine(v.offset.const % stride, v.offset.terms),
+                   dims=tuple((s, n) for s, n in v.dims if s != stride))
 
 
 def cells(v: View, var: Any, size: int, drop: frozenset = frozenset()) -> np.ndarray | None:

@@ -287,6 +287,33 @@ def test_a_loop_whose_last_iteration_is_peeled_shares_its_blocks_and_keeps_the_l
     assert np.allclose(got, 4 * x, rtol=1e-6, atol=1e-6)
 
 
+MANY_BLOCKS = """
+    @nki.jit
+    def k(x):
+        n, m, rows, cols = x.shape
+        out = nl.ndarray((n, rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((n, m, par_dim(rows), cols), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(n):
+            for j in nl.affine_range(m):
+                t[i, j] = nl.load(x[i, j])
+            acc = nl.zeros((par_dim(rows), cols), dtype=nl.float32, buffer=nl.sbuf)
+            for j in nl.sequential_range(m):
+                acc[...] = nl.add(acc, t[i, j])
+            nl.store(out[i], value=acc)
+        return out
+"""
+
+
+def test_blocks_whose_iteration_checks_more_elements_than_the_bound_over_all_partitions(tmp_path):
+    """Iteration i writes and reads t's 9 blocks [i, j] (4.7M elements over the 128 partitions, more than the
+    sharing check lists; 37K in one partition, as every access covers all of them): t's 288 KiB of SBUF
+    become one block of 144 KiB."""
+    path = write(tmp_path, MANY_BLOCKS, header=HEADER)
+    x = np.random.default_rng(9).standard_normal((2, 9, 128, 4096)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[2,9,128,4096]"]), {"x": x})["out"]
+    assert np.allclose(got, x.sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
 SUMS = """
     @nki.jit
     def k(a, w1, w2):
