@@ -350,6 +350,36 @@ def test_loop_reduce_accumulates_into_its_destination(tmp_path):
     assert np.array_equal(out["out"], a.reshape(4, 128, 32).max(axis=0))
 
 
+@pytest.mark.parametrize("loop", ["nl.affine_range", "nl.static_range"])
+def test_loop_reduce_into_an_unwritten_accumulator_starts_from_the_identity(tmp_path, loop):
+    """An nl.ndarray accumulator nothing wrote: the sum starts from 0, the max from -inf, the product from 1
+    (filled once before the loop, or in the unrolled loop's first iteration)."""
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a):
+            n = a.shape[0] // 128
+            s_out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            m_out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            p_out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            m = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            p = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+            for i in LOOP(n):
+                t = nl.load(a[nl.ds(i * 128, 128), :])
+                s[...] = nl.loop_reduce(t, op=np.add, loop_indices=[i])
+                m[...] = nl.loop_reduce(t, op=np.maximum, loop_indices=[i])
+                p[...] = nl.loop_reduce(t, op=np.multiply, loop_indices=[i])
+            nl.store(s_out, s)
+            nl.store(m_out, m)
+            nl.store(p_out, p)
+            return s_out, m_out, p_out
+    """.replace("LOOP", loop), ["f32[384,32]"], {"a": (a := rand(384, 32, lo=-2.0))})
+    blocks = a.reshape(3, 128, 32)
+    assert np.allclose(out["s_out"], blocks.sum(axis=0), rtol=1e-6, atol=1e-6)
+    assert np.array_equal(out["m_out"], blocks.max(axis=0))
+    assert np.allclose(out["p_out"], blocks.prod(axis=0), rtol=1e-6, atol=1e-6)
+
+
 def test_loop_reduce_used_as_a_tile_is_refused(tmp_path):
     msg = refused(tmp_path, """
         @nki.jit

@@ -64,7 +64,7 @@ _LOWERING = {
     "empty_like": "a tensor of the same shape, dtype and buffer", "broadcast_to": "as `tile.broadcast_to`",
     "expand_dims": "a view with a unit axis", "dropout": "`dropout` (DropRate: `rate` is the drop probability)",
     "random_seed": "`setRngSeed` from a [1, 1] tile", "loop_reduce": "`acc[...] = nl.loop_reduce(x, op, ...)`: "
-    "`tensorTensor` acc = acc op x",
+    "`tensorTensor` acc = acc op x; an acc nothing wrote starts from op's identity (add, multiply, max, min)",
     "affine_range": "a dynamic loop (body traced once); an index used as a Python int unrolls it",
     "sequential_range": "as `nl.affine_range`", "dynamic_range": "as `nl.affine_range` (int bounds); a register bound: a KLR loop whose index is "
                      "a register",

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tusk.frontend.errors import unsupported
+from tusk.frontend.errors import current_user_line, unsupported
 from tusk.frontend.nki import language as nl
 from tusk.frontend.tensors import PARTITIONS, Dtype, DynSlice, Tensor, View, as_dtype
-from tusk.frontend.tracer import current
+from tusk.frontend.tracer import Op, current
 
 __all__ = [
     "bf16",
@@ -245,8 +245,15 @@ def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -
     return dst if dtype is None or as_dtype(dtype) == dst.dtype else nl.copy(dst, dtype=dtype)
 
 
+# the value a reduction that nothing started yet starts from (the operator's identity)
+REDUCE_START = {"add": 0.0, "mult": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
 class LoopReduce:
-    """``acc[...] = nl.loop_reduce(x, op, loop_indices)``: ``acc = acc op x``, once per iteration."""
+    """``acc[...] = nl.loop_reduce(x, op, loop_indices)``: ``acc = acc op x``, once per iteration.  Into
+    elements nothing wrote yet (an ``nl.ndarray`` accumulator, as compiler-printed kernels declare it), the
+    reduction starts from the operator's identity, filled once before the loop it runs over, as a ``+=`` of a
+    matmul into an unwritten PSUM tile starts from zero."""
 
     def __init__(self, x: View, op: str, mask: Any):
         self.x, self.op, self.mask = x, op, mask
@@ -256,7 +263,14 @@ class LoopReduce:
         if acc.shape != self.x.shape:
             raise unsupported(f"nl.loop_reduce of a {list(self.x.shape)} tile into a {list(acc.shape)} view")
         d, x = nl._masked([acc, self.x], self.mask)
-        current().op("tensor_tensor", (d, x), (d,), dst=d, a=d, b=x, op=self.op)
+        tr = current()
+        if self.op in REDUCE_START and not nl.written_before(tr, d):
+            from tusk.frontend.nki.isa_ops import _accumulation_loop, _insert_before
+            start = _accumulation_loop(tr, d)
+            pos = len(tr.prog) if start is None else start
+            line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
+            _insert_before(tr, pos, Op("memset", {"dst": d, "value": REDUCE_START[self.op]}, line, (), (d,)))
+        tr.op("tensor_tensor", (d, x), (d,), dst=d, a=d, b=x, op=self.op)
 
     def __repr__(self) -> str:
         return "<nl.loop_reduce result: assign it into its accumulator, acc[...] = nl.loop_reduce(...)>"
