@@ -18,8 +18,8 @@ from tusk.frontend.tracer import LoopBegin, LoopEnd, Op, Tracer
 from tusk.ir.arch import PSUM_BANK_BYTES, get_arch
 
 ALIGN = 64  # bytes: DMA-friendly tile starts
-MAX_SHARING_ROUNDS = 8  # placements tried while alloc_blocks still finds block axes to share (one a round: a
-# compiler-printed kernel's PSUM tile has five)
+MAX_SHARING_ROUNDS = 64  # placements tried while alloc_blocks finds block axes to share (one a round: a
+# compiler-printed kernel's PSUM tile has five) or alloc_spill moves a tensor to HBM (one a round)
 
 
 @dataclass
@@ -120,32 +120,39 @@ def sums_to_sbuf(tr: Tracer, arch: str | None) -> bool:
 def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
     """Set ``addr`` on every referenced on-chip tensor; returns peak bytes per partition by memory.  When the
     tiles do not fit, block axes that a loop uses one block at a time get one physical block (alloc_blocks),
-    or, PSUM full, the sums no matmul writes move to SBUF (:func:`sums_to_sbuf`), and the tiles are placed
-    again."""
+    or, PSUM full, the sums no matmul writes move to SBUF (:func:`sums_to_sbuf`), or, SBUF full, the largest
+    SBUF tensor is kept in HBM (alloc_spill), and the tiles are placed again."""
     from tusk.frontend.alloc_blocks import share_blocks
+    from tusk.frontend.alloc_spill import spill
 
-    psum_full: MemoryFull | None = None  # the error that moved the sums to SBUF
+    first: dict[str, MemoryFull] = {}  # the first error of each memory: what the kernel itself did not fit
     for _ in range(MAX_SHARING_ROUNDS):  # a tensor of two block axes, each walked by a loop, takes two rounds
         try:
             return _place(tr, arch)
         except MemoryFull as e:
+            first.setdefault(e.memory, e)
             if share_blocks(tr):
                 pass
             elif e.memory == "psum" and sums_to_sbuf(tr, arch):
-                psum_full = e
+                pass
+            elif e.memory == "sbuf" and spill(tr):
+                pass
             else:
-                raise _reported(e, psum_full) from None
+                raise _reported(e, first) from None
         for t in tr.tensors:
             t.addr = None
     try:
         return _place(tr, arch)
     except MemoryFull as e:
-        raise _reported(e, psum_full) from None
+        raise _reported(e, first) from None
 
 
-def _reported(e: MemoryFull, psum_full: MemoryFull | None) -> MemoryFull:
-    """SBUF full after PSUM's sums moved there: the kernel's PSUM tiles are what did not fit."""
-    return psum_full if psum_full is not None and e.memory == "sbuf" else e
+def _reported(e: MemoryFull, first: dict[str, MemoryFull]) -> MemoryFull:
+    """The kernel's own tiles that did not fit: PSUM's when its sums moved to SBUF and SBUF is full, else the
+    first SBUF error (a staging tile of a spill is no tile of the kernel's)."""
+    if e.memory == "sbuf" and "psum" in first:
+        return first["psum"]
+    return first.get(e.memory, e)
 
 
 def _place(tr: Tracer, arch: str | None, only: str | None = None, skip: set[int] = frozenset()) -> dict[str, int]:

@@ -85,6 +85,7 @@ class Tracer:
     # id() of the PSUM banks a ``+=`` of a matmul is computed into before its DVE add (isa_ops.nc_matmul): NKI
     # accumulates in the sum's own bank, so they are not the kernel's (alloc.sums_to_sbuf)
     sum_parts: set[int] = field(default_factory=set)
+    spill_staging: set[int] = field(default_factory=set)  # id() of alloc_spill's staging tiles
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:

@@ -314,6 +314,31 @@ def test_blocks_whose_iteration_checks_more_elements_than_the_bound_over_all_par
     assert np.allclose(got, x.sum(axis=1), rtol=1e-5, atol=1e-4)
 
 
+SPILLED = """
+    @nki.jit
+    def k(x):
+        n, rows, cols = x.shape
+        out = nl.ndarray((n, rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((n, par_dim(rows), cols), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(n):
+            t[i] = nl.load(x[i])
+        u = nl.ndarray((par_dim(rows), cols), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(n):
+            u[...] = nl.multiply(t[i], 2.0)
+            nl.store(out[i], value=nl.add(u, t[i]))
+        return out
+"""
+
+
+def test_a_tile_live_between_two_loops_that_overflows_sbuf_is_kept_in_hbm(tmp_path):
+    """t (4 blocks of 64 KiB) is written by one loop and read by the next: no block can be shared, so t is
+    kept in HBM and each access works on a staging tile of its own (alloc_spill)."""
+    path = write(tmp_path, SPILLED, header=HEADER)
+    x = np.random.default_rng(10).standard_normal((4, 128, 16384)).astype(np.float32)
+    data = trace_file(path, "k", ["f32[4,128,16384]"])
+    assert np.allclose(run_klr(data, {"x": x})["out"], 3 * x, rtol=1e-6, atol=1e-6)
+
+
 SUMS = """
     @nki.jit
     def k(a, w1, w2):

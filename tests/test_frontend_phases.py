@@ -293,18 +293,29 @@ def test_a_loop_index_as_a_memset_value_unrolls_its_loop(tmp_path):
     np.testing.assert_array_equal(got, np.repeat(np.arange(4, dtype=np.float32)[:, None], 4, axis=1))
 
 
+BIG_ACROSS_A_BARRIER = """
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        big = nl.ndarray((128, COLS), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=big, value=1.0)
+        nisa.core_barrier(out, (0, 1))
+        nisa.dma_copy(dst=out[nl.program_id(0) * 128:(nl.program_id(0) + 1) * 128, :], src=big[:, 0:16])
+        return out
+"""
+
+
+def test_a_full_sbuf_across_a_barrier_keeps_a_tile_in_hbm(tmp_path):
+    """Each program keeps a 141 KiB tile across the barrier: the two take turns in Tusk's one stream, so one
+    is kept in HBM (alloc_spill), as on the device each core has its own SBUF."""
+    got = run(tmp_path, BIG_ACROSS_A_BARRIER.replace("COLS", "36000"), {"a": np.zeros((256, 16), np.float32)})
+    assert np.array_equal(got["out"], np.ones((256, 16), np.float32))
+
+
 def test_a_full_sbuf_across_a_barrier_says_the_programs_share_it(tmp_path):
-    msg = refused(tmp_path, """
-        @nki.jit
-        def k(a):
-            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-            big = nl.ndarray((128, 36000), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.memset(dst=big, value=1.0)
-            nisa.core_barrier(out, (0, 1))
-            nisa.dma_copy(dst=out[nl.program_id(0) * 128:(nl.program_id(0) + 1) * 128, :], src=big[:, 0:16])
-            return out
-    """, ["f32[256,16]"])
-    assert "SBUF is full" in msg and "share one SBUF; on the device each core has its own" in msg
+    """A tile no SBUF holds (219 KiB): refused at the kernel's tile, not at a staging tile of a spill."""
+    msg = refused(tmp_path, BIG_ACROSS_A_BARRIER.replace("COLS", "56000"), ["f32[256,16]"])
+    assert "SBUF is full: tile big " in msg and "share one SBUF; on the device each core has its own" in msg
 
 
 @pytest.mark.parametrize("data, cores, grid", [("t", "(0, 1)", (2,)), ("out", "(0)", ())])
