@@ -4,7 +4,8 @@ Compiler-printed kernels (AccelOpt's NKIBench) declare an SBUF tensor per value 
 ``nl.ndarray((4, 8, 16, 4, 2, nl.par_dim(128), 512), buffer=nl.sbuf)`` written by one loop nest and read by
 the next, 8 MiB per partition.  No block of it can be shared (alloc_blocks: every block is live between the
 two nests), and the compiler that printed them spills such tensors to HBM.  :func:`spill` does so for the
-largest SBUF tensor that instructions only read and write through plain access patterns: it becomes a
+largest SBUF tensor that instructions only read and write through plain access patterns, and that the kernel
+did not place itself (a direct allocation: the compiler spills only what it places): it becomes a
 private HBM tensor of the same physical layout (partition axis first, so every access keeps its offsets and
 strides), and each instruction that touched it works on an SBUF staging tile of its own, as large as its
 access: a DMA loads what it reads just before it, a DMA stores what it writes just after it.  The values are
@@ -34,7 +35,7 @@ def spill(tr: Tracer) -> bool:
                     _note(v, views, unfit)
     staging = tr.spill_staging
     candidates = [t for t in tr.tensors if t.memory == "sbuf" and id(t) in views and id(t) not in unfit
-                  and id(t) not in staging and t.alias_of is None and t is not tr.identity
+                  and id(t) not in staging and id(t) not in tr.directly_allocated and t.alias_of is None and t is not tr.identity
                   and t is not tr.identity_iota and t.partition_bytes >= MIN_SPILL_BYTES]
     if not candidates:
         return False

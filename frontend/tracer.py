@@ -86,6 +86,9 @@ class Tracer:
     # accumulates in the sum's own bank, so they are not the kernel's (alloc.sums_to_sbuf)
     sum_parts: set[int] = field(default_factory=set)
     spill_staging: set[int] = field(default_factory=set)  # id() of alloc_spill's staging tiles
+    # id() of the tensors the kernel placed itself (ncc.sbuf.alloc / mod_alloc, NKI 2.x address=): NKI's
+    # compiler spills only what it places, so alloc_spill leaves them
+    directly_allocated: set[int] = field(default_factory=set)
 
     # ------------------------------------------------------------------ tensors
     def unique(self, hint: str) -> str:

@@ -339,6 +339,15 @@ def test_a_tile_live_between_two_loops_that_overflows_sbuf_is_kept_in_hbm(tmp_pa
     assert np.allclose(run_klr(data, {"x": x})["out"], 3 * x, rtol=1e-6, atol=1e-6)
 
 
+def test_a_tile_the_kernel_placed_itself_is_not_kept_in_hbm(tmp_path):
+    """A direct allocation is the kernel's placement: NKI's compiler spills only what it places."""
+    body = SPILLED.replace("buffer=nl.sbuf)\n        for i", "buffer=ncc.sbuf.mod_alloc(base_addr=0))\n        for i")
+    assert "mod_alloc" in body
+    path = write(tmp_path, body, header=HEADER)
+    with pytest.raises(TraceError, match="SBUF is full: tile t "):
+        trace_file(path, "k", ["f32[4,128,16384]"])
+
+
 SUMS = """
     @nki.jit
     def k(a, w1, w2):

@@ -421,7 +421,12 @@ def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = ""
     par_axis = par[0] if par else 0
     if mem not in ("sbuf", "psum"):
         par_axis = 0  # HBM has no partitions: nl.par_dim there is just its size, as in NKI
-    return current().new_tensor(shape, as_dtype(dtype), mem, name or _assigned_name(), par_axis=par_axis)
+    tr = current()
+    t = tr.new_tensor(shape, as_dtype(dtype), mem, name or _assigned_name(), par_axis=par_axis)
+    from tusk.frontend.nki.compiler import Allocated
+    if address is not None or isinstance(buffer, Allocated) and not buffer.call.endswith("auto_alloc()"):
+        tr.directly_allocated.add(id(t))  # the kernel placed it: never kept in HBM instead (alloc_spill)
+    return t
 
 
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?::[^=]*)?=[^=]")
