@@ -134,7 +134,15 @@ def from_compute(vals: np.ndarray, dt: int) -> np.ndarray:
 
 
 def physical_memory() -> int:
-    """Bytes of RAM (a memory the interpreter is asked to hold beyond it is refused, not paged to death)."""
+    """Bytes of RAM the interpreter may fill: what the system has available now (Linux), else all of it.  A
+    memory it is asked to hold beyond that is refused, not left to the kernel's out-of-memory killer."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
@@ -149,7 +157,7 @@ class Storage:
     def __init__(self, name: str, nbytes: int, *, strict: bool = False, rng: np.random.Generator | None = None):
         n = max(8, -(-int(nbytes) // 8) * 8)  # a multiple of 8 so that every dtype view fits
         self.name = name
-        too_big = (f"{name} needs {n:,} bytes, more than this machine's memory: the interpreter cannot hold it "
+        too_big = (f"{name} needs {n:,} bytes, more than this machine has free: the interpreter cannot hold it "
                    f"(a size or an address out of range?)")
         if n * (2 if strict else 1) > physical_memory():
             raise InputError(too_big)
