@@ -16,7 +16,7 @@ import numpy as np
 
 from tusk.frontend import scalar_offset
 from tusk.frontend.affine import Affine
-from tusk.frontend.errors import TraceError, Unsupported, unsupported
+from tusk.frontend.errors import TraceError, Unsupported, current_user_line, unsupported
 from tusk.frontend.nki import isa_accum
 from tusk.frontend.nki import language as nl
 from tusk.frontend.nki.isa_signature import engine, oob_mode, reduce_cmd
@@ -869,6 +869,15 @@ def nl_matmul_into(dst: View, stationary: View, moving: View, call: str, transpo
                           f"{nl.tile_size.gemm_stationary_fmax} and {nl.tile_size.gemm_moving_fmax} columns)")
     extra = {"transpose": True} if transpose else {}  # the PE's bit-exact transpose mode (KLR isTranspose)
     current().op("matmul", (stationary, moving), (dst,), dst=dst, stationary=stationary, moving=moving, **extra)
+
+
+def fill_before_accumulation(tr: Any, dst: View, value: float) -> None:
+    """Fill ``dst`` with ``value`` once, before the loop an accumulation into it runs over (right here when no
+    such loop is open): the start of a sum nothing wrote yet (``+=`` of a matmul, ``nl.loop_reduce``)."""
+    start = _accumulation_loop(tr, dst)
+    pos = len(tr.prog) if start is None else start
+    line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
+    _insert_before(tr, pos, Op("memset", {"dst": dst, "value": value}, line, (), (dst,)))
 
 
 def _accumulation_loop(tr: Any, dst: View) -> int | None:

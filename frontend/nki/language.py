@@ -639,7 +639,7 @@ def _start_accumulation(dst: View, value: View) -> None:
     """``psum[...] += nisa.nc_matmul(...)`` into a PSUM tensor nothing wrote yet starts an accumulation group,
     as NKI reads it: the sum starts from zero, once before the loop the group runs over (as
     ``nc_matmul(dst=psum, ...)`` infers it; see isa_ops.nc_matmul)."""
-    from tusk.frontend.nki.isa_ops import _accumulation_loop, _insert_before
+    from tusk.frontend.nki.isa_ops import fill_before_accumulation
 
     tr = current()
     if dst.memory != "psum" or not _made_by_matmul(tr, value):
@@ -647,10 +647,7 @@ def _start_accumulation(dst: View, value: View) -> None:
     tr.sum_parts.add(id(value.tensor))  # NKI accumulates in dst's bank: not a bank of the kernel's
     if written_before(tr, dst):
         return
-    start = _accumulation_loop(tr, dst)
-    pos = len(tr.prog) if start is None else start
-    line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
-    _insert_before(tr, pos, Op("memset", {"dst": dst, "value": 0.0}, line, (), (dst,)))
+    fill_before_accumulation(tr, dst, 0.0)
 
 
 def written_before(tr: Any, dst: View) -> builtins.bool:

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tusk.frontend.errors import current_user_line, unsupported
+from tusk.frontend.errors import unsupported
 from tusk.frontend.nki import language as nl
 from tusk.frontend.tensors import PARTITIONS, Dtype, DynSlice, Tensor, View, as_dtype
-from tusk.frontend.tracer import Op, current
+from tusk.frontend.tracer import current
 
 __all__ = [
     "bf16",
@@ -265,11 +265,9 @@ class LoopReduce:
         d, x = nl._masked([acc, self.x], self.mask)
         tr = current()
         if self.op in REDUCE_START and not nl.written_before(tr, d):
-            from tusk.frontend.nki.isa_ops import _accumulation_loop, _insert_before
-            start = _accumulation_loop(tr, d)
-            pos = len(tr.prog) if start is None else start
-            line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
-            _insert_before(tr, pos, Op("memset", {"dst": d, "value": REDUCE_START[self.op]}, line, (), (d,)))
+            from tusk.frontend.nki.isa_ops import fill_before_accumulation
+
+            fill_before_accumulation(tr, d, REDUCE_START[self.op])
         tr.op("tensor_tensor", (d, x), (d,), dst=d, a=d, b=x, op=self.op)
 
     def __repr__(self) -> str:
