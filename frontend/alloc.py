@@ -131,13 +131,8 @@ def place(tr: Tracer, arch: str | None = None) -> dict[str, int]:
             return _place(tr, arch)
         except MemoryFull as e:
             first.setdefault(e.memory, e)
-            if share_blocks(tr):
-                pass
-            elif e.memory == "psum" and sums_to_sbuf(tr, arch):
-                pass
-            elif e.memory == "sbuf" and spill(tr):
-                pass
-            else:
+            if not (share_blocks(tr) or (e.memory == "psum" and sums_to_sbuf(tr, arch))
+                    or (e.memory == "sbuf" and spill(tr))):
                 raise _reported(e, first) from None
         for t in tr.tensors:
             t.addr = None

@@ -33,10 +33,10 @@ def spill(tr: Tracer) -> bool:
             for v in (*e.params.values(), *e.reads, *e.writes):
                 if isinstance(v, View):
                     _note(v, views, unfit)
-    staging = tr.spill_staging
-    candidates = [t for t in tr.tensors if t.memory == "sbuf" and id(t) in views and id(t) not in unfit
-                  and id(t) not in staging and id(t) not in tr.directly_allocated and t.alias_of is None and t is not tr.identity
-                  and t is not tr.identity_iota and t.partition_bytes >= MIN_SPILL_BYTES]
+    kept = unfit | tr.spill_staging | tr.directly_allocated
+    candidates = [t for t in tr.tensors if t.memory == "sbuf" and id(t) in views and id(t) not in kept
+                  and t.alias_of is None and t is not tr.identity and t is not tr.identity_iota
+                  and t.partition_bytes >= MIN_SPILL_BYTES]
     if not candidates:
         return False
     _move(tr, max(candidates, key=lambda t: t.partition_bytes))

@@ -279,6 +279,11 @@ class Tracer:
             with self.inserting_after(pos):
                 self.prog.append(Op("copy", {"dst": was, "src": now}, made_by.line, (now,), (was,)))
 
+    def insert_before(self, pos: int, op: Op) -> None:
+        """Put ``op`` at program position ``pos``; tensors made at or after it move with it (sites)."""
+        with self.inserting_after(pos - 1):
+            self.prog.append(op)
+
     @contextlib.contextmanager
     def inserting_after(self, pos: int) -> Iterator[None]:
         """Record ops (and tensors) as if the program ended just after entry ``pos``; the entries after it,

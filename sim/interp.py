@@ -43,10 +43,11 @@ from tusk.sim.memory import (
     FP8,
     INT,
     NP_DTYPES,
+    SMALL_BYTES,
     bf16_to_f32,
     f32_to_bf16,
+    free_memory,
     from_compute,
-    physical_memory,
 )
 from tusk.sim.minifloat import FORMATS
 
@@ -191,7 +192,8 @@ def random_inputs(module: Module, seed: int = 0, *, function: str | None = None)
     for m in _dram_tensors(fn, INPUT_KINDS | {TensorKind.Const}):
         name = fn.strings[fn.memlocs.get("name", m)]
         shape, dt = memloc_elems(fn, m)
-        if math.prod(shape) * 16 > physical_memory():  # drawn in float64, then cast: two arrays at once
+        need = math.prod(shape) * 16  # drawn in float64, then cast: two arrays at once
+        if need > SMALL_BYTES and need > free_memory():
             raise InputError(f"input {name} of shape {list(shape)} is more than this machine has free")
         c = DT_CLASS[dt]
         if c == FLOAT:

@@ -26,7 +26,7 @@ from tusk.ir.errors import InputError, PassError
 from tusk.ir.expr import Env, IndirectArgExpr, QuasiAffine, expr_from_json
 from tusk.ir.module import Function, Module
 from tusk.ir.values import DynamicAPInfo, ImmValue, SymAddr
-from tusk.sim.memory import NP_DTYPES, Access, Loc, Storage, _range_of, from_compute, make_access, to_compute
+from tusk.sim.memory import NP_DTYPES, Access, Loc, Storage, from_compute, make_access, range_of, to_compute
 
 CACHE_LIMIT = 1 << 17  # cached accesses per frame before the cache is reset
 
@@ -301,7 +301,7 @@ class Frame:
         elems = (loc.pbytes if loc.pbytes > 0 else len(loc.storage.data) - loc.addr) // size
         pat = self.patterns[self.pattern[j]]
         # the pattern's reach, the gather's dimension left out (its rows are the indices)
-        lo, hi = _range_of([int(s) for s, _ in pat],
+        lo, hi = range_of([int(s) for s, _ in pat],
                            [1 if gather is not None and k == gather[0] else int(n) for k, (_, n) in enumerate(pat)])
         if gather is None:
             return None, np.array(off + lo >= 0 and off + hi < elems), None

@@ -133,7 +133,10 @@ def from_compute(vals: np.ndarray, dt: int) -> np.ndarray:
 # --------------------------------------------------------------------------- storages
 
 
-def physical_memory() -> int:
+SMALL_BYTES = 1 << 30  # a request below this is never checked against the free memory (no /proc read per tensor)
+
+
+def free_memory() -> int:
     """Bytes of RAM the interpreter may fill: what the system has available now (Linux), else all of it.  A
     memory it is asked to hold beyond that is refused, not left to the kernel's out-of-memory killer."""
     try:
@@ -159,7 +162,8 @@ class Storage:
         self.name = name
         too_big = (f"{name} needs {n:,} bytes, more than this machine has free: the interpreter cannot hold it "
                    f"(a size or an address out of range?)")
-        if n * (2 if strict else 1) > physical_memory():
+        need = n * (2 if strict else 1)
+        if need > SMALL_BYTES and need > free_memory():
             raise InputError(too_big)
         try:
             if rng is None:
@@ -303,7 +307,7 @@ def make_access(loc: Loc, dt: int, offset: int, pattern, gather: tuple[int, np.n
     return _indexed(loc, npdt, size, offset, shape, steps, gather)
 
 
-def _range_of(steps, shape) -> tuple[int, int]:
+def range_of(steps, shape) -> tuple[int, int]:
     lo = hi = 0
     for s, n in zip(steps, shape):
         ext = s * (n - 1)
@@ -326,7 +330,7 @@ def _affine(loc: Loc, npdt, size, offset, shape, steps) -> Access | None:
         start = loc.addr + offset * size
         strides = tuple(s * size for s in steps)
         if not empty:
-            lo, hi = _range_of(strides, shape)
+            lo, hi = range_of(strides, shape)
             if start + lo < 0 or start + hi + size > len(st.data):
                 raise _outside(loc, f"bytes [{start + lo}, {start + hi + size})")
         else:

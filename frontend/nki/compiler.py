@@ -25,14 +25,17 @@ from tusk.frontend.errors import unsupported
 
 
 class Allocated(str):
-    """A direct allocation given as ``buffer=``: the memory it names (``str``: "sbuf" or "psum"), and the
-    call that made it, for messages."""
+    """A direct allocation given as ``buffer=``: the memory it names (``str``: "sbuf" or "psum"), the call
+    that made it, for messages, and whether the kernel chose the place (``alloc``, ``mod_alloc``; not
+    ``auto_alloc``)."""
 
     call: str
+    placed: bool
 
-    def __new__(cls, memory: str, call: str) -> Allocated:
+    def __new__(cls, memory: str, call: str, placed: bool = True) -> Allocated:
         out = super().__new__(cls, memory)
         out.call = call
+        out.placed = placed
         return out
 
     def __repr__(self) -> str:
@@ -56,7 +59,7 @@ def _memory(memory: str) -> types.SimpleNamespace:
         return Allocated(memory, f"{ns}.alloc(...)")
 
     def auto_alloc() -> Allocated:
-        return Allocated(memory, f"{ns}.auto_alloc()")
+        return Allocated(memory, f"{ns}.auto_alloc()", placed=False)
 
     def mod_alloc(*, base_addr: int = 0, base_bank: int = 0, base_partition: int = 0, num_bank_tiles: tuple = (),
                   num_par_tiles: tuple = (), num_free_tiles: tuple = ()) -> Allocated:

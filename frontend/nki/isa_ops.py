@@ -813,7 +813,7 @@ def nc_matmul(call: str, dst: View, stationary: View, moving: View, accumulate: 
         written = nl.written_before(tr, dst)  # this place, not the tensor: an unrolled loop's blocks
         start = _accumulation_loop(tr, dst)
         if not written and start is not None:
-            _insert_before(tr, start, Op("memset", {"dst": dst, "value": 0.0}, tr.prog[start].line, (), (dst,)))
+            tr.insert_before(start, Op("memset", {"dst": dst, "value": 0.0}, tr.prog[start].line, (), (dst,)))
             written = True
         accumulate = written
     if not isinstance(accumulate, (bool, np.bool_)):
@@ -877,7 +877,7 @@ def fill_before_accumulation(tr: Any, dst: View, value: float) -> None:
     start = _accumulation_loop(tr, dst)
     pos = len(tr.prog) if start is None else start
     line = tr.prog[pos].line if pos < len(tr.prog) else (current_user_line() or ("", 0))[1]
-    _insert_before(tr, pos, Op("memset", {"dst": dst, "value": value}, line, (), (dst,)))
+    tr.insert_before(pos, Op("memset", {"dst": dst, "value": value}, line, (), (dst,)))
 
 
 def _accumulation_loop(tr: Any, dst: View) -> int | None:
@@ -891,14 +891,6 @@ def _accumulation_loop(tr: Any, dst: View) -> int | None:
         if isinstance(e, LoopBegin) and id(e.var) in open_vars and e.var.depth > depth_used:
             return pos
     return None
-
-
-def _insert_before(tr: Any, pos: int, op: Op) -> None:
-    """Put ``op`` at program position ``pos``; tensors made at or after it keep their place (sites)."""
-    tr.prog.insert(pos, op)
-    for t in tr.tensors:
-        if t.site >= pos:
-            t.site += 1
 
 
 def nc_transpose(call: str, dst: View, data: View) -> None:

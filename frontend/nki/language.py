@@ -424,7 +424,7 @@ def ndarray(shape: Any, dtype: Any = float32, buffer: Any = None, name: str = ""
     tr = current()
     t = tr.new_tensor(shape, as_dtype(dtype), mem, name or _assigned_name(), par_axis=par_axis)
     from tusk.frontend.nki.compiler import Allocated
-    if address is not None or isinstance(buffer, Allocated) and not buffer.call.endswith("auto_alloc()"):
+    if address is not None or isinstance(buffer, Allocated) and buffer.placed:
         tr.directly_allocated.add(id(t))  # the kernel placed it: never kept in HBM instead (alloc_spill)
     return t
 
