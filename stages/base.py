@@ -105,6 +105,8 @@ class Pass:
     version: ClassVar[str] = "1"
     reads_files: ClassVar[bool] = False
     splittable: ClassVar[bool] = False
+    # passes that may still be running when this one splits: see split_ahead
+    splits_ahead_of: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
         hints = _hints(type(self))
@@ -134,6 +136,13 @@ class Pass:
     def take(self, base: Module, spec: Mapping[str, Any]) -> Module:
         """The part a :class:`Slice` of this pass names, cut from ``base``."""
         raise NotImplementedError(f"{self.name} gives no slices")
+
+    def split_ahead(self, module: Module) -> list[Module | Slice] | None:
+        """The parts of ``split_refs(before(module))``, cut from ``module`` itself while the pass ``before`` (one
+        of :attr:`splits_ahead_of`, running just before this one) still works on it; None where they would
+        differ.  The build runs them beside ``before``'s own parts and merges them into ``before``'s output:
+        ``merge(before(module), parts)`` must equal ``run(before(module))`` (tests compare content hashes)."""
+        return None
 
     def run_split(self, module: Module) -> tuple[Module, Stats]:
         """The split/run/merge path, serially (tests compare it with ``run``)."""

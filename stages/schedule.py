@@ -287,6 +287,8 @@ class Schedule(RowRangeSliced):
     split_min: ClassVar[int] = 200_000
     split_part_size: ClassVar[int] = 300_000
     split_max_parts: ClassVar[int] = 8
+    # build_fdeps' parts and schedule's run side by side: see split_ahead
+    splits_ahead_of: ClassVar[frozenset[str]] = frozenset({"build_fdeps"})
 
     def run(self, module: Module) -> tuple[Module, Stats]:
         from tusk.stages.schedule_split import PART_KEY, run_part
@@ -312,6 +314,16 @@ class Schedule(RowRangeSliced):
         from tusk.stages.schedule_split import split
 
         return split(self, module)
+
+    def split_ahead(self, module: Module) -> list[Module | Slice] | None:
+        """The parts of build_fdeps(``module``), from ``module``: build_fdeps changes only the edges (and the
+        loop-carried ones of kept loops: a function that has loops is never split), and a part unions its
+        rows' edges with the ones it finds from their footprints -- the same union when ``module`` has none.
+        A module with edges of its own (build_fdeps keep_existing, or no clear_inst_deps before it) splits
+        after build_fdeps as usual."""
+        if any(len(fn.deps) for fn in module.functions):
+            return None
+        return self.split_refs(module)
 
     def merge(self, module: Module, parts: list[Module], part_stats: list[Stats]) -> tuple[Module, Stats]:
         from tusk.stages.schedule_split import merge

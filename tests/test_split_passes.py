@@ -222,6 +222,54 @@ def test_a_long_segment_is_scheduled_in_pieces():
     assert pieces[0] == (0, 50) and pieces[-1][1] == len(fn.insts) and len(pieces) == -(-len(fn.insts) // 50)
 
 
+# ----------------------------------------------------------------------------- schedule split ahead of build_fdeps
+
+
+def _fdeps_input(m: Module) -> Module:
+    """A kernel as build_fdeps meets it in the default pipeline: rotated, its edges cleared."""
+    return stages.make_pass("clear_inst_deps").run(_rotated(m))[0]
+
+
+def _assert_split_ahead_exact(p: Schedule, m: Module) -> list | None:
+    """Schedule's parts cut from build_fdeps' input, run, and merged into build_fdeps' output give the bytes of
+    scheduling that output whole; returns the parts."""
+    from tests.test_split_large import _through_store
+    from tusk.stages.base import materialized
+
+    after = BuildFDeps().run(m)[0]
+    refs, usual = p.split_ahead(m), p.split_refs(after)
+    assert (refs is None) == (usual is None)
+    if refs is None:
+        return None
+    assert [r.spec for r in refs] == [r.spec for r in usual]  # the same parts, cut from the other module
+    outs = [_through_store(p.run(_through_store(x))[0]) for x in materialized(p, m, refs)]
+    merged = p.merge(after, outs, [{} for _ in outs])[0]
+    serial = p.run(after)[0]
+    assert content_hash(merged) == content_hash(serial)
+    assert bir_json.dumps(merged) == bir_json.dumps(serial)
+    return outs
+
+
+@pytest.mark.parametrize("name", BIR_KERNELS)
+def test_corpus_kernel_schedule_split_ahead_of_build_fdeps_equals_whole(low_schedule, name):
+    _assert_split_ahead_exact(Schedule(max_segment=16), _fdeps_input(bir_json.load(KERNELS / name)))
+
+
+@pytest.mark.parametrize("max_segment", [7, 50])
+def test_large_matmul_schedule_split_ahead_of_build_fdeps_equals_whole(low_schedule, max_segment):
+    outs = _assert_split_ahead_exact(Schedule(max_segment=max_segment), _fdeps_input(large_matmul_like(6, 4, 8)))
+    assert outs is not None and len(outs) >= 2
+
+
+def test_schedule_does_not_split_ahead_of_edges_it_would_not_see(low_schedule):
+    """build_fdeps keeps edges it is given (keep_existing) and a part unions its rows' edges with its own: with
+    edges in the input, the parts cut before build_fdeps could differ, so the split waits for it."""
+    m = BuildFDeps().run(_fdeps_input(large_matmul_like(6, 4, 8)))[0]  # edges, as without clear_inst_deps
+    assert any(len(fn.deps) for fn in m.functions)
+    assert Schedule(max_segment=50).split_ahead(m) is None
+    assert Schedule(max_segment=50).split_refs(BuildFDeps(keep_existing=True).run(m)[0]) is not None
+
+
 # ----------------------------------------------------------------------------- address_rotation_sb after schedule
 
 

@@ -170,12 +170,85 @@ def test_a_cluster_build_of_slices_gives_the_serial_bytes(eager, tmp_path):
     m = _input()
     store = Store(tmp_path / "store")
     steps = resolve(_labelled([Entry(name, dict(OPTIONS.get(name, {}))) for name in CHAIN])).steps
+    seen: list[str] = []
     rep = build([BuildUnit("k", m)], steps, store,
-                executor=lambda: local_cluster_executor(2, local_directory=str(tmp_path / "w")))
+                executor=lambda: local_cluster_executor(2, local_directory=str(tmp_path / "w")),
+                on_event=lambda e: seen.append(e.what) if type(e).__name__ == "TaskSubmitted" else None)
     assert rep.cluster_started and rep.unit("k").ok, rep.unit("k").error
+    # two workers: schedule split ahead of build_fdeps' merge, once
+    assert seen.index("schedule (split)") < seen.index("build_fdeps (merge)") and seen.count("schedule (split)") == 1
     final = store.load(rep.unit("k").final)
     serial = _serial(m)
     assert content_hash(final) == content_hash(serial) and bir_json.dumps(final) == bir_json.dumps(serial)
     records = [store.get_action(k) for k in store.action_keys()]
     sliced = [r for r in records if r and (r.get("parts") or {}).get("slice")]
     assert len(sliced) >= 6 and all(store.has(r["input"]) for r in sliced)
+
+
+# ----------------------------------------------------------------------------- schedule split ahead of build_fdeps
+
+
+def _build_ahead(store, m, chain=CHAIN):
+    """A build that splits schedule ahead of build_fdeps (a cluster of 2+ workers does so by itself); the
+    ``what`` of every task it submitted, in order."""
+    seen: list[str] = []
+    steps = resolve(_labelled([Entry(name, dict(OPTIONS.get(name, {}))) for name in chain])).steps
+    rep = build([BuildUnit("k", m)], steps, store, split_ahead=True,
+                on_event=lambda e: seen.append(e.what) if type(e).__name__ == "TaskSubmitted" else None)
+    assert rep.unit("k").ok, rep.unit("k").error
+    return rep, seen
+
+
+def test_schedule_splits_while_build_fdeps_runs_and_gives_the_serial_bytes(eager, tmp_path):
+    m = _input()
+    store = Store(tmp_path / "store")
+    rep, seen = _build_ahead(store, m)
+    # schedule's split went out before build_fdeps' merge (and, in this process, ran before it), and schedule
+    # split no second time
+    assert seen.index("schedule (split)") < seen.index("build_fdeps (merge)")
+    assert "schedule part 1/4" in seen
+    assert seen.count("schedule (split)") == 1 and seen.count("schedule (merge)") == 1
+    step = {s.label: s for s in rep.unit("k").steps}["schedule"]
+    assert step.status == "executed" and step.parts_total == 4 and step.parts_executed == 4
+    final = store.load(rep.unit("k").final)
+    serial = _serial(m)
+    assert content_hash(final) == content_hash(serial) and bir_json.dumps(final) == bir_json.dumps(serial)
+    assert _build(store, m).n_executed == 0
+
+
+def test_a_module_with_edges_of_its_own_splits_after_build_fdeps(eager, tmp_path):
+    """build_fdeps run twice: the second one's input has edges, so schedule declines to split ahead of it and
+    splits after it as usual."""
+    chain = CHAIN[:3] + ("build_fdeps",) + CHAIN[3:]
+    m = _input()
+    rep, seen = _build_ahead(Store(tmp_path / "store"), m, chain)
+    assert seen.count("schedule (split)") == 2  # ahead (declined), then as usual
+    assert seen.index("build_fdeps#2 (merge)") < seen.index("schedule (merge)")
+    serial = m
+    for name in chain:
+        serial = stages.make_pass(name, **OPTIONS.get(name, {})).run(serial)[0]
+    assert content_hash(Store(tmp_path / "store").load(rep.unit("k").final)) == content_hash(serial)
+
+
+def test_a_failed_part_of_the_split_ahead_falls_back_to_the_usual_split(eager, tmp_path, monkeypatch):
+    from tusk.workflows import tasks
+
+    m = _input()
+    store = Store(tmp_path / "store")
+    ahead_inputs: list[str] = []
+    real_ahead, real_part = tasks.split_ahead, tasks.run_part
+
+    def split_ahead(ctx, step, input_hash):
+        ahead_inputs.append(input_hash)
+        return real_ahead(ctx, step, input_hash)
+
+    def run_part(ctx, step, part, key, parts):
+        if isinstance(part, dict) and part["base"] in ahead_inputs and step["name"] == "schedule":
+            return {"status": "error", "error": "worker lost", "fault": "environment"}
+        return real_part(ctx, step, part, key, parts)
+
+    monkeypatch.setattr(tasks, "split_ahead", split_ahead)
+    monkeypatch.setattr(tasks, "run_part", run_part)
+    rep, seen = _build_ahead(store, m)
+    assert ahead_inputs and seen.count("schedule (split)") == 2
+    assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))

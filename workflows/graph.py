@@ -90,6 +90,8 @@ class TaskKind(StrEnum):
     STEP = "step"              # a pass on a whole module
     SPLIT = "split"            # a pass cutting its input into parts (or running whole when it does not pay)
     PART = "part"              # one part of a split pass
+    AHEAD_SPLIT = "ahead-split"  # the next pass's split, from the input of a pass still running (split_ahead)
+    AHEAD_PART = "ahead-part"  # one part of it
     MERGE = "merge"            # a split pass joining its parts
     CHECK = "check"            # a piece of the verifier's checks of a big output
     EMIT = "emit"              # a unit's output files, written whole
@@ -114,9 +116,9 @@ class TaskKind(StrEnum):
         worker's queue while the other worker stood idle.  The write parts and placements outrank the
         checks: the last part rendered decides when the file is placed."""
         part_of_write = self is TaskKind.EMIT_PART and j > 0
-        anywhere = self in (TaskKind.TIMING, TaskKind.PART, TaskKind.KERNEL, TaskKind.CHECK,
+        anywhere = self in (TaskKind.TIMING, TaskKind.PART, TaskKind.AHEAD_PART, TaskKind.KERNEL, TaskKind.CHECK,
                             TaskKind.EMIT_PLACE) or part_of_write
-        held = self in (TaskKind.PART, TaskKind.CHECK, TaskKind.EMIT_PART, TaskKind.EMIT_PLACE)
+        held = self in (TaskKind.PART, TaskKind.AHEAD_PART, TaskKind.CHECK, TaskKind.EMIT_PART, TaskKind.EMIT_PLACE)
         priority = {TaskKind.TIMING: -1000, TaskKind.EMIT_PART: 1, TaskKind.EMIT_PLACE: 2}.get(self, 0)
         return anywhere, held, priority
 
@@ -133,6 +135,23 @@ class _Split:
     part_run: dict[int, float] = field(default_factory=dict)  # part number -> seconds, of the parts that ran
     worker: str | None = None  # where the split ran: the step's input is in its memory, the merge goes there
     sizes: list[int] = field(default_factory=list)  # instructions of each part
+
+    def answered(self, j: int, res: dict) -> None:
+        """Part ``j`` is done: run (``res`` a task's answer, status "executed"), or found cached."""
+        self.outputs[j] = (res["output"], dict(res.get("stats") or {}))
+        if res.get("status") == "executed":
+            self.part_run[j] = float(res.get("seconds") or 0)
+
+
+@dataclass
+class _Ahead:
+    """Step ``index``'s split, cut from the input of the step before it while that one still runs
+    (``Pass.split_ahead``: build_fdeps' parts and schedule's run side by side).  The step adopts it once its
+    own input is known -- the merge takes the parts' outputs and that input -- unless it was turned down."""
+    index: int
+    split: _Split | None = None  # None until the split task answers
+    off: bool = False            # declined or failed: the step splits as usual
+    adopted: bool = False        # the step's split now (``_State.split`` is this ``split``)
 
 
 @dataclass
@@ -168,6 +187,7 @@ class _State:
     i: int = 0
     started: float = 0.0
     split: _Split | None = None
+    ahead: _Ahead | None = None  # the next step's split, made while this one runs
     done: bool = False
     gen: int = 0          # bumped when in-flight results of this unit become stale
     writing: _Writing | None = None  # the unit's output files being written
@@ -195,7 +215,7 @@ class Build:
                  on_final: Callable[[UnitReport, str], list | None] | None = None,
                  on_event: Callable[["BuildEvent"], None] | None = None,
                  timing: str = timings.NONE, timeline_limit: int = 400_000, write_parts: int | None = None,
-                 defer_checks: bool | None = None,
+                 defer_checks: bool | None = None, split_ahead: bool | None = None,
                  on_kernel_done: Callable[[list[UnitReport]], tuple[Callable, tuple, str] | None] | None = None):
         self.store = store
         self.steps = steps
@@ -215,6 +235,8 @@ class Build:
         self.write_parts = write_parts                # None: by size and workers (tests force a number)
         # a big final output's checks as tasks beside its write (None: with 2+ workers; tests force it)
         self.defer_checks = defer_checks
+        # a pass's split made while the pass before it still runs (Pass.split_ahead; None: with 2+ workers)
+        self.split_ahead = split_ahead
         # called when every unit of a kernel is done: a task that writes the kernel's own files (its timeline.json)
         # while the build goes on, on a worker, instead of one kernel after another when the build is over
         self.on_kernel_done = on_kernel_done
@@ -328,6 +350,8 @@ class Build:
                 return
             args = (self._ctx(st, i), step.task_spec(), st.hashes[i], key, parts)
             if step.splittable:
+                if self._adopt(st):
+                    return
                 self._submit(f"{step.name}-split", key, st, TaskKind.SPLIT, i, tasks.split_step, *args)
             else:
                 self._submit(step.name, key, st, TaskKind.STEP, i, tasks.run_step, *args)
@@ -348,6 +372,8 @@ class Build:
         st.report.steps[i:] = [res]
         st.hashes[i + 1:] = [rec["output"]]
         st.i = i + 1
+        if st.ahead is not None and st.ahead.index <= i:  # merged, or the step was cached after all
+            self._drop_ahead(st)
         self.emit(StepEvent(status, st.report, step.label))
         self._time(st)
 
@@ -435,8 +461,9 @@ class Build:
     def _give_up(self, st: _State, why: str) -> bool:
         """Count a repair; True (and the unit failed, not by its kernel's fault) past the limit."""
         st.report.repairs += 1
-        st.gen += 1
+        st.gen += 1  # every task in flight for the unit is stale, its ahead split's among them
         st.checking = None
+        st.ahead = None
         if st.report.repairs > MAX_REPAIRS + 2 * len(self.steps):
             self._fail(st, f"giving up after {st.report.repairs - 1} repairs of damaged cache objects ({why}); "
                            f"check the cache at {self.store.url} (tusk cache verify --remove)", fault=ENVIRONMENT)
@@ -646,6 +673,9 @@ class Build:
         if kind is TaskKind.CHECK:
             self._checked(st, j, res)
             return
+        if kind in (TaskKind.AHEAD_SPLIT, TaskKind.AHEAD_PART):
+            self._ahead_answered(st, kind, j, res)
+            return
         i = st.i
         step = self.steps[i]
         if status == "error":
@@ -656,6 +686,7 @@ class Build:
             if kind in (TaskKind.MERGE, TaskKind.PART) and (res.get("part") or kind is TaskKind.PART):
                 # a part object vanished: split again (the part records will mostly hit)
                 st.split = None
+                self._drop_ahead(st)
                 if self._give_up(st, res.get("error", "part missing")):
                     return
                 self._advance(st)
@@ -674,15 +705,12 @@ class Build:
                 checks()  # after the final module's write parts: they are the longer way to the end
             return
         if kind is TaskKind.SPLIT and status == "split":
-            st.split = _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0),
-                              insts_in=res.get("insts_in"), worker=res.get("worker_address"),
-                              sizes=[int(n) for n in res.get("sizes") or ()])
+            st.split = _split_of(res)
             self._submit_parts(st)
+            self._split_ahead(st)
             return
         if kind is TaskKind.PART and status in ("executed", "cached") and st.split is not None:
-            st.split.outputs[j] = (res["output"], dict(res.get("stats") or {}))
-            if status == "executed":
-                st.split.part_run[j] = float(res.get("seconds") or 0)
+            st.split.answered(j, res)
             self._maybe_merge(st)
             return
         self._fail(st, f"unexpected task result {res!r} for {step.label}")
@@ -750,9 +778,8 @@ class Build:
         elif st.written:
             self._done(st)
 
-    def _part_key(self, st: _State, part: str | dict) -> tuple[str, dict]:
+    def _part_key(self, step: Step, part: str | dict) -> tuple[str, dict]:
         """A part's action key: by its content hash, or a slice's by its base's content hash and its spec."""
-        step = self.steps[st.i]
         if isinstance(part, str):
             parts = {**step.key_parts(), "input": part, "env": self.env, "part": True}
         else:
@@ -763,30 +790,110 @@ class Build:
                      "part": True, "slice": True, "base": part["base"]}
         return action_key(parts), parts
 
-    def _submit_parts(self, st: _State) -> None:
-        step = self.steps[st.i]
-        sizes = st.split.sizes
+    def _submit_parts(self, st: _State, sp: _Split | None = None, index: int | None = None,
+                      kind: TaskKind = TaskKind.PART) -> None:
+        """Submit the parts of split ``sp`` of step ``index`` (default: the unit's split of its current step; an
+        ahead split's parts are ``AHEAD_PART``), those not cached; merge when every part is done."""
+        sp = sp or st.split
+        step = self.steps[st.i if index is None else index]
+        sizes = sp.sizes
         # the biggest part first, where the split ran (the parts are in its memory): fetched by another worker,
         # the rotation carrier (the whole 1.2M-row module) cost 0.5 s and ended last, the merge waiting on it
-        home = sizes.index(max(sizes)) if sizes and len(sizes) == len(st.split.parts) else -1
+        home = sizes.index(max(sizes)) if sizes and len(sizes) == len(sp.parts) else -1
         batch = None
-        for j in sorted(range(len(st.split.parts)), key=lambda j: j != home):
-            h = st.split.parts[j]
-            key, parts = self._part_key(st, h)
+        for j in sorted(range(len(sp.parts)), key=lambda j: j != home):
+            h = sp.parts[j]
+            key, parts = self._part_key(step, h)
             rec = self.store.get_action(key)
             if rec is not None:
                 self.store.touch_action(key)
-                st.split.outputs[j] = (rec["output"], dict(rec.get("stats") or {}))
+                sp.answered(j, rec)
                 continue
             failed = self.store.get_failure(key)
             if failed is not None:
-                self._fail(st, failed["error"], cached=True)
+                if kind is TaskKind.AHEAD_PART:  # the usual split meets the refusal itself
+                    self._ahead_answered(st, kind, j, {"status": "error"})
+                else:
+                    self._fail(st, failed["error"], cached=True)
                 return
             batch = self._started().next_batch() if batch is None else batch
-            self._submit(f"{step.name}-part", key, st, TaskKind.PART, j, tasks.run_part, self._ctx(st),
-                         step.task_spec(), h, key, parts, on=st.split.worker if j == home else None,
-                         size=sizes[j] if j < len(sizes) else 0, batch=batch)
+            self._submit(f"{step.name}-part", key, st, kind, j, tasks.run_part, self._ctx(st),
+                         step.task_spec(), h, key, parts, on=sp.worker if j == home else None,
+                         size=sizes[j] if j < len(sizes) else 0, batch=batch,
+                         what=f"{step.label} part {j + 1}/{len(sp.parts)}" if kind is TaskKind.AHEAD_PART else "")
+        if kind is TaskKind.PART:
+            self._maybe_merge(st)
+
+    # ------------------------------------------------------------ splitting ahead
+    def _ahead_on(self) -> bool:
+        if self.split_ahead is not None:
+            return self.split_ahead
+        return bool(getattr(self.executor, "is_cluster", False)) and \
+            len(getattr(self.executor, "workers_ready", {}) or {}) >= 2
+
+    def _split_ahead(self, st: _State) -> None:
+        """Step ``st.i`` has fanned out: when the next step's pass splits ahead of it (``Pass.split_ahead``),
+        split the next step now, from this step's input, so its parts run beside this step's parts and merge
+        (one worker stood idle through build_fdeps' last part, its merge and schedule's split: 0.9 s of
+        large_matmul's 15 s on two workers)."""
+        nxt = st.i + 1
+        if st.ahead is not None or nxt >= len(self.steps) or not self._ahead_on():
+            return
+        step = self.steps[nxt]
+        if not step.splittable or self.steps[st.i].name not in step.splits_ahead_of:
+            return
+        from tusk.cache.keys import digest
+
+        st.ahead = _Ahead(nxt)
+        self._submit(f"{step.name}-split", digest(["ahead", step.key_parts(), st.hashes[st.i], self.env]), st,
+                     TaskKind.AHEAD_SPLIT, nxt, tasks.split_ahead, self._ctx(st), step.task_spec(),
+                     st.hashes[st.i], what=f"{step.label} (split)", on=st.split.worker if st.split else None)
+
+    def _adopt(self, st: _State) -> bool:
+        """Whether step ``st.i`` takes the split made ahead of it (merging once its parts are done) or waits for
+        that split's answer; False: the step splits as usual."""
+        a = st.ahead
+        if a is None or a.index != st.i or a.off:
+            return False
+        if a.split is None:
+            return True  # the split answers soon
+        a.adopted = True
+        st.split = a.split
         self._maybe_merge(st)
+        return True
+
+    def _ahead_answered(self, st: _State, kind: TaskKind, j: int, res: dict) -> None:
+        a = st.ahead
+        if a is None or a.off:
+            return
+        status = res.get("status")
+        if kind is TaskKind.AHEAD_SPLIT and status == "split":
+            a.split = _split_of(res)
+            self._submit_parts(st, a.split, a.index, TaskKind.AHEAD_PART)
+            if st.ahead is a and st.i == a.index:
+                self._adopt(st)
+            return
+        if kind is TaskKind.AHEAD_PART and status in ("executed", "cached") and a.split is not None:
+            a.split.answered(j, res)
+            if a.adopted:
+                self._maybe_merge(st)
+            return
+        # declined (the input has edges of its own), or a task of it failed: the step splits as usual, after
+        # the step before it, and meets any error of its own there
+        self._drop_ahead(st)
+        if st.i == a.index:
+            if a.adopted:
+                st.split = None
+            self._advance(st)
+
+    def _drop_ahead(self, st: _State) -> None:
+        """Forget the unit's ahead split; its tasks still in flight answer no one."""
+        a, st.ahead = st.ahead, None
+        if a is None:
+            return
+        a.off = True
+        for waiting in self.waiting.values():
+            waiting[:] = [w for w in waiting if not (w[0] is st and w[1] in (TaskKind.AHEAD_SPLIT, TaskKind.AHEAD_PART))]
 
     def _maybe_merge(self, st: _State) -> None:
         sp = st.split
@@ -863,6 +970,12 @@ class Build:
                              executor=getattr(self.executor, "description", "none (everything cached)"),
                              seconds=time.perf_counter() - t0)
         return report
+
+
+def _split_of(res: dict) -> _Split:
+    """A split task's answer, as the build tracks it."""
+    return _Split(parts=list(res["parts"]), seconds=float(res.get("seconds") or 0), insts_in=res.get("insts_in"),
+                  worker=res.get("worker_address"), sizes=[int(n) for n in res.get("sizes") or ()])
 
 
 def timing_start(res: dict) -> float:

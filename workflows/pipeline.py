@@ -90,6 +90,7 @@ class Step:
     spec: str            # options_spec: name{a=1 b=x}
     splittable: bool
     reads_files: bool = False  # the pass reads files the module names (translate): see Pass.reads_files
+    splits_ahead_of: tuple[str, ...] = ()  # see Pass.split_ahead (no part of the key: the output is the same)
 
     def key_parts(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, "code": self.code,
@@ -271,4 +272,4 @@ def _resolve_one(e: Entry) -> Step | str:
     p = cls.with_options(e.options)
     return Step(label=e.label, name=cls.name, target=stages.target_of(cls), version=str(cls.version),
                 code=code_digest(cls), options=p.option_values(), spec=str(p), splittable=cls.splittable,
-                reads_files=cls.reads_files)
+                reads_files=cls.reads_files, splits_ahead_of=tuple(sorted(cls.splits_ahead_of)))

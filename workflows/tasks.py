@@ -542,22 +542,47 @@ def split_step(ctx: dict, step: dict, input_hash: str, key: str, parts: dict) ->
         if pieces is None:
             (out, stats), more = _run(p, step, module, ctx, clock)
             return _finish(ctx, store, key, parts, step, module, out, stats, seconds + more, clock)
-        from tusk.stages.base import Slice
-
-        # module parts stored (a slice's base among them), then each slice named by its base's hash and spec
-        saved = {i: _save(store, m, clock, bool(ctx.get("check"))) for i, m in enumerate(pieces)
-                 if not isinstance(m, Slice)}
-        if any(isinstance(m, Slice) and m.base is None for m in pieces) and not store.has(input_hash):
-            # the input came from this worker's memory but is gone from the store: the parts on other workers
-            # read it there (splitting again after they found it missing would not bring it back)
-            _save(store, module, clock, bool(ctx.get("check")))
-        refs = [{"base": input_hash if m.base is None else saved[m.base], "spec": m.spec}
-                if isinstance(m, Slice) else saved[i] for i, m in enumerate(pieces)]
-        sizes = [m.size if isinstance(m, Slice) else m.n_insts() for m in pieces]
-        return {"status": "split", "parts": refs, "sizes": sizes, "seconds": seconds,
-                "insts_in": module.n_insts(), "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
+        return _split_answer(ctx, store, input_hash, module, pieces, seconds, clock)
     except Exception as e:  # noqa: BLE001
         return _error(step, e, ctx.get("store"), key, parts)
+
+
+@measured
+def split_ahead(ctx: dict, step: dict, input_hash: str) -> dict:
+    """The parts of a pass, cut from the input of the pass before it while that one runs
+    (``Pass.split_ahead``): the parts only, nothing recorded; "whole" where the pass declines (the build then
+    splits it after the pass before, as usual).  An error is not recorded either: the usual split meets it."""
+    clock: dict = {"started": time.time()}
+    try:
+        store = _store(ctx["store"])
+        forget(ctx.get("dead") or ())
+        module, missing = _load_input(store, input_hash, clock)
+        if missing:
+            return missing
+        pieces, seconds = _run(_pass(step), step, module, ctx, clock, "split_ahead")
+        if pieces is None:
+            return {"status": "whole", "timing": clock, "ended": time.time()}
+        return _split_answer(ctx, store, input_hash, module, pieces, seconds, clock)
+    except Exception as e:  # noqa: BLE001
+        return _error(step, e)
+
+
+def _split_answer(ctx: dict, store, input_hash: str, module, pieces: list, seconds: float, clock: dict) -> dict:
+    """A split task's answer: its module parts stored (a slice's base among them), each slice named by its
+    base's hash and spec."""
+    from tusk.stages.base import Slice
+
+    saved = {i: _save(store, m, clock, bool(ctx.get("check"))) for i, m in enumerate(pieces)
+             if not isinstance(m, Slice)}
+    if any(isinstance(m, Slice) and m.base is None for m in pieces) and not store.has(input_hash):
+        # the input came from this worker's memory but is gone from the store: the parts on other workers
+        # read it there (splitting again after they found it missing would not bring it back)
+        _save(store, module, clock, bool(ctx.get("check")))
+    refs = [{"base": input_hash if m.base is None else saved[m.base], "spec": m.spec}
+            if isinstance(m, Slice) else saved[i] for i, m in enumerate(pieces)]
+    sizes = [m.size if isinstance(m, Slice) else m.n_insts() for m in pieces]
+    return {"status": "split", "parts": refs, "sizes": sizes, "seconds": seconds,
+            "insts_in": module.n_insts(), "timing": clock, "worker_address": _worker_address(), "ended": time.time()}
 
 
 def run_part(ctx: dict, step: dict, part: str | dict, key: str, parts: dict) -> dict:
