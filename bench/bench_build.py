@@ -111,13 +111,20 @@ def pass_run_with_parts(events: list[dict]) -> float:
                and e.get("cat") not in ("write_bir_json", "timing") and not str(e.get("cat", "")).startswith("timing"))
 
 
+# tasks of the chain that two workers run beside another step's parts: build_fdeps' merge and schedule's split
+# (schedule splits ahead of build_fdeps, Pass.split_ahead)
+BESIDE_PARTS = ("build_fdeps (merge)", "schedule (split)")
+
+
 def parallel_seconds(events: list[dict]) -> float:
     """Seconds of the build's tasks that two workers can run side by side (the parts of a split step, the
-    verifier's checks, the final write: in parts on two workers), from the build trace's tasks.  Taken from a
-    one-worker build, everything else is the chain that runs one task after another on any number of
-    workers: with ``T`` its wall, ``T / (T - parallel / 2)`` bounds what two workers can gain (Amdahl)."""
+    verifier's checks, the final write: in parts on two workers; the chain's tasks that run beside parts),
+    from the build trace's tasks.  Taken from a one-worker build, everything else is the chain that runs one
+    task after another on any number of workers: with ``T`` its wall, ``T / (T - parallel / 2)`` bounds what
+    two workers can gain (Amdahl)."""
     return sum(float(e.get("dur") or 0.0) / 1e6 for e in events
-               if " part " in str(e.get("name")) or e.get("cat") in ("verify", "write_bir_json"))
+               if " part " in str(e.get("name")) or e.get("cat") in ("verify", "write_bir_json")
+               or str(e.get("name")).endswith(BESIDE_PARTS))
 
 
 def timing_steps(report: dict) -> float:
