@@ -18,7 +18,9 @@ innermost iteration with nine operands and results each side.  Printed:
    usage, the same measure for both commands) and of peak RSS (the command's
    own high-water mark), and full_unroll / mlir-opt of the medians.  Output
    bytes per instruction, and MLIR's per useful op (its affine.apply per
-   iteration is not counted as work).
+   iteration is not counted as work).  Beside them, the floor under any
+   Python full_unroll: ``python -c "import numpy"`` (one BLAS thread), in
+   the same turns, as a share of mlir-opt's CPU.
 3. **A numpy floor**: building every column Tusk builds for the unrolled
    module (instructions: 9 columns; operands: 9 columns, 2.25 per
    instruction) with numpy alone, against Tusk's unroll step.
@@ -294,11 +296,15 @@ def file_to_file(n: int, count: int, reps: int, exe: str, tmp: Path, src_j: Path
     out_j, out_m = tmp / "out.json", tmp / "out.mlir"
     tusk_cmd = [*FULL_UNROLL, str(src_j), "-o", str(out_j), "-unrollLevel", "2"]
     mlir_cmd = [exe, str(src_m), "--affine-loop-unroll=unroll-full unroll-num-reps=3", "-o", str(out_m)]
+    # the floor under any Python full_unroll: the interpreter starting and importing numpy, with one BLAS
+    # thread as full_unroll sets it
+    floor_cmd = [sys.executable, "-c", "import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); import numpy"]
     timed_process(tusk_cmd)  # a warm-up run (untimed): the bytecode of Tusk's modules is written once
-    a_runs, b_runs = [], []
+    a_runs, b_runs, f_runs = [], [], []
     for _ in range(reps):
         a_runs.append(timed_process(tusk_cmd))
         b_runs.append(timed_process(mlir_cmd))
+        f_runs.append(timed_process(floor_cmd))
     sj, sm = out_j.stat().st_size, out_m.stat().st_size
     applies = count // OPS_PER_ITERATION  # MLIR's unroller adds one affine.apply per iteration: not useful work
     for label, key in (("wall", "wall"), ("CPU", "cpu")):
@@ -307,6 +313,10 @@ def file_to_file(n: int, count: int, reps: int, exe: str, tmp: Path, src_j: Path
         target = f"  [target <= {CPU_TARGETS[n]}]" if key == "cpu" and n in CPU_TARGETS else ""
         print(f"file to file, {label} s (median of {reps}, interleaved): full_unroll {a:.3f}, mlir-opt {b:.3f}: "
               f"full_unroll / mlir-opt {a / b:.2f}{target}")
+    f, b = statistics.median(r["cpu"] for r in f_runs), statistics.median(r["cpu"] for r in b_runs)
+    a = statistics.median(r["cpu"] for r in a_runs)
+    print(f"floor, CPU s (median of {reps}, interleaved): python -c 'import numpy' {f:.3f} = {f / b:.2f} of "
+          f"mlir-opt's; full_unroll above it {a - f:.3f} ({(a - f) / b:.2f} of mlir-opt's)")
     print(f"peak RSS: full_unroll {statistics.median(r['rss'] for r in a_runs) / 2**20:.0f} MiB, mlir-opt "
           f"{statistics.median(r['rss'] for r in b_runs) / 2**20:.0f} MiB; output {sj / count:.0f} B/inst "
           f"(BIR-JSON) vs {sm / count:.0f} B per useful op (MLIR: {count:,} ops; {sm / (count + applies):.0f} B/op "
