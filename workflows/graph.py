@@ -19,7 +19,11 @@ How a build proceeds (:func:`build`):
    bytes as before hits the next record: **early cutoff** falls out of
    keying on content.
 4. A pass that can split becomes a split task, one task per part (each
-   part cached on its own content hash) and a merge task.
+   part cached on its own content hash) and a merge task.  With two or more
+   workers, a pass that splits ahead of the one before it
+   (``Pass.split_ahead``: schedule after build_fdeps) is split from that
+   pass's input as soon as that pass fans out, so both passes' parts run
+   side by side; its merge then takes the earlier pass's output.
 5. A failing pass ends its unit with an error record; the others carry on.
    A task whose input object turns out missing or damaged makes the client
    drop the record that produced it and run that step again; from then on
