@@ -313,6 +313,8 @@ def safe_join(directory: str, rel: str, what: str, where: str = "the artifact di
     """``directory/rel`` for a relative path that stays inside ``directory`` (no '..', no symlink out)."""
     if not rel or os.path.isabs(rel):
         raise PassError(f"refusing {what} {rel!r}: not a relative path inside {directory}")
+    if "\x00" in rel:  # no file system takes it (os.path.realpath raises ValueError on it)
+        raise PassError(f"refusing {what} {rel!r}: a file name cannot hold a NUL character")
     parts = rel.replace("\\", "/").split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise PassError(f"refusing {what} {rel!r}: it would escape {where} {directory}")

@@ -74,12 +74,13 @@ def test_toml_paths_import_and_an_edited_helper_there_retraces(tree, monkeypatch
     assert np.allclose(run_klr((out / "doubled" / "doubled.klr").read_bytes(), {"a": A})["out"], 3 * A)
 
 
-def test_toml_paths_must_be_directories(tree, monkeypatch, tmp_path):
+@pytest.mark.parametrize("path, why", [("../nosuch", "not a directory"), ("a\0b", "NUL character")])
+def test_toml_paths_must_be_directories(tree, monkeypatch, tmp_path, path, why):
     monkeypatch.setenv("TUSK_CACHE_DIR", str(tmp_path / "cache"))
     k = tree / "examples"
-    (k / "tusk.toml").write_text(toml_kernel(name="doubled", file="doubled.py", inputs=SPECS, paths=["../nosuch"]))
+    (k / "tusk.toml").write_text(toml_kernel(name="doubled", file="doubled.py", inputs=SPECS, paths=[path]))
     res = invoke("compile", k, "-o", tmp_path / "out", "--workers", "0")
-    assert res.exit_code == 2 and "paths" in res.stderr and "not a directory" in res.stderr
+    assert res.exit_code == 2 and "paths" in res.stderr and why in res.stderr, res.stderr
 
 
 # ====================================================================== --nki-api: what `import nki` means

@@ -368,6 +368,14 @@ def test_shared_constant_path_traversal_is_refused(tmp_path):
         translate(host_module_for(str(path), 0, str(tmp_path / "out")))
 
 
+def test_a_shared_constant_name_with_a_nul_character_is_refused(tmp_path):
+    """A KLR file may spell any string; a NUL in a file name is refused as the file's fault, not a crash
+    (found by bench/fuzz_inputs.py --seed 22)."""
+    path = write(tmp_path / "k" / "lnc2.klr", lnc2_kernel(const_file="shared_constants/a\x00b.npy"))
+    with pytest.raises(PassError, match="cannot hold a NUL character"):
+        translate(host_module_for(str(path), 0, str(tmp_path / "out")))
+
+
 def test_missing_shared_constant_file(tmp_path):
     path = write(tmp_path / "lnc2.klr", lnc2_kernel(const_file="shared_constants/nope.npy"))
     with pytest.raises(PassError, match="const file shared_constants/nope.npy does not exist"):

@@ -362,6 +362,8 @@ def _kernel_paths(table: dict, base: Path, where: str, key: str) -> tuple[Path, 
                                f"got {value!r}")
     out = []
     for v in value:
+        if "\0" in v:
+            raise ProjectFileError(f"{where}: {key}.paths: {v!r} contains a NUL character")
         d = Path(os.path.realpath(base / v))
         if not d.is_dir():
             raise ProjectFileError(f"{where}: {key}.paths: {v!r} is not a directory (looked for {d})")
