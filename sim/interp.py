@@ -193,19 +193,26 @@ def random_inputs(module: Module, seed: int = 0, *, function: str | None = None)
         name = fn.strings[fn.memlocs.get("name", m)]
         shape, dt = memloc_elems(fn, m)
         need = math.prod(shape) * 16  # drawn in float64, then cast: two arrays at once
+        too_big = f"input {name} of shape {list(shape)} is more than this machine has free"
         if need > SMALL_BYTES and need > free_memory():
-            raise InputError(f"input {name} of shape {list(shape)} is more than this machine has free")
-        c = DT_CLASS[dt]
-        if c == FLOAT:
-            out[name] = rng.uniform(-2.0, 2.0, size=shape).astype(NP_DTYPES[dt])
-        elif c == BF16:
-            out[name] = bf16_to_f32(f32_to_bf16(rng.uniform(-2.0, 2.0, size=shape).astype(np.float32))).reshape(shape)
-        elif c == INT:
-            out[name] = rng.integers(0, 8, size=shape).astype(NP_DTYPES[dt])
-        else:
-            info = np.iinfo(NP_DTYPES[dt])
-            out[name] = rng.integers(0, int(info.max) + 1, size=shape, dtype=NP_DTYPES[dt])
+            raise InputError(too_big)
+        try:
+            out[name] = _random_values(rng, shape, dt)
+        except MemoryError:  # free by /proc/meminfo, but not to this process (a ulimit, a cgroup)
+            raise InputError(too_big) from None
     return out
+
+
+def _random_values(rng: np.random.Generator, shape: tuple, dt: int) -> np.ndarray:
+    c = DT_CLASS[dt]
+    if c == FLOAT:
+        return rng.uniform(-2.0, 2.0, size=shape).astype(NP_DTYPES[dt])
+    if c == BF16:
+        return bf16_to_f32(f32_to_bf16(rng.uniform(-2.0, 2.0, size=shape).astype(np.float32))).reshape(shape)
+    if c == INT:
+        return rng.integers(0, 8, size=shape).astype(NP_DTYPES[dt])
+    info = np.iinfo(NP_DTYPES[dt])
+    return rng.integers(0, int(info.max) + 1, size=shape, dtype=NP_DTYPES[dt])
 
 
 def same_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:

@@ -72,6 +72,21 @@ def test_random_inputs_beyond_the_machine_are_refused_by_name():
         random_inputs(b.module())
 
 
+def test_random_inputs_the_process_may_not_allocate_are_refused_by_name(monkeypatch):
+    """Free by /proc/meminfo but not to this process (a ulimit; bench/fuzz_inputs.py --seed 26 under
+    ``ulimit -v``): numpy's MemoryError is the same refusal, not a crash."""
+    from tusk.sim import interp
+
+    def no_memory(rng, shape, dt):
+        raise MemoryError("Unable to allocate 4.00 GiB")
+
+    monkeypatch.setattr(interp, "_random_values", no_memory)
+    b = Builder()
+    b.dram("x", (16384, 256, 256), "float32", kind="ExternalInput")
+    with pytest.raises(TuskError, match=r"input x of shape \[16384, 256, 256\] is more than this machine has free"):
+        random_inputs(b.module())
+
+
 def test_an_instruction_the_machine_cannot_hold_is_an_error_at_that_instruction(monkeypatch):
     """An access pattern of 2^31 x 64 elements (a mutated KLR file's iota) made numpy raise MemoryError out of the
     interpreter; it is an input error located at the instruction."""
