@@ -541,7 +541,13 @@ class View:
             raise unsupported(f"reshaping a {list(self.shape)} view whose elements are not contiguous")
         step = inner[0] if inner else 1
         new = [(step * math.prod(shape[k + 1:]), n) for k, n in enumerate(shape) if k >= keep]
-        return View(self.tensor, self.offset, self.dims[:keep] + tuple(new), tuple(range(len(shape))))
+        axes = tuple(range(len(shape)))
+        if keep and self.tensor.par_axis:
+            # the partition dim keeps its tensor axis; the new free dims walk none of the tensor's own axes
+            # (numbered from 0 they would name a block axis before the partition axis: buf[b].reshape(...) of
+            # a (n, par_dim(128), h, w) tile read as a view whose first axis is not the partition axis)
+            axes = (self.tensor.par_axis,) + (-1,) * (len(shape) - 1)
+        return View(self.tensor, self.offset, self.dims[:keep] + tuple(new), axes)
 
     # ------------------------------------------------------------------ NKI 2.x view methods
     @property

@@ -59,3 +59,28 @@ def test_accumulating_a_narrower_product_into_psum_is_refused_at_its_line(tmp_pa
     """, header=HEADER)
     with pytest.raises(TraceError, match=r"k\.py:10: not supported: \+= of \[128, 512\] and \[128, 36\] tiles"):
         trace_file(path, "k", ["f32[128,128]", "f32[128,512]"])
+
+
+def test_a_block_of_a_blocked_tile_reshapes_and_keeps_its_partition_axis(tmp_path):
+    # buf[b] of a (n, par_dim(128), h, w) tile reshaped to split its free axes for a 2x2 max: the reshaped
+    # view's partition dim is still the tile's partition axis (it was refused as a view whose first axis is
+    # not the partition axis)
+    path = write(tmp_path, """
+        import neuronxcc.nki.isa as nisa
+
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((2, 128, 4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            buf = nl.ndarray((2, nl.par_dim(128), 8, 16), dtype=x.dtype, buffer=nl.sbuf)
+            for b in nl.affine_range(2):
+                buf[b, :, :, :] = nl.load(x[b])
+            for b in nl.affine_range(2):
+                r = buf[b, :, :, :].reshape((nl.par_dim(128), 4, 2, 8, 2))
+                m = nisa.tensor_tensor(r[:, :, 0, :, 0], r[:, :, 1, :, 1], op=nl.maximum)
+                top = nl.maximum(r[:, :, 0, :, 1], r[:, :, 1, :, 0])
+                nl.store(out[b], value=nl.maximum(m, top))
+            return out
+    """, header=HEADER)
+    x = np.random.default_rng(5).standard_normal((2, 128, 8, 16)).astype(np.float32)
+    got = run_klr(trace_file(path, "k", ["f32[2,128,8,16]"]), {"x": x})["out"]
+    assert np.array_equal(got, x.reshape(2, 128, 4, 2, 8, 2).max(axis=(3, 5)))
