@@ -479,6 +479,9 @@ class View:
             raise unsupported("indexing with a tile (only a tensor's first axis, by an SBUF index tile)")
         if whole:
             self._check_gather_base()
+        if "int" in index.dtype and index.elements == index.shape[0] and index.vector is None \
+                and not index.offset.is_static:
+            index = _staged_index(index)
         if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
                 or not index.offset.is_static:
             raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
@@ -1044,6 +1047,19 @@ def _int(v: Any, what: str) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise unsupported(f"{what} argument {v!r} (an int)")
     return int(v.__index__())
+
+
+def _staged_index(index: View) -> View:
+    """An index tile at an offset that moves with a loop (``table[j, i_p, k]`` in an nl.sequential_range over
+    ``k``, vLLM's paged-attention block table): KLR's vector offset names a tile at a static place, so the
+    column is copied by DMA, bit for bit, into a fresh [P, 1] tile right where the subscript is, which the
+    gather then reads."""
+    from tusk.frontend.tracer import current
+
+    tr = current()
+    stage = tr.tile((index.shape[0], 1), index.dtype, "sbuf", "index")
+    tr.op("dma", (index,), (stage,), dst=stage, src=index)
+    return stage
 
 
 def _unit_slice_start(k: Any) -> Any:

@@ -98,3 +98,27 @@ def test_a_tile_gathers_more_rows_than_the_axis_holds(tmp_path):
     idx = RNG.integers(0, 5, (20, 1)).astype(np.int32)
     got = _run(tmp_path, INNER.replace("VIEW", "x"), x, idx)
     np.testing.assert_array_equal(got, _want(x, idx))
+
+
+def test_an_index_column_picked_by_a_loop_index_gathers_each_iterations_rows(tmp_path):
+    # the index table sits in SBUF as [P, n] and each iteration of a sequential loop gathers by its column k
+    # (vLLM's paged attention: block_tables[load, i_p, large_k_tile_idx]); the column's place moves with k,
+    # which the gather now reads through a copy of that column (it was refused as 'an index tile int32[128, 1]')
+    path = tmp_path / "k.py"
+    path.write_text(HEADER + textwrap.dedent("""
+        @nki.jit
+        def k(x, idx):
+            n = idx.shape[1]
+            out = nl.ndarray((n, 128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+            table = nl.load(idx)
+            i_p = nl.arange(128)[:, None]
+            i_f = nl.arange(x.shape[1])[None, :]
+            for j in nl.sequential_range(n):
+                rows = nl.load(x[table[i_p, j], i_f])
+                nl.store(out[j], value=nl.multiply(rows, 2.0))
+            return out
+    """))
+    x = RNG.standard_normal((300, 64)).astype(np.float32)
+    idx = RNG.integers(0, 300, size=(128, 3)).astype(np.int32)
+    got = run_klr(trace_file(path, "k", ["f32[300,64]", "i32[128,3]"]), {"x": x, "idx": idx})["out"]
+    assert np.array_equal(got, 2.0 * x[idx.T])
