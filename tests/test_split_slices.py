@@ -252,3 +252,59 @@ def test_a_failed_part_of_the_split_ahead_falls_back_to_the_usual_split(eager, t
     rep, seen = _build_ahead(store, m)
     assert ahead_inputs and seen.count("schedule (split)") == 2
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
+
+
+def _drop_records(store, keep) -> None:
+    """Remove every action record but those ``keep(record)`` says to keep."""
+    for key in list(store.action_keys()):
+        rec = store.get_action(key)
+        if rec is not None and not keep(rec):
+            store.drop_action(key)
+
+
+def test_a_late_split_ahead_does_not_let_its_parts_forget_their_base(eager, tmp_path, monkeypatch):
+    """build_fdeps' parts all cached: its merge goes out before schedule's split ahead, so the unit has moved on to
+    schedule when that split answers; its parts must not be told that build_fdeps' input -- their base -- is
+    dead (each would forget it and load it again from the store)."""
+    from tusk.workflows import tasks
+
+    m = _input()
+    store = Store(tmp_path / "store")
+    _build_ahead(store, m)
+    # build_fdeps' parts stay cached; its merge, schedule and schedule's parts run again
+    _drop_records(store, lambda r: r["pass"] == "build_fdeps" and (r.get("parts") or {}).get("part")
+                  or r["pass"] not in ("build_fdeps", "schedule", "address_rotation_psum_post_schedule",
+                                       "address_rotation_sb"))
+    told: list[tuple[str, list]] = []
+    real = tasks.run_part
+
+    def run_part(ctx, step, part, key, parts):
+        if step["name"] == "schedule" and isinstance(part, dict):
+            told.append((part["base"], list(ctx.get("dead") or ())))
+        return real(ctx, step, part, key, parts)
+
+    monkeypatch.setattr(tasks, "run_part", run_part)
+    rep, seen = _build_ahead(store, m)
+    assert seen.index("build_fdeps (merge)") < seen.index("schedule (split)")  # the merge went first
+    assert told and all(base not in dead for base, dead in told)
+    assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
+
+
+def test_a_dropped_split_ahead_takes_back_its_parts_not_yet_run(eager, tmp_path):
+    """build_fdeps runs again and gives the same output, so schedule's record hits: the ahead split is dropped,
+    and its parts still queued never run."""
+    m = _input()
+    store = Store(tmp_path / "store")
+    first, _ = _build_ahead(store, m)
+    # build_fdeps (parts and merge) and schedule's ahead parts run again; schedule's own record stays
+    _drop_records(store, lambda r: r["pass"] != "build_fdeps"
+                  and not (r["pass"] == "schedule" and (r.get("parts") or {}).get("part")))
+    finished: list[tuple[str, str]] = []
+    steps = resolve(_labelled([Entry(name, dict(OPTIONS.get(name, {}))) for name in CHAIN])).steps
+    rep = build([BuildUnit("k", m)], steps, store, split_ahead=True,
+                on_event=lambda e: finished.append((e.what, e.result.get("status")))
+                if type(e).__name__ == "TaskFinished" else None)
+    assert rep.unit("k").ok and rep.unit("k").final == first.unit("k").final
+    parts = [status for what, status in finished if what.startswith("schedule part")]
+    assert parts and set(parts) == {"discarded"}
+    assert {s.label: s.status for s in rep.unit("k").steps}["schedule"] == "cached"

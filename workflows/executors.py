@@ -37,6 +37,14 @@ class InlineExecutor:
     def next_batch(self) -> int:
         return 0
 
+    def discard(self, key: str) -> bool:
+        """Drop a queued task (it never runs); False when there is none of that key."""
+        for item in self._queue:
+            if item[0] == key:
+                self._queue.remove(item)
+                return True
+        return False
+
     def __len__(self) -> int:
         return len(self._queue)
 
@@ -115,6 +123,16 @@ class DaskExecutor:
     def next_batch(self) -> int:
         """A batch number for :meth:`submit`: later than every task and batch submitted so far."""
         return next(self._order)
+
+    def discard(self, key: str) -> bool:
+        """Drop a held task no one waits for any more (it never runs); False once it went to the scheduler."""
+        for k, item in enumerate(self._held):
+            if item[4] == key:
+                self._held[k] = self._held[-1]
+                self._held.pop()
+                heapq.heapify(self._held)
+                return True
+        return False
 
     def _send(self, key: str, fn: Callable, args: tuple, worker: str | None, priority: int) -> None:
         hint = {"workers": [worker], "allow_other_workers": True} if worker else {}

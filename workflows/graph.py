@@ -711,7 +711,8 @@ class Build:
         if kind is TaskKind.SPLIT and status == "split":
             st.split = _split_of(res)
             self._submit_parts(st)
-            self._split_ahead(st)
+            if not st.done:  # (a part's cached refusal has failed the unit)
+                self._split_ahead(st)
             return
         if kind is TaskKind.PART and status in ("executed", "cached") and st.split is not None:
             st.split.answered(j, res)
@@ -800,6 +801,10 @@ class Build:
         ahead split's parts are ``AHEAD_PART``), those not cached; merge when every part is done."""
         sp = sp or st.split
         step = self.steps[st.i if index is None else index]
+        ctx = self._ctx(st)
+        if kind is TaskKind.AHEAD_PART:  # their base is an earlier step's input, which the unit may have passed
+            bases = {p["base"] for p in sp.parts if isinstance(p, dict)}
+            ctx["dead"] = [h for h in ctx["dead"] if h not in bases]
         sizes = sp.sizes
         # the biggest part first, where the split ran (the parts are in its memory): fetched by another worker,
         # the rotation carrier (the whole 1.2M-row module) cost 0.5 s and ended last, the merge waiting on it
@@ -821,7 +826,7 @@ class Build:
                     self._fail(st, failed["error"], cached=True)
                 return
             batch = self._started().next_batch() if batch is None else batch
-            self._submit(f"{step.name}-part", key, st, kind, j, tasks.run_part, self._ctx(st),
+            self._submit(f"{step.name}-part", key, st, kind, j, tasks.run_part, ctx,
                          step.task_spec(), h, key, parts, on=sp.worker if j == home else None,
                          size=sizes[j] if j < len(sizes) else 0, batch=batch,
                          what=f"{step.label} part {j + 1}/{len(sp.parts)}" if kind is TaskKind.AHEAD_PART else "")
@@ -843,8 +848,12 @@ class Build:
         nxt = st.i + 1
         if st.ahead is not None or nxt >= len(self.steps) or not self._ahead_on():
             return
-        step = self.steps[nxt]
-        if not step.splittable or self.steps[st.i].name not in step.splits_ahead_of:
+        step, before = self.steps[nxt], self.steps[st.i]
+        from tusk.stages import REGISTRY
+
+        # the registered pass of that name (the reason it may go ahead is what that pass changes), not a
+        # module:Class pass that calls itself so
+        if not step.splittable or before.name not in step.splits_ahead_of or REGISTRY.get(before.name) != before.target:
             return
         from tusk.cache.keys import digest
 
@@ -896,8 +905,24 @@ class Build:
         if a is None:
             return
         a.off = True
-        for waiting in self.waiting.values():
-            waiting[:] = [w for w in waiting if not (w[0] is st and w[1] in (TaskKind.AHEAD_SPLIT, TaskKind.AHEAD_PART))]
+        for key, waiting in list(self.waiting.items()):
+            kept = [w for w in waiting if not (w[0] is st and w[1] in (TaskKind.AHEAD_SPLIT, TaskKind.AHEAD_PART))]
+            if len(kept) < len(waiting):
+                waiting[:] = kept
+                if not kept and self._discard(key):
+                    del self.waiting[key]
+
+    def _discard(self, task_key: str) -> bool:
+        """Take back a task no one waits for any more, if the executor still holds it (it never runs: a
+        dropped ahead split's parts would otherwise run before the parts the unit needs); False once sent."""
+        discard = getattr(self.executor, "discard", None)
+        if discard is None or not discard(task_key):
+            return False
+        _, action = self._submitted.pop(task_key, (None, None))
+        self._inflight.pop(action, None)
+        if task_key in self._tasks:
+            self.emit(TaskFinished(task_key, *self._tasks.pop(task_key), {"status": "discarded"}))
+        return True
 
     def _maybe_merge(self, st: _State) -> None:
         sp = st.split

@@ -41,13 +41,17 @@ class TaskLog(BuildEvents):
         if event == "submitted":
             self.tasks[key] = TaskRecord(key, unit.unit.name, what, now)
             return
+        if result.get("status") == "discarded":  # taken back before it ran (a dropped split ahead's part)
+            self.tasks.pop(key, None)
+            return
         rec = self.tasks.get(key)
         if rec is None:
             return
         got = result.get("timing")
         timing: dict[str, Any] = got if isinstance(got, dict) else {}
         rec.status = str(result.get("status") or "")
-        ran = rec.status in ("executed", "split", "error", "written", "part-rendered", "part-placed", "checked")
+        ran = rec.status in ("executed", "split", "whole", "error", "written", "part-rendered", "part-placed",
+                             "checked")
         started = timing.get("started") if ran else None
         rec.started = float(started) if isinstance(started, (int, float)) else None
         ended = result.get("ended")
