@@ -176,7 +176,7 @@ def test_a_cluster_build_of_slices_gives_the_serial_bytes(eager, tmp_path):
                 on_event=lambda e: seen.append(e.what) if type(e).__name__ == "TaskSubmitted" else None)
     assert rep.cluster_started and rep.unit("k").ok, rep.unit("k").error
     # two workers: schedule split ahead of build_fdeps' merge, once
-    assert seen.index("schedule (split)") < seen.index("build_fdeps (merge)") and seen.count("schedule (split)") == 1
+    assert seen.index("schedule (split ahead)") < seen.index("build_fdeps (merge)") and "schedule (split)" not in seen
     final = store.load(rep.unit("k").final)
     serial = _serial(m)
     assert content_hash(final) == content_hash(serial) and bir_json.dumps(final) == bir_json.dumps(serial)
@@ -205,9 +205,9 @@ def test_schedule_splits_while_build_fdeps_runs_and_gives_the_serial_bytes(eager
     rep, seen = _build_ahead(store, m)
     # schedule's split went out before build_fdeps' merge (and, in this process, ran before it), and schedule
     # split no second time
-    assert seen.index("schedule (split)") < seen.index("build_fdeps (merge)")
+    assert seen.index("schedule (split ahead)") < seen.index("build_fdeps (merge)")
     assert "schedule part 1/4" in seen
-    assert seen.count("schedule (split)") == 1 and seen.count("schedule (merge)") == 1
+    assert "schedule (split)" not in seen and seen.count("schedule (merge)") == 1
     step = {s.label: s for s in rep.unit("k").steps}["schedule"]
     assert step.status == "executed" and step.parts_total == 4 and step.parts_executed == 4
     final = store.load(rep.unit("k").final)
@@ -222,7 +222,7 @@ def test_a_module_with_edges_of_its_own_splits_after_build_fdeps(eager, tmp_path
     chain = CHAIN[:3] + ("build_fdeps",) + CHAIN[3:]
     m = _input()
     rep, seen = _build_ahead(Store(tmp_path / "store"), m, chain)
-    assert seen.count("schedule (split)") == 2  # ahead (declined), then as usual
+    assert seen.count("schedule (split ahead)") == 1 and seen.count("schedule (split)") == 1  # declined, as usual
     assert seen.index("build_fdeps#2 (merge)") < seen.index("schedule (merge)")
     serial = m
     for name in chain:
@@ -250,7 +250,7 @@ def test_a_failed_part_of_the_split_ahead_falls_back_to_the_usual_split(eager, t
     monkeypatch.setattr(tasks, "split_ahead", split_ahead)
     monkeypatch.setattr(tasks, "run_part", run_part)
     rep, seen = _build_ahead(store, m)
-    assert ahead_inputs and seen.count("schedule (split)") == 2
+    assert ahead_inputs and seen.count("schedule (split ahead)") == 1 and seen.count("schedule (split)") == 1
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
 
 
@@ -285,7 +285,7 @@ def test_a_late_split_ahead_does_not_let_its_parts_forget_their_base(eager, tmp_
 
     monkeypatch.setattr(tasks, "run_part", run_part)
     rep, seen = _build_ahead(store, m)
-    assert seen.index("build_fdeps (merge)") < seen.index("schedule (split)")  # the merge went first
+    assert seen.index("build_fdeps (merge)") < seen.index("schedule (split ahead)")  # the merge went first
     assert told and all(base not in dead for base, dead in told)
     assert content_hash(store.load(rep.unit("k").final)) == content_hash(_serial(m))
 

@@ -133,7 +133,7 @@ class StepEvent:
 @dataclass(frozen=True)
 class TaskSubmitted:
     """A task went to the executor; ``what`` names the work (a step label, ``"<label> part 3/8"``,
-    ``"<label> (split)"``, ``"<label> (merge)"``, ``"write_bir_json"``, ``"timing (before rotation)"``)."""
+    ``"<label> (split)"``, ``"<label> (split ahead)"`` (``Pass.split_ahead``), ``"<label> (merge)"``, ``"write_bir_json"``, ``"timing (before rotation)"``)."""
 
     key: str
     unit: UnitReport

@@ -860,7 +860,7 @@ class Build:
         st.ahead = _Ahead(nxt)
         self._submit(f"{step.name}-split", digest(["ahead", step.key_parts(), st.hashes[st.i], self.env]), st,
                      TaskKind.AHEAD_SPLIT, nxt, tasks.split_ahead, self._ctx(st), step.task_spec(),
-                     st.hashes[st.i], what=f"{step.label} (split)", on=st.split.worker if st.split else None)
+                     st.hashes[st.i], what=f"{step.label} (split ahead)", on=st.split.worker if st.split else None)
 
     def _adopt(self, st: _State) -> bool:
         """Whether step ``st.i`` takes the split made ahead of it (merging once its parts are done) or waits for
