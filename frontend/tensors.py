@@ -479,11 +479,10 @@ class View:
             raise unsupported("indexing with a tile (only a tensor's first axis, by an SBUF index tile)")
         if whole:
             self._check_gather_base()
-        if "int" in index.dtype and index.elements == index.shape[0] and index.vector is None \
-                and not index.offset.is_static:
+        column = "int" in index.dtype and index.elements == index.shape[0] and index.vector is None
+        if column and not index.offset.is_static:
             index = _staged_index(index)
-        if "int" not in index.dtype or index.elements != index.shape[0] or index.vector is not None \
-                or not index.offset.is_static:
+        if not column or not index.offset.is_static:
             raise unsupported(f"an index tile {index.dtype}{list(index.shape)} (an integer [P, 1] column)")
         if any(isinstance(k, (View, Tensor)) for k in key[1:]):
             raise unsupported("more than one index tile in a subscript (one axis gathers)")

@@ -151,11 +151,10 @@ class _Split:
 class _Ahead:
     """Step ``index``'s split, cut from the input of the step before it while that one still runs
     (``Pass.split_ahead``: build_fdeps' parts and schedule's run side by side).  The step adopts it once its
-    own input is known -- the merge takes the parts' outputs and that input -- unless it was turned down."""
+    own input is known -- the merge takes the parts' outputs and that input -- unless it was turned down (then
+    ``_State.ahead`` is None again)."""
     index: int
-    split: _Split | None = None  # None until the split task answers
-    off: bool = False            # declined or failed: the step splits as usual
-    adopted: bool = False        # the step's split now (``_State.split`` is this ``split``)
+    split: _Split | None = None  # None until the split task answers; the step's own once it adopts it
 
 
 @dataclass
@@ -268,8 +267,7 @@ class Build:
     def _ctx(self, st: _State, i: int | None = None) -> dict[str, Any]:
         """What a task of the unit needs besides the step: the store, flags, the unit's locations."""
         verify: bool | str = i is not None and self._verifies(i)
-        defer = self.defer_checks if self.defer_checks is not None else \
-            len(getattr(self.executor, "workers_ready", {}) or {}) >= 2
+        defer = self.defer_checks if self.defer_checks is not None else self._ready_workers() >= 2
         if verify and i == len(self.steps) - 1 and defer:
             verify = tasks.DEFER  # a big final output is checked by tasks beside its write, not before it
         return {"store": self.store.url, "verify": verify, "check": st.report.repairs > 0,
@@ -307,11 +305,14 @@ class Build:
                                  priority=placed_priority if priority is None else priority, anywhere=held, size=size,
                                  batch=batch)
             label = what or (self.steps[st.i].label if kind is not TaskKind.EMIT else "write_bir_json")
-            what = {TaskKind.PART: f"{label} part {j + 1}/{len(st.split.parts) if st.split else 0}",
-                    TaskKind.SPLIT: f"{label} (split)", TaskKind.MERGE: f"{label} (merge)"}.get(kind, label)
+            what = {TaskKind.SPLIT: f"{label} (split)", TaskKind.MERGE: f"{label} (merge)"}.get(kind, label)
             self._tasks[task_key] = (st.report, what)
             self.emit(TaskSubmitted(task_key, st.report, what))
         self.waiting.setdefault(task_key, []).append((st, kind, j, st.gen))
+
+    def _ready_workers(self) -> int:
+        """Workers the executor has warmed up (0 before it starts)."""
+        return len(getattr(self.executor, "workers_ready", {}) or {})
 
     def _started(self):
         """The executor, started (and its workers warmed up) by the first task the build submits."""
@@ -521,7 +522,7 @@ class Build:
         if self.write_parts is not None:
             return max(1, self.write_parts)
         n = st.report.steps[-1].insts_out if st.report.steps else None
-        workers = len(getattr(self.executor, "workers_ready", {}) or {})
+        workers = self._ready_workers()
         if not getattr(self.executor, "is_cluster", False) or workers < 2 or not isinstance(n, int) \
                 or n < PART_WRITE_INSTS or write_tasks.written_before(self.store, item[0], False):
             return 1
@@ -828,8 +829,7 @@ class Build:
             batch = self._started().next_batch() if batch is None else batch
             self._submit(f"{step.name}-part", key, st, kind, j, tasks.run_part, ctx,
                          step.task_spec(), h, key, parts, on=sp.worker if j == home else None,
-                         size=sizes[j] if j < len(sizes) else 0, batch=batch,
-                         what=f"{step.label} part {j + 1}/{len(sp.parts)}" if kind is TaskKind.AHEAD_PART else "")
+                         size=sizes[j] if j < len(sizes) else 0, batch=batch, what=f"{step.label} part {j + 1}/{len(sp.parts)}")
         if kind is TaskKind.PART:
             self._maybe_merge(st)
 
@@ -837,8 +837,7 @@ class Build:
     def _ahead_on(self) -> bool:
         if self.split_ahead is not None:
             return self.split_ahead
-        return bool(getattr(self.executor, "is_cluster", False)) and \
-            len(getattr(self.executor, "workers_ready", {}) or {}) >= 2
+        return bool(getattr(self.executor, "is_cluster", False)) and self._ready_workers() >= 2
 
     def _split_ahead(self, st: _State) -> None:
         """Step ``st.i`` has fanned out: when the next step's pass splits ahead of it (``Pass.split_ahead``),
@@ -866,45 +865,43 @@ class Build:
         """Whether step ``st.i`` takes the split made ahead of it (merging once its parts are done) or waits for
         that split's answer; False: the step splits as usual."""
         a = st.ahead
-        if a is None or a.index != st.i or a.off:
+        if a is None or a.index != st.i:
             return False
         if a.split is None:
             return True  # the split answers soon
-        a.adopted = True
         st.split = a.split
         self._maybe_merge(st)
         return True
 
     def _ahead_answered(self, st: _State, kind: TaskKind, j: int, res: dict) -> None:
         a = st.ahead
-        if a is None or a.off:
+        if a is None:
             return
         status = res.get("status")
         if kind is TaskKind.AHEAD_SPLIT and status == "split":
             a.split = _split_of(res)
             self._submit_parts(st, a.split, a.index, TaskKind.AHEAD_PART)
-            if st.ahead is a and st.i == a.index:
-                self._adopt(st)
+            self._adopt(st)  # when the step waits for it (and a cached refusal has not dropped it)
             return
+        adopted = a.split is not None and st.split is a.split
         if kind is TaskKind.AHEAD_PART and status in ("executed", "cached") and a.split is not None:
             a.split.answered(j, res)
-            if a.adopted:
+            if adopted:
                 self._maybe_merge(st)
             return
         # declined (the input has edges of its own), or a task of it failed: the step splits as usual, after
         # the step before it, and meets any error of its own there
         self._drop_ahead(st)
         if st.i == a.index:
-            if a.adopted:
+            if adopted:
                 st.split = None
             self._advance(st)
 
     def _drop_ahead(self, st: _State) -> None:
         """Forget the unit's ahead split; its tasks still in flight answer no one."""
-        a, st.ahead = st.ahead, None
-        if a is None:
+        if st.ahead is None:
             return
-        a.off = True
+        st.ahead = None
         for key, waiting in list(self.waiting.items()):
             kept = [w for w in waiting if not (w[0] is st and w[1] in (TaskKind.AHEAD_SPLIT, TaskKind.AHEAD_PART))]
             if len(kept) < len(waiting):

@@ -479,12 +479,12 @@ def _worker_address() -> str | None:
         return None
 
 
-def _open(ctx: dict, key: str, input_hash: str, clock: dict, keep: bool | None = None):
+def _open(ctx: dict, key: str | None, input_hash: str, clock: dict, keep: bool | None = None):
     """(store, input module, early answer): the early answer -- the cached record, or the
     report of a missing input -- is returned by the task as it is.  ``keep`` the input in this process
     (default: unless it is a part)."""
     store = _store(ctx["store"])
-    hit = _cached(store, key)
+    hit = _cached(store, key) if key is not None else None  # None: a task that records nothing
     if hit:
         return store, None, hit
     forget(ctx.get("dead") or ())
@@ -554,9 +554,7 @@ def split_ahead(ctx: dict, step: dict, input_hash: str) -> dict:
     splits it after the pass before, as usual).  An error is not recorded either: the usual split meets it."""
     clock: dict = {"started": time.time()}
     try:
-        store = _store(ctx["store"])
-        forget(ctx.get("dead") or ())
-        module, missing = _load_input(store, input_hash, clock)
+        store, module, missing = _open(ctx, None, input_hash, clock)
         if missing:
             return missing
         pieces, seconds = _run(_pass(step), step, module, ctx, clock, "split_ahead")
