@@ -17,6 +17,8 @@ in brackets:
    own run time [<= 1.3x];
 3. ``examples/kernels``: a no-op rebuild through the CLI [<= 0.3 s wall]
    and a second ``-o`` with the same cache [<= 10 % of cold].
+4. (``--only 4``) large_matmul with 2 workers, schedule split ahead of
+   build_fdeps against the same command with that turned off in the client.
 """
 
 from __future__ import annotations
@@ -63,11 +65,14 @@ def children_sys_and_faults() -> tuple[float, int]:
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def tusk(corpus: Path, out: Path, cache: Path, *extra: str, as_json: bool = True) -> tuple[float, float, dict]:
-    """One whole `tusk compile` command through the installed entry point: (wall, CPU, its --json report)."""
+def tusk(corpus: Path, out: Path, cache: Path, *extra: str, as_json: bool = True,
+         code: str | None = None) -> tuple[float, float, dict]:
+    """One whole `tusk compile` command through the installed entry point (or ``python -c code`` with the
+    same arguments): (wall, CPU, its --json report)."""
     exe = Path(sys.executable).with_name("tusk")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "tusk"]), "compile",
-           str(corpus), "-o", str(out), "--cache-dir", str(cache), "--progress", "off",
+    launcher = [sys.executable, "-c", code] if code else \
+        [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "tusk"])]
+    cmd = [*launcher, "compile", str(corpus), "-o", str(out), "--cache-dir", str(cache), "--progress", "off",
            *(["--json"] if as_json else []), *extra]
     cpu0, (sys0, faults0), t = children_cpu(), children_sys_and_faults(), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out.parent), check=False, env=CHILD_ENV)
@@ -138,7 +143,8 @@ def fresh(*dirs: Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat: int) -> dict[str, list]:
+def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat: int,
+            codes: dict[str, str] | None = None) -> dict[str, list]:
     """Cold builds of ``corpus`` in every mode, interleaved: mode -> [(wall, cpu, report, load), ...].
 
     Every run gets directories of its own, and all are removed after the last run.  Removing the previous
@@ -156,7 +162,7 @@ def compare(work: Path, corpus: Path, modes: dict[str, tuple[str, ...]], repeat:
                 made += [out, cache]
                 os.sync()
                 before = load()
-                wall, cpu, rep = tusk(corpus, out, cache, *extra)
+                wall, cpu, rep = tusk(corpus, out, cache, *extra, code=(codes or {}).get(mode))
                 events = trace_tasks(out)
                 runs[mode].append((wall, cpu, rep, f"{before} -> {load()}", pass_run_with_parts(events),
                                    parallel_seconds(events)))
@@ -192,20 +198,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small kernels (a smoke test of the script)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it")
     ap.add_argument("--skip-large", action="store_true", help="leave out the 1.2M-instruction kernel")
-    ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3), help="run only this section")
+    ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3, 4), help="run only this section")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tusk-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     try:
         print(f"(machine: {os.cpu_count()} CPUs, {load()} at start)")
-        wanted = set(args.only or (1, 2, 3)) - ({2} if args.skip_large or args.quick else set())
+        wanted = set(args.only or (1, 2, 3)) - ({2, 4} if args.skip_large or args.quick else set())
         if 1 in wanted:
             section_eight(work, args)
         if 2 in wanted:
             section_large(work, args)
         if 3 in wanted:
             section_corpus(work, args)
+        if 4 in wanted:
+            section_split_ahead(work, args)
         print(f"({load()} at the end)")
     finally:
         if not args.keep:
@@ -260,6 +268,28 @@ def section_large(work: Path, args) -> None:
     print(f"the steps ran {slow:.2f}x as long with 2 workers as with 1 (two processes at once share the memory "
           f"bandwidth and caches): with the parallel part that much slower, the bound is "
           f"{w1 / max(w1 - par + par / 2 * slow, 1e-9):.2f}x")
+
+
+# the same command from the same entry, with schedule's split ahead of build_fdeps on (as shipped) or off
+CLI_MAIN = "import sys; from tusk.workflows.cli import main; sys.argv[0] = 'tusk'; main()"
+NO_SPLIT_AHEAD = "import tusk.workflows.graph as g; g.Build._ahead_on = lambda self: False; " + CLI_MAIN
+
+
+def section_split_ahead(work: Path, args) -> None:
+    """4. large_matmul with 2 workers, schedule split ahead of build_fdeps (Pass.split_ahead) against the
+    same build with it turned off in the client, interleaved (not in the default run: --only 4)."""
+    large = work / "large"
+    fresh(large)
+    large.mkdir()
+    shutil.copy(LARGE, large / LARGE.name)
+    print(f"\n== {LARGE.name}, --workers 2, split ahead on / off, cold, {args.repeat} interleaved run(s) ==")
+    modes = {"ahead": MODES["2 workers"], "not ahead": MODES["2 workers"]}
+    runs = compare(work, large, modes, args.repeat, codes={"ahead": CLI_MAIN, "not ahead": NO_SPLIT_AHEAD})
+    for mode, r in runs.items():
+        print(f"{mode:10s} {describe(r)}")
+    on, off = med(runs["ahead"], 0), med(runs["not ahead"], 0)
+    print(f"wall: split ahead {off / on:.2f}x as fast as without (CPU {med(runs['not ahead'], 1):.2f} s without, "
+          f"{med(runs['ahead'], 1):.2f} s with)")
 
 
 def section_corpus(work: Path, args) -> None:

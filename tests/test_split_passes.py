@@ -247,6 +247,9 @@ def _assert_split_ahead_exact(p: Schedule, m: Module) -> list | None:
     serial = p.run(after)[0]
     assert content_hash(merged) == content_hash(serial)
     assert bir_json.dumps(merged) == bir_json.dumps(serial)
+    verify(merged)
+    inputs = random_inputs(m, seed=9)
+    assert same_outputs(run(m, inputs), run(merged, inputs))  # computes what build_fdeps' input computes
     return outs
 
 
