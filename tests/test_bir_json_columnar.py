@@ -125,6 +125,33 @@ def test_lines_a_guess_does_not_tell_apart_are_read_as_they_are(tmp_path, monkey
     assert len(load.fams) > 2
 
 
+def _declared_in(name: str, order: str) -> Module:
+    b = Builder(name)
+    make = {"t": lambda: b.sbuf("t", (128, 4), addr=0), "u": lambda: b.sbuf("u", (128, 4), addr=512),
+            "y": lambda: b.dram("y", (128, 400), kind="ExternalOutput")}
+    got = {k: make[k]() for k in order}
+    with b.loop("i", 0, 100) as i:
+        b.dma(got["y"].tile(0, 128, i * 4, 4), got["t"].ap(), name="a")
+        b.dma(got["y"].tile(0, 128, i * 4, 4), got["u"].ap(), name="b")
+    return _unrolled(b.module(), deps=False)
+
+
+def test_functions_with_the_same_lines_each_read_their_own_memory_locations(tmp_path):
+    """Two functions whose instruction lines are the same text but whose pools are not (memory locations
+    declared in another order): a line's prototype from the first function must not stand for the second's
+    (it did: the second function's rows pointed into the first's pools)."""
+    first, second = _declared_in("k1", "tuy"), _declared_in("k2", "yut")
+    m = Module([first.functions[0], second.functions[0]], first.arch, first.version, first.attributes)
+    path = tmp_path / "two.json"
+    bir_json.save(m, path)
+    load = column_reader.ColumnLoad(str(path))
+    assert load.load() == m == bir_json.load(path, fast=False)
+    bir_json.save(first, tmp_path / "one.json")
+    alone = column_reader.ColumnLoad(str(tmp_path / "one.json"))
+    alone.load()
+    assert load.sub_lines == alone.sub_lines   # the second function's lines are the first's sub-templates
+
+
 def test_large_file_takes_the_columnar_path_and_gzip(tmp_path, monkeypatch):
     m = _unrolled(tusk_nest(6, 6, 40))
     for suffix in (".json", ".json.gz"):

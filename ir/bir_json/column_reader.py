@@ -399,7 +399,8 @@ class ColumnLoad:
         self.runs: list[_Run] = []
         self.cur: _Run | None = None
         self.comma = False
-        self.protos: dict[int, Any] = {}
+        self.protos: dict[int, Any] = {}        # sub-template id -> its rows, in ``protos_of``'s pools
+        self.protos_of: Function | None = None    # the function whose pools the prototypes' ids point into
         self.subs: dict[bytes, int] = {}         # (family, constant runs' bytes) -> sub-template id
         self.subtab = _SubTable()                 # the same, found with numpy
         self.guess = _FamilyGuess()               # families found with numpy (checked, then the exact map)
@@ -609,6 +610,10 @@ class ColumnLoad:
         run = self.runs[k]
         self.runs[k] = None  # type: ignore[call-overload]
         self.used += 1
+        if fn is not self.protos_of:
+            # a prototype's rows hold ids into its function's pools (strings, patterns, records, memory
+            # locations): another function with the same line text reads its own prototypes
+            self.protos, self.protos_of = {}, fn
         tids = np.concatenate(run.tids)
         run.tids = []
         width = max(s.shape[1] for s in run.slots)
