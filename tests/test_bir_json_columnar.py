@@ -48,6 +48,22 @@ def _modules():
     yield "k-loop", FullUnroll(level=1).run(m)[0]
     yield "negative", _negative_offsets()
     yield "names", _awkward_names()
+    yield "rotated", _rotated_names()
+
+
+def _rotated_names() -> Module:
+    """large_matmul's program with its buffers rotated: copies named "ta_rot1", "ta_rot2", ..."""
+    from tests.test_split_large import large_matmul_like
+    from tusk import stages
+    from tusk.ir.enums import FnAttr
+
+    m = large_matmul_like()
+    for fn in m.functions:
+        fn.attrs.add(FnAttr.ROTATE_PSUM_AND_SB)
+    m = _unrolled(m)
+    for name in ("address_rotation_psum", "address_rotation_sb"):
+        m = stages.make_pass(name).run(m)[0]
+    return m
 
 
 def _negative_offsets() -> Module:
@@ -123,6 +139,54 @@ def test_lines_a_guess_does_not_tell_apart_are_read_as_they_are(tmp_path, monkey
     load = column_reader.ColumnLoad(str(path))
     assert load.load() == bir_json.load(path, fast=False)
     assert len(load.fams) > 2
+
+
+def _rotated_file(tmp_path) -> tuple[Path, list[str]]:
+    path = tmp_path / "rotated.json"
+    bir_json.save(MODULES["rotated"], path)
+    return path, path.read_text().split("\n")
+
+
+def test_memory_names_that_differ_in_digits_are_slots(tmp_path, monkeypatch):
+    """Lines alike but for the digits of their memory names ("ta_rot1" / "ta_rot2") share a sub-template: the
+    names are slots, each line's operand read with its own name."""
+    path, _ = _rotated_file(tmp_path)
+    ordinary = bir_json.load(path, fast=False)
+    load = column_reader.ColumnLoad(str(path))
+    assert load.load() == ordinary
+    monkeypatch.setattr(column_reader, "MEM_DIGITS", 0)   # names as constants, as before
+    constants = column_reader.ColumnLoad(str(path))
+    assert constants.load() == ordinary
+    assert len(load.sub_lines) < len(constants.sub_lines) / 2, (len(load.sub_lines), len(constants.sub_lines))
+
+
+@pytest.mark.parametrize("edit", ["setref", "leading zero", "unknown"])
+def test_a_memory_name_slot_reads_each_name_as_the_reader_does(tmp_path, edit):
+    """A line whose names are not its prototype's in any way the reader cares about: a memsetref that is
+    not its memref's set (kept as it was written), a name with a leading zero (another memory location, or
+    none), a name that does not exist (the reader's error, naming it)."""
+    path, lines = _rotated_file(tmp_path)
+    rows = [k for k, line in enumerate(lines) if '"memref":"ta_rot2","memsetref":"ta_rot2_set"' in line]
+    assert len(rows) > 3
+    k = rows[len(rows) // 2]
+    if edit == "setref":
+        lines[k] = lines[k].replace('"memsetref":"ta_rot2_set"', '"memsetref":"ta_rot3_set"', 1)
+    elif edit == "leading zero":
+        lines[k] = lines[k].replace('"memref":"ta_rot2"', '"memref":"ta_rot02"', 1)
+    else:
+        lines[k] = lines[k].replace('"memref":"ta_rot2"', '"memref":"ta_rot9"', 1)
+    path.write_text("\n".join(lines))
+    if edit != "setref":
+        name = "ta_rot9" if edit == "unknown" else "ta_rot02"
+        with pytest.raises(FormatError) as err:
+            bir_json.load(path)
+        assert f"memory location '{name}' does not exist" in str(err.value) and str(path) in str(err.value)
+        assert ".instructions[" in (err.value.where or "")
+        return
+    ordinary = bir_json.load(path, fast=False)
+    assert column_reader.ColumnLoad(str(path)).load() == ordinary
+    assert bir_json.dumps(ordinary).count('"memsetref":"ta_rot3_set"') > bir_json.dumps(MODULES["rotated"]).count(
+        '"memsetref":"ta_rot3_set"')
 
 
 def _declared_in(name: str, order: str) -> Module:

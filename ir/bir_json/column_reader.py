@@ -19,6 +19,7 @@ import orjson
 
 from tusk.ir.bir_json.digits import run_values
 from tusk.ir.bir_json.reader import Reader, guarded, open_read
+from tusk.ir.enums import ROLE_KEYS
 from tusk.ir.errors import TuskError
 from tusk.ir.module import INST_SCHEMA, OPERAND_SCHEMA, Function, Module, concat_ranges, distinct, split_clone_name
 
@@ -31,9 +32,12 @@ PAD = 32                   # bytes before the read window: a digit run's value r
 MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
 LEAF_MAX = 1 << 16         # longer lines are never one instruction
 MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
+MEM_FIELDS = ("memref", "memsetref")
+MEM_DIGITS = 12            # digits of one operand's memory names read as slots, at most (packed in an int64)
 _DIGITS = bytes.maketrans(b"0123456789", b"##########")
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null|[{}\[\]:,]')
 _RUN = re.compile(rb"[0-9]+")
+_RUN_TEXT = re.compile(r"[0-9]+")
 _BYTES = [((1 << 64) - 1) << 8 * (8 - n) & ((1 << 64) - 1) for n in range(9)]  # the last n bytes of a word
 
 
@@ -72,7 +76,7 @@ class _Family:
     """Lines alike but for their digits: which digit runs are slots, and the sub-templates seen so far."""
 
     __slots__ = ("nruns", "slots", "sign", "long_iter", "slot_end", "slot_len", "slot_lead", "word_at",
-                 "word_mask", "generic")
+                 "word_mask", "generic", "mem")
 
     def __init__(self, line: bytes):
         self.generic = False
@@ -95,6 +99,8 @@ class _Family:
                 or not _canonical_deps(deps)):
             self.generic = True
         order = _operand_order(obj)
+        named = _named_operands(runs, found, order)
+        self.mem = {q: (key, i, ROLE_KEYS.index(key), fields) for q, (key, i, fields) in named.items()}
         slots: list[tuple[str, int]] = []
         cols: list[int] = []
         sign: list[int] = []
@@ -108,6 +114,9 @@ class _Family:
                 kind = ("dep", path[1])
             elif len(path) == 3 and path[2] == "offset" and tok == "int" and (path[0], path[1]) in order:
                 kind = ("off", order[(path[0], path[1])])
+            elif len(path) == 3 and path[2] in MEM_FIELDS and tok == "str" and (path[0], path[1]) in order \
+                    and order[(path[0], path[1])] in self.mem:
+                kind = ("mem", order[(path[0], path[1])])
             if kind is not None:
                 slots.append(kind)
                 cols.append(r)
@@ -116,7 +125,7 @@ class _Family:
         slot_cols = np.asarray(cols, dtype=np.int64)
         const_cols = np.setdiff1d(np.arange(self.nruns), slot_cols)
         self.sign = np.asarray(sign, dtype=np.int64)
-        iter_slots = [j for j, (k, _) in enumerate(slots) if k != "off"]
+        iter_slots = [j for j, (k, _) in enumerate(slots) if k in ("name", "dep")]
         # a clone iteration has at most 9 digits: lines with a longer one are read one by one
         self.long_iter = bool(len(iter_slots) and run_len[slot_cols[iter_slots]].max() > 9)
         self.slot_end, self.slot_len = run_end[slot_cols], run_len[slot_cols]
@@ -156,6 +165,26 @@ def _operand_order(obj: dict) -> dict[tuple[str, int], int]:
                 out[(key, i)] = k
             k += 1
     return out
+
+
+def _named_operands(runs: list, found: list[tuple[int, int]], order: dict) -> dict[int, tuple]:
+    """The physical access patterns whose memory names (``memref``, ``memsetref``) have digit runs that
+    can be slots: operand position -> (role key, index, the fields in line order).  A rotated buffer's
+    copies differ only in such digits ("ta_rot1_rot2"); as constants, every combination of them with the
+    other operands' made a sub-template of its own (7,389 on large_matmul's output, each read by the
+    ordinary reader: a quarter of the load), as slots they are 364.  At most ``MEM_DIGITS`` digits per
+    operand, so that a line's names pack into one integer (:func:`_append_lines`)."""
+    digits: dict[int, int] = {}
+    fields: dict[int, list[str]] = {}
+    keys: dict[int, tuple[str, int]] = {}
+    for (path, tok, _, _), (_, n) in zip(runs, found):
+        if len(path) == 3 and path[2] in MEM_FIELDS and tok == "str" and (path[0], path[1]) in order:
+            q = order[(path[0], path[1])]
+            digits[q] = digits.get(q, 0) + n
+            keys[q] = (path[0], path[1])
+            if path[2] not in fields.setdefault(q, []):
+                fields[q].append(path[2])
+    return {q: (*keys[q], tuple(fields[q])) for q in digits if digits[q] <= MEM_DIGITS}
 
 
 def _runs_with_paths(line: bytes) -> list[tuple[tuple, str, bool, bool]]:
@@ -401,6 +430,8 @@ class ColumnLoad:
         self.comma = False
         self.protos: dict[int, Any] = {}        # sub-template id -> its rows, in ``protos_of``'s pools
         self.protos_of: Function | None = None    # the function whose pools the prototypes' ids point into
+        self.mem_rows: dict[tuple, tuple] = {}    # (sub-template, operand, its names' slot values) -> its row
+        self.mem_objs: dict[tuple[int, int], dict] = {}  # (sub-template, operand) -> its operand as read
         self.subs: dict[bytes, int] = {}         # (family, constant runs' bytes) -> sub-template id
         self.subtab = _SubTable()                 # the same, found with numpy
         self.guess = _FamilyGuess()               # families found with numpy (checked, then the exact map)
@@ -613,7 +644,7 @@ class ColumnLoad:
         if fn is not self.protos_of:
             # a prototype's rows hold ids into its function's pools (strings, patterns, records, memory
             # locations): another function with the same line text reads its own prototypes
-            self.protos, self.protos_of = {}, fn
+            self.protos, self.protos_of, self.mem_rows = {}, fn, {}
         tids = np.concatenate(run.tids)
         run.tids = []
         width = max(s.shape[1] for s in run.slots)
@@ -668,7 +699,7 @@ class ColumnLoad:
             self.protos[sub] = {"row": {c: v[k] for c, v in ins.items()},
                                 "ops": {c: v[a:b] for c, v in ops.items()},
                                 "refs": {f: v[r0:r1] for f, v in refs.items()},
-                                "fam": self.fams[self.sub_family[sub]]}
+                                "fam": self.fams[self.sub_family[sub]], "sub": sub}
 
     def build(self, reader: Any, fn: Function, tids: np.ndarray, slots: np.ndarray, where: str, block: int) -> None:
         """Append the instructions of sub-templates ``tids`` with slot values ``slots``, column-wise (a slice
@@ -681,9 +712,34 @@ class ColumnLoad:
         nops_all = P.inst["nops"][index[tids]]
         fn.insts.reserve(len(fn.insts) + len(tids))
         fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
+        def named(spec: tuple, values: list[int]) -> tuple:
+            return self.mem_operand(reader, fn, where, spec, values)
+
         for s0 in range(0, len(tids), BUILD_LINES):
-            _append_lines(reader, fn, P, index[tids[s0:s0 + BUILD_LINES]], slots[s0:s0 + BUILD_LINES], block)
+            _append_lines(reader, fn, P, index[tids[s0:s0 + BUILD_LINES]], slots[s0:s0 + BUILD_LINES], block,
+                          named)
         fn.invalidate()
+
+    def mem_operand(self, reader: Any, fn: Function, where: str, spec: tuple, values: list[int]) -> tuple:
+        """The row of operand ``q`` of sub-template ``sub`` (``spec``: sub, q, role key, index, role, fields) with
+        the digit runs of its memory names set to ``values``: the prototype's operand with those names, read
+        by the ordinary reader (the same checks and the same row as a line read one by one)."""
+        sub, q, key, i, role, fields = spec
+        ck = (sub, q, *values)
+        row = self.mem_rows.get(ck)
+        if row is None:
+            obj = self.mem_objs.get((sub, q))
+            if obj is None:
+                obj = self.mem_objs[sub, q] = orjson.loads(self.sub_lines[sub])[key][i]
+            obj = dict(obj)
+            at = 0
+            for field in fields:
+                pieces = _RUN_TEXT.split(obj[field])
+                n = len(pieces) - 1
+                obj[field] = "".join(p + str(v) for p, v in zip(pieces, values[at:at + n])) + pieces[-1]
+                at += n
+            row = self.mem_rows[ck] = reader._operand(fn, obj, where, role)
+        return row
 
 
 class _Prototypes:
@@ -701,22 +757,39 @@ class _Prototypes:
         ref_slot: list[np.ndarray] = []
         self.ref_start = np.zeros(nsub, dtype=np.int64)
         self.nrefs = np.zeros(nsub, dtype=np.int64)
+        # operands whose memory names have slots: (sub-template, operand, role key, index, role, fields) each,
+        # the slots of its names in line order and 10 ** each one's digits (to pack a line's values in one int)
+        self.mem_specs: list[tuple] = []
+        mem_slots: list[list[int]] = []
+        mem_pows: list[list[int]] = []
+        op_mem: list[np.ndarray] = []
         o = r = 0
         for k, p in enumerate(protos):
             nops = len(p["ops"]["role"])
             osl = np.full(nops, -1, dtype=np.int64)
+            oml = np.full(nops, -1, dtype=np.int64)
             nr = len(p["refs"]["dst"])
             rsl = np.full(nr, -1, dtype=np.int64)
-            for j, (kind, q) in enumerate(p["fam"].slots):
+            fam = p["fam"]
+            named: dict[int, list[int]] = {}
+            for j, (kind, q) in enumerate(fam.slots):
                 if kind == "name":
                     self.name_slot[k] = j
                 elif kind == "off":
                     osl[q] = j
+                elif kind == "mem":
+                    named.setdefault(q, []).append(j)
                 else:
                     rsl[q] = j
+            for q, js in named.items():
+                oml[q] = len(self.mem_specs)
+                self.mem_specs.append((p["sub"], q, *fam.mem[q]))
+                mem_slots.append(js)
+                mem_pows.append([10 ** int(fam.slot_len[j]) for j in js])
             for c in op_tables:
                 op_tables[c].append(p["ops"][c])
             op_slot.append(osl)
+            op_mem.append(oml)
             self.op_start[k] = o
             o += nops
             for f in ref_cols:
@@ -727,12 +800,23 @@ class _Prototypes:
             r += nr
         self.ops = {c: np.concatenate(v) for c, v in op_tables.items()}
         self.op_slot = np.concatenate(op_slot)
+        self.op_mem = np.concatenate(op_mem)
+        self.mem_n = np.array([len(js) for js in mem_slots], dtype=np.int64)
+        self.named = _NamedRows()
+        width = max([1, *map(len, mem_slots)])
+        self.mem_slot = np.full((len(mem_slots), width), -1, dtype=np.int64)
+        self.mem_pow = np.ones((len(mem_slots), width), dtype=np.int64)
+        for m, (js, pw) in enumerate(zip(mem_slots, mem_pows)):
+            self.mem_slot[m, :len(js)] = js
+            self.mem_pow[m, :len(pw)] = pw
         self.ref_name, self.ref_iter, self.ref_kind = (np.concatenate(ref_cols[f]) for f in ("name", "iter", "kind"))
         self.ref_slot = np.concatenate(ref_slot)
 
 
-def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, sl: np.ndarray, block: int) -> None:
-    """Append lines of prototypes ``local`` (indices into ``P``) with slot values ``sl`` to ``fn``."""
+def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, sl: np.ndarray, block: int,
+                  named: Any) -> None:
+    """Append lines of prototypes ``local`` (indices into ``P``) with slot values ``sl`` to ``fn``; ``named(spec,
+    values)`` is the row of an operand whose memory names have slots (``P.mem_specs``)."""
     n = len(local)
     rows0 = len(fn.insts)
     lines = np.arange(n)
@@ -744,6 +828,8 @@ def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, 
     OP = {c: v[J] for c, v in P.ops.items()}
     osl = P.op_slot[J]
     OP["offset"] = np.where(osl >= 0, sl[owner, np.maximum(osl, 0)], OP["offset"])
+    if len(P.mem_specs):
+        _named_rows(OP, P, J, owner, sl, named)
     starts = np.zeros(n, dtype=np.int64)
     if n:
         np.cumsum(nops[:-1], out=starts[1:])
@@ -763,3 +849,54 @@ def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, 
                                iter=riter.astype(np.int32), kind=P.ref_kind[K].astype(np.int8),
                                flavour=np.zeros(len(K), dtype=np.int8),
                                payload=np.full(len(K), -1, dtype=np.int32))
+
+
+_PACKED = 10 ** MEM_DIGITS
+
+
+def _named_rows(OP: dict[str, np.ndarray], P: _Prototypes, J: np.ndarray, owner: np.ndarray, sl: np.ndarray,
+                named: Any) -> None:
+    """Set the rows of the operands whose memory names have slots (all columns but the offset): each one's
+    slot values packed in one integer with its spec, looked up among those met before in this build; one
+    ``named`` call per (operand, names) never met."""
+    sel = np.flatnonzero(P.op_mem[J] >= 0)
+    if not len(sel):
+        return
+    spec = P.op_mem[J[sel]]
+    idx = P.mem_slot[spec]
+    vals = np.where(idx >= 0, sl[owner[sel, None], np.maximum(idx, 0)], 0).astype(np.int64)
+    packed = np.zeros(len(sel), dtype=np.int64)
+    for m in range(idx.shape[1]):
+        packed = packed * P.mem_pow[spec, m] + vals[:, m]
+    key = spec * _PACKED + packed
+    known = P.named
+    pos = np.minimum(np.searchsorted(known.keys, key), max(len(known.keys) - 1, 0))
+    hit = known.keys[pos] == key if len(known.keys) else np.zeros(len(key), dtype=bool)
+    if not hit.all():
+        new, first = np.unique(key[~hit], return_index=True)
+        first = np.flatnonzero(~hit)[first]
+        rows = [named(P.mem_specs[int(spec[f])], vals[f, :P.mem_n[spec[f]]].tolist()) for f in first.tolist()]
+        known.add(new, rows)
+        pos = np.searchsorted(known.keys, key)
+    at = known.row[pos]
+    for c, (name, _) in enumerate(OPERAND_SCHEMA):
+        if name != "offset":
+            OP[name][sel] = known.cols[c][at]
+
+
+class _NamedRows:
+    """The operand rows met so far by packed key (:func:`_named_rows`): the keys sorted, each one's row in
+    ``cols`` (a column array per operand column)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.row = np.zeros(0, dtype=np.int64)
+        self.cols = [np.zeros(0, dtype=dt) for _, dt in OPERAND_SCHEMA]
+
+    def add(self, keys: np.ndarray, rows: list[tuple]) -> None:
+        n = len(self.cols[0])
+        self.cols = [np.concatenate([col, np.array([r[c] for r in rows], dtype=col.dtype)])
+                     for c, col in enumerate(self.cols)]
+        keys = np.concatenate([self.keys, keys])
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.row = keys[order], np.concatenate([self.row, n + np.arange(len(rows))])[order]
