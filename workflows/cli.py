@@ -74,9 +74,16 @@ def _setting_help(name: str, text: str = "") -> str:
     s = config.BY_NAME[name]
     default = s.default()
     shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
-    if name == "cache_dir":
-        shown = "the user cache directory"
+    shown = _SHOWN_DEFAULTS.get(name, shown)
     return f"{text or s.help} [env {s.env}; tusk.toml: {name}; default: {shown}]"
+
+
+# settings whose default is a choice made at run time, said in words ("none" would read as "off")
+_SHOWN_DEFAULTS = {
+    "cache_dir": "the user cache directory",
+    "workers": "by the build's size: small builds in this process, else one worker per CPU",
+    "scheduler": "none, a local cluster when workers run",
+}
 
 
 @app.callback()
