@@ -172,8 +172,8 @@ def _named_operands(runs: list, found: list[tuple[int, int]], order: dict) -> di
     can be slots: operand position -> (role key, index, the fields in line order).  A rotated buffer's
     copies differ only in such digits ("ta_rot1_rot2"); as constants, every combination of them with the
     other operands' made a sub-template of its own (7,389 on large_matmul's output, each read by the
-    ordinary reader: a quarter of the load), as slots they are 364.  At most ``MEM_DIGITS`` digits per
-    operand, so that a line's names pack into one integer (:func:`_append_lines`)."""
+    ordinary reader: a quarter of the load), as slots they are 1,600.  At most ``MEM_DIGITS`` digits per
+    operand, so that a line's names pack into one integer (:func:`_named_rows`)."""
     digits: dict[int, int] = {}
     fields: dict[int, list[str]] = {}
     keys: dict[int, tuple[str, int]] = {}
@@ -712,6 +712,7 @@ class ColumnLoad:
         nops_all = P.inst["nops"][index[tids]]
         fn.insts.reserve(len(fn.insts) + len(tids))
         fn.operands.reserve(len(fn.operands) + int(nops_all.sum()))
+
         def named(spec: tuple, values: list[int]) -> tuple:
             return self.mem_operand(reader, fn, where, spec, values)
 
@@ -801,6 +802,8 @@ class _Prototypes:
         self.ops = {c: np.concatenate(v) for c, v in op_tables.items()}
         self.op_slot = np.concatenate(op_slot)
         self.op_mem = np.concatenate(op_mem)
+        if len(self.mem_specs) * _PACKED >= 1 << 63:   # a spec and its names no longer pack in an int64
+            raise Fallback("too many operands with named slots")
         self.mem_n = np.array([len(js) for js in mem_slots], dtype=np.int64)
         self.named = _NamedRows()
         width = max([1, *map(len, mem_slots)])
