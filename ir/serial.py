@@ -55,8 +55,6 @@ def decode_value(j: Any) -> Any:
     raise FormatError(f"unknown pool value tag {t!r}")
 
 
-
-
 def function_from_parts(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Function:
     fn = Function(meta["name"], meta["kind"], set(meta["attrs"]))
     fn.extras = Record.of(meta["extras"])
