@@ -83,7 +83,9 @@ class _Family:
         obj = orjson.loads(line)
         if type(obj) is not dict:
             raise Fallback("not an instruction")
-        runs = _runs_with_paths(line)
+        # a line whose tokens are orjson's own compact form's (spaces apart: Tusk's writer pads numbers) is
+        # walked as parsed, 3x faster than tokenising it, with the same runs in the same order
+        runs = _runs_of(obj) if orjson.dumps(obj) == _squeezed(line) else _runs_with_paths(line)
         self.nruns = len(runs)
         found = [(m.end(), m.end() - m.start()) for m in _RUN.finditer(line)]
         if self.nruns != len(found):
@@ -185,6 +187,45 @@ def _named_operands(runs: list, found: list[tuple[int, int]], order: dict) -> di
             if path[2] not in fields.setdefault(q, []):
                 fields[q].append(path[2])
     return {q: (*keys[q], tuple(fields[q])) for q in digits if digits[q] <= MEM_DIGITS}
+
+
+def _squeezed(line: bytes) -> bytes | None:
+    """``line`` without the blanks outside its strings (None if it has an escape: a quote may be in a string)."""
+    if b"\\" in line:
+        return None
+    pieces = line.split(b'"')
+    pieces[0::2] = [p.translate(None, b" \t\r\n") for p in pieces[0::2]]
+    return b'"'.join(pieces)
+
+
+def _runs_of(obj: dict) -> list[tuple[tuple, str, bool, bool]]:
+    """:func:`_runs_with_paths` of ``orjson.dumps(obj)``, from the object: its keys and values in order (a
+    dict keeps the text's order), each string's and number's digit runs as that text spells them."""
+    out: list[tuple[tuple, str, bool, bool]] = []
+
+    def text_runs(path: tuple, kind: str, n: int, neg: bool) -> None:
+        out.extend((path, kind, j == n - 1, neg) for j in range(n))
+
+    def walk(v: Any, path: tuple) -> None:
+        t = type(v)
+        if t is dict:
+            for k, x in v.items():
+                at = (*path, k)
+                text_runs(at, "key", len(_RUN_TEXT.findall(k)), False)
+                walk(x, at)
+        elif t is list:
+            for i, x in enumerate(v):
+                walk(x, (*path, i))
+        elif t is str:
+            text_runs(path, "str", len(_RUN_TEXT.findall(v)), False)
+        elif t is int:
+            out.append((path, "int", True, v < 0))
+        elif t is float:
+            spelt = orjson.dumps(v)
+            text_runs(path, "num", len(_RUN.findall(spelt)), spelt[:1] == b"-")
+
+    walk(obj, ())
+    return out
 
 
 def _runs_with_paths(line: bytes) -> list[tuple[tuple, str, bool, bool]]:
