@@ -898,11 +898,18 @@ def _append_lines(reader: Any, fn: Function, P: _Prototypes, local: np.ndarray, 
 _PACKED = 10 ** MEM_DIGITS
 
 
+# what an operand's memory names decide in its row: the rest (pattern, kind, dtype, ...) is the prototype's,
+# checked on every row read (a name cannot change it)
+NAMED_COLUMNS = ("memloc", "extra")
+_NAMED_AT = [[name for name, _ in OPERAND_SCHEMA].index(c) for c in NAMED_COLUMNS]
+_SAME_AT = [k for k, (name, _) in enumerate(OPERAND_SCHEMA) if name not in (*NAMED_COLUMNS, "offset")]
+
+
 def _named_rows(OP: dict[str, np.ndarray], P: _Prototypes, J: np.ndarray, owner: np.ndarray, sl: np.ndarray,
                 named: Any) -> None:
-    """Set the rows of the operands whose memory names have slots (all columns but the offset): each one's
-    slot values packed in one integer with its spec, looked up among those met before in this build; one
-    ``named`` call per (operand, names) never met."""
+    """Set the memory location (and the record of what the line spells otherwise) of the operands whose memory
+    names have slots: each one's slot values packed in one integer with its spec, looked up among those met
+    before in this build; one ``named`` call per (operand, names) never met."""
     sel = np.flatnonzero(P.op_mem[J] >= 0)
     if not len(sel):
         return
@@ -919,28 +926,33 @@ def _named_rows(OP: dict[str, np.ndarray], P: _Prototypes, J: np.ndarray, owner:
     if not hit.all():
         new, first = np.unique(key[~hit], return_index=True)
         first = np.flatnonzero(~hit)[first]
-        rows = [named(P.mem_specs[int(spec[f])], vals[f, :P.mem_n[spec[f]]].tolist()) for f in first.tolist()]
+        rows = []
+        for f in first.tolist():
+            row = named(P.mem_specs[int(spec[f])], vals[f, :P.mem_n[spec[f]]].tolist())
+            j = int(J[sel[f]])
+            if any(row[k] != P.ops[OPERAND_SCHEMA[k][0]][j] for k in _SAME_AT):
+                raise Fallback("a memory name changes more of its operand than the memory location")
+            rows.append(row)
         known.add(new, rows)
         pos = np.searchsorted(known.keys, key)
     at = known.row[pos]
-    for c, (name, _) in enumerate(OPERAND_SCHEMA):
-        if name != "offset":
-            OP[name][sel] = known.cols[c][at]
+    for name, col in zip(NAMED_COLUMNS, known.cols):
+        OP[name][sel] = col[at]
 
 
 class _NamedRows:
-    """The operand rows met so far by packed key (:func:`_named_rows`): the keys sorted, each one's row in
-    ``cols`` (a column array per operand column)."""
+    """The operand rows met so far by packed key (:func:`_named_rows`): the keys sorted, and each one's
+    ``NAMED_COLUMNS`` (a column array each)."""
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.int64)
         self.row = np.zeros(0, dtype=np.int64)
-        self.cols = [np.zeros(0, dtype=dt) for _, dt in OPERAND_SCHEMA]
+        self.cols = [np.zeros(0, dtype=dict(OPERAND_SCHEMA)[c]) for c in NAMED_COLUMNS]
 
     def add(self, keys: np.ndarray, rows: list[tuple]) -> None:
         n = len(self.cols[0])
-        self.cols = [np.concatenate([col, np.array([r[c] for r in rows], dtype=col.dtype)])
-                     for c, col in enumerate(self.cols)]
+        self.cols = [np.concatenate([col, np.array([r[k] for r in rows], dtype=col.dtype)])
+                     for k, col in zip(_NAMED_AT, self.cols)]
         keys = np.concatenate([self.keys, keys])
         order = np.argsort(keys, kind="stable")
         self.keys, self.row = keys[order], np.concatenate([self.row, n + np.arange(len(rows))])[order]
