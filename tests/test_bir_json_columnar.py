@@ -394,3 +394,22 @@ def test_every_line_of_the_test_files_walks_as_it_tokenises(tmp_path):
                 assert column_reader._runs_of(obj) == column_reader._runs_with_paths(raw), (name, line[:200])
                 walked += 1
     assert walked > 1000
+
+
+def test_a_large_file_is_scanned_past_the_page_cache(tmp_path, monkeypatch):
+    from tusk.ir import direct_write
+
+    path, _ = _rotated_file(tmp_path)
+    made = []
+    real = direct_write.DirectReader
+
+    def spy(p):
+        made.append(p)
+        return real(p)
+
+    monkeypatch.setattr(column_reader, "DIRECT_READ_BYTES", 1)
+    monkeypatch.setattr(direct_write, "DirectReader", spy)
+    monkeypatch.setattr(direct_write, "CHUNK", 8192)   # many chunks, each window spanning several
+    monkeypatch.setattr(column_reader, "READ_BYTES", 5000)
+    assert column_reader.ColumnLoad(str(path)).load() == bir_json.load(path, fast=False)
+    assert made == [str(path)]

@@ -130,3 +130,67 @@ def test_save_writes_the_same_bytes_as_dumps(tmp_path):
     data = (tmp_path / "u.json").read_bytes()
     assert len(data) > 2 * CHUNK
     assert data == bir_json.dumps(out).encode()
+
+
+# ----------------------------------------------------------------------------- reading past the page cache
+
+
+def _read_all(path, step: int) -> bytes:
+    out, buf = bytearray(), bytearray(step)
+    with direct_write.DirectReader(str(path)) as fh:
+        while n := fh.readinto(buf):
+            out += buf[:n]
+    return bytes(out)
+
+
+@pytest.mark.parametrize("total", [0, 1, 4095, 4096, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 4097])
+def test_the_direct_reader_reads_exactly_the_file(tmp_path, total):
+    data = random.Random(total).randbytes(total)
+    (tmp_path / "f").write_bytes(data)
+    for step in (7, 1 << 21, 2 * CHUNK + 1):
+        assert _read_all(tmp_path / "f", step) == data
+
+
+def test_a_file_system_that_refuses_direct_reads_is_read_as_usual(tmp_path, monkeypatch):
+    """EINVAL from the open with O_DIRECT, or from the first direct read: the file is read the ordinary way."""
+    data = random.Random(3).randbytes(2 * CHUNK + 9)
+    (tmp_path / "f").write_bytes(data)
+    real_open, real_preadv = os.open, os.preadv
+
+    def no_direct_open(path, flags, *rest):
+        if flags & direct_write.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *rest)
+
+    monkeypatch.setattr(direct_write.os, "open", no_direct_open)
+    assert _read_all(tmp_path / "f", 1 << 20) == data
+    monkeypatch.setattr(direct_write.os, "open", real_open)
+    refused: list[int] = []
+
+    def picky(fd, buffers, offset):
+        if direct_write.fcntl.fcntl(fd, direct_write.fcntl.F_GETFL) & direct_write.O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_write.os, "preadv", picky)
+    assert _read_all(tmp_path / "f", 1 << 20) == data
+    if direct_write.O_DIRECT:
+        assert refused == [0]
+
+
+def test_a_read_error_reaches_the_reader_and_closing_early_ends_the_helper(tmp_path, monkeypatch):
+    (tmp_path / "f").write_bytes(random.Random(5).randbytes(4 * CHUNK))
+    with direct_write.DirectReader(str(tmp_path / "f")) as fh:   # closed after one read: no thread is left
+        assert fh.readinto(bytearray(10)) == 10
+    assert not fh.worker.is_alive()
+    real = os.preadv
+
+    def fail_later(fd, buffers, offset):
+        if offset >= 2 * CHUNK:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_write.os, "preadv", fail_later)
+    with pytest.raises(OSError, match="Input/output error"):
+        _read_all(tmp_path / "f", 1 << 20)

@@ -32,6 +32,7 @@ PAD = 32                   # bytes before the read window: a digit run's value r
 MIN_FAST_BYTES = 1 << 20   # smaller files go to the ordinary reader
 LEAF_MAX = 1 << 16         # longer lines are never one instruction
 MAX_FAMILIES = 1 << 15     # more distinct line shapes than this: not clone-shaped, use the ordinary reader
+DIRECT_READ_BYTES = 16 << 20  # files from this size are scanned past the page cache
 MEM_FIELDS = ("memref", "memsetref")
 MEM_DIGITS = 12            # digits of one operand's memory names read as slots, at most (packed in an int64)
 _DIGITS = bytes.maketrans(b"0123456789", b"##########")
@@ -445,6 +446,16 @@ class _FamilyGuess:
         self.hs, self.hf = h[order], fams[order]
 
 
+def _scanned(path: str) -> Any:
+    """The file the scan reads: a large plain file past the page cache (:class:`DirectReader`: read once, start
+    to end, it gains nothing from the cache and this VM makes its pages dear), anything else as usual."""
+    if not path.endswith(".gz") and os.path.getsize(path) >= DIRECT_READ_BYTES:
+        from tusk.ir.direct_write import DirectReader
+
+        return DirectReader(path)
+    return open_read(path)
+
+
 class _Run:
     __slots__ = ("tids", "slots", "generic")
 
@@ -486,7 +497,7 @@ class ColumnLoad:
             with io.BytesIO(self.data) as fh:
                 self.read(fh)
         elif self.path is not None:
-            with open_read(self.path) as fh:
+            with _scanned(self.path) as fh:
                 self.read(fh)
         self.close_run()
         if not self.runs:
