@@ -254,6 +254,8 @@ def h_copy(fr: Frame, i: int) -> None:
     _one(ins, "input")
     _one(outs, "output")
     src, dst = ins[0], outs[0]
+    if mode in ("CCE", 2) and _accumulate_repeated_rows(fr, src, dst, attrs):
+        return
     if attrs.get("oob_is_err", True) is False:
         try:
             if not _copy_skipping_oob(fr, src, dst, mode):
@@ -277,6 +279,52 @@ def _plain_copy(fr: Frame, src: int, dst: int, mode, attrs) -> None:
     if DT_CLASS[fr.dtype[src]] == RAW or DT_CLASS[fr.dtype[dst]] == RAW:
         raise unsupported(fr.dtype[src] if DT_CLASS[fr.dtype[src]] == RAW else fr.dtype[dst])
     fr.store(dst, fr.value(src))
+
+
+def _accumulate_repeated_rows(fr: Frame, src: int, dst: int, attrs: dict) -> bool:
+    """An accumulating DMA (``dst = dst cce_op src``) that scatters through an index tile naming a row more than
+    once: the updates of one row apply one after another, each reading what the one before wrote (NKI's
+    ``nl.atomic_rmw`` serialises them; a histogram counts every hit), where a plain scatter would let the last
+    one win.  Rows that ``oob_is_err`` false skips stay skipped.  False when no index repeats (or the form is
+    not a scatter of dim 0): the ordinary copy does it."""
+    try:
+        rows = fr.runtime_rows(dst)
+        if rows is None or rows[0] != 0 or fr.runtime_rows(src) is not None:
+            return False
+        _, ok, found = rows
+        idx = np.asarray(found, dtype=np.int64).reshape(-1)
+        rank = _occurrence(idx, ok)
+        vals = fr.value(src)
+        if rank.max(initial=-1) < 1 or vals.size % idx.size:
+            return False
+        vals = vals.reshape(idx.size, -1)
+        for r in range(int(rank.max()) + 1):
+            _accumulate_once(fr, dst, idx, rank == r, vals, attrs.get("cce_op", "add"))
+        return True
+    finally:
+        fr.resolved.clear()
+        fr.gather_override.clear()
+
+
+def _occurrence(idx: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """For each index, how many earlier in-bounds indices name the same row (-1 for a skipped one)."""
+    rank = np.full(idx.shape, -1, dtype=np.int64)
+    seen: dict[int, int] = {}
+    for k in np.flatnonzero(ok):
+        rank[k] = seen.get(int(idx[k]), 0)
+        seen[int(idx[k])] = rank[k] + 1
+    return rank
+
+
+def _accumulate_once(fr: Frame, dst: int, idx: np.ndarray, sel: np.ndarray, vals: np.ndarray, op) -> None:
+    """One pass of :func:`_accumulate_repeated_rows` over the rows ``sel`` (their indices are distinct); the
+    other rows are pointed at a selected one and write its new value again (no effect)."""
+    k0 = int(np.argmax(sel))
+    fr.gather_override[dst] = np.where(sel, idx, idx[k0])
+    old = to_compute(fr.access(dst).read(), fr.dtype[dst]).reshape(idx.size, -1)
+    new = alu(op, old, vals)
+    new[~sel] = new[k0]
+    fr.store(dst, new)
 
 
 def _copy_skipping_oob(fr: Frame, src: int, dst: int, mode) -> bool:

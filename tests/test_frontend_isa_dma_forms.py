@@ -1,4 +1,4 @@
-"""Indirect DMAs with ``oob_mode`` and ``dst_rmw_op``, ``nki.compiler`` allocation hints, ``nki.isa.constants``,
+"""Indirect DMAs with ``oob_mode`` and ``dst_rmw_op``, ``nl.atomic_rmw``, ``nki.compiler`` allocation hints, ``nki.isa.constants``,
 configuration dataclasses and a full-mask stream shuffle: kernels written for these tests, traced, run in the
 interpreter (strict: every byte read was written) and compared with numpy."""
 
@@ -103,6 +103,57 @@ def test_dst_rmw_op_with_runtime_indices_and_oob_skip_adds_into_the_rows_in_boun
     ok = (rows[:, 0] >= 0) & (rows[:, 0] < 24)
     want[rows[ok, 0]] += x[ok]
     np.testing.assert_array_equal(got, want)
+
+
+def test_dst_rmw_op_adds_every_value_of_a_row_the_index_tile_names_twice(tmp_path):
+    x = RNG.uniform(-1, 1, (8, 16)).astype(np.float32)
+    rows = np.array([[0], [2], [2], [5], [0], [0], [3], [2]], np.int32)
+    got = run(tmp_path, V1, """
+        @nki.jit
+        def k(x, rows):
+            out = nl.ndarray((6, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nisa.memset(shape=(6, 16), value=1.0, dtype=nl.float32))
+            ip, jf = nl.mgrid[0:8, 0:16]
+            nisa.dma_copy(dst=out[nl.load(rows), jf], src=nl.load(x), dst_rmw_op=np.add)
+            return out
+    """, {"x": x, "rows": rows}, ["f32[8,16]", "i32[8,1]"])["out"]
+    want = np.ones((6, 16), np.float32)
+    np.add.at(want, rows[:, 0], x)  # row 0 gets three updates, row 2 three, in index order
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.array_equal(got[0], 1.0 + x[5])  # not the last update alone
+
+
+ATOMIC = """
+    @nki.jit
+    def k(x, bins):
+        counts = nl.ndarray((5, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(counts, nl.zeros((5, 4), dtype=nl.float32))
+        b = nl.load(bins)
+        jf = nl.arange(4)[None, :]
+        nl.atomic_rmw(counts[b, jf], value=1, op=np.add)
+        nl.atomic_rmw(counts[b, jf], value=nl.load(x, dtype=nl.bfloat16), op=OP)
+        return counts
+"""
+
+
+def test_atomic_rmw_counts_every_hit_of_a_bin_and_adds_a_tile_cast_to_dst_dtype(tmp_path):
+    x = (np.arange(12 * 4, dtype=np.float32).reshape(12, 4) % 9 - 4) / 8  # exact in bfloat16
+    bins = np.array([[1], [3], [1], [1], [0], [3], [4], [1], [0], [3], [1], [4]], np.int32)
+    got = run(tmp_path, V1, ATOMIC.replace("OP", "np.add"), {"x": x, "bins": bins},
+              ["f32[12,4]", "i32[12,1]"])["counts"]
+    want = np.zeros((5, 4), np.float32)
+    np.add.at(want, bins[:, 0], 1.0 + x)
+    np.testing.assert_array_equal(got, want)
+    assert got[2].tolist() == [0.0] * 4 and got[1, 0] == 5 + x[[0, 2, 3, 7, 10], 0].sum()
+
+
+def test_atomic_rmw_of_an_op_other_than_add_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(V1 + textwrap.dedent(ATOMIC.replace("OP", "np.maximum")))
+    with pytest.raises(TraceError) as e:
+        trace_file(path, "k", ["f32[12,4]", "i32[12,1]"])
+    assert "k.py:14:" in str(e.value)  # the second call's line
+    assert "nl.atomic_rmw op=<ufunc 'maximum'> (NKI supports np.add only)" in str(e.value)
 
 
 def test_a_bfloat16_scatter_add_with_oob_skip_adds_values_not_their_bits(tmp_path):

@@ -22,6 +22,7 @@ from tusk.frontend.tensors import PARTITIONS, Dtype, DynSlice, Tensor, View, as_
 from tusk.frontend.tracer import current
 
 __all__ = [
+    "atomic_rmw",
     "bf16",
     "broadcast_to",
     "dropout",
@@ -222,6 +223,29 @@ def _progressions(block: np.ndarray, step: int, dt: Dtype) -> View:
 
 
 # ---------------------------------------------------------------------------- data movement
+def atomic_rmw(dst: Any, value: Any, op: Any, *, mask: Any = None, **kw: Any) -> None:
+    """``dst = op(dst, value)`` in HBM by one accumulating DMA (``np.add`` only); a repeated index adds each value.
+
+    NKI documents the update as atomic: an index tile naming a row twice adds both values, one after the other
+    (the interpreter applies such rows in index order)."""
+    from tusk.frontend.nki import isa_ops as ops  # isa_ops imports language, which imports this module
+
+    call = "nl.atomic_rmw"
+    nl._no_keywords(call, kw)
+    if ops.alu(op, f"{call} op") != "add":
+        raise ops.refuse(call, "op", op, "NKI supports np.add only")
+    d = nl._hbm(dst, f"{call} dst")
+    if nl._is_number(value):
+        v = current().tile(d.shape, d.dtype)
+        nl._memset(v, value)
+    else:
+        v = nl._tile(value, f"{call} value")
+    if v.dtype != d.dtype:  # the DMA adds values of dst's dtype
+        v = nl.copy(v, dtype=d.dtype)
+    d, v = nl._masked([d, v], mask)
+    ops.dma_copy(call, d, v, accumulate=True)
+
+
 def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     """A [K, M] HBM view into a [M, K] tile: the DMA walks the source column by column."""
     nl._no_keywords("nl.load_transpose2d", kw)
