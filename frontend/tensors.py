@@ -355,12 +355,15 @@ class View:
             return self.windowed(*key.window(self.ndim))
         key = key if isinstance(key, tuple) else (key,)
         key = tuple(k.as_slice() if isinstance(k, DynSlice) else k for k in key)
-        if not self.tensor.on_chip and any(is_coordinate(k) for k in key):
+        # on chip, a free axis only (NKI 1.x tensor_copy_dynamic_src / _dst): a tile on the partition axis is an
+        # index tile (a DMA's partition gather)
+        if any(is_coordinate(k) for k in key[1 if self.tensor.on_chip else 0:]):
             from tusk.frontend.scalar_offset import runtime_subscript
             return runtime_subscript(self, key)
         if any(type(k).__name__ == "RuntimeIndex" for k in key):
-            raise unsupported(f"indices plus a tile's value as a subscript of on-chip tile {self.tensor.name} (only "
-                              "an access of an HBM tensor moves by a value read at run time)")
+            raise unsupported(f"indices plus a tile's value on the partition axis of on-chip tile {self.tensor.name} "
+                              "(a free axis of a tile, or any axis of an HBM tensor, moves by a value read at run "
+                              "time)")
         tiles = [j for j, k in enumerate(key) if isinstance(k, (View, Tensor))]
         if tiles:
             return self._gather(key) if tiles[0] == 0 else self._gather_inner(key, tiles[0])

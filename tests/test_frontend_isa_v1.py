@@ -21,10 +21,10 @@ import neuronxcc.nki.language as nl
 RNG = np.random.default_rng(21)
 
 
-def run(tmp_path, body: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run(tmp_path, body: str, inputs: dict[str, np.ndarray], specs: list[str] | None = None) -> dict[str, np.ndarray]:
     path = tmp_path / "k.py"
     path.write_text(HEADER + textwrap.dedent(body))
-    specs = [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
+    specs = specs or [f"f32[{','.join(map(str, a.shape))}]" for a in inputs.values()]
     return run_klr(trace_file(path, "k", specs), inputs)
 
 
@@ -186,6 +186,8 @@ def test_reciprocal_and_stream_shuffle(tmp_path):
     ("nisa.activation(nl.exp, x, reduce_op=nl.add, reduce_res=x, reduce_cmd=nisa.reduce_cmd.load_reduce)",
      "nisa.activation reduce_cmd=nisa.reduce_cmd.load_reduce"),
     ("nisa.tensor_reduce(np.add, x, axis=0)", "nisa.tensor_reduce along the partition axis"),
+    ("nisa.tensor_copy_dynamic_dst(dst=nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)[nl.arange(128)[:, None], "
+     "nisa.memset((1, 1), 3, nl.int32)[0, 0] + nl.arange(8)[None, :]], src=x)", "a DMA does not reach PSUM"),
 ])
 def test_refusals_name_the_call_at_its_line(tmp_path, call, message):
     path = tmp_path / "bad.py"
@@ -272,3 +274,52 @@ def test_tensor_tensor_of_equal_size_tiles_whose_size_1_axes_differ_broadcasts_n
             return out
     """, {"a": a, "b": b})
     np.testing.assert_array_equal(got["out"], a * b)
+
+
+# NKI 1.x's copies at a place inside each partition read at run time: the SBUF tile's free-axis subscript
+# holds a runtime coordinate (indices plus a one-element int tile, or the tile alone), as on an HBM tensor
+def test_tensor_copy_dynamic_src_reads_the_columns_its_offsets_name(tmp_path):
+    x = (np.arange(64 * 40, dtype=np.float32).reshape(64, 40) % 13 - 6) / 4  # exact in bfloat16
+    y = rand(64, 40, 3)
+    offs = np.array([[3, 0, 39, 3, 17, 8]], np.int32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x, y, offs):
+            out = nl.ndarray((64, 6), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+            out3 = nl.ndarray((64, 6, 3), dtype=y.dtype, buffer=nl.shared_hbm)
+            t, u, o = nl.load(x), nl.load(y), nl.load(offs)
+            got = nl.ndarray((64, 6), dtype=nl.bfloat16, buffer=nl.sbuf)
+            got3 = nl.ndarray((64, 6, 3), dtype=y.dtype, buffer=nl.sbuf)
+            ip, jf = nl.mgrid[0:64, 0:1]
+            i3, _, iz = nl.mgrid[0:64, 0:1, 0:3]
+            for k in nl.affine_range(6):
+                got[ip, k] = nisa.tensor_copy_dynamic_src(t[ip, o[0, k] + jf], dtype=nl.bfloat16)
+                got3[i3, k, iz] = nisa.tensor_copy_dynamic_src(u[i3, o[0, k], iz])
+            nl.store(out, got)
+            nl.store(out3, got3)
+            return out, out3
+    """, {"x": x, "y": y, "offs": offs}, ["f32[64,40]", "f32[64,40,3]", "i32[1,6]"])
+    np.testing.assert_array_equal(got["out"].astype(np.float32), x[:, offs[0]])
+    np.testing.assert_array_equal(got["out3"], y[:, offs[0]])
+
+
+def test_tensor_copy_dynamic_dst_writes_each_pair_of_columns_where_its_offset_says(tmp_path):
+    x = rand(16, 6)
+    offs = np.array([[20, 0, 9]], np.int32)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x, offs):
+            acc = nl.zeros((16, 24), dtype=x.dtype, buffer=nl.sbuf)
+            t, o = nl.load(x), nl.load(offs)
+            ip, jf = nl.mgrid[0:16, 0:2]
+            for k in nl.affine_range(3):
+                nisa.tensor_copy_dynamic_dst(dst=acc[ip, o[0, k] + jf], src=t[ip, 2 * k + jf])
+            out = nl.ndarray((16, 24), dtype=x.dtype, buffer=nl.shared_hbm)
+            nl.store(out, acc)
+            return out
+    """, {"x": x, "offs": offs}, ["f32[16,6]", "i32[1,3]"])
+    want = np.zeros((16, 24), np.float32)
+    for k, o in enumerate(offs[0]):
+        want[:, o:o + 2] = x[:, 2 * k:2 * k + 2]
+    np.testing.assert_array_equal(got["out"], want)
+

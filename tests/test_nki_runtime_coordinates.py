@@ -144,7 +144,7 @@ def _with(line: str) -> str:
     ("nisa.dma_copy(src=x[i_p * 2, i_f], dst=t)", "scaling or dividing"),
     ("nisa.dma_copy(src=x[i_p, i_f], dst=t, mask=i_p < 3)", "a mask on an index with a runtime coordinate"),
     ("nisa.dma_copy(src=x[i_p, i_f][:, 0:8], dst=t[:, 0:8])", "__getitem__ of an ap(scalar_offset=<a tile>)"),
-    ("nisa.dma_copy(src=t[i_p, i_f], dst=t)", "of an HBM tensor moves"),
+    ("nisa.dma_copy(src=t[i_p, i_f], dst=t)", "on the partition axis of on-chip tile"),
 ])
 def test_what_a_runtime_coordinate_cannot_be_is_refused_at_its_line(tmp_path, line, words):
     _refused(tmp_path, _with(line), ["f32[16,64]", "i32[1,1]"], words)
@@ -239,3 +239,4 @@ def test_a_runtime_coordinate_on_a_reshaped_axis_moves_by_that_axis_step(tmp_pat
     klr = _trace(tmp_path, RESHAPED_BLOCK, ["f32[8,64]", "i32[1,1]"])
     got = run_klr(klr, {"x": x, "rank": np.array([[rank]], np.int32)})["out"]
     np.testing.assert_array_equal(got, x[2 * rank:2 * rank + 2])
+

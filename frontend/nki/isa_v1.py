@@ -78,6 +78,22 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown):
     return out
 
 
+@documented("nisa.tensor_copy_dynamic_src")
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown):
+    """``tensor_copy`` of an SBUF access whose free-axis subscript adds a one-element integer tile's value
+    (``t[i_p, offs[0, k] + i_f]``), read when the copy runs: a DMA moves it (docs/frontend.md)."""
+    return tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
+
+
+@documented("nisa.tensor_copy_dynamic_dst")
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown):
+    """``tensor_copy`` into an SBUF access moved at run time as in :func:`tensor_copy_dynamic_src`; NKI
+    returns nothing useful here (the copy writes ``dst``)."""
+    call = "nisa.tensor_copy_dynamic_dst"
+    d, s = _masked(mask, tile(dst, f"{call} dst"), tile(src, call))
+    ops.tensor_copy(call, d, s if dtype is None or as_dtype(dtype) == s.dtype else nl.copy(s, dtype=dtype))
+
+
 @documented("nisa.memset")
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown):
     out = current().tile(as_shape(shape), as_dtype(dtype))
