@@ -71,6 +71,16 @@ class Exchange:
     pipe: int
 
 
+@dataclass
+class Gathered:
+    """One program's part of an ``nl.all_reduce``: ``into[j]`` gets the ``src`` of program ``group[j]`` (the
+    programs it reduces over, indices into the launch's programs in grid order, itself among them)."""
+
+    src: View
+    into: list[View]
+    group: tuple[int, ...]
+
+
 class _Program:
     def __init__(self, ids: tuple[int, ...]):
         self.ids = ids
@@ -83,7 +93,8 @@ class _Program:
         self.error: BaseException | None = None
         self.done = False
         self.waiting_at: tuple[str, int] = ("", 0)  # the file and line of the barrier it waits at
-        self.exchange: Exchange | None = None  # what it sends and receives there (nisa.sendrecv), else None
+        # what it sends and receives there (nisa.sendrecv, nl.all_reduce), else None
+        self.exchange: Exchange | Gathered | None = None
 
 
 class Phases:
@@ -111,7 +122,7 @@ class Phases:
                 ended = next((p for p in self.programs if p.done), None)
                 if ended is not None:
                     file, line = left[0].waiting_at
-                    what = "nisa.sendrecv" if left[0].exchange is not None else "nisa.core_barrier"
+                    what = _meeting(left[0].exchange)
                     raise TraceError(f"{file}:{line}: not supported: {what}: program {list(left[0].ids)} waits here, "
                                      f"but program {list(ended.ids)} ended without reaching it (the cores would "
                                      "wait for each other forever)")
@@ -119,9 +130,9 @@ class Phases:
         finally:
             self._cancel()
 
-    def barrier(self, exchange: Exchange | None = None) -> None:
-        """The running program reached a barrier (or a sendrecv, ``exchange``): let the next one run until this
-        phase is over."""
+    def barrier(self, exchange: Exchange | Gathered | None = None) -> None:
+        """The running program reached a barrier (or a sendrecv or an all_reduce, ``exchange``): let the next one
+        run until this phase is over."""
         p = self.running
         if p is None:
             raise unsupported("nisa.core_barrier outside the programs of the launch")
@@ -130,7 +141,7 @@ class Phases:
             # the programs meet between whole statements, and a loop that stays a loop is one: NKI 2.x runs
             # nl.affine_range / nl.sequential_range as Python's range, so the launch is traced again with every
             # loop unrolled (one loop at a time would re-trace once per instance of a nested loop)
-            call = "nisa.sendrecv" if exchange else "nisa.core_barrier"
+            call = _meeting(exchange)
             if any(getattr(v, "bound_reg", None) is not None or getattr(v, "while_init", None) is not None
                    for v in self.tr.loops):
                 raise unsupported(f"{call} inside a loop bounded by a register, in a launch of several programs "
@@ -150,9 +161,12 @@ class Phases:
         waiting = [p.exchange for p in self.programs]
         if all(x is None for x in waiting):
             return
+        if any(isinstance(x, Gathered) for x in waiting):
+            self._gather(waiting)
+            return
         call = "nisa.sendrecv"
         file, line = next(p.waiting_at for p, x in zip(self.programs, waiting) if x is not None)
-        got = [x for x in waiting if x is not None]
+        got = [x for x in waiting if isinstance(x, Exchange)]  # no Gathered here: _gather took those
         if len(got) < len(waiting):
             raise TraceError(f"{file}:{line}: not supported: {call}: program "
                              f"{list(self.programs[waiting.index(None)].ids)} waits at a nisa.core_barrier meanwhile")
@@ -184,6 +198,33 @@ class Phases:
         except Unsupported as e:  # made here, between the programs: no kernel line is running
             raise TraceError(f"{file}:{line}: {e}") from None
         for op in tr.prog[start:]:  # made here, between the programs: placed at the receiving call's line
+            op.line = line
+        for p in self.programs:
+            p.exchange = None
+
+    def _gather(self, waiting: list[Any]) -> None:
+        """Every program waits at an ``nl.all_reduce``: each gets the ``src`` of every program of its group,
+        in group order, between the phases (fresh tiles: no ``into`` is any ``src``)."""
+        from tusk.frontend.nki import isa_ops
+
+        call = "nl.all_reduce"
+        file, line = next(p.waiting_at for p, x in zip(self.programs, waiting) if isinstance(x, Gathered))
+        for p, x in zip(self.programs, waiting):
+            if not isinstance(x, Gathered):
+                what = "nisa.core_barrier" if x is None else "nisa.sendrecv"
+                raise TraceError(f"{file}:{line}: not supported: {call}: program {list(p.ids)} waits at a {what} "
+                                 "meanwhile")
+        start = len(self.tr.prog)
+        try:
+            for x in waiting:
+                for slot, k in zip(x.into, x.group):
+                    if waiting[k].group != x.group:
+                        raise unsupported(f"{call}: programs {list(x.group)} reduce together, but program {k} "
+                                          f"reduces over {list(waiting[k].group)} (the same program_axes)")
+                    isa_ops.dma_copy(call, slot, waiting[k].src)
+        except Unsupported as e:  # made here, between the programs: no kernel line is running
+            raise TraceError(f"{file}:{line}: {e}") from None
+        for op in self.tr.prog[start:]:
             op.line = line
         for p in self.programs:
             p.exchange = None
@@ -243,6 +284,12 @@ class Phases:
                 self.yielded.wait()
 
 
+def _meeting(exchange: Exchange | Gathered | None) -> str:
+    """The call a program waits at, by what it brought there."""
+    return "nl.all_reduce" if isinstance(exchange, Gathered) else "nisa.sendrecv" if exchange else \
+        "nisa.core_barrier"
+
+
 def barrier(call: str) -> None:
     """``call`` (nisa.core_barrier) in a launch of more than one program."""
     tr = current()
@@ -283,3 +330,11 @@ def sendrecv(call: str, dst: View, src: View, send_to_rank: Any, recv_from_rank:
     if tr.phases is None:
         raise PhasedLaunch(call)
     tr.phases.barrier(Exchange(dst, src, to, frm, pipe))
+
+
+def all_gather(call: str, src: View, into: list[View], group: tuple[int, ...]) -> None:
+    """``into[j] = src of program group[j]`` once every program of the launch is at its ``nl.all_reduce``."""
+    tr = current()
+    if tr.phases is None:
+        raise PhasedLaunch(call)
+    tr.phases.barrier(Gathered(src, into, group))

@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tusk.examples.nki.reference import round_bf16
 from tusk.frontend import TraceError, trace_file
 from tusk.frontend.check import run_klr
 
@@ -366,3 +367,42 @@ def test_nki_lnc_sendrecv_pairs_calls_by_their_order_and_sendrecv_compute_reduce
     a, b = x[:128], x[128:]
     m = np.maximum(a, b)
     np.testing.assert_array_equal(got, np.concatenate([m - b, m - a]))
+
+
+# NKI 1.x's nl.all_reduce: the programs of a group (equal off program_axes) meet, each gets the reduction
+ALL_REDUCE = """
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        i, j = nl.program_id(0), nl.program_id(1)
+        mine = nl.load(x[i, j])
+        nl.store(out[i, j], nl.all_reduce(mine, op=OP, program_axes=AXES, dtype=nl.bfloat16))
+        return out
+"""
+
+
+@pytest.mark.parametrize("op, axes, reduced", [
+    ("np.add", "0", (0,)), ("nl.add", "(1,)", (1,)), ("np.maximum", "[0, 1]", (0, 1)),
+])
+def test_all_reduce_gives_each_program_its_groups_reduction(tmp_path, op, axes, reduced):
+    x = (RNG.integers(-64, 64, (2, 3, 32, 8)) / 8).astype(np.float32)  # sums exact in float32 and bfloat16
+    got = run(tmp_path, ALL_REDUCE.replace("OP", op).replace("AXES", axes), {"x": x}, (2, 3))["out"]
+    combine = np.maximum.reduce if op == "np.maximum" else np.add.reduce
+    want = np.broadcast_to(combine(x, axis=reduced, keepdims=True), x.shape)
+    np.testing.assert_array_equal(got.astype(np.float32), want)
+
+
+def test_all_reduce_in_a_launch_of_one_program_is_its_tile_cast(tmp_path):
+    x = RNG.uniform(-1, 1, (1, 1, 32, 8)).astype(np.float32)
+    got = run(tmp_path, ALL_REDUCE.replace("OP", "np.add").replace("AXES", "0").replace(
+        "i, j = nl.program_id(0), nl.program_id(1)", "i, j = 0, 0"), {"x": x}, ())["out"]
+    np.testing.assert_array_equal(got.astype(np.float32), round_bf16(x))
+
+
+@pytest.mark.parametrize("axes, words", [
+    ("i", "programs [0, 2] reduce together, but program 2 reduces over [2, 3]"),  # program i: axis i
+    ("0, asynchronous=True", "nl.all_reduce asynchronous=True (Tusk has no nki.sync_thread"),
+])
+def test_an_all_reduce_the_programs_cannot_agree_on_is_refused(tmp_path, axes, words):
+    msg = refused(tmp_path, ALL_REDUCE.replace("OP", "np.add").replace("AXES", axes), ["f32[2,2,32,8]"], (2, 2))
+    assert "bad.py:11:" in msg and words in msg

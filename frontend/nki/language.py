@@ -1180,6 +1180,7 @@ def device_print(*_: Any, **__: Any) -> None:
 
 
 # the rest of the nl API (those modules use the helpers above, so they are imported last)
+from tusk.frontend.nki.nl_collective import all_reduce  # noqa: E402, F401
 from tusk.frontend.nki.nl_gather import gather_flattened  # noqa: E402, F401
 from tusk.frontend.nki.nl_grid import *  # noqa: E402, F403
 from tusk.frontend.nki.nl_math import *  # noqa: E402, F403
