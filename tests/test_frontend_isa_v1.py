@@ -323,3 +323,20 @@ def test_tensor_copy_dynamic_dst_writes_each_pair_of_columns_where_its_offset_sa
         want[:, o:o + 2] = x[:, 2 * k:2 * k + 2]
     np.testing.assert_array_equal(got["out"], want)
 
+
+
+def test_iota_offset_by_a_loop_index_gives_each_iteration_its_own_values(tmp_path):
+    x = rand(32, 8)
+    got = run(tmp_path, """
+        @nki.jit
+        def k(x):
+            ip, jf = nl.mgrid[0:32, 0:8]
+            t = nl.load(x)
+            out = nl.ndarray((4, 32, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            for i in nl.affine_range(4):
+                ramp = nisa.iota(i * 1000 + ip * 8 + jf, dtype=nl.float32)
+                nl.store(out[i], nl.add(t, ramp))
+            return out
+    """, {"x": x})["out"]
+    ramp = np.arange(32 * 8, dtype=np.float32).reshape(32, 8)
+    np.testing.assert_array_equal(got, [x + (1000 * i + ramp) for i in range(4)])

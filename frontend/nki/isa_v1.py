@@ -116,15 +116,14 @@ def iota(expr, dtype, *, mask=None):
     if not isinstance(expr, IndexGrid):
         raise ops.unsupported(f"nisa.iota of a {type(expr).__name__} (an expression of nl.arange / nl.mgrid "
                               "indices)")
-    if not expr.const.is_static:
-        raise ops.unsupported(f"nisa.iota of an index expression offset by a loop index ({expr.const}); "
-                              "iota's offset is a constant")
+    # iota's offset is a constant: a loop index in it unrolls its loop (a re-trace; each iteration its own)
+    offset = expr.const._unrolled()
     shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
     out = current().tile(shape, as_dtype(dtype))
     _, par_step = expr.axes.get(0, (1, 0))
     pattern = [(expr.axes.get(d, (1, 0))[1], n) for d, n in enumerate(shape) if d > 0]
     d, = _masked(mask, out)
-    current().op("iota", (), (d,), dst=d, offset=expr.const.const, pattern=pattern, channel_multiplier=par_step)
+    current().op("iota", (), (d,), dst=d, offset=offset, pattern=pattern, channel_multiplier=par_step)
     return out
 
 
