@@ -50,9 +50,26 @@ class MissingAttribute(Unsupported, AttributeError):
     ``getattr(t, name, default)`` answer as they would."""
 
 
+# NKI names whose work no KLR operator or access form expresses, so the pipeline cannot run them: the refusal
+# says why (and what does similar work), not only that the name is missing; by the name's last part (nisa.topk,
+# nki.isa.topk and neuronxcc.nki.isa.topk alike)
+NO_KLR_FORM = {
+    "topk": "the GpSimd engine's top-k over a 16-partition snake has no KLR operator; nisa.max8 and "
+            "nisa.nc_match_replace8 find the largest values 8 at a time",
+    "indirect": "NeuronCore-v4 Tensor Indirection (per-element free-axis offsets read by a compute "
+                "instruction) has no KLR access form; nisa.nc_n_gather gathers within each partition",
+}
+
+
+def not_in_front_end(qualified: str) -> str:
+    """The reason a name NKI has is refused: no KLR form for it, or simply not written yet."""
+    why = NO_KLR_FORM.get(qualified.rsplit(".", 1)[-1], "not in Tusk's NKI front end; docs/frontend.md lists "
+                                                        "what is")
+    return f"not supported: {qualified} ({why})"
+
+
 def missing_attribute(owner: str, name: str) -> MissingAttribute:
-    return MissingAttribute(f"not supported: {owner}.{name} (not in Tusk's NKI front end; docs/frontend.md "
-                            f"lists what is)")
+    return MissingAttribute(not_in_front_end(f"{owner}.{name}"))
 
 
 def user_frame(tb: TracebackType | None) -> tuple[str, int] | None:

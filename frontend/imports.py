@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tusk.frontend import nki as _nki
-from tusk.frontend.errors import TraceError, current_user_line, in_tusk
+from tusk.frontend.errors import TraceError, current_user_line, in_tusk, not_in_front_end
 from tusk.frontend.nki import compiler as _compiler
 from tusk.frontend.nki import isa_v1 as _isa_v1
 from tusk.frontend.nki import isa_v2 as _isa_v2
@@ -111,7 +111,7 @@ class Absent(types.ModuleType):
         loc = f"{where[0]}:{where[1]}: " if where else ""
         root = name.split(".")[0]
         if root in NKI_ROOTS:
-            why = f"not supported: {name} (not in Tusk's NKI front end; docs/frontend.md lists what is)"
+            why = not_in_front_end(name)
         else:
             why = (f"{what} {name}, but {root} is not installed (nor a module of the kernel's directory): while "
                    f"tracing, a module the kernel imports and does not have is a stand-in that must not be used "

@@ -397,6 +397,11 @@ def test_enums_and_nc_version_are_there(tmp_path):
      "not supported: nisa.activation reduce_cmd=nisa.reduce_cmd.reduce"),
     ("nisa.tensor_copy(dst=y[:, 0:3], src=t)", "nisa.tensor_copy: dst [128, 3] and src [128, 8]"),
     ("nisa.nonzero_with_count(y, t)", "not supported: nisa.nonzero_with_count"),
+    # NKI calls no KLR form expresses: the refusal says so
+    ("nisa.topk(val_dst=y, idx_dst=y, src=t, n=16)",
+     "not supported: nisa.topk (the GpSimd engine's top-k over a 16-partition snake has no KLR operator"),
+    ("nisa.tensor_copy(dst=y, src=t.indirect(c, num_elem=8))",
+     "not supported: tensor.indirect (NeuronCore-v4 Tensor Indirection"),
 ])
 def test_unknown_keywords_and_unsupported_values_are_refused_at_the_call(tmp_path, call, message):
     err = refused(tmp_path, f"""

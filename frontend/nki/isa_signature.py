@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tusk.frontend.errors import TraceError, Unsupported, current_user_line
+from tusk.frontend.errors import TraceError, Unsupported, current_user_line, not_in_front_end
 
 # the keywords of a call that only choose an engine, a DMA queue or a debug name: same numbers either way
 HINTS = ("engine", "name", "priority", "dge_mode", "oob_mode")
@@ -80,8 +80,7 @@ def unknown_name(module: str, name: str) -> TraceError:
     (located here: an import-time error would otherwise carry no line)."""
     where = current_user_line()
     loc = f"{where[0]}:{where[1]}: " if where else ""
-    return TraceError(f"{loc}not supported: {module}.{name} (not in Tusk's NKI front end; "
-                      "docs/frontend.md lists what is)")
+    return TraceError(f"{loc}{not_in_front_end(f'{module}.{name}')}")
 
 
 def signature_text(sig: inspect.Signature) -> str:
