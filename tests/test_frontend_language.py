@@ -220,6 +220,32 @@ def test_var_softmax_rms_norm_all(tmp_path):
     assert np.array_equal(out["oa"][:, 0], (a > -3.9).all(axis=1).astype(np.float32))
 
 
+
+def test_compute_dtype_of_softmax_and_rms_norm_sets_the_result_dtype_as_dtype_does(tmp_path):
+    # NKI 1.x: "dtype and compute_dtype behave the same" (Tusk computes in float32, then casts once)
+    from tusk.examples.nki.reference import round_bf16
+
+    a, w = rand(64, 32), rand(64, 32)
+    out = run(tmp_path, """
+        @nki.jit
+        def k(a, w):
+            x = nl.load(a)
+            sm = nl.softmax(x, axis=1, compute_dtype=nl.bfloat16)
+            rn = nl.rms_norm(x, nl.load(w), axis=1, n=32, compute_dtype=nl.bfloat16)
+            assert sm.dtype == nl.bfloat16 and rn.dtype == nl.bfloat16
+            osm = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(osm, sm)
+            orn = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nl.store(orn, rn)
+            return osm, orn
+    """, ["f32[64,32]", "f32[64,32]"], {"a": a, "w": w})
+    d = a.astype(np.float64)
+    e = np.exp(d - d.max(axis=1, keepdims=True))
+    rn = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-6) * w
+    for got, want in ((out["osm"], e / e.sum(axis=1, keepdims=True)), (out["orn"], rn)):
+        np.testing.assert_array_equal(got, round_bf16(got))  # bfloat16 values
+        np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=1e-6)
+
 @pytest.mark.parametrize("keep, rows", [("ix < 100", slice(0, 100)), ("ix >= 28", slice(28, 128))])
 def test_rms_norm_softmax_and_var_under_a_partition_mask(tmp_path, keep, rows):
     """A 2-axis mask on the rows: each row's sum (of squares, of exps, its mean) is carried on through the

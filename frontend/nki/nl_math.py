@@ -239,9 +239,17 @@ def all(x: Any, axis: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Vi
     return nl._reduce("min", truth, axis, dtype or src.dtype, False, mask, what="nl.all")
 
 
-def softmax(x: Any, axis: Any = -1, dtype: Any = None, mask: Any = None, **kw: Any) -> View:
+def _result_dtype(dtype: Any, compute_dtype: Any) -> Any:
+    """NKI 1.x's softmax and rms_norm: ``dtype`` and ``compute_dtype`` "behave the same" (either sets the
+    result's dtype); Tusk computes in float32 and casts the result once."""
+    return dtype if dtype is not None else compute_dtype
+
+
+def softmax(x: Any, axis: Any = -1, dtype: Any = None, compute_dtype: Any = None, mask: Any = None,
+            **kw: Any) -> View:
     """``exp(x - max(x)) / sum(exp(x - max(x)))`` along the free axes."""
     nl._no_keywords("nl.softmax", kw)
+    dtype = _result_dtype(dtype, compute_dtype)
     src, axes, whole = _trailing_reduction(x, axis, "nl.softmax")
     if not whole:
         # along the last axes only: the per-group max and sum keep their axes and broadcast back
@@ -265,6 +273,7 @@ def rms_norm(x: Any, w: Any, axis: Any, n: Any, epsilon: float = 1e-6, dtype: An
              compute_dtype: Any = None, mask: Any = None, **kw: Any) -> View:
     """``x / sqrt(sum(x**2) / n + epsilon) * w``."""
     nl._no_keywords("nl.rms_norm", kw)
+    dtype = _result_dtype(dtype, compute_dtype)
     src, axes, whole = _trailing_reduction(x, axis, "nl.rms_norm")
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         raise unsupported(f"nl.rms_norm n={n!r} (a positive int)")
