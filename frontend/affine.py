@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tusk.frontend.errors import unsupported
+from tusk.frontend.errors import current_user_line, unsupported
 
 _ids = itertools.count()
 
@@ -203,6 +203,7 @@ class PeelLoop(Exception):
     def __init__(self, ordinal: int, keep: int):
         super().__init__(f"peel loop {ordinal} after {keep} iterations")
         self.ordinal, self.keep = ordinal, keep
+        self.where = current_user_line()  # the kernel line whose mask (or int use) asked for the split
 
     @staticmethod
     def for_mask(first: Affine, span: int, limit: int) -> PeelLoop:
@@ -489,6 +490,8 @@ class Mask:
     ``row``: a second piece, row ``r`` of axis ``key`` with the prefix ``piece`` on other axes (a flattened
     index that cuts a row part way: ``512 * ix + iy < n``); the call runs once per piece.
     """
+
+    NOTHING: ClassVar[Mask]  # the mask that keeps no element (made below the class)
 
     def __init__(self, keep: dict[tuple[int, int], int],
                  row: tuple[tuple[int, int], int, dict[tuple[int, int], int]] | None = None,

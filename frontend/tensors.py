@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tusk.frontend.affine import Affine, IndexGrid, IndexVector, Mask
 from tusk.frontend.errors import TraceError, Unsupported, missing_attribute, unsupported
 from tusk.frontend.klr_writer import DTYPE_BYTES  # Dtype names are KLR Dtype names
@@ -348,6 +350,10 @@ class View:
         raise missing_attribute("tensor", name)
 
     def __getitem__(self, key: Any) -> View:
+        if isinstance(key, (bool, np.bool_)):
+            # `tile[w < W]` with w a static index (a loop unrolled while tracing): the predicate is decided --
+            # true keeps every element, false none, as mask= with that value would
+            key = Mask({}) if key else Mask.NOTHING
         if isinstance(key, Mask):  # `tile[i_p, i_f][mask]`: the access narrowed as mask= would narrow it
             if key.row is not None:
                 raise unsupported("subscripting with a mask that cuts a row part way (no one view holds it; "

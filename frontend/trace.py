@@ -222,10 +222,7 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
                     raise TraceError(f"{src}: {p.args[0]} outside the phases of its launch") from None
                 phased = True
             except PeelLoop as p:
-                if p.ordinal in peel or len(peel) >= MAX_PEELS:
-                    raise TraceError(f"{src}: a mask= cuts iterations of a loop short in a way the front end "
-                                     "cannot split (use nl.static_range for that loop)") from None
-                peel[p.ordinal] = p.keep
+                _peel_further(peel, p, src)
             except Exception as e:  # noqa: BLE001 - the kernel's own exception, or Tusk's (re-raised below)
                 # A loop traced once builds its Python state once: `tiles.append(t)` in one nl.affine_range
                 # and `tiles[i]` in the next raise IndexError. NKI 2.x runs these loops as Python's range,
@@ -264,6 +261,22 @@ def _trace_function(fn: Callable[..., Any], inputs: Sequence[str | TensorSpec], 
         raise err from (e if isinstance(err, InternalError) else None)
     finally:
         sys.setrecursionlimit(old_limit)
+
+
+def _peel_further(peel: dict[int, int], p: PeelLoop, src: str) -> None:
+    """Record that loop ``p.ordinal`` keeps only its first ``p.keep`` iterations a loop in the next re-trace.
+
+    A loop split once can be asked again for fewer: a mask with a lower bound cuts its first iterations where
+    another mask's upper bound cut its last ones (a padded convolution's rows), or its index is later used as
+    a Python int.  Each re-trace keeps strictly fewer iterations of some loop, so the re-traces end."""
+    kept = peel.get(p.ordinal)
+    no_progress = kept is not None and p.keep >= kept
+    if no_progress or (kept is None and len(peel) >= MAX_PEELS):
+        file, line = p.where or (src, None)
+        at = f"{file}:{line}" if line else file
+        raise TraceError(f"{at}: a mask= cuts iterations of a loop short in a way the front end "
+                         "cannot split (use nl.static_range for that loop)") from None
+    peel[p.ordinal] = p.keep
 
 
 def _run(tr: Tracer, fn: Callable[..., Any], binding: Binding, tensors: list[Tensor],
