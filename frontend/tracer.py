@@ -256,7 +256,8 @@ class Tracer:
                 or value.tensor.dtype != dst.tensor.dtype or last.kind == "matmul" and dst.memory != "psum"
                 or last.kind == "dma" and dst.memory not in ("sbuf", "psum")):
             return False
-        if any(r.tensor is dst.tensor or r.tensor is value.tensor for r in last.reads):
+        if any(r.tensor is value.tensor or r.tensor is dst.tensor and not _in_place(last, r, target)
+               for r in last.reads):
             # an op that reads what it writes (nl.where's copyPredicated over its y) keeps its own destination
             return False
         self.retargeted[id(value.tensor)] = (value.tensor, last, last.writes[0], target)
@@ -299,6 +300,19 @@ class Tracer:
                 if t.site > pos:
                     t.site += added
             self.prog.extend(tail)
+
+
+# Ops whose output element i is made from element i of each input alone: one that reads exactly the elements it
+# writes may write them in place -- `t[...] = nisa.activation(op, data=t[...])` keeps one tile, as NKI does (two
+# copies of a tile larger than half of SBUF do not fit)
+ELEMENTWISE = frozenset({"copy", "tensor_tensor", "tensor_scalar", "activation", "reciprocal"})
+
+
+def _in_place(last: Op, read: View, target: View) -> bool:
+    """``last`` may write ``target`` although it reads ``read``: the same elements, one by one."""
+    return (last.kind in ELEMENTWISE and read.tensor is target.tensor and read.dims == target.dims
+            and read.offset.const == target.offset.const and read.offset.terms == target.offset.terms
+            and read.vector is None and target.vector is None)
 
 
 def _retargeted(last: Op, value: View, dst: View) -> View | None:
