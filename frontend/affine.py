@@ -301,6 +301,10 @@ class IndexVector:
             raise PeelLoop.for_mask(self.offset, self.step * (self.n - 1), limit)
         bound = int(bound) - self.offset.const
         keep = max(0, min(self.n, -(-bound // self.step) if strict else bound // self.step + 1))
+        if self.n == 1:
+            # one index: the predicate is one truth value, broadcast along the axis numpy's way -- in
+            # `(i_m < M) & (i_n < N)` with i_m = m + nl.arange(1)[None, :] it does not cut i_n's axis to 1
+            return Mask({}) if keep else Mask.NOTHING
         return Mask({(self.ndim, self.dim): keep})
 
     def __lt__(self, other: Any) -> Mask:

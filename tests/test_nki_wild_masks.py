@@ -119,3 +119,23 @@ def test_a_mask_on_the_free_axis_of_a_3d_access_made_of_three_aranges_cuts_the_l
     x = np.random.default_rng(7).standard_normal((2, 1, 800)).astype(np.float32)
     got = run_klr(trace_file(path, "tail", ["f32[2,1,800]"]), {"x": x}, check_written=False)["out"]
     assert np.array_equal(got[:, :, 512:], x[:, :, 512:])
+
+
+def test_a_predicate_of_a_one_index_vector_broadcasts_and_does_not_cut_its_axis(tmp_path):
+    # a row vector matmul's output store: i_m (one index) and i_n both run along the grid's axis 1, so
+    # `i_m < m` is one truth value for the whole row; it used to keep only the first column of every tile
+    path = write(tmp_path, """
+        @nki.jit
+        def row(x):
+            i_m = nl.arange(1)[None, :]  # the one row
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            for j in nl.affine_range(2):
+                i_n = j * 512 + nl.arange(512)[None, :]
+                keep = (i_m < x.shape[0]) & (i_n < x.shape[1])
+                t = nl.load(x[i_m, i_n], mask=keep)
+                nl.store(out[i_m, i_n], value=nl.exp(t), mask=keep)
+            return out
+    """, header=HEADER)
+    x = np.random.default_rng(8).standard_normal((1, 1000)).astype(np.float32)
+    got = run_klr(trace_file(path, "row", ["f32[1,1000]"]), {"x": x})["out"]
+    assert np.allclose(got, np.exp(x), rtol=1e-6)
