@@ -201,12 +201,7 @@ def read_direct(path: str) -> Iterator[memoryview]:
     allows it: a file written by :class:`DirectWriter` is not in the cache, and reading it through the cache
     would cost a fresh page for every 4 KiB.  Each chunk is a view of one reused buffer, valid until the next
     is asked for (:func:`write_at` copies it before that)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | O_DIRECT)
-    except OSError as e:
-        if not O_DIRECT or e.errno != errno.EINVAL:
-            raise
-        fd = os.open(path, os.O_RDONLY)  # this file system does not do it
+    fd = _open_direct(path)
     buf = _buffer()  # unmapped with its last view, by whoever holds that
     view = memoryview(buf)
     try:
@@ -257,8 +252,8 @@ class DirectReader:
         """Copy up to ``len(dest)`` of the next bytes into ``dest``; 0 at the end."""
         out = memoryview(dest).cast("B")
         done = 0
-        while done < len(out) and not (self.ended and self.at == self.n):
-            if self.at == self.n and not self._next():
+        while done < len(out):
+            if self.at == self.n and (self.ended or not self._next()):
                 break
             assert self.view is not None
             k = min(len(out) - done, self.n - self.at)
@@ -306,21 +301,7 @@ class DirectReader:
                 buf = self.spare.get()
                 if buf is None:  # closed
                     return
-                if direct:
-                    try:
-                        n = os.preadv(self.fd, [buf], offset)
-                    except OSError as e:
-                        if e.errno != errno.EINVAL:
-                            raise
-                        n = 0
-                    if n < min(CHUNK, self.size - offset):  # refused, or short: the rest as usual
-                        direct = False
-                        os.close(self.fd)
-                        self.fd = os.open(self.path, os.O_RDONLY)
-                        if n <= 0:
-                            n = os.preadv(self.fd, [buf], offset)
-                else:
-                    n = os.preadv(self.fd, [buf], offset)
+                n, direct = self._read_at(buf, offset, direct)
                 if n <= 0:  # the file shrank under us: its end is here
                     self.spare.put(buf)
                     break
@@ -330,6 +311,25 @@ class DirectReader:
             self.todo.put(e)
         finally:
             self.todo.put(None)  # always the last word: the end, or after an error or a close
+
+
+    def _read_at(self, buf: mmap.mmap, offset: int, direct: bool) -> tuple[int, bool]:
+        """One chunk from ``offset`` (bytes read, and whether the next is read directly): directly while the file
+        system allows it; once it refuses or reads short, this chunk and the rest as usual."""
+        if direct:
+            try:
+                n = os.preadv(self.fd, [buf], offset)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                n = 0
+            if n >= min(CHUNK, self.size - offset):
+                return n, True
+            os.close(self.fd)
+            self.fd = os.open(self.path, os.O_RDONLY)
+            if n > 0:
+                return n, False
+        return os.preadv(self.fd, [buf], offset), False
 
 
 def _open_direct(path: str) -> int:

@@ -128,8 +128,7 @@ class DaskExecutor:
         """Drop a held task no one waits for any more (it never runs); False once it went to the scheduler."""
         for k, item in enumerate(self._held):
             if item[4] == key:
-                self._held[k] = self._held[-1]
-                self._held.pop()
+                del self._held[k]
                 heapq.heapify(self._held)
                 return True
         return False

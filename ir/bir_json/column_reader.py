@@ -102,8 +102,7 @@ class _Family:
                 or not _canonical_deps(deps)):
             self.generic = True
         order = _operand_order(obj)
-        named = _named_operands(runs, found, order)
-        self.mem = {q: (key, i, ROLE_KEYS.index(key), fields) for q, (key, i, fields) in named.items()}
+        self.mem = _named_operands(runs, found, order)   # operand -> (role key, index, role, name fields)
         slots: list[tuple[str, int]] = []
         cols: list[int] = []
         sign: list[int] = []
@@ -172,7 +171,7 @@ def _operand_order(obj: dict) -> dict[tuple[str, int], int]:
 
 def _named_operands(runs: list, found: list[tuple[int, int]], order: dict) -> dict[int, tuple]:
     """The physical access patterns whose memory names (``memref``, ``memsetref``) have digit runs that
-    can be slots: operand position -> (role key, index, the fields in line order).  A rotated buffer's
+    can be slots: operand position -> (role key, index, role, the fields in line order).  A rotated buffer's
     copies differ only in such digits ("ta_rot1_rot2"); as constants, every combination of them with the
     other operands' made a sub-template of its own (7,389 on large_matmul's output, each read by the
     ordinary reader: a quarter of the load), as slots they are 1,600.  At most ``MEM_DIGITS`` digits per
@@ -187,7 +186,7 @@ def _named_operands(runs: list, found: list[tuple[int, int]], order: dict) -> di
             keys[q] = (path[0], path[1])
             if path[2] not in fields.setdefault(q, []):
                 fields[q].append(path[2])
-    return {q: (*keys[q], tuple(fields[q])) for q in digits if digits[q] <= MEM_DIGITS}
+    return {q: (*keys[q], ROLE_KEYS.index(keys[q][0]), tuple(fields[q])) for q in digits if digits[q] <= MEM_DIGITS}
 
 
 def _squeezed(line: bytes) -> bytes | None:
@@ -482,7 +481,6 @@ class ColumnLoad:
         self.comma = False
         self.protos: dict[int, Any] = {}        # sub-template id -> its rows, in ``protos_of``'s pools
         self.protos_of: Function | None = None    # the function whose pools the prototypes' ids point into
-        self.mem_rows: dict[tuple, tuple] = {}    # (sub-template, operand, its names' slot values) -> its row
         self.mem_objs: dict[tuple[int, int], dict] = {}  # (sub-template, operand) -> its operand as read
         self.subs: dict[bytes, int] = {}         # (family, constant runs' bytes) -> sub-template id
         self.subtab = _SubTable()                 # the same, found with numpy
@@ -696,7 +694,7 @@ class ColumnLoad:
         if fn is not self.protos_of:
             # a prototype's rows hold ids into its function's pools (strings, patterns, records, memory
             # locations): another function with the same line text reads its own prototypes
-            self.protos, self.protos_of, self.mem_rows = {}, fn, {}
+            self.protos, self.protos_of = {}, fn
         tids = np.concatenate(run.tids)
         run.tids = []
         width = max(s.shape[1] for s in run.slots)
@@ -776,23 +774,20 @@ class ColumnLoad:
     def mem_operand(self, reader: Any, fn: Function, where: str, spec: tuple, values: list[int]) -> tuple:
         """The row of operand ``q`` of sub-template ``sub`` (``spec``: sub, q, role key, index, role, fields) with
         the digit runs of its memory names set to ``values``: the prototype's operand with those names, read
-        by the ordinary reader (the same checks and the same row as a line read one by one)."""
+        by the ordinary reader (the same checks and the same row as a line read one by one; it keeps the rows
+        it read, and each build's :class:`_NamedRows` asks once per operand and names)."""
         sub, q, key, i, role, fields = spec
-        ck = (sub, q, *values)
-        row = self.mem_rows.get(ck)
-        if row is None:
-            obj = self.mem_objs.get((sub, q))
-            if obj is None:
-                obj = self.mem_objs[sub, q] = orjson.loads(self.sub_lines[sub])[key][i]
-            obj = dict(obj)
-            at = 0
-            for field in fields:
-                pieces = _RUN_TEXT.split(obj[field])
-                n = len(pieces) - 1
-                obj[field] = "".join(p + str(v) for p, v in zip(pieces, values[at:at + n])) + pieces[-1]
-                at += n
-            row = self.mem_rows[ck] = reader._operand(fn, obj, where, role)
-        return row
+        obj = self.mem_objs.get((sub, q))
+        if obj is None:
+            obj = self.mem_objs[sub, q] = orjson.loads(self.sub_lines[sub])[key][i]
+        obj = dict(obj)
+        at = 0
+        for field in fields:
+            pieces = _RUN_TEXT.split(obj[field])
+            n = len(pieces) - 1
+            obj[field] = "".join(p + str(v) for p, v in zip(pieces, values[at:at + n])) + pieces[-1]
+            at += n
+        return reader._operand(fn, obj, where, role)
 
 
 class _Prototypes:
